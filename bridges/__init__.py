@@ -1,0 +1,1 @@
+"""MCP bridges (issue 4)."""

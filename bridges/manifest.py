@@ -1,0 +1,457 @@
+"""Manifests: JSON or TOML files that declare MCP servers, manifest tools, permission rules
+and plugins for a Location.
+
+A Claude-Desktop/Cursor style `{"mcpServers": {...}}` file, or a VS Code style
+`{"servers": {...}}` file, loads unchanged: their keys (`command`, `args`, `env`, `cwd`, `url`,
+`headers`, `type`) mean what they mean there, and keys we do not know are kept and reported as
+notes, never errors. Sidecar keys extend a server entry (`namespace`, `tools`, `timeouts`,
+`bounds`, `output_validation`, `disabled`, `permissions`, `max_result_bytes`).
+
+`${env:VAR}` in any string value is replaced by the environment variable; a missing variable is
+an error naming the file, the JSON path and the variable. Values that may hold secrets (`env`,
+`headers`) are never shown in reprs, logs or health output.
+
+Loading never raises for bad content: every fault becomes a `ManifestProblem` (file, JSON path,
+message, hint) and the entries that are valid still load. A file that cannot be parsed at all
+contributes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+MANIFEST_SUFFIXES = (".json", ".toml")
+_ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
+_SECRET_KEYS = frozenset({"env", "headers"})
+
+Decision = Literal["allow", "deny", "ask"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ToolFilter(_Strict):
+    allow: list[str] | None = None
+    deny: list[str] = []
+
+
+class Timeouts(_Strict):
+    startup: Annotated[float, Field(gt=0)] = 30.0
+    call: Annotated[float, Field(gt=0)] = 600.0
+
+
+class BoundsConfig(_Strict):
+    max_bytes: Annotated[int, Field(ge=1024)] | None = None
+    max_lines: Annotated[int, Field(ge=16)] | None = None
+
+
+class AnnotationPermissions(_Strict):
+    """Default decisions for a server's tools by their MCP annotations."""
+
+    destructive: Decision | None = None
+    read_only: Decision | None = None
+    open_world: Decision | None = None
+    default: Decision | None = None
+
+
+Transport = Literal["stdio", "http", "sse"]
+_TRANSPORT_ALIASES: dict[str, Transport] = {
+    "stdio": "stdio",
+    "http": "http",
+    "streamable-http": "http",
+    "streamable_http": "http",
+    "streamableHttp": "http",
+    "sse": "sse",
+}
+
+
+class ServerConfig(BaseModel):
+    """One `mcpServers` entry. Unknown keys are kept (other clients' settings)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = Field(default_factory=dict, repr=False)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict, repr=False)
+    type: str | None = None
+    namespace: str | None = None
+    tools: ToolFilter = ToolFilter()
+    timeouts: Timeouts = Timeouts()
+    bounds: BoundsConfig = BoundsConfig()
+    output_validation: Literal["strict", "warn", "off"] = "strict"
+    disabled: bool = False
+    permissions: AnnotationPermissions = AnnotationPermissions()
+    max_result_bytes: Annotated[int, Field(ge=1024)] = 256 * 1024 * 1024
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> ServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("a server needs exactly one of `command` (stdio) or `url` (http/sse)")
+        if self.type is not None and self.type not in _TRANSPORT_ALIASES:
+            raise ValueError(f"unknown type {self.type!r}; use stdio, http or sse")
+        transport = self.transport
+        if transport == "stdio" and self.command is None:
+            raise ValueError("type stdio needs `command`")
+        if transport != "stdio" and self.url is None:
+            raise ValueError(f"type {self.type} needs `url`")
+        return self
+
+    @property
+    def transport(self) -> Transport:
+        if self.type is not None:
+            return _TRANSPORT_ALIASES[self.type]
+        return "stdio" if self.command is not None else "http"
+
+    @property
+    def unknown_keys(self) -> list[str]:
+        return sorted(self.model_extra or {})
+
+    def effective_namespace(self, key: str) -> str:
+        return key if self.namespace is None else self.namespace
+
+
+class Rule(_Strict):
+    action: str
+    resource: str | None = None
+    decision: Decision
+
+
+class PermissionsConfig(_Strict):
+    rules: list[Rule] = []
+    ask_timeout: Annotated[float, Field(gt=0)] | None = None
+
+
+class ManifestFile(BaseModel):
+    """The top level of one manifest file (entries are validated one by one elsewhere)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    mcpServers: dict[str, Any] = Field(default_factory=dict, alias="mcpServers")
+    tools: dict[str, Any] = {}
+    permissions: dict[str, Any] = {}
+    plugins: list[str] = []
+    bounds: dict[str, Any] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestProblem:
+    file: str
+    path: str
+    message: str
+    hint: str = ""
+    severity: Literal["error", "note"] = "error"
+
+    def __str__(self) -> str:
+        hint = f" (hint: {self.hint})" if self.hint else ""
+        return f"{self.file}: {self.path}: {self.message}{hint}"
+
+
+@dataclass(frozen=True, slots=True)
+class Sourced:
+    """A validated entry and the file it came from."""
+
+    file: str
+    key: str
+    value: Any
+
+
+@dataclass(slots=True)
+class ManifestSet:
+    """Everything the manifests of a Location declare, merged in file order."""
+
+    servers: dict[str, Sourced] = field(default_factory=dict)
+    tools: dict[str, Sourced] = field(default_factory=dict)
+    rules: list[Rule] = field(default_factory=list)
+    plugins: list[Sourced] = field(default_factory=list)
+    bounds: BoundsConfig = field(default_factory=BoundsConfig)
+    ask_timeout: float | None = None
+    problems: list[ManifestProblem] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[ManifestProblem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+
+# --- parsing -------------------------------------------------------------------------------
+
+
+def manifest_files(entries: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """The manifest files named by `entries` (files, or directories scanned one level)."""
+    found: list[Path] = []
+    for entry in entries:
+        path = Path(entry)
+        if path.is_dir():
+            found.extend(
+                sorted(p for p in path.iterdir() if p.suffix in MANIFEST_SUFFIXES and p.is_file())
+            )
+        else:
+            found.append(path)
+    return found
+
+
+def _json_path(base: str, loc: Iterable[Any]) -> str:
+    path = base
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def _key_path(base: str, key: str) -> str:
+    return f"{base}.{key}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", key) else f'{base}["{key}"]'
+
+
+class _Interpolation(Exception):
+    def __init__(self, path: str, var: str) -> None:
+        super().__init__(var)
+        self.path = path
+        self.var = var
+
+
+def interpolate(value: Any, path: str, environ: Mapping[str, str]) -> Any:
+    """Replace `${env:VAR}` in every string inside `value`; a missing VAR raises."""
+    if isinstance(value, str):
+        def sub(match: re.Match[str]) -> str:
+            var = match.group(1)
+            if var not in environ:
+                raise _Interpolation(path, var)
+            return environ[var]
+
+        return _ENV_REF.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: interpolate(v, _key_path(path, k), environ) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, f"{path}[{i}]", environ) for i, v in enumerate(value)]
+    return value
+
+
+def parse_file(path: Path) -> tuple[dict[str, Any] | None, ManifestProblem | None]:
+    """The raw top-level object of a manifest file, or the problem that prevents reading it."""
+    name = str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        return None, ManifestProblem(name, "$", f"cannot read: {exc.strerror or exc}")
+    try:
+        if path.suffix == ".toml":
+            data: Any = tomllib.loads(raw.decode("utf-8"))
+        else:
+            data = json.loads(raw)
+    except UnicodeDecodeError as exc:
+        return None, ManifestProblem(name, "$", f"not UTF-8: {exc}")
+    except tomllib.TOMLDecodeError as exc:
+        return None, ManifestProblem(name, "$", f"invalid TOML: {exc}")
+    except json.JSONDecodeError as exc:
+        return None, ManifestProblem(
+            name, "$", f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        )
+    if not isinstance(data, dict):
+        return None, ManifestProblem(name, "$", "a manifest must be an object/table at the top")
+    return data, None
+
+
+def _validation_problems(
+    file: str, base: str, exc: ValidationError, hint: str = ""
+) -> list[ManifestProblem]:
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = [p for p in err["loc"] if p not in ("function-after[_one_transport()]",)]
+        message = err["msg"].removeprefix("Value error, ")
+        problems.append(ManifestProblem(file, _json_path(base, loc), message, hint))
+    return problems
+
+
+ToolValidator = Any  # Callable[[str, str, dict], tuple[Any, list[ManifestProblem]]]
+
+
+def load_manifests(
+    entries: Iterable[str | os.PathLike[str]],
+    *,
+    environ: Mapping[str, str] | None = None,
+    tool_validator: ToolValidator | None = None,
+) -> ManifestSet:
+    """Read and validate every manifest named by `entries`; never raises for bad content.
+
+    `tool_validator(file, path, raw)` validates one `tools` entry and returns (value,
+    problems); without it, tool entries are kept raw.
+    """
+    env = os.environ if environ is None else environ
+    result = ManifestSet()
+    try:
+        files = manifest_files(entries)
+    except OSError as exc:
+        result.problems.append(ManifestProblem(str(exc.filename), "$", f"cannot list: {exc}"))
+        return result
+    for path in files:
+        _load_one(path, env, result, tool_validator)
+    return result
+
+
+def _load_one(
+    path: Path, env: Mapping[str, str], result: ManifestSet, tool_validator: ToolValidator | None
+) -> None:
+    name = str(path)
+    if not path.exists():
+        result.problems.append(ManifestProblem(name, "$", "no such file or directory"))
+        return
+    data, problem = parse_file(path)
+    if problem is not None or data is None:
+        result.problems.append(problem or ManifestProblem(name, "$", "empty"))
+        return
+    result.files.append(name)
+    if "servers" in data and "mcpServers" not in data and isinstance(data["servers"], dict):
+        data = {**data, "mcpServers": data["servers"]}  # VS Code's spelling
+        data.pop("servers")
+    try:
+        top = ManifestFile.model_validate(data)
+    except ValidationError as exc:
+        result.problems.extend(_validation_problems(name, "$", exc))
+        return
+    for key in sorted(top.model_extra or {}):
+        if key != "inputs":
+            result.problems.append(ManifestProblem(
+                name, f"$.{key}", "unknown top-level key, ignored", severity="note",
+                hint="known keys: mcpServers (or servers), tools, permissions, plugins, bounds",
+            ))
+    for key, raw in top.mcpServers.items():
+        _load_server(name, key, raw, env, result)
+    for key, raw in top.tools.items():
+        _load_tool(name, key, raw, env, result, tool_validator)
+    _load_permissions(name, top.permissions, env, result)
+    for i, plugin in enumerate(top.plugins):
+        if not re.fullmatch(r"[\w.]+:[\w.]+", plugin):
+            result.problems.append(ManifestProblem(
+                name, f"$.plugins[{i}]", f"{plugin!r} is not a plugin reference",
+                hint="write it as 'package.module:function'",
+            ))
+        else:
+            result.plugins.append(Sourced(name, plugin, plugin))
+    if top.bounds:
+        try:
+            result.bounds = BoundsConfig.model_validate(top.bounds)
+        except ValidationError as exc:
+            result.problems.extend(_validation_problems(name, "$.bounds", exc))
+
+
+def _interpolated(
+    file: str, base: str, raw: Any, env: Mapping[str, str], result: ManifestSet
+) -> Any | None:
+    try:
+        return interpolate(raw, base, env)
+    except _Interpolation as missing:
+        result.problems.append(ManifestProblem(
+            file, missing.path, f"environment variable {missing.var} is not set",
+            hint=f"export {missing.var} before starting the sidecar",
+        ))
+        return None
+
+
+def _load_server(
+    file: str, key: str, raw: Any, env: Mapping[str, str], result: ManifestSet
+) -> None:
+    base = _key_path("$.mcpServers", key)
+    if key in result.servers:
+        result.problems.append(ManifestProblem(
+            file, base, f"server {key!r} is already defined in {result.servers[key].file}",
+            hint="server keys must be unique across the manifests of a Location; this one is "
+            "ignored",
+        ))
+        return
+    value = _interpolated(file, base, raw, env, result)
+    if value is None:
+        return
+    try:
+        config = ServerConfig.model_validate(value)
+    except ValidationError as exc:
+        result.problems.extend(_validation_problems(
+            file, base, exc, hint="see manifests/schema.json for the keys of a server"
+        ))
+        return
+    for extra in config.unknown_keys:
+        result.problems.append(ManifestProblem(
+            file, f"{base}.{extra}", "key not used by mcp-sidecar, kept as is", severity="note",
+        ))
+    result.servers[key] = Sourced(file, key, config)
+
+
+def _load_tool(
+    file: str,
+    key: str,
+    raw: Any,
+    env: Mapping[str, str],
+    result: ManifestSet,
+    tool_validator: ToolValidator | None,
+) -> None:
+    base = _key_path("$.tools", key)
+    if key in result.tools:
+        result.problems.append(ManifestProblem(
+            file, base, f"tool {key!r} is already defined in {result.tools[key].file}",
+            hint="this one is ignored",
+        ))
+        return
+    value = _interpolated(file, base, raw, env, result)
+    if value is None:
+        return
+    if tool_validator is None:
+        result.tools[key] = Sourced(file, key, value)
+        return
+    parsed, problems = tool_validator(file, base, value)
+    result.problems.extend(problems)
+    if parsed is not None:
+        result.tools[key] = Sourced(file, key, parsed)
+
+
+def _load_permissions(
+    file: str, raw: dict[str, Any], env: Mapping[str, str], result: ManifestSet
+) -> None:
+    if not raw:
+        return
+    value = _interpolated(file, "$.permissions", raw, env, result)
+    if value is None:
+        return
+    try:
+        config = PermissionsConfig.model_validate(value)
+    except ValidationError as exc:
+        result.problems.extend(_validation_problems(file, "$.permissions", exc))
+        return
+    result.rules.extend(config.rules)
+    if config.ask_timeout is not None:
+        result.ask_timeout = config.ask_timeout
+
+
+def manifest_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a manifest file (shipped as manifests/schema.json)."""
+    schema = ManifestFile.model_json_schema()
+    defs = schema.setdefault("$defs", {})
+    defs["ServerConfig"] = ServerConfig.model_json_schema(ref_template="#/$defs/{model}")
+    for sub in ("$defs",):
+        defs.update(defs["ServerConfig"].pop(sub, {}))
+    defs["PermissionsConfig"] = PermissionsConfig.model_json_schema(
+        ref_template="#/$defs/{model}"
+    )
+    defs.update(defs["PermissionsConfig"].pop("$defs", {}))
+    defs["BoundsConfig"] = BoundsConfig.model_json_schema()
+    props = schema["properties"]
+    props["mcpServers"] = {"type": "object", "additionalProperties": {
+        "$ref": "#/$defs/ServerConfig"}}
+    props["servers"] = props["mcpServers"]
+    props["permissions"] = {"$ref": "#/$defs/PermissionsConfig"}
+    props["bounds"] = {"$ref": "#/$defs/BoundsConfig"}
+    props["tools"] = {"type": "object", "additionalProperties": {"type": "object"},
+                      "description": "manifest tools (kind = http | command)"}
+    schema["title"] = "mcp-sidecar manifest"
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema

@@ -1,0 +1,41 @@
+"""managed_store: complete texts too big for a model's context, kept on disk by opaque id.
+
+A standalone library: it knows nothing of tools, MCP or the seam. See
+`docs/managed-store-contract.md` for the contract the core codes against.
+
+    store = await ManagedStore.open(root)
+    async with store:
+        ref = await store.put(text)
+        page = await store.read_lines(ref.id, offset=1, limit=2000)
+"""
+
+from managed_store.errors import (
+    InvalidRef,
+    ManagedNotFound,
+    ManagedStoreError,
+    RetentionError,
+    StoreClosed,
+)
+from managed_store.index import StoreStats
+from managed_store.protocol import TextSpool, TextStore
+from managed_store.reading import GrepMatch, GrepResult, TextSlice
+from managed_store.refs import ManagedRef
+from managed_store.spool import SpoolWriter
+from managed_store.store import ManagedStore
+
+__all__ = [
+    "GrepMatch",
+    "GrepResult",
+    "InvalidRef",
+    "ManagedNotFound",
+    "ManagedRef",
+    "ManagedStore",
+    "ManagedStoreError",
+    "RetentionError",
+    "SpoolWriter",
+    "StoreClosed",
+    "StoreStats",
+    "TextSlice",
+    "TextSpool",
+    "TextStore",
+]

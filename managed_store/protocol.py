@@ -1,0 +1,67 @@
+"""The seam other engines implement: `TextStore` (and the `TextSpool` it hands out).
+
+`ManagedStore` is the local-disk implementation. An engine on S3-compatible storage or
+PostgreSQL implements the same methods with the same errors (`InvalidRef`, `ManagedNotFound`,
+`RetentionError`, `ValueError` for bad arguments) and the same result types.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Protocol, Self
+
+from managed_store.index import StoreStats
+from managed_store.reading import GrepResult, TextSlice
+from managed_store.refs import ManagedRef
+
+
+class TextSpool(Protocol):
+    """Streams one object in; see `SpoolWriter` for the semantics an engine must keep."""
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+    async def write(self, chunk: str | bytes) -> None: ...
+
+    async def commit(self) -> ManagedRef: ...
+
+    async def abort(self) -> None: ...
+
+
+class TextStore(Protocol):
+    """Complete texts kept out of a model's context, read back in ranges or by grep."""
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    async def put(self, text: str, *, namespace: str = "default") -> ManagedRef: ...
+
+    def open_spool(self, *, namespace: str = "default") -> TextSpool: ...
+
+    async def read_lines(self, ref_id: str, offset: int = 1, limit: int = 2000) -> TextSlice: ...
+
+    async def read_bytes(self, ref_id: str, offset: int = 0, limit: int = 65536) -> TextSlice: ...
+
+    async def grep(
+        self, ref_id: str, pattern: str, *, max_matches: int = 100, context: int = 0
+    ) -> GrepResult: ...
+
+    async def stat(self, ref_id: str) -> ManagedRef: ...
+
+    async def stats(self) -> StoreStats: ...
+
+    async def cleanup(self) -> int: ...

@@ -1,0 +1,242 @@
+"""Reading stored objects: line ranges, byte ranges and grep.
+
+The functions here are synchronous and run in worker threads. Each starts from a `LineMark`
+the index gave it, so it scans at most `MARK_BYTES` before reaching the requested position.
+Objects are valid UTF-8 (checked when written) and lines are separated by `\\n` only.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from managed_store.index import LineMark
+from managed_store.refs import ManagedRef
+
+_BLOCK = 64 * 1024
+GREP_LINE_BYTES = 64 * 1024
+# Large read buffers are about the event loop, not throughput: a worker thread that releases
+# the GIL for I/O every few microseconds (one 8 KiB refill per ~100 lines) starves the loop
+# thread for hundreds of milliseconds, because each release resets the GIL's switch timer.
+# One refill per MiB leaves the regular 5 ms switch interval in charge.
+READ_BUFFER = 1024 * 1024
+_STOP_POLL_LINES = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TextSlice:
+    """A piece of an object.
+
+    `text` is whole UTF-8 characters: for `read_lines` the lines `first_line..last_line`
+    (1-based) each with its `\\n`, exactly as stored; for `read_bytes` the bytes
+    `offset_bytes..end_bytes`, which touch lines `first_line..last_line`. An empty slice has
+    `last_line == first_line - 1`. `eof` is true when `end_bytes` reached the end of the object;
+    otherwise a caller paging through continues at `last_line + 1` or `end_bytes`.
+    """
+
+    ref: ManagedRef
+    text: str
+    first_line: int
+    last_line: int
+    offset_bytes: int
+    end_bytes: int
+    eof: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GrepMatch:
+    """One matching line (1-based `line`), without its line ending, plus up to `context` lines
+    on each side. A line longer than `GREP_LINE_BYTES` is cut there and ends with a marker
+    `…[line cut: N bytes]` giving its full length."""
+
+    line: int
+    text: str
+    before: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GrepResult:
+    """Matches in line order; `truncated` is true when more than `max_matches` lines matched."""
+
+    ref: ManagedRef
+    matches: tuple[GrepMatch, ...]
+    truncated: bool
+
+
+def read_line_range(
+    path: Path, ref: ManagedRef, mark: LineMark, offset: int, limit: int
+) -> TextSlice:
+    """Lines `offset..offset+limit-1`; `mark` must come from `Index.mark_for_line(offset)`."""
+    if offset > ref.lines:
+        return TextSlice(ref, "", offset, offset - 1, ref.size_bytes, ref.size_bytes, True)
+    lines: list[bytes] = []
+    with path.open("rb", buffering=READ_BUFFER) as file:
+        start = _skip_newlines(file, mark.byte_offset, offset - 1 - mark.newlines)
+        file.seek(start)
+        for _ in range(limit):
+            line = file.readline()
+            if not line:
+                break
+            lines.append(line)
+    data = b"".join(lines)
+    end = start + len(data)
+    return TextSlice(
+        ref,
+        data.decode("utf-8"),
+        offset,
+        offset + len(lines) - 1,
+        start,
+        end,
+        end >= ref.size_bytes,
+    )
+
+
+def read_byte_range(
+    path: Path, ref: ManagedRef, mark: LineMark, offset: int, limit: int
+) -> TextSlice:
+    """Whole characters within bytes `offset..offset+limit`; `mark` must come from
+    `Index.mark_for_offset(offset)`. A character cut by either edge is left out, so a `limit`
+    under 4 can return nothing even before the end."""
+    base = min(offset, ref.size_bytes)
+    with path.open("rb") as file:
+        file.seek(base)
+        # 3 bytes more than the window, to see where a character cut by the start ends.
+        data = file.read(limit + 3)
+        # A start inside a character moves forward to the next character …
+        skip = 0
+        while skip < min(3, len(data)) and _is_continuation(data[skip]):
+            skip += 1
+        start = base + skip
+        # … and an end inside one moves back to where that character starts.
+        window = data[:limit]
+        data = window[skip : _whole_characters_length(window, skip)] if skip < limit else b""
+        newlines = mark.newlines + _count_newlines(file, mark.byte_offset, start)
+    text = data.decode("utf-8")
+    end = start + len(data)
+    first_line = newlines + 1
+    last_line = first_line + text.count("\n") - (1 if text.endswith("\n") else 0)
+    if not text:
+        last_line = first_line - 1
+    return TextSlice(ref, text, first_line, last_line, start, end, end >= ref.size_bytes)
+
+
+def grep_lines(
+    path: Path,
+    ref: ManagedRef,
+    regex: re.Pattern[str],
+    *,
+    max_matches: int,
+    context: int,
+    stop: threading.Event,
+) -> GrepResult:
+    """Stream the object line by line (memory O(longest line)) and collect matches.
+
+    Stops early once `max_matches` matches have their context and one more match proved the
+    result truncated, or when `stop` is set (the caller was cancelled; the result is then
+    thrown away).
+    """
+    before: deque[str] = deque(maxlen=context)
+    found: list[_Found] = []
+    waiting: deque[_Found] = deque()  # matches still collecting their `after` lines
+    truncated = False
+    search, stopped = regex.search, stop.is_set
+    with path.open("rb", buffering=READ_BUFFER) as file:
+        for number, raw in enumerate(file, start=1):
+            if number % _STOP_POLL_LINES == 0 and stopped():
+                break
+            # Editors treat CRLF as one line ending; a regex anchored with `$` should too.
+            raw = raw.rstrip(b"\n").removesuffix(b"\r")
+            line = raw.decode("utf-8")
+            matched = not truncated and search(line) is not None
+            if not matched and not context:
+                continue  # the common case, kept cheap
+            if matched and len(found) == max_matches:
+                truncated, matched = True, False
+                if not waiting:
+                    break
+            shown = _shown(raw, line)
+            for item in waiting:
+                item.after.append(shown)
+            while waiting and len(waiting[0].after) >= context:
+                waiting.popleft()
+            if matched:
+                found.append(_Found(number, shown, tuple(before)))
+                if context:
+                    waiting.append(found[-1])
+            elif truncated and not waiting:
+                break
+            before.append(shown)
+    matches = tuple(GrepMatch(f.line, f.text, f.before, tuple(f.after)) for f in found)
+    return GrepResult(ref, matches, truncated)
+
+
+@dataclass(slots=True)
+class _Found:
+    line: int
+    text: str
+    before: tuple[str, ...]
+    after: list[str] = field(default_factory=list)
+
+
+def _shown(raw: bytes, line: str) -> str:
+    """`line` (whose UTF-8 is `raw`), cut to `GREP_LINE_BYTES` with a marker if longer."""
+    if len(raw) <= GREP_LINE_BYTES:
+        return line
+    head = raw[:GREP_LINE_BYTES]
+    head = head[: _whole_characters_length(head, 0)]
+    return f"{head.decode('utf-8')}…[line cut: {len(raw)} bytes]"
+
+
+def _is_continuation(byte: int) -> bool:
+    return byte & 0xC0 == 0x80
+
+
+def _whole_characters_length(data: bytes, start: int) -> int:
+    """Length of the longest prefix of `data` that does not end inside a character."""
+    end = len(data)
+    lead = end - 1
+    while lead >= max(start, end - 4) and _is_continuation(data[lead]):
+        lead -= 1
+    if lead < max(start, end - 4):
+        return end  # no lead byte in reach: nothing to trim (cannot happen for valid UTF-8)
+    byte = data[lead]
+    width = 1 if byte < 0x80 else 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+    return end if lead + width <= end else lead
+
+
+def _skip_newlines(file: BinaryIO, start: int, count: int) -> int:
+    """Offset just after the `count`-th `\\n` at or after `start` (or the end of the file)."""
+    position = start
+    file.seek(start)
+    while count > 0:
+        block = file.read(_BLOCK)
+        if not block:
+            break
+        found = block.count(b"\n")
+        if found < count:
+            count -= found
+            position += len(block)
+            continue
+        index = -1
+        for _ in range(count):
+            index = block.index(b"\n", index + 1)
+        return position + index + 1
+    return position
+
+
+def _count_newlines(file: BinaryIO, start: int, stop: int) -> int:
+    file.seek(start)
+    count = 0
+    remaining = stop - start
+    while remaining > 0:
+        block = file.read(min(_BLOCK, remaining))
+        if not block:
+            break
+        count += block.count(b"\n")
+        remaining -= len(block)
+    return count

@@ -1,0 +1,298 @@
+"""Writing one object: a temp file filled chunk by chunk, then committed or discarded.
+
+`TempObject` is the synchronous half, run in worker threads; `SpoolWriter` is the async
+facade a caller holds. Input is handled in windows of `WINDOW` bytes (or characters, for `str`),
+one worker-thread call each, so memory stays O(window) whatever the chunk size and a
+cancellation takes effect between windows.
+
+Ownership of the temp file is always with exactly one party: the spool (and its `TempObject`)
+until it passes the finished file to the store's commit, which then renames or removes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import enum
+import os
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import BinaryIO, ParamSpec, Self, TypeVar
+
+from managed_store.errors import ManagedStoreError, RetentionError, StoreClosed
+from managed_store.index import MARK_BYTES, LineMark
+from managed_store.layout import describe_os_error, unlink_quietly
+from managed_store.refs import ManagedRef
+
+WINDOW = 1024 * 1024
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenObject:
+    """A complete, fsynced temp file, handed from the spool to the store's commit."""
+
+    path: Path
+    size_bytes: int
+    lines: int
+    marks: tuple[LineMark, ...]
+
+
+class _TempState(enum.Enum):
+    PENDING = "pending"
+    OPEN = "open"
+    FINISHED = "finished"
+    DISCARDED = "discarded"
+
+
+class TempObject:
+    """A temp file being filled. Thread-safe: every method holds one lock.
+
+    Any failure raises `RetentionError` and discards the file before returning, so a failed
+    write never leaves a temp file behind, even if the caller forgets to abort.
+    """
+
+    def __init__(self, path: Path, *, max_bytes: int) -> None:
+        self._lock = threading.Lock()
+        self._path = path
+        self._max_bytes = max_bytes
+        self._state = _TempState.PENDING
+        self._file: BinaryIO | None = None
+        # Validates bytes input as a whole, so a character may straddle two chunks.
+        self._decoder = codecs.getincrementaldecoder("utf-8")()
+        self._size = 0
+        self._newlines = 0
+        self._ends_with_newline = False
+        self._next_mark = MARK_BYTES
+        self._marks: list[LineMark] = []
+
+    def create_file(self) -> None:
+        with self._lock:
+            if self._state is not _TempState.PENDING:
+                return  # discarded before this job ran: it must not resurrect the file
+            try:
+                self._file = self._path.open("xb")
+            except OSError as exc:
+                self._state = _TempState.DISCARDED
+                raise RetentionError(
+                    f"could not create a temp file: {describe_os_error(exc)}"
+                ) from exc
+            self._state = _TempState.OPEN
+
+    def write_text(self, text: str, start: int, stop: int) -> None:
+        with self._lock, self._discard_on_failure() as file:
+            if self._decoder.getstate()[0]:
+                raise RetentionError("a str chunk follows bytes that end inside a UTF-8 character")
+            try:
+                data = text[start:stop].encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise RetentionError(f"text is not encodable as UTF-8: {exc.reason}") from exc
+            self._append(file, data)
+
+    def write_bytes(self, chunk: bytes, start: int, stop: int) -> None:
+        with self._lock, self._discard_on_failure() as file:
+            data = chunk[start:stop]
+            try:
+                self._decoder.decode(data)
+            except UnicodeDecodeError as exc:
+                raise RetentionError(
+                    f"bytes are not valid UTF-8 ({exc.reason}) near byte {self._size}"
+                ) from exc
+            self._append(file, data)
+
+    def finish(self) -> WrittenObject:
+        """Flush, fsync and close. The file stays until the caller renames it or `discard()`s."""
+        with self._lock, self._discard_on_failure() as file:
+            try:
+                self._decoder.decode(b"", final=True)
+            except UnicodeDecodeError as exc:
+                raise RetentionError("text ends inside a UTF-8 character") from exc
+            try:
+                file.flush()
+                os.fsync(file.fileno())
+                file.close()
+            except OSError as exc:
+                raise RetentionError(
+                    f"could not write the object: {describe_os_error(exc)}"
+                ) from exc
+            self._file = None
+            self._state = _TempState.FINISHED
+            lines = self._newlines + (1 if self._size and not self._ends_with_newline else 0)
+            return WrittenObject(self._path, self._size, lines, tuple(self._marks))
+
+    def discard(self) -> None:
+        """Close and remove the temp file; a no-op if it was already discarded."""
+        with self._lock:
+            self._discard_locked()
+
+    def _discard_locked(self) -> None:
+        if self._state is _TempState.DISCARDED:
+            return
+        if self._file is not None:
+            # Closing flushes, which fails again after ENOSPC; the fd is released regardless.
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = None
+        if self._state in (_TempState.OPEN, _TempState.FINISHED):
+            unlink_quietly(self._path)
+        self._state = _TempState.DISCARDED
+
+    @contextlib.contextmanager
+    def _discard_on_failure(self) -> Iterator[BinaryIO]:
+        if self._state is not _TempState.OPEN or self._file is None:
+            raise StoreClosed(f"the temp file is {self._state.value}")
+        try:
+            yield self._file
+        except BaseException:
+            self._discard_locked()
+            raise
+
+    def _append(self, file: BinaryIO, data: bytes) -> None:
+        start = self._size
+        end = start + len(data)
+        if end > self._max_bytes:
+            raise RetentionError(f"object exceeds the store quota of {self._max_bytes} bytes")
+        try:
+            file.write(data)
+        except OSError as exc:
+            raise RetentionError(f"could not write the object: {describe_os_error(exc)}") from exc
+        counted = 0
+        while self._next_mark <= end:
+            cut = self._next_mark - start
+            self._newlines += data.count(b"\n", counted, cut)
+            counted = cut
+            self._marks.append(LineMark(self._next_mark, self._newlines))
+            self._next_mark += MARK_BYTES
+        self._newlines += data.count(b"\n", counted)
+        self._size = end
+        if data:
+            self._ends_with_newline = data.endswith(b"\n")
+
+
+CommitFn = Callable[[WrittenObject, str], Awaitable[ManagedRef]]
+
+
+class _SpoolState(enum.Enum):
+    NEW = "new"
+    OPEN = "open"
+    COMMITTING = "committing"
+    COMMITTED = "committed"
+    FAILED = "failed"
+    ABORTED = "aborted"
+
+
+class SpoolWriter:
+    """Streams one object into the store; get one from `ManagedStore.open_spool()`.
+
+    Use it as `async with`: `write()` any number of `str` or UTF-8 `bytes` chunks (a character
+    may be split across chunks), then `commit()`. Leaving the block without a successful
+    commit discards everything written. Memory is O(chunk) plus one window.
+
+    Any write failure raises `RetentionError` and aborts the spool; so does a cancelled
+    `write()`. Writes from several tasks are serialized, in the order they acquire the spool.
+    """
+
+    def __init__(
+        self,
+        temp_path: Path,
+        *,
+        namespace: str,
+        max_bytes: int,
+        commit: CommitFn,
+        live: set[SpoolWriter],
+    ) -> None:
+        self._temp = TempObject(temp_path, max_bytes=max_bytes)
+        self._namespace = namespace
+        self._commit = commit
+        # The store's set of entered spools, so closing the store can abort them.
+        self._live = live
+        self._state = _SpoolState.NEW
+        self._lock = asyncio.Lock()
+
+    @property
+    def namespace(self) -> str:
+        return self._namespace
+
+    async def __aenter__(self) -> Self:
+        if self._state is not _SpoolState.NEW:
+            raise ManagedStoreError("a spool can be entered only once")
+        self._state = _SpoolState.OPEN
+        self._live.add(self)
+        try:
+            await self._run(self._temp.create_file)
+        except BaseException:
+            self._live.discard(self)
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self.abort()
+        finally:
+            self._live.discard(self)
+
+    async def write(self, chunk: str | bytes) -> None:
+        """Append `chunk`; `bytes` are validated as UTF-8 together with what came before."""
+        if not isinstance(chunk, str | bytes):
+            raise TypeError(f"write() takes str or bytes, not {type(chunk).__name__}")
+        async with self._lock:
+            self._require_open()
+            for start in range(0, len(chunk), WINDOW):
+                if isinstance(chunk, str):
+                    await self._run(self._temp.write_text, chunk, start, start + WINDOW)
+                else:
+                    await self._run(self._temp.write_bytes, chunk, start, start + WINDOW)
+
+    async def commit(self) -> ManagedRef:
+        """Make the object visible and return its ref; the spool cannot be used afterwards."""
+        async with self._lock:
+            self._require_open()
+            written = await self._run(self._temp.finish)
+            # From here the store's commit owns the file (it renames or removes it), so
+            # `abort()` must leave it alone: no await between these two lines.
+            self._state = _SpoolState.COMMITTING
+            try:
+                ref = await self._commit(written, self._namespace)
+            except BaseException:
+                self._state = _SpoolState.FAILED
+                raise
+            self._state = _SpoolState.COMMITTED
+            return ref
+
+    async def abort(self) -> None:
+        """Discard everything written; a no-op after `commit()` started or a previous abort."""
+        if self._state in (_SpoolState.NEW, _SpoolState.OPEN):
+            self._state = _SpoolState.ABORTED
+            # Shielded: the temp file must go even if the caller is being cancelled. The job
+            # waits for the temp file's lock, so a write still running in a thread ends first.
+            await asyncio.shield(asyncio.to_thread(self._temp.discard))
+
+    def _require_open(self) -> None:
+        if self._state is _SpoolState.OPEN:
+            return
+        if self._state is _SpoolState.NEW:
+            raise ManagedStoreError("enter the spool with `async with` before using it")
+        if self._state is _SpoolState.ABORTED:
+            raise StoreClosed(
+                "spool was aborted (an earlier write failed or was cancelled, or the store "
+                "was closed)"
+            )
+        raise ManagedStoreError(f"spool is {self._state.value}; it cannot be written again")
+
+    async def _run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except BaseException:
+            await self.abort()
+            raise

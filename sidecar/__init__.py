@@ -1,0 +1,56 @@
+"""mcp-sidecar: many MCP servers and manifest tools behind one validated, bounded seam.
+
+    from sidecar import Tool, ToolResponse, ToolFailure, ToolContext, Location
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sidecar.content import (
+    AudioContent,
+    ImageContent,
+    ResourceContent,
+    ResourceLink,
+    TextContent,
+)
+from sidecar.errors import CallError, ErrorKind, ToolFailure, ToolUnavailable
+from sidecar.hooks import AfterCall, BeforeCall
+from sidecar.outcome import ManagedText, Outcome
+from sidecar.tool import Annotations, Bounds, CallContext, Tool, ToolContext, ToolResponse
+
+if TYPE_CHECKING:
+    from sidecar.daemon import Location
+
+__all__ = [
+    "AfterCall",
+    "Annotations",
+    "AudioContent",
+    "BeforeCall",
+    "Bounds",
+    "CallContext",
+    "CallError",
+    "ErrorKind",
+    "ImageContent",
+    "Location",
+    "ManagedText",
+    "Outcome",
+    "ResourceContent",
+    "ResourceLink",
+    "TextContent",
+    "Tool",
+    "ToolContext",
+    "ToolFailure",
+    "ToolResponse",
+    "ToolUnavailable",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # Location lives in the composition root, which imports bridges; load it lazily so that
+    # bridges can import the core without a cycle.
+    if name == "Location":
+        from sidecar.daemon import Location
+
+        return Location
+    raise AttributeError(f"module 'sidecar' has no attribute {name!r}")

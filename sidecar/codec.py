@@ -1,0 +1,186 @@
+"""Codecs: wire JSON <-> the values a tool sees, plus the JSON Schema that describes them.
+
+Accepted as a tool's `input`/`output`:
+
+- a pydantic model class or a `TypeAdapter` (decode = validate JSON-compatible data;
+  encode = validate, then dump in JSON mode; schema from pydantic);
+- a raw JSON Schema dict (checked when the codec is built; draft from `$schema`, default
+  2020-12; validators compiled once and cached by schema; no remote `$ref` is ever fetched);
+- any object implementing `Codec` (decode, encode, json_schema).
+
+Building a codec needs no services. Every failure is a `CodecError` whose `path` is a JSON
+path (`$.items[2].name`) into the value, or into the schema for `SchemaDefinitionError`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import jsonschema
+import jsonschema.exceptions
+import jsonschema.protocols
+import pydantic
+import pydantic_core
+from jsonschema.validators import validator_for
+
+from sidecar.errors import CodecError, SchemaDefinitionError
+
+_DEFAULT_DRAFT = jsonschema.Draft202012Validator
+_MAX_REPORTED_ERRORS = 3
+
+
+@runtime_checkable
+class Codec(Protocol):
+    """The small codec protocol; anything with these three methods is a codec."""
+
+    def decode(self, data: Any) -> Any:
+        """Wire JSON -> the value a tool sees. Raises `CodecError`."""
+        ...
+
+    def encode(self, value: Any) -> Any:
+        """A tool's value -> validated wire JSON. Raises `CodecError`."""
+        ...
+
+    def json_schema(self) -> dict[str, Any]: ...
+
+
+def json_path(parts: Iterable[Any]) -> str:
+    path = "$"
+    for part in parts:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+class PydanticCodec:
+    """A codec over a pydantic `TypeAdapter` (models are wrapped in one)."""
+
+    __slots__ = ("_adapter", "_model", "_schema")
+
+    def __init__(self, target: type[pydantic.BaseModel] | pydantic.TypeAdapter[Any]) -> None:
+        if isinstance(target, pydantic.TypeAdapter):
+            self._adapter: pydantic.TypeAdapter[Any] = target
+            self._model: type[pydantic.BaseModel] | None = None
+        else:
+            self._adapter = pydantic.TypeAdapter(target)
+            self._model = target
+        self._schema: dict[str, Any] | None = None
+
+    def decode(self, data: Any) -> Any:
+        try:
+            return self._adapter.validate_python(data)
+        except pydantic.ValidationError as exc:
+            raise _pydantic_error(exc) from None
+
+    def encode(self, value: Any) -> Any:
+        # A model instance was validated when it was built; anything else is validated first.
+        if self._model is None or not isinstance(value, self._model):
+            try:
+                value = self._adapter.validate_python(value)
+            except pydantic.ValidationError as exc:
+                raise _pydantic_error(exc) from None
+        try:
+            return self._adapter.dump_python(value, mode="json")
+        except pydantic_core.PydanticSerializationError as exc:
+            raise CodecError(f"cannot serialize output: {exc}") from None
+
+    def json_schema(self) -> dict[str, Any]:
+        if self._schema is None:
+            self._schema = self._adapter.json_schema()
+        return self._schema
+
+
+def _pydantic_error(exc: pydantic.ValidationError) -> CodecError:
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    path = json_path(first["loc"])
+    parts = [f"{json_path(e['loc'])}: {e['msg']}" for e in errors[:_MAX_REPORTED_ERRORS]]
+    more = len(errors) - _MAX_REPORTED_ERRORS
+    message = "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+    return CodecError(message, path)
+
+
+_validator_cache: dict[str, jsonschema.protocols.Validator] = {}
+_validator_lock = threading.Lock()
+
+
+def _compiled_validator(schema: Mapping[str, Any]) -> jsonschema.protocols.Validator:
+    try:
+        key = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise SchemaDefinitionError(f"schema is not JSON: {exc}") from None
+    cached = _validator_cache.get(key)
+    if cached is not None:
+        return cached
+    cls = validator_for(schema, default=_DEFAULT_DRAFT)
+    try:
+        cls.check_schema(dict(schema))
+    except jsonschema.exceptions.SchemaError as exc:
+        path = json_path(exc.absolute_path)
+        raise SchemaDefinitionError(f"invalid JSON Schema: {exc.message}", path) from None
+    validator = cls(schema)
+    with _validator_lock:
+        _validator_cache.setdefault(key, validator)
+    return validator
+
+
+class JsonSchemaCodec:
+    """A codec over a JSON Schema dict; values pass through unchanged when valid."""
+
+    __slots__ = ("_schema", "_validator")
+
+    def __init__(self, schema: Mapping[str, Any]) -> None:
+        if not isinstance(schema, Mapping):
+            raise SchemaDefinitionError("a JSON Schema must be an object")
+        self._schema = dict(schema)
+        self._validator = _compiled_validator(self._schema)
+
+    def _check(self, value: Any) -> Any:
+        errors = list(self._validator.iter_errors(value))
+        if not errors:
+            return value
+        best = jsonschema.exceptions.best_match(errors)
+        assert best is not None
+        path = json_path(best.absolute_path)
+        message = f"{path}: {best.message}"
+        if len(errors) > 1:
+            message += f" (and {len(errors) - 1} more error(s))"
+        raise CodecError(message, path)
+
+    def decode(self, data: Any) -> Any:
+        return self._check(data)
+
+    def encode(self, value: Any) -> Any:
+        return self._check(value)
+
+    def json_schema(self) -> dict[str, Any]:
+        return self._schema
+
+
+CodecLike = type[pydantic.BaseModel] | pydantic.TypeAdapter[Any] | Mapping[str, Any] | Codec
+
+
+def make_codec(spec: CodecLike) -> Codec:
+    """Build a codec from any accepted form; a bad schema raises `SchemaDefinitionError`."""
+    if isinstance(spec, PydanticCodec | JsonSchemaCodec):
+        return spec
+    if isinstance(spec, pydantic.TypeAdapter) or (
+        isinstance(spec, type) and issubclass(spec, pydantic.BaseModel)
+    ):
+        return PydanticCodec(spec)
+    if isinstance(spec, Mapping):
+        return JsonSchemaCodec(spec)
+    if isinstance(spec, Codec):
+        return spec
+    raise TypeError(
+        "a codec must be a pydantic model or TypeAdapter, a JSON Schema dict, or an object "
+        f"with decode/encode/json_schema; got {type(spec).__name__}"
+    )
+
+
+def validator_cache_size() -> int:
+    """How many distinct schemas have been compiled (for tests of the cache)."""
+    return len(_validator_cache)
+

@@ -1,0 +1,54 @@
+"""Effective (model-facing) tool names.
+
+Providers accept `[A-Za-z0-9_-]{1,64}`. The effective name of an authored key in a namespace is:
+
+1. each of namespace and key sanitized: every character outside `[A-Za-z0-9_-]` becomes `_`
+   (so `git.status` -> `git_status`, `fs/read` -> `fs_read`);
+2. joined as `<namespace>_<key>` (the key alone when the namespace is empty or absent);
+3. when the result has no letter or digit (e.g. a key written only in non-Latin script) it
+   gets the stable suffix `_<hash8>`, so distinct keys stay distinct;
+4. when it is longer than 64 characters it is cut to 55 and gets `_<hash8>`.
+
+`hash8` is the first 8 hex digits of SHA-256 over the *authored* namespace and key, so the
+result is deterministic across processes and machines, and two long names that share their
+first 55 characters still differ. A name already valid with no namespace is unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+MAX_NAME_LENGTH = 64
+_HASH_LENGTH = 8
+_VALID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_INVALID_CHAR = re.compile(r"[^A-Za-z0-9_-]")
+_MEANINGFUL = re.compile(r"[A-Za-z0-9]")
+
+
+def is_valid_name(name: str) -> bool:
+    return _VALID.fullmatch(name) is not None
+
+
+def sanitize(part: str) -> str:
+    return _INVALID_CHAR.sub("_", part)
+
+
+def _hash8(namespace: str, key: str) -> str:
+    digest = hashlib.sha256(f"{namespace}\x00{key}".encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()[:_HASH_LENGTH]
+
+
+def effective_name(key: str, namespace: str | None = None) -> str:
+    """The model-facing name for `key` in `namespace`; see the module docstring for the rule."""
+    if not key:
+        raise ValueError("a tool name cannot be empty")
+    namespace = namespace or ""
+    if not namespace and _VALID.fullmatch(key):
+        return key
+    name = sanitize(key) if not namespace else f"{sanitize(namespace)}_{sanitize(key)}"
+    if not _MEANINGFUL.search(name):
+        name = f"{name}_{_hash8(namespace, key)}"
+    if len(name) > MAX_NAME_LENGTH:
+        name = f"{name[: MAX_NAME_LENGTH - _HASH_LENGTH - 1]}_{_hash8(namespace, key)}"
+    return name

@@ -1,0 +1,259 @@
+"""The permission service of a Location: rule layers, pending asks, replies, persistence.
+
+See `sidecar.permission` for the model. `always` replies are stored in SQLite
+(`<state>/permissions.sqlite`) as session rules (the default) or Location rules, and loaded
+again when the Location opens, so they survive a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from sidecar.errors import SidecarError, ToolFailure
+from sidecar.events import EventSink, PermissionAsked, PermissionReplied
+from sidecar.permission import (
+    Decision,
+    PendingAsk,
+    PermissionRequest,
+    PermissionRule,
+    Reply,
+    decide,
+    declined,
+    denied,
+    new_ask_id,
+)
+
+T = TypeVar("T")
+RuleScope = Literal["session", "location"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS always_rules (
+    location   TEXT NOT NULL,
+    session_id TEXT NOT NULL,   -- '' for a Location-wide rule
+    action     TEXT NOT NULL,
+    resource   TEXT,
+    decision   TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS always_rules_location ON always_rules (location);
+"""
+
+
+class UnknownAsk(SidecarError):
+    """A reply named a permission ask that is not pending (answered, expired or never made)."""
+
+
+@dataclass(slots=True)
+class _Waiting:
+    ask: PendingAsk
+    future: asyncio.Future[None]
+
+
+class PermissionService:
+    """Implements `PermissionGate` for one Location."""
+
+    def __init__(
+        self,
+        path: Path | None,
+        *,
+        location: str = "default",
+        defaults: Sequence[PermissionRule] = (),
+        ask_timeout: float | None = None,
+        events: EventSink | None = None,
+    ) -> None:
+        self._path = path
+        self._location = location
+        self.defaults: tuple[PermissionRule, ...] = tuple(defaults)
+        self.location_rules: tuple[PermissionRule, ...] = ()
+        self.ask_timeout = ask_timeout
+        self._events = events
+        self._always_location: list[PermissionRule] = []
+        self._always_session: dict[str, list[PermissionRule]] = {}
+        self._session_rules: dict[str, tuple[PermissionRule, ...]] = {}
+        self._pending: dict[str, _Waiting] = {}
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="permissions")
+        self._conn: sqlite3.Connection | None = None
+
+    @classmethod
+    async def open(cls, path: Path | None, **options: object) -> PermissionService:
+        service = cls(path, **options)  # type: ignore[arg-type]
+        if path is not None:
+            try:
+                await service._run(service._connect)
+            except BaseException:
+                await service.aclose()
+                raise
+        return service
+
+    # --- rules ---------------------------------------------------------------------------
+
+    def set_location_rules(self, rules: Iterable[PermissionRule]) -> None:
+        """The Location manifest layer (replaced whole on a manifest reload)."""
+        self.location_rules = tuple(rules)
+
+    def set_session_rules(self, session_id: str, rules: Iterable[PermissionRule]) -> None:
+        """The session layer: the highest precedence, kept in memory for the session."""
+        self._session_rules[session_id] = tuple(rules)
+
+    def layers(self, session_id: str) -> list[Sequence[PermissionRule]]:
+        return [
+            self.defaults,
+            self.location_rules,
+            self._always_location,
+            self._always_session.get(session_id, ()),
+            self._session_rules.get(session_id, ()),
+        ]
+
+    def decision(
+        self, session_id: str, action: str, resources: tuple[str, ...] = (),
+        default: Decision | None = None,
+    ) -> Decision:
+        found = decide(self.layers(session_id), action, resources)
+        return found or default or "allow"
+
+    def denies_outright(self, session_id: str, action: str) -> bool:
+        """True when a rule denies `action` with no resource condition (for catalog hiding)."""
+        rules = [r for layer in self.layers(session_id) for r in layer if r.resource is None]
+        return decide([rules], action, ()) == "deny"
+
+    # --- asking --------------------------------------------------------------------------
+
+    async def ask(self, request: PermissionRequest) -> None:
+        decision = self.decision(
+            request.session_id, request.action, request.resources, request.default
+        )
+        if decision == "allow":
+            return
+        if decision == "deny":
+            raise denied(request.action)
+        waiting = _Waiting(
+            PendingAsk(new_ask_id(), request, time.time()),
+            asyncio.get_running_loop().create_future(),
+        )
+        self._pending[waiting.ask.id] = waiting
+        if self._events is not None:
+            self._events.publish(PermissionAsked(waiting.ask.to_json()))
+        try:
+            async with asyncio.timeout(self.ask_timeout):
+                await asyncio.shield(waiting.future)
+        except TimeoutError:
+            if waiting.future.done() and waiting.future.exception() is None:
+                return
+            raise declined(request.action, f"no answer to the permission request within "
+                           f"{self.ask_timeout:g} s") from None
+        finally:
+            self._pending.pop(waiting.ask.id, None)
+
+    def pending(self, session_id: str | None = None) -> list[PendingAsk]:
+        return [
+            w.ask for w in self._pending.values()
+            if session_id is None or w.ask.request.session_id == session_id
+        ]
+
+    async def reply(
+        self,
+        ask_id: str,
+        reply: Reply,
+        *,
+        feedback: str | None = None,
+        scope: RuleScope = "session",
+    ) -> None:
+        waiting = self._pending.get(ask_id)
+        if waiting is None or waiting.future.done():
+            raise UnknownAsk(f"no pending permission request {ask_id!r}")
+        request = waiting.ask.request
+        if reply == "reject":
+            self._reject_session(request.session_id, waiting, feedback)
+        else:
+            waiting.future.set_result(None)
+            if reply == "always":
+                rule = PermissionRule(request.action, "allow")
+                await self._persist(rule, request.session_id if scope == "session" else "")
+                self._release_now_allowed(request.session_id)
+        self._publish_reply(waiting.ask, reply)
+
+    def _reject_session(
+        self, session_id: str, first: _Waiting, feedback: str | None
+    ) -> None:
+        action = first.ask.request.action
+        error: ToolFailure = (
+            ToolFailure(f"The user rejected {action} with this feedback: {feedback}")
+            if feedback else declined(action)
+        )
+        first.future.set_exception(error)
+        for other in list(self._pending.values()):
+            if other is first or other.future.done():
+                continue
+            if other.ask.request.session_id == session_id:
+                other.future.set_exception(declined(
+                    other.ask.request.action, "another request of this session was rejected"
+                ))
+                self._publish_reply(other.ask, "reject")
+
+    def _release_now_allowed(self, session_id: str) -> None:
+        for other in list(self._pending.values()):
+            r = other.ask.request
+            if other.future.done() or r.session_id != session_id:
+                continue
+            if self.decision(session_id, r.action, r.resources, r.default) == "allow":
+                other.future.set_result(None)
+                self._publish_reply(other.ask, "always")
+
+    def _publish_reply(self, ask: PendingAsk, reply: str) -> None:
+        if self._events is not None:
+            self._events.publish(PermissionReplied(ask.id, ask.request.session_id, reply))
+
+    # --- persistence ---------------------------------------------------------------------
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    def _connect(self) -> None:
+        assert self._path is not None
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.executescript(_SCHEMA)
+        rows = conn.execute(
+            "SELECT session_id, action, resource, decision FROM always_rules "
+            "WHERE location=? ORDER BY created_at",
+            (self._location,),
+        ).fetchall()
+        for session_id, action, resource, decision in rows:
+            rule = PermissionRule(action, decision, resource)
+            if session_id:
+                self._always_session.setdefault(session_id, []).append(rule)
+            else:
+                self._always_location.append(rule)
+        self._conn = conn
+
+    async def _persist(self, rule: PermissionRule, session_id: str) -> None:
+        if session_id:
+            self._always_session.setdefault(session_id, []).append(rule)
+        else:
+            self._always_location.append(rule)
+        conn = self._conn
+        if conn is None:
+            return
+        row = (self._location, session_id, rule.action, rule.resource, rule.decision, time.time())
+        await self._run(
+            lambda: conn.execute("INSERT INTO always_rules VALUES (?,?,?,?,?,?)", row)
+        )
+
+    async def aclose(self) -> None:
+        for waiting in list(self._pending.values()):
+            if not waiting.future.done():
+                waiting.future.set_exception(
+                    declined(waiting.ask.request.action, "the sidecar is shutting down")
+                )
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await self._run(conn.close)
+        self._executor.shutdown(wait=False)

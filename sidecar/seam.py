@@ -1,0 +1,319 @@
+"""The execution seam: the one path every call takes (DESIGN.md, steps 1-10).
+
+    execute(snapshot, name, raw_input, context)
+      0. a call_id already settled -> the stored outcome; one already in flight -> wait for it
+      1. before hooks (repair name/input, or reject)
+      2. resolve the captured tool (unknown / final step -> explicit model-visible error)
+      3. decode input (invalid input never executes; the error names the JSON path)
+      4. execute (CancelledError propagates; ToolFailure is model-visible; anything else is
+         operational, logged with its traceback under an error id)
+      5. encode + validate output        6. normalize content
+      7. bound content (oversized text retained whole, or the call fails operationally)
+      8. validate + bound metadata       9. after hooks, then normalize + bound again
+     10. persist the terminal event, then return the outcome
+
+The seam knows nothing of MCP, HTTP or how tools were registered: it sees a snapshot's
+captured entries and a few services.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from managed_store import ManagedStoreError, TextStore
+from sidecar.bounding import bound_content, scrub_surrogates
+from sidecar.codec import Codec
+from sidecar.content import Content, TextContent, content_from_json, content_from_output
+from sidecar.errors import CallError, CodecError, ErrorKind, ToolFailure, new_error_id
+from sidecar.events import CallProgress, CallSettled, EventSink
+from sidecar.hooks import AfterCall, BeforeCall, Hooks
+from sidecar.metadata import DEFAULT_MAX_METADATA_BYTES, bound_metadata
+from sidecar.outcome import ManagedText, Outcome
+from sidecar.outcome_log import OutcomeLog, OutcomeLogError
+from sidecar.tool import DEFAULT_BOUNDS, Bounds, CallContext, ToolContext, ToolResponse
+
+if TYPE_CHECKING:
+    from sidecar.snapshot import Snapshot
+
+log = logging.getLogger("sidecar.seam")
+
+_MAX_NAMES_IN_ERROR = 20
+
+
+class _Failed(Exception):
+    """Internal: a step ended the call with this error (never escapes the seam)."""
+
+    def __init__(self, error: CallError, partial: dict[str, Any] | None = None) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.partial = partial
+
+
+def _operational(what: str, tool: str, call_id: str, exc: BaseException) -> _Failed:
+    error_id = new_error_id()
+    log.error("%s (tool %s, call %s, error id %s)", what, tool, call_id, error_id, exc_info=exc)
+    message = f"internal error in the sidecar while running {tool} (error id {error_id})"
+    return _Failed(CallError(ErrorKind.OPERATIONAL, message, error_id=error_id))
+
+
+@dataclass(slots=True)
+class Seam:
+    """Services every call goes through; one per Location."""
+
+    store: TextStore
+    outcomes: OutcomeLog | None = None
+    location: str = "default"
+    bounds: Bounds = DEFAULT_BOUNDS
+    metadata_max_bytes: int = DEFAULT_MAX_METADATA_BYTES
+    hooks: Hooks = field(default_factory=Hooks)
+    events: EventSink | None = None
+    _inflight: dict[str, asyncio.Future[Outcome]] = field(default_factory=dict)
+
+    async def execute(
+        self, snapshot: Snapshot, name: str, raw_input: Any, context: ToolContext
+    ) -> Outcome:
+        call_id = context.call_id
+        while (pending := self._inflight.get(call_id)) is not None:
+            try:
+                return await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                if not pending.cancelled():
+                    raise  # we were cancelled, not the call we waited for
+                # the first attempt was cancelled and recorded nothing: run it ourselves
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._inflight[call_id] = future
+        try:
+            outcome = await self._run(snapshot, name, raw_input, context)
+        except BaseException:
+            future.cancel()
+            raise
+        else:
+            future.set_result(outcome)
+            return outcome
+        finally:
+            del self._inflight[call_id]
+
+    async def _run(
+        self, snapshot: Snapshot, name: str, raw_input: Any, context: ToolContext
+    ) -> Outcome:
+        if self.outcomes is not None:
+            try:
+                stored = await self.outcomes.get(self.location, context.call_id)
+            except OutcomeLogError as exc:
+                failed = _operational("reading the outcome log failed", name, context.call_id, exc)
+                return Outcome.failed(context.call_id, name, failed.error)
+            if stored is not None:
+                return stored
+        outcome = await self._settle(snapshot, name, raw_input, context)
+        if self.events is not None:
+            kind = outcome.error.kind.value if outcome.error is not None else None
+            self.events.publish(CallSettled(outcome.call_id, outcome.tool, outcome.status, kind))
+        if self.outcomes is None:
+            return outcome
+        try:
+            return await self.outcomes.record(self.location, outcome, context)
+        except OutcomeLogError as exc:
+            failed = _operational("persisting the outcome failed", name, context.call_id, exc)
+            return Outcome.failed(context.call_id, outcome.tool, failed.error)
+
+    async def _settle(
+        self, snapshot: Snapshot, name: str, raw_input: Any, context: ToolContext
+    ) -> Outcome:
+        call_id = context.call_id
+        try:
+            call = await self._before(BeforeCall(name, raw_input, context))
+        except _Failed as failed:
+            return Outcome.failed(call_id, name, failed.error)
+        name = call.name
+        try:
+            entry = snapshot.resolve(name)
+            if isinstance(entry, CallError):
+                raise _Failed(entry)
+            bounds = entry.tool.bounds.over(self.bounds) if entry.tool.bounds else self.bounds
+            value = _decode(entry.tool.input, call.input, name)
+            ctx = CallContext(context, name, self._progress_sink(call_id, name))
+            outcome = await self._invoke(entry.tool, value, ctx, bounds)
+        except _Failed as failed:
+            failure = Outcome.failed(call_id, name, failed.error, failed.partial)
+            return await self._after(failure, context, self.bounds)
+        return await self._after(outcome, context, bounds)
+
+    async def _before(self, call: BeforeCall) -> BeforeCall:
+        for hook in self.hooks.before:
+            try:
+                changed = await hook(call)
+            except ToolFailure as failure:
+                raise _Failed(CallError(failure.kind, failure.message)) from None
+            except Exception as exc:
+                failed = _operational("a before hook raised", call.name, call.context.call_id, exc)
+                raise failed from None
+            if changed is not None:
+                call = changed
+        return call
+
+    async def _invoke(self, tool: Any, value: Any, ctx: CallContext, bounds: Bounds) -> Outcome:
+        name, call_id = ctx.tool_name, ctx.call_id
+        try:
+            result = await tool.execute(value, ctx)
+        except ToolFailure as failure:
+            partial = {**(ctx.last_progress or {}), **(failure.metadata or {})} or None
+            partial = self._bound_meta(partial, name, call_id, "partial snapshot")
+            raise _Failed(CallError(failure.kind, failure.message), partial) from None
+        except Exception as exc:
+            failed = _operational(f"tool {name} raised", name, call_id, exc)
+            failed.partial = self._bound_meta(ctx.last_progress, name, call_id, "partial snapshot")
+            raise failed from None
+        response = result if isinstance(result, ToolResponse) else ToolResponse(output=result)
+        output = _encode(tool.output, response.output, name)
+        content = _normalize(response.content, tool.output is not None, output, name)
+        content, retained = await self._bound(content, bounds, name, call_id)
+        return Outcome(
+            call_id=call_id,
+            tool=name,
+            status="completed",
+            content=content,
+            output=output,
+            metadata=self._bound_meta(response.metadata, name, call_id),
+            managed=retained,
+        )
+
+    async def _bound(
+        self, content: Content, bounds: Bounds, name: str, call_id: str
+    ) -> tuple[Content, tuple[ManagedText, ...]]:
+        async def retain(text: str) -> ManagedText:
+            ref = await self.store.put(text, namespace=self.location)
+            return ManagedText(ref=ref.id, size_bytes=ref.size_bytes, lines=ref.lines)
+
+        try:
+            bounded = await bound_content(content, bounds, retain)
+        except ManagedStoreError as exc:
+            raise _operational("retaining oversized text failed", name, call_id, exc) from None
+        return bounded.content, (bounded.retained,) if bounded.retained else ()
+
+    def _bound_meta(
+        self, metadata: Any, name: str, call_id: str, what: str = "metadata"
+    ) -> dict[str, Any] | None:
+        return bound_metadata(
+            metadata, tool=name, call_id=call_id, max_bytes=self.metadata_max_bytes, what=what
+        )
+
+    async def _after(self, outcome: Outcome, context: ToolContext, bounds: Bounds) -> Outcome:
+        for hook in self.hooks.after:
+            try:
+                changed = await hook(AfterCall(outcome, context))
+                if changed is not None:
+                    outcome = await self._renormalize(outcome, changed, bounds)
+            except _Failed as failed:
+                return Outcome.failed(outcome.call_id, outcome.tool, failed.error)
+            except Exception as exc:
+                defect = _operational("an after hook raised", outcome.tool, outcome.call_id, exc)
+                return Outcome.failed(outcome.call_id, outcome.tool, defect.error)
+        return outcome
+
+    async def _renormalize(self, before: Outcome, changed: Outcome, bounds: Bounds) -> Outcome:
+        name, call_id = before.tool, before.call_id
+        changed = replace(changed, call_id=call_id, tool=name)
+        if changed.status == "error":
+            if changed.error is None:
+                raise _Failed(CallError(ErrorKind.OPERATIONAL, "an after hook returned an error "
+                                        "outcome without an error"))
+            partial = self._bound_meta(changed.partial, name, call_id, "partial snapshot")
+            return replace(changed, content=(), output=None, metadata=None, partial=partial)
+        content = _normalize(changed.content, before.output is not None, changed.output, name)
+        content, retained = await self._bound(content, bounds, name, call_id)
+        return replace(
+            changed,
+            content=content,
+            error=None,
+            partial=None,
+            metadata=self._bound_meta(changed.metadata, name, call_id),
+            managed=tuple(dict.fromkeys(changed.managed + retained)),
+        )
+
+    def _progress_sink(self, call_id: str, name: str) -> Any:
+        events = self.events
+        if events is None:
+            return None
+
+        def publish(snapshot: dict[str, Any]) -> None:
+            bounded = self._bound_meta(snapshot, name, call_id, "progress snapshot")
+            if bounded is not None:
+                events.publish(CallProgress(call_id, name, bounded))
+
+        return publish
+
+
+def _decode(codec: Codec, raw: Any, name: str) -> Any:
+    if isinstance(raw, str | bytes):
+        try:
+            raw = json.loads(raw)
+        except ValueError as exc:
+            raise _Failed(CallError(
+                ErrorKind.INVALID_INPUT,
+                f"Invalid input for {name}: the arguments are not valid JSON ({exc}). "
+                "The tool was not executed; retry with valid JSON.",
+                path="$",
+            )) from None
+    try:
+        return codec.decode(raw)
+    except CodecError as exc:
+        raise _Failed(CallError(
+            ErrorKind.INVALID_INPUT,
+            f"Invalid input for {name}: {exc.message}. The tool was not executed.",
+            path=exc.path,
+        )) from None
+
+
+def _encode(codec: Codec | None, value: Any, name: str) -> Any:
+    if codec is None:
+        if value is not None:
+            raise _Failed(CallError(
+                ErrorKind.INVALID_OUTPUT,
+                f"{name} returned an output value but declares no output codec; "
+                "return ToolResponse(content=...) instead",
+            ))
+        return None
+    try:
+        return codec.encode(value)
+    except CodecError as exc:
+        raise _Failed(CallError(
+            ErrorKind.INVALID_OUTPUT,
+            f"{name} returned an invalid value for its output schema: {exc.message}",
+            path=exc.path,
+        )) from None
+
+
+def _normalize(content: Any, has_output_codec: bool, output: Any, name: str) -> Content:
+    """Step 6: explicit content wins; otherwise content derives from the encoded output."""
+    items: Content = ()
+    if content is not None:
+        try:
+            items = content_from_json(content)
+        except CodecError as exc:
+            raise _Failed(CallError(
+                ErrorKind.INVALID_OUTPUT, f"{name} returned invalid content: {exc}", exc.path
+            )) from None
+    if not items:
+        if not has_output_codec:
+            raise _Failed(CallError(
+                ErrorKind.INVALID_OUTPUT,
+                f"{name} returned no content and declares no output to derive it from",
+            ))
+        items = content_from_output(output)
+    return tuple(
+        TextContent(scrub_surrogates(i.text)) if isinstance(i, TextContent) else i for i in items
+    )
+
+
+def unknown_tool_error(name: str, available: Mapping[str, Any]) -> CallError:
+    names = sorted(available)
+    shown = ", ".join(names[:_MAX_NAMES_IN_ERROR]) or "(none)"
+    if len(names) > _MAX_NAMES_IN_ERROR:
+        shown += f", and {len(names) - _MAX_NAMES_IN_ERROR} more"
+    return CallError(ErrorKind.UNKNOWN_TOOL, f"Unknown tool: {name}. Available tools: {shown}")
+

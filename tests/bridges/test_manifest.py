@@ -1,0 +1,160 @@
+"""Manifests: the shapes other clients write load unchanged; faults are precise problems."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+
+from bridges.manifest import ServerConfig, load_manifests, manifest_json_schema
+
+ROOT = Path(__file__).resolve().parents[2]
+
+DESIGN_EXAMPLE = """
+[mcpServers.git]                 # an MCP server over stdio
+command = "python"
+args = ["-m", "mcp_server_git", "-r", "."]
+env = { GIT_PAGER = "cat" }
+namespace = "git"
+tools = { allow = ["git_*"], deny = ["git_reset"] }
+timeouts = { startup = 30, call = 600 }
+bounds = { max_bytes = 51200, max_lines = 2000 }
+
+[mcpServers.docs]
+url = "http://127.0.0.1:9000/mcp"
+headers = { Authorization = "Bearer ${env:DOCS_TOKEN}" }
+
+[tools.weather]
+kind = "http"
+description = "Current weather for a city"
+input = { type = "object", properties = { city = { type = "string" } }, required = ["city"] }
+request = { method = "GET", url = "http://127.0.0.1:9001/weather?city={city}" }
+
+[[permissions.rules]]
+action = "git_commit"
+decision = "ask"
+"""
+
+CLAUDE_DESKTOP = {
+    "mcpServers": {
+        "filesystem": {
+            "command": "npx",
+            "args": ["-y", "@modelcontextprotocol/server-filesystem", "/Users/me/Desktop"],
+        },
+        "github": {
+            "command": "docker",
+            "args": ["run", "-i", "--rm", "ghcr.io/github/github-mcp-server"],
+            "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_secret_value"},
+        },
+        "remote": {"type": "sse", "url": "http://127.0.0.1:8123/sse"},
+    },
+    "globalShortcut": "Ctrl+Space",
+}
+
+VSCODE = {
+    "inputs": [{"type": "promptString", "id": "key", "password": True}],
+    "servers": {
+        "fetch": {"type": "stdio", "command": "uvx", "args": ["mcp-server-fetch"]},
+        "api": {"type": "http", "url": "http://127.0.0.1:3000/mcp", "headers": {"X-K": "v"}},
+    },
+}
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_the_design_example_loads(tmp_path):
+    write(tmp_path, "main.toml", DESIGN_EXAMPLE)
+    loaded = load_manifests([tmp_path], environ={"DOCS_TOKEN": "t0k3n"})
+    assert loaded.errors == []
+    git = loaded.servers["git"].value
+    assert git.transport == "stdio" and git.namespace == "git"
+    assert git.tools.deny == ["git_reset"] and git.bounds.max_bytes == 51200
+    docs = loaded.servers["docs"].value
+    assert docs.transport == "http" and docs.headers["Authorization"] == "Bearer t0k3n"
+    assert loaded.tools["weather"].value["kind"] == "http"
+    assert [(r.action, r.decision) for r in loaded.rules] == [("git_commit", "ask")]
+
+
+def test_claude_desktop_and_vscode_files_load_unchanged(tmp_path):
+    write(tmp_path, "claude_desktop_config.json", json.dumps(CLAUDE_DESKTOP))
+    write(tmp_path, "mcp.json", json.dumps(VSCODE))
+    loaded = load_manifests([tmp_path], environ={})
+    assert loaded.errors == []
+    assert set(loaded.servers) == {"filesystem", "github", "remote", "fetch", "api"}
+    assert loaded.servers["remote"].value.transport == "sse"
+    assert loaded.servers["api"].value.transport == "http"
+    assert loaded.servers["filesystem"].value.effective_namespace("filesystem") == "filesystem"
+    notes = [p for p in loaded.problems if p.severity == "note"]
+    assert any(p.path == "$.globalShortcut" for p in notes)
+
+
+def test_missing_environment_variable_names_file_server_and_key(tmp_path):
+    path = write(tmp_path, "m.toml", DESIGN_EXAMPLE)
+    loaded = load_manifests([path], environ={})
+    (problem,) = loaded.errors
+    assert problem.file == str(path)
+    assert problem.path == "$.mcpServers.docs.headers.Authorization"
+    assert "DOCS_TOKEN" in problem.message
+    assert "git" in loaded.servers and "docs" not in loaded.servers  # the valid one loads
+
+
+def test_invalid_entries_are_reported_with_paths_and_valid_ones_still_load(tmp_path):
+    write(tmp_path, "a.json", json.dumps({"mcpServers": {
+        "ok": {"command": "x"},
+        "both": {"command": "x", "url": "http://127.0.0.1:1/mcp"},
+        "badtimeout": {"command": "x", "timeouts": {"call": -1}},
+        "badargs": {"command": "x", "args": ["ok", 3]},
+    }}))
+    write(tmp_path, "b.json", '{"mcpServers": {"ok": {"command": "y"}}, ')  # syntax error
+    write(tmp_path, "c.json", json.dumps({"mcpServers": {"ok": {"command": "z"}}}))
+    loaded = load_manifests([tmp_path], environ={})
+    assert set(loaded.servers) == {"ok"}
+    assert loaded.servers["ok"].value.command == "x"  # the first definition wins
+    by_path = {p.path: p for p in loaded.errors}
+    assert "exactly one of" in by_path["$.mcpServers.both"].message
+    assert "$.mcpServers.badtimeout.timeouts.call" in by_path
+    assert "$.mcpServers.badargs.args[1]" in by_path
+    syntax = [p for p in loaded.errors if p.file.endswith("b.json")]
+    assert syntax and "line 1" in syntax[0].message
+    dup = by_path["$.mcpServers.ok"]
+    assert dup.file.endswith("c.json") and "a.json" in dup.message
+
+
+def test_secrets_never_show_in_reprs():
+    config = ServerConfig(command="x", env={"TOKEN": "s3cr3t"}, headers={"A": "B3arer"})
+    assert "s3cr3t" not in repr(config) and "B3arer" not in repr(config)
+
+
+def test_shipped_schema_is_current_and_accepts_the_examples():
+    shipped = json.loads((ROOT / "manifests" / "schema.json").read_text())
+    assert shipped == json.loads(json.dumps(manifest_json_schema()))
+    validator = jsonschema.Draft202012Validator(shipped)
+    import tomllib
+
+    for example in (tomllib.loads(DESIGN_EXAMPLE), CLAUDE_DESKTOP, VSCODE):
+        assert list(validator.iter_errors(example)) == []
+    bad = {"mcpServers": {"x": {"command": "c", "timeouts": {"call": "soon"}}}}
+    assert list(validator.iter_errors(bad))
+
+
+def test_sidecar_check_reports_file_path_and_hint(tmp_path):
+    good = write(tmp_path, "good.toml", '[mcpServers.a]\ncommand = "x"\n')
+    bad = write(tmp_path, "bad.json", json.dumps({"mcpServers": {"b": {"args": []}}}))
+    run = [sys.executable, "-m", "sidecar.cli", "check"]
+    ok = subprocess.run([*run, str(good)], capture_output=True, text=True, check=False)
+    assert ok.returncode == 0, ok.stderr
+    assert "1 server(s)" in ok.stdout and "0 error(s)" in ok.stdout
+    res = subprocess.run([*run, str(good), str(bad)], capture_output=True, text=True,
+                         check=False)
+    assert res.returncode == 1
+    assert f"{bad}: $.mcpServers.b: a server needs exactly one of" in res.stdout
+    assert "hint:" in res.stdout
+    usage = subprocess.run(run, capture_output=True, text=True, check=False)
+    assert usage.returncode == 2

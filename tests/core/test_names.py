@@ -1,0 +1,59 @@
+import re
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sidecar.names import MAX_NAME_LENGTH, effective_name, is_valid_name
+
+VALID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+keys = st.text(min_size=1, max_size=200)
+namespaces = st.one_of(st.none(), st.just(""), st.text(max_size=100))
+
+
+@given(keys, namespaces)
+def test_effective_name_is_always_provider_safe(key, namespace):
+    name = effective_name(key, namespace)
+    assert VALID.fullmatch(name), name
+    assert len(name) <= MAX_NAME_LENGTH
+
+
+@given(keys, namespaces)
+def test_effective_name_is_deterministic(key, namespace):
+    assert effective_name(key, namespace) == effective_name(key, namespace)
+
+
+@given(st.from_regex(VALID, fullmatch=True))
+def test_a_valid_name_without_namespace_is_unchanged(key):
+    assert effective_name(key) == key
+    assert effective_name(key, "") == key
+
+
+def test_namespace_flattening():
+    assert effective_name("status", "git") == "git_status"
+    assert effective_name("read", "fs.local") == "fs_local_read"
+    assert effective_name("get/user", None) == "get_user"
+    assert effective_name("a b", "x") == "x_a_b"
+
+
+def test_long_names_are_shortened_with_a_stable_hash_suffix():
+    a = effective_name("x" * 80 + "_alpha", "server")
+    b = effective_name("x" * 80 + "_beta", "server")
+    assert len(a) == len(b) == MAX_NAME_LENGTH
+    assert a != b
+    assert a[:55] == b[:55]
+    assert re.fullmatch(r"_[0-9a-f]{8}", a[55:])
+    assert a == effective_name("x" * 80 + "_alpha", "server")
+
+
+@given(st.text(alphabet="日本語中文한국어ру", min_size=1, max_size=10),
+       st.text(alphabet="日本語中文한국어ру", min_size=1, max_size=10))
+def test_names_written_only_in_non_latin_script_stay_distinct(a, b):
+    if a != b:
+        assert effective_name(a) != effective_name(b)
+
+
+def test_is_valid_name():
+    assert is_valid_name("git_status-2")
+    assert not is_valid_name("")
+    assert not is_valid_name("a.b")
+    assert not is_valid_name("x" * 65)
