@@ -46,6 +46,8 @@ def line_count(text: str) -> int:
 
 def scrub_surrogates(text: str) -> str:
     """Lone surrogates cannot be UTF-8; they become U+FFFD (rare: malformed producers)."""
+    if text.isascii():
+        return text
     try:
         utf8_length(text)
     except UnicodeEncodeError:
@@ -118,6 +120,8 @@ class PreviewPlan:
 
 def plan_preview(text: str, bounds: Bounds) -> PreviewPlan | None:
     """None when `text` is within bounds; else where to cut it so the preview fits."""
+    if len(text) * 4 <= bounds.bytes_limit and len(text) <= bounds.lines_limit:
+        return None  # fast path: even 4-byte characters, one per line, would fit
     total_bytes = utf8_length(text)
     total_lines = line_count(text)
     if total_bytes <= bounds.bytes_limit and total_lines <= bounds.lines_limit:
@@ -166,17 +170,19 @@ class BoundedContent:
     retained: ManagedText | None
 
 
-async def bound_content(content: Content, bounds: Bounds, retain: Retain) -> BoundedContent:
-    """Bound the text items of `content`; see the module docstring."""
+def plan_bounding(content: Content, bounds: Bounds) -> tuple[str, PreviewPlan] | None:
+    """None when the text items of `content` fit; else their joined text and the cut plan."""
     texts = [item.text for item in content if isinstance(item, TextContent)]
     if not texts:
-        return BoundedContent(content, None)
+        return None
     joined = texts[0] if len(texts) == 1 else "\n".join(texts)
     plan = plan_preview(joined, bounds)
-    if plan is None:
-        return BoundedContent(content, None)
-    retained = await retain(joined)
-    preview: TextContent | None = TextContent(render_preview(joined, plan, retained.ref))
+    return None if plan is None else (joined, plan)
+
+
+def apply_preview(content: Content, joined: str, plan: PreviewPlan, ref: str) -> Content:
+    """`content` with its text items replaced by one preview at the first one's place."""
+    preview: TextContent | None = TextContent(render_preview(joined, plan, ref))
     bounded: list[ContentItem] = []
     for item in content:
         if not isinstance(item, TextContent):
@@ -184,4 +190,14 @@ async def bound_content(content: Content, bounds: Bounds, retain: Retain) -> Bou
         elif preview is not None:
             bounded.append(preview)
             preview = None
-    return BoundedContent(tuple(bounded), retained)
+    return tuple(bounded)
+
+
+async def bound_content(content: Content, bounds: Bounds, retain: Retain) -> BoundedContent:
+    """Bound the text items of `content`; see the module docstring."""
+    planned = plan_bounding(content, bounds)
+    if planned is None:
+        return BoundedContent(content, None)
+    joined, plan = planned
+    retained = await retain(joined)
+    return BoundedContent(apply_preview(content, joined, plan, retained.ref), retained)

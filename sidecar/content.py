@@ -8,10 +8,11 @@ are derived from it at the frontends.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+import pydantic_core
 
 from sidecar.errors import CodecError
 
@@ -141,10 +142,11 @@ def content_from_json(data: Any, path: str = "$.content") -> Content:
 
 
 def content_from_output(encoded: Any) -> Content:
-    """DESIGN step 6: a string becomes one text item; other JSON is serialized once."""
+    """DESIGN step 6: a string becomes one text item; other JSON is serialized once
+    (compact, non-ASCII kept as is)."""
     if isinstance(encoded, str):
         return (TextContent(encoded),)
-    return (TextContent(json.dumps(encoded, ensure_ascii=False, separators=(",", ":"))),)
+    return (TextContent(pydantic_core.to_json(encoded).decode()),)
 
 
 def text_of(content: Iterable[ContentItem]) -> str:

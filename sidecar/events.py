@@ -62,6 +62,11 @@ Event = (
 
 
 class EventSink(Protocol):
+    @property
+    def active(self) -> bool:
+        """False when nobody listens: publishers may skip building events."""
+        ...
+
     def publish(self, event: Event) -> None: ...
 
 
@@ -87,6 +92,10 @@ class EventBus:
 
     def __init__(self) -> None:
         self._subscribers: set[Subscription] = set()
+
+    @property
+    def active(self) -> bool:
+        return bool(self._subscribers)
 
     def publish(self, event: Event) -> None:
         for sub in self._subscribers:

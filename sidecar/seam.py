@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from managed_store import ManagedStoreError, TextStore
-from sidecar.bounding import bound_content, scrub_surrogates
+from sidecar.bounding import apply_preview, plan_bounding, scrub_surrogates
 from sidecar.codec import Codec
 from sidecar.content import Content, TextContent, content_from_json, content_from_output
 from sidecar.errors import CallError, CodecError, ErrorKind, ToolFailure, new_error_id
@@ -72,31 +72,30 @@ class Seam:
     metadata_max_bytes: int = DEFAULT_MAX_METADATA_BYTES
     hooks: Hooks = field(default_factory=Hooks)
     events: EventSink | None = None
-    _inflight: dict[str, asyncio.Future[Outcome]] = field(default_factory=dict)
+    _inflight: dict[str, list[asyncio.Future[Outcome | None]]] = field(default_factory=dict)
+    """call_id -> futures of duplicate callers waiting for the first one."""
 
     async def execute(
         self, snapshot: Snapshot, name: str, raw_input: Any, context: ToolContext
     ) -> Outcome:
         call_id = context.call_id
-        while (pending := self._inflight.get(call_id)) is not None:
-            try:
-                return await asyncio.shield(pending)
-            except asyncio.CancelledError:
-                if not pending.cancelled():
-                    raise  # we were cancelled, not the call we waited for
-                # the first attempt was cancelled and recorded nothing: run it ourselves
-        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        self._inflight[call_id] = future
+        while (waiters := self._inflight.get(call_id)) is not None:
+            waiter: asyncio.Future[Outcome | None] = asyncio.get_running_loop().create_future()
+            waiters.append(waiter)
+            settled = await waiter
+            if settled is not None:
+                return settled
+            # the first attempt was cancelled and recorded nothing: run it ourselves
+        waiters = self._inflight[call_id] = []
+        outcome: Outcome | None = None
         try:
             outcome = await self._run(snapshot, name, raw_input, context)
-        except BaseException:
-            future.cancel()
-            raise
-        else:
-            future.set_result(outcome)
             return outcome
         finally:
             del self._inflight[call_id]
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(outcome)
 
     async def _run(
         self, snapshot: Snapshot, name: str, raw_input: Any, context: ToolContext
@@ -110,7 +109,7 @@ class Seam:
             if stored is not None:
                 return stored
         outcome = await self._settle(snapshot, name, raw_input, context)
-        if self.events is not None:
+        if self.events is not None and self.events.active:
             kind = outcome.error.kind.value if outcome.error is not None else None
             self.events.publish(CallSettled(outcome.call_id, outcome.tool, outcome.status, kind))
         if self.outcomes is None:
@@ -125,22 +124,25 @@ class Seam:
         self, snapshot: Snapshot, name: str, raw_input: Any, context: ToolContext
     ) -> Outcome:
         call_id = context.call_id
-        try:
-            call = await self._before(BeforeCall(name, raw_input, context))
-        except _Failed as failed:
-            return Outcome.failed(call_id, name, failed.error)
-        name = call.name
+        if self.hooks.before:
+            try:
+                call = await self._before(BeforeCall(name, raw_input, context))
+            except _Failed as failed:
+                return Outcome.failed(call_id, name, failed.error)
+            name, raw_input = call.name, call.input
         try:
             entry = snapshot.resolve(name)
             if isinstance(entry, CallError):
                 raise _Failed(entry)
             bounds = entry.tool.bounds.over(self.bounds) if entry.tool.bounds else self.bounds
-            value = _decode(entry.tool.input, call.input, name)
-            ctx = CallContext(context, name, self._progress_sink(call_id, name))
+            value = _decode(entry.tool.input, raw_input, name)
+            ctx = CallContext(context, name, self._publish_progress)
             outcome = await self._invoke(entry.tool, value, ctx, bounds)
         except _Failed as failed:
-            failure = Outcome.failed(call_id, name, failed.error, failed.partial)
-            return await self._after(failure, context, self.bounds)
+            outcome = Outcome.failed(call_id, name, failed.error, failed.partial)
+            bounds = self.bounds
+        if not self.hooks.after:
+            return outcome
         return await self._after(outcome, context, bounds)
 
     async def _before(self, call: BeforeCall) -> BeforeCall:
@@ -168,9 +170,12 @@ class Seam:
             failed = _operational(f"tool {name} raised", name, call_id, exc)
             failed.partial = self._bound_meta(ctx.last_progress, name, call_id, "partial snapshot")
             raise failed from None
-        response = result if isinstance(result, ToolResponse) else ToolResponse(output=result)
-        output = _encode(tool.output, response.output, name)
-        content = _normalize(response.content, tool.output is not None, output, name)
+        if isinstance(result, ToolResponse):
+            value, content_value, metadata = result.output, result.content, result.metadata
+        else:  # a bare value is the output
+            value, content_value, metadata = result, None, None
+        output = _encode(tool.output, value, name)
+        content = _normalize(content_value, tool.output is not None, output, name)
         content, retained = await self._bound(content, bounds, name, call_id)
         return Outcome(
             call_id=call_id,
@@ -178,22 +183,23 @@ class Seam:
             status="completed",
             content=content,
             output=output,
-            metadata=self._bound_meta(response.metadata, name, call_id),
+            metadata=None if metadata is None else self._bound_meta(metadata, name, call_id),
             managed=retained,
         )
 
     async def _bound(
         self, content: Content, bounds: Bounds, name: str, call_id: str
     ) -> tuple[Content, tuple[ManagedText, ...]]:
-        async def retain(text: str) -> ManagedText:
-            ref = await self.store.put(text, namespace=self.location)
-            return ManagedText(ref=ref.id, size_bytes=ref.size_bytes, lines=ref.lines)
-
+        planned = plan_bounding(content, bounds)
+        if planned is None:
+            return content, ()
+        joined, plan = planned
         try:
-            bounded = await bound_content(content, bounds, retain)
+            ref = await self.store.put(joined, namespace=self.location)
         except ManagedStoreError as exc:
             raise _operational("retaining oversized text failed", name, call_id, exc) from None
-        return bounded.content, (bounded.retained,) if bounded.retained else ()
+        retained = ManagedText(ref=ref.id, size_bytes=ref.size_bytes, lines=ref.lines)
+        return apply_preview(content, joined, plan, ref.id), (retained,)
 
     def _bound_meta(
         self, metadata: Any, name: str, call_id: str, what: str = "metadata"
@@ -235,17 +241,12 @@ class Seam:
             managed=tuple(dict.fromkeys(changed.managed + retained)),
         )
 
-    def _progress_sink(self, call_id: str, name: str) -> Any:
-        events = self.events
-        if events is None:
-            return None
-
-        def publish(snapshot: dict[str, Any]) -> None:
-            bounded = self._bound_meta(snapshot, name, call_id, "progress snapshot")
-            if bounded is not None:
-                events.publish(CallProgress(call_id, name, bounded))
-
-        return publish
+    def _publish_progress(self, call_id: str, name: str, snapshot: dict[str, Any]) -> None:
+        if self.events is None or not self.events.active:
+            return
+        bounded = self._bound_meta(snapshot, name, call_id, "progress snapshot")
+        if bounded is not None:
+            self.events.publish(CallProgress(call_id, name, bounded))
 
 
 def _decode(codec: Codec, raw: Any, name: str) -> Any:
@@ -305,9 +306,12 @@ def _normalize(content: Any, has_output_codec: bool, output: Any, name: str) -> 
                 f"{name} returned no content and declares no output to derive it from",
             ))
         items = content_from_output(output)
-    return tuple(
-        TextContent(scrub_surrogates(i.text)) if isinstance(i, TextContent) else i for i in items
-    )
+    for i, item in enumerate(items):
+        if isinstance(item, TextContent) and not item.text.isascii():
+            clean = scrub_surrogates(item.text)
+            if clean is not item.text:
+                items = (*items[:i], TextContent(clean), *items[i + 1 :])
+    return items
 
 
 def unknown_tool_error(name: str, available: Mapping[str, Any]) -> CallError:

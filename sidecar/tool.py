@@ -70,13 +70,16 @@ class ToolContext:
     call_id: str
 
     def __post_init__(self) -> None:
-        for name in ("session_id", "agent", "message_id", "call_id"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value:
-                raise ValueError(f"ToolContext.{name} must be a non-empty string")
+        values = (self.session_id, self.agent, self.message_id, self.call_id)
+        if not all(type(v) is str and v for v in values):
+            for name in ("session_id", "agent", "message_id", "call_id"):
+                value = getattr(self, name)
+                if not isinstance(value, str) or not value:
+                    raise ValueError(f"ToolContext.{name} must be a non-empty string")
 
 
-ProgressSink = Callable[[dict[str, Any]], None]
+ProgressSink = Callable[[str, str, dict[str, Any]], None]
+"""(call_id, tool name, snapshot) -> None"""
 
 
 class CallContext:
@@ -117,7 +120,7 @@ class CallContext:
     def progress(self, snapshot: Mapping[str, Any]) -> None:
         self._last_progress = dict(snapshot)
         if self._sink is not None:
-            self._sink(self._last_progress)
+            self._sink(self.runner.call_id, self.tool_name, self._last_progress)
 
 
 @dataclass(frozen=True, slots=True)
