@@ -16,6 +16,7 @@ in memory) <= 2x the text size.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import platform
 import subprocess
@@ -199,7 +200,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"machine: {platform.machine()} {platform.processor() or ''}, "
           f"python {platform.python_version()}, pydantic {pydantic.VERSION}, "
-          f"jsonschema {jsonschema.__version__ if hasattr(jsonschema, '__version__') else '?'}, "
+          f"jsonschema {importlib.metadata.version('jsonschema')}, "
           f"loop uvloop {uvloop.__version__}")
     print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}\n")
     rows = uvloop.run(part1(args.calls, args.rounds))

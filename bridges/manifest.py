@@ -377,7 +377,7 @@ def _load_server(
         config = ServerConfig.model_validate(value)
     except ValidationError as exc:
         result.problems.extend(_validation_problems(
-            file, base, exc, hint="see manifests/schema.json for the keys of a server"
+            file, base, exc, hint="see schema/manifest.schema.json for the keys of a server"
         ))
         return
     for extra in config.unknown_keys:
@@ -433,7 +433,7 @@ def _load_permissions(
 
 
 def manifest_json_schema() -> dict[str, Any]:
-    """The JSON Schema of a manifest file (shipped as manifests/schema.json)."""
+    """The JSON Schema of a manifest file (shipped as schema/manifest.schema.json)."""
     schema = ManifestFile.model_json_schema()
     defs = schema.setdefault("$defs", {})
     defs["ServerConfig"] = ServerConfig.model_json_schema(ref_template="#/$defs/{model}")
@@ -450,7 +450,12 @@ def manifest_json_schema() -> dict[str, Any]:
     props["servers"] = props["mcpServers"]
     props["permissions"] = {"$ref": "#/$defs/PermissionsConfig"}
     props["bounds"] = {"$ref": "#/$defs/BoundsConfig"}
-    props["tools"] = {"type": "object", "additionalProperties": {"type": "object"},
+    from bridges.manifest_tools.config import tool_entry_json_schema
+
+    entry = tool_entry_json_schema()
+    defs.update(entry.pop("$defs", {}))
+    defs["ManifestTool"] = entry
+    props["tools"] = {"type": "object", "additionalProperties": {"$ref": "#/$defs/ManifestTool"},
                       "description": "manifest tools (kind = http | command)"}
     schema["title"] = "mcp-sidecar manifest"
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"

@@ -56,16 +56,19 @@ def scrub_surrogates(text: str) -> str:
 
 
 def _utf8_prefix(text: str, max_bytes: int) -> str:
+    """The longest prefix of at most `max_bytes` UTF-8 bytes (whole characters only)."""
     if text.isascii():
         return text[:max_bytes]
     return text.encode()[:max_bytes].decode("utf-8", "ignore")
 
 
 def _utf8_suffix(text: str, max_bytes: int) -> str:
+    if max_bytes <= 0:
+        return ""
     if text.isascii():
-        return text[len(text) - max_bytes :] if max_bytes else ""
+        return text[max(0, len(text) - max_bytes) :]
     encoded = text.encode()
-    return encoded[len(encoded) - max_bytes :].decode("utf-8", "ignore") if max_bytes else ""
+    return encoded[max(0, len(encoded) - max_bytes) :].decode("utf-8", "ignore")
 
 
 def head_end(text: str, max_bytes: int, max_lines: int) -> int:

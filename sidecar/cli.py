@@ -1,16 +1,20 @@
 """The `sidecar` command line.
 
-Implemented so far (each runs an embedded daemon on the state directory; talking to a running
-daemon arrives with the HTTP frontend):
-
-    sidecar tools [--json]                       the effective tool list
-    sidecar call NAME [--input JSON] [--json]    one call through the seam
+    sidecar serve [--host H] [--port P] [--no-auth]   the daemon over HTTP (/v1, /metrics)
+    sidecar tools [--format mcp|openai|anthropic|gemini] [--json]
+    sidecar call NAME [--input JSON] [--json]         one call through the seam
     sidecar managed read REF [--offset N] [--limit N] [--pattern RE]
-    sidecar check FILE... [--json]               validate manifests (no daemon)
-    sidecar check --schema                       print the manifest JSON Schema
+    sidecar health [--json]                           per-server status
+    sidecar check FILE... [--json] | --schema         validate manifests (no daemon)
 
-Exit codes: 0 success, 1 the call ended in an error outcome (or `check` found errors),
-2 usage error.
+`tools`, `call`, `managed` and `health` talk to a running daemon when one is configured
+(`--url` or `$SIDECAR_URL`, or the `daemon.json` a running `sidecar serve` wrote into the state
+directory; token from `$SIDECAR_TOKEN` or `<state>/token`), else they run an embedded daemon
+on the state directory and the manifests.
+
+Exit codes: 0 success; 1 the call ended in an error outcome (or `check` found errors, or
+`health` is degraded); 2 usage error (or the daemon refused the request); 3 the configured
+daemon is unreachable.
 """
 
 from __future__ import annotations
@@ -22,15 +26,23 @@ import os
 import secrets
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from bridges.manifest import load_manifests, manifest_json_schema
-from sidecar.content import TextContent, item_to_json
-from sidecar.daemon import Location
-from sidecar.outcome import Outcome
-from sidecar.tool import ToolContext
+from bridges.manifest_tools import manifest_tool_validator
+from sidecar.cli_backends import (
+    Backend,
+    EmbeddedBackend,
+    Refused,
+    RemoteBackend,
+    Unreachable,
+    find_daemon,
+)
+from sidecar.daemon import default_state_dir, serve
 
-EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+FORMATS = ("mcp", "openai", "openai-responses", "anthropic", "gemini")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,27 +52,57 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--manifests", action="append", default=None, metavar="DIR",
                         help="manifest directory or file (repeatable; default $SIDECAR_MANIFESTS)")
     common.add_argument("--json", action="store_true", help="machine-readable output")
+    client = argparse.ArgumentParser(add_help=False, parents=[common])
+    client.add_argument("--url", default=None,
+                        help="a running daemon (default $SIDECAR_URL, or the state directory's)")
+    client.add_argument("--embedded", action="store_true",
+                        help="run an embedded daemon even when one is running")
 
     parser = argparse.ArgumentParser(prog="sidecar", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("tools", parents=[common], help="list the effective tools")
-    call = sub.add_parser("call", parents=[common], help="call one tool through the seam")
+    serve_p = sub.add_parser("serve", parents=[common], help="run the daemon over HTTP")
+    serve_p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    serve_p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any)")
+    serve_p.add_argument("--no-auth", action="store_true",
+                         help="serve without a bearer token (explicitly insecure)")
+    serve_p.add_argument("--allowed-host", action="append", default=[], metavar="HOST",
+                         help="an extra Host/Origin name to accept (repeatable)")
+    tools = sub.add_parser("tools", parents=[client], help="list the effective tools")
+    tools.add_argument("--format", choices=FORMATS, default=None,
+                       help="print definitions in a provider format (JSON)")
+    call = sub.add_parser("call", parents=[client], help="call one tool through the seam")
     call.add_argument("name")
     call.add_argument("--input", default="{}", help="the tool input as JSON (default {})")
     call.add_argument("--session", default="cli", help="session id (default: cli)")
     call.add_argument("--call-id", default=None, help="call id (default: a fresh one)")
     managed = sub.add_parser("managed", help="retained text")
     managed_sub = managed.add_subparsers(dest="managed_command", required=True)
-    read = managed_sub.add_parser("read", parents=[common], help="read retained text")
+    read = managed_sub.add_parser("read", parents=[client], help="read retained text")
     read.add_argument("ref")
     read.add_argument("--offset", type=int, default=1, help="first line, 1-based")
     read.add_argument("--limit", type=int, default=200, help="number of lines")
     read.add_argument("--pattern", default=None, help="regular expression to search for")
+    sub.add_parser("health", parents=[client], help="per-server status")
     check = sub.add_parser("check", help="validate manifests without starting anything")
     check.add_argument("files", nargs="*", metavar="FILE", help="manifest files or directories")
     check.add_argument("--schema", action="store_true", help="print the manifest JSON Schema")
     check.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
+
+
+def _manifests(args: argparse.Namespace) -> list[str]:
+    if args.manifests:
+        return list(args.manifests)
+    env = os.environ.get("SIDECAR_MANIFESTS", "")
+    return [p for p in env.split(os.pathsep) if p]
+
+
+class Style:
+    def __init__(self, stream: Any) -> None:
+        self.on = bool(getattr(stream, "isatty", lambda: False)()) and "NO_COLOR" not in os.environ
+
+    def __call__(self, text: str, code: str) -> str:
+        return f"\033[{code}m{text}\033[0m" if self.on else text
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -70,7 +112,7 @@ def _check(args: argparse.Namespace) -> int:
     if not args.files:
         print("sidecar check: name at least one manifest file or directory", file=sys.stderr)
         return EXIT_USAGE
-    loaded = load_manifests(args.files)
+    loaded = load_manifests(args.files, tool_validator=manifest_tool_validator(Path.cwd()))
     if args.json:
         print(json.dumps({
             "files": loaded.files,
@@ -85,47 +127,77 @@ def _check(args: argparse.Namespace) -> int:
     else:
         for problem in loaded.problems:
             print(f"{problem.severity}: {problem}")
-        errors = len(loaded.errors)
         print(f"{len(loaded.files)} file(s), {len(loaded.servers)} server(s), "
-              f"{len(loaded.tools)} tool(s), {errors} error(s)")
+              f"{len(loaded.tools)} tool(s), {len(loaded.errors)} error(s)")
     return EXIT_TOOL_ERROR if loaded.errors else EXIT_OK
 
 
-def _manifests(args: argparse.Namespace) -> list[str]:
-    if args.manifests:
-        return list(args.manifests)
-    env = os.environ.get("SIDECAR_MANIFESTS", "")
-    return [p for p in env.split(os.pathsep) if p]
-
-
-def _print_outcome(outcome: Outcome, as_json: bool) -> int:
+def _print_outcome(outcome: dict[str, Any], as_json: bool) -> int:
+    style = Style(sys.stdout)
     if as_json:
-        print(json.dumps(outcome.to_json(), ensure_ascii=False, indent=2))
-    elif outcome.status == "completed":
-        for item in outcome.content:
-            if isinstance(item, TextContent):
-                print(item.text)
+        print(json.dumps(outcome, ensure_ascii=False, indent=2))
+    elif outcome["status"] == "completed":
+        for item in outcome["content"]:
+            if item["type"] == "text":
+                print(item["text"], end="" if item["text"].endswith("\n") else "\n")
             else:
-                summary = {k: v for k, v in item_to_json(item).items() if k not in ("data", "blob")}
-                print(f"[{item.type}: {json.dumps(summary)}]")
+                shown = {k: v for k, v in item.items() if k not in ("data", "blob")}
+                print(style(f"[{item['type']}: {json.dumps(shown)}]", "2"))
     else:
-        assert outcome.error is not None
-        print(f"error ({outcome.error.kind.value}): {outcome.error.message}", file=sys.stderr)
-    return EXIT_OK if outcome.status == "completed" else EXIT_TOOL_ERROR
+        error = outcome["error"]
+        line = f"error ({error['kind']}): {error['message']}"
+        print(Style(sys.stderr)(line, "31"), file=sys.stderr)
+    return EXIT_OK if outcome["status"] == "completed" else EXIT_TOOL_ERROR
 
 
-async def _run(args: argparse.Namespace) -> int:
-    async with Location.open(".", state_dir=args.state_dir, manifests=_manifests(args)) as loc:
-        snapshot = loc.snapshot()
+def _print_tools(tools: list[dict[str, Any]], args: argparse.Namespace) -> int:
+    if args.json or args.format:
+        print(json.dumps(tools, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    style = Style(sys.stdout)
+    width = max((len(t["name"]) for t in tools), default=0)
+    for tool in tools:
+        summary = (tool.get("description") or "").strip().splitlines()
+        print(f"{style(tool['name'].ljust(width), '1')}  {summary[0] if summary else ''}")
+    return EXIT_OK
+
+
+def _print_health(report: dict[str, Any], as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        style = Style(sys.stdout)
+        colour = "32" if report["status"] == "ok" else "33"
+        print(f"status: {style(report['status'], colour)}  tools: {report['tools']}  "
+              f"store: {report['store']['objects']} objects, {report['store']['bytes']:,} bytes")
+        for name, server in sorted(report.get("servers", {}).items()):
+            state = server.get("state", "?")
+            mark = style(state, "32" if state == "ready" else "31")
+            error = f"  ({server['last_error']})" if server.get("last_error") else ""
+            print(f"  {name}: {mark}, {server.get('tool_count', 0)} tools{error}")
+        for ref, plugin in sorted(report.get("plugins", {}).items()):
+            print(f"  plugin {ref}: {plugin['state']}")
+        for problem in report.get("manifest_problems", []):
+            if problem["severity"] == "error":
+                print(f"  manifest {problem['file']}: {problem['path']}: {problem['message']}")
+    return EXIT_OK if report["status"] == "ok" else EXIT_TOOL_ERROR
+
+
+async def _client(args: argparse.Namespace) -> int:
+    state = args.state_dir or str(default_state_dir())
+    url = args.url or os.environ.get("SIDECAR_URL") or (
+        None if args.embedded else find_daemon(state)
+    )
+    backend: Backend
+    if url is not None:
+        backend = RemoteBackend(url, state)
+    else:
+        backend = EmbeddedBackend(state, _manifests(args))
+    async with backend:
         if args.command == "tools":
-            if args.json:
-                print(json.dumps([d.to_json() for d in snapshot.definitions], indent=2))
-            else:
-                width = max((len(d.name) for d in snapshot.definitions), default=0)
-                for d in snapshot.definitions:
-                    summary = d.description.splitlines()[0] if d.description else ""
-                    print(f"{d.name:<{width}}  {summary}")
-            return EXIT_OK
+            return _print_tools(await backend.tools(args.format), args)
+        if args.command == "health":
+            return _print_health(await backend.health(), args.json)
         if args.command == "call":
             name, raw_input = args.name, args.input
         else:
@@ -135,22 +207,40 @@ async def _run(args: argparse.Namespace) -> int:
                 payload["pattern"] = args.pattern
             raw_input = json.dumps(payload)
         call_id = getattr(args, "call_id", None) or "cli_" + secrets.token_hex(8)
-        context = ToolContext(
-            session_id=getattr(args, "session", "cli"), agent="cli", message_id=call_id,
-            call_id=call_id,
-        )
-        return _print_outcome(await snapshot.execute(name, raw_input, context), args.json)
+        context = {"session_id": getattr(args, "session", "cli"), "agent": "cli",
+                   "message_id": call_id, "call_id": call_id}
+        progress = sys.stderr.isatty() and not args.json
+        outcome = await backend.call(name, raw_input, context, show_progress=progress)
+        return _print_outcome(outcome, args.json)
+
+
+def _run(coro: Any) -> Any:
+    try:
+        import uvloop
+    except ImportError:  # uvloop does not build on Windows
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "check":
         return _check(args)
+    if args.command == "serve":
+        _run(serve(state_dir=args.state_dir, manifests=_manifests(args), host=args.host,
+                   port=args.port, auth=not args.no_auth, allowed_hosts=args.allowed_host))
+        return EXIT_OK
     try:
-        import uvloop
-    except ImportError:  # uvloop does not build on Windows
-        return asyncio.run(_run(args))
-    return uvloop.run(_run(args))
+        return int(_run(_client(args)))
+    except Unreachable as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except Refused as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except json.JSONDecodeError as exc:
+        print(f"sidecar: --input is not valid JSON: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

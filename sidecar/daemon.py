@@ -14,24 +14,30 @@ State lives in one directory (`state_dir`, default `$SIDECAR_STATE_DIR`, else
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
-from bridges.manifest import ManifestProblem, ManifestSet, load_manifests
+from uvicorn import Server as uvicorn_Server
+
+from bridges.manifest import ManifestProblem, ManifestSet
+from bridges.mcp import ServerHealth
 from managed_store import ManagedStore
 from sidecar.errors import SidecarError
 from sidecar.events import EventBus, RegistryChanged
 from sidecar.hooks import Hooks
 from sidecar.managed_read import managed_read_tool
+from sidecar.manifest_sources import ManifestSources
 from sidecar.metadata import DEFAULT_MAX_METADATA_BYTES
 from sidecar.outcome import Outcome
 from sidecar.outcome_log import SqliteOutcomeLog
 from sidecar.permission import PermissionRule
 from sidecar.permission_service import PermissionService
-from sidecar.plugins import PluginHost, entry_point_refs
+from sidecar.plugins import PluginHost
 from sidecar.registry import Registry, Tools, application_registry
 from sidecar.seam import Seam
 from sidecar.snapshot import Snapshot, SnapshotStore, select
@@ -82,6 +88,7 @@ class Location:
         self.manifests = manifests
         self.tools = Tools(registry)
         self.snapshots = SnapshotStore()
+        self.sources: ManifestSources | None = None
 
     @property
     def hooks(self) -> Hooks:
@@ -105,19 +112,16 @@ class Location:
         entry_point_plugins: bool = True,
         permission_defaults: Iterable[PermissionRule] = (),
         ask_timeout: float | None = None,
+        watch: bool = False,
     ) -> AsyncIterator[Location]:
         """Open a Location.
 
         Invalid manifest entries are logged and kept in `location.manifests.problems`; the
-        valid ones still load. `durable=False` keeps no outcome log (benchmarks).
+        valid ones still load. `watch=True` reloads the manifests when their files change
+        (see `sidecar.manifest_sources`). `durable=False` keeps no outcome log (benchmarks).
         """
         root_dir = await asyncio.to_thread(Path(root).resolve)
-        loaded = await asyncio.to_thread(load_manifests, manifests)
-        for problem in loaded.problems:
-            level = logging.ERROR if problem.severity == "error" else logging.INFO
-            log.log(level, "manifest: %s", problem)
         state = Path(state_dir) if state_dir is not None else default_state_dir()
-        bounds = _manifest_bounds(loaded, bounds)
         async with AsyncExitStack() as stack:
             store = await ManagedStore.open(
                 state / "managed", ttl_seconds=retention_seconds, quota_bytes=store_quota_bytes
@@ -132,13 +136,10 @@ class Location:
                 state / "permissions.sqlite" if durable else None,
                 location=name,
                 defaults=tuple(permission_defaults),
-                ask_timeout=loaded.ask_timeout or ask_timeout,
+                ask_timeout=ask_timeout,
                 events=events,
             )
             stack.push_async_callback(permissions.aclose)
-            permissions.set_location_rules(
-                PermissionRule(r.action, r.decision, r.resource) for r in loaded.rules
-            )
             seam = Seam(
                 store=store, outcomes=outcomes, location=name, bounds=bounds,
                 metadata_max_bytes=metadata_max_bytes, events=events,
@@ -150,13 +151,16 @@ class Location:
             stack.callback(host.close)
             location = cls(
                 name=name, root=root_dir, state_dir=state, seam=seam, registry=registry,
-                events=events, permissions=permissions, plugins=host, manifests=loaded,
+                events=events, permissions=permissions, plugins=host, manifests=ManifestSet(),
             )
             location.tools.register({"managed_read": managed_read_tool(store)}, label="builtin")
-            refs = [*plugins, *(p.value for p in loaded.plugins)]
-            if entry_point_plugins:
-                refs.extend(await asyncio.to_thread(entry_point_refs))
-            await host.sync(refs)
+            location.sources = await stack.enter_async_context(ManifestSources(
+                location, manifests, base_bounds=bounds, plugins=list(plugins),
+                entry_point_plugins=entry_point_plugins,
+            ))
+            if watch:
+                watcher = asyncio.create_task(location.sources.watch(), name="manifest-watch")
+                stack.push_async_callback(_cancel_and_wait, watcher)
             yield location
 
     def snapshot(
@@ -192,6 +196,51 @@ class Location:
         )
         return self.snapshots.add(snapshot)
 
+    async def health(self) -> dict[str, Any]:
+        """The truth about this Location: servers, plugins, manifest problems, store usage.
+
+        `status` is "ok" when every enabled server is ready, no plugin failed and the
+        manifests have no errors; else "degraded".
+        """
+        servers = {name: h.to_json() for name, h in self.server_health().items()}
+        plugins = {ref: s.to_json() for ref, s in self.plugins.status.items()}
+        problems = [
+            {"file": p.file, "path": p.path, "message": p.message, "severity": p.severity}
+            for p in self.manifests.problems
+        ]
+        pending = self.sources.reload_problems if self.sources is not None else []
+        reload_problems = [
+            {"file": p.file, "path": p.path, "message": p.message} for p in pending
+        ]
+        stats = await self.seam.store.stats()
+        degraded = (
+            any(s["state"] not in ("ready", "disabled") for s in servers.values())
+            or any(p["state"] == "failed" for p in plugins.values())
+            or any(p["severity"] == "error" for p in problems)
+            or bool(reload_problems)
+        )
+        return {
+            "status": "degraded" if degraded else "ok",
+            "location": self.name,
+            "servers": servers,
+            "plugins": plugins,
+            "manifest_problems": problems,
+            "reload_problems": reload_problems,
+            "store": {"objects": stats.count, "bytes": stats.bytes},
+            "tools": len(self.registry.effective()),
+        }
+
+    def server_health(self) -> dict[str, ServerHealth]:
+        """Health of the upstream MCP servers, by manifest key."""
+        pool = self.sources.pool if self.sources is not None else None
+        return pool.health() if pool is not None else {}
+
+    async def reload_manifests(self) -> bool:
+        """Re-read and apply the manifests (all valid) or keep the last good ones (False)."""
+        if self.sources is None:
+            return False
+        return await self.sources.reload()
+
     async def outcome(self, call_id: str) -> Outcome | None:
         """The durable outcome of a settled call, if any."""
         if self.seam.outcomes is None:
@@ -199,8 +248,86 @@ class Location:
         return await self.seam.outcomes.get(self.name, call_id)
 
 
-def _manifest_bounds(loaded: ManifestSet, bounds: Bounds) -> Bounds:
-    configured = loaded.bounds
-    if configured.max_bytes is None and configured.max_lines is None:
-        return bounds
-    return Bounds(configured.max_bytes, configured.max_lines).over(bounds)
+
+async def _cancel_and_wait(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.wait([task])
+
+class _Server(uvicorn_Server):
+    """uvicorn's server without its own signal capture: `serve()` installs handlers that only
+    start a graceful shutdown, so the Location closes (children stopped) before we exit."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def serve(
+    *,
+    root: str | os.PathLike[str] = ".",
+    state_dir: str | os.PathLike[str] | None = None,
+    manifests: Sequence[str | os.PathLike[str]] = (),
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    auth: bool = True,
+    allowed_hosts: Sequence[str] = (),
+) -> None:
+    """`sidecar serve`: open the default Location, then serve HTTP until SIGINT/SIGTERM.
+
+    Startup prints one line `sidecar: listening on http://HOST:PORT` to stderr (with the
+    real port when `port=0`) and writes `<state>/daemon.json` ({url, pid}) for CLI clients.
+    Shutdown is graceful: in-flight requests get 10 s, then what is left is cancelled and the
+    Location closes (upstream servers stopped, stores closed).
+    """
+    import json
+    import signal
+    import socket
+    import sys
+
+    import uvicorn
+
+    from sidecar.serve.app import build_app
+    from sidecar.serve.security import load_or_create_token
+
+    state = Path(state_dir) if state_dir is not None else default_state_dir()
+    async with Location.open(root, state_dir=state, manifests=manifests, watch=True) as location:
+        token: str | None = None
+        if auth:
+            token, created = await asyncio.to_thread(load_or_create_token, state)
+            if created:
+                print(f"sidecar: new bearer token (also in {state / 'token'}): {token}",
+                      file=sys.stderr, flush=True)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        # bound before serving, so the real port is known when port=0
+        sock = socket.create_server((host, port), family=family)
+        bound = sock.getsockname()
+        url = f"http://{host if ':' not in host else f'[{host}]'}:{bound[1]}"
+        info = state / "daemon.json"
+
+        @asynccontextmanager
+        async def announce() -> AsyncIterator[None]:
+            await asyncio.to_thread(info.write_text, json.dumps({"url": url, "pid": os.getpid()}))
+            print(f"sidecar: listening on {url}", file=sys.stderr, flush=True)
+            try:
+                yield
+            finally:
+                await asyncio.to_thread(info.unlink, missing_ok=True)
+
+        app = build_app(
+            location, token=token, allowed_hosts=allowed_hosts, extra_lifespan=announce()
+        )
+        config = uvicorn.Config(
+            app, lifespan="on", log_level="warning", timeout_graceful_shutdown=10,
+            access_log=False,
+        )
+        server = _Server(config)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            # first signal: graceful; a second one: uvicorn's force exit
+            loop.add_signal_handler(sig, server.handle_exit, sig, None)
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+    # leaving the Location closed every upstream server, plugin and store before we return

@@ -46,6 +46,13 @@ class RegistryChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class ManifestsReloaded:
+    ok: bool
+    problems: list[dict[str, Any]]
+    """With `ok` false the last good configuration keeps running; these say why."""
+
+
+@dataclass(frozen=True, slots=True)
 class ServerHealthChanged:
     server: str
     health: dict[str, Any]
@@ -58,6 +65,7 @@ Event = (
     | PermissionReplied
     | RegistryChanged
     | ServerHealthChanged
+    | ManifestsReloaded
 )
 
 

@@ -7,11 +7,14 @@ Providers accept `[A-Za-z0-9_-]{1,64}`. The effective name of an authored key in
 2. joined as `<namespace>_<key>` (the key alone when the namespace is empty or absent);
 3. when the result has no letter or digit (e.g. a key written only in non-Latin script) it
    gets the stable suffix `_<hash8>`, so distinct keys stay distinct;
-4. when it is longer than 64 characters it is cut to 55 and gets `_<hash8>`.
+4. when it starts with a digit or `-` it gets a leading `_` (Gemini requires a letter or `_`
+   first; every provider accepts that);
+5. when it is longer than 64 characters it is cut to 55 and gets `_<hash8>`.
 
 `hash8` is the first 8 hex digits of SHA-256 over the *authored* namespace and key, so the
 result is deterministic across processes and machines, and two long names that share their
-first 55 characters still differ. A name already valid with no namespace is unchanged.
+first 55 characters still differ. A valid name that starts with a letter or `_` and has no
+namespace is unchanged.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ _HASH_LENGTH = 8
 _VALID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _INVALID_CHAR = re.compile(r"[^A-Za-z0-9_-]")
 _MEANINGFUL = re.compile(r"[A-Za-z0-9]")
+_FIRST = re.compile(r"[A-Za-z_]")
 
 
 def is_valid_name(name: str) -> bool:
@@ -44,11 +48,13 @@ def effective_name(key: str, namespace: str | None = None) -> str:
     if not key:
         raise ValueError("a tool name cannot be empty")
     namespace = namespace or ""
-    if not namespace and _VALID.fullmatch(key):
+    if not namespace and _VALID.fullmatch(key) and _FIRST.match(key):
         return key
     name = sanitize(key) if not namespace else f"{sanitize(namespace)}_{sanitize(key)}"
     if not _MEANINGFUL.search(name):
         name = f"{name}_{_hash8(namespace, key)}"
+    if not _FIRST.match(name):
+        name = "_" + name
     if len(name) > MAX_NAME_LENGTH:
         name = f"{name[: MAX_NAME_LENGTH - _HASH_LENGTH - 1]}_{_hash8(namespace, key)}"
     return name

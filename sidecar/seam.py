@@ -21,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +73,8 @@ class Seam:
     metadata_max_bytes: int = DEFAULT_MAX_METADATA_BYTES
     hooks: Hooks = field(default_factory=Hooks)
     events: EventSink | None = None
+    observers: list[Callable[[Outcome, float], None]] = field(default_factory=list)
+    """Called with every executed outcome and its duration in seconds (metrics)."""
     _inflight: dict[str, list[asyncio.Future[Outcome | None]]] = field(default_factory=dict)
     """call_id -> futures of duplicate callers waiting for the first one."""
 
@@ -108,7 +111,14 @@ class Seam:
                 return Outcome.failed(context.call_id, name, failed.error)
             if stored is not None:
                 return stored
-        outcome = await self._settle(snapshot, name, raw_input, context)
+        if self.observers:
+            started = time.perf_counter()
+            outcome = await self._settle(snapshot, name, raw_input, context)
+            elapsed = time.perf_counter() - started
+            for observe in self.observers:
+                observe(outcome, elapsed)
+        else:
+            outcome = await self._settle(snapshot, name, raw_input, context)
         if self.events is not None and self.events.active:
             kind = outcome.error.kind.value if outcome.error is not None else None
             self.events.publish(CallSettled(outcome.call_id, outcome.tool, outcome.status, kind))

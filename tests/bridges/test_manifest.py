@@ -133,7 +133,7 @@ def test_secrets_never_show_in_reprs():
 
 
 def test_shipped_schema_is_current_and_accepts_the_examples():
-    shipped = json.loads((ROOT / "manifests" / "schema.json").read_text())
+    shipped = json.loads((ROOT / "schema" / "manifest.schema.json").read_text())
     assert shipped == json.loads(json.dumps(manifest_json_schema()))
     validator = jsonschema.Draft202012Validator(shipped)
     import tomllib

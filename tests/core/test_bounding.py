@@ -67,6 +67,17 @@ def test_marker_states_what_was_omitted_and_how_to_read_it():
     assert first_hidden not in preview.split("[...")[0]
 
 
+def test_when_lines_cut_first_the_tail_keeps_its_full_line_budget():
+    # Short lines: the line limit binds, not the byte limit; head and tail get half each.
+    text = "".join(f"{i}\n" for i in range(10_000))
+    plan = plan_preview(text, Bounds(50 * 1024, 100))
+    assert plan is not None
+    tail = text[plan.tail_start :]
+    head = text[: plan.head_end]
+    assert line_count(tail) == (100 - 4) // 2 == line_count(head)
+    assert tail.endswith("9999\n")
+
+
 def test_one_giant_line_is_cut_inside_the_line_without_splitting_characters():
     text = "é" * 100_000  # 200,000 bytes, one line
     plan = plan_preview(text, Bounds(2048, 100))

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from sidecar.names import MAX_NAME_LENGTH, effective_name, is_valid_name
 
-VALID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+VALID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 keys = st.text(min_size=1, max_size=200)
 namespaces = st.one_of(st.none(), st.just(""), st.text(max_size=100))
 
@@ -26,6 +26,12 @@ def test_effective_name_is_deterministic(key, namespace):
 def test_a_valid_name_without_namespace_is_unchanged(key):
     assert effective_name(key) == key
     assert effective_name(key, "") == key
+
+
+def test_names_start_with_a_letter_or_underscore():
+    assert effective_name("3d_render") == "_3d_render"
+    assert effective_name("-x") == "_-x"
+    assert effective_name("tool", "2fa") == "_2fa_tool"
 
 
 def test_namespace_flattening():

@@ -109,8 +109,10 @@ async def test_the_event_loop_stays_responsive(store: ManagedStore) -> None:
     finally:
         beat.cancel()
         await asyncio.wait([beat])
-    # The work takes far longer than any single pause the loop saw.
-    assert max(gaps) < 0.15 < elapsed, (max(gaps), elapsed)
+    # The work takes far longer than any single pause the loop saw. Relative, not absolute,
+    # so a loaded machine cannot flake it: a blocking put or grep would stall the loop for
+    # most of `elapsed`.
+    assert max(gaps) < elapsed / 4, (max(gaps), elapsed)
 
 
 async def test_the_store_is_a_text_store(store: ManagedStore) -> None:

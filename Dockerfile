@@ -1,0 +1,16 @@
+# mcp-sidecar: the daemon alone (no test tools), installed with the README's bootstrap script.
+FROM python:3.11-slim
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY scripts ./scripts
+COPY sidecar ./sidecar
+COPY bridges ./bridges
+COPY managed_store ./managed_store
+COPY manifests ./manifests
+RUN SIDECAR_EXTRAS= scripts/bootstrap
+ENV SIDECAR_STATE_DIR=/state SIDECAR_MANIFESTS=/manifests
+VOLUME ["/state"]
+EXPOSE 8765
+# Inside a container the daemon must listen on all interfaces for the port mapping to reach
+# it; the Host/Origin checks still only accept local names (plus the service name).
+CMD [".venv/bin/sidecar", "serve", "--host", "0.0.0.0", "--port", "8765", "--allowed-host", "sidecar"]

@@ -1,0 +1,218 @@
+"""One command run as its own process group, its output pumped into captures, its life bounded.
+
+    spawn (start_new_session: the child leads a new process group, no shell)
+    -> pump stdout and stderr (and feed stdin) until the leader exits and the pipes close
+    -> the leader exited: whatever is left in its group is killed (SIGKILL), so nothing a
+       command started outlives its call or holds its pipes open
+    -> timeout or cancellation: SIGTERM to the group, `terminate_grace` seconds, SIGKILL to the
+       group, the leader reaped; a cancellation is re-raised, never turned into a result
+
+Pipes are always drained: past a capture's hard cap the bytes are counted and discarded, so a
+chatty child never blocks on a full pipe and its exit code stays meaningful. Memory per stream
+is bounded by the stream buffer (`STREAM_LIMIT`, reading pauses above twice that) plus what the
+capture keeps (see `capture`). The output pipes are created here (1 MiB kernel buffers) and
+closed when the run ends, even if a process that escaped the group still holds their other end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from bridges.manifest_tools.capture import OutputCapture
+from bridges.manifest_tools.progress import LineProgress
+
+READ_CHUNK = 1024 * 1024
+STREAM_LIMIT = 1024 * 1024
+PIPE_SIZE = 1024 * 1024
+"""Kernel buffer of the output pipes (Linux; the default 64 KiB costs a wake-up per 64 KiB)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSpec:
+    argv: tuple[str, ...]
+    cwd: Path
+    env: Mapping[str, str]
+    stdin: bytes | None
+    timeout: float
+    terminate_grace: float
+
+
+@dataclass(frozen=True, slots=True)
+class Exited:
+    """How a run ended. `returncode` is the leader's (negative: killed by that signal), or None
+    when it did not exit before the timeout. `timed_out` is also true when the leader exited
+    but processes it started kept the output pipes open until the timeout."""
+
+    pid: int
+    returncode: int | None
+    timed_out: bool
+
+
+class Running:
+    """A started command: its process and our read ends of its stdout and stderr pipes.
+
+    The pipes are ours (not asyncio's), so they can be enlarged to `PIPE_SIZE` (fewer wake-ups
+    per megabyte) and are closed by `close()` whatever the command's descendants still hold.
+    """
+
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        readers: tuple[asyncio.StreamReader, asyncio.StreamReader],
+        transports: tuple[asyncio.BaseTransport, ...],
+    ) -> None:
+        self.proc = proc
+        self.stdout, self.stderr = readers
+        self._transports = transports
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def close(self) -> None:
+        for transport in self._transports:
+            transport.close()
+
+
+async def spawn(spec: ProcessSpec) -> Running:
+    """Start the command; `OSError` (no such program, not executable, bad cwd) propagates."""
+    out_read, out_write = _pipe()
+    err_read, err_write = _pipe()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *spec.argv,
+            stdin=asyncio.subprocess.PIPE if spec.stdin is not None
+            else asyncio.subprocess.DEVNULL,
+            stdout=out_write,
+            stderr=err_write,
+            cwd=spec.cwd,
+            env=dict(spec.env),
+            start_new_session=True,
+        )
+    except BaseException:
+        for fd in (out_read, err_read):
+            os.close(fd)
+        raise
+    finally:
+        os.close(out_write)
+        os.close(err_write)
+    pipes = [os.fdopen(fd, "rb", buffering=0) for fd in (out_read, err_read)]
+    transports: list[asyncio.BaseTransport] = []
+    readers: list[asyncio.StreamReader] = []
+    try:
+        for pipe in pipes:
+            reader, transport = await _connect(pipe)
+            readers.append(reader)
+            transports.append(transport)
+    except BaseException:
+        for transport in transports:
+            transport.close()
+        for pipe in pipes:
+            pipe.close()  # closing twice is harmless; a transport owns the ones it got
+        await stop_group(proc, 0)
+        raise
+    return Running(proc, (readers[0], readers[1]), tuple(transports))
+
+
+def _pipe() -> tuple[int, int]:
+    read_fd, write_fd = os.pipe()
+    if hasattr(fcntl, "F_SETPIPE_SZ"):
+        with contextlib.suppress(OSError):  # over /proc/sys/fs/pipe-max-size: keep the default
+            fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+    return read_fd, write_fd
+
+
+async def _connect(pipe: BinaryIO) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=STREAM_LIMIT, loop=loop)
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader, loop=loop), pipe
+    )
+    return reader, transport
+
+
+async def supervise(
+    running: Running,
+    spec: ProcessSpec,
+    stdout: OutputCapture,
+    stderr: OutputCapture,
+    progress: LineProgress | None = None,
+) -> Exited:
+    """Pump the output of `running` until it ends, or stop its group; see the module docstring.
+
+    The pipes are closed on return, whatever happened."""
+    proc = running.proc
+    returncode: int | None = None
+    deadline = asyncio.timeout(spec.timeout)
+    try:
+        async with deadline:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(_pump(running.stdout, stdout, "stdout", progress))
+                group.create_task(_pump(running.stderr, stderr, "stderr", progress))
+                if spec.stdin is not None and proc.stdin is not None:
+                    group.create_task(_feed(proc.stdin, spec.stdin))
+                returncode = await proc.wait()
+                signal_group(proc.pid, signal.SIGKILL)
+    except TimeoutError:
+        await stop_group(proc, spec.terminate_grace)
+        if not deadline.expired():
+            raise
+        return Exited(proc.pid, returncode, timed_out=True)
+    except BaseExceptionGroup as failed:  # a pump failed (e.g. the store could not retain)
+        await stop_group(proc, spec.terminate_grace)
+        raise failed.exceptions[0] from None
+    except BaseException:  # cancellation: stop the group, then let it propagate
+        await stop_group(proc, spec.terminate_grace)
+        raise
+    finally:
+        running.close()
+    return Exited(proc.pid, returncode, timed_out=False)
+
+
+async def _pump(
+    reader: asyncio.StreamReader,
+    capture: OutputCapture,
+    stream: str,
+    progress: LineProgress | None,
+) -> None:
+    while data := await reader.read(READ_CHUNK):
+        if progress is not None:
+            progress.feed(stream, data)
+        await capture.feed(data)
+
+
+async def _feed(writer: asyncio.StreamWriter, data: bytes) -> None:
+    try:
+        writer.write(data)
+        await writer.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the command stopped reading its input; its exit code says what it made of it
+    finally:
+        writer.close()
+
+
+def signal_group(pgid: int, sig: signal.Signals) -> None:
+    """Send `sig` to the process group `pgid`; a group that is already gone is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+async def stop_group(proc: asyncio.subprocess.Process, grace: float) -> None:
+    """SIGTERM the group, give the leader `grace` seconds, then SIGKILL the group and reap."""
+    try:
+        if proc.returncode is None and grace > 0:
+            signal_group(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
+                    await proc.wait()
+    finally:
+        signal_group(proc.pid, signal.SIGKILL)
+    await proc.wait()

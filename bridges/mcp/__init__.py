@@ -1,0 +1,20 @@
+"""The MCP client bridge: upstream MCP servers as registry entries behind the seam.
+
+    from bridges.mcp import ServerPool
+
+    async with ServerPool(servers, location.tools, permissions=gate) as pool:
+        ...                      # every server's tools are registered (scope label "mcp:<key>")
+        pool.health()            # {key: ServerHealth}
+        await pool.update(new)   # apply a manifest change
+
+Modules, in the order a call meets them: `pool` (all servers) -> `supervisor` (one server's
+life) -> `connection` (one session, any transport) -> `stdio` + `framing` (our own stdio
+transport, linear framing) -> `catalog` (listings -> tool values, codecs in `codecs`) ->
+`calls` (one tool call) -> `results` (upstream results and errors -> the core's terms).
+"""
+
+from bridges.mcp.backoff import Backoff
+from bridges.mcp.health import ServerHealth, ServerState, SkippedTool
+from bridges.mcp.pool import ServerPool
+
+__all__ = ["Backoff", "ServerHealth", "ServerPool", "ServerState", "SkippedTool"]

@@ -1,0 +1,177 @@
+"""One tool call to an upstream server, from permission ask to mapped result.
+
+    permission ask (when the pool has a gate)  ->  a live connection (waiting briefly while the
+    server (re)starts)  ->  tools/call via send_request (timeouts.call; our cancellation is
+    forwarded as notifications/cancelled by the SDK)  ->  result mapping (see `results`)
+
+Progress notifications for the call and log notifications that arrive while it is the server's
+only call in flight become `ctx.progress(...)` snapshots. Over stdio, a log notification
+carries nothing that ties it to a request, so with several calls in flight it only reaches the
+daemon log: a log line of one session's call is never shown to another's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from bridges.manifest import ServerConfig
+from bridges.mcp.catalog import UpstreamTool
+from bridges.mcp.connection import Connection
+from bridges.mcp.redact import Redactor
+from bridges.mcp.results import rpc_failure, tool_error, tool_response, transport_failure
+from sidecar.errors import ErrorKind, ToolFailure
+from sidecar.permission import PermissionGate, PermissionRequest
+from sidecar.tool import CallContext
+
+RECONNECT_WAIT = 5.0
+"""How long a call waits for a (re)starting server before it fails `upstream`."""
+_LOG_TEXT_LIMIT = 2000
+
+
+class CallProgress:
+    """The progress snapshot of one call: the latest progress and the latest log line."""
+
+    __slots__ = ("_ctx", "_redact", "_snapshot")
+
+    def __init__(self, ctx: CallContext, server: str, tool: str, redact: Redactor) -> None:
+        self._ctx = ctx
+        self._redact = redact
+        self._snapshot: dict[str, Any] = {"server": server, "tool": tool}
+
+    async def on_progress(self, progress: float, total: float | None, message: str | None) -> None:
+        self._snapshot["progress"] = progress
+        if total is not None:
+            self._snapshot["total"] = total
+        if message is not None:
+            self._snapshot["message"] = self._redact(message)
+        self._ctx.progress(self._snapshot)
+
+    def on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        entry: dict[str, Any] = {"level": params.level, "message": log_text(params, self._redact)}
+        if params.logger:
+            entry["logger"] = params.logger
+        self._snapshot["log"] = entry
+        self._ctx.progress(self._snapshot)
+
+
+def log_text(params: types.LoggingMessageNotificationParams, redact: Redactor) -> str:
+    data = params.data
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, default=str)
+    text = redact(text)
+    return text if len(text) <= _LOG_TEXT_LIMIT else text[:_LOG_TEXT_LIMIT] + "..."
+
+
+class Caller:
+    """The call path of one server. The supervisor owns it and keeps it pointed at the current
+    connection; tool values hold it across reconnects."""
+
+    def __init__(
+        self,
+        server: str,
+        *,
+        permissions: PermissionGate | None,
+        current: Callable[[], tuple[ServerConfig, Connection | None]],
+        wait_ready: Callable[[float], Awaitable[Connection | None]],
+        not_connected: Callable[[], str],
+        failure_detail: Callable[[], str],
+        record_latency: Callable[[float], None],
+    ) -> None:
+        self.server = server
+        self.redact = Redactor()
+        self._permissions = permissions
+        self._current = current
+        self._wait_ready = wait_ready
+        self._not_connected = not_connected
+        self._failure_detail = failure_detail
+        self._record_latency = record_latency
+        self.inflight: list[CallProgress] = []
+
+    async def __call__(self, tool: UpstreamTool, arguments: Any, ctx: CallContext) -> Any:
+        config, _ = self._current()
+        if self._permissions is not None:
+            await self._permissions.ask(PermissionRequest(
+                session_id=ctx.session_id,
+                agent=ctx.agent,
+                message_id=ctx.message_id,
+                call_id=ctx.call_id,
+                action=ctx.tool_name,
+                metadata={"server": self.server, "tool": tool.name},
+                default=tool.permission_default,
+            ))
+        connection = await self._connection(tool.name, config)
+        progress = CallProgress(ctx, self.server, tool.name, self.redact)
+        self.inflight.append(progress)
+        started = time.perf_counter()
+        try:
+            result = await self._send(connection, tool.name, arguments, config, progress)
+        finally:
+            self.inflight.remove(progress)
+            self._record_latency((time.perf_counter() - started) * 1000)
+        if result.is_error:
+            raise self._redacted(tool_error(result, server=self.server, tool=tool.name))
+        return tool_response(result, has_output=tool.has_output)
+
+    def on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        if len(self.inflight) == 1:
+            self.inflight[0].on_log(params)
+
+    async def _connection(self, tool: str, config: ServerConfig) -> Connection:
+        _, connection = self._current()
+        if connection is not None and not connection.lost.is_set():
+            return connection
+        connection = await self._wait_ready(min(RECONNECT_WAIT, config.timeouts.call))
+        if connection is not None:
+            return connection
+        raise ToolFailure(
+            f"MCP server {self.server!r} is not connected ({self._not_connected()}); "
+            f"tool {tool!r} was not called",
+            {"server": self.server, "tool": tool},
+            kind=ErrorKind.UPSTREAM,
+        )
+
+    async def _send(
+        self,
+        connection: Connection,
+        tool: str,
+        arguments: Any,
+        config: ServerConfig,
+        progress: CallProgress,
+    ) -> types.CallToolResult:
+        timeout = config.timeouts.call
+        try:
+            return await connection.call(
+                tool, arguments, call_timeout=timeout, progress=progress.on_progress
+            )
+        except MCPError as exc:
+            failure = rpc_failure(
+                exc, server=self.server, tool=tool, timeout=timeout, detail=self._failure_detail()
+            )
+            if exc.code == types.CONNECTION_CLOSED and "max_result_bytes" not in failure.message:
+                # Over HTTP a dropped stream does not always end the transport: reconnect.
+                connection.lost.set()
+            raise self._redacted(failure) from None
+        except ValidationError as exc:
+            raise self._redacted(transport_failure(
+                ValueError(f"not a valid tools/call result: {exc.errors()[0]['msg']}"),
+                server=self.server,
+                tool=tool,
+            )) from None
+        except (httpx2.HTTPError, OSError, anyio.BrokenResourceError, anyio.ClosedResourceError,
+                RuntimeError) as exc:
+            connection.lost.set()
+            raise self._redacted(transport_failure(exc, server=self.server, tool=tool)) from None
+
+    def _redacted(self, failure: ToolFailure) -> ToolFailure:
+        message = self.redact(failure.message)
+        if message == failure.message:
+            return failure
+        return ToolFailure(message, failure.metadata, kind=failure.kind)

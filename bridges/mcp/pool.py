@@ -1,0 +1,139 @@
+"""`ServerPool`: every upstream MCP server of a Location, and nothing left behind.
+
+    async with ServerPool(manifest_servers, location.tools, permissions=gate,
+                          on_health=publish_health, on_tools_changed=publish_tools) as pool:
+        pool.health()                 # {key: ServerHealth}
+        await pool.update(new_servers)  # apply a manifest change
+
+Entering starts one supervisor task per server, concurrently, and returns once each server has
+settled its first attempt (ready, backoff, failed or disabled): twenty servers are ready in
+about the time of the slowest, and a server that fails never makes entering fail. Leaving
+stops every supervisor: connections closed, child processes stopped and reaped, registrations
+removed.
+
+Callbacks run on the event loop and must not block or raise (a raise is logged and ignored):
+`on_health(key, health)` on every change of a server's health except the latency of single
+calls (read it from `health()`); `on_tools_changed(key)` whenever a server's registration was
+made, replaced (re-list after a reconnect, a list_changed or a restart) or removed. The
+registry's own change listeners fire as well, so a frontend that follows the registry needs
+neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
+
+import anyio
+import anyio.abc
+
+from bridges.manifest import ServerConfig
+from bridges.mcp.backoff import DEFAULT_BACKOFF, Backoff
+from bridges.mcp.health import ServerHealth
+from bridges.mcp.supervisor import Supervisor
+from sidecar.permission import PermissionGate
+from sidecar.registry import Tools
+
+
+class ServerPool:
+    """Owns every upstream connection and child process; see the module docstring."""
+
+    def __init__(
+        self,
+        servers: Mapping[str, ServerConfig],
+        tools: Tools,
+        *,
+        permissions: PermissionGate | None = None,
+        on_health: Callable[[str, ServerHealth], None] | None = None,
+        on_tools_changed: Callable[[str], None] | None = None,
+        backoff: Backoff = DEFAULT_BACKOFF,
+    ) -> None:
+        self._initial = dict(servers)
+        self._tools = tools
+        self._permissions = permissions
+        self._on_health = on_health
+        self._on_tools_changed = on_tools_changed
+        self._backoff = backoff
+        self._supervisors: dict[str, Supervisor] = {}
+        self._task_group: anyio.abc.TaskGroup | None = None
+
+    async def __aenter__(self) -> ServerPool:
+        if self._task_group is not None:
+            raise RuntimeError("ServerPool is already running")
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self._task_group = task_group
+        try:
+            await self._settle([self._start(key, config) for key, config in self._initial.items()])
+        except BaseException:
+            await self._close()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # The body's own exception (if any) propagates unchanged once everything is stopped.
+        await self._close()
+
+    def health(self) -> dict[str, ServerHealth]:
+        """The current health of every server, by key."""
+        return {key: sup.health for key, sup in self._supervisors.items()}
+
+    async def update(self, servers: Mapping[str, ServerConfig]) -> None:
+        """Apply a new set of servers: new ones start, removed ones stop, changed ones restart
+        (keeping their place in the registry), unchanged ones are not touched. Returns once the
+        started and restarted servers have settled their first attempt."""
+        if self._task_group is None:
+            raise RuntimeError("ServerPool.update() needs a running pool (use `async with`)")
+        servers = dict(servers)
+        removed = [sup for key, sup in self._supervisors.items() if key not in servers]
+        for sup in removed:
+            del self._supervisors[sup.key]
+        async with anyio.create_task_group() as tg:
+            for sup in removed:
+                tg.start_soon(sup.stop)
+        touched: list[Supervisor] = []
+        for key, config in servers.items():
+            current = self._supervisors.get(key)
+            if current is None:
+                touched.append(self._start(key, config))
+            elif current.config != config:
+                current.reconfigure(config)
+                touched.append(current)
+        await self._settle(touched)
+
+    def _start(self, key: str, config: ServerConfig) -> Supervisor:
+        assert self._task_group is not None
+        sup = Supervisor(
+            key,
+            config,
+            tools=self._tools,
+            permissions=self._permissions,
+            backoff=self._backoff,
+            on_health=self._on_health,
+            on_tools_changed=self._on_tools_changed,
+        )
+        self._supervisors[key] = sup
+        self._task_group.start_soon(sup.run, name=f"mcp supervisor {key}")
+        return sup
+
+    @staticmethod
+    async def _settle(supervisors: Iterable[Supervisor]) -> None:
+        for sup in supervisors:
+            await sup.settled.wait()
+
+    async def _close(self) -> None:
+        task_group, self._task_group = self._task_group, None
+        if task_group is None:
+            return
+        supervisors = list(self._supervisors.values())
+        self._supervisors.clear()
+        for sup in supervisors:
+            sup.request_stop()
+        # Shielded: stopping must finish (children reaped) even when the caller is cancelled.
+        task_group.cancel_scope.shield = True
+        await task_group.__aexit__(None, None, None)

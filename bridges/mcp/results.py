@@ -1,0 +1,149 @@
+"""What an upstream call returns, in the core's terms.
+
+    CallToolResult                         -> ToolResponse
+      content (text/image/audio/resource/resource_link) -> our content items, same meaning
+      structuredContent                    -> output (when the tool has an output codec)
+      _meta                                -> metadata {"_meta": ...}
+      isError                              -> ToolFailure(the tool's text)          tool_failure
+    JSON-RPC error                         -> ToolFailure(kind=upstream)
+    connection lost / transport failure    -> ToolFailure(kind=upstream)
+    our call timeout                       -> ToolFailure(kind=timeout)
+
+Every message names the server and the tool. Text values are handed on as the same `str`
+objects the parser produced: a large result is never copied here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+
+from bridges.mcp.stdio import RESULT_TOO_LARGE
+from sidecar.content import (
+    AudioContent,
+    ContentItem,
+    ImageContent,
+    ResourceContent,
+    ResourceLink,
+    TextContent,
+)
+from sidecar.errors import ErrorKind, ToolFailure
+from sidecar.tool import ToolResponse
+
+NO_CONTENT = "(no content)"
+_PROTOCOL_META_PREFIX = "io.modelcontextprotocol/"
+
+
+def content_item(block: types.ContentBlock) -> ContentItem:
+    """One MCP content block as our content item (annotations on blocks are not kept)."""
+    if isinstance(block, types.TextContent):
+        return TextContent(block.text)
+    if isinstance(block, types.ImageContent):
+        return ImageContent(block.data, block.mime_type)
+    if isinstance(block, types.AudioContent):
+        return AudioContent(block.data, block.mime_type)
+    if isinstance(block, types.ResourceLink):
+        return ResourceLink(
+            uri=block.uri,
+            name=block.name,
+            description=block.description,
+            mime_type=block.mime_type,
+        )
+    resource = block.resource
+    if isinstance(resource, types.TextResourceContents):
+        return ResourceContent(uri=resource.uri, mime_type=resource.mime_type, text=resource.text)
+    return ResourceContent(uri=resource.uri, mime_type=resource.mime_type, blob=resource.blob)
+
+
+def tool_response(result: types.CallToolResult, *, has_output: bool) -> ToolResponse:
+    """A successful (`isError` false) result as a `ToolResponse`.
+
+    With an output codec, `structuredContent` is the output and empty content is derived from it
+    by the seam. Without one, content is all there is: empty content becomes the structured
+    content as JSON text, or "(no content)".
+    """
+    content: list[ContentItem] = [content_item(block) for block in result.content]
+    meta = vendor_meta(result.meta)
+    metadata = {"_meta": meta} if meta else None
+    if has_output:
+        return ToolResponse(output=result.structured_content, content=content or None,
+                            metadata=metadata)
+    if not content:
+        structured = result.structured_content
+        text = NO_CONTENT if structured is None else _json(structured)
+        content = [TextContent(text)]
+    return ToolResponse(content=content, metadata=metadata)
+
+
+def vendor_meta(meta: dict[str, Any] | None) -> dict[str, Any]:
+    """A result's `_meta` without the protocol's own keys (e.g. the 2026 serverInfo stamp)."""
+    return {k: v for k, v in (meta or {}).items() if not k.startswith(_PROTOCOL_META_PREFIX)}
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def tool_error(result: types.CallToolResult, *, server: str, tool: str) -> ToolFailure:
+    """An `isError` result: the tool's own words, for the model."""
+    text = "\n".join(b.text for b in result.content if isinstance(b, types.TextContent)).strip()
+    if not text and result.structured_content is not None:
+        text = _json(result.structured_content)
+    return ToolFailure(
+        text or f"tool {tool!r} of MCP server {server!r} reported an error without a message",
+        metadata={"server": server, "tool": tool},
+    )
+
+
+def rpc_failure(
+    exc: MCPError, *, server: str, tool: str, timeout: float, detail: str = ""
+) -> ToolFailure:
+    """A JSON-RPC level failure of a call."""
+    where = f"MCP server {server!r}, tool {tool!r}"
+    meta: dict[str, Any] = {"server": server, "tool": tool, "code": exc.code}
+    if exc.code == types.REQUEST_TIMEOUT:
+        return ToolFailure(
+            f"{where}: no result within {timeout:g} s (timeouts.call); the call was cancelled "
+            "upstream",
+            meta,
+            kind=ErrorKind.TIMEOUT,
+        )
+    if (
+        exc.code == RESULT_TOO_LARGE
+        or "max_result_bytes" in exc.message
+        or (exc.message.startswith("SSE stream failed") and "exceeded" in exc.message)
+    ):
+        return ToolFailure(
+            f"{where}: the result is larger than max_result_bytes and was not accepted; raise "
+            f"max_result_bytes for this server to accept it ({exc.message})",
+            meta,
+            kind=ErrorKind.UPSTREAM,
+        )
+    if exc.code == types.CONNECTION_CLOSED:
+        hint = f"; {detail}" if detail else ""
+        return ToolFailure(
+            f"{where}: the connection to the server was lost during the call ({exc.message})"
+            f"{hint}. The server is being restarted; retry the call later.",
+            meta,
+            kind=ErrorKind.UPSTREAM,
+        )
+    return ToolFailure(
+        f"{where}: the server answered with an error: {exc.message} (JSON-RPC code {exc.code})",
+        meta,
+        kind=ErrorKind.UPSTREAM,
+    )
+
+
+def transport_failure(exc: BaseException, *, server: str, tool: str) -> ToolFailure:
+    """The call could not complete for a reason below JSON-RPC (network, invalid result)."""
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if len(detail) > 300:
+        detail = detail[:300] + "..."
+    return ToolFailure(
+        f"MCP server {server!r}, tool {tool!r}: the call failed upstream: {detail}",
+        {"server": server, "tool": tool},
+        kind=ErrorKind.UPSTREAM,
+    )

@@ -1,0 +1,119 @@
+"""The legacy HTTP+SSE transport (`type = "sse"`), with a configurable event size.
+
+The SDK's `sse_client` caps one server-sent event at 1 MiB with no way to change it, so any
+result over 1 MiB kills the session. This is the same protocol (GET an event stream, wait for
+the `endpoint` event, POST each message there) with the cap taken from the server's
+`max_result_bytes`. An event over the cap still has to end the connection (the stream cannot
+be resynchronised), but the reason is recorded so the failed call can say so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from urllib.parse import urljoin, urlsplit
+
+import anyio
+import anyio.abc
+import httpx2
+import mcp_types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.client._transport import TransportStreams
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
+
+from bridges.mcp.transport_state import TransportState
+
+log = logging.getLogger("bridges.mcp")
+
+_SSE_HEADERS = {"Accept": "text/event-stream", "Cache-Control": "no-store"}
+
+
+@asynccontextmanager
+async def sse_transport(
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    connect_timeout: float,
+    read_timeout: float,
+    max_event_size: int,
+    state: TransportState,
+) -> AsyncIterator[TransportStreams]:
+    timeout = httpx2.Timeout(connect_timeout, read=read_timeout)
+    async with (
+        httpx2.AsyncClient(headers=dict(headers), timeout=timeout) as client,
+        client.stream("GET", url, headers=_SSE_HEADERS) as response,
+    ):
+        response.raise_for_status()
+        events = httpx2.EventSource(response, max_event_size=max_event_size)
+        read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+        async with read_writer, read_stream, write_stream, write_reader:
+            async with anyio.create_task_group() as tg:
+                endpoint = await tg.start(_read_events, url, events, read_writer, state)
+                tg.start_soon(_post_messages, client, endpoint, write_reader, read_writer)
+                try:
+                    yield read_stream, write_stream
+                finally:
+                    tg.cancel_scope.cancel()
+
+
+async def _read_events(
+    url: str,
+    events: httpx2.EventSource,
+    out: MemoryObjectSendStream[SessionMessage | Exception],
+    state: TransportState,
+    *,
+    task_status: anyio.abc.TaskStatus[str],
+) -> None:
+    started = False
+    try:
+        async for sse in events:
+            if sse.event == "endpoint" and not started:
+                endpoint = urljoin(url, sse.data)
+                if urlsplit(endpoint)[:2] != urlsplit(url)[:2]:
+                    raise ValueError(f"the server named an endpoint on another origin: {endpoint}")
+                started = True
+                task_status.started(endpoint)
+            elif sse.event == "message" and sse.data:
+                await out.send(_parse(sse.data))
+    except httpx2.SSEError as exc:
+        state.closing_reason = f"{exc} (max_result_bytes); raise max_result_bytes to accept it"
+        log.warning("SSE stream from %s ended: %s", urlsplit(url).netloc, state.closing_reason)
+    except (httpx2.HTTPError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+        state.closing_reason = f"the event stream failed: {type(exc).__name__}"
+    finally:
+        out.close()
+    if not started:
+        raise ConnectionError(
+            state.closing_reason or "the event stream ended before an endpoint event"
+        )
+
+
+def _parse(data: str) -> SessionMessage | Exception:
+    try:
+        if len(data) < 64 * 1024:
+            message = types.jsonrpc_message_adapter.validate_json(data, by_name=False)
+        else:  # see framing: json.loads keeps one copy of long strings fewer than pydantic's
+            message = types.jsonrpc_message_adapter.validate_python(json.loads(data), by_name=False)
+    except (ValidationError, ValueError) as exc:
+        return exc
+    return SessionMessage(message)
+
+
+async def _post_messages(
+    client: httpx2.AsyncClient,
+    endpoint: str,
+    messages: MemoryObjectReceiveStream[SessionMessage],
+    read_writer: MemoryObjectSendStream[SessionMessage | Exception],
+) -> None:
+    try:
+        async for message in messages:
+            body = message.message.model_dump(by_alias=True, mode="json", exclude_unset=True)
+            response = await client.post(endpoint, json=body)
+            response.raise_for_status()
+    except (httpx2.HTTPError, OSError) as exc:
+        log.warning("posting to %s failed: %s", urlsplit(endpoint).netloc, type(exc).__name__)
+        read_writer.close()  # the session sees the connection end

@@ -1,0 +1,290 @@
+"""The stdio transport: our own child process and pipes, fed to the SDK's session.
+
+We spawn the server ourselves instead of using `mcp.client.stdio.stdio_client`, for three
+reasons: the SDK's reader is quadratic in the line length (see `framing`), we want the child's
+stderr in our log and its last 64 KiB for error messages, and we want to own the shutdown.
+
+    stdout --LineFramer--> SessionMessage --memory stream--> ClientSession
+    stdin  <--JSON line--- SessionMessage <--memory stream-- ClientSession
+    stderr --StderrTail--> log lines (redacted) + last 64 KiB for health and errors
+
+The child runs in its own session and process group (`start_new_session`), gets only a safe
+subset of our environment plus its `env` (the SDK's policy), and is stopped in steps: close its
+stdin, then SIGTERM to the group, then SIGKILL to the group; members of the group that outlive
+the leader get the same treatment, so nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import anyio
+import mcp_types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.client._transport import TransportStreams
+from mcp.client.stdio import get_default_environment
+from mcp.shared.message import SessionMessage
+
+from bridges.mcp.framing import LineFramer, OversizedLine, drain_messages
+from bridges.mcp.redact import Redactor
+from bridges.mcp.transport_state import TransportState
+
+log = logging.getLogger("bridges.mcp.stdio")
+
+READ_CHUNK = 1 << 20
+STDERR_TAIL_BYTES = 64 * 1024
+_STDERR_LINE_LIMIT = 4096
+STDIN_CLOSE_GRACE = 2.0
+"""Seconds a server gets to exit by itself once its stdin is closed."""
+UNSTARTED_GRACE = 0.2
+"""The same for a server that never finished starting (it hangs or is failing anyway)."""
+TERM_GRACE = 2.0
+"""Seconds between SIGTERM and SIGKILL."""
+_POLL = 0.01
+
+RESULT_TOO_LARGE = -32099
+"""Our JSON-RPC error code for a message over `max_result_bytes` (server-error range)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StdioSpec:
+    command: str
+    args: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: str | None
+    max_message_bytes: int
+
+    def child_environment(self) -> dict[str, str]:
+        return get_default_environment() | dict(self.env)
+
+
+class StderrTail:
+    """Keeps the last `limit` bytes a child wrote to stderr and logs each line (redacted)."""
+
+    __slots__ = ("_buffer", "_limit", "_partial", "_redact", "_server")
+
+    def __init__(self, server: str, redact: Redactor, limit: int = STDERR_TAIL_BYTES) -> None:
+        self._server = server
+        self._redact = redact
+        self._limit = limit
+        self._buffer = bytearray()
+        self._partial = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        self._buffer += chunk
+        if len(self._buffer) > self._limit:
+            del self._buffer[: len(self._buffer) - self._limit]
+        self._partial += chunk
+        *lines, rest = self._partial.split(b"\n")
+        for line in lines:
+            self._log(line)
+        if len(rest) > _STDERR_LINE_LIMIT:
+            self._log(rest)
+            rest = bytearray()
+        self._partial = bytearray(rest)
+
+    def flush(self) -> None:
+        if self._partial:
+            self._log(self._partial)
+            self._partial = bytearray()
+
+    def _log(self, line: bytes | bytearray) -> None:
+        text = bytes(line[:_STDERR_LINE_LIMIT]).decode("utf-8", "replace").rstrip()
+        if text:
+            log.info("[%s] %s", self._server, self._redact(text))
+
+    def text(self) -> str:
+        """Everything kept (at most `limit` bytes), decoded and redacted."""
+        return self._redact(bytes(self._buffer).decode("utf-8", "replace"))
+
+    def last_lines(self, count: int = 5, max_chars: int = 600) -> str:
+        """The last few non-empty lines, for an error message; empty if there are none."""
+        lines = [line for line in self.text().splitlines() if line.strip()][-count:]
+        joined = " | ".join(line.strip() for line in lines)
+        return joined if len(joined) <= max_chars else "..." + joined[-max_chars:]
+
+
+@asynccontextmanager
+async def stdio_transport(
+    spec: StdioSpec,
+    *,
+    server: str,
+    stderr: StderrTail,
+    info: TransportState,
+    on_spawned: Callable[[], None] = lambda: None,
+) -> AsyncIterator[TransportStreams]:
+    """Spawn the server and yield the (read, write) streams the SDK session speaks.
+
+    Raises `OSError` when the command cannot be started. On exit (normal, error or
+    cancellation) the child is stopped and reaped before this returns.
+    """
+    proc = await asyncio.create_subprocess_exec(
+        spec.command,
+        *spec.args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=spec.child_environment(),
+        cwd=spec.cwd,
+        start_new_session=True,
+        limit=READ_CHUNK,
+    )
+    info.pid, info.returncode = proc.pid, None
+    on_spawned()
+    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_pump_stdout, proc, read_writer, spec.max_message_bytes, server, info)
+            tg.start_soon(_pump_stdin, proc, write_reader, read_writer)
+            tg.start_soon(_pump_stderr, proc, stderr)
+            try:
+                yield read_stream, write_stream
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await _stop(proc, STDIN_CLOSE_GRACE if info.ready else UNSTARTED_GRACE)
+                    info.returncode = proc.returncode
+                tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            if proc.returncode is None:  # the task group failed before the yield
+                await _stop(proc, UNSTARTED_GRACE)
+            info.returncode = proc.returncode
+            stderr.flush()
+            for stream in (read_writer, read_stream, write_stream, write_reader):
+                await stream.aclose()
+            _close_transport(proc)
+
+
+async def _pump_stdout(
+    proc: asyncio.subprocess.Process,
+    out: MemoryObjectSendStream[SessionMessage | Exception],
+    max_message_bytes: int,
+    server: str,
+    state: TransportState,
+) -> None:
+    assert proc.stdout is not None
+    framer = LineFramer(max_message_bytes)
+    try:
+        while chunk := await proc.stdout.read(READ_CHUNK):
+            framer.feed(chunk)
+            del chunk
+            for item in drain_messages(framer):
+                if isinstance(item, OversizedLine):
+                    reply = _too_large(item, max_message_bytes, server)
+                    if reply is None:  # unanswerable: end the connection so every waiter learns
+                        state.closing_reason = _too_large_message(item.size, max_message_bytes)
+                        return
+                    await out.send(reply)
+                elif isinstance(item, ValueError):
+                    log.warning("[%s] ignored a line on stdout: %s", server, item)
+                else:
+                    await out.send(item)
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError):
+        pass
+    finally:
+        await out.aclose()
+
+
+def _too_large_message(size: int, limit: int) -> str:
+    return (
+        f"the server sent a message of {size:,} bytes, over max_result_bytes "
+        f"({limit:,} bytes); raise max_result_bytes for this server to accept it"
+    )
+
+
+def _too_large(line: OversizedLine, limit: int, server: str) -> SessionMessage | None:
+    message = _too_large_message(line.size, limit)
+    request_id = line.request_id()
+    log.warning("[%s] %s (request id %r)", server, message, request_id)
+    if request_id is None:
+        return None
+    error = types.ErrorData(code=RESULT_TOO_LARGE, message=message)
+    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+
+
+async def _pump_stdin(
+    proc: asyncio.subprocess.Process,
+    messages: MemoryObjectReceiveStream[SessionMessage],
+    read_writer: MemoryObjectSendStream[SessionMessage | Exception],
+) -> None:
+    assert proc.stdin is not None
+    try:
+        async with messages:
+            async for message in messages:
+                data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                proc.stdin.write(data.encode() + b"\n")
+                await proc.stdin.drain()
+    except (OSError, anyio.ClosedResourceError, anyio.BrokenResourceError):
+        # The child is gone or stopped reading: end the session's view of the connection
+        # instead of letting a request wait forever.
+        await read_writer.aclose()
+
+
+async def _pump_stderr(proc: asyncio.subprocess.Process, tail: StderrTail) -> None:
+    assert proc.stderr is not None
+    with contextlib.suppress(OSError):
+        while chunk := await proc.stderr.read(65536):
+            tail.feed(chunk)
+
+
+async def _stop(proc: asyncio.subprocess.Process, grace: float) -> None:
+    """Close stdin, wait `grace`, SIGTERM the group, wait, SIGKILL it; then sweep survivors."""
+    if proc.stdin is not None:
+        with contextlib.suppress(OSError, RuntimeError):
+            proc.stdin.close()
+    pgid = proc.pid  # start_new_session: the child leads its own group
+    if not await _exited(proc, grace):
+        _signal_group(pgid, signal.SIGTERM)
+        if not await _exited(proc, TERM_GRACE):
+            _signal_group(pgid, signal.SIGKILL)
+            await _exited(proc, TERM_GRACE)
+    # A live group keeps its id from being reused, so signalling it here is safe.
+    if _group_alive(pgid):
+        _signal_group(pgid, signal.SIGTERM)
+        for _ in range(int(TERM_GRACE / _POLL)):
+            if not _group_alive(pgid):
+                return
+            await anyio.sleep(_POLL)
+        _signal_group(pgid, signal.SIGKILL)
+
+
+async def _exited(proc: asyncio.subprocess.Process, within: float) -> bool:
+    # Polling, not proc.wait(): wait() also waits for pipe EOF, which a grandchild that
+    # inherited the pipes can hold open after the server itself exited.
+    deadline = anyio.current_time() + within
+    while proc.returncode is None:
+        if anyio.current_time() >= deadline:
+            return False
+        await anyio.sleep(_POLL)
+    return True
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _close_transport(proc: asyncio.subprocess.Process) -> None:
+    # asyncio warns at garbage collection about a subprocess transport nobody closed, and
+    # there is no public way to reach it.
+    transport = getattr(proc, "_transport", None)
+    close = getattr(transport, "close", None)
+    if callable(close):
+        with contextlib.suppress(Exception):
+            close()

@@ -1,0 +1,446 @@
+"""One supervisor per server: connect, list, register, watch, reconnect.
+
+    ┌───────────────────────── run() ─────────────────────────┐
+    │ disabled? -> state disabled, wait for a new config       │
+    │ attempt:  starting  (spawn/connect, handshake, tools/list│
+    │                      all within timeouts.startup)        │
+    │           ready     (tools registered; re-list on        │
+    │                      list_changed, debounced; wait until │
+    │                      the connection is lost)             │
+    │ failure:  backoff   (capped exponential + jitter; reset  │
+    │                      after sustained uptime), or failed  │
+    │                      when retrying cannot help           │
+    └──────────────── loop until stopped ─────────────────────┘
+
+The server's tools live in one registration scope for the supervisor's whole life: the first
+listing registers it, every later listing (after a reconnect, a list_changed, a configuration
+change) replaces it in place, so its precedence among registrations never changes. Stopping the
+supervisor closes the scope. While the server is down its tools stay registered and calls fail
+`upstream` with the reason.
+
+Nothing here raises into the pool: a failing server only changes its own health.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.client.session import IncomingMessage
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
+from mcp.shared.exceptions import MCPError
+
+from bridges.manifest import ServerConfig
+from bridges.mcp.backoff import Backoff
+from bridges.mcp.calls import Caller, log_text
+from bridges.mcp.catalog import build_catalog
+from bridges.mcp.connection import (
+    ConfigProblem,
+    Connection,
+    Era,
+    configured_mode,
+    open_connection,
+)
+from bridges.mcp.health import ServerHealth
+from bridges.mcp.redact import Redactor
+from bridges.mcp.stdio import StderrTail
+from bridges.mcp.transport_state import TransportState
+from sidecar.errors import RegistrationError
+from sidecar.permission import PermissionGate
+from sidecar.registry import Scope, Tools
+
+log = logging.getLogger("bridges.mcp")
+
+RELIST_DEBOUNCE = 0.1
+LISTEN_RETRY = 1.0
+_LOG_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "notice": logging.INFO,
+    "warning": logging.WARNING,
+}
+
+HealthListener = Callable[[str, ServerHealth], None]
+ToolsListener = Callable[[str], None]
+
+
+class _Permanent(Exception):
+    """An attempt failed in a way that retrying cannot fix."""
+
+
+class Supervisor:
+    def __init__(
+        self,
+        key: str,
+        config: ServerConfig,
+        *,
+        tools: Tools,
+        permissions: PermissionGate | None,
+        backoff: Backoff,
+        on_health: HealthListener | None,
+        on_tools_changed: ToolsListener | None,
+    ) -> None:
+        self.key = key
+        self.config = config
+        self._tools = tools
+        self._backoff = backoff
+        self._on_health = on_health
+        self._on_tools_changed = on_tools_changed
+        self._redact = Redactor.for_server(config.env, config.headers, config.url)
+        self._stderr = StderrTail(key, self._redact)
+        self._transport = TransportState()
+        self._scope: Scope | None = None
+        self._connection: Connection | None = None
+        self._state_changed = anyio.Event()
+        self._era: Era | None = None
+        self._failures = 0
+        self._attempts = 0
+        self._relist = anyio.Event()
+        self._wake = anyio.Event()
+        self._restart = False
+        self._stopped = False
+        self._run_scope: anyio.CancelScope | None = None
+        self._attempt_scope: anyio.CancelScope | None = None
+        self.settled = anyio.Event()
+        self.done = anyio.Event()
+        self.health = ServerHealth(server=key, state="starting", transport=config.transport,
+                                   since=time.time())
+        self.caller = Caller(
+            key,
+            permissions=permissions,
+            current=lambda: (self.config, self._connection),
+            wait_ready=self._wait_ready,
+            not_connected=self._not_connected,
+            failure_detail=self._failure_detail,
+            record_latency=self._record_latency,
+        )
+        self.caller.redact = self._redact
+
+    # --- control (called by the pool) ---------------------------------------------------
+
+    def reconfigure(self, config: ServerConfig) -> None:
+        """Restart with a new configuration; the registration scope is kept."""
+        self.config = config
+        self._redact = Redactor.for_server(config.env, config.headers, config.url)
+        self._stderr = StderrTail(self.key, self._redact)
+        self.caller.redact = self._redact
+        self._era = None
+        self._failures = 0
+        self._restart = True
+        self.settled = anyio.Event()
+        if self._attempt_scope is not None:
+            self._attempt_scope.cancel()
+        self._wake.set()
+
+    def request_stop(self) -> None:
+        """Stop without waiting: the connection closes and the child is reaped in `run`."""
+        self._stopped = True
+        if self._run_scope is not None:
+            self._run_scope.cancel()
+        self._wake.set()
+
+    async def stop(self) -> None:
+        self.request_stop()
+        await self.done.wait()
+
+    # --- the supervisor task -------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            with anyio.CancelScope() as scope:
+                self._run_scope = scope
+                if not self._stopped:
+                    await self._loop()
+        finally:
+            if self._scope is not None:
+                self._scope.close()
+                self._scope = None
+                self._tools_changed()
+            self.settled.set()
+            self.done.set()
+
+    async def _loop(self) -> None:
+        while True:
+            self._restart = False
+            config = self.config
+            if config.disabled:
+                self._unregister()
+                self._set(state="disabled", last_error=None, retry_at=None, pid=None)
+                await self._idle()
+                continue
+            try:
+                delay = await self._attempt(config)
+            except _Permanent as exc:
+                self._set(state="failed", last_error=self._redact(str(exc)), retry_at=None,
+                          pid=None)
+                await self._idle()
+                continue
+            except Exception as exc:  # a defect: report it, keep supervising
+                log.exception("[%s] supervisor error", self.key)
+                self._failures += 1
+                self._set(last_error=self._redact(f"internal error: {exc!r}"))
+                delay = self._backoff.delay(self._failures)
+            if self._restart:
+                continue
+            self._set(state="backoff", retry_at=time.time() + delay, pid=None)
+            self.settled.set()
+            with anyio.move_on_after(delay):
+                await self._idle()
+
+    async def _idle(self) -> None:
+        """Wait until reconfigured (or, under move_on_after, until the backoff is over)."""
+        self.settled.set()
+        self._wake = anyio.Event()
+        await self._wake.wait()
+
+    async def _attempt(self, config: ServerConfig) -> float:
+        """Connect and serve until the connection ends; return the backoff delay to wait."""
+        try:
+            mode = configured_mode(config)
+        except ConfigProblem as exc:
+            raise _Permanent(str(exc)) from None
+        era = self._era or Era(mode)
+        if self._attempts:
+            self._set(restarts=self.health.restarts + 1)
+        self._attempts += 1
+        self._set(state="starting", retry_at=None)
+        self._transport.reset()
+        connected_at: float | None = None
+        error = ""
+        try:
+            with anyio.CancelScope(deadline=anyio.current_time() + config.timeouts.startup) as s:
+                self._attempt_scope = s
+                async with open_connection(
+                    self.key,
+                    config,
+                    era=era,
+                    on_message=self._on_message,
+                    on_log=self._on_log,
+                    stderr=self._stderr,
+                    state=self._transport,
+                ) as connection:
+                    self._set(pid=self._transport.pid)
+                    await self._list_and_register(connection)
+                    s.deadline = math.inf
+                    self._transport.ready = True
+                    connected_at = anyio.current_time()
+                    await self._serve(connection)
+                error = self._ended("the connection was closed")
+            if s.cancelled_caught and not self._restart:
+                error = self._ended(
+                    f"did not start within {config.timeouts.startup:g} s (timeouts.startup)"
+                )
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+            where = f" in {config.cwd!r}" if config.cwd else ""
+            raise _Permanent(
+                f"cannot start {config.command!r}{where}: {exc.strerror or exc}"
+            ) from None
+        except Exception as exc:
+            error = self._ended(describe(exc))
+        finally:
+            self._attempt_scope = None
+            self._connection = None
+        if connected_at is None:
+            self._era = None  # a remembered era may be what failed: probe afresh next time
+        if self._restart:  # a new configuration: start over, no failure to count
+            return 0.0
+        up_for = anyio.current_time() - connected_at if connected_at is not None else 0.0
+        self._failures = 1 if up_for >= self._backoff.reset_after else self._failures + 1
+        log.warning("[%s] %s", self.key, error)
+        self._set(last_error=error)
+        return self._backoff.delay(self._failures)
+
+    async def _serve(self, connection: Connection) -> None:
+        self._connection = connection
+        self._era = connection.era()
+        self._set(state="ready", protocol_version=connection.protocol_version, last_error=None)
+        self.settled.set()
+        log.info("[%s] ready (%s, %d tools)", self.key, connection.protocol_version,
+                 self.health.tool_count)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._relist_loop, connection)
+            if connection.modern:
+                tg.start_soon(self._listen_loop, connection)
+            await connection.lost.wait()
+            tg.cancel_scope.cancel()
+
+    def _failure_detail(self) -> str:
+        parts = []
+        if self._transport.closing_reason:
+            parts.append(self._transport.closing_reason)
+        stderr = self._stderr.last_lines()
+        if stderr:
+            parts.append(f"its last stderr: {stderr}")
+        return "; ".join(parts)
+
+    def _ended(self, what: str) -> str:
+        parts = [what]
+        if self._transport.closing_reason:
+            parts.append(self._transport.closing_reason)
+        if self._transport.returncode is not None:
+            parts.append(f"the server process exited with code {self._transport.returncode}")
+        stderr = self._stderr.last_lines()
+        if stderr:
+            parts.append(f"last stderr: {stderr}")
+        return self._redact("; ".join(parts))
+
+    # --- tools ---------------------------------------------------------------------------
+
+    async def _list_and_register(self, connection: Connection) -> None:
+        listing, warning = await connection.list_tools()
+        catalog = build_catalog(self.key, self.config, listing, self.caller)
+        for skipped in catalog.skipped:
+            log.warning("[%s] tool %r left out: %s", self.key, skipped.name, skipped.reason)
+        if warning:
+            log.warning("[%s] %s", self.key, warning)
+        namespace = self.config.effective_namespace(self.key)
+        try:
+            if self._scope is None:
+                self._scope = self._tools.register(
+                    catalog.tools, namespace=namespace, label=f"mcp:{self.key}"
+                )
+            else:
+                self._scope.replace(catalog.tools, namespace=namespace)
+        except RegistrationError as exc:
+            log.error("[%s] registering its tools failed: %s", self.key, exc)
+            self._set(last_error=self._redact(f"registering its tools failed: {exc}"))
+            return
+        self._set(tool_count=len(catalog.tools), skipped=catalog.skipped,
+                  filtered=catalog.filtered)
+        self._tools_changed()
+
+    def _unregister(self) -> None:
+        if self._scope is not None:
+            self._scope.close()
+            self._scope = None
+            self._set(tool_count=0, skipped=(), filtered=0)
+            self._tools_changed()
+
+    async def _relist_loop(self, connection: Connection) -> None:
+        while True:
+            await self._relist.wait()
+            await anyio.sleep(RELIST_DEBOUNCE)
+            self._relist = anyio.Event()  # changes announced from here on list again
+            try:
+                with anyio.fail_after(self.config.timeouts.startup):
+                    await self._list_and_register(connection)
+            except Exception as exc:  # a bad listing must not end the connection
+                log.warning("[%s] re-listing tools failed: %s", self.key,
+                            self._redact(describe(exc)))
+                if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED:
+                    connection.lost.set()
+
+    async def _listen_loop(self, connection: Connection) -> None:
+        """2026-07-28: list_changed only arrives while a `subscriptions/listen` is open."""
+        first = True
+        while not connection.lost.is_set():
+            try:
+                async with connection.client.listen(tools_list_changed=True) as subscription:
+                    if not first:
+                        self._relist.set()  # no replay: whatever changed meanwhile is missed
+                    first = False
+                    async for _event in subscription:
+                        self._relist.set()
+                return
+            except ListenNotSupportedError:
+                return
+            except MCPError as exc:
+                if exc.code != types.CONNECTION_CLOSED:
+                    log.info("[%s] subscriptions/listen refused: %s", self.key, exc.message)
+                return
+            except SubscriptionLost:
+                await anyio.sleep(LISTEN_RETRY)
+
+    async def _on_message(self, message: IncomingMessage) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self._relist.set()
+        elif isinstance(message, Exception):
+            log.debug("[%s] transport reported: %s", self.key, self._redact(describe(message)))
+
+    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        level = _LOG_LEVELS.get(params.level, logging.ERROR)
+        log.log(level, "[%s] log: %s", self.key, log_text(params, self._redact))
+        self.caller.on_log(params)
+
+    # --- calls ---------------------------------------------------------------------------
+
+    async def _wait_ready(self, patience: float) -> Connection | None:
+        """The live connection, waiting up to `patience` seconds for the server's next
+        connection attempt to succeed; None once that attempt failed (or none is due)."""
+        deadline = anyio.current_time() + patience
+        saw_attempt = False
+        while True:
+            connection = self._connection
+            if connection is not None and not connection.lost.is_set():
+                return connection
+            health = self.health
+            remaining = deadline - anyio.current_time()
+            if health.state == "starting":
+                saw_attempt = True
+            elif health.state == "backoff":
+                if saw_attempt:
+                    return None  # the attempt we waited for failed
+                if health.retry_at is not None and health.retry_at - time.time() > remaining:
+                    return None
+            elif health.state != "ready":  # failed, disabled
+                return None
+            if remaining <= 0:
+                return None
+            changed = self._state_changed
+            with anyio.move_on_after(remaining):
+                await changed.wait()
+
+    def _not_connected(self) -> str:
+        health = self.health
+        return health.state + (f": {health.last_error}" if health.last_error else "")
+
+    # --- health --------------------------------------------------------------------------
+
+    def _record_latency(self, ms: float) -> None:
+        # Kept in the snapshot without an on_health event: one per call would flood listeners.
+        self.health = dataclasses.replace(self.health, last_call_latency_ms=round(ms, 3))
+
+    def _set(self, **changes: Any) -> None:
+        health = self.health
+        state_changed = "state" in changes and changes["state"] != health.state
+        if state_changed:
+            changes["since"] = time.time()
+        updated = dataclasses.replace(health, **changes)
+        if updated == health:
+            return
+        self.health = updated
+        if state_changed:
+            self._state_changed.set()
+            self._state_changed = anyio.Event()
+        if self._on_health is not None:
+            try:
+                self._on_health(self.key, updated)
+            except Exception:
+                log.exception("[%s] on_health callback raised", self.key)
+
+    def _tools_changed(self) -> None:
+        if self._on_tools_changed is not None:
+            try:
+                self._on_tools_changed(self.key)
+            except Exception:
+                log.exception("[%s] on_tools_changed callback raised", self.key)
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line description of an exception (the first leaf of an exception group)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, MCPError):
+        return f"{exc.message} (JSON-RPC code {exc.code})"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{type(exc).__name__}: {exc.strerror}"
+    text = str(exc).strip().splitlines()
+    detail = text[0] if text else ""
+    detail = detail if len(detail) <= 300 else detail[:300] + "..."
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__

@@ -1,0 +1,164 @@
+"""Where CLI commands run: an embedded Location, or a running daemon over `/v1`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from contextlib import AsyncExitStack
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
+
+import httpx
+
+from sidecar.daemon import Location
+from sidecar.events import CallProgress
+from sidecar.tool import ToolContext
+
+
+class Unreachable(Exception):
+    """The configured daemon does not answer."""
+
+
+class Refused(Exception):
+    """The daemon answered the request with an error (4xx/5xx)."""
+
+
+def find_daemon(state_dir: str) -> str | None:
+    """The URL of a `sidecar serve` running on this state directory, if its pid is alive."""
+    try:
+        info = json.loads((Path(state_dir) / "daemon.json").read_text())
+        os.kill(int(info["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    url = info.get("url")
+    return url if isinstance(url, str) else None
+
+
+def _show_progress(snapshot: dict[str, Any]) -> None:
+    print(f"\r\033[2K… {json.dumps(snapshot, ensure_ascii=False)[:200]}", end="",
+          file=sys.stderr, flush=True)
+
+
+class Backend(Protocol):
+    async def __aenter__(self) -> Backend: ...
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+    async def tools(self, fmt: str | None) -> list[dict[str, Any]]: ...
+
+    async def call(
+        self, name: str, raw_input: str, context: dict[str, str], *, show_progress: bool
+    ) -> dict[str, Any]: ...
+
+    async def health(self) -> dict[str, Any]: ...
+
+
+class EmbeddedBackend:
+    def __init__(self, state_dir: str, manifests: list[str]) -> None:
+        self._state_dir = state_dir
+        self._manifests = manifests
+        self._stack = AsyncExitStack()
+        self.location: Location | None = None
+
+    async def __aenter__(self) -> EmbeddedBackend:
+        self.location = await self._stack.enter_async_context(
+            Location.open(".", state_dir=self._state_dir, manifests=self._manifests)
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+    def _loc(self) -> Location:
+        assert self.location is not None
+        return self.location
+
+    async def tools(self, fmt: str | None) -> list[dict[str, Any]]:
+        definitions = self._loc().snapshot(hide_denied=False).definitions
+        if fmt is None:
+            return [d.to_json() for d in definitions]
+        from sidecar.serve.replay import definitions_for, parse_format
+
+        return list(definitions_for(parse_format(fmt), definitions))
+
+    async def call(
+        self, name: str, raw_input: str, context: dict[str, str], *, show_progress: bool
+    ) -> dict[str, Any]:
+        location = self._loc()
+        snapshot = location.snapshot(session_id=context["session_id"])
+        ctx = ToolContext(**context)
+        if not show_progress:
+            return (await snapshot.execute(name, raw_input, ctx)).to_json()
+        async with location.events.subscribe() as sub:
+            call = asyncio.create_task(snapshot.execute(name, raw_input, ctx))
+            while not call.done():
+                waiter = asyncio.create_task(sub.next())
+                await asyncio.wait([call, waiter], return_when=asyncio.FIRST_COMPLETED)
+                if waiter.done():
+                    event = waiter.result()
+                    if isinstance(event, CallProgress) and event.call_id == ctx.call_id:
+                        _show_progress(event.snapshot)
+                else:
+                    waiter.cancel()
+            print("\r\033[2K", end="", file=sys.stderr)
+            return (await call).to_json()
+
+    async def health(self) -> dict[str, Any]:
+        return await self._loc().health()
+
+
+class RemoteBackend:
+    def __init__(self, url: str, state_dir: str) -> None:
+        token = os.environ.get("SIDECAR_TOKEN")
+        if not token:
+            try:
+                token = (Path(state_dir) / "token").read_text().strip()
+            except OSError:
+                token = None
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        self._client = httpx.AsyncClient(base_url=url, headers=headers, timeout=None)
+        self._url = url
+
+    async def __aenter__(self) -> RemoteBackend:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._client.aclose()
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = await self._client.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise Unreachable(f"the daemon at {self._url} is unreachable: {exc}") from None
+        if response.status_code >= 400:
+            try:
+                error = response.json()["error"]
+                message = f"{error['code']}: {error['message']}"
+            except (ValueError, KeyError, TypeError):
+                message = response.text[:500]
+            raise Refused(f"the daemon at {self._url} answered {response.status_code}: {message}")
+        return response.json()
+
+    async def tools(self, fmt: str | None) -> list[dict[str, Any]]:
+        body = await self._request("GET", "/v1/tools", params={"format": fmt or "mcp"})
+        return list(body["tools"])
+
+    async def call(
+        self, name: str, raw_input: str, context: dict[str, str], *, show_progress: bool
+    ) -> dict[str, Any]:
+        snapshot = await self._request(
+            "POST", "/v1/snapshots", json={"session_id": context["session_id"]}
+        )
+        body = {"name": name, "input": json.loads(raw_input), "context": context}
+        path = f"/v1/snapshots/{snapshot['id']}/calls"
+        result: dict[str, Any] = await self._request("POST", path, json=body)
+        return result
+
+    async def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("GET", "/v1/health")
+        return result

@@ -1,0 +1,223 @@
+"""What a Location's manifests declare, applied as one: MCP servers (a `ServerPool`),
+manifest tools, permission rules, plugins and bounds; and live reload.
+
+Part of the composition root (it imports bridges; the core does not).
+
+At open, every valid entry loads and each invalid one is reported (log, health). On a reload
+(a file changed, or `reload()`), everything is parsed and validated first; if anything is
+invalid the last good configuration keeps running and the problems are reported (log,
+`GET /v1/health` `reload_problems`, a `manifests.reloaded` event with `ok: false`). A valid
+reload applies only the difference: new servers start, removed ones stop, changed ones
+restart, unchanged ones are not touched; manifest tools are replaced in place (precedence
+kept); plugins are synced; rules and bounds are swapped. Calls already running keep the tool
+they captured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import watchfiles
+
+from bridges.manifest import (
+    MANIFEST_SUFFIXES,
+    ManifestProblem,
+    ManifestSet,
+    load_manifests,
+)
+from bridges.manifest import manifest_files as manifest_files_of
+from bridges.manifest_tools import ManifestTools, manifest_tool_validator
+from bridges.mcp import ServerPool
+from sidecar.errors import RegistrationError
+from sidecar.events import ManifestsReloaded, ServerHealthChanged
+from sidecar.permission import PermissionRule
+from sidecar.plugins import entry_point_refs
+from sidecar.tool import Bounds
+
+if TYPE_CHECKING:
+    from sidecar.daemon import Location
+
+log = logging.getLogger("sidecar.manifests")
+
+
+def location_bounds(loaded: ManifestSet, base: Bounds) -> Bounds:
+    configured = loaded.bounds
+    if configured.max_bytes is None and configured.max_lines is None:
+        return base
+    return Bounds(configured.max_bytes, configured.max_lines).over(base)
+
+
+def _report(problems: Sequence[ManifestProblem]) -> list[dict[str, Any]]:
+    return [
+        {"file": p.file, "path": p.path, "message": p.message, "hint": p.hint,
+         "severity": p.severity}
+        for p in problems
+    ]
+
+
+class ManifestSources:
+    def __init__(
+        self,
+        location: Location,
+        entries: Sequence[str | os.PathLike[str]],
+        *,
+        base_bounds: Bounds,
+        plugins: Sequence[str] = (),
+        entry_point_plugins: bool = True,
+    ) -> None:
+        self._location = location
+        self._entries = [Path(e) for e in entries]
+        self._base_bounds = base_bounds
+        self._plugins = list(plugins)
+        self._entry_point_plugins = entry_point_plugins
+        self.pool: ServerPool | None = None
+        self.manifest_tools: ManifestTools | None = None
+        self.reload_problems: list[ManifestProblem] = []
+        self._lock = asyncio.Lock()
+        self._fingerprint: tuple[tuple[str, int, int], ...] = ()
+
+    def _fingerprint_now(self) -> tuple[tuple[str, int, int], ...]:
+        """(path, mtime_ns, size) of every manifest file: what a reload would read."""
+        found: list[tuple[str, int, int]] = []
+        for path in manifest_files_of(self._entries):
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            found.append((str(path), st.st_mtime_ns, st.st_size))
+        return tuple(found)
+
+    async def load(self) -> ManifestSet:
+        validator = manifest_tool_validator(self._location.root)
+
+        def read() -> tuple[ManifestSet, tuple[tuple[str, int, int], ...]]:
+            fingerprint = self._fingerprint_now()  # before reading: a later change is seen
+            return load_manifests(self._entries, tool_validator=validator), fingerprint
+
+        loaded, self._fingerprint = await asyncio.to_thread(read)
+        return loaded
+
+    async def __aenter__(self) -> ManifestSources:
+        location = self._location
+        loaded = await self.load()
+        for problem in loaded.problems:
+            level = logging.ERROR if problem.severity == "error" else logging.INFO
+            log.log(level, "manifest: %s", problem)
+        self.manifest_tools = ManifestTools(
+            location.tools, location.seam.store, location.root, location.permissions,
+            store_namespace=location.name,
+        )
+        try:
+            await self._apply_tools(loaded)
+        except RegistrationError as exc:  # invalid manifest tools never stop the daemon
+            loaded.problems.append(ManifestProblem("(manifest tools)", "$.tools", str(exc)))
+            log.error("manifest tools: %s", exc)
+        self._apply_policy(loaded)
+        await self._sync_plugins(loaded)
+        events = location.events
+        self.pool = ServerPool(
+            self._servers(loaded), location.tools, permissions=location.permissions,
+            on_health=lambda key, health: events.publish(
+                ServerHealthChanged(key, health.to_json())
+            ),
+        )
+        await self.pool.__aenter__()
+        location.manifests = loaded
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if self.pool is not None:
+                await self.pool.__aexit__(t, e, tb)
+        finally:
+            if self.manifest_tools is not None:
+                await self.manifest_tools.aclose()
+
+    @staticmethod
+    def _servers(loaded: ManifestSet) -> dict[str, Any]:
+        return {key: sourced.value for key, sourced in loaded.servers.items()}
+
+    async def _apply_tools(self, loaded: ManifestSet) -> None:
+        assert self.manifest_tools is not None
+        await self.manifest_tools.apply(loaded.tools)
+
+    def _apply_policy(self, loaded: ManifestSet) -> None:
+        location = self._location
+        location.permissions.set_location_rules(
+            PermissionRule(r.action, r.decision, r.resource) for r in loaded.rules
+        )
+        if loaded.ask_timeout is not None:
+            location.permissions.ask_timeout = loaded.ask_timeout
+        location.seam.bounds = location_bounds(loaded, self._base_bounds)
+
+    async def _sync_plugins(self, loaded: ManifestSet) -> None:
+        refs = [*self._plugins, *(p.value for p in loaded.plugins)]
+        if self._entry_point_plugins:
+            refs.extend(await asyncio.to_thread(entry_point_refs))
+        await self._location.plugins.sync(refs)
+
+    async def reload(self) -> bool:
+        """Re-read the manifests; apply them when all are valid. True when applied."""
+        async with self._lock:
+            loaded = await self.load()
+            problems = loaded.errors
+            if not problems:
+                try:
+                    await self._apply_tools(loaded)
+                except RegistrationError as exc:
+                    problems = [ManifestProblem("(manifest tools)", "$.tools", str(exc))]
+            if problems:
+                for problem in problems:
+                    log.error("manifest reload rejected, keeping the last good one: %s", problem)
+                self.reload_problems = list(problems)
+                self._location.events.publish(ManifestsReloaded(False, _report(problems)))
+                return False
+            assert self.pool is not None
+            await self.pool.update(self._servers(loaded))
+            self._apply_policy(loaded)
+            await self._sync_plugins(loaded)
+            self._location.manifests = loaded
+            self.reload_problems = []
+            self._location.events.publish(ManifestsReloaded(True, _report(loaded.problems)))
+            log.info("manifests reloaded: %d server(s), %d tool(s)", len(loaded.servers),
+                     len(loaded.tools))
+            return True
+
+    def _watch_targets(self) -> tuple[list[Path], set[Path], set[Path]]:
+        """(directories to watch, manifest directories, manifest files), resolved."""
+        manifest_dirs = {e.resolve() for e in self._entries if e.is_dir()}
+        manifest_files = {e.resolve() for e in self._entries if not e.is_dir()}
+        watched = manifest_dirs | {f.parent for f in manifest_files if f.parent.is_dir()}
+        return sorted(watched), manifest_dirs, manifest_files
+
+    async def watch(self, *, debounce_ms: int = 200, check_every_ms: int = 500) -> None:
+        """Reload on every change to a manifest file, until cancelled.
+
+        File events come from `watchfiles`; besides, every `check_every_ms` the manifest files'
+        (path, mtime, size) are compared with what the last load read, which catches a change
+        made before the watch was in place and events a filesystem does not deliver.
+        """
+        watched, manifest_dirs, manifest_files = await asyncio.to_thread(self._watch_targets)
+        if not watched:
+            return
+
+        def relevant(change: watchfiles.Change, path: str) -> bool:
+            p = Path(path)
+            return p in manifest_files or (
+                p.suffix in MANIFEST_SUFFIXES and p.parent in manifest_dirs
+            )
+
+        async for changes in watchfiles.awatch(
+            *watched, watch_filter=relevant, debounce=debounce_ms, recursive=False,
+            rust_timeout=check_every_ms, yield_on_timeout=True,
+        ):
+            if changes or await asyncio.to_thread(self._fingerprint_now) != self._fingerprint:
+                await self.reload()

@@ -1,0 +1,1 @@
+"""Frontends: the MCP facade, the native HTTP API, the CLI, and provider replay."""

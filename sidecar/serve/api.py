@@ -1,0 +1,431 @@
+"""The native HTTP API (`/v1`) for agents that run their own model loop.
+
+Every error is JSON with a stable code: `{"error": {"code", "message", "field"?}}`. Bodies are
+size-limited (413 `body_too_large`); malformed JSON is 400 `malformed_json`; wrong types,
+missing and unknown fields are 422 `invalid_body` naming the field. No input reaches a 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from managed_store import InvalidRef, ManagedNotFound
+from sidecar.outcome import Outcome
+from sidecar.permission_service import UnknownAsk
+from sidecar.serve.event_log import EventLog
+from sidecar.serve.metrics import CONTENT_TYPE, Metrics
+from sidecar.serve.replay import (
+    FORMATS,
+    Format,
+    UnknownFormat,
+    definitions_for,
+    input_from_strict,
+    parse_format,
+    result_for,
+)
+from sidecar.snapshot import SnapshotExpired
+from sidecar.tool import ToolContext
+
+if TYPE_CHECKING:
+    from sidecar.daemon import Location
+
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+_FINISHED_KEEP = 1024
+_FINISHED_TTL = 600.0
+
+Id = Annotated[str, Field(min_length=1, max_length=512)]
+M = TypeVar("M", bound=BaseModel)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.field = status, code, message, field
+
+    def response(self) -> JSONResponse:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            error["field"] = self.field
+        return JSONResponse({"error": error}, status_code=self.status)
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SnapshotBody(_Body):
+    session_id: Id
+    allow: list[str] | None = None
+    deny: list[str] | None = None
+    final_step: bool = False
+    format: Format = "mcp"
+    strict: bool = False
+
+
+class ContextBody(_Body):
+    session_id: Id
+    agent: Id
+    message_id: Id
+    call_id: Id
+
+
+class CallBody(_Body):
+    name: Annotated[str, Field(min_length=1, max_length=256)]
+    input: dict[str, Any] | str = Field(default_factory=dict)
+    context: ContextBody
+    format: Format | None = None
+    tool_call_id: str | None = None
+
+
+class ReplyBody(_Body):
+    reply: Literal["once", "always", "reject"]
+    feedback: str | None = None
+    scope: Literal["session", "location"] = "session"
+
+
+@dataclass(slots=True)
+class _Running:
+    task: asyncio.Task[Outcome]
+    started: float
+
+
+class CallTracker:
+    """Calls in flight (cancellable by id) and recently finished ones (with their output)."""
+
+    def __init__(self) -> None:
+        self.running: dict[str, _Running] = {}
+        self._finished: OrderedDict[str, tuple[float, Outcome]] = OrderedDict()
+
+    def start(self, call_id: str, run: Callable[[], Any]) -> asyncio.Task[Outcome]:
+        current = self.running.get(call_id)
+        if current is not None:
+            return current.task
+        task: asyncio.Task[Outcome] = asyncio.create_task(run(), name=f"call:{call_id}")
+        self.running[call_id] = _Running(task, time.time())
+        task.add_done_callback(lambda t: self._done(call_id, t))
+        return task
+
+    def _done(self, call_id: str, task: asyncio.Task[Outcome]) -> None:
+        self.running.pop(call_id, None)
+        if not task.cancelled() and task.exception() is None:
+            self._finished[call_id] = (time.monotonic(), task.result())
+            while len(self._finished) > _FINISHED_KEEP:
+                self._finished.popitem(last=False)
+
+    def finished(self, call_id: str) -> Outcome | None:
+        entry = self._finished.get(call_id)
+        if entry is None or time.monotonic() - entry[0] > _FINISHED_TTL:
+            return None
+        return entry[1]
+
+    async def aclose(self) -> None:
+        tasks = [r.task for r in self.running.values()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+
+
+class Api:
+    def __init__(
+        self,
+        location: Location,
+        *,
+        metrics: Metrics,
+        events: EventLog,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
+        self.location = location
+        self.metrics = metrics
+        self.events = events
+        self.calls = CallTracker()
+        self.max_body_bytes = max_body_bytes
+        # Snapshots advertised with OpenAI strict schemas: models send null for optional
+        # properties there, which the original schemas may not accept.
+        self._strict: OrderedDict[str, None] = OrderedDict()
+
+    def routes(self) -> list[Route]:
+        h = _handled
+        return [
+            Route("/v1/tools", h(self.list_tools), methods=["GET"]),
+            Route("/v1/snapshots", h(self.create_snapshot), methods=["POST"]),
+            Route("/v1/snapshots/{snapshot_id}/calls", h(self.call), methods=["POST"]),
+            Route("/v1/calls/{call_id}", h(self.get_call), methods=["GET"]),
+            Route("/v1/calls/{call_id}", h(self.cancel_call), methods=["DELETE"]),
+            Route("/v1/managed/{ref}", h(self.managed), methods=["GET"]),
+            Route("/v1/events", h(self.event_stream), methods=["GET"]),
+            Route("/v1/permissions", h(self.permissions), methods=["GET"]),
+            Route("/v1/permissions/{ask_id}/reply", h(self.reply), methods=["POST"]),
+            Route("/v1/health", h(self.health), methods=["GET"]),
+            Route("/v1/openapi.json", h(self.openapi), methods=["GET"]),
+            Route("/metrics", h(self.prometheus), methods=["GET"]),
+        ]
+
+    # --- request helpers -----------------------------------------------------------------
+
+    async def _body(self, request: Request, model: type[M]) -> M:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            raise ApiError(413, "body_too_large", f"the body is over {self.max_body_bytes} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise ApiError(
+                    413, "body_too_large", f"the body is over {self.max_body_bytes} bytes"
+                )
+            chunks.append(chunk)
+        try:
+            data = json.loads(b"".join(chunks) or b"null")
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ApiError(400, "malformed_json", f"the body is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ApiError(422, "invalid_body", "the body must be a JSON object", "$")
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            field = ".".join(str(p) for p in first["loc"]) or "$"
+            raise ApiError(422, "invalid_body", f"{field}: {first['msg']}", field) from None
+
+    @staticmethod
+    def _format(request: Request, default: str = "mcp") -> Format:
+        try:
+            return parse_format(request.query_params.get("format", default))
+        except UnknownFormat:
+            raise ApiError(
+                400, "invalid_parameter", f"format must be one of {', '.join(FORMATS)}", "format"
+            ) from None
+
+    @staticmethod
+    def _int(request: Request, name: str, default: int, minimum: int, maximum: int) -> int:
+        raw = request.query_params.get(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ApiError(400, "invalid_parameter", f"{name} must be an integer", name) from None
+        if not minimum <= value <= maximum:
+            raise ApiError(
+                400, "invalid_parameter", f"{name} must be in {minimum}..{maximum}", name
+            )
+        return value
+
+    # --- endpoints -----------------------------------------------------------------------
+
+    async def list_tools(self, request: Request) -> Response:
+        fmt = self._format(request)
+        snapshot = self.location.snapshot(hide_denied=False)
+        return JSONResponse({"format": fmt, "tools": definitions_for(fmt, snapshot.definitions)})
+
+    async def create_snapshot(self, request: Request) -> Response:
+        body = await self._body(request, SnapshotBody)
+        snapshot = self.location.snapshot(
+            session_id=body.session_id, allow=body.allow, deny=body.deny,
+            final_step=body.final_step,
+        )
+        if body.strict:
+            self._strict[snapshot.id] = None
+            while len(self._strict) > self.location.snapshots.max_count:
+                self._strict.popitem(last=False)
+        return JSONResponse({
+            "id": snapshot.id,
+            "session_id": body.session_id,
+            "tool_choice": snapshot.tool_choice,
+            "format": body.format,
+            "expires_in": self.location.snapshots.ttl_seconds,
+            "definitions": definitions_for(body.format, snapshot.definitions, strict=body.strict),
+        }, status_code=201)
+
+    async def call(self, request: Request) -> Response:
+        body = await self._body(request, CallBody)
+        try:
+            snapshot = self.location.snapshots.get(request.path_params["snapshot_id"])
+        except SnapshotExpired as exc:
+            raise ApiError(404, "snapshot_expired", str(exc), "snapshot_id") from None
+        c = body.context
+        context = ToolContext(c.session_id, c.agent, c.message_id, c.call_id)
+        raw_input: Any = body.input
+        entry = snapshot.entry(body.name)
+        if snapshot.id in self._strict and entry is not None:
+            if isinstance(raw_input, str):
+                try:
+                    raw_input = json.loads(raw_input)
+                except ValueError:
+                    pass  # the seam reports invalid JSON as invalid_input
+            raw_input = input_from_strict(entry.definition.input_schema, raw_input)
+        task = self.calls.start(
+            c.call_id, lambda: snapshot.execute(body.name, raw_input, context)
+        )
+        if "respond-async" in request.headers.get("prefer", ""):
+            return JSONResponse(
+                {"call_id": c.call_id, "status": "running"},
+                status_code=202,
+                headers={"location": f"/v1/calls/{c.call_id}"},
+            )
+        try:
+            outcome = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not task.cancelled() or (current is not None and current.cancelling()):
+                raise
+            raise ApiError(409, "cancelled", f"call {c.call_id} was cancelled") from None
+        return JSONResponse(self._outcome_json(outcome, body.format, body.tool_call_id))
+
+    @staticmethod
+    def _outcome_json(outcome: Outcome, fmt: Format | None, tool_call_id: str | None) -> Any:
+        """The outcome, plus its provider wire value when `fmt` is given. The wire value's
+        call id is the model's (`tool_call_id`); without one, OpenAI and Anthropic get our
+        call id (they require one) and Gemini none."""
+        data = outcome.to_json()
+        data["replayed"] = outcome.replayed
+        if fmt is not None:
+            if tool_call_id is None:
+                tool_call_id = "" if fmt == "gemini" else outcome.call_id
+            data["wire"] = result_for(fmt, outcome, tool_call_id=tool_call_id)
+        return data
+
+    async def get_call(self, request: Request) -> Response:
+        call_id = request.path_params["call_id"]
+        running = self.calls.running.get(call_id)
+        if running is not None:
+            return JSONResponse({"call_id": call_id, "status": "running",
+                                 "started_at": running.started})
+        outcome = self.calls.finished(call_id) or await self.location.outcome(call_id)
+        if outcome is None:
+            raise ApiError(404, "unknown_call", f"no call {call_id!r} is running or settled")
+        fmt = self._format(request) if "format" in request.query_params else None
+        return JSONResponse(self._outcome_json(outcome, fmt, None))
+
+    async def cancel_call(self, request: Request) -> Response:
+        call_id = request.path_params["call_id"]
+        running = self.calls.running.get(call_id)
+        if running is None:
+            if self.calls.finished(call_id) or await self.location.outcome(call_id):
+                raise ApiError(409, "already_settled", f"call {call_id!r} has already settled")
+            raise ApiError(404, "unknown_call", f"no call {call_id!r} is running")
+        running.task.cancel()
+        return JSONResponse({"call_id": call_id, "status": "cancelling"}, status_code=202)
+
+    async def managed(self, request: Request) -> Response:
+        ref = request.path_params["ref"]
+        store = self.location.seam.store
+        pattern = request.query_params.get("pattern")
+        try:
+            if pattern is not None:
+                limit = self._int(request, "limit", 100, 1, 10_000)
+                context = self._int(request, "context", 0, 0, 50)
+                found = await store.grep(ref, pattern, max_matches=limit, context=context)
+                return JSONResponse({
+                    "ref": ref,
+                    "pattern": pattern,
+                    "truncated": found.truncated,
+                    "matches": [
+                        {"line": m.line, "text": m.text, "before": list(m.before),
+                         "after": list(m.after)}
+                        for m in found.matches
+                    ],
+                })
+            offset = self._int(request, "offset", 1, 1, 2**62)
+            limit = self._int(request, "limit", 200, 1, 100_000)
+            part = await store.read_lines(ref, offset=offset, limit=limit)
+        except InvalidRef as exc:
+            raise ApiError(400, "invalid_ref", str(exc), "ref") from None
+        except ManagedNotFound as exc:
+            raise ApiError(404, "unknown_ref", str(exc), "ref") from None
+        except ValueError as exc:
+            raise ApiError(400, "invalid_parameter", str(exc), "pattern") from None
+        return JSONResponse({
+            "ref": ref,
+            "text": part.text,
+            "first_line": part.first_line,
+            "last_line": part.last_line,
+            "total_lines": part.ref.lines,
+            "total_bytes": part.ref.size_bytes,
+            "eof": part.eof,
+        })
+
+    async def event_stream(self, request: Request) -> Response:
+        raw = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+        last_id: int | None = None
+        if raw is not None:
+            try:
+                last_id = int(raw)
+            except ValueError:
+                raise ApiError(400, "invalid_parameter", "Last-Event-ID must be an integer",
+                               "last_event_id") from None
+
+        async def stream() -> AsyncIterator[str]:
+            yield ": mcp-sidecar events\n\n"
+            async for event in self.events.follow(last_id):
+                yield event.sse()
+
+        return StreamingResponse(
+            stream(), media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+        )
+
+    async def permissions(self, request: Request) -> Response:
+        session = request.query_params.get("session_id")
+        pending = self.location.permissions.pending(session)
+        return JSONResponse({"pending": [p.to_json() for p in pending]})
+
+    async def reply(self, request: Request) -> Response:
+        body = await self._body(request, ReplyBody)
+        ask_id = request.path_params["ask_id"]
+        try:
+            await self.location.permissions.reply(
+                ask_id, body.reply, feedback=body.feedback, scope=body.scope
+            )
+        except UnknownAsk as exc:
+            raise ApiError(404, "unknown_ask", str(exc), "ask_id") from None
+        return JSONResponse({"id": ask_id, "reply": body.reply})
+
+    async def health(self, request: Request) -> Response:
+        report = await self.location.health()
+        return JSONResponse(report, status_code=200)
+
+    async def openapi(self, request: Request) -> Response:
+        from sidecar.serve.openapi import openapi_document
+
+        return JSONResponse(openapi_document())
+
+    async def prometheus(self, request: Request) -> Response:
+        servers = (await self.location.health()).get("servers", {})
+        body = await self.metrics.render(self.location.seam.store.stats, servers)
+        return Response(body, media_type=CONTENT_TYPE)
+
+
+def _handled(endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:
+    async def run(request: Request) -> Response:
+        try:
+            response: Response = await endpoint(request)
+        except ApiError as exc:
+            return exc.response()
+        return response
+
+    return run
+
+
+def error_schema() -> Mapping[str, Any]:
+    return {
+        "type": "object",
+        "required": ["error"],
+        "properties": {"error": {"type": "object", "required": ["code", "message"],
+                                 "properties": {"code": {"type": "string"},
+                                                "message": {"type": "string"},
+                                                "field": {"type": "string"}}}},
+    }

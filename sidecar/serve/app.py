@@ -1,0 +1,58 @@
+"""The HTTP application of `sidecar serve`: the native API under `/v1`, `/metrics`, and (when
+the MCP facade is mounted) `/mcp`, all behind one `SecurityMiddleware`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import BaseRoute
+
+from sidecar.serve.api import DEFAULT_MAX_BODY_BYTES, Api
+from sidecar.serve.event_log import EventLog
+from sidecar.serve.metrics import Metrics
+from sidecar.serve.security import SecurityMiddleware
+
+if TYPE_CHECKING:
+    from sidecar.daemon import Location
+
+
+def build_app(
+    location: Location,
+    *,
+    token: str | None,
+    allowed_hosts: Iterable[str] = (),
+    extra_routes: Iterable[BaseRoute] = (),
+    extra_lifespan: AbstractAsyncContextManager[Any] | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> Starlette:
+    """`token=None` disables authentication (`--no-auth`); Host/Origin checks always apply."""
+    metrics = Metrics()
+    events = EventLog(location.events)
+    api = Api(location, metrics=metrics, events=events, max_body_bytes=max_body_bytes)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        location.seam.observers.append(metrics.observe)
+        await events.start()
+        try:
+            if extra_lifespan is not None:
+                async with extra_lifespan:
+                    yield
+            else:
+                yield
+        finally:
+            await api.calls.aclose()
+            await events.aclose()
+            location.seam.observers.remove(metrics.observe)
+
+    app = Starlette(
+        routes=[*api.routes(), *extra_routes],
+        middleware=[Middleware(SecurityMiddleware, token=token, allowed_hosts=allowed_hosts)],
+        lifespan=lifespan,
+    )
+    app.state.api = api
+    return app

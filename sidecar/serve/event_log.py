@@ -1,0 +1,117 @@
+"""A bounded, numbered log of a Location's events for Server-Sent Events.
+
+One background task drains the Location's event bus into a ring buffer; every event gets an
+increasing id. A reader resumes after `Last-Event-ID` when that id is still in the buffer;
+when it is older than the buffer, the reader first gets a `stream.reset` event saying how
+many events it missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sidecar.events import (
+    CallProgress,
+    CallSettled,
+    Event,
+    EventBus,
+    ManifestsReloaded,
+    PermissionAsked,
+    PermissionReplied,
+    RegistryChanged,
+    ServerHealthChanged,
+)
+
+_NAMES: dict[type[Any], str] = {
+    CallProgress: "call.progress",
+    CallSettled: "call.settled",
+    PermissionAsked: "permission.asked",
+    PermissionReplied: "permission.replied",
+    RegistryChanged: "registry.changed",
+    ServerHealthChanged: "server.health",
+    ManifestsReloaded: "manifests.reloaded",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedEvent:
+    id: int
+    name: str
+    data: str  # JSON
+
+    def sse(self) -> str:
+        return f"id: {self.id}\nevent: {self.name}\ndata: {self.data}\n\n"
+
+
+def encode_event(event: Event) -> tuple[str, str]:
+    return _NAMES[type(event)], json.dumps(asdict(event), ensure_ascii=False)
+
+
+class EventLog:
+    def __init__(self, bus: EventBus, *, capacity: int = 2048) -> None:
+        self._bus = bus
+        self._buffer: deque[LoggedEvent] = deque(maxlen=capacity)
+        self._next_id = 1
+        self._changed = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._drain(), name="event-log")
+        await self._ready.wait()
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task])  # waits without re-raising the task's cancellation
+
+    async def _drain(self) -> None:
+        async with self._bus.subscribe(maxsize=4096) as sub:
+            self._ready.set()
+            while True:
+                event = await sub.next()
+                name, data = encode_event(event)
+                async with self._changed:
+                    self._buffer.append(LoggedEvent(self._next_id, name, data))
+                    self._next_id += 1
+                    self._changed.notify_all()
+
+    @property
+    def last_id(self) -> int:
+        return self._next_id - 1
+
+    def after(self, last_id: int) -> tuple[list[LoggedEvent], int]:
+        """Buffered events after `last_id`, and how many after it were already dropped."""
+        events = [e for e in self._buffer if e.id > last_id]
+        first_kept = self._buffer[0].id if self._buffer else self._next_id
+        missed = max(0, first_kept - last_id - 1) if last_id < first_kept - 1 else 0
+        return events, missed
+
+    async def follow(self, last_id: int | None) -> AsyncIterator[LoggedEvent]:
+        """Events after `last_id` (None: only new ones), forever."""
+        cursor = self.last_id if last_id is None else last_id
+        if last_id is not None:
+            events, missed = self.after(cursor)
+            if missed:
+                data = json.dumps({"missed": missed, "oldest_available": events[0].id
+                                   if events else self._next_id})
+                yield LoggedEvent(cursor, "stream.reset", data)
+            for event in events:
+                yield event
+                cursor = event.id
+        while True:
+            def advanced(seen: int = cursor) -> bool:
+                return self.last_id > seen
+
+            async with self._changed:
+                await self._changed.wait_for(advanced)
+            events, _ = self.after(cursor)
+            for event in events:
+                yield event
+                cursor = event.id

@@ -1,0 +1,138 @@
+"""The OpenAPI 3.1 document of the native API (`GET /v1/openapi.json`)."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel
+
+from sidecar.serve.api import CallBody, ReplyBody, SnapshotBody, error_schema
+from sidecar.serve.replay import FORMATS
+
+_REF = "#/components/schemas/{model}"
+_OBJECT: dict[str, Any] = {"type": "object"}
+
+
+def _schema(model: type[BaseModel], components: dict[str, Any]) -> dict[str, Any]:
+    schema = model.model_json_schema(ref_template=_REF)
+    components.update(schema.pop("$defs", {}))
+    components[model.__name__] = schema
+    return {"$ref": _REF.format(model=model.__name__)}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    names = {400: "Bad request", 401: "Missing or wrong bearer token",
+             403: "Host or Origin refused", 404: "Not found", 409: "Conflict",
+             413: "Body too large", 422: "Invalid body"}
+    ref = {"$ref": "#/components/schemas/Error"}
+    return {str(c): _json(ref, names[c]) for c in (401, 403, *codes)}
+
+
+def _param(name: str, where: str, schema: dict[str, Any], required: bool = False) -> dict[str, Any]:
+    return {"name": name, "in": where, "required": required or where == "path", "schema": schema}
+
+
+@cache
+def openapi_document() -> dict[str, Any]:
+    components: dict[str, Any] = {"Error": dict(error_schema())}
+    snapshot = _schema(SnapshotBody, components)
+    call = _schema(CallBody, components)
+    reply = _schema(ReplyBody, components)
+    fmt = _param("format", "query", {"type": "string", "enum": list(FORMATS)})
+    outcome = {"type": "object", "required": ["call_id", "tool", "status"]}
+    paths: dict[str, Any] = {
+        "/v1/tools": {"get": {
+            "summary": "Effective tool definitions in a provider format",
+            "parameters": [fmt],
+            "responses": {"200": _json(_OBJECT, "Definitions"), **_errors(400)},
+        }},
+        "/v1/snapshots": {"post": {
+            "summary": "Capture the tools for one model request",
+            "requestBody": {"required": True, "content": {"application/json": {
+                "schema": snapshot}}},
+            "responses": {"201": _json(_OBJECT, "Snapshot id, definitions, tool_choice"),
+                          **_errors(400, 413, 422)},
+        }},
+        "/v1/snapshots/{snapshot_id}/calls": {"post": {
+            "summary": "Execute one call against a snapshot (idempotent per call_id); "
+                       "`Prefer: respond-async` returns 202 at once",
+            "parameters": [_param("snapshot_id", "path", {"type": "string"}),
+                           _param("prefer", "header", {"type": "string"})],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": call}}},
+            "responses": {"200": _json(outcome, "The outcome"),
+                          "202": _json(_OBJECT, "Started"),
+                          **_errors(400, 404, 409, 413, 422)},
+        }},
+        "/v1/calls/{call_id}": {
+            "get": {
+                "summary": "A call's durable outcome, or its in-flight state",
+                "parameters": [_param("call_id", "path", {"type": "string"}), fmt],
+                "responses": {"200": _json(_OBJECT, "Outcome or running state"),
+                              **_errors(400, 404)},
+            },
+            "delete": {
+                "summary": "Cancel an in-flight call",
+                "parameters": [_param("call_id", "path", {"type": "string"})],
+                "responses": {"202": _json(_OBJECT, "Cancelling"), **_errors(404, 409)},
+            },
+        },
+        "/v1/managed/{ref}": {"get": {
+            "summary": "Read retained text by lines, or grep it",
+            "parameters": [
+                _param("ref", "path", {"type": "string"}),
+                _param("offset", "query", {"type": "integer", "minimum": 1}),
+                _param("limit", "query", {"type": "integer", "minimum": 1}),
+                _param("pattern", "query", {"type": "string"}),
+                _param("context", "query", {"type": "integer", "minimum": 0, "maximum": 50}),
+            ],
+            "responses": {"200": _json(_OBJECT, "Text or matches"), **_errors(400, 404)},
+        }},
+        "/v1/events": {"get": {
+            "summary": "Server-Sent Events: registry changes, progress, permission asks, "
+                       "server health; resume with Last-Event-ID",
+            "parameters": [_param("last-event-id", "header", {"type": "string"})],
+            "responses": {"200": {"description": "text/event-stream",
+                                  "content": {"text/event-stream": {"schema": {
+                                      "type": "string"}}}},
+                          **_errors(400)},
+        }},
+        "/v1/permissions": {"get": {
+            "summary": "Pending permission requests",
+            "parameters": [_param("session_id", "query", {"type": "string"})],
+            "responses": {"200": _json(_OBJECT, "Pending requests"), **_errors()},
+        }},
+        "/v1/permissions/{ask_id}/reply": {"post": {
+            "summary": "Answer a permission request: once, always or reject (with feedback)",
+            "parameters": [_param("ask_id", "path", {"type": "string"})],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": reply}}},
+            "responses": {"200": _json(_OBJECT, "Answered"), **_errors(400, 404, 413, 422)},
+        }},
+        "/v1/health": {"get": {
+            "summary": "Per-server health, plugins, manifest problems, store usage",
+            "responses": {"200": _json(_OBJECT, "Health report"), **_errors()},
+        }},
+        "/v1/openapi.json": {"get": {
+            "summary": "This document",
+            "responses": {"200": _json(_OBJECT, "OpenAPI 3.1"), **_errors()},
+        }},
+        "/metrics": {"get": {
+            "summary": "Prometheus metrics",
+            "responses": {"200": {"description": "Prometheus text format", "content": {
+                "text/plain": {"schema": {"type": "string"}}}}, **_errors()},
+        }},
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "mcp-sidecar native API", "version": "1"},
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+    }

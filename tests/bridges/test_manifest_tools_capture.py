@@ -1,0 +1,130 @@
+"""Output capture and progress lines, against a real managed store."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridges.manifest_tools.capture import OutputCapture, spooled_preview, tail_start
+from bridges.manifest_tools.progress import LineProgress
+from managed_store import ManagedRef, ManagedStore
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[ManagedStore]:
+    async with await ManagedStore.open(tmp_path / "store") as opened:
+        yield opened
+
+
+def capture(store: ManagedStore, memory_cap: int = 16, hard_cap: int = 10**9,
+            encoding: str = "utf-8") -> OutputCapture:
+    return OutputCapture(store, namespace="t", memory_cap=memory_cap, hard_cap=hard_cap,
+                         encoding=encoding)
+
+
+async def feed_bytewise(target: OutputCapture, data: bytes) -> None:
+    for i in range(len(data)):
+        await target.feed(data[i : i + 1])
+
+
+async def test_characters_split_across_chunks_stay_whole_in_memory_and_in_the_store(store):
+    text = "añ€😀 " * 40
+    async with capture(store, memory_cap=1 << 20) as small:
+        await feed_bytewise(small, text.encode())
+        kept = await small.finish()
+    assert kept.text == text and kept.ref is None and not kept.replaced
+    async with capture(store, memory_cap=16) as spooled:
+        await feed_bytewise(spooled, text.encode())
+        retained = await spooled.finish()
+    assert retained.text is None and retained.ref is not None
+    assert retained.kept_bytes == len(text.encode()) == retained.ref.size_bytes
+    read = await store.read_bytes(retained.ref.id, offset=0, limit=1 << 20)
+    assert read.text == text
+
+
+async def test_invalid_bytes_are_replaced_after_spooling_began_and_flagged(store):
+    async with capture(store, memory_cap=16) as target:
+        await target.feed(b"valid text that spills over\n")
+        await target.feed(b"then \xff\xfe junk \xe2\x82")  # also ends inside a character
+        kept = await target.finish()
+    assert kept.replaced and kept.ref is not None
+    read = await store.read_bytes(kept.ref.id, offset=0, limit=1000)
+    assert read.text == "valid text that spills over\nthen \ufffd\ufffd junk \ufffd"
+
+
+async def test_declared_charsets_decode(store):
+    async with capture(store, memory_cap=1 << 20, encoding="latin-1") as target:
+        await target.feed("café".encode("latin-1"))
+        kept = await target.finish()
+    assert kept.text == "café" and not kept.replaced
+
+
+async def test_the_hard_cap_counts_every_dropped_byte(store):
+    async with capture(store, memory_cap=1 << 20, hard_cap=10) as target:
+        await target.feed(b"0123456")
+        await target.feed(b"789abc")
+        await target.feed(b"defg")
+        kept = await target.finish()
+    assert kept.text == "0123456789" and kept.dropped_bytes == 7 and kept.kept_bytes == 10
+
+
+async def test_leaving_without_finish_leaves_nothing_in_the_store(store):
+    with pytest.raises(RuntimeError):
+        async with capture(store, memory_cap=16) as target:
+            await target.feed(b"x" * 100)
+            raise RuntimeError("the producer failed")
+    assert (await store.stats()).count == 0
+
+
+def test_the_preview_names_exact_omitted_lines():
+    lines = [f"line {i}\n" for i in range(1, 5001)]
+    text = "".join(lines)
+    ref = ManagedRef("m_" + "a" * 26, len(text), 5000, 0.0, "t")
+    preview = spooled_preview("stdout", text[:9000], text[-9000:], ref)
+    marker = re.search(r"\[\.\.\. ([\d,]+) bytes omitted here \(lines (\d+)-([\d,]+) of", preview)
+    assert marker is not None
+    first, last = int(marker.group(2)), int(marker.group(3).replace(",", ""))
+    head, tail = preview.split("\n", 1)[1].split(marker.group(0))
+    assert head == "".join(lines[: first - 1])
+    assert tail.split("\n", 1)[1] == "".join(lines[last:])
+    omitted = len(text) - len(head) - len(tail.split("\n", 1)[1])
+    assert int(marker.group(1).replace(",", "")) == omitted
+
+
+def test_tail_start_keeps_whole_lines_within_both_limits():
+    text = "".join(f"{i:04d}\n" for i in range(100))
+    assert text[tail_start(text, 1000, 3) :] == "0097\n0098\n0099\n"
+    assert text[tail_start(text, 12, 10) :] == "0098\n0099\n"
+    euro = "abc€def"
+    assert euro[tail_start(euro, 4, 5) :] == "def"  # never half a character
+    assert euro[tail_start(euro, 6, 5) :] == "€def"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_progress_is_rate_limited_and_ends_with_the_last_line():
+    published: list[dict[str, Any]] = []
+    clock = Clock()
+    progress = LineProgress(published.append, interval=1.0, clock=clock)
+    progress.feed("stdout", b"one\ntw")
+    progress.feed("stdout", b"o\nthree\n")  # within the interval: not published
+    clock.now = 1.5
+    progress.feed("stderr", b"warn " + b"x" * 5000 + b"\nrest")
+    progress.close()
+    assert published == [
+        {"stream": "stdout", "line": "one", "lines": 1},
+        {"stream": "stderr", "line": "warn " + "x" * 495, "lines": 4},
+        {"stream": "stderr", "line": "rest", "lines": 5},
+    ]

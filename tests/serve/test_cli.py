@@ -1,0 +1,91 @@
+"""The CLI end to end, in subprocesses: `sidecar serve` and clients talking to it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SIDECAR = [sys.executable, "-m", "sidecar.cli"]
+
+
+def run(*args: str, env: dict[str, str] | None = None, timeout: float = 60):
+    return subprocess.run([*SIDECAR, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, check=False)
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    state = tmp_path / "state"
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    env = {**os.environ, "SIDECAR_STATE_DIR": str(state), "SIDECAR_MANIFESTS": str(manifests)}
+    env.pop("SIDECAR_TOKEN", None)
+    env.pop("SIDECAR_URL", None)
+    proc = subprocess.Popen([*SIDECAR, "serve", "--port", "0"], env=env,
+                            stderr=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        while True:
+            line = proc.stderr.readline()
+            assert line, f"serve exited early: {''.join(lines)}"
+            lines.append(line)
+            if "listening on" in line:
+                url = line.split("listening on ")[1].strip()
+                break
+        yield {"url": url, "state": state, "env": env, "stderr": lines, "proc": proc}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        proc.stderr.close()
+
+
+def test_serve_prints_the_token_once_and_clients_use_the_running_daemon(daemon):
+    token_file = daemon["state"] / "token"
+    assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+    token = token_file.read_text().strip()
+    assert any(token in line for line in daemon["stderr"])  # printed once, at creation
+    info = json.loads((daemon["state"] / "daemon.json").read_text())
+    assert info["url"] == daemon["url"]
+    env = {"SIDECAR_STATE_DIR": str(daemon["state"])}  # finds daemon.json and the token
+    tools = run("tools", "--json", env=env)
+    assert tools.returncode == 0, tools.stderr
+    assert "managed_read" in [t["name"] for t in json.loads(tools.stdout)]
+    formatted = run("tools", "--format", "anthropic", env=env)
+    assert json.loads(formatted.stdout)[0]["input_schema"]["type"] == "object"
+    health = run("health", "--json", env=env)
+    assert health.returncode == 0 and json.loads(health.stdout)["status"] == "ok"
+    bad = run("call", "managed_read", "--input", '{"ref": "m_' + "a" * 26 + '"}', env=env)
+    assert bad.returncode == 1 and "tool_failure" in bad.stderr
+    garbage = run("call", "managed_read", "--input", "{not json", env=env)
+    assert garbage.returncode == 2
+
+
+def test_wrong_token_and_unreachable_daemon_exit_codes(daemon, tmp_path):
+    env = {"SIDECAR_URL": daemon["url"], "SIDECAR_TOKEN": "wrong"}
+    refused = run("tools", env=env)
+    assert refused.returncode == 2 and "401" in refused.stderr
+    gone = run("tools", env={"SIDECAR_URL": "http://127.0.0.1:9", "SIDECAR_TOKEN": "x"})
+    assert gone.returncode == 3 and "unreachable" in gone.stderr
+
+
+def test_embedded_mode_and_managed_read(tmp_path):
+    env = {"SIDECAR_STATE_DIR": str(tmp_path / "s"), "SIDECAR_MANIFESTS": ""}
+    listing = run("tools", env=env)
+    assert listing.returncode == 0 and "managed_read" in listing.stdout
+    missing = run("managed", "read", "m_" + "b" * 26, env=env)
+    assert missing.returncode == 1 and "error (tool_failure)" in missing.stderr
+    invalid = run("managed", "read", "../../etc/passwd", env=env)
+    assert invalid.returncode == 1
+
+
+def test_serve_stops_cleanly_on_sigterm(daemon):
+    proc = daemon["proc"]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    assert not Path(daemon["state"] / "daemon.json").exists()
