@@ -95,6 +95,9 @@ class ServerConfig(BaseModel):
     disabled: bool = False
     permissions: AnnotationPermissions = AnnotationPermissions()
     max_result_bytes: Annotated[int, Field(ge=1024)] = 256 * 1024 * 1024
+    protocol: Literal["auto", "legacy", "2026-07-28"] = "auto"
+    """Protocol era: `auto` probes `server/discover` then falls back to `initialize`;
+    `legacy` skips the probe (for servers that ignore unknown methods)."""
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerConfig:

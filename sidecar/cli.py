@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import secrets
 import sys
@@ -214,6 +215,15 @@ async def _client(args: argparse.Namespace) -> int:
         return _print_outcome(outcome, args.json)
 
 
+def _configure_logging() -> None:
+    """Daemon logs to stderr at INFO (`$SIDECAR_LOG_LEVEL` overrides). HTTP client libraries
+    stay at WARNING: their INFO lines carry full request URLs, which may hold secrets."""
+    level = os.environ.get("SIDECAR_LOG_LEVEL", "INFO").upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "httpx2", "httpcore", "httpcore2"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
 def _run(coro: Any) -> Any:
     try:
         import uvloop
@@ -227,6 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "check":
         return _check(args)
     if args.command == "serve":
+        _configure_logging()
         _run(serve(state_dir=args.state_dir, manifests=_manifests(args), host=args.host,
                    port=args.port, auth=not args.no_auth, allowed_hosts=args.allowed_host))
         return EXIT_OK

@@ -54,8 +54,9 @@ class ConfigProblem(Exception):
 
 
 def configured_mode(config: ServerConfig) -> str:
-    """The `protocol` key of a server entry (kept by the manifest as an extra key)."""
-    mode = (config.model_extra or {}).get("protocol", "auto")
+    """The `protocol` key of a server entry: a declared field once the manifest model has one,
+    until then an extra key the manifest keeps."""
+    mode = getattr(config, "protocol", None) or (config.model_extra or {}).get("protocol", "auto")
     if mode not in MODES:
         raise ConfigProblem(f"protocol {mode!r} is not one of {', '.join(MODES)}")
     return str(mode)

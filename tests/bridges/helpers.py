@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import psutil
 
 from bridges.manifest import ServerConfig
@@ -128,6 +129,12 @@ class HttpServers:
             raise RuntimeError(f"test server did not start: {line!r}")
         path = "/mcp" if transport == "http" else "/sse"
         return f"http://127.0.0.1:{int(line.split()[1])}{path}", proc
+
+    async def launch_testserver(
+        self, transport: str, *args: str
+    ) -> tuple[str, subprocess.Popen[str]]:
+        """`start_testserver` off the event loop (it waits for the server to listen)."""
+        return await anyio.to_thread.run_sync(self.start_testserver, transport, *args)
 
     def start(self, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import anyio
+import anyio.to_thread
 import pytest
 
 from bridges.manifest import ServerConfig
@@ -23,7 +25,7 @@ pytestmark = pytest.mark.anyio
 async def test_calls_over_http_transports(
     location: Location, http_servers: HttpServers, events: Path, transport: str
 ) -> None:
-    url, _ = http_servers.start_testserver(transport, "--events", str(events))
+    url, _ = await http_servers.launch_testserver(transport, "--events", str(events))
     config = ServerConfig(url=url, type=transport, timeouts={"call": 0.5},
                           headers={"X-Test": "present"})
     async with (
@@ -78,7 +80,7 @@ async def test_calls_over_http_transports(
 async def test_past_max_result_bytes_over_http_is_a_clear_upstream_error(
     location: Location, http_servers: HttpServers
 ) -> None:
-    url, _ = http_servers.start_testserver("http")
+    url, _ = await http_servers.launch_testserver("http")
     config = ServerConfig(url=url, max_result_bytes=1_000_000)
     async with ServerPool({"h": config}, location.tools) as pool:
         snapshot = location.snapshot()
@@ -94,10 +96,10 @@ async def test_past_max_result_bytes_over_http_is_a_clear_upstream_error(
 async def test_a_dead_http_server_fails_calls_upstream_and_is_retried(
     location: Location, http_servers: HttpServers
 ) -> None:
-    url, proc = http_servers.start_testserver("http")
+    url, proc = await http_servers.launch_testserver("http")
     async with ServerPool({"h": ServerConfig(url=url)}, location.tools) as pool:
         proc.kill()
-        proc.wait()
+        await anyio.to_thread.run_sync(proc.wait)
         outcome = await location.snapshot().execute("h_echo", {"text": "anyone?"}, ctx())
         assert outcome.error is not None and outcome.error.kind is ErrorKind.UPSTREAM
         assert "'h'" in outcome.error.message and "'echo'" in outcome.error.message

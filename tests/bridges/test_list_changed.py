@@ -30,7 +30,7 @@ async def test_list_changed_replaces_the_registration_in_place(
     if transport == "stdio":
         config = stdio(protocol=protocol)
     else:
-        url, _ = http_servers.start_testserver(transport)
+        url, _ = await http_servers.launch_testserver(transport)
         config = ServerConfig(url=url, type=transport, protocol=protocol)
     changed: list[str] = []
     async with ServerPool({"t": config}, location.tools, on_tools_changed=changed.append) as pool:
