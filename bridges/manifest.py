@@ -147,6 +147,7 @@ class ManifestFile(BaseModel):
     permissions: dict[str, Any] = {}
     plugins: list[str] = []
     bounds: dict[str, Any] = {}
+    codemode: Literal["direct", "codemode", "both"] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +181,7 @@ class ManifestSet:
     rules: list[Rule] = field(default_factory=list)
     plugins: list[Sourced] = field(default_factory=list)
     bounds: BoundsConfig = field(default_factory=BoundsConfig)
+    codemode: Literal["direct", "codemode", "both"] | None = None
     ask_timeout: float | None = None
     problems: list[ManifestProblem] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
@@ -327,7 +329,8 @@ def _load_one(
         if key != "inputs":
             result.problems.append(ManifestProblem(
                 name, f"$.{key}", "unknown top-level key, ignored", severity="note",
-                hint="known keys: mcpServers (or servers), tools, permissions, plugins, bounds",
+                hint="known keys: mcpServers (or servers), tools, permissions, plugins, bounds, "
+                "codemode",
             ))
     for key, raw in top.mcpServers.items():
         _load_server(name, key, raw, env, result)
@@ -342,6 +345,8 @@ def _load_one(
             ))
         else:
             result.plugins.append(Sourced(name, plugin, plugin))
+    if top.codemode is not None:
+        result.codemode = top.codemode
     if top.bounds:
         try:
             result.bounds = BoundsConfig.model_validate(top.bounds)

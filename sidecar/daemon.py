@@ -27,6 +27,13 @@ from uvicorn import Server as uvicorn_Server
 from bridges.manifest import ManifestProblem, ManifestSet
 from bridges.mcp import ServerHealth
 from managed_store import ManagedStore
+from sidecar.codemode import (
+    DEFAULT_LIMITS,
+    CodeModeLimits,
+    CodeModeSetting,
+    Sandbox,
+    codemode_snapshot,
+)
 from sidecar.errors import SidecarError
 from sidecar.events import EventBus, RegistryChanged
 from sidecar.hooks import Hooks
@@ -89,6 +96,9 @@ class Location:
         self.tools = Tools(registry)
         self.snapshots = SnapshotStore()
         self.sources: ManifestSources | None = None
+        self.sandbox: Sandbox | None = None
+        self.codemode: CodeModeSetting = "direct"
+        self.codemode_limits: CodeModeLimits = DEFAULT_LIMITS
 
     @property
     def hooks(self) -> Hooks:
@@ -113,6 +123,8 @@ class Location:
         permission_defaults: Iterable[PermissionRule] = (),
         ask_timeout: float | None = None,
         watch: bool = False,
+        codemode: CodeModeSetting = "direct",
+        codemode_limits: CodeModeLimits = DEFAULT_LIMITS,
     ) -> AsyncIterator[Location]:
         """Open a Location.
 
@@ -153,6 +165,8 @@ class Location:
                 name=name, root=root_dir, state_dir=state, seam=seam, registry=registry,
                 events=events, permissions=permissions, plugins=host, manifests=ManifestSet(),
             )
+            location.sandbox = await stack.enter_async_context(Sandbox())  # workers start lazily
+            location.codemode, location.codemode_limits = codemode, codemode_limits
             location.tools.register({"managed_read": managed_read_tool(store)}, label="builtin")
             location.sources = await stack.enter_async_context(ManifestSources(
                 location, manifests, base_bounds=bounds, plugins=list(plugins),
@@ -171,12 +185,15 @@ class Location:
         deny: Iterable[str] | None = None,
         final_step: bool = False,
         hide_denied: bool = True,
+        codemode: CodeModeSetting | None = None,
     ) -> Snapshot:
         """Capture the effective tools for one model request and keep it addressable by id.
 
         `allow`/`deny` are globs over effective names; `hide_denied` leaves out tools the
         permission policy denies outright for `session_id` (visibility, not authorization:
-        tools still ask for permission when called).
+        tools still ask for permission when called). `codemode` ("direct", "codemode",
+        "both"; default the Location's setting) chooses direct tools, the Code Mode
+        `execute`/`search_tools`/`describe_tools` built-ins, or both.
         """
         effective = self.registry.effective()
         entries = select(effective, allow, deny)
@@ -191,8 +208,10 @@ class Location:
             kept = tuple(e.definition for n, e in entries.items() if n not in removed)
             removed.update(hook(session_id, kept) or ())
         captured = {n: e for n, e in entries.items() if n not in removed}
-        snapshot = Snapshot(
-            self.seam, captured, final_step=final_step, session_id=session_id, removed=removed
+        snapshot = codemode_snapshot(
+            self.seam, captured, mode=codemode or self.codemode, sandbox=self.sandbox,
+            limits=self.codemode_limits, session_id=session_id, final_step=final_step,
+            removed=removed,
         )
         return self.snapshots.add(snapshot)
 

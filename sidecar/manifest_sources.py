@@ -76,6 +76,7 @@ class ManifestSources:
         self._base_bounds = base_bounds
         self._plugins = list(plugins)
         self._entry_point_plugins = entry_point_plugins
+        self._base_codemode = location.codemode
         self.pool: ServerPool | None = None
         self.manifest_tools: ManifestTools | None = None
         self.reload_problems: list[ManifestProblem] = []
@@ -157,6 +158,7 @@ class ManifestSources:
         if loaded.ask_timeout is not None:
             location.permissions.ask_timeout = loaded.ask_timeout
         location.seam.bounds = location_bounds(loaded, self._base_bounds)
+        location.codemode = loaded.codemode or self._base_codemode
 
     async def _sync_plugins(self, loaded: ManifestSet) -> None:
         refs = [*self._plugins, *(p.value for p in loaded.plugins)]

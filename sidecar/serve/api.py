@@ -71,6 +71,7 @@ class SnapshotBody(_Body):
     final_step: bool = False
     format: Format = "mcp"
     strict: bool = False
+    codemode: Literal["direct", "codemode", "both"] | None = None
 
 
 class ContextBody(_Body):
@@ -235,7 +236,7 @@ class Api:
         body = await self._body(request, SnapshotBody)
         snapshot = self.location.snapshot(
             session_id=body.session_id, allow=body.allow, deny=body.deny,
-            final_step=body.final_step,
+            final_step=body.final_step, codemode=body.codemode,
         )
         if body.strict:
             self._strict[snapshot.id] = None

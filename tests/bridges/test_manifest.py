@@ -127,6 +127,17 @@ def test_invalid_entries_are_reported_with_paths_and_valid_ones_still_load(tmp_p
     assert dup.file.endswith("c.json") and "a.json" in dup.message
 
 
+def test_an_unknown_protocol_era_is_a_manifest_error(tmp_path):
+    write(tmp_path, "m.json", json.dumps({"mcpServers": {
+        "old": {"command": "x", "protocol": "2019-01-01"},
+        "legacy": {"command": "x", "protocol": "legacy"},
+    }}))
+    loaded = load_manifests([tmp_path], environ={})
+    assert set(loaded.servers) == {"legacy"}
+    (problem,) = loaded.errors
+    assert problem.path == "$.mcpServers.old.protocol"
+
+
 def test_secrets_never_show_in_reprs():
     config = ServerConfig(command="x", env={"TOKEN": "s3cr3t"}, headers={"A": "B3arer"})
     assert "s3cr3t" not in repr(config) and "B3arer" not in repr(config)
