@@ -1,6 +1,7 @@
 """The `sidecar` command line.
 
-    sidecar serve [--host H] [--port P] [--no-auth]   the daemon over HTTP (/v1, /metrics)
+    sidecar serve [--host H] [--port P] [--no-auth]   the daemon over HTTP (/v1, /mcp, /metrics)
+    sidecar stdio                                     the daemon as an MCP server on stdin/stdout
     sidecar tools [--format mcp|openai|anthropic|gemini] [--json]
     sidecar call NAME [--input JSON] [--json]         one call through the seam
     sidecar managed read REF [--offset N] [--limit N] [--pattern RE]
@@ -40,7 +41,7 @@ from sidecar.cli_backends import (
     Unreachable,
     find_daemon,
 )
-from sidecar.daemon import default_state_dir, serve
+from sidecar.daemon import default_state_dir, serve, stdio
 
 EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 FORMATS = ("mcp", "openai", "openai-responses", "anthropic", "gemini")
@@ -68,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
                          help="serve without a bearer token (explicitly insecure)")
     serve_p.add_argument("--allowed-host", action="append", default=[], metavar="HOST",
                          help="an extra Host/Origin name to accept (repeatable)")
+    sub.add_parser("stdio", parents=[common],
+                   help="run the daemon as an MCP server over stdin/stdout")
     tools = sub.add_parser("tools", parents=[client], help="list the effective tools")
     tools.add_argument("--format", choices=FORMATS, default=None,
                        help="print definitions in a provider format (JSON)")
@@ -76,6 +79,8 @@ def _parser() -> argparse.ArgumentParser:
     call.add_argument("--input", default="{}", help="the tool input as JSON (default {})")
     call.add_argument("--session", default="cli", help="session id (default: cli)")
     call.add_argument("--call-id", default=None, help="call id (default: a fresh one)")
+    call.add_argument("--progress", action="store_true",
+                      help="show progress snapshots on stderr even when it is not a terminal")
     managed = sub.add_parser("managed", help="retained text")
     managed_sub = managed.add_subparsers(dest="managed_command", required=True)
     read = managed_sub.add_parser("read", parents=[client], help="read retained text")
@@ -210,7 +215,7 @@ async def _client(args: argparse.Namespace) -> int:
         call_id = getattr(args, "call_id", None) or "cli_" + secrets.token_hex(8)
         context = {"session_id": getattr(args, "session", "cli"), "agent": "cli",
                    "message_id": call_id, "call_id": call_id}
-        progress = sys.stderr.isatty() and not args.json
+        progress = getattr(args, "progress", False) or (sys.stderr.isatty() and not args.json)
         outcome = await backend.call(name, raw_input, context, show_progress=progress)
         return _print_outcome(outcome, args.json)
 
@@ -219,7 +224,8 @@ def _configure_logging() -> None:
     """Daemon logs to stderr at INFO (`$SIDECAR_LOG_LEVEL` overrides). HTTP client libraries
     stay at WARNING: their INFO lines carry full request URLs, which may hold secrets."""
     level = os.environ.get("SIDECAR_LOG_LEVEL", "INFO").upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
     for noisy in ("httpx", "httpx2", "httpcore", "httpcore2"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -236,6 +242,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "check":
         return _check(args)
+    if args.command == "stdio":
+        _configure_logging()  # stderr only: stdout carries MCP messages
+        _run(stdio(state_dir=args.state_dir, manifests=_manifests(args)))
+        return EXIT_OK
     if args.command == "serve":
         _configure_logging()
         _run(serve(state_dir=args.state_dir, manifests=_manifests(args), host=args.host,

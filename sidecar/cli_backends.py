@@ -156,8 +156,27 @@ class RemoteBackend:
         )
         body = {"name": name, "input": json.loads(raw_input), "context": context}
         path = f"/v1/snapshots/{snapshot['id']}/calls"
-        result: dict[str, Any] = await self._request("POST", path, json=body)
+        if not show_progress:
+            result: dict[str, Any] = await self._request("POST", path, json=body)
+            return result
+        follower = asyncio.create_task(self._follow_progress(context["call_id"]))
+        try:
+            result = await self._request("POST", path, json=body)
+        finally:
+            follower.cancel()
+            await asyncio.wait([follower])
+            print("\r\033[2K", end="", file=sys.stderr)
         return result
+
+    async def _follow_progress(self, call_id: str) -> None:
+        """Show the call's progress snapshots from the daemon's event stream (best effort)."""
+        async with self._client.stream("GET", "/v1/events") as response:
+            async for line in response.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                event = json.loads(line[6:])
+                if event.get("call_id") == call_id and isinstance(event.get("snapshot"), dict):
+                    _show_progress(event["snapshot"])
 
     async def health(self) -> dict[str, Any]:
         result: dict[str, Any] = await self._request("GET", "/v1/health")

@@ -306,6 +306,7 @@ async def serve(
     import uvicorn
 
     from sidecar.serve.app import build_app
+    from sidecar.serve.mcp_facade import mcp_http
     from sidecar.serve.security import load_or_create_token
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
@@ -332,8 +333,16 @@ async def serve(
             finally:
                 await asyncio.to_thread(info.unlink, missing_ok=True)
 
+        mcp_routes, mcp_lifespan = mcp_http(location)
+
+        @asynccontextmanager
+        async def lifespans() -> AsyncIterator[None]:
+            async with announce(), mcp_lifespan:
+                yield
+
         app = build_app(
-            location, token=token, allowed_hosts=allowed_hosts, extra_lifespan=announce()
+            location, token=token, allowed_hosts=allowed_hosts, extra_routes=mcp_routes,
+            extra_lifespan=lifespans(),
         )
         config = uvicorn.Config(
             app, lifespan="on", log_level="warning", timeout_graceful_shutdown=10,
@@ -350,3 +359,18 @@ async def serve(
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
     # leaving the Location closed every upstream server, plugin and store before we return
+
+
+async def stdio(
+    *,
+    root: str | os.PathLike[str] = ".",
+    state_dir: str | os.PathLike[str] | None = None,
+    manifests: Sequence[str | os.PathLike[str]] = (),
+) -> None:
+    """`sidecar stdio`: the same daemon speaking MCP over its own stdin/stdout until stdin
+    closes. Only MCP messages go to stdout; logs go to stderr."""
+    from sidecar.serve.mcp_facade import serve_stdio
+
+    state = Path(state_dir) if state_dir is not None else default_state_dir()
+    async with Location.open(root, state_dir=state, manifests=manifests, watch=True) as location:
+        await serve_stdio(location)

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from bridges.manifest import ServerConfig
 from bridges.mcp.catalog import UpstreamTool
 from bridges.mcp.connection import Connection
+from bridges.mcp.passthrough import InflightCall
 from bridges.mcp.redact import Redactor
 from bridges.mcp.results import rpc_failure, tool_error, tool_response, transport_failure
 from sidecar.errors import ErrorKind, ToolFailure
@@ -46,6 +47,10 @@ class CallProgress:
         self._ctx = ctx
         self._redact = redact
         self._snapshot: dict[str, Any] = {"server": server, "tool": tool}
+
+    @property
+    def context(self) -> CallContext:
+        return self._ctx
 
     async def on_progress(self, progress: float, total: float | None, message: str | None) -> None:
         self._snapshot["progress"] = progress
@@ -119,6 +124,13 @@ class Caller:
         if result.is_error:
             raise self._redacted(tool_error(result, server=self.server, tool=tool.name))
         return tool_response(result, has_output=tool.has_output)
+
+    def calls(self) -> list[InflightCall]:
+        """The calls in flight on this server, oldest first."""
+        return [
+            InflightCall(p.context.runner.session_id, p.context.runner.call_id)
+            for p in self.inflight
+        ]
 
     def on_log(self, params: types.LoggingMessageNotificationParams) -> None:
         if len(self.inflight) == 1:

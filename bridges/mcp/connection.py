@@ -28,7 +28,13 @@ import httpx2
 import mcp_types as types
 from mcp import Client
 from mcp.client._transport import ReadStream, Transport, TransportStreams
-from mcp.client.session import LoggingFnT, MessageHandlerFnT
+from mcp.client.session import (
+    ElicitationFnT,
+    ListRootsFnT,
+    LoggingFnT,
+    MessageHandlerFnT,
+    SamplingFnT,
+)
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.message import SessionMessage
@@ -146,8 +152,14 @@ async def open_connection(
     on_log: LoggingFnT,
     stderr: StderrTail,
     state: TransportState,
+    sampling: SamplingFnT | None = None,
+    elicitation: ElicitationFnT | None = None,
+    list_roots: ListRootsFnT | None = None,
 ) -> AsyncIterator[Connection]:
-    """Connect (transport + handshake); leaving the block closes everything it opened."""
+    """Connect (transport + handshake); leaving the block closes everything it opened.
+
+    `sampling`, `elicitation` and `list_roots` answer those server-to-client requests; each one
+    given is also advertised as a client capability (see `bridges.mcp.passthrough`)."""
     lost = anyio.Event()
     async with AsyncExitStack() as stack:
         transport = await _transport(stack, server, config, stderr, state)
@@ -160,6 +172,9 @@ async def open_connection(
             logging_callback=on_log,
             log_level="info",
             client_info=CLIENT_INFO,
+            sampling_callback=sampling,
+            elicitation_callback=elicitation,
+            list_roots_callback=list_roots,
         )
         await stack.enter_async_context(client)
         yield Connection(client, lost)

@@ -29,7 +29,9 @@ import anyio.abc
 
 from bridges.manifest import ServerConfig
 from bridges.mcp.backoff import DEFAULT_BACKOFF, Backoff
+from bridges.mcp.connection import Connection
 from bridges.mcp.health import ServerHealth
+from bridges.mcp.passthrough import Relay
 from bridges.mcp.supervisor import Supervisor
 from sidecar.permission import PermissionGate
 from sidecar.registry import Tools
@@ -56,6 +58,8 @@ class ServerPool:
         self._backoff = backoff
         self._supervisors: dict[str, Supervisor] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
+        self.relay = Relay()
+        """Where server-to-client requests and notifications go (`bridges.mcp.passthrough`)."""
 
     async def __aenter__(self) -> ServerPool:
         if self._task_group is not None:
@@ -82,6 +86,19 @@ class ServerPool:
     def health(self) -> dict[str, ServerHealth]:
         """The current health of every server, by key."""
         return {key: sup.health for key, sup in self._supervisors.items()}
+
+    def connection(self, key: str) -> Connection | None:
+        """The live connection of one server, or None (unknown, starting, down)."""
+        sup = self._supervisors.get(key)
+        return sup.connection if sup is not None else None
+
+    def namespaces(self) -> dict[str, str]:
+        """Each enabled server's effective namespace, by key, in configuration order."""
+        return {
+            key: sup.config.effective_namespace(key)
+            for key, sup in self._supervisors.items()
+            if not sup.config.disabled
+        }
 
     async def update(self, servers: Mapping[str, ServerConfig]) -> None:
         """Apply a new set of servers: new ones start, removed ones stop, changed ones restart
@@ -116,6 +133,7 @@ class ServerPool:
             backoff=self._backoff,
             on_health=self._on_health,
             on_tools_changed=self._on_tools_changed,
+            relay=self.relay,
         )
         self._supervisors[key] = sup
         self._task_group.start_soon(sup.run, name=f"mcp supervisor {key}")

@@ -32,7 +32,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from mcp.client.session import IncomingMessage
+from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 
@@ -48,6 +48,7 @@ from bridges.mcp.connection import (
     open_connection,
 )
 from bridges.mcp.health import ServerHealth
+from bridges.mcp.passthrough import Relay
 from bridges.mcp.redact import Redactor
 from bridges.mcp.stdio import StderrTail
 from bridges.mcp.transport_state import TransportState
@@ -65,6 +66,12 @@ _LOG_LEVELS = {
     "notice": logging.INFO,
     "warning": logging.WARNING,
 }
+
+_RELAYED_NOTIFICATIONS = (
+    types.ResourceUpdatedNotification,
+    types.ResourceListChangedNotification,
+    types.PromptListChangedNotification,
+)
 
 HealthListener = Callable[[str, ServerHealth], None]
 ToolsListener = Callable[[str], None]
@@ -85,8 +92,10 @@ class Supervisor:
         backoff: Backoff,
         on_health: HealthListener | None,
         on_tools_changed: ToolsListener | None,
+        relay: Relay | None = None,
     ) -> None:
         self.key = key
+        self.relay = relay
         self.config = config
         self._tools = tools
         self._backoff = backoff
@@ -121,6 +130,12 @@ class Supervisor:
             record_latency=self._record_latency,
         )
         self.caller.redact = self._redact
+
+    @property
+    def connection(self) -> Connection | None:
+        """The live connection, or None while the server is not ready."""
+        connection = self._connection
+        return connection if connection is not None and not connection.lost.is_set() else None
 
     # --- control (called by the pool) ---------------------------------------------------
 
@@ -224,6 +239,9 @@ class Supervisor:
                     on_log=self._on_log,
                     stderr=self._stderr,
                     state=self._transport,
+                    sampling=self._on_sampling if self.relay is not None else None,
+                    elicitation=self._on_elicitation if self.relay is not None else None,
+                    list_roots=self._on_list_roots if self.relay is not None else None,
                 ) as connection:
                     self._set(pid=self._transport.pid)
                     await self._list_and_register(connection)
@@ -360,6 +378,8 @@ class Supervisor:
     async def _on_message(self, message: IncomingMessage) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             self._relist.set()
+        elif isinstance(message, _RELAYED_NOTIFICATIONS) and self.relay is not None:
+            await self.relay.notify(self.key, self.caller.calls(), message)
         elif isinstance(message, Exception):
             log.debug("[%s] transport reported: %s", self.key, self._redact(describe(message)))
 
@@ -367,6 +387,28 @@ class Supervisor:
         level = _LOG_LEVELS.get(params.level, logging.ERROR)
         log.log(level, "[%s] log: %s", self.key, log_text(params, self._redact))
         self.caller.on_log(params)
+        if self.relay is not None:
+            notification = types.LoggingMessageNotification(params=params)
+            await self.relay.notify(self.key, self.caller.calls(), notification)
+
+    # --- server-to-client requests (relayed to the client whose call is in flight) -------
+
+    async def _on_sampling(
+        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> Any:
+        return await self._relay_request("sampling/createMessage", params)
+
+    async def _on_elicitation(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> Any:
+        return await self._relay_request("elicitation/create", params)
+
+    async def _on_list_roots(self, context: ClientRequestContext) -> Any:
+        return await self._relay_request("roots/list", None)
+
+    async def _relay_request(self, method: str, params: Any) -> Any:
+        relay = self.relay if self.relay is not None else Relay()
+        return await relay.request(self.key, self.caller.calls(), method, params)
 
     # --- calls ---------------------------------------------------------------------------
 

@@ -61,7 +61,8 @@ class ApiError(Exception):
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: 0 is not false and "1" is not 1; unknown fields are errors
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class SnapshotBody(_Body):
@@ -162,8 +163,7 @@ class Api:
             Route("/v1/tools", h(self.list_tools), methods=["GET"]),
             Route("/v1/snapshots", h(self.create_snapshot), methods=["POST"]),
             Route("/v1/snapshots/{snapshot_id}/calls", h(self.call), methods=["POST"]),
-            Route("/v1/calls/{call_id}", h(self.get_call), methods=["GET"]),
-            Route("/v1/calls/{call_id}", h(self.cancel_call), methods=["DELETE"]),
+            Route("/v1/calls/{call_id}", h(self.call_state), methods=["GET", "DELETE"]),
             Route("/v1/managed/{ref}", h(self.managed), methods=["GET"]),
             Route("/v1/events", h(self.event_stream), methods=["GET"]),
             Route("/v1/permissions", h(self.permissions), methods=["GET"]),
@@ -299,6 +299,12 @@ class Api:
             data["wire"] = result_for(fmt, outcome, tool_call_id=tool_call_id)
         return data
 
+    async def call_state(self, request: Request) -> Response:
+        """One route for both methods, so a 405 names both in `Allow`."""
+        if request.method == "DELETE":
+            return await self.cancel_call(request)
+        return await self.get_call(request)
+
     async def get_call(self, request: Request) -> Response:
         call_id = request.path_params["call_id"]
         running = self.calls.running.get(call_id)
@@ -341,7 +347,7 @@ class Api:
                     ],
                 })
             offset = self._int(request, "offset", 1, 1, 2**62)
-            limit = self._int(request, "limit", 200, 1, 100_000)
+            limit = self._int(request, "limit", 200, 1, 10_000)
             part = await store.read_lines(ref, offset=offset, limit=limit)
         except InvalidRef as exc:
             raise ApiError(400, "invalid_ref", str(exc), "ref") from None
@@ -360,14 +366,15 @@ class Api:
         })
 
     async def event_stream(self, request: Request) -> Response:
-        raw = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+        raw = request.headers.get("last-event-id")
+        if raw is None:
+            raw = request.query_params.get("last_event_id")
         last_id: int | None = None
         if raw is not None:
-            try:
-                last_id = int(raw)
-            except ValueError:
+            if not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
                 raise ApiError(400, "invalid_parameter", "Last-Event-ID must be an integer",
-                               "last_event_id") from None
+                               "last_event_id")
+            last_id = int(raw)
 
         async def stream() -> AsyncIterator[str]:
             yield ": mcp-sidecar events\n\n"

@@ -84,10 +84,11 @@ def openapi_document() -> dict[str, Any]:
         "/v1/managed/{ref}": {"get": {
             "summary": "Read retained text by lines, or grep it",
             "parameters": [
-                _param("ref", "path", {"type": "string"}),
-                _param("offset", "query", {"type": "integer", "minimum": 1}),
-                _param("limit", "query", {"type": "integer", "minimum": 1}),
-                _param("pattern", "query", {"type": "string"}),
+                _param("ref", "path", {"type": "string", "pattern": "^m_[0-9a-z]{26}$"}),
+                _param("offset", "query",
+                       {"type": "integer", "minimum": 1, "maximum": 2**62}),
+                _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 10_000}),
+                _param("pattern", "query", {"type": "string", "format": "regex"}),
                 _param("context", "query", {"type": "integer", "minimum": 0, "maximum": 50}),
             ],
             "responses": {"200": _json(_OBJECT, "Text or matches"), **_errors(400, 404)},
@@ -95,7 +96,9 @@ def openapi_document() -> dict[str, Any]:
         "/v1/events": {"get": {
             "summary": "Server-Sent Events: registry changes, progress, permission asks, "
                        "server health; resume with Last-Event-ID",
-            "parameters": [_param("last-event-id", "header", {"type": "string"})],
+            "parameters": [
+                _param("last-event-id", "header", {"type": "string", "pattern": "^[0-9]{1,18}$"})
+            ],
             "responses": {"200": {"description": "text/event-stream",
                                   "content": {"text/event-stream": {"schema": {
                                       "type": "string"}}}},

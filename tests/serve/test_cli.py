@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,26 @@ def test_serve_stops_cleanly_on_sigterm(daemon):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     assert not Path(daemon["state"] / "daemon.json").exists()
+
+
+def test_progress_of_a_remote_call_and_a_manifest_added_while_serving(daemon):
+    manifests = daemon["state"].parent / "manifests"
+    (manifests / "ticker.toml").write_text(f'''
+[tools.ticker]
+kind = "command"
+description = "prints a few lines slowly"
+input = {{ type = "object", properties = {{}} }}
+argv = ["{sys.executable}", "-u", "-c", "import time\\nfor i in range(4):\\n    print('tick', i)\\n    time.sleep(0.4)"]
+progress = true
+''')
+    env = {"SIDECAR_STATE_DIR": str(daemon["state"])}
+    for _ in range(100):  # live reload picks the new manifest up
+        listing = run("tools", "--json", env=env)
+        if "ticker" in listing.stdout:
+            break
+        time.sleep(0.1)
+    assert "ticker" in listing.stdout
+    call = run("call", "ticker", "--progress", env=env)
+    assert call.returncode == 0, call.stderr
+    assert "tick 3" in call.stdout
+    assert '"line"' in call.stderr and "tick" in call.stderr  # progress snapshots were shown

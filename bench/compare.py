@@ -1,0 +1,831 @@
+"""Side-by-side benchmarks of mcp-sidecar against what users would pick instead (issue 8).
+
+    .venv/bin/python bench/compare.py [--quick] [--only SECTION[,SECTION]] [--rounds N]
+
+Sections: bridge (1), native (2), large (3), startup (4), catalog (5). Prints markdown tables,
+each with the machine, versions, the command and its baseline. `--quick` is a smoke version
+(seconds, tiny sizes) that CI runs so the benchmark never rots: no timing is asserted anywhere.
+
+External targets run in their own virtualenvs (gitignored), created on demand:
+    python3 -m venv bench/.venvs/fastmcp   && bench/.venvs/fastmcp/bin/pip install fastmcp
+    python3 -m venv bench/.venvs/mcp-proxy && bench/.venvs/mcp-proxy/bin/pip install mcp-proxy
+(see bench/requirements-compare.txt). A missing venv, or a missing `sidecar stdio` / `/mcp`
+facade, prints its row as "n/a (...)". Everything binds 127.0.0.1; every child is stopped by
+PID. Method: shared/notes/anchor-bench.md (mcp.Client, mode="legacy", cache=None, raw
+`send_request(CallToolRequest)`; rounds interleaved across targets, best of N).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+UPSTREAM = HERE / "upstream.py"
+CHILDREN = HERE / "compare_children.py"
+VENVS = HERE / ".venvs"
+FASTMCP_PY = VENVS / "fastmcp" / "bin" / "python"
+MCP_PROXY = VENVS / "mcp-proxy" / "bin" / "mcp-proxy"
+SIDECAR = Path(sys.executable).parent / "sidecar"
+TOKEN = "bench-token"
+MB = 1_000_000
+SECTIONS = ("bridge", "native", "large", "startup", "catalog")
+
+# -- small helpers ---------------------------------------------------------------------------
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
+
+
+def fmt_ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a and b else "–"
+
+
+def table(header: list[str], rows: list[list[Any]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def pkg_version(python: Path | str, name: str) -> str:
+    try:
+        r = subprocess.run([str(python), "-c", f"import importlib.metadata as m; print(m.version({name!r}))"],
+                           capture_output=True, text=True, timeout=30)
+        return r.stdout.strip() or "–"
+    except (OSError, subprocess.TimeoutExpired):
+        return "–"
+
+
+def machine() -> str:
+    cpu = "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem = "?"
+    with contextlib.suppress(OSError):
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f"{kib / 2**20:.0f} GiB"
+    return (f"{platform.node()}: {os.cpu_count()} CPU ({cpu}), {mem} RAM, "
+            f"Linux {platform.release()}, Python {platform.python_version()}")
+
+
+def versions() -> str:
+    py = sys.executable
+    main = ", ".join(f"{n} {pkg_version(py, n)}" for n in
+                     ("mcp-sidecar", "mcp", "uvicorn", "uvloop", "starlette", "httpx", "anyio"))
+    extra = []
+    if FASTMCP_PY.exists():
+        extra.append(f"fastmcp {pkg_version(FASTMCP_PY, 'fastmcp')} (mcp {pkg_version(FASTMCP_PY, 'mcp')})")
+    if MCP_PROXY.exists():
+        proxy_py = MCP_PROXY.parent / "python"
+        extra.append(f"mcp-proxy {pkg_version(proxy_py, 'mcp-proxy')} (mcp {pkg_version(proxy_py, 'mcp')})")
+    return main + ("; " + "; ".join(extra) if extra else "")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def stop(proc: subprocess.Popen[Any] | asyncio.subprocess.Process) -> None:
+    """Stop one child we started (and its process group), by PID."""
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+
+
+def child_json(args: list[str], timeout: float) -> dict[str, Any]:
+    proc = subprocess.Popen([sys.executable, str(CHILDREN), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop(proc)
+        proc.communicate()
+        raise RuntimeError(f"timed out after {timeout:.0f} s") from None
+    for line in out.splitlines():
+        if line.startswith("RESULT "):
+            return dict(json.loads(line[7:]))
+    raise RuntimeError((err.strip().splitlines() or ["no result"])[-1][:200])
+
+
+def write_manifest(directory: Path, servers: int = 1, tools: int = 0) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    entries = {}
+    for i in range(servers):
+        key = "up" if servers == 1 else f"up{i:02d}"
+        args = [str(UPSTREAM)] + (["--tools", str(tools)] if tools else [])
+        entries[key] = {"command": sys.executable, "args": args,
+                        "timeouts": {"startup": 120, "call": 900}}
+    (directory / "bench.json").write_text(json.dumps({"mcpServers": entries}))
+    return directory
+
+
+# -- section 1: MCP targets ------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    """One way to reach the upstream `echo`: how to connect an `mcp.Client` to it."""
+
+    name: str
+    connect: Callable[[], contextlib.AbstractAsyncContextManager[Any]]
+    setup: Callable[[], contextlib.AbstractAsyncContextManager[Any]] | None = None
+    unavailable: str | None = None
+    server_pid: int | None = None  # long-lived HTTP server targets
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+
+
+def stdio_params(command: str, args: list[str], env: dict[str, str] | None = None) -> Any:
+    from mcp import StdioServerParameters
+
+    return StdioServerParameters(command=command, args=args, env=env, cwd=str(ROOT))
+
+
+@contextlib.asynccontextmanager
+async def mcp_client(target: Any, *, http_headers: dict[str, str] | None = None) -> AsyncIterator[Any]:
+    """`mcp.Client(target, mode="legacy", cache=None)`; URLs get an httpx2 client with headers
+    and no SSE event size cap (the default 1 MiB fails 10 MB results)."""
+    from mcp import Client
+
+    if isinstance(target, str):
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        http = httpx2.AsyncClient(headers=http_headers or {}, timeout=httpx2.Timeout(900.0))
+        async with http:
+            transport = streamable_http_client(target, http_client=http,
+                                               max_sse_event_size=2**31)
+            async with Client(transport, mode="legacy", cache=None,
+                              read_timeout_seconds=900) as client:
+                yield client
+    else:
+        async with Client(target, mode="legacy", cache=None, read_timeout_seconds=900) as client:
+            yield client
+
+
+async def find_tool(client: Any, suffix: str) -> str:
+    tools, cursor = [], None
+    while True:
+        page = await client.list_tools(cursor=cursor)
+        tools += [t.name for t in page.tools]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    for name in tools:
+        if name == suffix or name.endswith("_" + suffix) or name.endswith("-" + suffix):
+            return name
+    raise RuntimeError(f"no tool *{suffix} in {tools[:10]}")
+
+
+async def call(client: Any, name: str, arguments: dict[str, Any]) -> Any:
+    from mcp import types
+
+    request = types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments))
+    return await client.session.send_request(request, types.CallToolResult)
+
+
+@contextlib.asynccontextmanager
+async def http_server(argv: list[str], env: dict[str, str], ready: Callable[[str], str | None],
+                      timeout: float = 60) -> AsyncIterator[tuple[str, int]]:
+    """Start a long-lived HTTP server child; `ready(line)` returns its URL from a log line."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **env}, start_new_session=True, cwd=str(ROOT))
+    assert proc.stderr is not None
+    url = None
+    try:
+        async with asyncio.timeout(timeout):
+            while url is None:
+                line = await proc.stderr.readline()
+                if not line:
+                    raise RuntimeError(f"{argv[0]} exited ({await proc.wait()})")
+                url = ready(line.decode(errors="replace"))
+        drain = asyncio.create_task(_drain(proc.stderr))
+        try:
+            yield url, proc.pid
+        finally:
+            drain.cancel()
+    finally:
+        stop(proc)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(15):
+                await proc.wait()
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+
+
+async def _drain(stream: asyncio.StreamReader) -> None:
+    while await stream.read(65536):
+        pass
+
+
+async def wait_port(port: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            _, w = await asyncio.open_connection("127.0.0.1", port)
+            w.close()
+            return
+        except OSError:
+            await asyncio.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+class Targets:
+    """Builds the pluggable target list; probes what is installed."""
+
+    def __init__(self, tmp: Path, *, fastmcp_limit: int = 0) -> None:
+        self.tmp = tmp
+        self.manifests = write_manifest(tmp / "manifests")
+        self.py = sys.executable
+        self.fastmcp_limit = fastmcp_limit
+        self.stack = contextlib.AsyncExitStack()
+
+    def direct(self) -> Target:
+        params = stdio_params(self.py, [str(UPSTREAM)])
+        return Target("direct stdio", lambda: mcp_client(params))
+
+    def sidecar_stdio(self) -> Target:
+        state = self.tmp / "state-stdio"
+        params = stdio_params(str(SIDECAR), ["stdio", "--manifests", str(self.manifests),
+                                             "--state-dir", str(state)],
+                              env={"SIDECAR_STATE_DIR": str(state)})
+        return Target("sidecar stdio", lambda: mcp_client(params))
+
+    def fastmcp(self, limit: int = 0) -> Target:
+        name = "FastMCP proxy stdio" + (f" (ResponseLimiting {limit // 1000} kB)" if limit else "")
+        if not FASTMCP_PY.exists():
+            return Target(name, _none, unavailable="n/a (no bench/.venvs/fastmcp)")
+        args = [str(HERE / "fastmcp_proxy.py")] + (["--limit", str(limit)] if limit else [])
+        params = stdio_params(str(FASTMCP_PY), [*args, "--", self.py, str(UPSTREAM)],
+                              env={"FASTMCP_LOG_LEVEL": "WARNING"})
+        return Target(name, lambda: mcp_client(params))
+
+    async def sidecar_http(self) -> Target:
+        name = "sidecar /mcp (HTTP)"
+        state = self.tmp / "state-http"
+        def ready(line: str) -> str | None:
+            return line.split("listening on", 1)[1].strip() if "listening on" in line else None
+
+        try:
+            url, pid = await self.stack.enter_async_context(http_server(
+                [str(SIDECAR), "serve", "--port", "0", "--manifests", str(self.manifests),
+                 "--state-dir", str(state)],
+                {"SIDECAR_TOKEN": TOKEN, "SIDECAR_STATE_DIR": str(state)}, ready))
+        except Exception as exc:
+            return Target(name, _none, unavailable=f"n/a (serve failed: {exc})")
+        headers = {"authorization": f"Bearer {TOKEN}"}
+        return Target(name, lambda: mcp_client(url + "/mcp", http_headers=headers),
+                      server_pid=pid)
+
+    async def mcp_proxy(self) -> Target:
+        name = "mcp-proxy (streamable HTTP)"
+        if not MCP_PROXY.exists():
+            return Target(name, _none, unavailable="n/a (no bench/.venvs/mcp-proxy)")
+        port = free_port()
+        try:
+            proc = subprocess.Popen(
+                [str(MCP_PROXY), "--host", "127.0.0.1", "--port", str(port),
+                 "--pass-environment", "--", self.py, str(UPSTREAM)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                cwd=str(ROOT))
+            self.stack.callback(stop, proc)
+            await wait_port(port)
+        except Exception as exc:
+            return Target(name, _none, unavailable=f"n/a ({exc})")
+        return Target(name, lambda: mcp_client(f"http://127.0.0.1:{port}/mcp"),
+                      server_pid=proc.pid)
+
+    async def probe(self, target: Target, tool: str = "echo") -> Target:
+        """A target that cannot list tools and answer one echo in 60 s is "n/a"."""
+        if target.unavailable:
+            return target
+        try:
+            async with asyncio.timeout(60):
+                async with target.connect() as client:
+                    name = await find_tool(client, tool)
+                    await call(client, name, {"text": "probe"})
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            target.unavailable = f"n/a ({_short(exc)})"
+        return target
+
+
+def _short(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = f"{type(exc).__name__}: {exc}".replace("|", "/").replace("\n", " ")
+    return text[:90]
+
+
+@contextlib.asynccontextmanager
+async def _none() -> AsyncIterator[Any]:
+    raise RuntimeError("unavailable")
+    yield
+
+
+def new_children(before: set[int]) -> list[int]:
+    import psutil
+
+    return [p.pid for p in psutil.Process().children() if p.pid not in before]
+
+
+def cpu_seconds(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    import psutil
+
+    try:
+        t = psutil.Process(pid).cpu_times()
+        return float(t.user + t.system)
+    except psutil.Error:
+        return 0.0
+
+
+async def bridge_round(target: Target, seq: int, tasks: int, per_task: int, warm: int) -> dict[str, Any]:
+    import psutil
+
+    before = {p.pid for p in psutil.Process().children()}
+    async with target.connect() as client:
+        name = await find_tool(client, "echo")
+        pid = target.server_pid or next(iter(new_children(before)), None)
+        for _ in range(warm):
+            await call(client, name, {"text": "warm"})
+        lat = []
+        cpu0 = cpu_seconds(pid)
+        t0 = time.perf_counter()
+        for i in range(seq):
+            s = time.perf_counter()
+            await call(client, name, {"text": f"hello {i}"})
+            lat.append(time.perf_counter() - s)
+        seq_s = time.perf_counter() - t0
+        cpu1 = cpu_seconds(pid)
+        clat: list[float] = []
+
+        async def worker(k: int) -> None:
+            for i in range(per_task):
+                s = time.perf_counter()
+                await call(client, name, {"text": f"c{k} {i}"})
+                clat.append(time.perf_counter() - s)
+
+        t0 = time.perf_counter()
+        async with asyncio.TaskGroup() as group:
+            for k in range(tasks):
+                group.create_task(worker(k))
+        conc_s = time.perf_counter() - t0
+    return {
+        "seq_rate": seq / seq_s, "seq_p50": pct(lat, 0.5) * 1e3, "seq_p99": pct(lat, 0.99) * 1e3,
+        "conc_rate": tasks * per_task / conc_s, "conc_p50": pct(clat, 0.5) * 1e3,
+        "conc_p99": pct(clat, 0.99) * 1e3,
+        "cpu_us": (cpu1 - cpu0) / seq * 1e6 if pid else None,
+    }
+
+
+async def section_bridge(opts: argparse.Namespace) -> str:
+    quick = opts.quick
+    rounds = opts.rounds or (1 if quick else 3)
+    seq, tasks, per_task, warm = (20, 16, 3, 5) if quick else (500, 16, 60, 30)
+    with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
+        t = Targets(Path(tmp))
+        async with t.stack:
+            targets = [t.direct(), t.sidecar_stdio(), await t.sidecar_http()]
+            if not opts.no_external:
+                targets += [t.fastmcp(), await t.mcp_proxy()]
+            for target in targets:
+                await t.probe(target)
+            for target in targets:
+                if target.name.startswith("sidecar") and target.unavailable:
+                    target.unavailable = f"n/a (facade not available: {target.unavailable[5:-1]})"
+            live = [x for x in targets if not x.unavailable]
+            for _ in range(rounds):  # interleaved: every target once per round
+                for target in live:
+                    try:
+                        async with asyncio.timeout(300):
+                            target.rounds.append(
+                                await bridge_round(target, seq, tasks, per_task, warm))
+                    except BaseException as exc:
+                        if isinstance(exc, KeyboardInterrupt):
+                            raise
+                        target.unavailable = f"failed: {_short(exc)}"
+                live = [x for x in live if not x.unavailable]
+    direct = targets[0].rounds
+    rows_seq, rows_conc = [], []
+    best = {}
+    for target in targets:
+        if target.unavailable or not target.rounds:
+            rows_seq.append([target.name, target.unavailable or "no rounds", "", "", "", "", ""])
+            rows_conc.append([target.name, target.unavailable or "no rounds", "", "", "", ""])
+            continue
+        bs = max(target.rounds, key=lambda r: r["seq_rate"])
+        bc = max(target.rounds, key=lambda r: r["conc_rate"])
+        best[target.name] = (bs, bc)
+        span_s = f"{min(r['seq_rate'] for r in target.rounds):.0f}–{max(r['seq_rate'] for r in target.rounds):.0f}"
+        span_c = f"{min(r['conc_rate'] for r in target.rounds):.0f}–{max(r['conc_rate'] for r in target.rounds):.0f}"
+        d_s = max(r["seq_rate"] for r in direct) if direct else None
+        d_c = max(r["conc_rate"] for r in direct) if direct else None
+        cpu = statistics.median([r["cpu_us"] for r in target.rounds if r["cpu_us"]] or [0])
+        rows_seq.append([target.name, f"{bs['seq_rate']:.0f}", span_s, fmt_ratio(bs["seq_rate"], d_s),
+                         f"{bs['seq_p50']:.2f}", f"{bs['seq_p99']:.2f}", f"{cpu:.0f}"])
+        rows_conc.append([target.name, f"{bc['conc_rate']:.0f}", span_c, fmt_ratio(bc["conc_rate"], d_c),
+                          f"{bc['conc_p50']:.1f}", f"{bc['conc_p99']:.1f}"])
+    out = [f"### 1. Bridge: `echo` through each target ({rounds} interleaved rounds, best shown)\n",
+           f"Sequential: {warm} warm-up + {seq} timed calls per round on one connection. "
+           f"`cpu µs/call` is the CPU of the process the client talks to (the upstream itself "
+           f"for direct, the proxy otherwise).\n",
+           table(["target", "calls/s (best)", "min–max", "vs direct", "p50 ms", "p99 ms",
+                  "cpu µs/call"], rows_seq),
+           f"\n{tasks} concurrent callers × {per_task} calls on one session:\n",
+           table(["target", "calls/s (best)", "min–max", "vs direct", "p50 ms", "p99 ms"], rows_conc),
+           "\nBaseline (anchor-bench, same kind of box, mcp.Client): sequential direct 900–980, "
+           "mcp-proxy 200–260, FastMCP 160–220 calls/s; 16 concurrent: direct 1,110–1,180, "
+           "mcp-proxy 370–410, FastMCP 245–320.",
+           "Targets: sidecar stdio >= 0.6x direct calls/s and >= 1.3x FastMCP and mcp-proxy; "
+           "p99 <= 2x direct p99."]
+    out.append("\n" + verdict_bridge(best))
+    # the bridge core without the facade: Snapshot.execute -> pool -> upstream, in one process
+    try:
+        core = child_json(["bridge-core", "--bytes", str(seq), "--tools", str(per_task)], 600)
+        d = best.get("direct stdio")
+        out += [
+            "\nSidecar bridge core without an MCP front (`Snapshot.execute` → ServerPool → "
+            "upstream `echo`, durable outcome log on, in the daemon process; run after the "
+            "rounds above, so compare with care):\n",
+            table(["path", "seq calls/s", "vs direct", "p50 ms", "p99 ms", "daemon cpu µs/call",
+                   "16-conc calls/s", "vs direct", "p50 ms", "p99 ms"],
+                  [["Snapshot.execute via pool", f"{core['seq_rate']:.0f}",
+                    fmt_ratio(core["seq_rate"], d[0]["seq_rate"] if d else None),
+                    f"{core['seq_p50']:.2f}", f"{core['seq_p99']:.2f}", f"{core['cpu_us']:.0f}",
+                    f"{core['conc_rate']:.0f}",
+                    fmt_ratio(core["conc_rate"], d[1]["conc_rate"] if d else None),
+                    f"{core['conc_p50']:.1f}", f"{core['conc_p99']:.1f}"]]),
+        ]
+    except RuntimeError as exc:
+        out.append(f"\nbridge core: failed: {exc}")
+    return "\n".join(out)
+
+
+def verdict_bridge(best: dict[str, Any]) -> str:
+    lines = []
+    d = best.get("direct stdio")
+    for mine in ("sidecar stdio", "sidecar /mcp (HTTP)"):
+        s = best.get(mine)
+        if not s or not d:
+            lines.append(f"- {mine}: not measured")
+            continue
+        parts = []
+        for mode, rate, p99 in (("sequential", "seq_rate", "seq_p99"), ("16 concurrent", "conc_rate", "conc_p99")):
+            idx = 0 if mode == "sequential" else 1
+            r = s[idx][rate] / d[idx][rate]
+            q = s[idx][p99] / d[idx][p99]
+            others = []
+            for other in ("FastMCP proxy stdio", "mcp-proxy (streamable HTTP)"):
+                o = best.get(other)
+                if o:
+                    others.append(f"{s[idx][rate] / o[idx][rate]:.2f}x {other.split()[0]}")
+            parts.append(f"{mode}: {r:.2f}x direct ({'ok' if r >= 0.6 else 'MISS'}), "
+                         f"p99 {q:.2f}x direct ({'ok' if q <= 2 else 'MISS'})"
+                         + (", " + ", ".join(others) if others else ""))
+        lines.append(f"- {mine}: " + "; ".join(parts))
+    return "\n".join(lines)
+
+
+# -- section 2: native API -------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def native_server(app: str) -> AsyncIterator[tuple[str, int]]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(CHILDREN), "native", "--app", app, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        start_new_session=True, cwd=str(ROOT))
+    assert proc.stdout is not None and proc.stdin is not None
+    try:
+        async with asyncio.timeout(60):
+            while True:
+                line = (await proc.stdout.readline()).decode()
+                if not line:
+                    raise RuntimeError(f"native server {app} exited")
+                if line.startswith("PORT "):
+                    break
+        yield f"http://127.0.0.1:{int(line.split()[1])}", proc.pid
+    finally:
+        proc.stdin.close()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(10):
+                await proc.wait()
+        stop(proc)
+        await proc.wait()
+
+
+async def native_round(url: str, app: str, seq: int, tasks: int, per_task: int, warm: int) -> dict[str, Any]:
+    import httpx
+
+    headers = {"authorization": f"Bearer {TOKEN}"}
+    limits = httpx.Limits(max_connections=tasks, max_keepalive_connections=tasks)
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60, limits=limits) as c:
+        if app == "bare":
+            path = "/echo"
+        else:
+            r = await c.post("/v1/snapshots", json={"session_id": "bench"})
+            r.raise_for_status()
+            path = f"/v1/snapshots/{r.json()['id']}/calls"
+        run = uuid.uuid4().hex[:8]
+
+        async def one(i: str) -> None:
+            body = {"name": "echo", "input": {"text": f"hello {i}"},
+                    "context": {"session_id": "bench", "agent": "bench", "message_id": "m",
+                                "call_id": f"{run}-{i}"}}
+            r = await c.post(path, json=body)
+            if r.status_code != 200 or r.json().get("status") != "completed":
+                raise RuntimeError(f"{r.status_code} {r.text[:200]}")
+
+        for i in range(warm):
+            await one(f"w{i}")
+        lat = []
+        t0 = time.perf_counter()
+        for i in range(seq):
+            s = time.perf_counter()
+            await one(f"s{i}")
+            lat.append(time.perf_counter() - s)
+        seq_s = time.perf_counter() - t0
+        clat: list[float] = []
+
+        async def worker(k: int) -> None:
+            for i in range(per_task):
+                s = time.perf_counter()
+                await one(f"c{k}-{i}")
+                clat.append(time.perf_counter() - s)
+
+        t0 = time.perf_counter()
+        async with asyncio.TaskGroup() as group:
+            for k in range(tasks):
+                group.create_task(worker(k))
+        conc_s = time.perf_counter() - t0
+    return {"seq_rate": seq / seq_s, "seq_p50": pct(lat, 0.5) * 1e3, "seq_p99": pct(lat, 0.99) * 1e3,
+            "conc_rate": tasks * per_task / conc_s, "conc_p50": pct(clat, 0.5) * 1e3,
+            "conc_p99": pct(clat, 0.99) * 1e3}
+
+
+async def section_native(opts: argparse.Namespace) -> str:
+    rounds = opts.rounds or (1 if opts.quick else 3)
+    seq, tasks, per_task, warm = (20, 16, 3, 5) if opts.quick else (1000, 16, 100, 50)
+    apps = {"bare": "bare Starlette JSON echo", "sidecar": "sidecar POST /v1/snapshots/{id}/calls",
+            "sidecar-nondurable": "sidecar, durable=False (no SQLite outcome log)"}
+    results: dict[str, list[dict[str, Any]]] = {a: [] for a in apps}
+    async with contextlib.AsyncExitStack() as stack:
+        urls = {a: (await stack.enter_async_context(native_server(a)))[0] for a in apps}
+        for _ in range(rounds):
+            for a in apps:
+                results[a].append(await native_round(urls[a], a, seq, tasks, per_task, warm))
+    bare_s = max(r["seq_rate"] for r in results["bare"])
+    bare_c = max(r["conc_rate"] for r in results["bare"])
+    rows = []
+    for a, label in apps.items():
+        bs = max(results[a], key=lambda r: r["seq_rate"])
+        bc = max(results[a], key=lambda r: r["conc_rate"])
+        rows.append([label, f"{bs['seq_rate']:.0f}", fmt_ratio(bs["seq_rate"], bare_s),
+                     f"{bs['seq_p50']:.2f}", f"{bs['seq_p99']:.2f}", f"{bc['conc_rate']:.0f}",
+                     fmt_ratio(bc["conc_rate"], bare_c), f"{bc['conc_p50']:.1f}", f"{bc['conc_p99']:.1f}"])
+    return "\n".join([
+        f"### 2. Native API: echo calls ({rounds} interleaved rounds, best shown)\n",
+        "Both servers: uvicorn, `loop=\"uvloop\"`, access log off, 127.0.0.1, in their own "
+        f"process; one httpx.AsyncClient (keep-alive). Sequential {seq} calls; {tasks} concurrent "
+        f"callers × {per_task}. Every sidecar call has a fresh `call_id` (calls are idempotent "
+        "per call_id).\n",
+        table(["server", "seq calls/s", "vs bare", "p50 ms", "p99 ms", "16-conc calls/s",
+               "vs bare", "p50 ms", "p99 ms"], rows),
+        "\nBaseline: the bare Starlette endpoint (same uvicorn settings). Target: >= 0.6x bare.",
+    ])
+
+
+# -- section 3: large outputs ----------------------------------------------------------------
+
+
+async def fastmcp_large(nbytes: int, limit: int) -> dict[str, Any]:
+    import psutil
+
+    t = Targets(Path(tempfile.gettempdir()))
+    target = t.fastmcp(limit)
+    if target.unavailable:
+        return {"error": target.unavailable}
+    before = {p.pid for p in psutil.Process().children()}
+    async with target.connect() as client:
+        name = await find_tool(client, "big")
+        pid = next(iter(new_children(before)), None)
+        base = psutil.Process(pid).memory_info().rss / 2**20 if pid else 0
+        start = time.perf_counter()
+        result = await call(client, name, {"nbytes": nbytes})
+        elapsed = time.perf_counter() - start
+        peak = 0.0
+        if pid:
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        peak = int(line.split()[1]) / 1024
+    got = sum(len(c.text.encode()) for c in result.content if getattr(c, "text", None))
+    return {"seconds": elapsed, "peak_mb": peak, "base_mb": base, "received": got}
+
+
+async def section_large(opts: argparse.Namespace) -> str:
+    sizes = [100_000, 1 * MB] if opts.quick else [1 * MB, 10 * MB, 100 * MB, 1000 * MB]
+    fastmcp_sizes = sizes[:2] if opts.quick else [1 * MB, 10 * MB]
+    rows = []
+    for n in sizes:
+        label = f"{n / MB:g} MB"
+        disk = child_json(["disk", "--bytes", str(n)], 600)["seconds"]
+        rows.append([label, "disk write + fsync (baseline)", f"{disk:.3f}", "–", "–", "1.00x", ""])
+        try:
+            up = child_json(["large-upstream", "--bytes", str(n)], 1200)
+            rows.append([label, "sidecar: upstream MCP `big` → pool → seam → managed store",
+                         f"{up['seconds']:.3f}", f"{up['peak_mb']:.0f}", f"{up['base_mb']:.0f}",
+                         fmt_ratio(up["seconds"], disk), f"peak/payload {up['peak_mb'] * 2**20 / n:.2f}, "
+                         f"(peak-base)/payload {(up['peak_mb'] - up['base_mb']) * 2**20 / n:.2f}"])
+        except RuntimeError as exc:
+            rows.append([label, "sidecar: upstream MCP", f"failed: {exc}", "", "", "", ""])
+        cmd_bytes = max(n, 8 * 2**20)  # smaller outputs stay in memory and are not spooled
+        try:
+            cmd = child_json(["large-command", "--bytes", str(cmd_bytes)], 1200)
+            note = f"producer → file: {cmd['plain_s']:.3f} s"
+            if cmd_bytes != n:
+                note += f"; {cmd_bytes / 2**20:.0f} MiB (spooling threshold)"
+            rows.append([label, "sidecar: `command` tool → spool → managed store",
+                         f"{cmd['seconds']:.3f}", f"{cmd['peak_mb']:.0f}", f"{cmd['base_mb']:.0f}",
+                         fmt_ratio(cmd["seconds"], disk if cmd_bytes == n else None), note])
+        except (RuntimeError, AssertionError) as exc:
+            rows.append([label, "sidecar: `command` tool", f"failed: {exc}", "", "", "", ""])
+        if n in fastmcp_sizes and not opts.no_external:
+            for limit in (0, 500_000):
+                name = "FastMCP proxy stdio" + (" + ResponseLimiting 500 kB" if limit else "")
+                try:
+                    async with asyncio.timeout(600):
+                        fm = await fastmcp_large(n, limit)
+                    if "error" in fm:
+                        rows.append([label, name, fm["error"], "", "", "", ""])
+                        continue
+                    rows.append([label, name + " (client: mcp.Client)", f"{fm['seconds']:.3f}",
+                                 f"{fm['peak_mb']:.0f}", f"{fm['base_mb']:.0f}",
+                                 fmt_ratio(fm["seconds"], disk),
+                                 f"received {fm['received'] / MB:.2f} MB"])
+                except BaseException as exc:
+                    if isinstance(exc, KeyboardInterrupt):
+                        raise
+                    rows.append([label, name, f"failed: {_short(exc)}", "", "", "", ""])
+        elif n >= 100 * MB and not opts.no_external:
+            rows.append([label, "FastMCP proxy stdio", "skipped (anchor: 182 s, peak 677 MB)", "", "", "", ""])
+    return "\n".join([
+        "### 3. Large text outputs: end-to-end time and peak RSS of the relaying process\n",
+        "Sidecar rows: a fresh daemon process (`Location.open` + manifests), VmHWM reset with "
+        "/proc/self/clear_refs right before the call; `base` is VmRSS then. FastMCP: VmHWM of "
+        "the proxy process (never reset; base = RSS after connecting); the time includes the "
+        "mcp.Client's own stdio reader. Disk: the same bytes written by Python with fsync.\n",
+        table(["size", "path", "seconds", "peak RSS MB", "base MB", "vs disk", "notes"], rows),
+        "\nBaseline (anchor-bench): 100 MB over any SDK stdio reader 87–182 s, proxy peak "
+        "0.68–0.78 GB. Targets: 1 GB command output peak RSS <= 200 MB and time <= 2x disk; "
+        "100 MB upstream result < 10 s and peak RSS < 3x payload.",
+    ])
+
+
+# -- section 4: startup ----------------------------------------------------------------------
+
+
+def section_startup(opts: argparse.Namespace) -> str:
+    counts = [1, 3] if opts.quick else [1, 20]
+    rounds = opts.rounds or (1 if opts.quick else 3)
+    res: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
+    for _ in range(rounds):
+        for n in counts:
+            res[n].append(child_json(["startup", "--servers", str(n)], 600))
+    one = min(r["ready_s"] for r in res[counts[0]])
+    rows = []
+    for n in counts:
+        ready = [r["ready_s"] for r in res[n]]
+        rows.append([n, f"{min(ready):.2f}", f"{max(ready):.2f}", fmt_ratio(min(ready), one)])
+    return "\n".join([
+        f"### 4. Startup: `Location.open` until every upstream stdio server is ready ({rounds} rounds)\n",
+        table(["servers", "best s", "worst s", "vs 1 server"], rows),
+        f"\nMachine: {os.cpu_count()} CPUs; each upstream is a Python process importing the mcp "
+        "SDK (~0.8 s of CPU), so N servers need N × that CPU time on the box.",
+        "Baseline: the 1-server time. Target: 20 servers <= 1.5x it.",
+    ])
+
+
+# -- section 5: catalog ----------------------------------------------------------------------
+
+
+def section_catalog(opts: argparse.Namespace) -> str:
+    rows = []
+    if opts.quick:
+        plan = [("manifests", 3, 10, 0), ("in-process", 0, 0, 100), ("in-process", 0, 0, 500)]
+    else:
+        plan = [("manifests", 50, 100, 0), ("in-process", 0, 0, 500),
+                ("in-process", 0, 0, 1000), ("in-process", 0, 0, 5000)]
+    for how, servers, tools, inproc in plan:
+        try:
+            r = child_json(["catalog", "--servers", str(servers), "--tools", str(tools),
+                            "--inproc", str(inproc)], 900)
+        except RuntimeError as exc:
+            rows.append([how, f"{servers}x{tools}" if servers else inproc, f"failed: {exc}",
+                         "", "", "", "", "", ""])
+            continue
+        grown = r["rss_loaded_mb"] - (r["rss_open_mb"] if inproc else r["rss_start_mb"])
+        setup = r["open_s"] + r["register_s"]
+        rows.append([how, f"{servers} servers × {tools + 2}" if servers else f"{inproc} registered",
+                     r["tools"], f"{setup:.2f}", f"{r['snapshot_ms']:.2f}", f"{r['list_ms']:.1f}",
+                     f"{r['post_snapshot_ms']:.1f}", f"{r['rss_loaded_mb']:.0f}",
+                     f"{grown:.1f} ({grown * 1024 / max(r['tools'], 1):.1f} KiB/tool)"])
+    return "\n".join([
+        "### 5. Catalog scale\n",
+        "Each row is a fresh daemon process. `snapshot ms`: median `location.snapshot()`; "
+        "`GET /v1/tools` and `POST /v1/snapshots`: median over 10 requests on 127.0.0.1 "
+        "(uvicorn, default loop); RSS after loading (gc'd); growth: in-process rows over the opened "
+        "Location before registering, manifests rows over the process before `Location.open` "
+        "(includes the pool's connections and the Location itself).\n",
+        table(["source", "catalog", "tools", "load s", "snapshot ms", "GET /v1/tools ms",
+               "POST /v1/snapshots ms", "RSS MB", "RSS growth MB"], rows),
+        "\nTarget: snapshot build and tools/list for 5,000 tools each < 50 ms; RSS linear in "
+        "tool count. tools/list through the MCP facade: measured in section 1's probe only when "
+        "`sidecar stdio` exists.",
+    ])
+
+
+# -- main ------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke version: seconds, tiny sizes")
+    parser.add_argument("--only", default="", help=f"comma-separated subset of {','.join(SECTIONS)}")
+    parser.add_argument("--rounds", type=int, default=0, help="rounds per target (default 3; 1 quick)")
+    parser.add_argument("--no-external", action="store_true",
+                        help="skip FastMCP and mcp-proxy (their venvs)")
+    opts = parser.parse_args()
+    only = [s.strip() for s in opts.only.split(",") if s.strip()] or list(SECTIONS)
+    unknown = set(only) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown section(s): {', '.join(sorted(unknown))}")
+    import logging
+
+    logging.basicConfig(level=logging.ERROR)
+    command = " ".join(shlex.quote(a) for a in [os.path.relpath(sys.executable, ROOT), "bench/compare.py", *sys.argv[1:]])
+    print("## mcp-sidecar side-by-side benchmarks\n")
+    print(f"- machine: {machine()}")
+    print(f"- versions: {versions()}")
+    print(f"- command: `{command}`")
+    print(f"- date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
+    for section in SECTIONS:
+        if section not in only:
+            continue
+        started = time.perf_counter()
+        try:
+            if section == "bridge":
+                text = asyncio.run(section_bridge(opts))
+            elif section == "native":
+                text = asyncio.run(section_native(opts))
+            elif section == "large":
+                text = asyncio.run(section_large(opts))
+            elif section == "startup":
+                text = section_startup(opts)
+            else:
+                text = section_catalog(opts)
+        except Exception as exc:
+            text = f"### {section}: FAILED: {_short(exc)}"
+            print(text, flush=True)
+            print(f"\n_(section {section}: {time.perf_counter() - started:.1f} s)_\n", flush=True)
+            main.failed = True  # type: ignore[attr-defined]
+            continue
+        print(text, flush=True)
+        print(f"\n_(section {section}: {time.perf_counter() - started:.1f} s)_\n", flush=True)
+    return 1 if getattr(main, "failed", False) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

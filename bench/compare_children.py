@@ -1,0 +1,408 @@
+"""Child processes of `bench/compare.py` (one measurement per fresh process).
+
+    .venv/bin/python bench/compare_children.py KIND [options]
+
+Each child prints its result as one JSON line prefixed `RESULT ` on stdout (servers print
+`PORT <n>` once they listen and run until stdin closes or SIGTERM). Kinds:
+
+- `native --app sidecar|sidecar-nondurable|bare`: uvicorn (uvloop, access log off, like
+  `sidecar serve`) on 127.0.0.1:0 serving the sidecar app with a Python `echo` tool, or a bare
+  Starlette JSON echo endpoint.
+- `bridge-core [--bytes SEQ] [--tools PER_TASK]`: `Snapshot.execute` on the upstream `echo`
+  through the pool in this process (sequential, then 16 concurrent callers).
+- `large-upstream --bytes N`: `Location.open` with a manifest of `bench/upstream.py`, one
+  `big(nbytes)` call through the seam; time and this process's peak RSS (VmHWM reset first).
+- `large-command --bytes N`: `bench/command_large.py`'s seam run and its plain baseline.
+- `disk --bytes N`: writing N bytes of text to a file with fsync (the baseline).
+- `startup --servers N`: time from `Location.open` until every upstream server is ready.
+- `catalog --servers S --tools T`: S upstream servers with T tools each (manifests), or
+  `--inproc K`: K tools registered through `location.tools.register` with JSON-schema codecs;
+  then snapshot build time, `GET /v1/tools` latency and RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+UPSTREAM = HERE / "upstream.py"
+TOKEN = "bench-token"
+
+
+def status_kib(field: str, pid: int | str = "self") -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/{pid}/status")
+
+
+def reset_peak() -> None:
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def result(data: dict[str, Any]) -> None:
+    print("RESULT " + json.dumps(data), flush=True)
+
+
+def write_manifest(directory: Path, servers: int, tools: int = 0) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    entries = {}
+    for i in range(servers):
+        key = "up" if servers == 1 else f"up{i:02d}"
+        args = [str(UPSTREAM)] + (["--tools", str(tools)] if tools else [])
+        entries[key] = {"command": sys.executable, "args": args,
+                        "timeouts": {"startup": 120, "call": 900},
+                        "max_result_bytes": 2**31 - 1}
+    (directory / "bench.json").write_text(json.dumps({"mcpServers": entries}))
+    return directory
+
+
+def ctx(call_id: str) -> Any:
+    from sidecar import ToolContext
+
+    return ToolContext(session_id="bench", agent="bench", message_id="m", call_id=call_id)
+
+
+# -- native API ------------------------------------------------------------------------------
+
+async def serve_app(app: Any) -> None:
+    import uvicorn
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                            lifespan="on", access_log=False, loop="uvloop")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    print(f"PORT {port}", flush=True)
+    loop = asyncio.get_running_loop()
+    # run until stdin closes (the parent exits or closes it)
+    await loop.run_in_executor(None, sys.stdin.read)
+    server.should_exit = True
+    await task
+
+
+async def native(app_kind: str) -> None:
+    if app_kind == "bare":
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse
+        from starlette.routing import Route
+
+        async def echo(request: Request) -> JSONResponse:
+            body = await request.json()
+            return JSONResponse({"status": "completed",
+                                 "output": {"echoed": body["input"]["text"]}})
+
+        await serve_app(Starlette(routes=[Route("/echo", echo, methods=["POST"])]))
+        return
+    from pydantic import BaseModel
+
+    from sidecar import Location, Tool
+    from sidecar.serve.app import build_app
+
+    class EchoIn(BaseModel):
+        text: str
+
+    class EchoOut(BaseModel):
+        echoed: str
+
+    async def run_echo(args: EchoIn, context: Any) -> EchoOut:
+        return EchoOut(echoed=args.text)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        async with Location.open(tmp, state_dir=Path(tmp) / "state",
+                                 durable=app_kind != "sidecar-nondurable",
+                                 entry_point_plugins=False) as location:
+            location.tools.register({"echo": Tool(description="Echo text", input=EchoIn,
+                                                   output=EchoOut, execute=run_echo)})
+            await serve_app(build_app(location, token=TOKEN))
+
+
+# -- the bridge core without a facade -------------------------------------------------------
+
+async def bridge_core(seq: int, tasks: int, per_task: int, warm: int) -> None:
+    """`Snapshot.execute` on the upstream `echo` through the pool, in this process: what the
+    MCP facade adds on top is its own MCP server side."""
+    from sidecar import Location
+
+    def pct(values: list[float], q: float) -> float:
+        s = sorted(values)
+        return s[min(len(s) - 1, round(q * (len(s) - 1)))]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        manifests = write_manifest(Path(tmp) / "manifests", 1)
+        async with Location.open(tmp, state_dir=Path(tmp) / "state", manifests=[manifests],
+                                 entry_point_plugins=False) as location:
+            snapshot = location.snapshot()
+            name = _find(snapshot, "echo")
+            for i in range(warm):
+                await snapshot.execute(name, {"text": "warm"}, ctx(f"w{i}"))
+            lat = []
+            cpu0 = time.process_time()
+            t0 = time.perf_counter()
+            for i in range(seq):
+                s = time.perf_counter()
+                outcome = await snapshot.execute(name, {"text": f"hello {i}"}, ctx(f"s{i}"))
+                lat.append(time.perf_counter() - s)
+            seq_s = time.perf_counter() - t0
+            cpu = (time.process_time() - cpu0) / seq
+            assert outcome.status == "completed", outcome.error
+            clat: list[float] = []
+
+            async def worker(k: int) -> None:
+                for i in range(per_task):
+                    s = time.perf_counter()
+                    await snapshot.execute(name, {"text": "x"}, ctx(f"c{k}-{i}"))
+                    clat.append(time.perf_counter() - s)
+
+            t0 = time.perf_counter()
+            async with asyncio.TaskGroup() as group:
+                for k in range(tasks):
+                    group.create_task(worker(k))
+            conc_s = time.perf_counter() - t0
+    result({"seq_rate": seq / seq_s, "seq_p50": pct(lat, 0.5) * 1e3,
+            "seq_p99": pct(lat, 0.99) * 1e3, "conc_rate": tasks * per_task / conc_s,
+            "conc_p50": pct(clat, 0.5) * 1e3, "conc_p99": pct(clat, 0.99) * 1e3,
+            "cpu_us": cpu * 1e6})
+
+
+# -- large outputs ---------------------------------------------------------------------------
+
+async def large_upstream(nbytes: int) -> None:
+    from sidecar import Location
+
+    with tempfile.TemporaryDirectory() as tmp:
+        manifests = write_manifest(Path(tmp) / "manifests", 1)
+        async with Location.open(
+            tmp, state_dir=Path(tmp) / "state", manifests=[manifests],
+            store_quota_bytes=4 * nbytes + 2**26, entry_point_plugins=False,
+        ) as location:
+            health = location.server_health()
+            if any(h.state != "ready" for h in health.values()):
+                raise SystemExit(f"upstream not ready: {health}")
+            snapshot = location.snapshot()
+            name = _find(snapshot, "big")
+            gc.collect()
+            base = status_kib("VmRSS")
+            reset_peak()
+            start = time.perf_counter()
+            outcome = await snapshot.execute(name, {"nbytes": nbytes}, ctx("big"))
+            elapsed = time.perf_counter() - start
+            peak = status_kib("VmHWM")
+            if outcome.status != "completed":
+                raise SystemExit(f"call failed: {outcome.error}")
+            retained = sum(m.size_bytes for m in outcome.managed)
+            if nbytes > 60_000 and retained != nbytes:
+                raise SystemExit(f"retained {retained} of {nbytes} bytes")
+    result({"seconds": elapsed, "peak_mb": peak / 1024, "base_mb": base / 1024,
+            "retained": retained})
+
+
+def _find(snapshot: Any, suffix: str) -> str:
+    names = [d.name for d in snapshot.definitions]
+    return next(n for n in names if n.endswith(suffix))
+
+
+async def large_command(nbytes: int) -> None:
+    import command_large
+
+    base = Path(tempfile.mkdtemp(prefix="bench-compare-"))
+    try:
+        elapsed, peak, before, _ = await command_large.through_seam(base, nbytes)
+        plain = command_large.plain(base, nbytes)
+    finally:
+        import shutil
+
+        shutil.rmtree(base, ignore_errors=True)
+    result({"seconds": elapsed, "peak_mb": peak, "base_mb": before, "plain_s": plain})
+
+
+def disk(nbytes: int) -> None:
+    from upstream import big_text
+
+    data = big_text(min(nbytes, 2**26)).encode()
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp) / "out"
+        start = time.perf_counter()
+        with target.open("wb") as out:
+            left = nbytes
+            while left > 0:
+                chunk = data[:left]
+                out.write(chunk)
+                left -= len(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        elapsed = time.perf_counter() - start
+    result({"seconds": elapsed})
+
+
+# -- startup ---------------------------------------------------------------------------------
+
+async def startup(servers: int) -> None:
+    from sidecar import Location
+
+    with tempfile.TemporaryDirectory() as tmp:
+        manifests = write_manifest(Path(tmp) / "manifests", servers)
+        start = time.perf_counter()
+        async with Location.open(tmp, state_dir=Path(tmp) / "state", manifests=[manifests],
+                                 entry_point_plugins=False) as location:
+            opened = time.perf_counter() - start
+            while True:
+                states = [h.state for h in location.server_health().values()]
+                if len(states) == servers and all(s == "ready" for s in states):
+                    break
+                if any(s in ("failed", "disabled") for s in states):
+                    raise SystemExit(f"servers failed: {location.server_health()}")
+                if time.perf_counter() - start > 300:
+                    raise SystemExit("servers not ready after 300 s")
+                await asyncio.sleep(0.005)
+            ready = time.perf_counter() - start
+    result({"open_s": opened, "ready_s": ready})
+
+
+# -- catalog scale ---------------------------------------------------------------------------
+
+def schema_tool(i: int) -> Any:
+    from sidecar import Tool, ToolResponse
+
+    async def run(args: Any, context: Any) -> ToolResponse:
+        return ToolResponse(content=str(args))
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "text": {"type": "string", "description": "what to echo"},
+            "count": {"type": "integer", "minimum": 0},
+        },
+        "required": ["text"],
+    }
+    return Tool(description=f"Synthetic tool number {i}: echoes its input", input=schema,
+                execute=run)
+
+
+async def catalog(servers: int, tools: int, inproc: int) -> None:
+    import httpx
+    import uvicorn
+
+    from sidecar import Location
+    from sidecar.serve.app import build_app
+
+    with tempfile.TemporaryDirectory() as tmp:
+        manifests = [write_manifest(Path(tmp) / "manifests", servers, tools)] if servers else []
+        gc.collect()
+        rss0 = status_kib("VmRSS")
+        start = time.perf_counter()
+        async with Location.open(tmp, state_dir=Path(tmp) / "state", manifests=manifests,
+                                 entry_point_plugins=False) as location:
+            opened = time.perf_counter() - start
+            gc.collect()
+            rss_open = status_kib("VmRSS")
+            if inproc:
+                t0 = time.perf_counter()
+                location.tools.register({f"tool_{i:05d}": schema_tool(i) for i in range(inproc)})
+                register_s = time.perf_counter() - t0
+            else:
+                register_s = 0.0
+                bad = {k: h.state for k, h in location.server_health().items() if h.state != "ready"}
+                if bad:
+                    raise SystemExit(f"servers not ready: {bad}")
+            gc.collect()
+            rss_loaded = status_kib("VmRSS")
+            count = len(location.registry.effective())
+            snaps = []
+            for _ in range(21):
+                t0 = time.perf_counter()
+                location.snapshot()
+                snaps.append(time.perf_counter() - t0)
+            app = build_app(location, token=TOKEN)
+            config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                                    lifespan="on", access_log=False)
+            server = uvicorn.Server(config)
+            task = asyncio.create_task(server.serve())
+            while not server.started:
+                if task.done():
+                    task.result()
+                await asyncio.sleep(0.01)
+            port = server.servers[0].sockets[0].getsockname()[1]
+            lists = []
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60,
+                                         headers={"authorization": f"Bearer {TOKEN}"}) as c:
+                for _ in range(11):
+                    t0 = time.perf_counter()
+                    r = await c.get("/v1/tools")
+                    r.raise_for_status()
+                    listed = len(r.json()["tools"])
+                    lists.append(time.perf_counter() - t0)
+                # snapshot creation through the API too (what a runner does per model request)
+                posts = []
+                for _ in range(11):
+                    t0 = time.perf_counter()
+                    r = await c.post("/v1/snapshots", json={"session_id": "bench"})
+                    r.raise_for_status()
+                    posts.append(time.perf_counter() - t0)
+            server.should_exit = True
+            await task
+    result({
+        "tools": count, "listed": listed, "open_s": opened, "register_s": register_s,
+        "snapshot_ms": statistics.median(snaps) * 1e3,
+        "list_ms": statistics.median(lists[1:]) * 1e3,
+        "post_snapshot_ms": statistics.median(posts[1:]) * 1e3,
+        "rss_start_mb": rss0 / 1024, "rss_open_mb": rss_open / 1024,
+        "rss_loaded_mb": rss_loaded / 1024,
+    })
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("kind")
+    parser.add_argument("--app", default="sidecar")
+    parser.add_argument("--bytes", type=int, default=0)
+    parser.add_argument("--servers", type=int, default=0)
+    parser.add_argument("--tools", type=int, default=0)
+    parser.add_argument("--inproc", type=int, default=0)
+    args = parser.parse_args()
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    if args.kind == "native":
+        import uvloop
+
+        uvloop.run(native(args.app))
+    elif args.kind == "bridge-core":
+        seq, tasks, per_task, warm = (args.bytes or 500), 16, (args.tools or 60), 30
+        asyncio.run(bridge_core(seq, tasks, per_task, warm))
+    elif args.kind == "large-upstream":
+        asyncio.run(large_upstream(args.bytes))
+    elif args.kind == "large-command":
+        asyncio.run(large_command(args.bytes))
+    elif args.kind == "disk":
+        disk(args.bytes)
+    elif args.kind == "startup":
+        asyncio.run(startup(args.servers))
+    elif args.kind == "catalog":
+        asyncio.run(catalog(args.servers, args.tools, args.inproc))
+    else:
+        raise SystemExit(f"unknown kind {args.kind}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""What an upstream server sends us besides tool listings, handed to whoever serves clients.
+
+An upstream connection is shared by every downstream client and opened at daemon start, before
+any client exists. So every upstream connection advertises `sampling`, `elicitation` and
+`roots` (upstreams such as server-everything add tools only for clients that have them), and
+each server-to-client request is answered by routing it, through the pool's `Relay`, to the
+downstream session that made the call in flight on that server. With no such session (no call
+in flight, calls from several sessions at once, or a client that lacks the capability) the
+upstream gets a JSON-RPC error that says why; nothing hangs.
+
+    pool.relay.target = my_frontend          # a `RelayTarget`; None detaches it
+    pool.connection("git")                   # the live `Connection` of one server, or None
+
+Notifications that are not about tools (resources updated/list_changed, prompts list_changed)
+and log messages are handed on as they arrive, with the calls in flight on that server.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import mcp_types as types
+
+log = logging.getLogger("bridges.mcp")
+
+NO_CLIENT = (
+    "no downstream client can answer {method}: it is only relayed while one client session has "
+    "a call in flight on this server"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class InflightCall:
+    """One tool call in flight on an upstream server: the runner context it came with."""
+
+    session_id: str
+    call_id: str
+
+
+class RelayTarget(Protocol):
+    """The frontend side of the relay. Implementations must not raise."""
+
+    async def server_request(
+        self, server: str, calls: Sequence[InflightCall], method: str, params: Any
+    ) -> Any:
+        """Answer `sampling/createMessage`, `elicitation/create` or `roots/list` (params None):
+        a result model or a `types.ErrorData`."""
+        ...
+
+    async def server_notification(
+        self, server: str, calls: Sequence[InflightCall], notification: Any
+    ) -> None:
+        """A notification other than tools/list_changed (logs arrive here too)."""
+        ...
+
+
+class Relay:
+    """The pool's attachment point for a `RelayTarget` (one per pool, shared by its servers)."""
+
+    __slots__ = ("target",)
+
+    def __init__(self) -> None:
+        self.target: RelayTarget | None = None
+
+    async def request(
+        self, server: str, calls: Sequence[InflightCall], method: str, params: Any
+    ) -> Any:
+        target = self.target
+        if target is None:
+            return types.ErrorData(
+                code=types.INVALID_REQUEST, message=NO_CLIENT.format(method=method)
+            )
+        try:
+            return await target.server_request(server, calls, method, params)
+        except Exception as exc:  # a defect in the target must not end the upstream session
+            log.exception("[%s] relaying %s failed", server, method)
+            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"relay failed: {exc!r}")
+
+    async def notify(self, server: str, calls: Sequence[InflightCall], notification: Any) -> None:
+        target = self.target
+        if target is None:
+            return
+        try:
+            await target.server_notification(server, calls, notification)
+        except Exception:
+            log.exception("[%s] relaying a notification failed", server)

@@ -1,0 +1,22 @@
+"""The MCP facade: the registry and the upstream servers as one MCP server.
+
+    await serve_stdio(location)                       # `sidecar stdio`
+    routes, lifespan = mcp_http(location)             # `/mcp` of `sidecar serve`
+    build_app(location, token=..., extra_routes=routes, extra_lifespan=lifespan)
+
+See `server` (the facade and its relays), `tools`, `upstream`, `sessions`, `transports`.
+"""
+
+from sidecar.serve.mcp_facade.server import McpFacade
+from sidecar.serve.mcp_facade.tools import AGENT_KEY, CALL_ID_KEY, MESSAGE_ID_KEY
+from sidecar.serve.mcp_facade.transports import MCP_PATH, mcp_http, serve_stdio
+
+__all__ = [
+    "AGENT_KEY",
+    "CALL_ID_KEY",
+    "MCP_PATH",
+    "MESSAGE_ID_KEY",
+    "McpFacade",
+    "mcp_http",
+    "serve_stdio",
+]

@@ -1,0 +1,90 @@
+"""Downstream MCP sessions and the calls they have in flight.
+
+The SDK hands each request a `ServerSession` that is a per-request proxy; what identifies a
+client connection is the connection behind it (stdio: the process's one connection; HTTP: one
+per `Mcp-Session-Id`). `Sessions` gives each connection a stable id, keeps the latest request
+proxy of each handshake-era session (for pushes such as `tools/list_changed`) and the calls in
+flight (for routing upstream requests, logs and progress back to the caller).
+"""
+
+from __future__ import annotations
+
+import uuid
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.session import ServerSession
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+LOG_LEVELS: tuple[str, ...] = (
+    "debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"
+)
+
+
+@dataclass(slots=True)
+class SessionState:
+    """One downstream client connection."""
+
+    id: str
+    session: ServerSession
+    modern: bool
+    log_level: str | None = None
+    subscriptions: set[tuple[str, str]] = field(default_factory=set)
+
+    def wants_log(self, level: str) -> bool:
+        if self.log_level is None or level not in LOG_LEVELS:
+            return True
+        return LOG_LEVELS.index(level) >= LOG_LEVELS.index(self.log_level)
+
+
+@dataclass(frozen=True, slots=True)
+class DownstreamCall:
+    """One `tools/call` in flight: where its server-to-client traffic goes."""
+
+    call_id: str
+    state: SessionState
+    session: ServerSession
+    request_id: types.RequestId | None
+    progress_token: str | int | None
+
+
+class Sessions:
+    """Every live downstream session, by connection, and every call in flight, by call id."""
+
+    def __init__(self, fixed_id: str | None = None) -> None:
+        self._fixed_id = fixed_id
+        self._by_connection: weakref.WeakKeyDictionary[Any, SessionState] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.calls: dict[str, DownstreamCall] = {}
+
+    def state(self, ctx: ServerRequestContext[Any, Any]) -> SessionState:
+        """The session of a request (created on its first request)."""
+        # The per-request proxy holds the connection privately; it is the one stable identity.
+        connection = getattr(ctx.session, "_connection", ctx.session)
+        state = self._by_connection.get(connection)
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        if state is None:
+            state = SessionState(self._new_id(ctx), ctx.session, modern)
+            self._by_connection[connection] = state
+        else:
+            state.session = ctx.session
+            state.modern = modern
+        return state
+
+    def live(self) -> list[SessionState]:
+        return list(self._by_connection.values())
+
+    def _new_id(self, ctx: ServerRequestContext[Any, Any]) -> str:
+        if self._fixed_id is not None:
+            return self._fixed_id
+        request = ctx.request
+        headers = getattr(request, "headers", None)
+        if headers is not None:
+            given = headers.get("mcp-session-id")
+            if given:
+                return f"mcp-{given}"
+        return f"mcp-{uuid.uuid4().hex}"

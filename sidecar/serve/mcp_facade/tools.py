@@ -1,0 +1,74 @@
+"""`tools/list` and `tools/call`: the registry through a per-session snapshot and the seam.
+
+Runner context of a call (`ToolContext`), from the request:
+
+- `session_id`: the MCP session (stdio: one id per process);
+- `call_id`: `_meta["io.mcp-sidecar/call_id"]`, else `<session id>:<JSON-RPC request id>`;
+- `message_id`: `_meta["io.mcp-sidecar/message_id"]`, else the call id;
+- `agent`: `_meta["io.mcp-sidecar/agent"]`, else the client's `clientInfo.name`, else
+  `mcp-client`.
+
+Results are `result_for("mcp", outcome, ...)`: bounded content, `structuredContent` (wrapped as
+`{"result": ...}` for 2025-era sessions when not an object), `isError` for every failure
+(operational ones show only their error id).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import mcp_types as types
+
+from sidecar.outcome import Outcome
+from sidecar.serve.replay import definitions_for, result_for
+from sidecar.snapshot import Snapshot
+from sidecar.tool import ToolContext
+
+log = logging.getLogger("sidecar.mcp")
+
+CALL_ID_KEY = "io.mcp-sidecar/call_id"
+MESSAGE_ID_KEY = "io.mcp-sidecar/message_id"
+AGENT_KEY = "io.mcp-sidecar/agent"
+DEFAULT_AGENT = "mcp-client"
+
+
+def tool_list(snapshot: Snapshot, *, modern: bool) -> types.ListToolsResult:
+    wire = definitions_for("mcp", snapshot.definitions, wrap_structured=not modern)
+    return types.ListToolsResult(tools=[types.Tool.model_validate(d) for d in wire])
+
+
+def call_context(
+    *,
+    session_id: str,
+    request_id: types.RequestId | None,
+    meta: Mapping[str, Any] | None,
+    client_name: str | None,
+) -> ToolContext:
+    meta = meta or {}
+
+    def given(key: str) -> str | None:
+        value = meta.get(key)
+        return value if isinstance(value, str) and value else None
+
+    call_id = given(CALL_ID_KEY) or f"{session_id}:{request_id}"
+    return ToolContext(
+        session_id=session_id,
+        agent=given(AGENT_KEY) or client_name or DEFAULT_AGENT,
+        message_id=given(MESSAGE_ID_KEY) or call_id,
+        call_id=call_id,
+    )
+
+
+def call_result(outcome: Outcome, snapshot: Snapshot, *, modern: bool) -> types.CallToolResult:
+    entry = snapshot.entry(outcome.tool)
+    schema = entry.definition.output_schema if entry is not None else None
+    wire = result_for(
+        "mcp", outcome, tool_call_id="", wrap_structured=not modern, output_schema=schema
+    )
+    return types.CallToolResult.model_validate(wire)
+
+
+def error_result(message: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=message)], is_error=True)

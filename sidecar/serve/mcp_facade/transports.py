@@ -1,0 +1,65 @@
+"""The facade on its two transports: stdio (`sidecar stdio`) and streamable HTTP (`/mcp`).
+
+HTTP is stateful streamable HTTP with SSE responses (progress and server-to-client requests
+ride the call's own stream; `tools/list_changed` the session's GET stream). Security (bearer
+token, Host/Origin) is the app's `SecurityMiddleware`: the SDK's own DNS-rebinding check is off
+so that one policy applies to every route.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from io import TextIOWrapper
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+import anyio
+from mcp.server.stdio import stdio_server
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.routing import BaseRoute, Route
+
+from sidecar.serve.mcp_facade.server import McpFacade, new_session_id
+
+if TYPE_CHECKING:
+    from sidecar.daemon import Location
+
+MCP_PATH = "/mcp"
+
+
+async def serve_stdio(
+    location: Location, *, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None
+) -> None:
+    """Serve one MCP client on stdin/stdout until stdin closes. Nothing else is written to
+    stdout: logs belong on stderr. One session id per call (`stdio-<hex>`)."""
+    facade = McpFacade(location, session_id=new_session_id())
+    # Without explicit streams the SDK also points fds 0/1 away from the wire while serving,
+    # so stray output of children cannot corrupt it.
+    in_text = anyio.wrap_file(TextIOWrapper(stdin, encoding="utf-8")) if stdin else None
+    out_text = (
+        anyio.wrap_file(TextIOWrapper(stdout, encoding="utf-8", write_through=True))
+        if stdout else None
+    )
+    async with facade.attached(), stdio_server(in_text, out_text) as (read, write):
+        options = facade.server.create_initialization_options()
+        await facade.server.run(read, write, options)
+
+
+def mcp_http(location: Location) -> tuple[list[BaseRoute], AbstractAsyncContextManager[Any]]:
+    """`(routes, lifespan)` for `build_app(extra_routes=routes, extra_lifespan=lifespan)`."""
+    facade = McpFacade(location)
+    manager = StreamableHTTPSessionManager(
+        app=facade.server,
+        stateless=False,
+        json_response=False,
+        security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+
+    @asynccontextmanager
+    async def lifespan() -> AsyncIterator[None]:
+        async with facade.attached(), manager.run():
+            yield
+
+    app = StreamableHTTPASGIApp(manager)
+    routes: list[BaseRoute] = [Route(MCP_PATH, endpoint=app, methods=["GET", "POST", "DELETE"])]
+    return routes, lifespan()

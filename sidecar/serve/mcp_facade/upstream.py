@@ -1,0 +1,206 @@
+"""Resources, prompts and completion of the upstream servers, as one server's.
+
+Namespacing (only when more than one server is configured; a server whose namespace is "" is
+never prefixed, and neither is anything when there is a single server):
+
+- resource URI (and URI template) `u` -> `<namespace>+<u>`;
+- prompt name `p` -> `<namespace>/<p>`.
+
+Reversal: the longest namespace `ns` for which the value starts with `ns+` (URIs) or `ns/`
+(prompt names) names the server; a value that matches none goes to the server whose namespace
+is "" (if any), unchanged.
+
+Listings merge every ready server that advertises the capability, in configuration order, in
+one page. A server that is down is left out of listings; a request aimed at it fails with a
+JSON-RPC error naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel
+
+from bridges.mcp import ServerPool
+from bridges.mcp.connection import Connection
+
+R = TypeVar("R", bound=BaseModel)
+URI_SEP = "+"
+PROMPT_SEP = "/"
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    key: str
+    namespace: str
+    connection: Connection
+    prefixed: bool
+
+    def uri_out(self, uri: str) -> str:
+        return f"{self.namespace}{URI_SEP}{uri}" if self.prefixed else uri
+
+    def name_out(self, name: str) -> str:
+        return f"{self.namespace}{PROMPT_SEP}{name}" if self.prefixed else name
+
+
+class Upstreams:
+    """Per-upstream access through the pool (`pool()` may be None: no manifests loaded)."""
+
+    def __init__(self, pool: Callable[[], ServerPool | None]) -> None:
+        self._pool = pool
+
+    def _namespaces(self) -> dict[str, str]:
+        pool = self._pool()
+        return pool.namespaces() if pool is not None else {}
+
+    def all(self) -> list[Upstream]:
+        pool = self._pool()
+        if pool is None:
+            return []
+        namespaces = self._namespaces()
+        several = len(namespaces) > 1
+        found = []
+        for key, namespace in namespaces.items():
+            connection = pool.connection(key)
+            if connection is not None:
+                found.append(Upstream(key, namespace, connection, several and namespace != ""))
+        return found
+
+    def by_key(self, key: str) -> Upstream | None:
+        return next((u for u in self.all() if u.key == key), None)
+
+    def _resolve(self, value: str, sep: str) -> tuple[str, str]:
+        """(server key, upstream value) for a downstream URI or prompt name."""
+        namespaces = self._namespaces()
+        if len(namespaces) == 1:
+            return next(iter(namespaces)), value
+        best: tuple[str, str] | None = None
+        for key, ns in namespaces.items():
+            if ns and value.startswith(ns + sep) and (best is None or len(ns) > len(best[1])):
+                best = (key, ns)
+        if best is not None:
+            return best[0], value[len(best[1]) + len(sep):]
+        bare = [key for key, ns in namespaces.items() if ns == ""]
+        if bare:
+            return bare[0], value
+        raise MCPError(types.INVALID_PARAMS, f"{value!r} names no configured server")
+
+    def resolve_uri(self, uri: str) -> tuple[Upstream, str]:
+        key, original = self._resolve(uri, URI_SEP)
+        return self._ready(key), original
+
+    def resolve_prompt(self, name: str) -> tuple[Upstream, str]:
+        key, original = self._resolve(name, PROMPT_SEP)
+        return self._ready(key), original
+
+    def _ready(self, key: str) -> Upstream:
+        upstream = self.by_key(key)
+        if upstream is None:
+            raise MCPError(types.INTERNAL_ERROR, f"MCP server {key!r} is not connected")
+        return upstream
+
+    def with_capability(self, name: str) -> list[Upstream]:
+        found = []
+        for upstream in self.all():
+            caps = upstream.connection.client.session.server_capabilities
+            if caps is not None and getattr(caps, name, None) is not None:
+                found.append(upstream)
+        return found
+
+
+async def send(upstream: Upstream, request: Any, result: type[R]) -> R:
+    """One request to one upstream; its JSON-RPC error is handed on as it is."""
+    return await upstream.connection.client.session.send_request(request, result)
+
+
+async def list_resources(upstreams: Upstreams) -> types.ListResourcesResult:
+    merged: list[types.Resource] = []
+    for up in upstreams.with_capability("resources"):
+        cursor: str | None = None
+        while True:
+            page = await send(up, types.ListResourcesRequest(
+                params=types.PaginatedRequestParams(cursor=cursor) if cursor else None,
+            ), types.ListResourcesResult)
+            merged += [r.model_copy(update={"uri": up.uri_out(r.uri)}) for r in page.resources]
+            cursor = page.next_cursor
+            if not cursor:
+                break
+    return types.ListResourcesResult(resources=merged)
+
+
+async def list_templates(upstreams: Upstreams) -> types.ListResourceTemplatesResult:
+    merged: list[types.ResourceTemplate] = []
+    for up in upstreams.with_capability("resources"):
+        cursor: str | None = None
+        while True:
+            page = await send(up, types.ListResourceTemplatesRequest(
+                params=types.PaginatedRequestParams(cursor=cursor) if cursor else None,
+            ), types.ListResourceTemplatesResult)
+            merged += [
+                t.model_copy(update={"uri_template": up.uri_out(t.uri_template)})
+                for t in page.resource_templates
+            ]
+            cursor = page.next_cursor
+            if not cursor:
+                break
+    return types.ListResourceTemplatesResult(resource_templates=merged)
+
+
+async def read_resource(upstreams: Upstreams, uri: str) -> types.ReadResourceResult:
+    up, original = upstreams.resolve_uri(uri)
+    result = await send(up, types.ReadResourceRequest(
+        params=types.ReadResourceRequestParams(uri=original)), types.ReadResourceResult)
+    contents = [c.model_copy(update={"uri": up.uri_out(c.uri)}) for c in result.contents]
+    return result.model_copy(update={"contents": contents})
+
+
+async def list_prompts(upstreams: Upstreams) -> types.ListPromptsResult:
+    merged: list[types.Prompt] = []
+    for up in upstreams.with_capability("prompts"):
+        cursor: str | None = None
+        while True:
+            page = await send(up, types.ListPromptsRequest(
+                params=types.PaginatedRequestParams(cursor=cursor) if cursor else None,
+            ), types.ListPromptsResult)
+            merged += [p.model_copy(update={"name": up.name_out(p.name)}) for p in page.prompts]
+            cursor = page.next_cursor
+            if not cursor:
+                break
+    return types.ListPromptsResult(prompts=merged)
+
+
+async def get_prompt(
+    upstreams: Upstreams, params: types.GetPromptRequestParams
+) -> types.GetPromptResult:
+    up, original = upstreams.resolve_prompt(params.name)
+    return await send(up, types.GetPromptRequest(
+        params=params.model_copy(update={"name": original})), types.GetPromptResult)
+
+
+async def complete(
+    upstreams: Upstreams, params: types.CompleteRequestParams
+) -> types.CompleteResult:
+    ref = params.ref
+    if isinstance(ref, types.PromptReference):
+        up, original = upstreams.resolve_prompt(ref.name)
+        new_ref: Any = ref.model_copy(update={"name": original})
+    else:
+        up, original = upstreams.resolve_uri(ref.uri)
+        new_ref = ref.model_copy(update={"uri": original})
+    return await send(up, types.CompleteRequest(
+        params=params.model_copy(update={"ref": new_ref})), types.CompleteResult)
+
+
+async def subscribe(upstreams: Upstreams, uri: str, *, on: bool) -> tuple[str, str]:
+    """Forward a (un)subscribe; returns (server key, upstream URI)."""
+    up, original = upstreams.resolve_uri(uri)
+    if on:
+        request: Any = types.SubscribeRequest(params=types.SubscribeRequestParams(uri=original))
+    else:
+        request = types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=original))
+    await send(up, request, types.EmptyResult)
+    return up.key, original

@@ -1,0 +1,59 @@
+"""The facade over stdio (a subprocess running `serve_stdio`) and the conformance suite."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from tests.facade.conftest import HARNESS, write_manifest
+
+pytestmark = pytest.mark.anyio
+REPO = Path(__file__).resolve().parents[2]
+
+
+def params(tmp_path: Path) -> StdioServerParameters:
+    manifests = write_manifest(tmp_path / "manifests")
+    return StdioServerParameters(command=sys.executable, args=[
+        str(HARNESS), "stdio", "--manifests", str(manifests),
+        "--state-dir", str(tmp_path / "state"), "--root", str(tmp_path)])
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_stdio_both_eras(tmp_path: Path, mode: str) -> None:
+    progress: list[float] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(value)
+
+    async with Client(params(tmp_path), mode=mode, cache=None,
+                      read_timeout_seconds=60) as client:
+        names = [t.name for t in (await client.list_tools()).tools]
+        assert "test_simple_text" in names and "managed_read" in names
+        result = await client.call_tool("test_simple_text", {})
+        assert result.content[0].text == "This is a simple text response for testing."
+        structured = await client.call_tool("test_structured", {"value": [1, 2]})
+        assert structured.structured_content == {"value": [1, 2]}
+        await client.call_tool("test_tool_with_progress", {}, progress_callback=on_progress)
+        if mode == "legacy":
+            assert progress == [0, 50, 100]
+
+
+def test_stdio_unknown_method_before_initialize_gets_an_error(tmp_path: Path) -> None:
+    request = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "no/such", "params": {}}) + "\n"
+    p = params(tmp_path)
+    done = subprocess.run([p.command, *p.args], input=request, capture_output=True, text=True,
+                          timeout=60, check=False)
+    reply = json.loads(done.stdout.splitlines()[0])
+    assert reply["id"] == 1 and "error" in reply
+
+
+def test_conformance_suite_passes_through_the_sidecar() -> None:
+    done = subprocess.run([str(REPO / "scripts" / "conformance")], capture_output=True,
+                          text=True, timeout=170, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Total: 40 passed, 0 failed" in done.stdout, done.stdout
