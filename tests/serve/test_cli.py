@@ -94,12 +94,13 @@ def test_serve_stops_cleanly_on_sigterm(daemon):
 
 def test_progress_of_a_remote_call_and_a_manifest_added_while_serving(daemon):
     manifests = daemon["state"].parent / "manifests"
+    script = "import time\\nfor i in range(4):\\n    print('tick', i)\\n    time.sleep(0.4)"
     (manifests / "ticker.toml").write_text(f'''
 [tools.ticker]
 kind = "command"
 description = "prints a few lines slowly"
 input = {{ type = "object", properties = {{}} }}
-argv = ["{sys.executable}", "-u", "-c", "import time\\nfor i in range(4):\\n    print('tick', i)\\n    time.sleep(0.4)"]
+argv = ["{sys.executable}", "-u", "-c", "{script}"]
 progress = true
 ''')
     env = {"SIDECAR_STATE_DIR": str(daemon["state"])}
