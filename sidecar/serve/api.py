@@ -15,9 +15,11 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
+import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse as StarletteJSONResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from managed_store import InvalidRef, ManagedNotFound
@@ -46,6 +48,14 @@ _FINISHED_TTL = 600.0
 
 Id = Annotated[str, Field(min_length=1, max_length=512)]
 M = TypeVar("M", bound=BaseModel)
+
+
+class JSONResponse(StarletteJSONResponse):
+    """JSON rendered by pydantic-core (Rust): the same compact UTF-8 JSON as Starlette's,
+    several times faster for large bodies such as 5,000 tool definitions."""
+
+    def render(self, content: Any) -> bytes:
+        return pydantic_core.to_json(content)
 
 
 class ApiError(Exception):
@@ -139,6 +149,32 @@ class CallTracker:
             await asyncio.wait(tasks)
 
 
+class DefinitionsCache:
+    """Provider definitions of recent snapshots. `ToolDefinition` values are immutable and
+    shared by every snapshot taken while the registry is unchanged, so the identities of a
+    snapshot's definitions (kept alive in the entry) key its wire form; converting 5,000
+    schemas on every request was most of `GET /v1/tools`. The cached lists are only
+    serialized, never changed."""
+
+    def __init__(self, size: int = 32) -> None:
+        self._size = size
+        self._entries: OrderedDict[tuple[Any, ...], tuple[Any, list[dict[str, Any]]]] = (
+            OrderedDict()
+        )
+
+    def get(self, fmt: Format, definitions: Any, *, strict: bool = False) -> list[dict[str, Any]]:
+        key = (fmt, strict, *map(id, definitions))
+        hit = self._entries.get(key)
+        if hit is not None:
+            self._entries.move_to_end(key)
+            return hit[1]
+        wire = definitions_for(fmt, definitions, strict=strict)
+        self._entries[key] = (definitions, wire)
+        while len(self._entries) > self._size:
+            self._entries.popitem(last=False)
+        return wire
+
+
 class Api:
     def __init__(
         self,
@@ -152,6 +188,7 @@ class Api:
         self.metrics = metrics
         self.events = events
         self.calls = CallTracker()
+        self.definitions = DefinitionsCache()
         self.max_body_bytes = max_body_bytes
         # Snapshots advertised with OpenAI strict schemas: models send null for optional
         # properties there, which the original schemas may not accept.
@@ -230,7 +267,8 @@ class Api:
     async def list_tools(self, request: Request) -> Response:
         fmt = self._format(request)
         snapshot = self.location.snapshot(hide_denied=False)
-        return JSONResponse({"format": fmt, "tools": definitions_for(fmt, snapshot.definitions)})
+        tools = self.definitions.get(fmt, snapshot.definitions)
+        return JSONResponse({"format": fmt, "tools": tools})
 
     async def create_snapshot(self, request: Request) -> Response:
         body = await self._body(request, SnapshotBody)
@@ -248,7 +286,8 @@ class Api:
             "tool_choice": snapshot.tool_choice,
             "format": body.format,
             "expires_in": self.location.snapshots.ttl_seconds,
-            "definitions": definitions_for(body.format, snapshot.definitions, strict=body.strict),
+            "definitions": self.definitions.get(body.format, snapshot.definitions,
+                                                strict=body.strict),
         }, status_code=201)
 
     async def call(self, request: Request) -> Response:

@@ -181,3 +181,32 @@ async def test_list_changed_reaches_clients(served: Served, mode: str) -> None:
                         break
         names = [t.name for t in (await client.list_tools()).tools]
         assert "added_tool" in names
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_list_changed_after_a_manifest_edit(served: Served, mode: str, tmp_path) -> None:
+    manifests = tmp_path / "manifests"
+    changed = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.set()
+
+    (manifests / "more.toml").write_text(
+        '[tools.from_manifest]\nkind = "command"\ndescription = "added by editing a manifest"\n'
+        'input = { type = "object", properties = {} }\nargv = ["echo", "edited"]\n'
+    )
+    async with connect(served.url, mode, message_handler=on_message) as client:
+        assert "from_manifest" not in [t.name for t in (await client.list_tools()).tools]
+        if mode == "legacy":
+            assert await served.location.reload_manifests()
+            with anyio.fail_after(5):
+                await changed.wait()
+        else:
+            async with client.listen(tools_list_changed=True) as sub:
+                assert await served.location.reload_manifests()
+                with anyio.fail_after(5):
+                    async for _event in sub:
+                        break
+        names = [t.name for t in (await client.list_tools()).tools]
+        assert "from_manifest" in names
