@@ -3,7 +3,6 @@ local tools, served on a real uvicorn (127.0.0.1, port 0) or by a stdio subproce
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -11,12 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import uvicorn
 from pydantic import BaseModel, TypeAdapter
 
 from sidecar import Location, Tool
 from sidecar.serve.app import build_app
 from sidecar.serve.mcp_facade import mcp_http
+from tests.live_server import live_server
 
 HERE = Path(__file__).resolve().parent
 FIXTURE = HERE / "servers" / "conformance_fixture.py"
@@ -69,17 +68,5 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
         location.tools.register(local_tools())
         routes, lifespan = mcp_http(location)
         app = build_app(location, token=TOKEN, extra_routes=routes, extra_lifespan=lifespan)
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                lifespan="on")
-        server = uvicorn.Server(config)
-        task = asyncio.create_task(server.serve())
-        while not server.started:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.02)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        try:
+        async with live_server(app) as port:
             yield Served(f"http://127.0.0.1:{port}/mcp", location)
-        finally:
-            server.should_exit = True
-            await task

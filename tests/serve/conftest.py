@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-import uvicorn
 from pydantic import BaseModel
 
 from sidecar import Location, Tool, ToolResponse
 from sidecar.permission import PermissionRequest, PermissionRule
 from sidecar.serve.app import build_app
+from tests.live_server import live_server
 
 TOKEN = "test-token-123"
 
@@ -72,20 +72,8 @@ async def served(tmp_path) -> AsyncIterator[Served]:
     ) as location:
         location.tools.register(make_tools(location))
         app = build_app(location, token=TOKEN, max_body_bytes=64 * 1024)
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                lifespan="on")
-        server = uvicorn.Server(config)
-        task = asyncio.create_task(server.serve())
-        while not server.started:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.01)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        url = f"http://127.0.0.1:{port}"
-        headers = {"authorization": f"Bearer {TOKEN}"}
-        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
-            try:
+        async with live_server(app) as port:
+            url = f"http://127.0.0.1:{port}"
+            headers = {"authorization": f"Bearer {TOKEN}"}
+            async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
                 yield Served(url, location, client)
-            finally:
-                server.should_exit = True
-                await task
