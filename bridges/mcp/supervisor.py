@@ -60,6 +60,8 @@ log = logging.getLogger("bridges.mcp")
 
 RELIST_DEBOUNCE = 0.1
 LISTEN_RETRY = 1.0
+LISTEN_ACK_WAIT = 5.0
+"""How long a 2026-07-28 connection waits for its listen stream before it is reported ready."""
 _LOG_LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
@@ -277,14 +279,20 @@ class Supervisor:
     async def _serve(self, connection: Connection) -> None:
         self._connection = connection
         self._era = connection.era()
-        self._set(state="ready", protocol_version=connection.protocol_version, last_error=None)
-        self.settled.set()
-        log.info("[%s] ready (%s, %d tools)", self.key, connection.protocol_version,
-                 self.health.tool_count)
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._relist_loop, connection)
             if connection.modern:
-                tg.start_soon(self._listen_loop, connection)
+                # 2026-07-28 delivers list_changed only to an open listen stream: be ready
+                # only once it is acknowledged, or a change right after startup is lost.
+                listening = anyio.Event()
+                tg.start_soon(self._listen_loop, connection, listening)
+                with anyio.move_on_after(LISTEN_ACK_WAIT):
+                    await listening.wait()
+            self._set(state="ready", protocol_version=connection.protocol_version,
+                      last_error=None)
+            self.settled.set()
+            log.info("[%s] ready (%s, %d tools)", self.key, connection.protocol_version,
+                     self.health.tool_count)
             await connection.lost.wait()
             tg.cancel_scope.cancel()
 
@@ -354,26 +362,31 @@ class Supervisor:
                 if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED:
                     connection.lost.set()
 
-    async def _listen_loop(self, connection: Connection) -> None:
-        """2026-07-28: list_changed only arrives while a `subscriptions/listen` is open."""
-        first = True
-        while not connection.lost.is_set():
-            try:
-                async with connection.client.listen(tools_list_changed=True) as subscription:
-                    if not first:
-                        self._relist.set()  # no replay: whatever changed meanwhile is missed
-                    first = False
-                    async for _event in subscription:
+    async def _listen_loop(self, connection: Connection, listening: anyio.Event) -> None:
+        """2026-07-28: list_changed only arrives while a `subscriptions/listen` is open.
+
+        `listening` is set once the stream is acknowledged (or refused). There is no replay,
+        so every acknowledgement (the first one too: the initial listing came before it) is
+        followed by one re-list that catches what changed in between."""
+        try:
+            while not connection.lost.is_set():
+                try:
+                    async with connection.client.listen(tools_list_changed=True) as subscription:
+                        listening.set()
                         self._relist.set()
-                return
-            except ListenNotSupportedError:
-                return
-            except MCPError as exc:
-                if exc.code != types.CONNECTION_CLOSED:
-                    log.info("[%s] subscriptions/listen refused: %s", self.key, exc.message)
-                return
-            except SubscriptionLost:
-                await anyio.sleep(LISTEN_RETRY)
+                        async for _event in subscription:
+                            self._relist.set()
+                    return
+                except ListenNotSupportedError:
+                    return
+                except MCPError as exc:
+                    if exc.code != types.CONNECTION_CLOSED:
+                        log.info("[%s] subscriptions/listen refused: %s", self.key, exc.message)
+                    return
+                except SubscriptionLost:
+                    await anyio.sleep(LISTEN_RETRY)
+        finally:
+            listening.set()
 
     async def _on_message(self, message: IncomingMessage) -> None:
         if isinstance(message, types.ToolListChangedNotification):
