@@ -22,7 +22,7 @@ import json
 import os
 import re
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -279,7 +279,8 @@ def _validation_problems(
     return problems
 
 
-ToolValidator = Any  # Callable[[str, str, dict], tuple[Any, list[ManifestProblem]]]
+ToolValidator = Callable[[str, str, Any], tuple[Any, list[ManifestProblem]]]
+"""(file, JSON path, raw entry) -> (validated entry or None, problems)"""
 
 
 def load_manifests(

@@ -42,9 +42,9 @@ from sidecar.cli_backends import (
     find_daemon,
 )
 from sidecar.daemon import default_state_dir, serve, stdio
+from sidecar.serve.replay import FORMATS
 
 EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
-FORMATS = ("mcp", "openai", "openai-responses", "anthropic", "gemini")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -24,7 +24,7 @@ from typing import Any
 
 from uvicorn import Server as uvicorn_Server
 
-from bridges.manifest import ManifestProblem, ManifestSet
+from bridges.manifest import ManifestSet
 from bridges.mcp import ServerHealth
 from managed_store import ManagedStore
 from sidecar.codemode import (
@@ -34,7 +34,6 @@ from sidecar.codemode import (
     Sandbox,
     codemode_snapshot,
 )
-from sidecar.errors import SidecarError
 from sidecar.events import EventBus, RegistryChanged
 from sidecar.hooks import Hooks
 from sidecar.managed_read import managed_read_tool
@@ -54,14 +53,6 @@ DEFAULT_RETENTION_SECONDS = 7 * 86400
 DEFAULT_STORE_QUOTA_BYTES = 2 * 1024**3
 
 log = logging.getLogger("sidecar.daemon")
-
-
-class ManifestError(SidecarError):
-    """Manifests that cannot be used; `problems` lists each with file and JSON path."""
-
-    def __init__(self, problems: Sequence[ManifestProblem]) -> None:
-        super().__init__("invalid manifests:\n" + "\n".join(f"  {p}" for p in problems))
-        self.problems = list(problems)
 
 
 def default_state_dir() -> Path:
@@ -199,10 +190,10 @@ class Location:
         entries = select(effective, allow, deny)
         removed = set(effective) - set(entries)
         if hide_denied:
-            session = session_id or ""
+            denied = self.permissions.outright_denial(session_id or "")
             removed.update(
                 name for name, entry in entries.items()
-                if self.permissions.denies_outright(session, entry.tool.permission_action or name)
+                if denied(entry.tool.permission_action or name)
             )
         for hook in self.hooks.definitions:
             kept = tuple(e.definition for n, e in entries.items() if n not in removed)

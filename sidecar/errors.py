@@ -9,7 +9,6 @@ what the *seam* reports about a call.
     └── SidecarError                developer-facing; never reaches a model as a tool result
         ├── CodecError              a value does not fit a codec (carries the JSON path)
         │   └── SchemaDefinitionError   a JSON Schema is itself invalid (when a tool is built)
-        ├── InvalidName             an authored name or namespace cannot be used
         └── RegistrationError       a registration was rejected whole
 
 Every terminal failure of a call becomes one `CallError` inside an `Outcome`; its `kind` is one
@@ -123,10 +122,6 @@ class CodecError(SidecarError):
 
 class SchemaDefinitionError(CodecError):
     """A JSON Schema given as a codec is not a valid schema; `path` points into the schema."""
-
-
-class InvalidName(SidecarError):
-    """An authored name or namespace that cannot become an effective name."""
 
 
 class RegistrationError(SidecarError):

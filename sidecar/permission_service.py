@@ -118,10 +118,13 @@ class PermissionService:
         found = decide(self.layers(session_id), action, resources)
         return found or default or "allow"
 
-    def denies_outright(self, session_id: str, action: str) -> bool:
-        """True when a rule denies `action` with no resource condition (for catalog hiding)."""
+    def outright_denial(self, session_id: str) -> Callable[[str], bool]:
+        """A test of whether a rule without a resource condition denies an action, for
+        catalog hiding; the session's rules are gathered once, not per tool."""
         rules = [r for layer in self.layers(session_id) for r in layer if r.resource is None]
-        return decide([rules], action, ()) == "deny"
+        if not any(r.decision == "deny" for r in rules):
+            return lambda action: False
+        return lambda action: decide([rules], action, ()) == "deny"
 
     # --- asking --------------------------------------------------------------------------
 
