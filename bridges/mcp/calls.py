@@ -33,6 +33,9 @@ from sidecar.errors import ErrorKind, ToolFailure
 from sidecar.permission import PermissionGate, PermissionRequest
 from sidecar.tool import CallContext
 
+InputRequestFnT = Callable[[InflightCall, Any], Awaitable[Any]]
+"""Answers a request embedded in a 2026-07-28 `input_required` result of one call."""
+
 RECONNECT_WAIT = 5.0
 """How long a call waits for a (re)starting server before it fails `upstream`."""
 _LOG_TEXT_LIMIT = 2000
@@ -89,6 +92,7 @@ class Caller:
         not_connected: Callable[[], str],
         failure_detail: Callable[[], str],
         record_latency: Callable[[float], None],
+        input_request: InputRequestFnT | None = None,
     ) -> None:
         self.server = server
         self.redact = Redactor()
@@ -98,6 +102,7 @@ class Caller:
         self._not_connected = not_connected
         self._failure_detail = failure_detail
         self._record_latency = record_latency
+        self._input_request = input_request
         self.inflight: list[CallProgress] = []
 
     async def __call__(self, tool: UpstreamTool, arguments: Any, ctx: CallContext) -> Any:
@@ -159,9 +164,20 @@ class Caller:
         progress: CallProgress,
     ) -> types.CallToolResult:
         timeout = config.timeouts.call
+        relay = self._input_request
+        call = InflightCall(progress.context.runner.session_id, progress.context.runner.call_id)
+
+        async def answer(request: types.InputRequest) -> Any:
+            # An input_required round names its call exactly: route to that call's client.
+            if relay is None:
+                return types.ErrorData(code=types.INVALID_REQUEST,
+                                       message=f"{request.method} cannot be relayed")
+            return await relay(call, request)
+
         try:
             return await connection.call(
-                tool, arguments, call_timeout=timeout, progress=progress.on_progress
+                tool, arguments, call_timeout=timeout, progress=progress.on_progress,
+                answer=answer,
             )
         except MCPError as exc:
             failure = rpc_failure(

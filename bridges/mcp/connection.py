@@ -17,11 +17,11 @@ connected, the supervisor remembers the era (`Connection.era`) and reconnects wi
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
 import anyio
 import httpx2
@@ -37,8 +37,10 @@ from mcp.client.session import (
 )
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import Discriminator, Tag, TypeAdapter
 
 from bridges.manifest import ServerConfig
 from bridges.mcp.http_limit import LimitedTransport
@@ -130,16 +132,87 @@ class Connection:
         *,
         call_timeout: float,
         progress: ProgressFnT | None,
+        answer: AnswerFnT | None = None,
     ) -> types.CallToolResult:
-        request = types.CallToolRequest(
-            params=types.CallToolRequestParams(name=name, arguments=arguments)
+        """One `tools/call`. A 2026-07-28 server that needs sampling, elicitation or roots
+        answers with an `input_required` result instead; each embedded request goes to
+        `answer` (None: refused) and the call is resent with the responses and the server's
+        `requestState`, up to `MAX_INPUT_ROUNDS` times."""
+        input_responses: types.InputResponses | None = None
+        request_state: str | None = None
+        for _ in range(MAX_INPUT_ROUNDS + 1):
+            request = types.CallToolRequest(params=types.CallToolRequestParams(
+                name=name, arguments=arguments,
+                input_responses=input_responses, request_state=request_state,
+            ))
+            result = await self._client.session.send_request(
+                request,
+                _CALL_RESULT,
+                request_read_timeout_seconds=call_timeout,
+                progress_callback=progress,
+            )
+            if isinstance(result, types.CallToolResult):
+                return result
+            input_responses = await _answer_all(result.input_requests or {}, answer)
+            request_state = result.request_state
+            if not result.input_requests:
+                await anyio.sleep(STATE_ONLY_PAUSE)
+        raise MCPError(
+            types.INTERNAL_ERROR,
+            f"tool {name!r} still asked for input after {MAX_INPUT_ROUNDS} rounds",
         )
-        return await self._client.session.send_request(
-            request,
-            types.CallToolResult,
-            request_read_timeout_seconds=call_timeout,
-            progress_callback=progress,
-        )
+
+
+AnswerFnT = Callable[[types.InputRequest], Awaitable[types.InputResponse | types.ErrorData]]
+"""Answers one request embedded in an `input_required` result (sampling, elicitation, roots)."""
+
+MAX_INPUT_ROUNDS = 10
+STATE_ONLY_PAUSE = 0.05
+
+
+def _result_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "input" if value.get("resultType") == "input_required" else "complete"
+    return "input" if isinstance(value, types.InputRequiredResult) else "complete"
+
+
+# Tagged by `resultType` so a large result is validated once, as a `CallToolResult`.
+_CALL_RESULT: TypeAdapter[types.CallToolResult | types.InputRequiredResult] = TypeAdapter(
+    Annotated[
+        Annotated[types.CallToolResult, Tag("complete")]
+        | Annotated[types.InputRequiredResult, Tag("input")],
+        Discriminator(_result_kind),
+    ]
+)
+
+
+async def _answer_all(
+    requests: dict[str, types.InputRequest], answer: AnswerFnT | None
+) -> types.InputResponses | None:
+    """Every embedded request answered concurrently; the first refusal ends the call."""
+    if not requests:
+        return None
+    responses: types.InputResponses = {}
+    refused: list[types.ErrorData] = []
+
+    async def one(key: str, request: types.InputRequest) -> None:
+        if answer is None:
+            reply: types.InputResponse | types.ErrorData = types.ErrorData(
+                code=types.INVALID_REQUEST, message=f"{request.method} cannot be answered here")
+        else:
+            reply = await answer(request)
+        if isinstance(reply, types.ErrorData):
+            refused.append(reply)
+            tg.cancel_scope.cancel()
+        else:
+            responses[key] = reply
+
+    async with anyio.create_task_group() as tg:
+        for key, request in requests.items():
+            tg.start_soon(one, key, request)
+    if refused:
+        raise MCPError.from_error_data(refused[0])
+    return responses
 
 
 @asynccontextmanager

@@ -4,9 +4,11 @@ An upstream connection is shared by every downstream client and opened at daemon
 any client exists. So every upstream connection advertises `sampling`, `elicitation` and
 `roots` (upstreams such as server-everything add tools only for clients that have them), and
 each server-to-client request is answered by routing it, through the pool's `Relay`, to the
-downstream session that made the call in flight on that server. With no such session (no call
-in flight, calls from several sessions at once, or a client that lacks the capability) the
-upstream gets a JSON-RPC error that says why; nothing hangs.
+downstream session that made the call in flight on that server. A 2026-07-28 server asks inside
+an `input_required` result of one call, which the relay receives with exactly that call; a 2025
+request comes with every call in flight on the server, and the target decides (it refuses with
+a JSON-RPC error that says why when it cannot tell, or the client lacks the capability);
+nothing hangs.
 
     pool.relay.target = my_frontend          # a `RelayTarget`; None detaches it
     pool.connection("git")                   # the live `Connection` of one server, or None

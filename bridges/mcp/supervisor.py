@@ -48,7 +48,7 @@ from bridges.mcp.connection import (
     open_connection,
 )
 from bridges.mcp.health import ServerHealth
-from bridges.mcp.passthrough import Relay
+from bridges.mcp.passthrough import InflightCall, Relay
 from bridges.mcp.redact import Redactor
 from bridges.mcp.stdio import StderrTail
 from bridges.mcp.transport_state import TransportState
@@ -130,6 +130,7 @@ class Supervisor:
             not_connected=self._not_connected,
             failure_detail=self._failure_detail,
             record_latency=self._record_latency,
+            input_request=self._relay_input_request,
         )
         self.caller.redact = self._redact
 
@@ -418,6 +419,11 @@ class Supervisor:
 
     async def _on_list_roots(self, context: ClientRequestContext) -> Any:
         return await self._relay_request("roots/list", None)
+
+    async def _relay_input_request(self, call: InflightCall, request: Any) -> Any:
+        relay = self.relay if self.relay is not None else Relay()
+        params = getattr(request, "params", None)
+        return await relay.request(self.key, [call], request.method, params)
 
     async def _relay_request(self, method: str, params: Any) -> Any:
         relay = self.relay if self.relay is not None else Relay()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,11 +46,15 @@ def local_tools() -> dict[str, Tool]:
     }
 
 
-def write_manifest(directory: Path) -> Path:
+def fixture_server(*, namespace: str = "", protocol: str = "legacy") -> dict[str, object]:
+    return {"command": sys.executable, "args": [str(FIXTURE)], "namespace": namespace,
+            "protocol": protocol}
+
+
+def write_manifest(directory: Path, servers: dict[str, object] | None = None) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "servers.json").write_text(json.dumps({"mcpServers": {"fixture": {
-        "command": sys.executable, "args": [str(FIXTURE)], "namespace": "",
-        "protocol": "legacy"}}}))
+    entries = servers if servers is not None else {"fixture": fixture_server()}
+    (directory / "servers.json").write_text(json.dumps({"mcpServers": entries}))
     return directory
 
 
@@ -61,7 +66,17 @@ class Served:
 
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[Served]:
-    manifests = write_manifest(tmp_path / "manifests")
+    async with serving(tmp_path) as served:
+        yield served
+
+
+@asynccontextmanager
+async def serving(
+    tmp_path: Path, servers: dict[str, object] | None = None
+) -> AsyncIterator[Served]:
+    """The facade on a live uvicorn over a Location with `servers` upstream (default: one
+    conformance fixture, namespace "", handshake era)."""
+    manifests = write_manifest(tmp_path / "manifests", servers)
     async with Location.open(
         tmp_path, state_dir=tmp_path / "state", manifests=[manifests]
     ) as location:

@@ -10,14 +10,16 @@ from pathlib import Path
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.facade.conftest import HARNESS, write_manifest
+from tests.facade.conftest import HARNESS, fixture_server, write_manifest
+from tests.facade.test_relays import elicitation, sampling
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parents[2]
 
 
-def params(tmp_path: Path) -> StdioServerParameters:
-    manifests = write_manifest(tmp_path / "manifests")
+def params(tmp_path: Path, protocol: str = "legacy") -> StdioServerParameters:
+    manifests = write_manifest(tmp_path / "manifests",
+                               {"fixture": fixture_server(protocol=protocol)})
     return StdioServerParameters(command=sys.executable, args=[
         str(HARNESS), "stdio", "--manifests", str(manifests),
         "--state-dir", str(tmp_path / "state"), "--root", str(tmp_path)])
@@ -41,6 +43,20 @@ async def test_stdio_both_eras(tmp_path: Path, mode: str) -> None:
         await client.call_tool("test_tool_with_progress", {}, progress_callback=on_progress)
         if mode == "legacy":
             assert progress == [0, 50, 100]
+
+
+@pytest.mark.parametrize("upstream", ["legacy", "2026-07-28"])
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_stdio_relays_sampling_and_elicitation(
+    tmp_path: Path, mode: str, upstream: str
+) -> None:
+    async with Client(params(tmp_path, upstream), mode=mode, cache=None, read_timeout_seconds=60,
+                      sampling_callback=sampling, elicitation_callback=elicitation) as client:
+        await client.list_tools()
+        sampled = await client.call_tool("test_sampling", {"prompt": "over stdio"})
+        assert sampled.content[0].text == "LLM response: answer to over stdio"
+        elicited = await client.call_tool("test_elicitation", {"message": "e@x"})
+        assert "action=accept" in elicited.content[0].text
 
 
 def test_stdio_unknown_method_before_initialize_gets_an_error(tmp_path: Path) -> None:

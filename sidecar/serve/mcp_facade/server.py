@@ -4,13 +4,20 @@ One facade serves any number of downstream sessions (stdio: one; HTTP: one per
 `Mcp-Session-Id`), in both protocol eras. See `tools` (tool list/call and the `_meta` keys),
 `upstream` (resources, prompts, completion, namespacing) and `sessions`.
 
-Server-to-client traffic of upstream servers (`bridges.mcp.passthrough`): a sampling,
-elicitation or roots request arrives with the calls in flight on that server; it goes to the
-downstream session that made them (on the call's own stream) when exactly one session has calls
-there and it declared the capability, else the upstream gets a JSON-RPC error. Log messages go to
-that session too (filtered by its `logging/setLevel`; 2026-07-28 sessions get them only when the
-request opted in). Progress: every `CallProgress` event of a call (from any tool, upstream
-progress included) becomes `notifications/progress` when the client sent a `progressToken`.
+Server-to-client traffic of upstream servers (`bridges.mcp.passthrough`):
+- sampling, elicitation or roots requests. A 2026-07-28 upstream embeds them in an
+  `input_required` result, which names its call exactly. A 2025-era request names no call: it
+  goes to the one downstream session with calls in flight on that server, and is refused with a
+  JSON-RPC error when several sessions have (`roots/list` with no call in flight goes to the
+  most recent handshake-era session with roots). A handshake-era client gets the request on the
+  call's own stream; a 2026-07-28 client gets an `input_required` result and continues the call
+  by answering it (`rounds`).
+- log messages go to every session with a call in flight on that server (filtered by its
+  `logging/setLevel`; 2026-07-28 sessions only when the request opted in); with no call in
+  flight, to the handshake-era sessions that set a level.
+- progress: every `CallProgress` event of a call (from any tool, upstream progress included)
+  becomes `notifications/progress` when the client sent a `progressToken`.
+A client's `notifications/roots/list_changed` is forwarded to every upstream server.
 """
 
 from __future__ import annotations
@@ -20,9 +27,11 @@ import uuid
 import warnings
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.abc
 import mcp_types as types
 from mcp.server import NotificationOptions, Server
 from mcp.server.context import ServerRequestContext
@@ -41,6 +50,13 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from bridges.mcp.passthrough import InflightCall
 from sidecar.events import CallProgress, CallSettled
 from sidecar.serve.mcp_facade import tools, upstream
+from sidecar.serve.mcp_facade.rounds import (
+    ROUND_TTL,
+    Execution,
+    Finished,
+    new_token,
+    request_digest,
+)
 from sidecar.serve.mcp_facade.sessions import DownstreamCall, Sessions
 from sidecar.snapshot import Snapshot
 
@@ -80,6 +96,9 @@ class McpFacade:
         self.bus = InMemorySubscriptionBus()
         self._snapshots: dict[str, Snapshot] = {}
         self._subscribers: dict[tuple[str, str], set[str]] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._running: dict[str, Execution] = {}  # by call id
+        self._rounds: dict[str, Execution] = {}  # by requestState token
         self.upstreams = upstream.Upstreams(
             lambda: location.sources.pool if location.sources is not None else None
         )
@@ -99,6 +118,7 @@ class McpFacade:
                 on_get_prompt=self._get_prompt,
                 on_completion=self._complete,
                 on_set_logging_level=self._set_level,
+                on_roots_list_changed=self._roots_changed,
                 on_subscriptions_listen=ListenHandler(self.bus),
             )
         options = NotificationOptions(
@@ -123,10 +143,12 @@ class McpFacade:
             pool.relay.target = self
         try:
             async with anyio.create_task_group() as tg:
+                self._tg = tg
                 tg.start_soon(self._push_changes)
                 yield
                 tg.cancel_scope.cancel()
         finally:
+            self._tg = None
             if pool is not None and pool.relay.target is self:
                 pool.relay.target = None
             unsubscribe()
@@ -155,8 +177,10 @@ class McpFacade:
 
     async def _call_tool(
         self, ctx: Ctx, params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         state = self.sessions.state(ctx)
+        if params.request_state is not None:
+            return await self._resume(ctx, state.id, params)
         snapshot = self._snapshots.get(state.id)
         if snapshot is None:
             snapshot = self._snapshots[state.id] = self.location.snapshot(session_id=state.id)
@@ -175,14 +199,101 @@ class McpFacade:
         call = DownstreamCall(context.call_id, state, ctx.session, ctx.request_id,
                               token if isinstance(token, str | int) else None)
         self.sessions.calls[call.call_id] = call
+        if state.modern and self._tg is not None:
+            return await self._call_in_rounds(snapshot, params, context, call, self._tg)
         try:
-            if call.progress_token is None:
-                outcome = await snapshot.execute(params.name, params.arguments or {}, context)
-            else:
-                outcome = await self._execute_with_progress(snapshot, params, context, call)
+            outcome = await self._execute(snapshot, params, context, call)
         finally:
             del self.sessions.calls[call.call_id]
         return tools.call_result(outcome, snapshot, modern=_modern(ctx))
+
+    async def _execute(
+        self, snapshot: Snapshot, params: types.CallToolRequestParams, context: Any,
+        call: DownstreamCall,
+    ) -> Any:
+        if call.progress_token is None:
+            return await snapshot.execute(params.name, params.arguments or {}, context)
+        return await self._execute_with_progress(snapshot, params, context, call)
+
+    # --- 2026-07-28 calls that need the client's input (see `rounds`) --------------------
+
+    async def _call_in_rounds(
+        self, snapshot: Snapshot, params: types.CallToolRequestParams, context: Any,
+        call: DownstreamCall, tg: anyio.abc.TaskGroup,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """Run the call in a task of the facade, so that it can outlive this request when an
+        upstream server asks the client something (answered by a later request)."""
+        execution = Execution(call.state.id, params.name, params.arguments or {}, call.call_id,
+                              snapshot)
+        self._running[call.call_id] = execution
+
+        async def run() -> None:
+            outcome: Any = None
+            failure: Exception | None = None
+            try:
+                with execution.scope:
+                    outcome = await self._execute(snapshot, params, context, call)
+            except Exception as exc:  # a defect: raised again in the request that waits
+                failure = exc
+            finally:
+                self._running.pop(call.call_id, None)
+                self.sessions.calls.pop(call.call_id, None)
+                execution.finish(outcome, failure)
+
+        tg.start_soon(run)
+        return await self._step(execution)
+
+    async def _resume(
+        self, ctx: Ctx, session_id: str, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        token = params.request_state or ""
+        execution = self._rounds.get(token)
+        stable = self.sessions.fixed  # stdio: one session; HTTP 2026: requests stand alone
+        if execution is None or (stable and execution.session_id != session_id) or (
+            execution.request != request_digest(params.name, params.arguments or {})
+        ):
+            raise MCPError(types.INVALID_PARAMS, "Invalid or expired requestState")
+        del self._rounds[token]
+        call = self.sessions.calls.get(execution.call_id)
+        if call is not None:  # later progress and logs ride the new request
+            meta = dict(params.meta) if params.meta is not None else {}
+            token_in = meta.get("progress_token", meta.get("progressToken"))
+            self.sessions.calls[execution.call_id] = replace(
+                call, session=ctx.session, request_id=ctx.request_id,
+                progress_token=token_in if isinstance(token_in, str | int) else None,
+            )
+        execution.answer(params.input_responses)
+        return await self._step(execution)
+
+    async def _step(
+        self, execution: Execution
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        stepped = False
+        try:
+            step = await execution.next_step()
+            stepped = True
+        finally:
+            if not stepped:  # this request was cancelled: so is the call
+                execution.scope.cancel()
+        if isinstance(step, Finished):
+            if step.failure is not None:
+                raise step.failure
+            if step.outcome is None:
+                return tools.error_result("the call was cancelled")
+            return tools.call_result(step.outcome, execution.snapshot, modern=True)
+        token = new_token()
+        self._rounds[token] = execution
+        if self._tg is not None:
+            self._tg.start_soon(self._expire, token, execution)
+        return types.InputRequiredResult(
+            input_requests={key: q.request for key, q in step.items()}, request_state=token
+        )
+
+    async def _expire(self, token: str, execution: Execution) -> None:
+        await anyio.sleep(ROUND_TTL)
+        if self._rounds.get(token) is execution:
+            del self._rounds[token]
+            execution.expire()
 
     async def _execute_with_progress(
         self, snapshot: Snapshot, params: types.CallToolRequestParams, context: Any,
@@ -213,12 +324,15 @@ class McpFacade:
                     else:
                         step += 1
                         total, message = None, _compact(snap)
-                    await _quietly(call.session.send_progress_notification(
-                        call.progress_token,  # type: ignore[arg-type]
+                    now = self.sessions.calls.get(call.call_id, call)
+                    if now.progress_token is None:
+                        continue
+                    await _quietly(now.session.send_progress_notification(
+                        now.progress_token,
                         step,
                         total if isinstance(total, int | float) else None,
                         message if isinstance(message, str) else None,
-                        related_request_id=str(call.request_id),
+                        related_request_id=str(now.request_id),
                     ))
 
             tg.start_soon(forward)
@@ -243,9 +357,20 @@ class McpFacade:
 
     async def _subscribe(self, ctx: Ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
         state = self.sessions.state(ctx)
-        key = await upstream.subscribe(self.upstreams, str(params.uri), on=True)
+        up, original = self.upstreams.resolve_uri(str(params.uri))
+        key = (up.key, original)
+        # Held before the upstream hears of it: a server may announce an update at once.
         state.subscriptions.add(key)
-        self._subscribers.setdefault(key, set()).add(state.id)
+        holders = self._subscribers.setdefault(key, set())
+        holders.add(state.id)
+        try:
+            await upstream.subscribe(self.upstreams, str(params.uri), on=True)
+        except BaseException:
+            state.subscriptions.discard(key)
+            holders.discard(state.id)
+            if not holders:
+                self._subscribers.pop(key, None)
+            raise
         return types.EmptyResult()
 
     async def _unsubscribe(
@@ -281,28 +406,48 @@ class McpFacade:
         self.sessions.state(ctx).log_level = params.level
         return types.EmptyResult()
 
+    async def _roots_changed(self, ctx: Ctx, params: Any) -> None:
+        """A client's roots changed: every upstream server hears it (and may ask again)."""
+        self.sessions.state(ctx)
+        for up in self.upstreams.all():
+            session = up.connection.client.session
+            await _quietly(session.send_notification(types.RootsListChangedNotification()))
+
     # --- the upstream relay (bridges.mcp.passthrough.RelayTarget) ------------------------
 
-    def _caller(self, calls: Sequence[InflightCall]) -> DownstreamCall | None:
-        """The latest in-flight call of the one downstream session with calls on a server."""
-        mine = [self.sessions.calls[c.call_id] for c in calls if c.call_id in self.sessions.calls]
-        if not mine or len({c.state.id for c in mine}) != 1:
-            return None
-        return mine[-1]
+    def _callers(self, calls: Sequence[InflightCall]) -> list[DownstreamCall]:
+        """The latest in-flight call of each downstream session with calls on a server."""
+        latest: dict[str, DownstreamCall] = {}
+        for inflight in calls:
+            call = self.sessions.calls.get(inflight.call_id)
+            if call is not None:
+                latest[call.state.id] = call
+        return list(latest.values())
 
     async def server_request(
         self, server: str, calls: Sequence[InflightCall], method: str, params: Any
     ) -> Any:
-        call = self._caller(calls)
+        callers = self._callers(calls)
         request_type, result_type, capability = _REQUESTS[method]
-        if call is None:
+        request = request_type(params=params) if params is not None else request_type()
+        if not callers and method == "roots/list":
+            return await self._roots_outside_calls(server, request, capability)
+        if len(callers) != 1:
             return types.ErrorData(code=types.INVALID_REQUEST, message=(
-                f"{method} from MCP server {server!r} cannot be relayed: it is answered only "
-                "while exactly one client session has a call in flight on that server"))
+                f"{method} from MCP server {server!r} cannot be relayed: "
+                + ("no client session has a call in flight on that server" if not callers else
+                   f"{len(callers)} client sessions have calls in flight on that server, and a "
+                   "2025-era request does not say which one it belongs to")))
+        call = callers[0]
         if not call.session.check_client_capability(capability):
             return types.ErrorData(code=types.INVALID_REQUEST, message=(
                 f"{method} from MCP server {server!r}: the client does not support it"))
-        request = request_type(params=params) if params is not None else request_type()
+        if call.state.modern:  # no server-to-client requests: an input_required round
+            execution = self._running.get(call.call_id)
+            if execution is None:
+                return types.ErrorData(code=types.INVALID_REQUEST, message=(
+                    f"{method} from MCP server {server!r}: the call is not running"))
+            return await execution.ask(request)
         try:
             return await call.session.send_request(
                 request, result_type,
@@ -311,22 +456,49 @@ class McpFacade:
         except MCPError as exc:
             return types.ErrorData(code=exc.code, message=exc.message)
 
+    async def _roots_outside_calls(self, server: str, request: Any, capability: Any) -> Any:
+        """`roots/list` with no call in flight (servers ask at start and after a change): the
+        most recent handshake-era session that has roots answers."""
+        for state in reversed(self.sessions.live()):
+            if not state.modern and state.session.check_client_capability(capability):
+                try:
+                    return await state.session.send_request(request, types.ListRootsResult)
+                except MCPError as exc:
+                    return types.ErrorData(code=exc.code, message=exc.message)
+        return types.ErrorData(code=types.INVALID_REQUEST, message=(
+            f"roots/list from MCP server {server!r}: no connected client has roots"))
+
     async def server_notification(
         self, server: str, calls: Sequence[InflightCall], notification: Any
     ) -> None:
         if isinstance(notification, types.LoggingMessageNotification):
-            call = self._caller(calls)
-            if call is not None and call.state.wants_log(notification.params.level):
-                scoped = call.state.modern or call.request_id is not None
-                if not call.state.modern or _log_opted_in(call, notification.params.level):
-                    await _quietly(call.session.send_notification(
-                        notification, related_request_id=call.request_id if scoped else None))
+            await self._relay_log(calls, notification)
         elif isinstance(notification, types.ResourceUpdatedNotification):
             await self._resource_updated(server, str(notification.params.uri))
         elif isinstance(notification, types.ResourceListChangedNotification):
             await self._broadcast(types.ResourceListChangedNotification(), ResourcesListChanged())
         elif isinstance(notification, types.PromptListChangedNotification):
             await self._broadcast(types.PromptListChangedNotification(), PromptsListChanged())
+
+    async def _relay_log(
+        self, calls: Sequence[InflightCall], notification: types.LoggingMessageNotification
+    ) -> None:
+        """A log line goes to every session with a call in flight on that server (on that
+        call's stream); with none, to the handshake-era sessions that set a log level."""
+        level = notification.params.level
+        callers = self._callers(calls)
+        for call in callers:
+            if not call.state.wants_log(level):
+                continue
+            scoped = call.state.modern or call.request_id is not None
+            if not call.state.modern or _log_opted_in(call, level):
+                await _quietly(call.session.send_notification(
+                    notification, related_request_id=call.request_id if scoped else None))
+        if callers:
+            return
+        for state in self.sessions.live():
+            if not state.modern and state.log_level is not None and state.wants_log(level):
+                await _quietly(state.session.send_notification(notification))
 
     async def _resource_updated(self, server: str, uri: str) -> None:
         holders = self._subscribers.get((server, uri), set())

@@ -75,6 +75,11 @@ class Sessions:
             state.modern = modern
         return state
 
+    @property
+    def fixed(self) -> bool:
+        """One connection for the facade's life (stdio)."""
+        return self._fixed_id is not None
+
     def live(self) -> list[SessionState]:
         return list(self._by_connection.values())
 

@@ -8,7 +8,12 @@ server upstream of the sidecar (namespace "") and runs the suite through `/mcp`.
     python conformance_fixture.py            # stdio (how the sidecar runs it)
 
 Extra tools for the facade tests: `test_big_text(size)` (a large text result) and
-`test_structured(value)` (structuredContent that is not an object when `value` is a list).
+`test_structured(value)` (structuredContent that is not an object when `value` is a list),
+`test_roots` (asks the client for its roots; also reports the roots it fetched after the last
+`notifications/roots/list_changed`).
+
+On a 2026-07-28 connection a server cannot send requests to the client: sampling, elicitation
+and roots are asked with an `input_required` result instead, and answered by the client's retry.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import mcp_types as types
 from mcp.server import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import ServerMessageMetadata
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 warnings.simplefilter("ignore")  # the SDK marks sampling/logging/roots deprecated in 2026
 
@@ -75,6 +81,7 @@ TOOLS = [
     _tool("test_structured", "Returns `value` as structuredContent",
           {"type": "object", "properties": {"value": {}}, "required": ["value"]},
           output={"type": "object", "properties": {"value": {}}}),
+    _tool("test_roots", "Asks the client for its roots"),
 ]
 
 ELICIT_DEFAULTS = {"type": "object", "properties": {
@@ -112,16 +119,46 @@ async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
     return types.ListToolsResult(tools=TOOLS)
 
 
-async def _elicit(ctx: Any, message: str, schema: dict[str, Any]) -> types.ElicitResult:
+ROOTS_AFTER_CHANGE: list[str] = []
+
+
+class Ask(Exception):
+    """A 2026-07-28 call that must first ask the client (becomes an input_required result)."""
+
+    def __init__(self, key: str, request: Any) -> None:
+        self.key = key
+        self.request = request
+
+
+async def _ask(ctx: Any, params: Any, key: str, request: Any, result_type: Any) -> Any:
+    """The client's answer to `request`: a server-to-client request in the handshake era, an
+    `input_required` round (raising `Ask` until the retry carries the answer) in 2026-07-28."""
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        answer = (params.input_responses or {}).get(key)
+        if answer is None:
+            raise Ask(key, request)
+        return answer
     return await ctx.session.send_request(
-        types.ElicitRequest(params=types.ElicitRequestFormParams(
-            message=message, requested_schema=schema)),
-        types.ElicitResult,
-        metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
-    )
+        request, result_type, metadata=ServerMessageMetadata(related_request_id=ctx.request_id))
 
 
-async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+async def _elicit(ctx: Any, params: Any, message: str, schema: dict[str, Any]) -> Any:
+    return await _ask(ctx, params, "elicit", types.ElicitRequest(
+        params=types.ElicitRequestFormParams(message=message, requested_schema=schema)),
+        types.ElicitResult)
+
+
+async def call_tool(
+    ctx: Any, params: types.CallToolRequestParams
+) -> types.CallToolResult | types.InputRequiredResult:
+    try:
+        return await _call_tool(ctx, params)
+    except Ask as ask:
+        return types.InputRequiredResult(input_requests={ask.key: ask.request},
+                                         request_state=f"asked-{ask.key}")
+
+
+async def _call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
     args = params.arguments or {}
     name = params.name
     if name == "test_simple_text":
@@ -160,13 +197,10 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     if name == "test_error_handling":
         return result(text("This tool intentionally returns an error for testing"), is_error=True)
     if name == "test_sampling":
-        answer = await ctx.session.send_request(
-            types.CreateMessageRequest(params=types.CreateMessageRequestParams(
+        answer = await _ask(ctx, params, "sample", types.CreateMessageRequest(
+            params=types.CreateMessageRequestParams(
                 messages=[types.SamplingMessage(role="user", content=text(str(args["prompt"])))],
-                max_tokens=100)),
-            types.CreateMessageResult,
-            metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
-        )
+                max_tokens=100)), types.CreateMessageResult)
         reply = answer.content
         said = reply.text if isinstance(reply, types.TextContent) else str(reply)
         return result(text(f"LLM response: {said}"))
@@ -175,14 +209,18 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
             "username": {"type": "string", "description": "User's response"},
             "email": {"type": "string", "description": "User's email address"}},
             "required": ["username", "email"]}
-        answer = await _elicit(ctx, str(args["message"]), schema)
+        answer = await _elicit(ctx, params, str(args["message"]), schema)
         return result(text(f"User response: action={answer.action}, content="
                            f"{json.dumps(answer.content)}"))
     if name in ("test_elicitation_sep1034_defaults", "test_elicitation_sep1330_enums"):
         schema = ELICIT_DEFAULTS if name.endswith("defaults") else ELICIT_ENUMS
-        answer = await _elicit(ctx, "Please review and update the form fields", schema)
+        answer = await _elicit(ctx, params, "Please review and update the form fields", schema)
         return result(text(f"Elicitation completed: action={answer.action}, content="
                            f"{json.dumps(answer.content)}"))
+    if name == "test_roots":
+        roots = await _ask(ctx, params, "roots", types.ListRootsRequest(), types.ListRootsResult)
+        return result(text(json.dumps({"roots": [str(r.uri) for r in roots.roots],
+                                       "after_change": ROOTS_AFTER_CHANGE})))
     if name == "json_schema_2020_12_tool":
         return result(text(f"received {json.dumps(args)}"))
     if name == "test_reconnection":
@@ -304,6 +342,11 @@ async def set_level(ctx: Any, params: types.SetLevelRequestParams) -> types.Empt
     return types.EmptyResult()
 
 
+async def roots_changed(ctx: Any, params: Any) -> None:
+    roots = await ctx.session.send_request(types.ListRootsRequest(), types.ListRootsResult)
+    ROOTS_AFTER_CHANGE[:] = [str(r.uri) for r in roots.roots]
+
+
 def build_server() -> Server[Any]:
     return Server(
         "conformance-fixture", version="1.0.0",
@@ -312,6 +355,7 @@ def build_server() -> Server[Any]:
         on_read_resource=read_resource, on_subscribe_resource=subscribe,
         on_unsubscribe_resource=unsubscribe, on_list_prompts=list_prompts,
         on_get_prompt=get_prompt, on_completion=complete, on_set_logging_level=set_level,
+        on_roots_list_changed=roots_changed,
     )
 
 
