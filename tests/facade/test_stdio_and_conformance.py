@@ -6,12 +6,18 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import anyio
+import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
+from sidecar import Location
+from sidecar.serve.mcp_facade import CALL_ID_KEY
 from tests.facade.conftest import HARNESS, fixture_server, write_manifest
-from tests.facade.test_relays import elicitation, sampling
+from tests.facade.test_relays import elicitation, roots_answer, sampling
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parents[2]
@@ -50,13 +56,51 @@ async def test_stdio_both_eras(tmp_path: Path, mode: str) -> None:
 async def test_stdio_relays_sampling_and_elicitation(
     tmp_path: Path, mode: str, upstream: str
 ) -> None:
+    logs: list[Any] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logs.append(params.data)
+
     async with Client(params(tmp_path, upstream), mode=mode, cache=None, read_timeout_seconds=60,
-                      sampling_callback=sampling, elicitation_callback=elicitation) as client:
+                      sampling_callback=sampling, elicitation_callback=elicitation,
+                      list_roots_callback=roots_answer("file:///stdio"),
+                      logging_callback=on_log) as client:
         await client.list_tools()
         sampled = await client.call_tool("test_sampling", {"prompt": "over stdio"})
         assert sampled.content[0].text == "LLM response: answer to over stdio"
         elicited = await client.call_tool("test_elicitation", {"message": "e@x"})
         assert "action=accept" in elicited.content[0].text
+        roots = await client.call_tool("test_roots", {})
+        assert json.loads(roots.content[0].text)["roots"] == ["file:///stdio"]
+        if mode == "legacy":  # 2026-07-28 requests opt in to logs one by one
+            await client.call_tool("test_tool_with_logging", {})
+            with anyio.fail_after(5):
+                while "Tool execution completed" not in logs:  # noqa: ASYNC110
+                    await anyio.sleep(0.02)
+
+
+async def test_stdio_fast_path_cancels_and_keeps_serving(tmp_path: Path) -> None:
+    """Plain handshake-era calls skip the SDK's runner (`fastpath`); a client's cancellation
+    still reaches the call: it records nothing, so the same call id runs again at once (were
+    the first attempt still running, the retry would wait for its 30 s)."""
+    async with Client(params(tmp_path), mode="legacy", cache=None,
+                      read_timeout_seconds=60) as client:
+        await client.list_tools()
+        with pytest.raises(MCPError):
+            await client.call_tool("test_sleep", {"seconds": 30}, read_timeout_seconds=1,
+                                   meta={CALL_ID_KEY: "to-cancel"})
+        with anyio.fail_after(10):
+            again = await client.call_tool("test_sleep", {"seconds": 0},
+                                           meta={CALL_ID_KEY: "to-cancel"})
+        assert again.content[0].text == "slept"
+        fine = await client.call_tool("test_simple_text", {}, meta={CALL_ID_KEY: "after"})
+        assert fine.content[0].text == "This is a simple text response for testing."
+        bad = await client.call_tool("no_such_tool", {})
+        assert bad.is_error and "no_such_tool" in bad.content[0].text
+    async with Location.open(tmp_path, state_dir=tmp_path / "state") as location:
+        retried = await location.outcome("to-cancel")
+        assert retried is not None and retried.error is None
+        assert (await location.outcome("after")) is not None
 
 
 def test_stdio_unknown_method_before_initialize_gets_an_error(tmp_path: Path) -> None:

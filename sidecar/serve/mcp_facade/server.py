@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -57,7 +57,7 @@ from sidecar.serve.mcp_facade.rounds import (
     new_token,
     request_digest,
 )
-from sidecar.serve.mcp_facade.sessions import DownstreamCall, Sessions
+from sidecar.serve.mcp_facade.sessions import DownstreamCall, Sessions, SessionState
 from sidecar.snapshot import Snapshot
 
 if TYPE_CHECKING:
@@ -99,6 +99,9 @@ class McpFacade:
         self._tg: anyio.abc.TaskGroup | None = None
         self._running: dict[str, Execution] = {}  # by call id
         self._rounds: dict[str, Execution] = {}  # by requestState token
+        # stdio: server-to-client requests go out through the transport wrapper (`fastpath`)
+        self.requester: Callable[[Any, Any], Awaitable[Any]] | None = None
+        self.notifier: Callable[[Any], Awaitable[None]] | None = None
         self.upstreams = upstream.Upstreams(
             lambda: location.sources.pool if location.sources is not None else None
         )
@@ -162,7 +165,7 @@ class McpFacade:
                 self._snapshots[sid] = self.location.snapshot(session_id=sid)
             for state in self.sessions.live():
                 if not state.modern:
-                    await _quietly(state.session.send_tool_list_changed())
+                    await self._note(state.session, types.ToolListChangedNotification())
             await self.bus.publish(ToolsListChanged())
 
     # --- tools ---------------------------------------------------------------------------
@@ -206,6 +209,42 @@ class McpFacade:
         finally:
             del self.sessions.calls[call.call_id]
         return tools.call_result(outcome, snapshot, modern=_modern(ctx))
+
+    # --- the stdio fast path (see `fastpath`) -------------------------------------------
+
+    def fast_session(self) -> SessionState | None:
+        """The stdio session, when its `tools/call` may bypass the SDK's runner: handshake era,
+        tools listed (so the session has a snapshot)."""
+        if not self.sessions.fixed:
+            return None
+        live = self.sessions.live()
+        if len(live) != 1 or live[0].modern or live[0].id not in self._snapshots:
+            return None
+        return live[0]
+
+    async def fast_call(
+        self, state: SessionState, request_id: types.RequestId, name: str,
+        arguments: dict[str, Any], meta: dict[str, Any],
+    ) -> dict[str, Any]:
+        """`_call_tool` for a plain handshake-era call, answered as the wire result."""
+        snapshot = self._snapshots[state.id]
+        client = state.session.client_params
+        try:
+            context = tools.call_context(
+                session_id=state.id, request_id=request_id, meta=meta,
+                client_name=client.client_info.name if client is not None else None,
+            )
+        except ValueError as exc:
+            return tools.error_wire(str(exc))
+        if context.call_id in self.sessions.calls:
+            return tools.error_wire(f"call id {context.call_id!r} is already in flight")
+        call = DownstreamCall(context.call_id, state, state.session, request_id, None)
+        self.sessions.calls[call.call_id] = call
+        try:
+            outcome = await snapshot.execute(name, arguments, context)
+        finally:
+            del self.sessions.calls[call.call_id]
+        return tools.call_result_wire(outcome, snapshot, modern=False)
 
     async def _execute(
         self, snapshot: Snapshot, params: types.CallToolRequestParams, context: Any,
@@ -449,6 +488,8 @@ class McpFacade:
                     f"{method} from MCP server {server!r}: the call is not running"))
             return await execution.ask(request)
         try:
+            if self.requester is not None:
+                return await self.requester(request, result_type)
             return await call.session.send_request(
                 request, result_type,
                 metadata=ServerMessageMetadata(related_request_id=call.request_id),
@@ -462,6 +503,8 @@ class McpFacade:
         for state in reversed(self.sessions.live()):
             if not state.modern and state.session.check_client_capability(capability):
                 try:
+                    if self.requester is not None:
+                        return await self.requester(request, types.ListRootsResult)
                     return await state.session.send_request(request, types.ListRootsResult)
                 except MCPError as exc:
                     return types.ErrorData(code=exc.code, message=exc.message)
@@ -492,13 +535,13 @@ class McpFacade:
                 continue
             scoped = call.state.modern or call.request_id is not None
             if not call.state.modern or _log_opted_in(call, level):
-                await _quietly(call.session.send_notification(
-                    notification, related_request_id=call.request_id if scoped else None))
+                await self._note(call.session, notification,
+                                 call.request_id if scoped else None, modern=call.state.modern)
         if callers:
             return
         for state in self.sessions.live():
             if not state.modern and state.log_level is not None and state.wants_log(level):
-                await _quietly(state.session.send_notification(notification))
+                await self._note(state.session, notification)
 
     async def _resource_updated(self, server: str, uri: str) -> None:
         holders = self._subscribers.get((server, uri), set())
@@ -506,14 +549,26 @@ class McpFacade:
         outward = up.uri_out(uri) if up is not None else uri
         for state in self.sessions.live():
             if state.id in holders and not state.modern:
-                await _quietly(state.session.send_resource_updated(outward))
+                await self._note(state.session, types.ResourceUpdatedNotification(
+                    params=types.ResourceUpdatedNotificationParams(uri=outward)))
         await self.bus.publish(ResourceUpdated(uri=outward))
 
     async def _broadcast(self, notification: Any, event: Any) -> None:
         for state in self.sessions.live():
             if not state.modern:
-                await _quietly(state.session.send_notification(notification))
+                await self._note(state.session, notification)
         await self.bus.publish(event)
+
+    async def _note(
+        self, session: Any, notification: Any, related: types.RequestId | None = None, *,
+        modern: bool = False,
+    ) -> None:
+        """A notification to a client; to a handshake-era client on stdio through the transport
+        wrapper (the SDK's per-request sessions stop writing once their request is answered)."""
+        if self.notifier is not None and not modern:
+            await _quietly(self.notifier(notification))
+        else:
+            await _quietly(session.send_notification(notification, related_request_id=related))
 
 
 def _modern(ctx: Ctx) -> bool:

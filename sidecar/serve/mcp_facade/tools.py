@@ -62,13 +62,22 @@ def call_context(
 
 
 def call_result(outcome: Outcome, snapshot: Snapshot, *, modern: bool) -> types.CallToolResult:
+    return types.CallToolResult.model_validate(call_result_wire(outcome, snapshot, modern=modern))
+
+
+def call_result_wire(outcome: Outcome, snapshot: Snapshot, *, modern: bool) -> dict[str, Any]:
+    """The `CallToolResult` of an outcome as it goes on the wire (camelCase keys)."""
     entry = snapshot.entry(outcome.tool)
     schema = entry.definition.output_schema if entry is not None else None
-    wire = result_for(
+    wire: dict[str, Any] = result_for(
         "mcp", outcome, tool_call_id="", wrap_structured=not modern, output_schema=schema
     )
-    return types.CallToolResult.model_validate(wire)
+    return wire
 
 
 def error_result(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=message)], is_error=True)
+
+
+def error_wire(message: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": message}], "isError": True}

@@ -19,6 +19,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import BaseRoute, Route
 
+from sidecar.serve.mcp_facade.fastpath import FastCalls
 from sidecar.serve.mcp_facade.server import McpFacade, new_session_id
 
 if TYPE_CHECKING:
@@ -42,7 +43,11 @@ async def serve_stdio(
     )
     async with facade.attached(), stdio_server(in_text, out_text) as (read, write):
         options = facade.server.create_initialization_options()
-        await facade.server.run(read, write, options)
+        async with anyio.create_task_group() as tg:
+            fast = FastCalls(facade, read, write, tg)
+            facade.requester, facade.notifier = fast.request, fast.notify
+            await facade.server.run(fast, write, options)
+            tg.cancel_scope.cancel()
 
 
 def mcp_http(location: Location) -> tuple[list[BaseRoute], AbstractAsyncContextManager[Any]]:

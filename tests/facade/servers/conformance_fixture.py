@@ -10,7 +10,7 @@ server upstream of the sidecar (namespace "") and runs the suite through `/mcp`.
 Extra tools for the facade tests: `test_big_text(size)` (a large text result) and
 `test_structured(value)` (structuredContent that is not an object when `value` is a list),
 `test_roots` (asks the client for its roots; also reports the roots it fetched after the last
-`notifications/roots/list_changed`).
+`notifications/roots/list_changed`), `test_sleep(seconds)`.
 
 On a 2026-07-28 connection a server cannot send requests to the client: sampling, elicitation
 and roots are asked with an `input_required` result instead, and answered by the client's retry.
@@ -82,6 +82,9 @@ TOOLS = [
           {"type": "object", "properties": {"value": {}}, "required": ["value"]},
           output={"type": "object", "properties": {"value": {}}}),
     _tool("test_roots", "Asks the client for its roots"),
+    _tool("test_sleep", "Sleeps `seconds`",
+          {"type": "object", "properties": {"seconds": {"type": "number"}},
+           "required": ["seconds"]}),
 ]
 
 ELICIT_DEFAULTS = {"type": "object", "properties": {
@@ -221,6 +224,9 @@ async def _call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Cal
         roots = await _ask(ctx, params, "roots", types.ListRootsRequest(), types.ListRootsResult)
         return result(text(json.dumps({"roots": [str(r.uri) for r in roots.roots],
                                        "after_change": ROOTS_AFTER_CHANGE})))
+    if name == "test_sleep":
+        await anyio.sleep(float(args["seconds"]))
+        return result(text("slept"))
     if name == "json_schema_2020_12_tool":
         return result(text(f"received {json.dumps(args)}"))
     if name == "test_reconnection":

@@ -1,0 +1,57 @@
+"""The stdio fast path (`sidecar.serve.mcp_facade.fastpath`) in-process: which calls it takes,
+and that its answers are the ones the SDK's path gives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp.client.session import ClientSession
+from mcp.shared.memory import create_client_server_memory_streams
+
+from sidecar import Location
+from sidecar.serve.mcp_facade.fastpath import FastCalls
+from sidecar.serve.mcp_facade.server import McpFacade
+from tests.facade.conftest import local_tools
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_fast_path_takes_plain_calls_and_leaves_the_rest(tmp_path: Path) -> None:
+    async with Location.open(tmp_path, state_dir=tmp_path / "state") as location:
+        location.tools.register(local_tools())
+        facade = McpFacade(location, session_id="stdio-test")
+        async with facade.attached(), create_client_server_memory_streams() as (
+            client_streams, server_streams
+        ), anyio.create_task_group() as tg:
+            read, write = server_streams
+            fast = FastCalls(facade, read, write, tg)
+            options = facade.server.create_initialization_options()
+            tg.start_soon(facade.server.run, fast, write, options)
+            async with ClientSession(*client_streams) as session:
+                await session.initialize()
+                before = await session.call_tool("echo", {"text": "early"})
+                assert before.structured_content == {"echoed": "early"}
+                assert fast.handled == 0  # no tools/list yet: the SDK's path
+                await session.list_tools()
+                plain = await session.call_tool("echo", {"text": "early"})
+                assert fast.handled == 1
+                assert plain.model_dump() == before.model_dump()  # same answer on both paths
+                wrapped = await session.call_tool("numbers", {"text": "x"})
+                assert wrapped.structured_content == {"result": [1, 2, 3]}
+                invalid = await session.call_tool("echo", {"text": 5})
+                assert invalid.is_error and "text" in invalid.content[0].text
+                missing = await session.call_tool("nope", {})
+                assert missing.is_error
+                assert fast.handled == 4
+                seen: list[float] = []
+
+                async def progress(value: float, total: float | None, message: str | None) -> None:
+                    seen.append(value)
+
+                slow_path = await session.call_tool("echo", {"text": "p"},
+                                                    progress_callback=progress)
+                assert slow_path.structured_content == {"echoed": "p"}
+                assert fast.handled == 4  # a progressToken: the SDK's path
+            tg.cancel_scope.cancel()
