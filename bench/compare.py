@@ -38,6 +38,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+RESULTS = HERE / "RESULTS.md"
 UPSTREAM = HERE / "upstream.py"
 CHILDREN = HERE / "compare_children.py"
 VENVS = HERE / ".venvs"
@@ -720,21 +721,28 @@ async def section_large(opts: argparse.Namespace) -> str:
 def section_startup(opts: argparse.Namespace) -> str:
     counts = [1, 3] if opts.quick else [1, 20]
     rounds = opts.rounds or (1 if opts.quick else 3)
-    res: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
-    for _ in range(rounds):
-        for n in counts:
-            res[n].append(child_json(["startup", "--servers", str(n)], 600))
-    one = min(r["ready_s"] for r in res[counts[0]])
+    kinds = [("SDK upstream (bench/upstream.py)", False),
+             ("light upstream (bench/light_upstream.py)", True)]
     rows = []
-    for n in counts:
-        ready = [r["ready_s"] for r in res[n]]
-        rows.append([n, f"{min(ready):.2f}", f"{max(ready):.2f}", fmt_ratio(min(ready), one)])
+    for label, light in kinds:
+        res: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
+        for _ in range(rounds):
+            for n in counts:
+                extra = ["--light"] if light else []
+                res[n].append(child_json(["startup", "--servers", str(n), *extra], 600))
+        one = min(r["ready_s"] for r in res[counts[0]])
+        for n in counts:
+            ready = [r["ready_s"] for r in res[n]]
+            rows.append([label, n, f"{min(ready):.2f}", f"{max(ready):.2f}",
+                         fmt_ratio(min(ready), one)])
     return "\n".join([
         f"### 4. Startup: `Location.open` until every upstream stdio server is ready ({rounds} rounds)\n",
-        table(["servers", "best s", "worst s", "vs 1 server"], rows),
-        f"\nMachine: {os.cpu_count()} CPUs; each upstream is a Python process importing the mcp "
-        "SDK (~0.8 s of CPU), so N servers need N × that CPU time on the box.",
-        "Baseline: the 1-server time. Target: 20 servers <= 1.5x it.",
+        table(["upstream", "servers", "best s", "worst s", "vs 1 server"], rows),
+        f"\nMachine: {os.cpu_count()} CPUs. The SDK upstream is a Python process importing the "
+        "mcp SDK (~0.8 s of CPU), so N of them need N × that CPU on the box whatever starts "
+        "them; the light upstream (plain JSON-RPC, ~30 ms) shows how the sidecar's own start "
+        "scales.",
+        "Baseline: the 1-server time of the same upstream. Target: 20 servers <= 1.5x it.",
     ])
 
 
@@ -787,6 +795,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=0, help="rounds per target (default 3; 1 quick)")
     parser.add_argument("--no-external", action="store_true",
                         help="skip FastMCP and mcp-proxy (their venvs)")
+    parser.add_argument("--results", default=str(RESULTS),
+                        help="Markdown file whose compare.py block gets this run's tables "
+                             "(default bench/RESULTS.md; never written with --quick)")
+    parser.add_argument("--no-write", action="store_true", help="only print the tables")
     opts = parser.parse_args()
     only = [s.strip() for s in opts.only.split(",") if s.strip()] or list(SECTIONS)
     unknown = set(only) - set(SECTIONS)
@@ -796,11 +808,17 @@ def main() -> int:
 
     logging.basicConfig(level=logging.ERROR)
     command = " ".join(shlex.quote(a) for a in [os.path.relpath(sys.executable, ROOT), "bench/compare.py", *sys.argv[1:]])
-    print("## mcp-sidecar side-by-side benchmarks\n")
-    print(f"- machine: {machine()}")
-    print(f"- versions: {versions()}")
-    print(f"- command: `{command}`")
-    print(f"- date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
+    out: list[str] = []
+
+    def emit(text: str) -> None:
+        out.append(text)
+        print(text, flush=True)
+
+    emit("## mcp-sidecar side-by-side benchmarks\n")
+    emit(f"- machine: {machine()}")
+    emit(f"- versions: {versions()}")
+    emit(f"- command: `{command}`")
+    emit(f"- date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
     for section in SECTIONS:
         if section not in only:
             continue
@@ -818,13 +836,29 @@ def main() -> int:
                 text = section_catalog(opts)
         except Exception as exc:
             text = f"### {section}: FAILED: {_short(exc)}"
-            print(text, flush=True)
-            print(f"\n_(section {section}: {time.perf_counter() - started:.1f} s)_\n", flush=True)
             main.failed = True  # type: ignore[attr-defined]
-            continue
-        print(text, flush=True)
-        print(f"\n_(section {section}: {time.perf_counter() - started:.1f} s)_\n", flush=True)
+        emit(text)
+        emit(f"\n_(section {section}: {time.perf_counter() - started:.1f} s)_\n")
+    if not opts.quick and not opts.no_write:
+        write_results(Path(opts.results), "\n".join(out))
     return 1 if getattr(main, "failed", False) else 0
+
+
+BEGIN, END = "<!-- compare.py:begin -->", "<!-- compare.py:end -->"
+
+
+def write_results(path: Path, text: str) -> None:
+    """Put this run's tables between the compare.py markers of `path` (appended when the file
+    has none); everything else in the file is kept."""
+    block = f"{BEGIN}\n{text.rstrip()}\n{END}"
+    old = path.read_text() if path.exists() else ""
+    if BEGIN in old and END in old:
+        head, rest = old.split(BEGIN, 1)
+        new = head + block + rest.split(END, 1)[1]
+    else:
+        new = old.rstrip() + ("\n\n" if old else "") + block + "\n"
+    path.write_text(new)
+    print(f"wrote {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -59,12 +59,15 @@ def result(data: dict[str, Any]) -> None:
     print("RESULT " + json.dumps(data), flush=True)
 
 
-def write_manifest(directory: Path, servers: int, tools: int = 0) -> Path:
+def write_manifest(directory: Path, servers: int, tools: int = 0, light: bool = False) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     entries = {}
     for i in range(servers):
         key = "up" if servers == 1 else f"up{i:02d}"
-        args = [str(UPSTREAM)] + (["--tools", str(tools)] if tools else [])
+        if light:
+            args = [str(HERE / "light_upstream.py")]
+        else:
+            args = [str(UPSTREAM)] + (["--tools", str(tools)] if tools else [])
         entries[key] = {"command": sys.executable, "args": args,
                         "timeouts": {"startup": 120, "call": 900},
                         "max_result_bytes": 2**31 - 1}
@@ -257,11 +260,11 @@ def disk(nbytes: int) -> None:
 
 # -- startup ---------------------------------------------------------------------------------
 
-async def startup(servers: int) -> None:
+async def startup(servers: int, light: bool) -> None:
     from sidecar import Location
 
     with tempfile.TemporaryDirectory() as tmp:
-        manifests = write_manifest(Path(tmp) / "manifests", servers)
+        manifests = write_manifest(Path(tmp) / "manifests", servers, light=light)
         start = time.perf_counter()
         async with Location.open(tmp, state_dir=Path(tmp) / "state", manifests=[manifests],
                                  entry_point_plugins=False) as location:
@@ -379,6 +382,7 @@ def main() -> None:
     parser.add_argument("--servers", type=int, default=0)
     parser.add_argument("--tools", type=int, default=0)
     parser.add_argument("--inproc", type=int, default=0)
+    parser.add_argument("--light", action="store_true", help="startup: bench/light_upstream.py")
     args = parser.parse_args()
     import logging
 
@@ -397,7 +401,7 @@ def main() -> None:
     elif args.kind == "disk":
         disk(args.bytes)
     elif args.kind == "startup":
-        asyncio.run(startup(args.servers))
+        asyncio.run(startup(args.servers, args.light))
     elif args.kind == "catalog":
         asyncio.run(catalog(args.servers, args.tools, args.inproc))
     else:

@@ -7,6 +7,7 @@ MCP facade print "n/a" when `sidecar stdio` is not available.
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -30,3 +31,19 @@ def test_compare_quick_prints_every_table() -> None:
     assert "| sidecar stdio | " in out  # measured, or "n/a (facade not available ...)"
     assert "| bare Starlette JSON echo | " in out
     assert out.count("|---|") >= 6
+
+
+def test_results_block_is_replaced_and_the_rest_kept(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("bench_compare", ROOT / "bench" / "compare.py")
+    assert spec is not None and spec.loader is not None
+    compare = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = compare  # its dataclasses look their module up
+    spec.loader.exec_module(compare)
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Results\n\nnotes by hand\n")
+    compare.write_results(results, "## run one\n| a |")
+    compare.write_results(results, "## run two\n| b |")
+    text = results.read_text()
+    assert text.startswith("# Results\n\nnotes by hand\n")
+    assert "run two" in text and "run one" not in text
+    assert text.count(compare.BEGIN) == 1 and text.count(compare.END) == 1
