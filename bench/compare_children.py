@@ -304,10 +304,14 @@ def schema_tool(i: int) -> Any:
 
 async def catalog(servers: int, tools: int, inproc: int) -> None:
     import httpx
+    import httpx2
     import uvicorn
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
 
     from sidecar import Location
     from sidecar.serve.app import build_app
+    from sidecar.serve.mcp_facade import mcp_http
 
     with tempfile.TemporaryDirectory() as tmp:
         manifests = [write_manifest(Path(tmp) / "manifests", servers, tools)] if servers else []
@@ -336,7 +340,8 @@ async def catalog(servers: int, tools: int, inproc: int) -> None:
                 t0 = time.perf_counter()
                 location.snapshot()
                 snaps.append(time.perf_counter() - t0)
-            app = build_app(location, token=TOKEN)
+            routes, lifespan = mcp_http(location)
+            app = build_app(location, token=TOKEN, extra_routes=routes, extra_lifespan=lifespan)
             config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
                                     lifespan="on", access_log=False)
             server = uvicorn.Server(config)
@@ -362,6 +367,19 @@ async def catalog(servers: int, tools: int, inproc: int) -> None:
                     r = await c.post("/v1/snapshots", json={"session_id": "bench"})
                     r.raise_for_status()
                     posts.append(time.perf_counter() - t0)
+            # tools/list through the MCP facade (/mcp, streamable HTTP, one page)
+            mcp_lists = []
+            async with httpx2.AsyncClient(headers={"authorization": f"Bearer {TOKEN}"},
+                                          timeout=60) as http2, Client(
+                streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http2,
+                                       max_sse_event_size=64 * 2**20),
+                mode="legacy", cache=None,
+            ) as mcp_client:
+                for _ in range(11):
+                    t0 = time.perf_counter()
+                    page = await mcp_client.list_tools()
+                    mcp_lists.append(time.perf_counter() - t0)
+                mcp_listed = len(page.tools)
             server.should_exit = True
             await task
     result({
@@ -369,6 +387,7 @@ async def catalog(servers: int, tools: int, inproc: int) -> None:
         "snapshot_ms": statistics.median(snaps) * 1e3,
         "list_ms": statistics.median(lists[1:]) * 1e3,
         "post_snapshot_ms": statistics.median(posts[1:]) * 1e3,
+        "mcp_list_ms": statistics.median(mcp_lists[1:]) * 1e3, "mcp_listed": mcp_listed,
         "rss_start_mb": rss0 / 1024, "rss_open_mb": rss_open / 1024,
         "rss_loaded_mb": rss_loaded / 1024,
     })

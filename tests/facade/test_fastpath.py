@@ -55,3 +55,24 @@ async def test_fast_path_takes_plain_calls_and_leaves_the_rest(tmp_path: Path) -
                 assert slow_path.structured_content == {"echoed": "p"}
                 assert fast.handled == 4  # a progressToken: the SDK's path
             tg.cancel_scope.cancel()
+
+
+async def test_tool_listing_is_reused_until_the_registry_changes(tmp_path: Path) -> None:
+    async with Location.open(tmp_path, state_dir=tmp_path / "state") as location:
+        location.tools.register(local_tools())
+        facade = McpFacade(location, session_id="stdio-test")
+        async with facade.attached(), create_client_server_memory_streams() as (
+            client_streams, server_streams
+        ), anyio.create_task_group() as tg:
+            read, write = server_streams
+            options = facade.server.create_initialization_options()
+            tg.start_soon(facade.server.run, FastCalls(facade, read, write, tg), write, options)
+            async with ClientSession(*client_streams) as session:
+                await session.initialize()
+                first = await session.list_tools()
+                again = await session.list_tools()
+                assert again == first and len(facade._listings) == 1
+                location.tools.register({"later": local_tools()["echo"]})
+                names = [t.name for t in (await session.list_tools()).tools]
+                assert "later" in names and len(facade._listings) == 2
+            tg.cancel_scope.cancel()

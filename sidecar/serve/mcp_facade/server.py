@@ -95,6 +95,7 @@ class McpFacade:
         self.sessions = Sessions(session_id)
         self.bus = InMemorySubscriptionBus()
         self._snapshots: dict[str, Snapshot] = {}
+        self._listings: dict[tuple[Any, ...], tuple[Any, types.ListToolsResult]] = {}
         self._subscribers: dict[tuple[str, str], set[str]] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._running: dict[str, Execution] = {}  # by call id
@@ -176,7 +177,18 @@ class McpFacade:
         state = self.sessions.state(ctx)
         snapshot = self.location.snapshot(session_id=state.id)
         self._snapshots[state.id] = snapshot
-        return tools.tool_list(snapshot, modern=_modern(ctx))
+        modern = _modern(ctx)
+        # Definitions are immutable and shared by snapshots of an unchanged registry: their
+        # identities key the converted listing (5,000 schemas cost ~100 ms to convert).
+        key = (modern, *map(id, snapshot.definitions))
+        hit = self._listings.get(key)
+        if hit is not None:
+            return hit[1]
+        listing = tools.tool_list(snapshot, modern=modern)
+        if len(self._listings) >= 4:
+            self._listings.pop(next(iter(self._listings)))
+        self._listings[key] = (snapshot.definitions, listing)
+        return listing
 
     async def _call_tool(
         self, ctx: Ctx, params: types.CallToolRequestParams
