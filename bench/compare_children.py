@@ -302,6 +302,35 @@ def schema_tool(i: int) -> Any:
                 execute=run)
 
 
+async def stdio_listing(location: Any) -> list[float]:
+    """tools/list as `sidecar stdio` serves it (the facade with its stdio fast path), over
+    in-memory streams instead of pipes: 10 timed requests after the first."""
+    import anyio
+    from mcp.client.session import ClientSession
+    from mcp.shared.memory import create_client_server_memory_streams
+
+    from sidecar.serve.mcp_facade.fastpath import FastCalls
+    from sidecar.serve.mcp_facade.server import McpFacade
+
+    facade = McpFacade(location, session_id="stdio-bench")
+    times: list[float] = []
+    async with facade.attached(), create_client_server_memory_streams() as (
+        client_streams, server_streams
+    ), anyio.create_task_group() as tg:
+        read, write = server_streams
+        options = facade.server.create_initialization_options()
+        tg.start_soon(facade.server.run, FastCalls(facade, read, write, tg), write, options)
+        async with ClientSession(*client_streams) as session:
+            await session.initialize()
+            await session.list_tools()
+            for _ in range(10):
+                t0 = time.perf_counter()
+                await session.list_tools()
+                times.append(time.perf_counter() - t0)
+        tg.cancel_scope.cancel()
+    return times
+
+
 async def catalog(servers: int, tools: int, inproc: int) -> None:
     import httpx
     import httpx2
@@ -381,6 +410,7 @@ async def catalog(servers: int, tools: int, inproc: int) -> None:
                     mcp_lists.append(time.perf_counter() - t0)
                 mcp_listed = len(page.tools)
             server.should_exit = True
+            stdio_lists = await stdio_listing(location)
             await task
     result({
         "tools": count, "listed": listed, "open_s": opened, "register_s": register_s,
@@ -388,6 +418,7 @@ async def catalog(servers: int, tools: int, inproc: int) -> None:
         "list_ms": statistics.median(lists[1:]) * 1e3,
         "post_snapshot_ms": statistics.median(posts[1:]) * 1e3,
         "mcp_list_ms": statistics.median(mcp_lists[1:]) * 1e3, "mcp_listed": mcp_listed,
+        "stdio_list_ms": statistics.median(stdio_lists) * 1e3,
         "rss_start_mb": rss0 / 1024, "rss_open_mb": rss_open / 1024,
         "rss_loaded_mb": rss_loaded / 1024,
     })

@@ -4,8 +4,10 @@ and that its answers are the ones the SDK's path gives."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
+import mcp_types as types
 import pytest
 from mcp.client.session import ClientSession
 from mcp.shared.memory import create_client_server_memory_streams
@@ -16,6 +18,14 @@ from sidecar.serve.mcp_facade.server import McpFacade
 from tests.facade.conftest import local_tools
 
 pytestmark = pytest.mark.anyio
+
+
+async def call(session: ClientSession, name: str, arguments: dict[str, Any],
+               **kwargs: Any) -> types.CallToolResult:
+    """A raw tools/call (ClientSession.call_tool would list tools first to check outputs)."""
+    request = types.CallToolRequest(params=types.CallToolRequestParams(
+        name=name, arguments=arguments))
+    return await session.send_request(request, types.CallToolResult, **kwargs)
 
 
 async def test_fast_path_takes_plain_calls_and_leaves_the_rest(tmp_path: Path) -> None:
@@ -31,29 +41,30 @@ async def test_fast_path_takes_plain_calls_and_leaves_the_rest(tmp_path: Path) -
             tg.start_soon(facade.server.run, fast, write, options)
             async with ClientSession(*client_streams) as session:
                 await session.initialize()
-                before = await session.call_tool("echo", {"text": "early"})
+                before = await call(session, "echo", {"text": "early"})
                 assert before.structured_content == {"echoed": "early"}
-                assert fast.handled == 0  # no tools/list yet: the SDK's path
+                assert fast.handled == 0  # the session's first request: the SDK's path
                 await session.list_tools()
-                plain = await session.call_tool("echo", {"text": "early"})
                 assert fast.handled == 1
+                plain = await call(session, "echo", {"text": "early"})
+                assert fast.handled == 2
                 assert plain.model_dump() == before.model_dump()  # same answer on both paths
-                wrapped = await session.call_tool("numbers", {"text": "x"})
+                wrapped = await call(session, "numbers", {"text": "x"})
                 assert wrapped.structured_content == {"result": [1, 2, 3]}
-                invalid = await session.call_tool("echo", {"text": 5})
+                invalid = await call(session, "echo", {"text": 5})
                 assert invalid.is_error and "text" in invalid.content[0].text
-                missing = await session.call_tool("nope", {})
+                missing = await call(session, "nope", {})
                 assert missing.is_error
-                assert fast.handled == 4
+                assert fast.handled == 5
                 seen: list[float] = []
 
                 async def progress(value: float, total: float | None, message: str | None) -> None:
                     seen.append(value)
 
-                slow_path = await session.call_tool("echo", {"text": "p"},
-                                                    progress_callback=progress)
+                slow_path = await call(session, "echo", {"text": "p"},
+                                       progress_callback=progress)
                 assert slow_path.structured_content == {"echoed": "p"}
-                assert fast.handled == 4  # a progressToken: the SDK's path
+                assert fast.handled == 5  # a progressToken: the SDK's path
             tg.cancel_scope.cancel()
 
 
@@ -66,13 +77,18 @@ async def test_tool_listing_is_reused_until_the_registry_changes(tmp_path: Path)
         ), anyio.create_task_group() as tg:
             read, write = server_streams
             options = facade.server.create_initialization_options()
-            tg.start_soon(facade.server.run, FastCalls(facade, read, write, tg), write, options)
+            fast = FastCalls(facade, read, write, tg)
+            tg.start_soon(facade.server.run, fast, write, options)
             async with ClientSession(*client_streams) as session:
                 await session.initialize()
-                first = await session.list_tools()
-                again = await session.list_tools()
-                assert again == first and len(facade._listings) == 1
+                first = await session.list_tools()  # the SDK's path: the session is new
+                assert fast.handled == 0 and len(facade._listings) == 1
+                again = await session.list_tools()  # the fast path, from its own cache
+                assert fast.handled == 1 and len(facade._wire_listings) == 1
+                assert again == first  # the same listing either way
+                await session.list_tools()
+                assert fast.handled == 2 and len(facade._wire_listings) == 1
                 location.tools.register({"later": local_tools()["echo"]})
                 names = [t.name for t in (await session.list_tools()).tools]
-                assert "later" in names and len(facade._listings) == 2
+                assert "later" in names and len(facade._wire_listings) == 2
             tg.cancel_scope.cancel()

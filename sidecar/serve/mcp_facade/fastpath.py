@@ -5,9 +5,12 @@ request against the protocol schema, builds typed params, runs middleware, then 
 and validates it against the schema again. Over stdio, once a handshake-era client has listed
 tools, `FastCalls` takes plain `tools/call` requests off the transport's read stream, runs them
 through the same facade code (`McpFacade.fast_call`: call context, seam, `result_for`) and
-writes the JSON-RPC response itself. Everything else goes to the SDK server unchanged:
-initialize, listings, 2026-07-28 requests, a call whose `_meta` asks for progress, one whose
-params are malformed, and `notifications/cancelled` for requests that are not ours.
+writes the JSON-RPC response itself. Later `tools/list` requests are answered the same way from
+a listing cached per registry state (`McpFacade.fast_list`: the SDK's own dump and
+protocol-version sieve, run once). Everything else goes to the SDK server unchanged:
+initialize, the first `tools/list`, other listings, 2026-07-28 requests, a call whose `_meta`
+asks for progress, one whose params are malformed, and `notifications/cancelled` for requests
+that are not ours.
 
 A `notifications/cancelled` naming one of our requests cancels it; as the spec asks, no
 response is sent for a cancelled request.
@@ -69,6 +72,13 @@ class FastCalls:
             answer.settle(message)
             return True
         if isinstance(message, types.JSONRPCRequest):
+            if message.method == "tools/list":
+                state = self._facade.fast_session(listed=False)
+                if state is None or (message.params and set(message.params) - {"cursor"}):
+                    return False
+                self.handled += 1
+                self._tg.start_soon(self._respond, message.id, self._facade.fast_list(state))
+                return True
             if message.method != "tools/call":
                 return False
             call = self._eligible(message.params)
@@ -119,6 +129,9 @@ class FastCalls:
                     del self._inflight[request_id]
             if scope.cancelled_caught:
                 return
+        await self._respond(request_id, result)
+
+    async def _respond(self, request_id: types.RequestId, result: dict[str, Any]) -> None:
         response = types.JSONRPCResponse(jsonrpc="2.0", id=request_id, result=result)
         try:
             await self._write.send(SessionMessage(response))

@@ -45,6 +45,7 @@ from mcp.server.subscriptions import (
 )
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
+from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from bridges.mcp.passthrough import InflightCall
@@ -96,6 +97,7 @@ class McpFacade:
         self.bus = InMemorySubscriptionBus()
         self._snapshots: dict[str, Snapshot] = {}
         self._listings: dict[tuple[Any, ...], tuple[Any, types.ListToolsResult]] = {}
+        self._wire_listings: dict[tuple[Any, ...], tuple[Any, dict[str, Any]]] = {}
         self._subscribers: dict[tuple[str, str], set[str]] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._running: dict[str, Execution] = {}  # by call id
@@ -224,15 +226,35 @@ class McpFacade:
 
     # --- the stdio fast path (see `fastpath`) -------------------------------------------
 
-    def fast_session(self) -> SessionState | None:
-        """The stdio session, when its `tools/call` may bypass the SDK's runner: handshake era,
-        tools listed (so the session has a snapshot)."""
+    def fast_session(self, *, listed: bool = True) -> SessionState | None:
+        """The stdio session, when its requests may bypass the SDK's runner: handshake era and
+        (for `tools/call`, `listed`) tools listed, so the session has a snapshot."""
         if not self.sessions.fixed:
             return None
         live = self.sessions.live()
-        if len(live) != 1 or live[0].modern or live[0].id not in self._snapshots:
+        if len(live) != 1 or live[0].modern or live[0].protocol_version is None:
+            return None
+        if listed and live[0].id not in self._snapshots:
             return None
         return live[0]
+
+    def fast_list(self, state: SessionState) -> dict[str, Any]:
+        """`_list_tools` as the wire result the SDK's runner would send (the same dump and
+        the same protocol-version sieve), cached per registry state and version."""
+        snapshot = self.location.snapshot(session_id=state.id)
+        self._snapshots[state.id] = snapshot
+        version = state.protocol_version or "2025-11-25"
+        key = ("wire", version, *map(id, snapshot.definitions))
+        hit = self._wire_listings.get(key)
+        if hit is not None:
+            return hit[1]
+        dumped = tools.tool_list(snapshot, modern=False).model_dump(
+            by_alias=True, mode="json", exclude_none=True)
+        wire = serialize_server_result("tools/list", version, dumped)
+        if len(self._wire_listings) >= 4:
+            self._wire_listings.pop(next(iter(self._wire_listings)))
+        self._wire_listings[key] = (snapshot.definitions, wire)
+        return wire
 
     async def fast_call(
         self, state: SessionState, request_id: types.RequestId, name: str,

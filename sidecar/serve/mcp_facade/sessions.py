@@ -33,6 +33,7 @@ class SessionState:
     modern: bool
     log_level: str | None = None
     subscriptions: set[tuple[str, str]] = field(default_factory=set)
+    protocol_version: str | None = None  # of its latest request
 
     def wants_log(self, level: str) -> bool:
         if self.log_level is None or level not in LOG_LEVELS:
@@ -69,10 +70,12 @@ class Sessions:
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         if state is None:
             state = SessionState(self._new_id(ctx), ctx.session, modern)
+            state.protocol_version = ctx.protocol_version
             self._by_connection[connection] = state
         else:
             state.session = ctx.session
             state.modern = modern
+            state.protocol_version = ctx.protocol_version
         return state
 
     @property
