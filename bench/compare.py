@@ -846,25 +846,62 @@ def main() -> int:
         emit(text)
         emit(f"\n_(section {section}: {time.perf_counter() - started:.1f} s)_\n")
     if not opts.quick and not opts.no_write:
-        write_results(Path(opts.results), "\n".join(out))
+        partial = only if set(only) != set(SECTIONS) else None
+        write_results(Path(opts.results), "\n".join(out), partial)
     return 1 if getattr(main, "failed", False) else 0
 
 
 BEGIN, END = "<!-- compare.py:begin -->", "<!-- compare.py:end -->"
 
 
-def write_results(path: Path, text: str) -> None:
+def write_results(path: Path, text: str, sections: list[str] | None = None) -> None:
     """Put this run's tables between the compare.py markers of `path` (appended when the file
-    has none); everything else in the file is kept."""
-    block = f"{BEGIN}\n{text.rstrip()}\n{END}"
+    has none); everything else in the file is kept. With `sections` (a partial run), only
+    those sections of the block are replaced, and the run is noted under the block's header."""
     old = path.read_text() if path.exists() else ""
-    if BEGIN in old and END in old:
+    has_block = BEGIN in old and END in old
+    if sections and has_block:
+        text = _merge(old.split(BEGIN, 1)[1].split(END, 1)[0], text, sections)
+    block = f"{BEGIN}\n{text.strip()}\n{END}"
+    if has_block:
         head, rest = old.split(BEGIN, 1)
         new = head + block + rest.split(END, 1)[1]
     else:
         new = old.rstrip() + ("\n\n" if old else "") + block + "\n"
     path.write_text(new)
     print(f"wrote {path}", file=sys.stderr)
+
+
+def _split(block: str) -> tuple[str, dict[str, str]]:
+    """(header, {section name: its text}) of a block; a section runs from its `### ` heading
+    to its `_(section NAME: ...)_` line."""
+    header, found, current = [], {}, []
+    for line in block.strip().splitlines():
+        if line.startswith("### ") and not current:
+            current = [line]
+        elif current:
+            current.append(line)
+            if line.startswith("_(section "):
+                name = line[len("_(section "):].split(":", 1)[0]
+                found[name] = "\n".join(current)
+                current = []
+        else:
+            header.append(line)
+    return "\n".join(header).strip(), found
+
+
+def _merge(old: str, new: str, sections: list[str]) -> str:
+    old_header, old_sections = _split(old)
+    new_header, new_sections = _split(new)
+    merged = {name: new_sections.get(name) if name in sections else old_sections.get(name)
+              for name in SECTIONS}
+    rerun = ", ".join(sections)
+    command = next((ln for ln in new_header.splitlines() if ln.startswith("- command:")), "")
+    date = next((ln for ln in new_header.splitlines() if ln.startswith("- date:")), "")
+    note = f"- re-run of {rerun}: {command[2:]}, {date[2:]}"
+    parts = [old_header + "\n" + note]
+    parts += [text for text in merged.values() if text]
+    return "\n\n".join(parts)
 
 
 if __name__ == "__main__":

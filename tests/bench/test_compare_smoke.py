@@ -47,3 +47,27 @@ def test_results_block_is_replaced_and_the_rest_kept(tmp_path: Path) -> None:
     assert text.startswith("# Results\n\nnotes by hand\n")
     assert "run two" in text and "run one" not in text
     assert text.count(compare.BEGIN) == 1 and text.count(compare.END) == 1
+
+
+def test_a_partial_run_replaces_only_its_sections(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("bench_compare2", ROOT / "bench" / "compare.py")
+    assert spec is not None and spec.loader is not None
+    compare = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = compare
+    spec.loader.exec_module(compare)
+
+    def run(date: str, sections: dict[str, str]) -> str:
+        head = f"## benchmarks\n\n- command: `compare.py`\n- date: {date}\n"
+        body = "\n".join(f"### {name} table\n| {value} |\n\n_(section {name}: 1.0 s)_\n"
+                         for name, value in sections.items())
+        return head + "\n" + body
+
+    results = tmp_path / "RESULTS.md"
+    everything = {name: f"{name} one" for name in compare.SECTIONS}
+    compare.write_results(results, run("day one", everything))
+    compare.write_results(results, run("day two", {"catalog": "catalog two"}), ["catalog"])
+    text = results.read_text()
+    assert "| catalog two |" in text and "| catalog one |" not in text
+    assert "| bridge one |" in text and "| startup one |" in text
+    assert "- date: day one" in text and "re-run of catalog" in text and "day two" in text
+    assert text.index("bridge one") < text.index("catalog two")
