@@ -25,6 +25,7 @@ from starlette.routing import Route
 from managed_store import InvalidRef, ManagedNotFound
 from sidecar.outcome import Outcome
 from sidecar.permission_service import UnknownAsk
+from sidecar.serve.by_definitions import ByDefinitions
 from sidecar.serve.event_log import EventLog
 from sidecar.serve.metrics import CONTENT_TYPE, Metrics
 from sidecar.serve.replay import (
@@ -150,29 +151,14 @@ class CallTracker:
 
 
 class DefinitionsCache:
-    """Provider definitions of recent snapshots. `ToolDefinition` values are immutable and
-    shared by every snapshot taken while the registry is unchanged, so the identities of a
-    snapshot's definitions (kept alive in the entry) key its wire form; converting 5,000
-    schemas on every request was most of `GET /v1/tools`. The cached lists are only
-    serialized, never changed."""
+    """Provider definitions of recent snapshots (see `by_definitions`)."""
 
     def __init__(self, size: int = 32) -> None:
-        self._size = size
-        self._entries: OrderedDict[tuple[Any, ...], tuple[Any, list[dict[str, Any]]]] = (
-            OrderedDict()
-        )
+        self._cache = ByDefinitions[list[dict[str, Any]]](size)
 
     def get(self, fmt: Format, definitions: Any, *, strict: bool = False) -> list[dict[str, Any]]:
-        key = (fmt, strict, *map(id, definitions))
-        hit = self._entries.get(key)
-        if hit is not None:
-            self._entries.move_to_end(key)
-            return hit[1]
-        wire = definitions_for(fmt, definitions, strict=strict)
-        self._entries[key] = (definitions, wire)
-        while len(self._entries) > self._size:
-            self._entries.popitem(last=False)
-        return wire
+        return self._cache.get((fmt, strict), definitions,
+                               lambda: definitions_for(fmt, definitions, strict=strict))
 
 
 class Api:

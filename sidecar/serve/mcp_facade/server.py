@@ -50,6 +50,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from bridges.mcp.passthrough import InflightCall
 from sidecar.events import CallProgress, CallSettled
+from sidecar.serve.by_definitions import ByDefinitions
 from sidecar.serve.mcp_facade import tools, upstream
 from sidecar.serve.mcp_facade.rounds import (
     ROUND_TTL,
@@ -96,8 +97,8 @@ class McpFacade:
         self.sessions = Sessions(session_id)
         self.bus = InMemorySubscriptionBus()
         self._snapshots: dict[str, Snapshot] = {}
-        self._listings: dict[tuple[Any, ...], tuple[Any, types.ListToolsResult]] = {}
-        self._wire_listings: dict[tuple[Any, ...], tuple[Any, dict[str, Any]]] = {}
+        self._listings = ByDefinitions[types.ListToolsResult](4)
+        self._wire_listings = ByDefinitions[dict[str, Any]](4)
         self._subscribers: dict[tuple[str, str], set[str]] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._running: dict[str, Execution] = {}  # by call id
@@ -180,17 +181,8 @@ class McpFacade:
         snapshot = self.location.snapshot(session_id=state.id)
         self._snapshots[state.id] = snapshot
         modern = _modern(ctx)
-        # Definitions are immutable and shared by snapshots of an unchanged registry: their
-        # identities key the converted listing (5,000 schemas cost ~100 ms to convert).
-        key = (modern, *map(id, snapshot.definitions))
-        hit = self._listings.get(key)
-        if hit is not None:
-            return hit[1]
-        listing = tools.tool_list(snapshot, modern=modern)
-        if len(self._listings) >= 4:
-            self._listings.pop(next(iter(self._listings)))
-        self._listings[key] = (snapshot.definitions, listing)
-        return listing
+        return self._listings.get(modern, snapshot.definitions,
+                                  lambda: tools.tool_list(snapshot, modern=modern))
 
     async def _call_tool(
         self, ctx: Ctx, params: types.CallToolRequestParams
@@ -244,17 +236,14 @@ class McpFacade:
         snapshot = self.location.snapshot(session_id=state.id)
         self._snapshots[state.id] = snapshot
         version = state.protocol_version or "2025-11-25"
-        key = ("wire", version, *map(id, snapshot.definitions))
-        hit = self._wire_listings.get(key)
-        if hit is not None:
-            return hit[1]
-        dumped = tools.tool_list(snapshot, modern=False).model_dump(
-            by_alias=True, mode="json", exclude_none=True)
-        wire = serialize_server_result("tools/list", version, dumped)
-        if len(self._wire_listings) >= 4:
-            self._wire_listings.pop(next(iter(self._wire_listings)))
-        self._wire_listings[key] = (snapshot.definitions, wire)
-        return wire
+
+        def build() -> dict[str, Any]:
+            listing = self._listings.get(False, snapshot.definitions,
+                                         lambda: tools.tool_list(snapshot, modern=False))
+            dumped = listing.model_dump(by_alias=True, mode="json", exclude_none=True)
+            return serialize_server_result("tools/list", version, dumped)
+
+        return self._wire_listings.get(version, snapshot.definitions, build)
 
     async def fast_call(
         self, state: SessionState, request_id: types.RequestId, name: str,
