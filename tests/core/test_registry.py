@@ -103,22 +103,28 @@ async def test_snapshot_capture_under_concurrent_registration_changes(tmp_path):
         stop = asyncio.Event()
 
         async def churn():
+            # A change about every millisecond. A busy loop (sleep(0)) starved the outcome
+            # log's thread of the GIL: 50 calls took minutes on a slow machine.
             i = 0
             while not stop.is_set():
                 scope = loc.tools.register({"x": tagged(f"churn{i}")})
-                await asyncio.sleep(0)
+                await asyncio.sleep(0.0005)
                 scope.close()
+                await asyncio.sleep(0.0005)
                 i += 1
 
         base = loc.tools.register({"x": tagged("base")})
         task = asyncio.create_task(churn())
+        changed = 0
         try:
             for i in range(50):
                 snap = loc.snapshot()
                 captured = snap.entry("x").tool.description
-                await asyncio.sleep(0)  # let the registry change under us
+                await asyncio.sleep(0.002)  # let the registry change under us
+                changed += loc.snapshot().entry("x").tool.description != captured
                 outcome = await snap.execute("x", {}, ctx(f"cc{i}"))
                 assert outcome.content[0].text == captured.removeprefix("tool ")
+            assert changed > 10  # the registry did change between capture and execution
         finally:
             stop.set()
             await task
