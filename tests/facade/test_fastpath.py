@@ -3,6 +3,8 @@ and that its answers are the ones the SDK's path gives."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,23 @@ from tests.facade.conftest import local_tools
 pytestmark = pytest.mark.anyio
 
 
+@asynccontextmanager
+async def stdio_facade(location: Location) -> AsyncIterator[tuple[McpFacade, FastCalls, Any]]:
+    """The facade as `serve_stdio` runs it, over in-memory streams: (facade, its fast path, a
+    connected `ClientSession`)."""
+    facade = McpFacade(location, session_id="stdio-test")
+    async with facade.attached(), create_client_server_memory_streams() as (
+        client_streams, server_streams
+    ), anyio.create_task_group() as tg:
+        read, write = server_streams
+        fast = FastCalls(facade, read, write, tg)
+        options = facade.server.create_initialization_options()
+        tg.start_soon(facade.server.run, fast, write, options)
+        async with ClientSession(*client_streams) as session:
+            yield facade, fast, session
+        tg.cancel_scope.cancel()
+
+
 async def call(session: ClientSession, name: str, arguments: dict[str, Any],
                **kwargs: Any) -> types.CallToolResult:
     """A raw tools/call (ClientSession.call_tool would list tools first to check outputs)."""
@@ -31,64 +50,46 @@ async def call(session: ClientSession, name: str, arguments: dict[str, Any],
 async def test_fast_path_takes_plain_calls_and_leaves_the_rest(tmp_path: Path) -> None:
     async with Location.open(tmp_path, state_dir=tmp_path / "state") as location:
         location.tools.register(local_tools())
-        facade = McpFacade(location, session_id="stdio-test")
-        async with facade.attached(), create_client_server_memory_streams() as (
-            client_streams, server_streams
-        ), anyio.create_task_group() as tg:
-            read, write = server_streams
-            fast = FastCalls(facade, read, write, tg)
-            options = facade.server.create_initialization_options()
-            tg.start_soon(facade.server.run, fast, write, options)
-            async with ClientSession(*client_streams) as session:
-                await session.initialize()
-                before = await call(session, "echo", {"text": "early"})
-                assert before.structured_content == {"echoed": "early"}
-                assert fast.handled == 0  # the session's first request: the SDK's path
-                await session.list_tools()
-                assert fast.handled == 1
-                plain = await call(session, "echo", {"text": "early"})
-                assert fast.handled == 2
-                assert plain.model_dump() == before.model_dump()  # same answer on both paths
-                wrapped = await call(session, "numbers", {"text": "x"})
-                assert wrapped.structured_content == {"result": [1, 2, 3]}
-                invalid = await call(session, "echo", {"text": 5})
-                assert invalid.is_error and "text" in invalid.content[0].text
-                missing = await call(session, "nope", {})
-                assert missing.is_error
-                assert fast.handled == 5
-                seen: list[float] = []
+        async with stdio_facade(location) as (_facade, fast, session):
+            await session.initialize()
+            before = await call(session, "echo", {"text": "early"})
+            assert before.structured_content == {"echoed": "early"}
+            assert fast.handled == 0  # the session's first request: the SDK's path
+            await session.list_tools()
+            assert fast.handled == 1
+            plain = await call(session, "echo", {"text": "early"})
+            assert fast.handled == 2
+            assert plain.model_dump() == before.model_dump()  # same answer on both paths
+            wrapped = await call(session, "numbers", {"text": "x"})
+            assert wrapped.structured_content == {"result": [1, 2, 3]}
+            invalid = await call(session, "echo", {"text": 5})
+            assert invalid.is_error and "text" in invalid.content[0].text
+            missing = await call(session, "nope", {})
+            assert missing.is_error
+            assert fast.handled == 5
+            seen: list[float] = []
 
-                async def progress(value: float, total: float | None, message: str | None) -> None:
-                    seen.append(value)
+            async def progress(value: float, total: float | None, message: str | None) -> None:
+                seen.append(value)
 
-                slow_path = await call(session, "echo", {"text": "p"},
-                                       progress_callback=progress)
-                assert slow_path.structured_content == {"echoed": "p"}
-                assert fast.handled == 5  # a progressToken: the SDK's path
-            tg.cancel_scope.cancel()
+            slow_path = await call(session, "echo", {"text": "p"},
+                                   progress_callback=progress)
+            assert slow_path.structured_content == {"echoed": "p"}
+            assert fast.handled == 5  # a progressToken: the SDK's path
 
 
 async def test_tool_listing_is_reused_until_the_registry_changes(tmp_path: Path) -> None:
     async with Location.open(tmp_path, state_dir=tmp_path / "state") as location:
         location.tools.register(local_tools())
-        facade = McpFacade(location, session_id="stdio-test")
-        async with facade.attached(), create_client_server_memory_streams() as (
-            client_streams, server_streams
-        ), anyio.create_task_group() as tg:
-            read, write = server_streams
-            options = facade.server.create_initialization_options()
-            fast = FastCalls(facade, read, write, tg)
-            tg.start_soon(facade.server.run, fast, write, options)
-            async with ClientSession(*client_streams) as session:
-                await session.initialize()
-                first = await session.list_tools()  # the SDK's path: the session is new
-                assert fast.handled == 0 and len(facade._listings) == 1
-                again = await session.list_tools()  # the fast path, from its own cache
-                assert fast.handled == 1 and len(facade._wire_listings) == 1
-                assert again == first  # the same listing either way
-                await session.list_tools()
-                assert fast.handled == 2 and len(facade._wire_listings) == 1
-                location.tools.register({"later": local_tools()["echo"]})
-                names = [t.name for t in (await session.list_tools()).tools]
-                assert "later" in names and len(facade._wire_listings) == 2
-            tg.cancel_scope.cancel()
+        async with stdio_facade(location) as (facade, fast, session):
+            await session.initialize()
+            first = await session.list_tools()  # the SDK's path: the session is new
+            assert fast.handled == 0 and len(facade._listings) == 1
+            again = await session.list_tools()  # the fast path, from its own cache
+            assert fast.handled == 1 and len(facade._wire_listings) == 1
+            assert again == first  # the same listing either way
+            await session.list_tools()
+            assert fast.handled == 2 and len(facade._wire_listings) == 1
+            location.tools.register({"later": local_tools()["echo"]})
+            names = [t.name for t in (await session.list_tools()).tools]
+            assert "later" in names and len(facade._wire_listings) == 2

@@ -423,15 +423,11 @@ class McpFacade:
         key = (up.key, original)
         # Held before the upstream hears of it: a server may announce an update at once.
         state.subscriptions.add(key)
-        holders = self._subscribers.setdefault(key, set())
-        holders.add(state.id)
+        self._subscribers.setdefault(key, set()).add(state.id)
         try:
             await upstream.subscribe(self.upstreams, str(params.uri), on=True)
         except BaseException:
-            state.subscriptions.discard(key)
-            holders.discard(state.id)
-            if not holders:
-                self._subscribers.pop(key, None)
+            self._drop_holder(state, key)
             raise
         return types.EmptyResult()
 
@@ -440,14 +436,19 @@ class McpFacade:
     ) -> types.EmptyResult:
         state = self.sessions.state(ctx)
         up, original = self.upstreams.resolve_uri(str(params.uri))
-        key = (up.key, original)
+        if self._drop_holder(state, (up.key, original)):
+            await upstream.subscribe(self.upstreams, str(params.uri), on=False)
+        return types.EmptyResult()
+
+    def _drop_holder(self, state: SessionState, key: tuple[str, str]) -> bool:
+        """Forget that a session holds a subscription; True when nobody holds it any more."""
         state.subscriptions.discard(key)
         holders = self._subscribers.get(key, set())
         holders.discard(state.id)
-        if not holders:
-            self._subscribers.pop(key, None)
-            await upstream.subscribe(self.upstreams, str(params.uri), on=False)
-        return types.EmptyResult()
+        if holders:
+            return False
+        self._subscribers.pop(key, None)
+        return True
 
     async def _list_prompts(self, ctx: Ctx, params: Any) -> types.ListPromptsResult:
         return await upstream.list_prompts(self.upstreams)
