@@ -49,12 +49,10 @@ TOKEN = "bench-token"
 MB = 1_000_000
 SECTIONS = ("bridge", "native", "large", "startup", "catalog")
 
+sys.path.insert(0, str(HERE))
+from timing import concurrent, sequential  # noqa: E402
+
 # -- small helpers ---------------------------------------------------------------------------
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
 
 
 def fmt_ratio(a: float | None, b: float | None) -> str:
@@ -379,36 +377,17 @@ async def bridge_round(target: Target, seq: int, tasks: int, per_task: int, warm
     async with target.connect() as client:
         name = await find_tool(client, "echo")
         pid = target.server_pid or next(iter(new_children(before)), None)
-        for _ in range(warm):
-            await call(client, name, {"text": "warm"})
-        lat = []
+        async def one(label: str) -> None:
+            await call(client, name, {"text": f"hello {label}"})
+
+        for i in range(warm):
+            await one(f"w{i}")
         cpu0 = cpu_seconds(pid)
-        t0 = time.perf_counter()
-        for i in range(seq):
-            s = time.perf_counter()
-            await call(client, name, {"text": f"hello {i}"})
-            lat.append(time.perf_counter() - s)
-        seq_s = time.perf_counter() - t0
+        stats: dict[str, Any] = await sequential(one, seq)
         cpu1 = cpu_seconds(pid)
-        clat: list[float] = []
-
-        async def worker(k: int) -> None:
-            for i in range(per_task):
-                s = time.perf_counter()
-                await call(client, name, {"text": f"c{k} {i}"})
-                clat.append(time.perf_counter() - s)
-
-        t0 = time.perf_counter()
-        async with asyncio.TaskGroup() as group:
-            for k in range(tasks):
-                group.create_task(worker(k))
-        conc_s = time.perf_counter() - t0
-    return {
-        "seq_rate": seq / seq_s, "seq_p50": pct(lat, 0.5) * 1e3, "seq_p99": pct(lat, 0.99) * 1e3,
-        "conc_rate": tasks * per_task / conc_s, "conc_p50": pct(clat, 0.5) * 1e3,
-        "conc_p99": pct(clat, 0.99) * 1e3,
-        "cpu_us": (cpu1 - cpu0) / seq * 1e6 if pid else None,
-    }
+        stats.update(await concurrent(one, tasks, per_task))
+    stats["cpu_us"] = (cpu1 - cpu0) / seq * 1e6 if pid else None
+    return stats
 
 
 async def section_bridge(opts: argparse.Namespace) -> str:
@@ -571,29 +550,7 @@ async def native_round(url: str, app: str, seq: int, tasks: int, per_task: int, 
 
         for i in range(warm):
             await one(f"w{i}")
-        lat = []
-        t0 = time.perf_counter()
-        for i in range(seq):
-            s = time.perf_counter()
-            await one(f"s{i}")
-            lat.append(time.perf_counter() - s)
-        seq_s = time.perf_counter() - t0
-        clat: list[float] = []
-
-        async def worker(k: int) -> None:
-            for i in range(per_task):
-                s = time.perf_counter()
-                await one(f"c{k}-{i}")
-                clat.append(time.perf_counter() - s)
-
-        t0 = time.perf_counter()
-        async with asyncio.TaskGroup() as group:
-            for k in range(tasks):
-                group.create_task(worker(k))
-        conc_s = time.perf_counter() - t0
-    return {"seq_rate": seq / seq_s, "seq_p50": pct(lat, 0.5) * 1e3, "seq_p99": pct(lat, 0.99) * 1e3,
-            "conc_rate": tasks * per_task / conc_s, "conc_p50": pct(clat, 0.5) * 1e3,
-            "conc_p99": pct(clat, 0.99) * 1e3}
+        return {**await sequential(one, seq), **await concurrent(one, tasks, per_task)}
 
 
 async def section_native(opts: argparse.Namespace) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -31,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
+from timing import concurrent, sequential  # noqa: E402
 
 UPSTREAM = HERE / "upstream.py"
 TOKEN = "bench-token"
@@ -83,7 +86,9 @@ def ctx(call_id: str) -> Any:
 
 # -- native API ------------------------------------------------------------------------------
 
-async def serve_app(app: Any) -> None:
+@contextlib.asynccontextmanager
+async def uvicorn_on_free_port(app: Any) -> AsyncIterator[int]:
+    """Serve `app` with uvicorn on 127.0.0.1 (a free port) in this loop; yields the port."""
     import uvicorn
 
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
@@ -94,13 +99,18 @@ async def serve_app(app: Any) -> None:
         if task.done():
             task.result()
         await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    print(f"PORT {port}", flush=True)
-    loop = asyncio.get_running_loop()
-    # run until stdin closes (the parent exits or closes it)
-    await loop.run_in_executor(None, sys.stdin.read)
-    server.should_exit = True
-    await task
+    try:
+        yield server.servers[0].sockets[0].getsockname()[1]
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def serve_app(app: Any) -> None:
+    async with uvicorn_on_free_port(app) as port:
+        print(f"PORT {port}", flush=True)
+        # run until stdin closes (the parent exits or closes it)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
 
 async def native(app_kind: str) -> None:
@@ -147,45 +157,24 @@ async def bridge_core(seq: int, tasks: int, per_task: int, warm: int) -> None:
     MCP facade adds on top is its own MCP server side."""
     from sidecar import Location
 
-    def pct(values: list[float], q: float) -> float:
-        s = sorted(values)
-        return s[min(len(s) - 1, round(q * (len(s) - 1)))]
-
     with tempfile.TemporaryDirectory() as tmp:
         manifests = write_manifest(Path(tmp) / "manifests", 1)
         async with Location.open(tmp, state_dir=Path(tmp) / "state", manifests=[manifests],
                                  entry_point_plugins=False) as location:
             snapshot = location.snapshot()
             name = _find(snapshot, "echo")
+
+            async def one(label: str) -> None:
+                outcome = await snapshot.execute(name, {"text": f"hello {label}"}, ctx(label))
+                assert outcome.status == "completed", outcome.error
+
             for i in range(warm):
-                await snapshot.execute(name, {"text": "warm"}, ctx(f"w{i}"))
-            lat = []
+                await one(f"w{i}")
             cpu0 = time.process_time()
-            t0 = time.perf_counter()
-            for i in range(seq):
-                s = time.perf_counter()
-                outcome = await snapshot.execute(name, {"text": f"hello {i}"}, ctx(f"s{i}"))
-                lat.append(time.perf_counter() - s)
-            seq_s = time.perf_counter() - t0
-            cpu = (time.process_time() - cpu0) / seq
-            assert outcome.status == "completed", outcome.error
-            clat: list[float] = []
-
-            async def worker(k: int) -> None:
-                for i in range(per_task):
-                    s = time.perf_counter()
-                    await snapshot.execute(name, {"text": "x"}, ctx(f"c{k}-{i}"))
-                    clat.append(time.perf_counter() - s)
-
-            t0 = time.perf_counter()
-            async with asyncio.TaskGroup() as group:
-                for k in range(tasks):
-                    group.create_task(worker(k))
-            conc_s = time.perf_counter() - t0
-    result({"seq_rate": seq / seq_s, "seq_p50": pct(lat, 0.5) * 1e3,
-            "seq_p99": pct(lat, 0.99) * 1e3, "conc_rate": tasks * per_task / conc_s,
-            "conc_p50": pct(clat, 0.5) * 1e3, "conc_p99": pct(clat, 0.99) * 1e3,
-            "cpu_us": cpu * 1e6})
+            stats: dict[str, Any] = await sequential(one, seq)
+            stats["cpu_us"] = (time.process_time() - cpu0) / seq * 1e6
+            stats.update(await concurrent(one, tasks, per_task))
+    result(stats)
 
 
 # -- large outputs ---------------------------------------------------------------------------
@@ -334,7 +323,6 @@ async def stdio_listing(location: Any) -> list[float]:
 async def catalog(servers: int, tools: int, inproc: int) -> None:
     import httpx
     import httpx2
-    import uvicorn
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
@@ -371,47 +359,37 @@ async def catalog(servers: int, tools: int, inproc: int) -> None:
                 snaps.append(time.perf_counter() - t0)
             routes, lifespan = mcp_http(location)
             app = build_app(location, token=TOKEN, extra_routes=routes, extra_lifespan=lifespan)
-            config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                    lifespan="on", access_log=False)
-            server = uvicorn.Server(config)
-            task = asyncio.create_task(server.serve())
-            while not server.started:
-                if task.done():
-                    task.result()
-                await asyncio.sleep(0.01)
-            port = server.servers[0].sockets[0].getsockname()[1]
-            lists = []
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60,
-                                         headers={"authorization": f"Bearer {TOKEN}"}) as c:
-                for _ in range(11):
-                    t0 = time.perf_counter()
-                    r = await c.get("/v1/tools")
-                    r.raise_for_status()
-                    listed = len(r.json()["tools"])
-                    lists.append(time.perf_counter() - t0)
-                # snapshot creation through the API too (what a runner does per model request)
-                posts = []
-                for _ in range(11):
-                    t0 = time.perf_counter()
-                    r = await c.post("/v1/snapshots", json={"session_id": "bench"})
-                    r.raise_for_status()
-                    posts.append(time.perf_counter() - t0)
-            # tools/list through the MCP facade (/mcp, streamable HTTP, one page)
-            mcp_lists = []
-            async with httpx2.AsyncClient(headers={"authorization": f"Bearer {TOKEN}"},
-                                          timeout=60) as http2, Client(
-                streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http2,
-                                       max_sse_event_size=64 * 2**20),
-                mode="legacy", cache=None,
-            ) as mcp_client:
-                for _ in range(11):
-                    t0 = time.perf_counter()
-                    page = await mcp_client.list_tools()
-                    mcp_lists.append(time.perf_counter() - t0)
-                mcp_listed = len(page.tools)
-            server.should_exit = True
+            async with uvicorn_on_free_port(app) as port:
+                lists = []
+                async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60,
+                                             headers={"authorization": f"Bearer {TOKEN}"}) as c:
+                    for _ in range(11):
+                        t0 = time.perf_counter()
+                        r = await c.get("/v1/tools")
+                        r.raise_for_status()
+                        listed = len(r.json()["tools"])
+                        lists.append(time.perf_counter() - t0)
+                    # snapshot creation through the API too (what a runner does per model request)
+                    posts = []
+                    for _ in range(11):
+                        t0 = time.perf_counter()
+                        r = await c.post("/v1/snapshots", json={"session_id": "bench"})
+                        r.raise_for_status()
+                        posts.append(time.perf_counter() - t0)
+                # tools/list through the MCP facade (/mcp, streamable HTTP, one page)
+                mcp_lists = []
+                async with httpx2.AsyncClient(headers={"authorization": f"Bearer {TOKEN}"},
+                                              timeout=60) as http2, Client(
+                    streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http2,
+                                           max_sse_event_size=64 * 2**20),
+                    mode="legacy", cache=None,
+                ) as mcp_client:
+                    for _ in range(11):
+                        t0 = time.perf_counter()
+                        page = await mcp_client.list_tools()
+                        mcp_lists.append(time.perf_counter() - t0)
+                    mcp_listed = len(page.tools)
             stdio_lists = await stdio_listing(location)
-            await task
     result({
         "tools": count, "listed": listed, "open_s": opened, "register_s": register_s,
         "snapshot_ms": statistics.median(snaps) * 1e3,
