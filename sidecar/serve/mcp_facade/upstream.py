@@ -17,7 +17,7 @@ JSON-RPC error naming it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -29,6 +29,7 @@ from bridges.mcp import ServerPool
 from bridges.mcp.connection import Connection
 
 R = TypeVar("R", bound=BaseModel)
+T = TypeVar("T")
 URI_SEP = "+"
 PROMPT_SEP = "/"
 
@@ -117,36 +118,39 @@ async def send(upstream: Upstream, request: Any, result: type[R]) -> R:
     return await upstream.connection.client.session.send_request(request, result)
 
 
+async def every_page(
+    upstream: Upstream, request: Callable[..., Any], result: type[R],
+    items: Callable[[R], Sequence[T]],
+) -> list[T]:
+    """Every page of one upstream's listing (`request` takes `params=`), in order."""
+    found: list[T] = []
+    cursor: str | None = None
+    while True:
+        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await send(upstream, request(params=params), result)
+        found += items(page)
+        cursor = getattr(page, "next_cursor", None)
+        if not cursor:
+            return found
+
+
 async def list_resources(upstreams: Upstreams) -> types.ListResourcesResult:
     merged: list[types.Resource] = []
     for up in upstreams.with_capability("resources"):
-        cursor: str | None = None
-        while True:
-            page = await send(up, types.ListResourcesRequest(
-                params=types.PaginatedRequestParams(cursor=cursor) if cursor else None,
-            ), types.ListResourcesResult)
-            merged += [r.model_copy(update={"uri": up.uri_out(r.uri)}) for r in page.resources]
-            cursor = page.next_cursor
-            if not cursor:
-                break
+        pages = await every_page(up, types.ListResourcesRequest, types.ListResourcesResult,
+                                 lambda page: page.resources)
+        merged += [r.model_copy(update={"uri": up.uri_out(r.uri)}) for r in pages]
     return types.ListResourcesResult(resources=merged)
 
 
 async def list_templates(upstreams: Upstreams) -> types.ListResourceTemplatesResult:
     merged: list[types.ResourceTemplate] = []
     for up in upstreams.with_capability("resources"):
-        cursor: str | None = None
-        while True:
-            page = await send(up, types.ListResourceTemplatesRequest(
-                params=types.PaginatedRequestParams(cursor=cursor) if cursor else None,
-            ), types.ListResourceTemplatesResult)
-            merged += [
-                t.model_copy(update={"uri_template": up.uri_out(t.uri_template)})
-                for t in page.resource_templates
-            ]
-            cursor = page.next_cursor
-            if not cursor:
-                break
+        pages = await every_page(
+            up, types.ListResourceTemplatesRequest, types.ListResourceTemplatesResult,
+            lambda page: page.resource_templates)
+        merged += [t.model_copy(update={"uri_template": up.uri_out(t.uri_template)})
+                   for t in pages]
     return types.ListResourceTemplatesResult(resource_templates=merged)
 
 
@@ -161,15 +165,9 @@ async def read_resource(upstreams: Upstreams, uri: str) -> types.ReadResourceRes
 async def list_prompts(upstreams: Upstreams) -> types.ListPromptsResult:
     merged: list[types.Prompt] = []
     for up in upstreams.with_capability("prompts"):
-        cursor: str | None = None
-        while True:
-            page = await send(up, types.ListPromptsRequest(
-                params=types.PaginatedRequestParams(cursor=cursor) if cursor else None,
-            ), types.ListPromptsResult)
-            merged += [p.model_copy(update={"name": up.name_out(p.name)}) for p in page.prompts]
-            cursor = page.next_cursor
-            if not cursor:
-                break
+        pages = await every_page(up, types.ListPromptsRequest, types.ListPromptsResult,
+                                 lambda page: page.prompts)
+        merged += [p.model_copy(update={"name": up.name_out(p.name)}) for p in pages]
     return types.ListPromptsResult(prompts=merged)
 
 
