@@ -3,6 +3,9 @@
 `OutcomeLog` is the small interface the seam needs (record/get), so a fleet can keep outcomes
 on a shared engine later. `SqliteOutcomeLog` is the embedded default: one SQLite file in WAL
 mode, written by one worker thread that owns the connection, so no call blocks the event loop.
+Calls hand their work to that thread through a queue; work queued while the thread was busy is
+committed together, in one transaction (group commit), and every caller is answered only after
+that commit.
 
 What is stored is exactly the outcome's model representation: for a completed call the bounded
 content, metadata and managed references; for a failed call the error and the partial
@@ -22,12 +25,15 @@ settle a call behind the filter's back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
+import queue
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -94,12 +100,101 @@ class OutcomeLog(Protocol):
     async def aclose(self) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class _Job:
+    fn: Callable[[], Any] | None  # None: stop (run `on_stop`, end the thread)
+    future: asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop
+
+
+class _Worker:
+    """The one thread that owns the SQLite connection.
+
+    It takes every job queued since it last looked and runs them inside one transaction, so N
+    concurrent calls cost one commit instead of N. If anything in that transaction fails, it
+    is rolled back and each job runs again on its own, so one bad job fails only its caller.
+    Results go back to the event loop in one callback per batch.
+    """
+
+    def __init__(
+        self,
+        connection: Callable[[], sqlite3.Connection | None],
+        on_stop: Callable[[], None],
+        name: str,
+    ) -> None:
+        self._connection = connection
+        self._on_stop = on_stop
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], T] | None) -> asyncio.Future[T]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._jobs.put(_Job(fn, future, loop))
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            batch = [self._jobs.get()]
+            with contextlib.suppress(queue.Empty):
+                while batch[-1].fn is not None:
+                    batch.append(self._jobs.get_nowait())
+            work = [job for job in batch if job.fn is not None]
+            if work:
+                _deliver(work, self._run(work))
+            if len(work) < len(batch):  # the stop job: nothing is queued after it
+                _deliver(batch[-1:], [_attempt(self._on_stop)])
+                return
+
+    def _run(self, jobs: list[_Job]) -> list[tuple[bool, Any]]:
+        db = self._connection()
+        if db is not None and len(jobs) > 1:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                results = [(True, job.fn()) for job in jobs if job.fn is not None]
+                db.execute("COMMIT")
+                return results
+            except BaseException:
+                if db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+        return [_attempt(job.fn) for job in jobs if job.fn is not None]
+
+
+def _attempt(fn: Callable[[], Any]) -> tuple[bool, Any]:
+    try:
+        return True, fn()
+    except BaseException as exc:  # handed to the caller, who re-raises it
+        return False, exc
+
+
+def _deliver(jobs: list[_Job], results: list[tuple[bool, Any]]) -> None:
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Job, tuple[bool, Any]]]] = {}
+    for job, result in zip(jobs, results, strict=True):
+        by_loop.setdefault(job.loop, []).append((job, result))
+    for loop, pairs in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the loop is already closed: nobody waits
+            loop.call_soon_threadsafe(_settle, pairs)
+
+
+def _settle(pairs: list[tuple[_Job, tuple[bool, Any]]]) -> None:
+    for job, (ok, value) in pairs:
+        if job.future.done():  # the caller was cancelled; the work itself still happened
+            continue
+        if ok:
+            job.future.set_result(value)
+        else:
+            job.future.set_exception(value)
+
+
 class SqliteOutcomeLog:
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outcome-log")
         self._conn: sqlite3.Connection | None = None
         self._settled = SettledFilter()
+        self._worker = _Worker(lambda: self._conn, self._disconnect, name="outcome-log")
+        self._closed = False
 
     @classmethod
     async def open(cls, path: Path) -> SqliteOutcomeLog:
@@ -112,9 +207,10 @@ class SqliteOutcomeLog:
         return log
 
     async def _run(self, fn: Callable[[], T]) -> T:
-        loop = asyncio.get_running_loop()
+        if self._closed:
+            raise OutcomeLogError(f"outcome log {self._path}: closed")
         try:
-            return await loop.run_in_executor(self._executor, fn)
+            return await self._worker.submit(fn)
         except (sqlite3.Error, OSError) as exc:
             raise OutcomeLogError(f"outcome log {self._path}: {exc}") from exc
 
@@ -174,7 +270,12 @@ class SqliteOutcomeLog:
         return Outcome.from_json(json.loads(found[0]), replayed=True)
 
     async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._worker.submit(None)
+
+    def _disconnect(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            await asyncio.get_running_loop().run_in_executor(self._executor, conn.close)
-        self._executor.shutdown(wait=False)
+            conn.close()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+import threading
+
 import pytest
 
 from sidecar.content import TextContent
 from sidecar.outcome import Outcome
-from sidecar.outcome_log import SettledFilter, SqliteOutcomeLog
+from sidecar.outcome_log import OutcomeLogError, SettledFilter, SqliteOutcomeLog
 from sidecar.tool import ToolContext
 
 pytestmark = pytest.mark.anyio
@@ -37,3 +41,62 @@ async def test_settled_calls_are_found_after_reopening(tmp_path):
         assert await reopened.get("other-location", "c1") is None
     finally:
         await reopened.aclose()
+
+
+async def test_concurrent_records_commit_together_and_all_persist(tmp_path):
+    path = tmp_path / "outcomes.sqlite"
+    log = await SqliteOutcomeLog.open(path)
+    try:
+        outcomes = [
+            Outcome(call_id=f"c{i}", tool="t", status="completed", content=(TextContent(f"{i}"),))
+            for i in range(64)
+        ]
+        stored = await asyncio.gather(*(
+            log.record("loc", o, ToolContext("s", "a", "m", o.call_id)) for o in outcomes
+        ))
+        assert [s.call_id for s in stored] == [o.call_id for o in outcomes]
+        assert not any(s.replayed for s in stored)
+    finally:
+        await log.aclose()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT count(*) FROM outcomes").fetchone()[0] == 64
+
+
+async def test_one_failing_job_in_a_batch_fails_only_its_caller(tmp_path):
+    """Jobs queued while the worker is busy share a transaction; when one of them fails, the
+    transaction is rolled back and the others are run again on their own."""
+    log = await SqliteOutcomeLog.open(tmp_path / "outcomes.sqlite")
+    gate = threading.Event()
+    try:
+        busy = log._run(gate.wait)  # holds the worker so the next jobs queue up as one batch
+        first = asyncio.ensure_future(log.record(
+            "loc", Outcome(call_id="ok-1", tool="t", status="completed"),
+            ToolContext("s", "a", "m", "ok-1")))
+
+        def broken() -> None:
+            log._db().execute("INSERT INTO no_such_table VALUES (1)")
+
+        failing = asyncio.ensure_future(log._run(broken))
+        second = asyncio.ensure_future(log.record(
+            "loc", Outcome(call_id="ok-2", tool="t", status="completed"),
+            ToolContext("s", "a", "m", "ok-2")))
+        await asyncio.sleep(0.05)
+        gate.set()
+        await busy
+        assert (await first).call_id == "ok-1"
+        assert (await second).call_id == "ok-2"
+        with pytest.raises(OutcomeLogError, match="no_such_table"):
+            await failing
+        assert await log.get("loc", "ok-1") is not None
+        assert await log.get("loc", "ok-2") is not None
+    finally:
+        gate.set()
+        await log.aclose()
+
+
+async def test_a_closed_log_refuses_work_with_a_clear_error(tmp_path):
+    log = await SqliteOutcomeLog.open(tmp_path / "outcomes.sqlite")
+    await log.aclose()
+    await log.aclose()  # idempotent
+    with pytest.raises(OutcomeLogError, match="closed"):
+        await log.get("loc", "c1")
