@@ -3,8 +3,11 @@
 `open_connection` builds the transport a `ServerConfig` names, wraps its read stream so we learn
 when the connection ends, and enters an SDK `Client` over it (no response cache; our own
 callbacks for notifications and logs). `Connection` then lists tools (every page) and sends
-tool calls with `session.send_request`, which skips the SDK's client-side output validation:
-`output_validation` in the manifest decides what is checked, in our codecs.
+tool calls, skipping the SDK's client-side output validation (`output_validation` in the
+manifest decides what is checked, in our codecs). Over stdio a call is written on the pipe
+directly (`bridges.mcp.stdio.DirectRequests`), with the `_meta` the session stamps on every
+request; over HTTP and SSE it goes through `session.send_request`. Either way the result is
+checked against the negotiated protocol version the way the SDK checks it.
 
 Protocol eras. `protocol` in a server's manifest entry picks how to connect: `auto` (the
 default: try `server/discover`, fall back to `initialize`), `legacy` (the 2025 handshake
@@ -16,12 +19,14 @@ connected, the supervisor remembers the era (`Connection.era`) and reconnects wi
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Annotated, Any, Self
+from types import TracebackType, UnionType
+from typing import Annotated, Any, Self, get_args
 
 import anyio
 import httpx2
@@ -39,13 +44,14 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import Discriminator, Tag, TypeAdapter
+from mcp_types.methods import SERVER_RESULTS, validate_server_result
+from mcp_types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel, Discriminator, Tag, TypeAdapter
 
 from bridges.manifest import ServerConfig
 from bridges.mcp.http_limit import LimitedTransport
 from bridges.mcp.sse import sse_transport
-from bridges.mcp.stdio import StderrTail, StdioSpec, stdio_transport
+from bridges.mcp.stdio import DirectRequests, StderrTail, StdioSpec, stdio_transport
 from bridges.mcp.transport_state import TransportState
 
 log = logging.getLogger("bridges.mcp")
@@ -81,11 +87,22 @@ class Era:
 class Connection:
     """A connected session. Calls may come from any task; `lost` is set when it ends."""
 
-    __slots__ = ("_client", "lost")
+    __slots__ = ("_client", "_direct", "lost")
 
-    def __init__(self, client: Client, lost: anyio.Event) -> None:
+    def __init__(
+        self, client: Client, lost: anyio.Event, direct: DirectRequests | None = None
+    ) -> None:
         self._client = client
         self.lost = lost
+        # The session's request stamp (`_meta` of the negotiated era) is SDK-private; without
+        # it, calls take the SDK's own way.
+        stamp = getattr(client.session, "_stamp", None)
+        self._direct = (direct, stamp) if direct is not None and callable(stamp) else None
+
+    @property
+    def direct(self) -> bool:
+        """Whether tool calls are written on the pipe directly (stdio)."""
+        return self._direct is not None
 
     @property
     def client(self) -> Client:
@@ -145,12 +162,15 @@ class Connection:
                 name=name, arguments=arguments,
                 input_responses=input_responses, request_state=request_state,
             ))
-            result = await self._client.session.send_request(
-                request,
-                _CALL_RESULT,
-                request_read_timeout_seconds=call_timeout,
-                progress_callback=progress,
-            )
+            if self._direct is not None:
+                result = await self._direct_call(request, call_timeout, progress)
+            else:
+                result = await self._client.session.send_request(
+                    request,
+                    _CALL_RESULT,
+                    request_read_timeout_seconds=call_timeout,
+                    progress_callback=progress,
+                )
             if isinstance(result, types.CallToolResult):
                 return result
             input_responses = await _answer_all(result.input_requests or {}, answer)
@@ -161,6 +181,56 @@ class Connection:
             types.INTERNAL_ERROR,
             f"tool {name!r} still asked for input after {MAX_INPUT_ROUNDS} rounds",
         )
+
+
+    async def _direct_call(
+        self, request: types.CallToolRequest, call_timeout: float, progress: ProgressFnT | None
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """`tools/call` on the pipe, stamped and checked as `ClientSession.send_request` does."""
+        assert self._direct is not None
+        direct, stamp = self._direct
+        params = request.params
+        data: dict[str, Any] = {"method": "tools/call", "params": (
+            {"name": params.name, "arguments": params.arguments}
+            if params.input_responses is None and params.request_state is None
+            else params.model_dump(by_alias=True, mode="json", exclude_none=True)
+        )}
+        stamp(data, {})
+        raw = await direct.request(
+            "tools/call", data["params"], read_timeout=call_timeout, on_progress=progress
+        )
+        ttl = raw.get("ttlMs")
+        if isinstance(ttl, int | float) and not isinstance(ttl, bool) and ttl < 0:
+            raw["ttlMs"] = 0  # floored, as the SDK does (2026-07-28 caching SHOULD)
+        version = self._client.protocol_version
+        with contextlib.suppress(KeyError):
+            validate_server_result("tools/call", version, raw)
+        if not (foreign := _later_revision_fields(version)).isdisjoint(raw):
+            raw = {key: value for key, value in raw.items() if key not in foreign}
+        return _CALL_RESULT.validate_python(raw, by_name=False)
+
+
+@functools.cache
+def _later_revision_fields(version: str) -> frozenset[str]:
+    """`tools/call` result keys only revisions newer than `version` declare: outside the
+    negotiated contract, so dropped before parsing (as the SDK drops them)."""
+    current = SERVER_RESULTS.get(("tools/call", version))
+    if current is None or version not in KNOWN_PROTOCOL_VERSIONS:
+        return frozenset()
+    later: set[str] = set()
+    for revision in KNOWN_PROTOCOL_VERSIONS[KNOWN_PROTOCOL_VERSIONS.index(version) + 1 :]:
+        if (row := SERVER_RESULTS.get(("tools/call", revision))) is not None:
+            later |= _wire_fields(row)
+    return frozenset(later - _wire_fields(current))
+
+
+def _wire_fields(target: Any) -> set[str]:
+    members = get_args(target) if isinstance(target, UnionType) else (target,)
+    return {
+        field.alias or name
+        for model in members if isinstance(model, type) and issubclass(model, BaseModel)
+        for name, field in model.model_fields.items()
+    }
 
 
 AnswerFnT = Callable[[types.InputRequest], Awaitable[types.InputResponse | types.ErrorData]]
@@ -234,8 +304,9 @@ async def open_connection(
     `sampling`, `elicitation` and `list_roots` answer those server-to-client requests; each one
     given is also advertised as a client capability (see `bridges.mcp.passthrough`)."""
     lost = anyio.Event()
+    direct = DirectRequests() if config.transport == "stdio" else None
     async with AsyncExitStack() as stack:
-        transport = await _transport(stack, server, config, stderr, state)
+        transport = await _transport(stack, server, config, stderr, state, direct)
         client = Client(
             _watched(transport, lost),
             mode=era.mode,
@@ -250,7 +321,7 @@ async def open_connection(
             list_roots_callback=list_roots,
         )
         await stack.enter_async_context(client)
-        yield Connection(client, lost)
+        yield Connection(client, lost, direct)
 
 
 async def _transport(
@@ -259,6 +330,7 @@ async def _transport(
     config: ServerConfig,
     stderr: StderrTail,
     state: TransportState,
+    direct: DirectRequests | None,
 ) -> Transport:
     # Reads on HTTP streams may legitimately stay silent for as long as a call may run.
     read_timeout = max(300.0, config.timeouts.call + 60.0)
@@ -271,7 +343,7 @@ async def _transport(
             cwd=config.cwd,
             max_message_bytes=config.max_result_bytes,
         )
-        return stdio_transport(spec, server=server, stderr=stderr, info=state)
+        return stdio_transport(spec, server=server, stderr=stderr, info=state, direct=direct)
     assert config.url is not None
     if config.transport == "sse":
         return sse_transport(

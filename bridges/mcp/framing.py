@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import mcp_types as types
 from mcp.shared.message import SessionMessage
@@ -128,9 +129,16 @@ class LineFramer:
         self._ready.append(line)
 
 
-def drain_messages(framer: LineFramer) -> Iterator[SessionMessage | OversizedLine | ValueError]:
+def drain_messages(
+    framer: LineFramer,
+    claim: Callable[[bytes], bool] | None = None,
+    take: Callable[[Any], bool] | None = None,
+) -> Iterator[SessionMessage | OversizedLine | ValueError]:
     """Parse every complete line the framer holds; blank lines are skipped, bad ones yield an
     error value.
+
+    A line `claim` accepts is parsed to plain JSON first and offered to `take`; what `take`
+    keeps is not yielded (the direct requests of `bridges.mcp.stdio`).
 
     Each line's bytes are dropped as soon as they are decoded (the framer keeps no reference),
     so a large message never has its bytes, its text and its parsed value alive at once.
@@ -139,13 +147,30 @@ def drain_messages(framer: LineFramer) -> Iterator[SessionMessage | OversizedLin
         if isinstance(line, OversizedLine):
             yield line
             continue
+        claimed = claim is not None and claim(line)
         text = line.decode("utf-8", "replace")
         del line
         if len(text) < 16 and not text.strip():
             continue
+        if claimed and take is not None:
+            message = _parse_offered(text, take)
+            del text
+            if message is not None:
+                yield message
+            continue
         message = _parse(text)
         del text  # before yielding: the consumer may hold the message for a long time
         yield message
+
+
+def _parse_offered(text: str, take: Callable[[Any], bool]) -> SessionMessage | ValueError | None:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        return ValueError(f"not a JSON-RPC message ({len(text):,} chars): {exc}")
+    if take(value):
+        return None
+    return _validated(value, len(text))
 
 
 def _parse(text: str) -> SessionMessage | ValueError:
@@ -153,15 +178,23 @@ def _parse(text: str) -> SessionMessage | ValueError:
         if len(text) < _SMALL_MESSAGE_BYTES:
             message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
         else:
-            message = types.jsonrpc_message_adapter.validate_python(
-                json.loads(text), by_name=False
-            )
+            return _validated(json.loads(text), len(text))
     except ValidationError as exc:
-        # The error's message only: pydantic's full text quotes the input, which may hold
-        # anything the server printed.
-        return ValueError(f"not a JSON-RPC message ({len(text):,} chars): "
-                          f"{exc.errors(include_input=False)[0]['msg']}")
+        return _invalid(exc, len(text))
     except ValueError as exc:
         return ValueError(f"not a JSON-RPC message ({len(text):,} chars): {exc}")
     return SessionMessage(message)
 
+
+def _validated(value: Any, size: int) -> SessionMessage | ValueError:
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_python(value, by_name=False))
+    except ValidationError as exc:
+        return _invalid(exc, size)
+
+
+def _invalid(exc: ValidationError, size: int) -> ValueError:
+    # The error's message only: pydantic's full text quotes the input, which may hold
+    # anything the server printed.
+    return ValueError(f"not a JSON-RPC message ({size:,} chars): "
+                      f"{exc.errors(include_input=False)[0]['msg']}")

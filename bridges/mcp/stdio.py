@@ -8,6 +8,16 @@ stderr in our log and its last 64 KiB for error messages, and we want to own the
     stdin  <--JSON line--- SessionMessage <--memory stream-- ClientSession
     stderr --StderrTail--> log lines (redacted) + last 64 KiB for health and errors
 
+Tool calls take a shorter way (`DirectRequests`): the bridge writes the `tools/call` line on
+stdin itself and the stdout pump hands the answer (and the call's progress notifications)
+straight back to it, as a plain dict, before any SDK parsing. Everything else (handshake,
+listings, notifications, requests from the server) goes through the SDK session as above. The
+SDK's dispatcher costs about as much CPU per call as the rest of the bridge together (pydantic
+models for every message, two memory streams and a task switch each way, a tracing span); the
+direct way keeps its behaviour (ids, progress tokens, timeouts with a courtesy
+`notifications/cancelled`, cancellation forwarded, every waiter failed with CONNECTION_CLOSED
+when the pipe ends) without that machinery.
+
 The child runs in its own session and process group (`start_new_session`), gets only a safe
 subset of our environment plus its `env` (the SDK's policy), and is stopped in steps: close its
 stdin, then SIGTERM to the group, then SIGKILL to the group; members of the group that outlive
@@ -18,19 +28,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client._transport import TransportStreams
 from mcp.client.stdio import get_default_environment
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
 from bridges.mcp.framing import LineFramer, OversizedLine, drain_messages
 from bridges.mcp.redact import Redactor
@@ -51,6 +66,12 @@ _POLL = 0.01
 
 RESULT_TOO_LARGE = -32099
 """Our JSON-RPC error code for a message over `max_result_bytes` (server-error range)."""
+
+DIRECT_ID_PREFIX = "mcp-sidecar/"
+"""Ids (and progress tokens) of direct requests: strings, so never one the SDK mints (ints)."""
+_DIRECT_MARK = b'"' + DIRECT_ID_PREFIX.encode()
+CANCEL_WRITE_TIMEOUT = 2.0
+"""How long the courtesy `notifications/cancelled` of an abandoned request may take to write."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +132,167 @@ class StderrTail:
         return joined if len(joined) <= max_chars else "..." + joined[-max_chars:]
 
 
+class DirectRequests:
+    """Requests the bridge writes on the child's stdin itself; see the module docstring.
+
+    Only the event loop's thread uses it. `request` returns the raw `result` object of the
+    response (a dict) or raises `MCPError` like the SDK's `send_raw_request`: the server's
+    error, `REQUEST_TIMEOUT` after `read_timeout` (with a courtesy cancel), `CONNECTION_CLOSED`
+    when the pipe is gone or ends while waiting.
+    """
+
+    __slots__ = ("_broken", "_closed", "_next", "_pending", "_progress", "_stdin", "_tasks")
+
+    def __init__(self) -> None:
+        self._pending: dict[str, asyncio.Future[dict[str, Any] | types.ErrorData]] = {}
+        self._progress: dict[str, ProgressFnT] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._next = 0
+        self._stdin: asyncio.StreamWriter | None = None
+        self._broken: Callable[[], Awaitable[None]] | None = None
+        self._closed = False
+
+    def claims(self, line: bytes) -> bool:
+        """Whether a line from stdout may concern a direct request (it names one of our ids);
+        late answers included, so they are dropped here."""
+        return self._next > 0 and _DIRECT_MARK in line
+
+    def attach(self, stdin: asyncio.StreamWriter, broken: Callable[[], Awaitable[None]]) -> None:
+        """The child's stdin, and what to do when writing to it fails (end the connection)."""
+        self._stdin, self._broken = stdin, broken
+
+    async def request(
+        self,
+        method: str,
+        params: dict[str, Any],
+        *,
+        read_timeout: float,
+        on_progress: ProgressFnT | None = None,
+    ) -> dict[str, Any]:
+        self._next += 1
+        request_id = f"{DIRECT_ID_PREFIX}{self._next}"
+        if on_progress is not None:
+            params = {**params, "_meta": {**params.get("_meta", {}), "progressToken": request_id}}
+            self._progress[request_id] = on_progress
+        future: asyncio.Future[dict[str, Any] | types.ErrorData]
+        future = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        issued = False
+        try:
+            message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+            line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+            issued = True  # write() is synchronous: from here on the line is on its way
+            await self._write(line)
+            with anyio.fail_after(read_timeout):
+                outcome = await future
+        except TimeoutError:
+            await self._cancel(request_id, f"timed out after {read_timeout}s", shield=False)
+            raise MCPError(types.REQUEST_TIMEOUT, f"Request {method!r} timed out") from None
+        except asyncio.CancelledError:
+            if issued:
+                await self._cancel(request_id, "caller cancelled", shield=True)
+            raise
+        finally:
+            self._pending.pop(request_id, None)
+            self._progress.pop(request_id, None)
+        if isinstance(outcome, types.ErrorData):
+            raise MCPError(outcome.code, outcome.message, outcome.data)
+        return outcome
+
+    def deliver(self, message: Any) -> bool:
+        """Take a parsed message that answers a direct request or reports its progress; False
+        leaves it to the SDK session."""
+        if not isinstance(message, dict):
+            return False
+        if "method" in message:
+            return self._on_progress(message)
+        request_id = message.get("id")
+        if not (isinstance(request_id, str) and request_id.startswith(DIRECT_ID_PREFIX)):
+            return False
+        future = self._pending.get(request_id)
+        if future is None or future.done():
+            return True  # late (timed out or cancelled): dropped, as the SDK drops it
+        result, error = message.get("result"), message.get("error")
+        if isinstance(result, dict) and error is None:
+            future.set_result(result)
+        elif isinstance(error, dict) and "result" not in message:
+            try:
+                future.set_result(types.ErrorData.model_validate(error, by_name=False))
+            except ValidationError:
+                future.set_result(types.ErrorData(
+                    code=types.INTERNAL_ERROR, message="the server sent a malformed error"))
+        else:
+            future.set_result(types.ErrorData(
+                code=types.INTERNAL_ERROR, message="the server sent a malformed response"))
+        return True
+
+    def fail(self, request_id: int | str | None, error: types.ErrorData) -> bool:
+        """Answer a direct request with `error` (its response was refused); False if the id is
+        not one of them."""
+        future = self._pending.get(request_id) if isinstance(request_id, str) else None
+        if future is None:
+            return False
+        if not future.done():
+            future.set_result(error)
+        return True
+
+    def close(self) -> None:
+        """The pipe ended: every waiter fails with CONNECTION_CLOSED, later requests at once."""
+        self._closed = True
+        closed = types.ErrorData(code=types.CONNECTION_CLOSED, message="Connection closed")
+        for future in self._pending.values():
+            if not future.done():
+                future.set_result(closed)
+
+    def _on_progress(self, message: dict[str, Any]) -> bool:
+        params = message.get("params")
+        if message["method"] != "notifications/progress" or not isinstance(params, dict):
+            return False
+        token, progress = params.get("progressToken"), params.get("progress")
+        callback = self._progress.get(token) if isinstance(token, str) else None
+        if callback is None:
+            return False
+        if isinstance(progress, int | float) and not isinstance(progress, bool):
+            total, text = params.get("total"), params.get("message")
+            task = asyncio.ensure_future(callback(
+                float(progress),
+                float(total) if isinstance(total, int | float) else None,
+                text if isinstance(text, str) else None,
+            ))
+            self._tasks.add(task)
+            task.add_done_callback(self._progress_done)
+        return True
+
+    def _progress_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("a progress callback failed: %r", exc)
+
+    async def _write(self, line: bytes) -> None:
+        stdin = self._stdin
+        if stdin is None or self._closed:
+            raise MCPError(types.CONNECTION_CLOSED, "Connection closed")
+        try:
+            stdin.write(line)
+            await stdin.drain()
+        except (OSError, RuntimeError):
+            # The child is gone or stopped reading: end the connection so the supervisor sees it.
+            self.close()
+            if self._broken is not None:
+                await self._broken()
+            raise MCPError(types.CONNECTION_CLOSED, "Connection closed") from None
+
+    async def _cancel(self, request_id: str, reason: str, *, shield: bool) -> None:
+        message = {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                   "params": {"requestId": request_id, "reason": reason}}
+        line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        with anyio.move_on_after(CANCEL_WRITE_TIMEOUT, shield=shield) as scope, \
+                contextlib.suppress(MCPError):
+            await self._write(line)
+        if scope.cancelled_caught:
+            log.warning("courtesy cancel for request %r gave up: stdin is blocked", request_id)
+
+
 @asynccontextmanager
 async def stdio_transport(
     spec: StdioSpec,
@@ -118,9 +300,11 @@ async def stdio_transport(
     server: str,
     stderr: StderrTail,
     info: TransportState,
+    direct: DirectRequests | None = None,
     on_spawned: Callable[[], None] = lambda: None,
 ) -> AsyncIterator[TransportStreams]:
-    """Spawn the server and yield the (read, write) streams the SDK session speaks.
+    """Spawn the server and yield the (read, write) streams the SDK session speaks; `direct`,
+    when given, is attached to the same pipes.
 
     Raises `OSError` when the command cannot be started. On exit (normal, error or
     cancellation) the child is stopped and reaped before this returns.
@@ -140,9 +324,14 @@ async def stdio_transport(
     on_spawned()
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    direct = direct if direct is not None else DirectRequests()
+    assert proc.stdin is not None
+    direct.attach(proc.stdin, read_writer.aclose)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_pump_stdout, proc, read_writer, spec.max_message_bytes, server, info)
+            tg.start_soon(
+                _pump_stdout, proc, read_writer, spec.max_message_bytes, server, info, direct
+            )
             tg.start_soon(_pump_stdin, proc, write_reader, read_writer)
             tg.start_soon(_pump_stderr, proc, stderr)
             try:
@@ -158,6 +347,7 @@ async def stdio_transport(
                 await _stop(proc, UNSTARTED_GRACE)
             info.returncode = proc.returncode
             stderr.flush()
+            direct.close()
             for stream in (read_writer, read_stream, write_stream, write_reader):
                 await stream.aclose()
             _close_transport(proc)
@@ -169,6 +359,7 @@ async def _pump_stdout(
     max_message_bytes: int,
     server: str,
     state: TransportState,
+    direct: DirectRequests,
 ) -> None:
     assert proc.stdout is not None
     framer = LineFramer(max_message_bytes)
@@ -176,13 +367,15 @@ async def _pump_stdout(
         while chunk := await proc.stdout.read(READ_CHUNK):
             framer.feed(chunk)
             del chunk
-            for item in drain_messages(framer):
+            for item in drain_messages(framer, direct.claims, direct.deliver):
                 if isinstance(item, OversizedLine):
-                    reply = _too_large(item, max_message_bytes, server)
-                    if reply is None:  # unanswerable: end the connection so every waiter learns
+                    error, request_id = _too_large(item, max_message_bytes, server)
+                    if request_id is None:  # unanswerable: end the connection; every waiter learns
                         state.closing_reason = _too_large_message(item.size, max_message_bytes)
                         return
-                    await out.send(reply)
+                    if not direct.fail(request_id, error):
+                        await out.send(SessionMessage(
+                            types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)))
                 elif isinstance(item, ValueError):
                     log.warning("[%s] ignored a line on stdout: %s", server, item)
                 else:
@@ -190,6 +383,7 @@ async def _pump_stdout(
     except (anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError):
         pass
     finally:
+        direct.close()
         await out.aclose()
 
 
@@ -200,14 +394,14 @@ def _too_large_message(size: int, limit: int) -> str:
     )
 
 
-def _too_large(line: OversizedLine, limit: int, server: str) -> SessionMessage | None:
+def _too_large(
+    line: OversizedLine, limit: int, server: str
+) -> tuple[types.ErrorData, int | str | None]:
+    """The error that answers an oversized line, and the request it answers (None: unknown)."""
     message = _too_large_message(line.size, limit)
     request_id = line.request_id()
     log.warning("[%s] %s (request id %r)", server, message, request_id)
-    if request_id is None:
-        return None
-    error = types.ErrorData(code=RESULT_TOO_LARGE, message=message)
-    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+    return types.ErrorData(code=RESULT_TOO_LARGE, message=message), request_id
 
 
 async def _pump_stdin(
