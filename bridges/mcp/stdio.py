@@ -178,23 +178,28 @@ class DirectRequests:
         future = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         issued = False
+        timer: asyncio.TimerHandle | None = None
         try:
             message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
             line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
             issued = True  # write() is synchronous: from here on the line is on its way
             await self._write(line)
-            with anyio.fail_after(read_timeout):
-                outcome = await future
-        except TimeoutError:
-            await self._cancel(request_id, f"timed out after {read_timeout}s", shield=False)
-            raise MCPError(types.REQUEST_TIMEOUT, f"Request {method!r} timed out") from None
+            # The clock starts once the request is written, as in the SDK. A timer that
+            # settles the future costs far less than a cancel scope per call.
+            timer = asyncio.get_running_loop().call_later(read_timeout, _expire, future)
+            outcome = await future
         except asyncio.CancelledError:
             if issued:
                 await self._cancel(request_id, "caller cancelled", shield=True)
             raise
         finally:
+            if timer is not None:
+                timer.cancel()
             self._pending.pop(request_id, None)
             self._progress.pop(request_id, None)
+        if outcome is _EXPIRED:
+            await self._cancel(request_id, f"timed out after {read_timeout}s", shield=False)
+            raise MCPError(types.REQUEST_TIMEOUT, f"Request {method!r} timed out")
         if isinstance(outcome, types.ErrorData):
             raise MCPError(outcome.code, outcome.message, outcome.data)
         return outcome
@@ -291,6 +296,14 @@ class DirectRequests:
             await self._write(line)
         if scope.cancelled_caught:
             log.warning("courtesy cancel for request %r gave up: stdin is blocked", request_id)
+
+
+_EXPIRED = types.ErrorData(code=types.REQUEST_TIMEOUT, message="no answer in time")
+
+
+def _expire(future: asyncio.Future[dict[str, Any] | types.ErrorData]) -> None:
+    if not future.done():
+        future.set_result(_EXPIRED)
 
 
 @asynccontextmanager
