@@ -308,7 +308,8 @@ async def stdio_listing(location: Any) -> list[float]:
     ), anyio.create_task_group() as tg:
         read, write = server_streams
         options = facade.server.create_initialization_options()
-        tg.start_soon(facade.server.run, FastCalls(facade, read, write, tg), write, options)
+        fast = FastCalls(facade, read, write)
+        tg.start_soon(facade.server.run, fast, write, options)
         async with ClientSession(*client_streams) as session:
             await session.initialize()
             await session.list_tools()
@@ -316,6 +317,7 @@ async def stdio_listing(location: Any) -> list[float]:
                 t0 = time.perf_counter()
                 await session.list_tools()
                 times.append(time.perf_counter() - t0)
+        await fast.close()
         tg.cancel_scope.cancel()
     return times
 

@@ -31,11 +31,12 @@ async def stdio_facade(location: Location) -> AsyncIterator[tuple[McpFacade, Fas
         client_streams, server_streams
     ), anyio.create_task_group() as tg:
         read, write = server_streams
-        fast = FastCalls(facade, read, write, tg)
+        fast = FastCalls(facade, read, write)
         options = facade.server.create_initialization_options()
         tg.start_soon(facade.server.run, fast, write, options)
         async with ClientSession(*client_streams) as session:
             yield facade, fast, session
+        await fast.close()
         tg.cancel_scope.cancel()
 
 

@@ -223,12 +223,12 @@ class McpFacade:
         (for `tools/call`, `listed`) tools listed, so the session has a snapshot."""
         if not self.sessions.fixed:
             return None
-        live = self.sessions.live()
-        if len(live) != 1 or live[0].modern or live[0].protocol_version is None:
+        state = self.sessions.single()
+        if state is None or state.modern or state.protocol_version is None:
             return None
-        if listed and live[0].id not in self._snapshots:
+        if listed and state.id not in self._snapshots:
             return None
-        return live[0]
+        return state
 
     def fast_list(self, state: SessionState) -> dict[str, Any]:
         """`_list_tools` as the wire result the SDK's runner would send (the same dump and

@@ -61,6 +61,7 @@ class Sessions:
             weakref.WeakKeyDictionary()
         )
         self.calls: dict[str, DownstreamCall] = {}
+        self._newest: tuple[weakref.ref[Any], SessionState] | None = None
 
     def state(self, ctx: ServerRequestContext[Any, Any]) -> SessionState:
         """The session of a request (created on its first request)."""
@@ -72,6 +73,7 @@ class Sessions:
             state = SessionState(self._new_id(ctx), ctx.session, modern)
             state.protocol_version = ctx.protocol_version
             self._by_connection[connection] = state
+            self._newest = (weakref.ref(connection), state)
         else:
             state.session = ctx.session
             state.modern = modern
@@ -85,6 +87,14 @@ class Sessions:
 
     def live(self) -> list[SessionState]:
         return list(self._by_connection.values())
+
+    def single(self) -> SessionState | None:
+        """The only live session, or None when there are none or several (without walking
+        the weak mapping: this is asked on every fast-path call)."""
+        if len(self._by_connection) != 1 or self._newest is None:
+            return None
+        connection, state = self._newest
+        return state if connection() is not None else None
 
     def _new_id(self, ctx: ServerRequestContext[Any, Any]) -> str:
         if self._fixed_id is not None:

@@ -21,6 +21,7 @@ from starlette.routing import BaseRoute, Route
 
 from sidecar.serve.mcp_facade.fastpath import FastCalls
 from sidecar.serve.mcp_facade.server import McpFacade, new_session_id
+from sidecar.serve.mcp_facade.stdio_pipes import pipe_wire, pipes_available
 
 if TYPE_CHECKING:
     from sidecar.daemon import Location
@@ -32,8 +33,26 @@ async def serve_stdio(
     location: Location, *, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None
 ) -> None:
     """Serve one MCP client on stdin/stdout until stdin closes. Nothing else is written to
-    stdout: logs belong on stderr. One session id per call (`stdio-<hex>`)."""
+    stdout: logs belong on stderr. One session id per call (`stdio-<hex>`).
+
+    On pipes (how agents start MCP servers) the wire runs on the event loop
+    (`stdio_pipes`); otherwise, or with explicit streams, on the SDK's threaded transport."""
     facade = McpFacade(location, session_id=new_session_id())
+    if stdin is None and stdout is None and pipes_available():
+        # Until `FastCalls` exists every message takes the SDK's path (the handshake does).
+        calls: list[FastCalls] = []
+        async with facade.attached(), pipe_wire(
+            lambda value: bool(calls) and calls[0].take_raw(value),
+            lambda: bool(calls) and calls[0].busy,
+        ) as wire:
+            options = facade.server.create_initialization_options()
+            calls.append(FastCalls(facade, wire.read, wire.write, wire.send_line))
+            facade.requester, facade.notifier = calls[0].request, calls[0].notify
+            try:
+                await facade.server.run(calls[0], wire.write, options)
+            finally:
+                await calls[0].close()
+        return
     # Without explicit streams the SDK also points fds 0/1 away from the wire while serving,
     # so stray output of children cannot corrupt it.
     in_text = anyio.wrap_file(TextIOWrapper(stdin, encoding="utf-8")) if stdin else None
@@ -43,11 +62,12 @@ async def serve_stdio(
     )
     async with facade.attached(), stdio_server(in_text, out_text) as (read, write):
         options = facade.server.create_initialization_options()
-        async with anyio.create_task_group() as tg:
-            fast = FastCalls(facade, read, write, tg)
-            facade.requester, facade.notifier = fast.request, fast.notify
+        fast = FastCalls(facade, read, write)
+        facade.requester, facade.notifier = fast.request, fast.notify
+        try:
             await facade.server.run(fast, write, options)
-            tg.cancel_scope.cancel()
+        finally:
+            await fast.close()
 
 
 def mcp_http(location: Location) -> tuple[list[BaseRoute], AbstractAsyncContextManager[Any]]:

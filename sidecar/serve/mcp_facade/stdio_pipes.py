@@ -1,0 +1,243 @@
+"""`sidecar stdio`'s wire on the event loop: stdin and stdout as asyncio pipes.
+
+The SDK's `stdio_server` reads and writes through `anyio.wrap_file`: every line read and every
+message written is a round trip to a worker thread, which cost the facade more CPU per call
+than the whole seam. When stdin and stdout are pipes or sockets (how an agent spawns an MCP
+server), this transport reads and writes them on the event loop instead:
+
+    stdin  --LineFramer--> JSON --(FastCalls.take_raw)--> fast path, answered as raw JSON lines
+                                 \\-> JSON-RPC model --memory stream--> the SDK server
+    stdout <--one line per write-- fast answers, and the SDK server's messages (model dump)
+
+Like the SDK, it moves the wire off fds 0 and 1 while it serves (0 reads /dev/null, 1 writes to
+stderr), so children and stray prints cannot corrupt it, and puts both back on exit. Anything
+else (a regular file, a terminal, explicit streams) keeps the SDK's threaded transport: the
+event loop cannot watch a regular file, and making a terminal non-blocking would leak into the
+shell that shares it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import stat
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import mcp_types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
+
+from bridges.mcp.framing import LineFramer, OversizedLine
+
+log = logging.getLogger("sidecar.mcp")
+
+READ_CHUNK = 1 << 20
+MAX_LINE_BYTES = 1 << 30
+"""The largest request line accepted (1 GiB); a longer one is reported and skipped."""
+FLUSH_GRACE = 5.0
+"""How long the SDK's last messages may take to be written once serving ends."""
+EOF_GRACE = 2.0
+"""When stdin ends, how long requests read before the end still get to be answered (a client
+that writes a request and closes stdin, as a shell pipeline does, gets its answer); what is
+still running then is cancelled."""
+
+
+def pipes_available() -> bool:
+    """Whether fds 0 and 1 are both pipes or sockets."""
+    try:
+        modes = (os.fstat(0).st_mode, os.fstat(1).st_mode)
+    except OSError:
+        return False
+    return all(stat.S_ISFIFO(m) or stat.S_ISSOCK(m) for m in modes)
+
+
+@dataclass(slots=True)
+class PipeWire:
+    """What `serve_stdio` hands the SDK server and `FastCalls`."""
+
+    read: MemoryObjectReceiveStream[SessionMessage | Exception]
+    write: MemoryObjectSendStream[SessionMessage]
+    send_line: Callable[[bytes], Any]
+    """Writes one complete line (an awaitable; flow-controlled)."""
+
+
+class _Unanswered:
+    """Ids of the requests the SDK server was given and has not answered yet."""
+
+    __slots__ = ("ids",)
+
+    def __init__(self) -> None:
+        self.ids: set[Any] = set()
+
+    def asked(self, value: Any) -> None:
+        if isinstance(value, dict) and "method" in value:
+            if "id" in value:
+                self.ids.add(_key(value["id"]))
+            elif value["method"] == "notifications/cancelled":  # no answer will come
+                params = value.get("params")
+                if isinstance(params, dict):
+                    self.ids.discard(_key(params.get("requestId")))
+
+    def answered(self, message: types.JSONRPCMessage) -> None:
+        if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+            self.ids.discard(_key(message.id))
+
+
+def _key(request_id: Any) -> Any:
+    return request_id if isinstance(request_id, str) else str(request_id)
+
+
+@asynccontextmanager
+async def pipe_wire(
+    take_raw: Callable[[Any], bool], busy: Callable[[], bool]
+) -> AsyncIterator[PipeWire]:
+    """Serve the wire on fds 0 and 1 (check `pipes_available` first). `take_raw` is offered
+    every parsed message first; what it keeps is not passed on. `busy` says whether requests
+    `take_raw` kept are still running (see `EOF_GRACE`)."""
+    loop = asyncio.get_running_loop()
+    saved = (_dup(0), _dup(1))
+    wire_in, wire_out = _dup(0), _dup(1)
+    _divert()
+    to_sdk, read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write, from_sdk = anyio.create_memory_object_stream[SessionMessage](0)
+    reader = asyncio.StreamReader(limit=READ_CHUNK, loop=loop)
+    read_transport: asyncio.BaseTransport | None = None
+    write_transport: asyncio.WriteTransport | None = None
+    try:
+        read_transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader, loop=loop),
+            os.fdopen(wire_in, "rb", buffering=0),
+        )
+        wire_in = -1
+        write_transport, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.streams.FlowControlMixin(loop=loop),
+            os.fdopen(wire_out, "wb", buffering=0),
+        )
+        wire_out = -1
+        writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
+
+        async def send_line(line: bytes) -> None:
+            writer.write(line)
+            await writer.drain()
+
+        written = anyio.Event()
+        unanswered = _Unanswered()
+
+        async def settled() -> None:
+            # Polled, from two sources, and only once stdin has ended.
+            with anyio.move_on_after(EOF_GRACE):
+                while unanswered.ids or busy():  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_read_lines, reader, take_raw, to_sdk, unanswered, settled)
+            tg.start_soon(_write_messages, from_sdk, send_line, written, unanswered)
+            try:
+                yield PipeWire(read, write, send_line)
+            finally:
+                write.close()  # the writer ends once it wrote what the SDK queued
+                with anyio.move_on_after(FLUSH_GRACE, shield=True):
+                    await written.wait()
+                tg.cancel_scope.cancel()
+    finally:
+        for transport in (read_transport, write_transport):
+            if transport is not None:
+                transport.close()
+        for fd in (wire_in, wire_out):
+            if fd >= 0:
+                os.close(fd)
+        for stream in (to_sdk, read, write, from_sdk):
+            stream.close()
+        _restore(*saved)
+
+
+async def _read_lines(
+    reader: asyncio.StreamReader,
+    take_raw: Callable[[Any], bool],
+    sink: MemoryObjectSendStream[SessionMessage | Exception],
+    unanswered: _Unanswered,
+    settled: Callable[[], Awaitable[None]],
+) -> None:
+    framer = LineFramer(MAX_LINE_BYTES)
+    try:
+        async with sink:
+            while chunk := await reader.read(READ_CHUNK):
+                framer.feed(chunk)
+                del chunk
+                while (line := framer.pop()) is not None:
+                    item = _parse(line, take_raw, unanswered)
+                    if item is not None:
+                        await sink.send(item)
+            await settled()  # end of input: answer what was asked, briefly
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError):
+        pass
+
+
+def _parse(
+    line: bytes | OversizedLine, take_raw: Callable[[Any], bool], unanswered: _Unanswered
+) -> Any:
+    """The item for the SDK server (a message, or the error it reports), or None."""
+    if isinstance(line, OversizedLine):
+        return ValueError(f"a request of {line.size:,} bytes is over {MAX_LINE_BYTES:,}; skipped")
+    if not line.strip():
+        return None
+    try:
+        value = json.loads(line)
+    except ValueError as exc:
+        return exc
+    if take_raw(value):
+        return None
+    unanswered.asked(value)
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_python(value, by_name=False))
+    except ValidationError as exc:
+        return exc
+
+
+async def _write_messages(
+    source: MemoryObjectReceiveStream[SessionMessage],
+    send_line: Callable[[bytes], Any],
+    written: anyio.Event,
+    unanswered: _Unanswered,
+) -> None:
+    try:
+        async with source:
+            async for message in source:
+                data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                await send_line(data.encode() + b"\n")
+                unanswered.answered(message.message)
+    except (ConnectionError, anyio.ClosedResourceError, anyio.BrokenResourceError):
+        log.debug("stdout closed; the client is gone")
+    finally:
+        written.set()
+
+
+def _dup(fd: int) -> int:
+    """A close-on-exec duplicate above the standard descriptors."""
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+
+
+def _divert() -> None:
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(devnull, 0)
+    finally:
+        os.close(devnull)
+    os.dup2(2, 1)
+
+
+def _restore(stdin: int, stdout: int) -> None:
+    for saved, fd in ((stdin, 0), (stdout, 1)):
+        with contextlib.suppress(OSError):
+            os.set_blocking(saved, True)  # asyncio made the shared description non-blocking
+            os.dup2(saved, fd)
+        os.close(saved)
