@@ -272,6 +272,11 @@ class Targets:
         params = stdio_params(self.py, [str(UPSTREAM)])
         return Target("direct stdio", lambda: mcp_client(params))
 
+    def byte_relay(self) -> Target:
+        params = stdio_params(self.py, [str(HERE / "byte_relay.py"), "--", self.py,
+                                        str(UPSTREAM)])
+        return Target("bare byte relay (floor)", lambda: mcp_client(params))
+
     def sidecar_stdio(self) -> Target:
         state = self.tmp / "state-stdio"
         params = stdio_params(str(SIDECAR), ["stdio", "--manifests", str(self.manifests),
@@ -397,7 +402,7 @@ async def section_bridge(opts: argparse.Namespace) -> str:
     with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
         t = Targets(Path(tmp))
         async with t.stack:
-            targets = [t.direct(), t.sidecar_stdio(), await t.sidecar_http()]
+            targets = [t.direct(), t.byte_relay(), t.sidecar_stdio(), await t.sidecar_http()]
             if not opts.no_external:
                 targets += [t.fastmcp(), await t.mcp_proxy()]
             for target in targets:
@@ -449,7 +454,10 @@ async def section_bridge(opts: argparse.Namespace) -> str:
            "mcp-proxy 200–260, FastMCP 160–220 calls/s; 16 concurrent: direct 1,110–1,180, "
            "mcp-proxy 370–410, FastMCP 245–320.",
            "Targets: sidecar stdio >= 0.6x direct calls/s and >= 1.3x FastMCP and mcp-proxy; "
-           "p99 <= 2x direct p99."]
+           "p99 <= 2x direct p99.",
+           "`bare byte relay (floor)`: `bench/byte_relay.py`, a Python process that copies bytes "
+           "between the client's pipes and the upstream's and parses nothing: the extra process "
+           "and the two extra pipes every stdio proxy adds, with no work of its own."]
     out.append("\n" + verdict_bridge(best))
     # the bridge core without the facade: Snapshot.execute -> pool -> upstream, in one process
     try:
@@ -487,7 +495,8 @@ def verdict_bridge(best: dict[str, Any]) -> str:
             r = s[idx][rate] / d[idx][rate]
             q = s[idx][p99] / d[idx][p99]
             others = []
-            for other in ("FastMCP proxy stdio", "mcp-proxy (streamable HTTP)"):
+            for other in ("bare byte relay (floor)", "FastMCP proxy stdio",
+                          "mcp-proxy (streamable HTTP)"):
                 o = best.get(other)
                 if o:
                     others.append(f"{s[idx][rate] / o[idx][rate]:.2f}x {other.split()[0]}")
@@ -682,23 +691,31 @@ def section_startup(opts: argparse.Namespace) -> str:
              ("light upstream (bench/light_upstream.py)", True)]
     rows = []
     for label, light in kinds:
-        res: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
+        extra = ["--light"] if light else []
+        res: dict[str, dict[int, list[float]]] = {
+            kind: {n: [] for n in counts} for kind in ("startup", "spawn")}
         for _ in range(rounds):
             for n in counts:
-                extra = ["--light"] if light else []
-                res[n].append(child_json(["startup", "--servers", str(n), *extra], 600))
-        one = min(r["ready_s"] for r in res[counts[0]])
+                for kind in ("startup", "spawn"):
+                    r = child_json([kind, "--servers", str(n), *extra], 600)
+                    res[kind][n].append(r["ready_s"])
+        one = min(res["startup"][counts[0]])
+        bare_one = min(res["spawn"][counts[0]])
         for n in counts:
-            ready = [r["ready_s"] for r in res[n]]
+            ready, bare = res["startup"][n], res["spawn"][n]
             rows.append([label, n, f"{min(ready):.2f}", f"{max(ready):.2f}",
-                         fmt_ratio(min(ready), one)])
+                         fmt_ratio(min(ready), one), f"{min(bare):.2f}",
+                         fmt_ratio(min(bare), bare_one),
+                         f"{(min(ready) - min(bare)) * 1000:.0f}"])
     return "\n".join([
         f"### 4. Startup: `Location.open` until every upstream stdio server is ready ({rounds} rounds)\n",
-        table(["upstream", "servers", "best s", "worst s", "vs 1 server"], rows),
+        table(["upstream", "servers", "best s", "worst s", "vs 1 server",
+               "no sidecar: spawn + initialize s", "no sidecar vs 1", "sidecar adds ms"], rows),
         f"\nMachine: {os.cpu_count()} CPUs. The SDK upstream is a Python process importing the "
         "mcp SDK (~0.8 s of CPU), so N of them need N × that CPU on the box whatever starts "
         "them; the light upstream (plain JSON-RPC, ~30 ms) shows how the sidecar's own start "
-        "scales.",
+        "scales. `no sidecar`: the same N upstreams spawned at once by a bare asyncio script "
+        "that waits for each `initialize` answer: what the machine itself needs to start them.",
         "Baseline: the 1-server time of the same upstream. Target: 20 servers <= 1.5x it.",
     ])
 

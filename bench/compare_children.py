@@ -15,6 +15,8 @@ Each child prints its result as one JSON line prefixed `RESULT ` on stdout (serv
 - `large-command --bytes N`: `bench/command_large.py`'s seam run and its plain baseline.
 - `disk --bytes N`: writing N bytes of text to a file with fsync (the baseline).
 - `startup --servers N`: time from `Location.open` until every upstream server is ready.
+- `spawn --servers N`: the same upstreams with no sidecar: spawn N at once and wait until each
+  answered `initialize` (the machine's own cost of starting them; the startup baseline).
 - `catalog --servers S --tools T`: S upstream servers with T tools each (manifests), or
   `--inproc K`: K tools registered through `location.tools.register` with JSON-schema codecs;
   then snapshot build time, `GET /v1/tools` latency and RSS.
@@ -271,6 +273,33 @@ async def startup(servers: int, light: bool) -> None:
     result({"open_s": opened, "ready_s": ready})
 
 
+async def spawn(servers: int, light: bool) -> None:
+    script = HERE / "light_upstream.py" if light else UPSTREAM
+    hello = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "bench", "version": "1"}}}).encode() + b"\n"
+
+    async def one() -> asyncio.subprocess.Process:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(script), stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(hello)
+        await proc.stdin.drain()
+        if b'"result"' not in await proc.stdout.readline():
+            raise SystemExit("an upstream did not answer initialize")
+        return proc
+
+    start = time.perf_counter()
+    procs = await asyncio.gather(*(one() for _ in range(servers)))
+    ready = time.perf_counter() - start
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        await proc.wait()
+    result({"ready_s": ready})
+
+
 # -- catalog scale ---------------------------------------------------------------------------
 
 def schema_tool(i: int) -> Any:
@@ -432,6 +461,8 @@ def main() -> None:
         disk(args.bytes)
     elif args.kind == "startup":
         asyncio.run(startup(args.servers, args.light))
+    elif args.kind == "spawn":
+        asyncio.run(spawn(args.servers, args.light))
     elif args.kind == "catalog":
         asyncio.run(catalog(args.servers, args.tools, args.inproc))
     else:
