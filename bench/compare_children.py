@@ -320,9 +320,11 @@ def schema_tool(i: int) -> Any:
                 execute=run)
 
 
-async def stdio_listing(location: Any) -> list[float]:
+async def stdio_listing(location: Any) -> tuple[list[float], list[float]]:
     """tools/list as `sidecar stdio` serves it (the facade with its stdio fast path), over
-    in-memory streams instead of pipes: 10 timed requests after the first."""
+    in-memory streams instead of pipes: 10 timed requests after the first, through an SDK
+    `ClientSession` (includes its parsing); then 10 as the pipe transport hands them to the
+    fast path (`take_raw`), timed until the answer's bytes are ready to be written."""
     import anyio
     from mcp.client.session import ClientSession
     from mcp.shared.memory import create_client_server_memory_streams
@@ -339,6 +341,7 @@ async def stdio_listing(location: Any) -> list[float]:
         options = facade.server.create_initialization_options()
         fast = FastCalls(facade, read, write)
         tg.start_soon(facade.server.run, fast, write, options)
+        raw_times: list[float] = []
         async with ClientSession(*client_streams) as session:
             await session.initialize()
             await session.list_tools()
@@ -346,9 +349,23 @@ async def stdio_listing(location: Any) -> list[float]:
                 t0 = time.perf_counter()
                 await session.list_tools()
                 times.append(time.perf_counter() - t0)
+            answered = asyncio.Event()
+
+            async def send_line(line: bytes) -> None:
+                assert line.endswith(b"}\n") and b'"tools"' in line
+                answered.set()
+
+            wire = FastCalls(facade, read, write, send_line)
+            for i in range(11):
+                answered.clear()
+                t0 = time.perf_counter()
+                assert wire.take_raw({"jsonrpc": "2.0", "id": 1000 + i, "method": "tools/list"})
+                await answered.wait()
+                raw_times.append(time.perf_counter() - t0)
+            await wire.close()
         await fast.close()
         tg.cancel_scope.cancel()
-    return times
+    return times, raw_times[1:]
 
 
 async def catalog(servers: int, tools: int, inproc: int) -> None:
@@ -420,7 +437,7 @@ async def catalog(servers: int, tools: int, inproc: int) -> None:
                         page = await mcp_client.list_tools()
                         mcp_lists.append(time.perf_counter() - t0)
                     mcp_listed = len(page.tools)
-            stdio_lists = await stdio_listing(location)
+            stdio_lists, stdio_raw = await stdio_listing(location)
     result({
         "tools": count, "listed": listed, "open_s": opened, "register_s": register_s,
         "snapshot_ms": statistics.median(snaps) * 1e3,
@@ -428,6 +445,7 @@ async def catalog(servers: int, tools: int, inproc: int) -> None:
         "post_snapshot_ms": statistics.median(posts[1:]) * 1e3,
         "mcp_list_ms": statistics.median(mcp_lists[1:]) * 1e3, "mcp_listed": mcp_listed,
         "stdio_list_ms": statistics.median(stdio_lists) * 1e3,
+        "stdio_wire_ms": statistics.median(stdio_raw) * 1e3,
         "rss_start_mb": rss0 / 1024, "rss_open_mb": rss_open / 1024,
         "rss_loaded_mb": rss_loaded / 1024,
     })

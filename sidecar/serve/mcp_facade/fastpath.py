@@ -57,6 +57,7 @@ class FastCalls:
         # Plain asyncio tasks: anyio's start_soon cost more than a tenth of the facade's CPU
         # per call. `close` cancels and awaits what is still running.
         self._tasks: set[asyncio.Task[None]] = set()
+        self._listing_json: tuple[dict[str, Any], bytes] | None = None
         self._inflight: dict[types.RequestId, anyio.CancelScope] = {}
         self.handled = 0  # calls taken off the SDK's path
         self._asked: dict[str, _Answer] = {}
@@ -113,7 +114,7 @@ class FastCalls:
             if state is None or (params and set(params) - {"cursor"}):
                 return False
             self.handled += 1
-            self._spawn(self._respond(request_id, self._facade.fast_list(state)))
+            self._spawn(self._respond_listing(request_id, self._facade.fast_list(state)))
             return True
         if method != "tools/call":
             return False
@@ -188,6 +189,24 @@ class FastCalls:
             if scope.cancelled_caught:
                 return
         await self._respond(request_id, result)
+
+    async def _respond_listing(self, request_id: types.RequestId, result: dict[str, Any]) -> None:
+        """A cached listing is the same object until the registry changes: on pipes, its JSON
+        is encoded once too (5,000 tools are a few MB; encoding them took longer than the rest
+        of answering)."""
+        if self._send_line is None:
+            await self._respond(request_id, result)
+            return
+        cached = self._listing_json
+        if cached is None or cached[0] is not result:
+            encoded = _json_line(result)
+            if encoded is None:
+                await self._respond(request_id, result)
+                return
+            cached = self._listing_json = (result, encoded[:-1])
+        head = _json_line({"jsonrpc": "2.0", "id": request_id})
+        assert head is not None  # an id is a str or an int
+        await self._send(head[:-2] + b',"result":' + cached[1] + b"}\n", request_id)
 
     async def _respond(self, request_id: types.RequestId, result: dict[str, Any]) -> None:
         if self._send_line is not None:
