@@ -93,3 +93,87 @@ def test_custom_codec_protocol_objects_are_accepted():
 def test_not_a_codec_is_a_type_error():
     with pytest.raises(TypeError, match="codec"):
         make_codec(42)  # type: ignore[arg-type]
+
+
+# --- the jsonschema-rs fast path: it may only accept; `jsonschema` stays the reference --------
+
+
+def test_a_valid_plain_json_value_is_accepted_without_the_reference_validator(monkeypatch):
+    codec = make_codec({"type": "object", "properties": {"text": {"type": "string"}},
+                        "required": ["text"], "additionalProperties": False})
+
+    def refuse(self: Any, instance: Any) -> Any:
+        raise AssertionError("the reference validator ran for a value the fast one accepts")
+
+    assert codec.decode({"text": "hi"}) == {"text": "hi"}
+    monkeypatch.setattr(type(codec._validator), "iter_errors", refuse)  # type: ignore[attr-defined]
+    assert codec.decode({"text": "hi"}) == {"text": "hi"}
+    with pytest.raises(AssertionError):  # an invalid value still reaches the reference
+        codec.decode({"text": 3})
+
+
+def test_values_that_are_not_plain_json_are_judged_by_jsonschema():
+    array = make_codec({"type": "array", "items": {"type": "integer"}})
+    with pytest.raises(CodecError):  # jsonschema-rs would read a tuple as an array
+        array.encode((1, 2))
+    text = make_codec({"type": "string", "maxLength": 3})
+    assert text.encode("\ud800") == "\ud800"  # a lone surrogate: jsonschema-rs cannot read it
+    with pytest.raises(CodecError) as err:
+        text.encode("\ud800abcd")
+    assert "is too long" in err.value.message
+
+
+def test_where_the_two_read_a_pattern_differently_jsonschema_decides():
+    # Python's `re.search` lets `$` match before a final newline; ECMA-262 does not.
+    anchored = make_codec({"type": "string", "pattern": "^abc$"})
+    assert anchored.decode("abc\n") == "abc\n"
+    # `a{,3}` is a quantifier for Python and not a valid ECMA-262 regex: no fast twin at all.
+    counted = make_codec({"type": "string", "pattern": "^a{,3}$"})
+    assert counted.decode("aa") == "aa"
+    with pytest.raises(CodecError):
+        counted.decode("aaaa")
+
+
+def test_no_reference_is_fetched_by_either_validator():
+    import http.server
+    import threading
+
+    hits: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hits.append(self.path)
+            body = b'{"type": "integer"}'
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/int.json"
+        codec = make_codec({"type": "object", "properties": {"n": {"$ref": url}}})
+        with pytest.raises(CodecError) as err:  # unresolvable: refused, never fetched
+            codec.decode({"n": 1})
+        assert url in err.value.message and "never fetched" in err.value.message
+        assert hits == []
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_a_file_reference_is_not_read(tmp_path):
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"enum": ["the-secret-value"]}')
+    codec = make_codec({"type": "object", "properties": {"n": {"$ref": secret.as_uri()}}})
+    with pytest.raises(CodecError) as err:
+        codec.decode({"n": "guess"})
+    assert "never fetched" in err.value.message
+    assert "the-secret-value" not in err.value.message
