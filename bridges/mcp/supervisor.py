@@ -120,8 +120,9 @@ class Supervisor:
         self._attempt_scope: anyio.CancelScope | None = None
         self.settled = anyio.Event()
         self.done = anyio.Event()
-        self.health = ServerHealth(server=key, state="starting", transport=config.transport,
-                                   since=time.time())
+        self._health = ServerHealth(server=key, state="starting", transport=config.transport,
+                                    since=time.time())
+        self._latency_ms: float | None = None  # the last call's, until `health` folds it in
         self.caller = Caller(
             key,
             permissions=permissions,
@@ -463,9 +464,18 @@ class Supervisor:
 
     # --- health --------------------------------------------------------------------------
 
+    @property
+    def health(self) -> ServerHealth:
+        """The server's health; the last call's latency is folded in when it is read."""
+        if self._latency_ms is not None:
+            self._health = dataclasses.replace(self._health, last_call_latency_ms=self._latency_ms)
+            self._latency_ms = None
+        return self._health
+
     def _record_latency(self, ms: float) -> None:
-        # Kept in the snapshot without an on_health event: one per call would flood listeners.
-        self.health = dataclasses.replace(self.health, last_call_latency_ms=round(ms, 3))
+        # No on_health event (one per call would flood listeners) and no new ServerHealth per
+        # call: `health` builds one when it is read.
+        self._latency_ms = round(ms, 3)
 
     def _set(self, **changes: Any) -> None:
         health = self.health
@@ -475,7 +485,7 @@ class Supervisor:
         updated = dataclasses.replace(health, **changes)
         if updated == health:
             return
-        self.health = updated
+        self._health = updated
         if state_changed:
             self._state_changed.set()
             self._state_changed = anyio.Event()
