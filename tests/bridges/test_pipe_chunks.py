@@ -1,0 +1,84 @@
+"""`PipeChunks`: a real OS pipe read through the loop, in order, with reading paused while
+more than its limit waits to be taken."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from bridges.manifest_tools.process import PipeChunks
+
+pytestmark = pytest.mark.anyio
+
+LIMIT = 256 * 1024
+
+
+async def _open() -> tuple[PipeChunks, asyncio.BaseTransport, int]:
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    reader = PipeChunks(LIMIT)
+    transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+        lambda: reader, os.fdopen(read_fd, "rb", buffering=0)
+    )
+    return reader, transport, write_fd
+
+
+async def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            await asyncio.sleep(0.001)
+
+
+async def test_chunks_arrive_whole_and_in_order_then_eof() -> None:
+    reader, transport, write_fd = await _open()
+    data = bytes(range(256)) * (16 * 1024)  # 4 MiB
+    writer = asyncio.create_task(_write_all(write_fd, data))
+    got = bytearray()
+    try:
+        while len(got) < len(data):
+            chunk = await reader.read()
+            assert chunk
+            got += chunk
+        await writer
+    finally:
+        os.close(write_fd)
+    assert await reader.read() == b""
+    assert await reader.read() == b""
+    assert bytes(got) == data
+    transport.close()
+
+
+async def test_reading_pauses_above_the_limit_and_resumes_when_taken() -> None:
+    reader, transport, write_fd = await _open()
+    data = b"x" * (8 * 1024 * 1024)
+    writer = asyncio.create_task(_write_all(write_fd, data))
+    try:
+        # Nobody takes chunks: the loop stops reading once more than LIMIT waits, so the
+        # writer blocks on a full pipe instead of the reader buffering all 8 MiB.
+        for _ in range(200):
+            await asyncio.sleep(0.005)
+        assert not writer.done()
+        assert LIMIT < reader._queued < LIMIT + 2 * 1024 * 1024
+        total = 0
+        while total < len(data):
+            total += len(await reader.read())
+        await writer
+    finally:
+        os.close(write_fd)
+    assert total == len(data)
+    assert await reader.read() == b""
+    transport.close()
+
+
+async def test_a_lost_connection_raises_after_the_queued_chunks() -> None:
+    reader = PipeChunks(LIMIT)  # driven as the loop drives a protocol
+    reader.data_received(b"before")
+    reader.connection_lost(OSError("pipe broke"))
+    assert await reader.read() == b"before"
+    with pytest.raises(OSError, match="pipe broke"):
+        await reader.read()
