@@ -133,7 +133,9 @@ def child_json(args: list[str], timeout: float) -> dict[str, Any]:
     raise RuntimeError((err.strip().splitlines() or ["no result"])[-1][:200])
 
 
-def write_manifest(directory: Path, servers: int = 1, tools: int = 0) -> Path:
+def write_manifest(directory: Path, servers: int = 1, tools: int = 0,
+                   protocol: str | None = None) -> Path:
+    """`protocol`: the entries' `protocol` key (None: the default, `auto`)."""
     directory.mkdir(parents=True, exist_ok=True)
     entries = {}
     for i in range(servers):
@@ -141,6 +143,8 @@ def write_manifest(directory: Path, servers: int = 1, tools: int = 0) -> Path:
         args = [str(UPSTREAM)] + (["--tools", str(tools)] if tools else [])
         entries[key] = {"command": sys.executable, "args": args,
                         "timeouts": {"startup": 120, "call": 900}}
+        if protocol is not None:
+            entries[key]["protocol"] = protocol
     (directory / "bench.json").write_text(json.dumps({"mcpServers": entries}))
     return directory
 
@@ -263,7 +267,12 @@ class Targets:
 
     def __init__(self, tmp: Path, *, fastmcp_limit: int = 0) -> None:
         self.tmp = tmp
-        self.manifests = write_manifest(tmp / "manifests")
+        # Every other target speaks the 2025 handshake era to the upstream (the direct client is
+        # `mcp.Client(mode="legacy")`, FastMCP's proxy sends `initialize`, mcp-proxy runs `mcp`
+        # 1.x), so the sidecar rows compared with them do too. `auto` (the default) picks the
+        # 2026-07-28 era, in which the SDK's server does more per call: its own row.
+        self.manifests = write_manifest(tmp / "manifests", protocol="legacy")
+        self.manifests_auto = write_manifest(tmp / "manifests-auto")
         self.py = sys.executable
         self.fastmcp_limit = fastmcp_limit
         self.stack = contextlib.AsyncExitStack()
@@ -277,12 +286,14 @@ class Targets:
                                         str(UPSTREAM)])
         return Target("bare byte relay (floor)", lambda: mcp_client(params))
 
-    def sidecar_stdio(self) -> Target:
-        state = self.tmp / "state-stdio"
-        params = stdio_params(str(SIDECAR), ["stdio", "--manifests", str(self.manifests),
+    def sidecar_stdio(self, *, auto: bool = False) -> Target:
+        name = "sidecar stdio" + (", upstream era auto (2026-07-28)" if auto else "")
+        state = self.tmp / ("state-stdio-auto" if auto else "state-stdio")
+        manifests = self.manifests_auto if auto else self.manifests
+        params = stdio_params(str(SIDECAR), ["stdio", "--manifests", str(manifests),
                                              "--state-dir", str(state)],
                               env={"SIDECAR_STATE_DIR": str(state)})
-        return Target("sidecar stdio", lambda: mcp_client(params))
+        return Target(name, lambda: mcp_client(params))
 
     def fastmcp(self, limit: int = 0) -> Target:
         name = "FastMCP proxy stdio" + (f" (ResponseLimiting {limit // 1000} kB)" if limit else "")
@@ -402,7 +413,8 @@ async def section_bridge(opts: argparse.Namespace) -> str:
     with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
         t = Targets(Path(tmp))
         async with t.stack:
-            targets = [t.direct(), t.byte_relay(), t.sidecar_stdio(), await t.sidecar_http()]
+            targets = [t.direct(), t.byte_relay(), t.sidecar_stdio(),
+                       t.sidecar_stdio(auto=True), await t.sidecar_http()]
             if not opts.no_external:
                 targets += [t.fastmcp(), await t.mcp_proxy()]
             for target in targets:
@@ -457,7 +469,12 @@ async def section_bridge(opts: argparse.Namespace) -> str:
            "p99 <= 2x direct p99.",
            "`bare byte relay (floor)`: `bench/byte_relay.py`, a Python process that copies bytes "
            "between the client's pipes and the upstream's and parses nothing: the extra process "
-           "and the two extra pipes every stdio proxy adds, with no work of its own."]
+           "and the two extra pipes every stdio proxy adds, with no work of its own.",
+           "Upstream era: the direct client, FastMCP's proxy and mcp-proxy all talk to the upstream "
+           "in the 2025 handshake era, and so do the `sidecar stdio` and `/mcp` rows (manifest "
+           "`protocol: legacy`). `sidecar stdio, upstream era auto` is the default manifest: the "
+           "sidecar picks the 2026-07-28 era, where the SDK's server handles a per-request "
+           "`_meta` envelope on every call."]
     out.append("\n" + verdict_bridge(best))
     # the bridge core without the facade: Snapshot.execute -> pool -> upstream, in one process
     try:
@@ -484,7 +501,8 @@ async def section_bridge(opts: argparse.Namespace) -> str:
 def verdict_bridge(best: dict[str, Any]) -> str:
     lines = []
     d = best.get("direct stdio")
-    for mine in ("sidecar stdio", "sidecar /mcp (HTTP)"):
+    for mine in ("sidecar stdio", "sidecar stdio, upstream era auto (2026-07-28)",
+                 "sidecar /mcp (HTTP)"):
         s = best.get(mine)
         if not s or not d:
             lines.append(f"- {mine}: not measured")
@@ -852,7 +870,9 @@ def write_results(path: Path, text: str, sections: list[str] | None = None) -> N
 def _split(block: str) -> tuple[str, dict[str, str]]:
     """(header, {section name: its text}) of a block; a section runs from its `### ` heading
     to its `_(section NAME: ...)_` line."""
-    header, found, current = [], {}, []
+    header: list[str] = []
+    found: dict[str, str] = {}
+    current: list[str] = []
     for line in block.strip().splitlines():
         if line.startswith("### ") and not current:
             current = [line]
