@@ -221,7 +221,7 @@ async def large_command(nbytes: int) -> None:
 
     base = Path(tempfile.mkdtemp(prefix="bench-compare-"))
     try:
-        elapsed, peak, before, _ = await command_large.through_seam(base, nbytes)
+        elapsed, peak, before, _, _ = await command_large.through_seam(base, nbytes)
         plain = command_large.plain(base, nbytes)
     finally:
         import shutil

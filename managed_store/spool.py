@@ -99,7 +99,10 @@ class TempObject:
         with self._lock, self._discard_on_failure() as file:
             data = chunk[start:stop]
             try:
-                self._decoder.decode(data)
+                # ASCII with no character open from earlier bytes is valid as it is; decoding
+                # it would only build a string to throw away.
+                if self._decoder.getstate()[0] or not data.isascii():
+                    self._decoder.decode(data)
             except UnicodeDecodeError as exc:
                 raise RetentionError(
                     f"bytes are not valid UTF-8 ({exc.reason}) near byte {self._size}"

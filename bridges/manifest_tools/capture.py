@@ -5,11 +5,13 @@
     0            memory_cap                                    hard_cap
 
 Up to `memory_cap` bytes stay in memory and become the whole text (the seam bounds it as
-usual). Past it, everything kept so far and everything after goes to a managed-store spool,
-written in batches of `SPOOL_BATCH` characters (one worker-thread hop each, overlapping with
+usual). Past it, everything kept so far and everything after goes to a managed-store spool as
+UTF-8, written in batches of `SPOOL_BATCH` bytes (one worker-thread hop each, overlapping with
 the reading of the next batch; at most one batch in flight); only a head and a tail stay in
-memory, for the preview. Past `hard_cap`, bytes are counted and discarded: a
-producer limit, reported exactly, never retained.
+memory, for the preview. A UTF-8 capture passes ASCII chunks through as the producer's bytes
+(`bytes.isascii()` proves them valid without decoding); anything else is decoded and
+re-encoded, so the spool only ever receives valid UTF-8. Past `hard_cap`, bytes are counted
+and discarded: a producer limit, reported exactly, never retained.
 
 Bytes are decoded as `encoding` (UTF-8 by default). Invalid bytes are replaced with U+FFFD and
 `Captured.replaced` says so: the store keeps text, never raw binary.
@@ -31,7 +33,7 @@ from managed_store import ManagedRef, TextSpool, TextStore
 from sidecar.bounding import head_end, utf8_length
 
 SPOOL_BATCH = 1024 * 1024
-"""Characters gathered before one spool write."""
+"""UTF-8 bytes gathered before one spool write."""
 PREVIEW_BYTES = 8 * 1024
 """UTF-8 bytes of the head, and of the tail, in a spooled preview."""
 PREVIEW_LINES = 100
@@ -42,13 +44,22 @@ _KEEP_CHARS = PREVIEW_BYTES + 1  # a character takes at least one byte; +1 for t
 class _Decoder:
     """Incremental decoding that starts strict and turns to replacement at the first bad byte."""
 
-    __slots__ = ("_encoding", "_lenient", "_strict", "replaced")
+    __slots__ = ("_encoding", "_lenient", "_strict", "_utf8", "replaced")
 
     def __init__(self, encoding: str) -> None:
         self._encoding = encoding
+        self._utf8 = codecs.lookup(encoding).name == "utf-8"
         self._strict = codecs.getincrementaldecoder(encoding)("strict")
         self._lenient: codecs.IncrementalDecoder | None = None
         self.replaced = False
+
+    def passes_through(self, data: bytes) -> bool:
+        """Whether `data` is already the UTF-8 its decoding would give: ASCII, in a UTF-8
+        stream with no character left open by earlier bytes."""
+        if not self._utf8 or not data.isascii():
+            return False
+        decoder = self._strict if self._lenient is None else self._lenient
+        return not decoder.getstate()[0]
 
     def decode(self, data: bytes, final: bool = False) -> str:
         if self._lenient is None:
@@ -177,8 +188,8 @@ class OutputCapture:
         self._kept = 0
         self._dropped = 0
         self._spool: TextSpool | None = None
-        self._pending: list[str] = []
-        self._pending_chars = 0
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
         self._writing: asyncio.Task[None] | None = None
         self._head = ""
         self._tail = ""
@@ -237,7 +248,7 @@ class OutputCapture:
             if self._buffered > self._memory_cap:
                 await self._start_spool()
             return
-        await self._to_spool(self._decoder.decode(data))
+        await self._to_spool(data)
 
     async def finish(self) -> Captured:
         """Commit what was kept and describe it; the capture cannot be fed afterwards."""
@@ -254,7 +265,7 @@ class OutputCapture:
                 dropped_bytes=self._dropped,
                 replaced=self._decoder.replaced,
             )
-        await self._to_spool(self._decoder.decode(b"", final=True))
+        await self._to_spool(b"", final=True)
         await self._flush()
         await self._drain()
         ref = await self._spool.commit()
@@ -274,28 +285,36 @@ class OutputCapture:
         data = b"".join(self._chunks)
         self._chunks.clear()
         self._buffered = 0
-        await self._to_spool(self._decoder.decode(data))
+        await self._to_spool(data)
 
-    async def _to_spool(self, text: str) -> None:
-        if not text:
+    async def _to_spool(self, data: bytes, final: bool = False) -> None:
+        if self._decoder.passes_through(data):
+            if len(self._head) < _KEEP_CHARS:
+                self._head += data[: _KEEP_CHARS - len(self._head)].decode("ascii")
+            last = data[-_KEEP_CHARS:].decode("ascii")
+        else:
+            text = self._decoder.decode(data, final)
+            if len(self._head) < _KEEP_CHARS:
+                self._head += text[: _KEEP_CHARS - len(self._head)]
+            last = text[-_KEEP_CHARS:]
+            data = text.encode("utf-8")
+        if not data:
             return
-        if len(self._head) < _KEEP_CHARS:
-            self._head += text[: _KEEP_CHARS - len(self._head)]
-        self._tail = (self._tail + text[-_KEEP_CHARS:])[-_KEEP_CHARS:]
-        self._pending.append(text)
-        self._pending_chars += len(text)
-        if self._pending_chars >= SPOOL_BATCH:
+        self._tail = (self._tail + last)[-_KEEP_CHARS:]
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        if self._pending_bytes >= SPOOL_BATCH:
             await self._flush()
 
     async def _flush(self) -> None:
         """Start writing the pending batch once the previous one is written."""
         if not self._pending or self._spool is None:
             return
-        text = self._pending[0] if len(self._pending) == 1 else "".join(self._pending)
+        data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
         self._pending.clear()
-        self._pending_chars = 0
+        self._pending_bytes = 0
         await self._drain()
-        self._writing = asyncio.create_task(self._spool.write(text))
+        self._writing = asyncio.create_task(self._spool.write(data))
 
     async def _drain(self) -> None:
         """Wait for the batch in flight; its failure (e.g. `RetentionError`) raises here."""

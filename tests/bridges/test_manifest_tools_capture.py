@@ -58,6 +58,45 @@ async def test_invalid_bytes_are_replaced_after_spooling_began_and_flagged(store
     assert read.text == "valid text that spills over\nthen \ufffd\ufffd junk \ufffd"
 
 
+async def test_ascii_after_an_open_character_is_not_passed_through(store):
+    # b"\xe2\x82" opens a three-byte character; ASCII next means the character never ends.
+    async with capture(store, memory_cap=16) as target:
+        await target.feed(b"spilled over the memory cap\n\xe2\x82")
+        await target.feed(b"abc\n")
+        kept = await target.finish()
+    assert kept.replaced and kept.ref is not None
+    read = await store.read_bytes(kept.ref.id, offset=0, limit=1000)
+    assert read.text == "spilled over the memory cap\n\ufffdabc\n"
+
+
+async def test_spooled_mixed_chunks_keep_text_head_and_tail_exact(store):
+    # ASCII chunks pass through as bytes, others are decoded: the store, the head and the
+    # tail all see one text, even with a character split between a chunk of each kind.
+    parts = [b"a" * 5000, "é€".encode() * 2000, b"b" * 3000, "😀".encode()[:2],
+             "😀".encode()[2:] + b"c" * 9000, b"\n" * 10]
+    text = b"".join(parts).decode()
+    async with capture(store, memory_cap=16) as target:
+        for part in parts:
+            await target.feed(part)
+        kept = await target.finish()
+    assert not kept.replaced and kept.ref is not None
+    assert kept.ref.size_bytes == len(text.encode()) == kept.kept_bytes
+    read = await store.read_bytes(kept.ref.id, offset=0, limit=1 << 20)
+    assert read.text == text
+    assert text.startswith(kept.head) and text.endswith(kept.tail)
+    assert len(kept.head) == len(kept.tail) == 8 * 1024 + 1
+
+
+async def test_a_spooled_latin1_stream_is_stored_as_utf8(store):
+    data = "café \xff\n".encode("latin-1") * 1000
+    async with capture(store, memory_cap=16, encoding="latin-1") as target:
+        await target.feed(data)
+        kept = await target.finish()
+    assert kept.ref is not None and not kept.replaced
+    read = await store.read_bytes(kept.ref.id, offset=0, limit=1 << 20)
+    assert read.text == data.decode("latin-1")
+
+
 async def test_declared_charsets_decode(store):
     async with capture(store, memory_cap=1 << 20, encoding="latin-1") as target:
         await target.feed("café".encode("latin-1"))

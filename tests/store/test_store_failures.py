@@ -56,6 +56,7 @@ async def test_disk_full_in_a_spool_aborts_it(tiny_fs_root: Path) -> None:
         ([b"ok", b"\xff"], "not valid UTF-8"),
         ([b"ok\xe2\x82"], "ends inside a UTF-8 character"),
         ([b"\xe2\x82", "\u20ac"], "str chunk follows bytes"),
+        ([b"ok\xe2\x82", b"abc"], "not valid UTF-8"),  # ASCII cannot end an open character
         (["ok", "\ud800"], "not encodable as UTF-8"),
         ([b"\xc0\x80"], "not valid UTF-8"),  # overlong NUL
         ([b"\xed\xa0\x80"], "not valid UTF-8"),  # encoded surrogate
