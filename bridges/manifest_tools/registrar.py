@@ -65,7 +65,9 @@ class ManifestTools:
         self._permissions = permissions
         self._namespace = store_namespace
         self._owns_client = client is None
-        self._client = client if client is not None else shared_client()
+        # Created with the first http tool: building one loads the CA bundle into an SSL
+        # context (~0.1 s of blocking work), which a Location without http tools never needs.
+        self._client = client
         self._label = label
         self._scope: Scope | None = None
         self._built: dict[str, tuple[ManifestToolConfig, Tool]] = {}
@@ -107,7 +109,7 @@ class ManifestTools:
         if isinstance(config, HttpToolConfig):
             return http_tool(
                 config,
-                client=self._client,
+                client=self._http_client(),
                 store=self._store,
                 store_namespace=self._namespace,
                 permissions=self._permissions,
@@ -120,6 +122,11 @@ class ManifestTools:
             permissions=self._permissions,
         )
 
+    def _http_client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = shared_client()
+        return self._client
+
     async def aclose(self) -> None:
         """Remove the tools and close the HTTP client (if the registrar created it)."""
         if self._closed:
@@ -128,7 +135,7 @@ class ManifestTools:
         if self._scope is not None:
             self._scope.close()
         self._built = {}
-        if self._owns_client:
+        if self._owns_client and self._client is not None:
             await self._client.aclose()
 
     async def __aenter__(self) -> Self:

@@ -148,3 +148,19 @@ async def test_manifests_load_and_apply_the_way_the_composition_root_wires_them(
         assert tools.names == ("demo_hello",)
         outcome = await call(location, "demo_hello", {"who": "world"})
     assert outcome.content[0].text == "hello world\n"
+
+
+async def test_the_http_client_is_built_with_the_first_http_tool_and_closed_with_the_registrar(
+    location,
+):
+    http = {"kind": "http", "description": "get", "input": NOTHING,
+            "request": {"method": "GET", "url": "http://127.0.0.1:9/x"}}
+    tools = registrar(location)
+    await tools.apply({"cmd": validated(location, "cmd", echo("x"))})
+    assert tools._client is None  # no SSL context loaded for a Location without http tools
+    await tools.apply({"cmd": validated(location, "cmd", echo("x")),
+                       "get": validated(location, "get", http)})
+    client = tools._client
+    assert client is not None and not client.is_closed
+    await tools.aclose()
+    assert client.is_closed
