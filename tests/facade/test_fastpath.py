@@ -12,6 +12,7 @@ import anyio
 import mcp_types as types
 import pytest
 from mcp.client.session import ClientSession
+from mcp.shared.exceptions import MCPError
 from mcp.shared.memory import create_client_server_memory_streams
 
 from sidecar import Location
@@ -94,3 +95,31 @@ async def test_tool_listing_is_reused_until_the_registry_changes(tmp_path: Path)
             location.tools.register({"later": local_tools()["echo"]})
             names = [t.name for t in (await session.list_tools()).tools]
             assert "later" in names and len(facade._wire_listings) == 2
+
+
+async def test_a_bug_below_the_fast_path_is_answered_as_an_internal_error_and_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with Location.open(tmp_path, state_dir=tmp_path / "state") as location:
+        location.tools.register(local_tools())
+        async with stdio_facade(location) as (facade, fast, session):
+            await session.initialize()
+            await session.list_tools()
+
+            async def broken(*args: Any) -> dict[str, Any]:
+                raise RuntimeError("a bug in result mapping")
+
+            # Fault injection: no real input reaches this state, so the facade method is
+            # replaced; what is under test is the fast path's answer when it raises.
+            monkeypatch.setattr(facade, "fast_call", broken)
+            with anyio.fail_after(10), pytest.raises(MCPError) as info:
+                await call(session, "echo", {"text": "x"})
+            assert info.value.error.code == types.INTERNAL_ERROR
+            assert "a bug in result mapping" not in info.value.error.message  # no internals
+            assert fast.handled == 1  # the fast path took it (the first listing was the SDK's)
+            monkeypatch.undo()
+            after = await call(session, "echo", {"text": "still served"})
+            assert after.structured_content == {"echoed": "still served"}
+            assert fast.handled == 2
+    assert any(r.message == "a fast-path request failed" and r.exc_info
+               and "a bug in result mapping" in str(r.exc_info[1]) for r in caplog.records)

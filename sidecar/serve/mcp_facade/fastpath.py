@@ -195,6 +195,14 @@ class FastCalls:
             if task in self._client_cancelled and task is not None and task.uncancel() == 0:
                 return  # cancelled by the client alone: no response, as the spec asks
             raise
+        except Exception:
+            # A bug below the facade (the seam turns every tool failure into an outcome). The
+            # client still gets an answer, the SDK runner's generic one, instead of waiting
+            # forever; the task then fails and `_finished` logs the traceback.
+            error = types.ErrorData(code=types.INTERNAL_ERROR, message="Internal error")
+            await self._send_message(
+                types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error), request_id)
+            raise
         finally:
             del self._inflight[request_id]
             self._client_cancelled.discard(asyncio.current_task())
