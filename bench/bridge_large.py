@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bridges.manifest import ServerConfig  # noqa: E402
+from bridges.manifest import ServerConfig, Timeouts  # noqa: E402
 from bridges.mcp import ServerPool  # noqa: E402
 from sidecar import Location, ToolContext  # noqa: E402
 
@@ -56,7 +56,7 @@ async def run(mb: int, line: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         async with Location.open(tmp, state_dir=Path(tmp) / "state") as location:
             config = ServerConfig(
-                command=sys.executable, args=[str(SERVER)], timeouts={"call": 600}
+                command=sys.executable, args=[str(SERVER)], timeouts=Timeouts(call=600)
             )
             async with ServerPool({"bench": config}, location.tools) as pool:
                 health = pool.health()["bench"]

@@ -193,7 +193,8 @@ async def mcp_client(target: Any, *, http_headers: dict[str, str] | None = None)
 
 
 async def find_tool(client: Any, suffix: str) -> str:
-    tools, cursor = [], None
+    tools: list[str] = []
+    cursor = None
     while True:
         page = await client.list_tools(cursor=cursor)
         tools += [t.name for t in page.tools]

@@ -212,7 +212,7 @@ async def large_upstream(nbytes: int) -> None:
 
 
 def _find(snapshot: Any, suffix: str) -> str:
-    names = [d.name for d in snapshot.definitions]
+    names: list[str] = [d.name for d in snapshot.definitions]
     return next(n for n in names if n.endswith(suffix))
 
 

@@ -16,6 +16,7 @@ in memory) <= 2x the text size.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.metadata
 import json
 import platform
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +75,7 @@ def inline_schema(raw: dict[str, Any]) -> str:
     return json.dumps(out, separators=(",", ":"))
 
 
-async def inline_rate(fn: Any, calls: int) -> float:
+async def inline_rate(fn: Callable[[dict[str, Any]], str], calls: int) -> float:
     async def call(raw: dict[str, Any]) -> str:  # the same one await per call as the seam
         return fn(raw)
 
@@ -112,12 +114,12 @@ async def part1(calls: int, rounds: int) -> list[tuple[str, float, float]]:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
             for codec, tool in tools.items():
-                cases = {
-                    f"inline {codec}": lambda c=codec: inline_rate(inline[c], calls),
-                    f"seam {codec}": lambda t=tool, c=codec, r=r: seam_rate(
-                        Path(tmp), t, calls, False, f"{c}-nd-{r}"),
-                    f"seam {codec} + durable": lambda t=tool, c=codec, r=r: seam_rate(
-                        Path(tmp), t, calls, True, f"{c}-d-{r}"),
+                cases: dict[str, Callable[[], Awaitable[float]]] = {
+                    f"inline {codec}": functools.partial(inline_rate, inline[codec], calls),
+                    f"seam {codec}": functools.partial(
+                        seam_rate, Path(tmp), tool, calls, False, f"{codec}-nd-{r}"),
+                    f"seam {codec} + durable": functools.partial(
+                        seam_rate, Path(tmp), tool, calls, True, f"{codec}-d-{r}"),
                 }
                 for label, make in cases.items():
                     rate = await make()
@@ -201,7 +203,7 @@ def main() -> None:
     print(f"machine: {platform.machine()} {platform.processor() or ''}, "
           f"python {platform.python_version()}, pydantic {pydantic.VERSION}, "
           f"jsonschema {importlib.metadata.version('jsonschema')}, "
-          f"loop uvloop {uvloop.__version__}")
+          f"loop uvloop {importlib.metadata.version('uvloop')}")
     print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}\n")
     rows = uvloop.run(part1(args.calls, args.rounds))
     print(f"## Seam throughput ({args.calls} sequential calls, best of {args.rounds} rounds)\n")
