@@ -15,6 +15,12 @@ Durability: each record is its own committed transaction before `record` returns
 `synchronous=NORMAL` a committed transaction survives the process being killed (SIGKILL);
 only an OS crash or power loss can lose the last transactions.
 
+Checkpoints: SQLite's automatic checkpoint runs inside the commit that crosses its threshold,
+and with group commit every call of that batch waited for it (16 concurrent recorders: p99
+5.8-6.2 ms with it, 1.2-1.4 ms without). The writer turns it off and nudges `_Checkpointer`,
+a thread with its own connection, every `CHECKPOINT_EVERY` records; its PASSIVE checkpoint
+never blocks the writer.
+
 Speed: every call asks `get` first (safe retries), and nearly every call id is new. A Bloom
 filter of the settled (location, call_id) keys, loaded at open and updated by `record`, answers
 "never settled" without a trip to SQLite; a "maybe" still reads the row. This is sound because
@@ -27,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import queue
 import sqlite3
 import threading
@@ -104,6 +111,52 @@ class OutcomeLog(Protocol):
     async def aclose(self) -> None: ...
 
 
+CHECKPOINT_EVERY = 500
+"""Records between two nudges of the checkpointer (about SQLite's default 1,000 WAL pages)."""
+
+logger = logging.getLogger("sidecar.outcome_log")
+
+
+class _Checkpointer:
+    """Copies the WAL into the database from its own thread and connection when nudged."""
+
+    def __init__(self, path: Path, name: str) -> None:
+        self._path = path
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def nudge(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        """End the thread (its connection closes); the writer's close checkpoints the rest."""
+        self._stopping = True
+        self._wake.set()
+        self._thread.join()
+
+    def _serve(self) -> None:
+        try:
+            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            logger.warning("outcome log %s: no checkpoint thread (%s); the WAL is checkpointed "
+                        "when the log closes", self._path, exc)
+            return
+        try:
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._stopping:
+                    return
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                except sqlite3.Error as exc:  # the WAL only grows until the next one
+                    logger.warning("outcome log %s: checkpoint failed: %s", self._path, exc)
+        finally:
+            conn.close()
+
+
 @dataclass(frozen=True, slots=True)
 class _Job:
     fn: Callable[[], Any] | None  # None: stop (run `on_stop`, end the thread)
@@ -125,9 +178,11 @@ class _Worker:
         connection: Callable[[], sqlite3.Connection | None],
         on_stop: Callable[[], None],
         name: str,
+        on_records: Callable[[int], None] | None = None,
     ) -> None:
         self._connection = connection
         self._on_stop = on_stop
+        self._on_records = on_records
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
@@ -147,6 +202,8 @@ class _Worker:
             work = [job for job in batch if job.fn is not None]
             if work:
                 _deliver(work, self._run(work))
+                if self._on_records is not None:
+                    self._on_records(len(work))
             if len(work) < len(batch):  # the stop job: nothing is queued after it
                 _deliver(batch[-1:], [_attempt(self._on_stop)])
                 return
@@ -197,7 +254,10 @@ class SqliteOutcomeLog:
         self._path = path
         self._conn: sqlite3.Connection | None = None
         self._settled = SettledFilter()
-        self._worker = _Worker(lambda: self._conn, self._disconnect, name="outcome-log")
+        self._checkpointer: _Checkpointer | None = None
+        self._unchecked = 0
+        self._worker = _Worker(lambda: self._conn, self._disconnect, name="outcome-log",
+                               on_records=self._written)
         self._closed = False
 
     @classmethod
@@ -223,10 +283,19 @@ class SqliteOutcomeLog:
         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA wal_autocheckpoint=0")  # `_Checkpointer` does it, off the commit
         conn.executescript(_SCHEMA)
         for location, call_id in conn.execute("SELECT location, call_id FROM outcomes"):
             self._settled.add(location, call_id)
         self._conn = conn
+        self._checkpointer = _Checkpointer(self._path, name="outcome-log-checkpoint")
+
+    def _written(self, jobs: int) -> None:
+        """In the writer thread, after each batch (jobs are mostly records)."""
+        self._unchecked += jobs
+        if self._unchecked >= CHECKPOINT_EVERY and self._checkpointer is not None:
+            self._unchecked = 0
+            self._checkpointer.nudge()
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -280,6 +349,9 @@ class SqliteOutcomeLog:
         await self._worker.submit(None)
 
     def _disconnect(self) -> None:
+        checkpointer, self._checkpointer = self._checkpointer, None
+        if checkpointer is not None:
+            checkpointer.stop()
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()

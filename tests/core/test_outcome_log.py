@@ -10,7 +10,12 @@ import pytest
 
 from sidecar.content import TextContent
 from sidecar.outcome import Outcome
-from sidecar.outcome_log import OutcomeLogError, SettledFilter, SqliteOutcomeLog
+from sidecar.outcome_log import (
+    CHECKPOINT_EVERY,
+    OutcomeLogError,
+    SettledFilter,
+    SqliteOutcomeLog,
+)
 from sidecar.tool import ToolContext
 
 pytestmark = pytest.mark.anyio
@@ -100,3 +105,33 @@ async def test_a_closed_log_refuses_work_with_a_clear_error(tmp_path):
     await log.aclose()  # idempotent
     with pytest.raises(OutcomeLogError, match="closed"):
         await log.get("loc", "c1")
+
+
+async def test_the_wal_is_checkpointed_off_the_commit_path_and_on_close(tmp_path):
+    # The writer's own automatic checkpoint is off (it made a whole commit batch wait), so
+    # only the checkpoint thread moves records into the database file while the log is open.
+    path = tmp_path / "outcomes.sqlite"
+    log = await SqliteOutcomeLog.open(path)
+    try:
+        assert await log._run(
+            lambda: log._db().execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+        ) == 0
+        empty = path.stat().st_size
+        body = "x" * 2000
+        for start in range(0, CHECKPOINT_EVERY + 100, 50):
+            await asyncio.gather(*(
+                log.record("loc", Outcome(call_id=f"c{i}", tool="t", status="completed",
+                                          content=(TextContent(body),)),
+                           ToolContext("s", "a", "m", f"c{i}"))
+                for i in range(start, start + 50)
+            ))
+        for _ in range(500):
+            if path.stat().st_size > empty + CHECKPOINT_EVERY * 2000:
+                break
+            await asyncio.sleep(0.01)
+        assert path.stat().st_size > empty + CHECKPOINT_EVERY * 2000
+    finally:
+        await log.aclose()
+    assert not path.with_name(path.name + "-wal").exists()  # the close checkpointed the rest
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT count(*) FROM outcomes").fetchone()[0] == CHECKPOINT_EVERY + 100
