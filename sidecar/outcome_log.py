@@ -17,9 +17,9 @@ only an OS crash or power loss can lose the last transactions.
 
 Checkpoints: SQLite's automatic checkpoint runs inside the commit that crosses its threshold,
 and with group commit every call of that batch waited for it (16 concurrent recorders: p99
-5.8-6.2 ms with it, 1.2-1.4 ms without). The writer turns it off and nudges `_Checkpointer`,
-a thread with its own connection, every `CHECKPOINT_EVERY` records; its PASSIVE checkpoint
-never blocks the writer.
+5.8-6.2 ms with it, 1.3-1.6 ms with the checkpoint thread). The writer turns it off and
+nudges `_Checkpointer`, a thread with its own connection, every `CHECKPOINT_EVERY` records;
+its PASSIVE checkpoint never blocks the writer.
 
 Speed: every call asks `get` first (safe retries), and nearly every call id is new. A Bloom
 filter of the settled (location, call_id) keys, loaded at open and updated by `record`, answers
