@@ -305,7 +305,7 @@ async def open_connection(
     `sampling`, `elicitation` and `list_roots` answer those server-to-client requests; each one
     given is also advertised as a client capability (see `bridges.mcp.passthrough`)."""
     lost = anyio.Event()
-    direct = DirectRequests() if config.transport == "stdio" else None
+    direct = DirectRequests(on_log) if config.transport == "stdio" else None
     async with AsyncExitStack() as stack:
         transport = await _transport(stack, server, config, stderr, state, direct)
         client = Client(

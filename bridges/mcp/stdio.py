@@ -18,6 +18,11 @@ direct way keeps its behaviour (ids, progress tokens, timeouts with a courtesy
 `notifications/cancelled`, cancellation forwarded, every waiter failed with CONNECTION_CLOSED
 when the pipe ends) without that machinery.
 
+Log messages (`notifications/message`) take the direct way too, and a direct answer is handed
+back only once the progress and log notifications read before it have been handled: a server
+that logs "done" and then answers must not have its log line arrive after the call has ended
+(it would then reach no client, having no call to follow).
+
 The child runs in its own session and process group (`start_new_session`), gets only a safe
 subset of our environment plus its `env` (the SDK's policy), and is stopped in steps: close its
 stdin, then SIGTERM to the group, then SIGKILL to the group; members of the group that outlive
@@ -70,6 +75,8 @@ RESULT_TOO_LARGE = -32099
 DIRECT_ID_PREFIX = "mcp-sidecar/"
 """Ids (and progress tokens) of direct requests: strings, so never one the SDK mints (ints)."""
 _DIRECT_MARK = b'"' + DIRECT_ID_PREFIX.encode()
+_LOG_MARK = b'"notifications/message"'
+LogFn = Callable[[types.LoggingMessageNotificationParams], Awaitable[None]]
 CANCEL_WRITE_TIMEOUT = 2.0
 """How long the courtesy `notifications/cancelled` of an abandoned request may take to write."""
 
@@ -141,21 +148,25 @@ class DirectRequests:
     when the pipe is gone or ends while waiting.
     """
 
-    __slots__ = ("_broken", "_closed", "_next", "_pending", "_progress", "_stdin", "_tasks")
+    __slots__ = ("_broken", "_closed", "_last_notice", "_next", "_on_log", "_pending",
+                 "_progress", "_stdin", "_tasks")
 
-    def __init__(self) -> None:
+    def __init__(self, on_log: LogFn | None = None) -> None:
         self._pending: dict[str, asyncio.Future[dict[str, Any] | types.ErrorData]] = {}
         self._progress: dict[str, ProgressFnT] = {}
+        self._on_log = on_log
         self._tasks: set[asyncio.Task[None]] = set()
+        self._last_notice: asyncio.Task[None] | None = None  # notices run one after another
         self._next = 0
         self._stdin: asyncio.StreamWriter | None = None
         self._broken: Callable[[], Awaitable[None]] | None = None
         self._closed = False
 
     def claims(self, line: bytes) -> bool:
-        """Whether a line from stdout may concern a direct request (it names one of our ids);
-        late answers included, so they are dropped here."""
-        return self._next > 0 and _DIRECT_MARK in line
+        """Whether a line from stdout may concern a direct request (it names one of our ids;
+        late answers included, so they are dropped here) or is a log message."""
+        return (self._next > 0 and _DIRECT_MARK in line) or (
+            self._on_log is not None and _LOG_MARK in line)
 
     def attach(self, stdin: asyncio.StreamWriter, broken: Callable[[], Awaitable[None]]) -> None:
         """The child's stdin, and what to do when writing to it fails (end the connection)."""
@@ -210,7 +221,7 @@ class DirectRequests:
         if not isinstance(message, dict):
             return False
         if "method" in message:
-            return self._on_progress(message)
+            return self._on_progress(message) or self._on_log_message(message)
         request_id = message.get("id")
         if not (isinstance(request_id, str) and request_id.startswith(DIRECT_ID_PREFIX)):
             return False
@@ -218,17 +229,23 @@ class DirectRequests:
         if future is None or future.done():
             return True  # late (timed out or cancelled): dropped, as the SDK drops it
         result, error = message.get("result"), message.get("error")
+        outcome: dict[str, Any] | types.ErrorData
         if isinstance(result, dict) and error is None:
-            future.set_result(result)
+            outcome = result
         elif isinstance(error, dict) and "result" not in message:
             try:
-                future.set_result(types.ErrorData.model_validate(error, by_name=False))
+                outcome = types.ErrorData.model_validate(error, by_name=False)
             except ValidationError:
-                future.set_result(types.ErrorData(
-                    code=types.INTERNAL_ERROR, message="the server sent a malformed error"))
+                outcome = types.ErrorData(
+                    code=types.INTERNAL_ERROR, message="the server sent a malformed error")
         else:
-            future.set_result(types.ErrorData(
-                code=types.INTERNAL_ERROR, message="the server sent a malformed response"))
+            outcome = types.ErrorData(
+                code=types.INTERNAL_ERROR, message="the server sent a malformed response")
+        last = self._last_notice
+        if last is None or last.done():
+            future.set_result(outcome)
+        else:  # after the notices read before it
+            last.add_done_callback(lambda _: _settle(future, outcome))
         return True
 
     def fail(self, request_id: int | str | None, error: types.ErrorData) -> bool:
@@ -259,19 +276,35 @@ class DirectRequests:
             return False
         if isinstance(progress, int | float) and not isinstance(progress, bool):
             total, text = params.get("total"), params.get("message")
-            task = asyncio.ensure_future(callback(
+            self._notice(callback(
                 float(progress),
                 float(total) if isinstance(total, int | float) else None,
                 text if isinstance(text, str) else None,
             ))
-            self._tasks.add(task)
-            task.add_done_callback(self._progress_done)
         return True
 
-    def _progress_done(self, task: asyncio.Task[None]) -> None:
+    def _on_log_message(self, message: dict[str, Any]) -> bool:
+        if self._on_log is None or message["method"] != "notifications/message":
+            return False
+        try:
+            params = types.LoggingMessageNotificationParams.model_validate(
+                message.get("params"), by_name=False)
+        except ValidationError:
+            return False  # the SDK's session reports it
+        self._notice(self._on_log(params))
+        return True
+
+    def _notice(self, work: Awaitable[None]) -> None:
+        """Run a notification's callback after the ones before it."""
+        task = asyncio.get_running_loop().create_task(_after(self._last_notice, work))
+        self._last_notice = task
+        self._tasks.add(task)
+        task.add_done_callback(self._notice_done)
+
+    def _notice_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and (exc := task.exception()) is not None:
-            log.warning("a progress callback failed: %r", exc)
+            log.warning("a notification callback failed: %r", exc)
 
     async def _write(self, line: bytes) -> None:
         stdin = self._stdin
@@ -302,8 +335,21 @@ _EXPIRED = types.ErrorData(code=types.REQUEST_TIMEOUT, message="no answer in tim
 
 
 def _expire(future: asyncio.Future[dict[str, Any] | types.ErrorData]) -> None:
+    _settle(future, _EXPIRED)
+
+
+def _settle(
+    future: asyncio.Future[dict[str, Any] | types.ErrorData],
+    outcome: dict[str, Any] | types.ErrorData,
+) -> None:
     if not future.done():
-        future.set_result(_EXPIRED)
+        future.set_result(outcome)
+
+
+async def _after(previous: asyncio.Task[None] | None, work: Awaitable[None]) -> None:
+    if previous is not None and not previous.done():
+        await asyncio.wait((previous,))
+    await work
 
 
 @asynccontextmanager

@@ -18,7 +18,7 @@ from mcp.shared.message import SessionMessage
 
 from bridges.mcp.connection import Era, open_connection
 from bridges.mcp.redact import Redactor
-from bridges.mcp.stdio import DirectRequests, StderrTail, StdioSpec, stdio_transport
+from bridges.mcp.stdio import DirectRequests, LogFn, StderrTail, StdioSpec, stdio_transport
 from bridges.mcp.transport_state import TransportState
 from tests.bridges.helpers import SERVERS, eventually, stdio
 
@@ -44,10 +44,10 @@ class Raw:
 
 
 @asynccontextmanager
-async def raw_server() -> AsyncIterator[Raw]:
+async def raw_server(on_log: LogFn | None = None) -> AsyncIterator[Raw]:
     spec = StdioSpec(command=sys.executable, args=(str(RAW_SERVER),), env={}, cwd=None,
                      max_message_bytes=1 << 20)
-    direct = DirectRequests()
+    direct = DirectRequests(on_log)
     raw = Raw(direct, StderrTail("raw", Redactor()))
     async with stdio_transport(spec, server="raw", stderr=raw.tail, info=TransportState(),
                                direct=direct) as (read, _write):
@@ -78,16 +78,32 @@ async def test_progress_reaches_only_its_call_and_strangers_go_to_the_session() 
     seen: list[tuple[float, float | None, str | None]] = []
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        await anyio.sleep(0.05)  # a slow relay: the answer still waits for it
         seen.append((progress, total, message))
 
     async with raw_server() as raw:
         await raw.call("progress", progress=on_progress)
-        await eventually(lambda: len(seen) == 2, what="both progress notifications")
         assert seen == [(1.0, 2.0, "step 1"), (2.0, 2.0, "step 2")]
         await raw.call("stranger", progress=on_progress)
         await eventually(lambda: len(raw.others) == 2, what="the strangers' progress")
         assert len(seen) == 2
         assert all(isinstance(m, SessionMessage) for m in raw.others)
+
+
+async def test_logs_before_an_answer_are_handled_before_the_call_returns() -> None:
+    """A log relayed after its call ended would reach no client (it follows the call): the
+    answer waits for the log lines read before it, however slow their relay, in order."""
+    seen: list[Any] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        await anyio.sleep(0.1 if params.data == "log 1" else 0)
+        seen.append(params.data)
+
+    async with raw_server(on_log) as raw:
+        result = await raw.call("logs")
+        assert seen == ["log 1", "log 2"]
+        assert result["content"][0]["type"] == "text"
+        assert raw.others == []  # the log lines did not also reach the SDK's stream
 
 
 async def test_a_timeout_sends_a_courtesy_cancel_and_the_late_answer_is_dropped() -> None:

@@ -5,6 +5,7 @@ tool's name with exactly the bytes a misbehaving or slow server might send.
     malformed  -> a result that is not an object progress  -> two progress notifications, then
     late       -> answers after 0.5 s              a result
     stranger   -> progress with a token nobody gave, then a result
+    logs       -> two log messages, then a result
     die        -> exits with status 3 without answering
 
 Every notification it receives is written to stderr as one JSON line.
@@ -44,6 +45,11 @@ def main() -> None:
                 send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
                     "progressToken": token if name == "progress" else "someone-else",
                     "progress": step, "total": 2, "message": f"step {step}"}})
+            send({"jsonrpc": "2.0", "id": rid, "result": text})
+        elif name == "logs":
+            for step in (1, 2):
+                send({"jsonrpc": "2.0", "method": "notifications/message",
+                      "params": {"level": "info", "logger": "raw", "data": f"log {step}"}})
             send({"jsonrpc": "2.0", "id": rid, "result": text})
         elif name == "late":
             time.sleep(0.5)
