@@ -16,6 +16,8 @@ from pydantic import BaseModel, TypeAdapter
 from sidecar import Location, Tool
 from sidecar.serve.app import build_app
 from sidecar.serve.mcp_facade import mcp_http
+from sidecar.serve.mcp_facade.http_fastpath import HttpFastPath
+from sidecar.serve.mcp_facade.transports import McpEndpoint
 from tests.live_server import live_server
 
 HERE = Path(__file__).resolve().parent
@@ -62,6 +64,7 @@ def write_manifest(directory: Path, servers: dict[str, object] | None = None) ->
 class Served:
     url: str
     location: Location
+    fast_path: HttpFastPath
 
 
 @pytest.fixture
@@ -83,5 +86,7 @@ async def serving(
         location.tools.register(local_tools())
         routes, lifespan = mcp_http(location)
         app = build_app(location, token=TOKEN, extra_routes=routes, extra_lifespan=lifespan)
+        endpoint = routes[0].endpoint  # type: ignore[attr-defined]
+        assert isinstance(endpoint, McpEndpoint)
         async with live_server(app) as port:
-            yield Served(f"http://127.0.0.1:{port}/mcp", location)
+            yield Served(f"http://127.0.0.1:{port}/mcp", location, endpoint.fast_path)

@@ -59,7 +59,12 @@ from sidecar.serve.mcp_facade.rounds import (
     new_token,
     request_digest,
 )
-from sidecar.serve.mcp_facade.sessions import DownstreamCall, Sessions, SessionState
+from sidecar.serve.mcp_facade.sessions import (
+    CallChannel,
+    DownstreamCall,
+    Sessions,
+    SessionState,
+)
 from sidecar.snapshot import Snapshot
 
 if TYPE_CHECKING:
@@ -216,14 +221,20 @@ class McpFacade:
             del self.sessions.calls[call.call_id]
         return tools.call_result(outcome, snapshot, modern=_modern(ctx))
 
-    # --- the stdio fast path (see `fastpath`) -------------------------------------------
+    # --- the fast paths (see `fastpath`, `http_fastpath`) -------------------------------
 
     def fast_session(self, *, listed: bool = True) -> SessionState | None:
         """The stdio session, when its requests may bypass the SDK's runner: handshake era and
         (for `tools/call`, `listed`) tools listed, so the session has a snapshot."""
         if not self.sessions.fixed:
             return None
-        state = self.sessions.single()
+        return self._fast(self.sessions.single(), listed)
+
+    def fast_http_session(self, header_id: str, *, listed: bool = True) -> SessionState | None:
+        """`fast_session` for the /mcp session with that `Mcp-Session-Id`."""
+        return self._fast(self.sessions.find(f"mcp-{header_id}"), listed)
+
+    def _fast(self, state: SessionState | None, listed: bool) -> SessionState | None:
         if state is None or state.modern or state.protocol_version is None:
             return None
         if listed and state.id not in self._snapshots:
@@ -247,9 +258,10 @@ class McpFacade:
 
     async def fast_call(
         self, state: SessionState, request_id: types.RequestId, name: str,
-        arguments: dict[str, Any], meta: dict[str, Any],
+        arguments: dict[str, Any], meta: dict[str, Any], channel: CallChannel | None = None,
     ) -> dict[str, Any]:
-        """`_call_tool` for a plain handshake-era call, answered as the wire result."""
+        """`_call_tool` for a plain handshake-era call, answered as the wire result; `channel`:
+        where the call's server-to-client requests and logs go (stdio: `requester`)."""
         snapshot = self._snapshots[state.id]
         client = state.session.client_params
         try:
@@ -261,7 +273,7 @@ class McpFacade:
             return tools.error_wire(str(exc))
         if context.call_id in self.sessions.calls:
             return tools.error_wire(f"call id {context.call_id!r} is already in flight")
-        call = DownstreamCall(context.call_id, state, state.session, request_id, None)
+        call = DownstreamCall(context.call_id, state, state.session, request_id, None, channel)
         self.sessions.calls[call.call_id] = call
         try:
             outcome = await snapshot.execute(name, arguments, context)
@@ -512,6 +524,8 @@ class McpFacade:
                     f"{method} from MCP server {server!r}: the call is not running"))
             return await execution.ask(request)
         try:
+            if call.channel is not None:
+                return await call.channel.request(request, result_type)
             if self.requester is not None:
                 return await self.requester(request, result_type)
             return await call.session.send_request(
@@ -558,7 +572,9 @@ class McpFacade:
             if not call.state.wants_log(level):
                 continue
             scoped = call.state.modern or call.request_id is not None
-            if not call.state.modern or _log_opted_in(call, level):
+            if call.channel is not None:
+                await _quietly(call.channel.notify(notification))
+            elif not call.state.modern or _log_opted_in(call, level):
                 await self._note(call.session, notification,
                                  call.request_id if scoped else None, modern=call.state.modern)
         if callers:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
@@ -24,7 +24,7 @@ LOG_LEVELS: tuple[str, ...] = (
 )
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True)
 class SessionState:
     """One downstream client connection."""
 
@@ -41,6 +41,15 @@ class SessionState:
         return LOG_LEVELS.index(level) >= LOG_LEVELS.index(self.log_level)
 
 
+class CallChannel(Protocol):
+    """A call's own way back to its client, when it has one outside the SDK's session (a
+    fast-path call on /mcp: its POST's response)."""
+
+    async def request(self, request: Any, result_type: Any) -> Any: ...
+
+    async def notify(self, notification: Any) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class DownstreamCall:
     """One `tools/call` in flight: where its server-to-client traffic goes."""
@@ -50,6 +59,7 @@ class DownstreamCall:
     session: ServerSession
     request_id: types.RequestId | None
     progress_token: str | int | None
+    channel: CallChannel | None = None
 
 
 class Sessions:
@@ -62,6 +72,9 @@ class Sessions:
         )
         self.calls: dict[str, DownstreamCall] = {}
         self._newest: tuple[weakref.ref[Any], SessionState] | None = None
+        self._by_id: weakref.WeakValueDictionary[str, SessionState] = (
+            weakref.WeakValueDictionary()
+        )
 
     def state(self, ctx: ServerRequestContext[Any, Any]) -> SessionState:
         """The session of a request (created on its first request)."""
@@ -73,6 +86,7 @@ class Sessions:
             state = SessionState(self._new_id(ctx), ctx.session, modern)
             state.protocol_version = ctx.protocol_version
             self._by_connection[connection] = state
+            self._by_id[state.id] = state
             self._newest = (weakref.ref(connection), state)
         else:
             state.session = ctx.session
@@ -87,6 +101,10 @@ class Sessions:
 
     def live(self) -> list[SessionState]:
         return list(self._by_connection.values())
+
+    def find(self, session_id: str) -> SessionState | None:
+        """A live session by its id."""
+        return self._by_id.get(session_id)
 
     def single(self) -> SessionState | None:
         """The only live session, or None when there are none or several (without walking

@@ -1,7 +1,8 @@
 """The facade on its two transports: stdio (`sidecar stdio`) and streamable HTTP (`/mcp`).
 
 HTTP is stateful streamable HTTP with SSE responses (progress and server-to-client requests
-ride the call's own stream; `tools/list_changed` the session's GET stream). Security (bearer
+ride the call's own stream; `tools/list_changed` the session's GET stream); plain tool calls
+and listings are answered with JSON bodies by `http_fastpath`. Security (bearer
 token, Host/Origin) is the app's `SecurityMiddleware`: the SDK's own DNS-rebinding check is off
 so that one policy applies to every route.
 """
@@ -15,11 +16,13 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import anyio
 from mcp.server.stdio import stdio_server
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
 
 from sidecar.serve.mcp_facade.fastpath import FastCalls
+from sidecar.serve.mcp_facade.http_fastpath import HttpFastPath
 from sidecar.serve.mcp_facade.server import McpFacade, new_session_id
 from sidecar.serve.mcp_facade.stdio_pipes import pipe_wire, pipes_available
 
@@ -79,12 +82,27 @@ def mcp_http(location: Location) -> tuple[list[BaseRoute], AbstractAsyncContextM
         json_response=False,
         security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
+    fast_path = HttpFastPath(facade)
+    fast_path.install(manager)
 
     @asynccontextmanager
     async def lifespan() -> AsyncIterator[None]:
         async with facade.attached(), manager.run():
             yield
 
-    app = StreamableHTTPASGIApp(manager)
-    routes: list[BaseRoute] = [Route(MCP_PATH, endpoint=app, methods=["GET", "POST", "DELETE"])]
+    endpoint = McpEndpoint(manager, fast_path)
+    routes: list[BaseRoute] = [
+        Route(MCP_PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"])
+    ]
     return routes, lifespan()
+
+
+class McpEndpoint:
+    """The ASGI app of `/mcp`: the SDK's session manager, with `fast_path` installed on it."""
+
+    def __init__(self, manager: StreamableHTTPSessionManager, fast_path: HttpFastPath) -> None:
+        self.manager = manager
+        self.fast_path = fast_path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.manager.asgi_app(scope, receive, send)

@@ -1,0 +1,293 @@
+"""`tools/call` and `tools/list` on /mcp without the SDK's streamable HTTP machinery.
+
+For one plain `tools/call`, the SDK's stateful transport and runner cost about 6.9 ms of CPU
+(our seam and bridge about 1.7): an SSE response with its own task group, two memory streams
+and a message router per POST, then the JSON-RPC dispatcher, the protocol model validation and
+the result's dump and re-validation. Most of that buys nothing for a call that sends its
+client nothing but its result, so such a call is answered here, as the spec allows, with one
+`application/json` body. The decisions are the stdio fast path's (`fastpath`): the same
+eligibility, the same facade code (`McpFacade.fast_call`, `fast_list`), the same cancellation.
+
+Taken, on a session of the handshake era that has listed tools, from a POST whose
+Content-Type is `application/json`, whose Accept names JSON and SSE (as the SDK requires) and
+whose body is one JSON-RPC message:
+- `tools/call` without a `progressToken` (or task or round fields): answered with a JSON body.
+  If the call has to reach its client before it ends (an upstream server's sampling,
+  elicitation or roots request, or a log line), the answer becomes the SSE stream the SDK
+  would have sent: those messages first, the result last.
+- `tools/list` (a `cursor` at most): the listing cached per registry state, encoded once.
+- the client's answer to one of those server-to-client requests, and `notifications/cancelled`
+  naming one of these calls: 202 Accepted. A cancelled call is answered
+  `-32800 Request cancelled`, as the SDK's transport answers.
+Everything else takes the SDK's path unchanged, with the body handed on as it came.
+
+How it hooks in: each new session's transport is wrapped as the session manager admits it,
+around the transport's own request handling. By then the manager has found the session and
+checked its owner and protocol era, and the transport has counted the request against its idle
+timeout, so none of that is redone here. `_admit_session` and `_handle_request` are private
+names of mcp 2.x; when they are missing, `HttpFastPath.installed` is False and every request
+takes the SDK's path (a test asserts that the fast path is on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import mcp_types as types
+from mcp.server.streamable_http import check_accept_headers
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.types import Message, Receive, Scope, Send
+
+from sidecar.serve.mcp_facade.fastpath import (
+    Asks,
+    InFlight,
+    ListingJson,
+    call_params,
+    json_bytes,
+    method_cancels,
+    notification_message,
+    plain_request,
+)
+
+if TYPE_CHECKING:
+    from sidecar.serve.mcp_facade.server import McpFacade
+
+log = logging.getLogger("sidecar.mcp")
+
+ASGIHandler = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class HttpFastPath:
+    """Install on the session manager before it serves: `HttpFastPath(facade).install(m)`."""
+
+    def __init__(self, facade: McpFacade) -> None:
+        self.facade = facade
+        self.installed = False
+        self.handled = 0  # requests answered here
+
+    def install(self, manager: Any) -> None:
+        admit = getattr(manager, "_admit_session", None)
+        if not callable(admit):
+            log.warning("the MCP SDK's session manager has no _admit_session: the /mcp fast "
+                        "path is off")
+            return
+
+        def admit_with_fast_path(requestor: Any) -> Any:
+            transport = admit(requestor)
+            if transport is not None:
+                self._attach(transport)
+            return transport
+
+        setattr(manager, "_admit_session", admit_with_fast_path)  # noqa: B010
+        self.installed = True
+
+    def _attach(self, transport: Any) -> None:
+        sdk = getattr(transport, "_handle_request", None)
+        session_id = getattr(transport, "mcp_session_id", None)
+        if not callable(sdk) or not isinstance(session_id, str):
+            return
+        setattr(transport, "_handle_request", _Session(self, transport, session_id, sdk).handle)  # noqa: B010
+
+
+class _Session:
+    """The fast path of one session (one transport)."""
+
+    __slots__ = ("_asks", "_facade", "_id", "_inflight", "_listing", "_path", "_sdk",
+                 "_transport")
+
+    def __init__(self, path: HttpFastPath, transport: Any, session_id: str,
+                 sdk: ASGIHandler) -> None:
+        self._path = path
+        self._facade = path.facade
+        self._transport = transport
+        self._id = session_id
+        self._sdk = sdk
+        self._inflight = InFlight()
+        self._asks = Asks()
+        self._listing = ListingJson()
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "POST" or self._transport.is_terminated or not _plain_post(scope):
+            await self._sdk(scope, receive, send)
+            return
+        message = await receive()
+        value = _json_body(message)
+        if value is None or not await self._take(value, send):
+            await self._sdk(scope, _replay(message, receive), send)
+
+    async def _take(self, value: dict[str, Any], send: Send) -> bool:
+        """Answer the message and return True, or return False (the SDK's path answers)."""
+        if "method" not in value:
+            answer = _answer(value) if self._asks.waits_for(value.get("id")) else None
+            if answer is None:
+                return False
+            self._asks.settle(answer)
+            await _accepted(send, self._id)
+            return True
+        if "id" not in value:
+            if not method_cancels(value["method"], value.get("params"), self._inflight):
+                return False
+            await _accepted(send, self._id)
+            return True
+        request = plain_request(value)
+        if request is None:
+            return False
+        request_id, method, params = request
+        if method == "tools/list":
+            return await self._list(request_id, params, send)
+        state = self._facade.fast_http_session(self._id) if method == "tools/call" else None
+        call = call_params(params) if state is not None else None
+        if state is None or call is None or request_id in self._inflight.tasks:
+            return False  # an id still in flight, reused: the SDK's path answers it
+        self._path.handled += 1
+        reply = _Reply(send, self._id, self._asks)
+        task = asyncio.current_task()
+        assert task is not None
+        self._inflight.tasks[request_id] = task
+        work = self._facade.fast_call(state, request_id, *call, channel=reply)
+        result = await self._inflight.run(request_id, work, reply.fail)
+        if result is not None:
+            await reply.answer(request_id, result)
+        return True
+
+    async def _list(
+        self, request_id: types.RequestId, params: dict[str, Any] | None, send: Send
+    ) -> bool:
+        state = self._facade.fast_http_session(self._id, listed=False)
+        if state is None or (params and set(params) - {"cursor"}):
+            return False
+        body = self._listing.response(request_id, self._facade.fast_list(state))
+        if body is None:
+            return False
+        self._path.handled += 1
+        await _Reply(send, self._id, self._asks).finish(body)
+        return True
+
+
+class _Reply:
+    """The response to one POST: a JSON body, or an SSE stream once something has to reach
+    the client before the result (`CallChannel` of the call)."""
+
+    __slots__ = ("_asks", "_done", "_lock", "_send", "_session_id", "_streaming")
+
+    def __init__(self, send: Send, session_id: str, asks: Asks) -> None:
+        self._send = send
+        self._session_id = session_id
+        self._asks = asks
+        self._streaming = False
+        self._done = False
+        self._lock: asyncio.Lock | None = None  # only once events may interleave
+
+    async def request(self, request: Any, result_type: Any) -> Any:
+        return await self._asks.ask(request, result_type, self._message)
+
+    async def notify(self, notification: Any) -> None:
+        await self._message(notification_message(notification))
+
+    async def answer(self, request_id: types.RequestId, result: dict[str, Any]) -> None:
+        body = json_bytes({"jsonrpc": "2.0", "id": request_id, "result": result})
+        if body is None:  # not plain JSON: the model serializes it
+            body = _dump(types.JSONRPCResponse(jsonrpc="2.0", id=request_id, result=result))
+        await self.finish(body)
+
+    async def fail(self, request_id: types.RequestId, error: types.ErrorData) -> None:
+        await self.finish(_dump(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)))
+
+    async def finish(self, body: bytes) -> None:
+        if self._lock is None:
+            self._done = True
+            await self._send({"type": "http.response.start", "status": 200,
+                              "headers": _headers(self._session_id, len(body))})
+            await self._send({"type": "http.response.body", "body": body})
+            return
+        await self._event(body, last=True)
+
+    async def _message(self, message: types.JSONRPCMessage) -> None:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        await self._event(_dump(message), last=False)
+
+    async def _event(self, data: bytes, *, last: bool) -> None:
+        assert self._lock is not None
+        async with self._lock:
+            if self._done:
+                log.debug("a message for an answered /mcp call was dropped")
+                return
+            if not self._streaming:
+                self._streaming = True
+                await self._send({"type": "http.response.start", "status": 200,
+                                  "headers": _SSE_HEADERS + _session_header(self._session_id)})
+            self._done = last
+            await self._send({"type": "http.response.body", "more_body": not last,
+                              "body": b"event: message\ndata: " + data + b"\n\n"})
+
+
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+def _session_header(session_id: str) -> list[tuple[bytes, bytes]]:
+    return [(b"mcp-session-id", session_id.encode())]
+
+
+def _headers(session_id: str, length: int) -> list[tuple[bytes, bytes]]:
+    return [(b"content-type", b"application/json"), (b"content-length", str(length).encode()),
+            *_session_header(session_id)]
+
+
+async def _accepted(send: Send, session_id: str) -> None:
+    await send({"type": "http.response.start", "status": 202,
+                "headers": _headers(session_id, 0)})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def _dump(message: types.JSONRPCMessage) -> bytes:
+    return message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+
+
+def _plain_post(scope: Scope) -> bool:
+    """A JSON body the client accepts a JSON or an SSE answer to (else the SDK's path
+    answers, with its 406 or 415)."""
+    request = Request(scope)
+    content_type = request.headers.get("content-type", "")
+    if content_type.split(";", 1)[0].strip().lower() != "application/json":
+        return False
+    return all(check_accept_headers(request))
+
+
+def _json_body(message: Message) -> dict[str, Any] | None:
+    """The body as a JSON object, when it came whole in one message (the session manager's
+    size limit has read and joined it)."""
+    if message["type"] != "http.request" or message.get("more_body", False):
+        return None
+    try:
+        value = json.loads(message.get("body", b""))
+    except ValueError:  # the SDK's path answers with its parse error
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _answer(value: dict[str, Any]) -> types.JSONRPCResponse | types.JSONRPCError | None:
+    try:
+        if "error" in value:
+            return types.JSONRPCError.model_validate(value, by_name=False)
+        return types.JSONRPCResponse.model_validate(value, by_name=False)
+    except ValidationError:
+        return None
+
+
+def _replay(first: Message, receive: Receive) -> Receive:
+    pending = [first]
+
+    async def replayed() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replayed
