@@ -208,3 +208,26 @@ async def test_what_the_fast_path_does_not_take_gets_the_sdk_answers(served: Ser
         gone = await raw.call("echo", {"text": "hi"})
         assert gone.status_code == 404
         assert served.fast_path.handled == before
+
+
+async def test_a_bug_below_the_fast_path_is_answered_as_an_internal_error_and_logged(
+    served: Served, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with raw_session(served) as raw:
+        await raw.post(raw.request("tools/list"))
+
+        async def broken(*args: Any, **kwargs: Any) -> dict[str, Any]:
+            raise RuntimeError("a bug in result mapping")
+
+        # Fault injection: no real input reaches this state, so the facade method is replaced;
+        # what is under test is the fast path's answer when it raises.
+        monkeypatch.setattr(served.fast_path.facade, "fast_call", broken)
+        with anyio.fail_after(10):
+            failed = await raw.call("echo", {"text": "x"})
+        assert failed.json()["error"] == {"code": -32603, "message": "Internal error"}
+        assert served.fast_path.handled == 1
+        monkeypatch.undo()
+        after = await raw.call("echo", {"text": "still served"})
+        assert after.json()["result"]["structuredContent"] == {"echoed": "still served"}
+    assert any(r.exc_info and "a bug in result mapping" in str(r.exc_info[1])
+               for r in caplog.records)
