@@ -210,3 +210,31 @@ async def test_list_changed_after_a_manifest_edit(served: Served, mode: str, tmp
                         break
         names = [t.name for t in (await client.list_tools()).tools]
         assert "from_manifest" in names
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_ended_sessions_are_forgotten(
+    served: Served, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The facade keeps a snapshot per session only while the session lives: a daemon that
+    serves one short session (in 2026-07-28, one request) after another must not hold one
+    per session it ever served and refresh them all on every registry change."""
+    for i in range(5):
+        async with connect(served.url, mode) as client:
+            await client.list_tools()
+            result = await raw_call(client, "echo", {"text": f"t{i}"})
+            assert result.structured_content == {"echoed": f"t{i}"}
+    location = served.location
+    taken: list[str | None] = []
+    original = location.snapshot
+
+    def counting(**kwargs: Any) -> Any:
+        taken.append(kwargs.get("session_id"))
+        return original(**kwargs)
+
+    monkeypatch.setattr(location, "snapshot", counting)
+    await anyio.sleep(0.2)  # the sessions' server tasks wind down
+    location.tools.register({"later": Tool(description="Added later", input=EchoIn,
+                                           execute=lambda args, ctx: ToolResponse(text="x"))})
+    await anyio.sleep(0.5)  # the change is pushed after a 50 ms debounce
+    assert len(taken) <= 1, taken  # at most a session still winding down

@@ -101,7 +101,6 @@ class McpFacade:
         self.location = location
         self.sessions = Sessions(session_id)
         self.bus = InMemorySubscriptionBus()
-        self._snapshots: dict[str, Snapshot] = {}
         self._listings = ByDefinitions[types.ListToolsResult](4)
         self._wire_listings = ByDefinitions[dict[str, Any]](4)
         self._subscribers: dict[tuple[str, str], set[str]] = {}
@@ -170,9 +169,11 @@ class McpFacade:
             await self._changed.wait()
             await anyio.sleep(CHANGE_DEBOUNCE)  # one push for a burst of changes
             self._changed = anyio.Event()
-            for sid in list(self._snapshots):
-                self._snapshots[sid] = self.location.snapshot(session_id=sid)
-            for state in self.sessions.live():
+            live = self.sessions.live()
+            for state in live:
+                if state.snapshot is not None:
+                    state.snapshot = self.location.snapshot(session_id=state.id)
+            for state in live:
                 if not state.modern:
                     await self._note(state.session, types.ToolListChangedNotification())
             await self.bus.publish(ToolsListChanged())
@@ -183,8 +184,7 @@ class McpFacade:
         self, ctx: Ctx, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         state = self.sessions.state(ctx)
-        snapshot = self.location.snapshot(session_id=state.id)
-        self._snapshots[state.id] = snapshot
+        snapshot = state.snapshot = self.location.snapshot(session_id=state.id)
         modern = _modern(ctx)
         return self._listings.get(modern, snapshot.definitions,
                                   lambda: tools.tool_list(snapshot, modern=modern))
@@ -195,9 +195,9 @@ class McpFacade:
         state = self.sessions.state(ctx)
         if params.request_state is not None:
             return await self._resume(ctx, state.id, params)
-        snapshot = self._snapshots.get(state.id)
+        snapshot = state.snapshot
         if snapshot is None:
-            snapshot = self._snapshots[state.id] = self.location.snapshot(session_id=state.id)
+            snapshot = state.snapshot = self.location.snapshot(session_id=state.id)
         meta: dict[str, Any] = dict(params.meta) if params.meta is not None else {}
         client = ctx.session.client_params
         try:
@@ -237,15 +237,14 @@ class McpFacade:
     def _fast(self, state: SessionState | None, listed: bool) -> SessionState | None:
         if state is None or state.modern or state.protocol_version is None:
             return None
-        if listed and state.id not in self._snapshots:
+        if listed and state.snapshot is None:
             return None
         return state
 
     def fast_list(self, state: SessionState) -> dict[str, Any]:
         """`_list_tools` as the wire result the SDK's runner would send (the same dump and
         the same protocol-version sieve), cached per registry state and version."""
-        snapshot = self.location.snapshot(session_id=state.id)
-        self._snapshots[state.id] = snapshot
+        snapshot = state.snapshot = self.location.snapshot(session_id=state.id)
         version = state.protocol_version or "2025-11-25"
 
         def build() -> dict[str, Any]:
@@ -262,7 +261,8 @@ class McpFacade:
     ) -> dict[str, Any]:
         """`_call_tool` for a plain handshake-era call, answered as the wire result; `channel`:
         where the call's server-to-client requests and logs go (stdio: `requester`)."""
-        snapshot = self._snapshots[state.id]
+        snapshot = state.snapshot
+        assert snapshot is not None  # `fast_session` (listed) said so
         client = state.session.client_params
         try:
             context = tools.call_context(

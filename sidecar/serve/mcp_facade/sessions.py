@@ -19,12 +19,14 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from sidecar.snapshot import Snapshot
+
 LOG_LEVELS: tuple[str, ...] = (
     "debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"
 )
 
 
-@dataclass(slots=True, weakref_slot=True)
+@dataclass(slots=True)
 class SessionState:
     """One downstream client connection."""
 
@@ -34,6 +36,9 @@ class SessionState:
     log_level: str | None = None
     subscriptions: set[tuple[str, str]] = field(default_factory=set)
     protocol_version: str | None = None  # of its latest request
+    # what it calls tools through: taken by its tools/list (or first call), refreshed on
+    # registry changes; it lives exactly as long as the session
+    snapshot: Snapshot | None = None
 
     def wants_log(self, level: str) -> bool:
         if self.log_level is None or level not in LOG_LEVELS:
@@ -63,18 +68,20 @@ class DownstreamCall:
 
 
 class Sessions:
-    """Every live downstream session, by connection, and every call in flight, by call id."""
+    """Every live downstream session, by connection, and every call in flight, by call id.
+
+    A session is forgotten when its connection's `exit_stack` unwinds (the SDK's hook for
+    per-connection cleanup: the end of a stdio or HTTP session, of each 2026-07-28 HTTP
+    request). Weak references could not do it: a state holds its latest request proxy, which
+    holds the connection, so every session ever served stayed "live" and was refreshed on every
+    registry change."""
 
     def __init__(self, fixed_id: str | None = None) -> None:
         self._fixed_id = fixed_id
-        self._by_connection: weakref.WeakKeyDictionary[Any, SessionState] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._by_connection: dict[Any, SessionState] = {}
         self.calls: dict[str, DownstreamCall] = {}
         self._newest: tuple[weakref.ref[Any], SessionState] | None = None
-        self._by_id: weakref.WeakValueDictionary[str, SessionState] = (
-            weakref.WeakValueDictionary()
-        )
+        self._by_id: dict[str, SessionState] = {}
 
     def state(self, ctx: ServerRequestContext[Any, Any]) -> SessionState:
         """The session of a request (created on its first request)."""
@@ -88,11 +95,21 @@ class Sessions:
             self._by_connection[connection] = state
             self._by_id[state.id] = state
             self._newest = (weakref.ref(connection), state)
+            stack = getattr(connection, "exit_stack", None)
+            if stack is not None:
+                stack.callback(self._ended, connection)
         else:
             state.session = ctx.session
             state.modern = modern
             state.protocol_version = ctx.protocol_version
         return state
+
+    def _ended(self, connection: Any) -> None:
+        state = self._by_connection.pop(connection, None)
+        if state is not None:
+            self._by_id.pop(state.id, None)
+        if self._newest is not None and self._newest[0]() is connection:
+            self._newest = None
 
     @property
     def fixed(self) -> bool:
@@ -108,7 +125,7 @@ class Sessions:
 
     def single(self) -> SessionState | None:
         """The only live session, or None when there are none or several (without walking
-        the weak mapping: this is asked on every fast-path call)."""
+        the mapping: this is asked on every fast-path call)."""
         if len(self._by_connection) != 1 or self._newest is None:
             return None
         connection, state = self._newest
