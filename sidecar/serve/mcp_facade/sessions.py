@@ -10,7 +10,6 @@ flight (for routing upstream requests, logs and progress back to the caller).
 from __future__ import annotations
 
 import uuid
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -80,7 +79,6 @@ class Sessions:
         self._fixed_id = fixed_id
         self._by_connection: dict[Any, SessionState] = {}
         self.calls: dict[str, DownstreamCall] = {}
-        self._newest: tuple[weakref.ref[Any], SessionState] | None = None
         self._by_id: dict[str, SessionState] = {}
 
     def state(self, ctx: ServerRequestContext[Any, Any]) -> SessionState:
@@ -94,7 +92,6 @@ class Sessions:
             state.protocol_version = ctx.protocol_version
             self._by_connection[connection] = state
             self._by_id[state.id] = state
-            self._newest = (weakref.ref(connection), state)
             stack = getattr(connection, "exit_stack", None)
             if stack is not None:
                 stack.callback(self._ended, connection)
@@ -108,8 +105,6 @@ class Sessions:
         state = self._by_connection.pop(connection, None)
         if state is not None:
             self._by_id.pop(state.id, None)
-        if self._newest is not None and self._newest[0]() is connection:
-            self._newest = None
 
     @property
     def fixed(self) -> bool:
@@ -124,12 +119,10 @@ class Sessions:
         return self._by_id.get(session_id)
 
     def single(self) -> SessionState | None:
-        """The only live session, or None when there are none or several (without walking
-        the mapping: this is asked on every fast-path call)."""
-        if len(self._by_connection) != 1 or self._newest is None:
+        """The only live session, or None when there are none or several."""
+        if len(self._by_connection) != 1:
             return None
-        connection, state = self._newest
-        return state if connection() is not None else None
+        return next(iter(self._by_connection.values()))
 
     def _new_id(self, ctx: ServerRequestContext[Any, Any]) -> str:
         if self._fixed_id is not None:
