@@ -84,19 +84,17 @@ class FastCalls:
         if isinstance(message, types.JSONRPCRequest):
             return self._request(message.id, message.method, message.params)
         if isinstance(message, types.JSONRPCNotification):
-            return method_cancels(message.method, message.params, self._inflight)
+            return (message.method == "notifications/cancelled"
+                    and self._inflight.cancel(message.params))
         return False
 
     def take_raw(self, value: Any) -> bool:
         """`_took` on the plain JSON of a line (requests and notifications; a response to one
         of our requests takes the model path)."""
-        if not isinstance(value, dict) or value.get("jsonrpc") != "2.0":
-            return False
-        method = value.get("method")
-        if not isinstance(method, str):
+        if not isinstance(value, dict):
             return False
         if "id" not in value:
-            return method_cancels(method, value.get("params"), self._inflight)
+            return cancels(value, self._inflight)
         request = plain_request(value)
         return request is not None and self._request(*request)
 
@@ -301,9 +299,11 @@ def notification_message(notification: Any) -> types.JSONRPCNotification:
         jsonrpc="2.0", method=data["method"], params=data.get("params"))
 
 
-def method_cancels(method: str, params: Any, inflight: InFlight) -> bool:
-    """Whether a notification cancels one of `inflight`'s calls (and cancel it)."""
-    return method == "notifications/cancelled" and inflight.cancel(params)
+def cancels(value: dict[str, Any], inflight: InFlight) -> bool:
+    """Whether a notification, as plain JSON, cancels one of `inflight`'s calls (and cancel
+    it)."""
+    return (value.get("jsonrpc") == "2.0" and value.get("method") == "notifications/cancelled"
+            and inflight.cancel(value.get("params")))
 
 
 class InFlight:

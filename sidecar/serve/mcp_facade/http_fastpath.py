@@ -48,8 +48,8 @@ from sidecar.serve.mcp_facade.fastpath import (
     InFlight,
     ListingJson,
     call_params,
+    cancels,
     json_bytes,
-    method_cancels,
     notification_message,
     plain_request,
 )
@@ -130,7 +130,7 @@ class _Session:
             await _accepted(send, self._id)
             return True
         if "id" not in value:
-            if not method_cancels(value["method"], value.get("params"), self._inflight):
+            if not cancels(value, self._inflight):
                 return False
             await _accepted(send, self._id)
             return True
