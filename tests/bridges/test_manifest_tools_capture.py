@@ -11,7 +11,7 @@ import pytest
 
 from bridges.manifest_tools.capture import OutputCapture, spooled_preview, tail_start
 from bridges.manifest_tools.progress import LineProgress
-from managed_store import ManagedRef, ManagedStore
+from managed_store import ManagedRef, ManagedStore, RetentionError
 
 pytestmark = pytest.mark.anyio
 
@@ -119,6 +119,30 @@ async def test_leaving_without_finish_leaves_nothing_in_the_store(store):
             await target.feed(b"x" * 100)
             raise RuntimeError("the producer failed")
     assert (await store.stats()).count == 0
+
+
+async def test_batches_written_while_the_next_is_read_arrive_whole_and_in_order(store):
+    lines = [b"%06d line of output\n" % n for n in range(300_000)]  # ~6 MB: many batches
+    async with capture(store, memory_cap=1024) as target:
+        for start in range(0, len(lines), 5_000):
+            await target.feed(b"".join(lines[start : start + 5_000]))
+        kept = await target.finish()
+    assert kept.ref is not None and kept.ref.lines == len(lines)
+    page = await store.read_lines(kept.ref.id, offset=123_457, limit=2)
+    assert page.text.encode() == lines[123_456] + lines[123_457]
+    assert kept.tail.encode().endswith(lines[-1])
+
+
+async def test_a_batch_failing_in_flight_raises_and_leaves_nothing(tmp_path: Path):
+    root = tmp_path / "small"
+    async with await ManagedStore.open(root, quota_bytes=8 * 1024 * 1024) as small:
+        with pytest.raises(RetentionError, match="quota"):
+            async with capture(small, memory_cap=1024) as target:
+                for _ in range(40):  # 10 MiB in 256 KiB chunks, into an 8 MiB quota
+                    await target.feed((b"z" * 1023 + b"\n") * 256)
+                await target.finish()
+        assert (await small.stats()).count == 0
+    assert list((root / "objects").iterdir()) == []
 
 
 def test_the_preview_names_exact_omitted_lines():
