@@ -79,7 +79,7 @@ class EmbeddedBackend:
         return self.location
 
     async def tools(self, fmt: str | None) -> list[dict[str, Any]]:
-        definitions = self._loc().snapshot(hide_denied=False).definitions
+        definitions = self._loc().snapshot(hide_denied=False, keep=False).definitions
         if fmt is None:
             return [d.to_json() for d in definitions]
         from sidecar.serve.replay import definitions_for, parse_format

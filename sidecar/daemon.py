@@ -177,6 +177,7 @@ class Location:
         final_step: bool = False,
         hide_denied: bool = True,
         codemode: CodeModeSetting | None = None,
+        keep: bool = True,
     ) -> Snapshot:
         """Capture the effective tools for one model request and keep it addressable by id.
 
@@ -184,7 +185,9 @@ class Location:
         permission policy denies outright for `session_id` (visibility, not authorization:
         tools still ask for permission when called). `codemode` ("direct", "codemode",
         "both"; default the Location's setting) chooses direct tools, the Code Mode
-        `execute`/`search_tools`/`describe_tools` built-ins, or both.
+        `execute`/`search_tools`/`describe_tools` built-ins, or both. `keep=False` returns a
+        snapshot that is not kept by id (`location.snapshots`): for a listing, or a holder that
+        keeps the snapshot itself, so that it never evicts one a caller will look up.
         """
         effective = self.registry.effective()
         entries = select(effective, allow, deny)
@@ -204,7 +207,7 @@ class Location:
             limits=self.codemode_limits, session_id=session_id, final_step=final_step,
             removed=removed,
         )
-        return self.snapshots.add(snapshot)
+        return self.snapshots.add(snapshot) if keep else snapshot
 
     async def health(self) -> dict[str, Any]:
         """The truth about this Location: servers, plugins, manifest problems, store usage.

@@ -252,7 +252,7 @@ class Api:
 
     async def list_tools(self, request: Request) -> Response:
         fmt = self._format(request)
-        snapshot = self.location.snapshot(hide_denied=False)
+        snapshot = self.location.snapshot(hide_denied=False, keep=False)
         tools = self.definitions.get(fmt, snapshot.definitions)
         return JSONResponse({"format": fmt, "tools": tools})
 

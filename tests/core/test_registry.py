@@ -154,6 +154,16 @@ async def test_definitions_are_sorted_and_snapshot_options(tmp_path):
         assert unknown.error.kind is ErrorKind.UNKNOWN_TOOL
 
 
+async def test_a_snapshot_not_kept_is_not_addressable(tmp_path):
+    async with Location.open(tmp_path, state_dir=tmp_path / "s") as loc:
+        loc.tools.register({"t": tagged("t")})
+        loose = loc.snapshot(keep=False)
+        assert [d.name for d in loose.definitions] == ["managed_read", "t"]
+        assert len(loc.snapshots) == 0
+        with pytest.raises(SnapshotExpired, match=loose.id):
+            loc.snapshots.get(loose.id)
+
+
 async def test_snapshots_are_addressable_by_id_with_ttl_and_count(tmp_path):
     async with Location.open(tmp_path, state_dir=tmp_path / "s") as loc:
         snap = loc.snapshot()

@@ -238,3 +238,18 @@ async def test_ended_sessions_are_forgotten(
                                            execute=lambda args, ctx: ToolResponse(text="x"))})
     await anyio.sleep(0.5)  # the change is pushed after a 50 ms debounce
     assert len(taken) <= 1, taken  # at most a session still winding down
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_sessions_keep_their_snapshots_out_of_the_id_store(
+    served: Served, mode: str
+) -> None:
+    """A session holds its own snapshot; kept by id too, every listing and every refresh of
+    every session would push the `/v1` callers' snapshots out of the 1,024 the store keeps."""
+    kept = len(served.location.snapshots)
+    async with connect(served.url, mode) as client:
+        for _ in range(3):
+            await client.list_tools()
+        result = await raw_call(client, "echo", {"text": "hi"})
+        assert result.structured_content == {"echoed": "hi"}
+        assert len(served.location.snapshots) == kept

@@ -50,6 +50,19 @@ async def test_tools_in_each_provider_format(served):
     assert bad.status_code == 400 and bad.json()["error"]["field"] == "format"
 
 
+async def test_listing_tools_keeps_no_snapshot_and_evicts_none(served):
+    created = await served.client.post("/v1/snapshots", json={"session_id": "s1"})
+    snapshot_id = created.json()["id"]
+    kept = len(served.location.snapshots)
+    for _ in range(served.location.snapshots.max_count + 5):
+        assert (await served.client.get("/v1/tools")).status_code == 200
+    assert len(served.location.snapshots) == kept
+    call = {"name": "echo", "input": {"text": "still here"}, "context": ctx("c-kept")}
+    res = await served.client.post(f"/v1/snapshots/{snapshot_id}/calls", json=call)
+    assert res.status_code == 200, res.text
+    assert res.json()["output"] == {"echoed": "still here"}
+
+
 async def test_snapshot_call_idempotent_and_wire_value(served):
     res = await served.client.post("/v1/snapshots", json={"session_id": "s1", "format": "openai"})
     body = res.json()

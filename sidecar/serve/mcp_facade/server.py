@@ -172,7 +172,7 @@ class McpFacade:
             live = self.sessions.live()
             for state in live:
                 if state.snapshot is not None:
-                    state.snapshot = self.location.snapshot(session_id=state.id)
+                    state.snapshot = self.location.snapshot(session_id=state.id, keep=False)
             for state in live:
                 if not state.modern:
                     await self._note(state.session, types.ToolListChangedNotification())
@@ -184,7 +184,7 @@ class McpFacade:
         self, ctx: Ctx, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         state = self.sessions.state(ctx)
-        snapshot = state.snapshot = self.location.snapshot(session_id=state.id)
+        snapshot = state.snapshot = self.location.snapshot(session_id=state.id, keep=False)
         modern = _modern(ctx)
         return self._listings.get(modern, snapshot.definitions,
                                   lambda: tools.tool_list(snapshot, modern=modern))
@@ -197,7 +197,7 @@ class McpFacade:
             return await self._resume(ctx, state.id, params)
         snapshot = state.snapshot
         if snapshot is None:
-            snapshot = state.snapshot = self.location.snapshot(session_id=state.id)
+            snapshot = state.snapshot = self.location.snapshot(session_id=state.id, keep=False)
         meta: dict[str, Any] = dict(params.meta) if params.meta is not None else {}
         client = ctx.session.client_params
         try:
@@ -244,7 +244,7 @@ class McpFacade:
     def fast_list(self, state: SessionState) -> dict[str, Any]:
         """`_list_tools` as the wire result the SDK's runner would send (the same dump and
         the same protocol-version sieve), cached per registry state and version."""
-        snapshot = state.snapshot = self.location.snapshot(session_id=state.id)
+        snapshot = state.snapshot = self.location.snapshot(session_id=state.id, keep=False)
         version = state.protocol_version or "2025-11-25"
 
         def build() -> dict[str, Any]:
