@@ -352,8 +352,10 @@ class SpoolWriter:
         raise ManagedStoreError(f"spool is {self._state.value}; it cannot be written again")
 
     def _stop_worker(self) -> None:
+        # Jobs still queued run and find the temp file discarded (`StoreClosed`): cancelling
+        # them here would raise `CancelledError` in writers that nobody cancelled.
         if self._worker is not None:
-            self._worker.shutdown(wait=False, cancel_futures=True)
+            self._worker.shutdown(wait=False)
 
     async def _run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """Run `fn` after every job queued before it; abort the spool if it fails."""

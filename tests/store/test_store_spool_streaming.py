@@ -30,6 +30,7 @@ def test_newlines_at_every_cut_match_bytes_count(size: int, density: float) -> N
     cuts = sorted({0, size, *(rng.randrange(size + 1) for _ in range(20))})
     expected = [data[:cut].count(b"\n") for cut in cuts] + [data.count(b"\n")]
     assert newlines_at(data, cuts) == expected
+    assert newlines_at(data, []) == [data.count(b"\n")]
 
 
 async def test_overlapping_writes_land_in_call_order(store: ManagedStore) -> None:
@@ -120,3 +121,21 @@ async def test_a_large_object_is_written_back_as_it_streams(
     assert ref.size_bytes - ends[-1] < WRITEBACK_BYTES
     tail = await store.read_bytes(ref.id, ref.size_bytes - len(chunk), len(chunk))
     assert tail.text.encode() == chunk
+
+
+async def test_closing_the_store_under_queued_writes_is_store_closed_not_cancelled(
+    store: ManagedStore, root: Path
+) -> None:
+    spool = store.open_spool()
+    await spool.__aenter__()
+    await spool.write("first\n")
+    big = "z" * (8 * WINDOW)
+    writes = [asyncio.create_task(spool.write(big)) for _ in range(3)]
+    await asyncio.sleep(0)  # every write has queued its windows
+    await store.aclose()
+    results = await asyncio.gather(*writes, return_exceptions=True)
+    assert not any(isinstance(r, asyncio.CancelledError) for r in results), results
+    assert any(isinstance(r, StoreClosed) for r in results), results
+    await spool.__aexit__(None, None, None)
+    assert files_in(root) == []
+    await eventually(lambda: not _spool_threads())
