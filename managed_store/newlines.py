@@ -43,4 +43,3 @@ def _counter(data: bytes) -> Callable[[int, int], int]:
 
     is_newline = np.frombuffer(data, dtype=np.uint8) == _NEWLINE
     return lambda start, stop: int(np.count_nonzero(is_newline[start:stop]))
-

@@ -321,13 +321,12 @@ class OutputCapture:
         data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
         self._pending.clear()
         self._pending_bytes = 0
-        while len(self._writing) >= SPOOL_DEPTH:
-            await self._writing[0]
-            self._writing.popleft()
+        await self._drain(keep=SPOOL_DEPTH - 1)
         self._writing.append(asyncio.create_task(self._spool.write(data)))
 
-    async def _drain(self) -> None:
-        """Wait for the batches in flight; a failure (e.g. `RetentionError`) raises here."""
-        while self._writing:
+    async def _drain(self, keep: int = 0) -> None:
+        """Wait, oldest first, until at most `keep` batches are in flight; a failure (e.g.
+        `RetentionError`) raises here."""
+        while len(self._writing) > keep:
             await self._writing[0]
             self._writing.popleft()
