@@ -207,9 +207,15 @@ async def test_cancellation_stops_the_group_and_propagates(location, tmp_path):
     async with manifest_tools(location, entries):
         task = asyncio.create_task(call(location, "slow", {}, call_id="cancelled"))
         await eventually(lambda: complete(pids))
+        done_first = task.done()
         task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        try:
+            returned = await task
+        except asyncio.CancelledError:
+            pass
+        else:  # seen once in CI on uvloop; say what the call did instead
+            pytest.fail(f"the call was not cancelled (done before cancel(): {done_first}); "
+                        f"it returned {returned!r}")
     for pid in pids_in(pids):
         await eventually(lambda pid=pid: gone(pid), within=2)  # SIGKILL was sent: dying
     assert await location.outcome("cancelled") is None  # a cancellation is never a result
