@@ -12,7 +12,8 @@ External targets run in their own virtualenvs (gitignored), created on demand:
 (see bench/requirements-compare.txt). A missing venv, or a missing `sidecar stdio` / `/mcp`
 facade, prints its row as "n/a (...)". Everything binds 127.0.0.1; every child is stopped by
 PID. Method: shared/notes/anchor-bench.md (mcp.Client, mode="legacy", cache=None, raw
-`send_request(CallToolRequest)`; rounds interleaved across targets, best of N).
+`send_request(CallToolRequest)`; the bridge section interleaves every target in short
+blocks and reports median per-block ratios, the others interleave rounds, best of N).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ MB = 1_000_000
 SECTIONS = ("bridge", "native", "large", "startup", "catalog")
 
 sys.path.insert(0, str(HERE))
-from timing import concurrent, sequential  # noqa: E402
+from timing import concurrent, pct, sequential  # noqa: E402
 
 # -- small helpers ---------------------------------------------------------------------------
 
@@ -161,7 +162,6 @@ class Target:
     setup: Callable[[], contextlib.AbstractAsyncContextManager[Any]] | None = None
     unavailable: str | None = None
     server_pid: int | None = None  # long-lived HTTP server targets
-    rounds: list[dict[str, Any]] = field(default_factory=list)
 
 
 def stdio_params(command: str, args: list[str], env: dict[str, str] | None = None) -> Any:
@@ -387,30 +387,94 @@ def cpu_seconds(pid: int | None) -> float:
         return 0.0
 
 
-async def bridge_round(target: Target, seq: int, tasks: int, per_task: int, warm: int) -> dict[str, Any]:
-    import psutil
+@dataclass
+class Phase:
+    """One target's calls in one phase (sequential or concurrent), block by block."""
 
-    before = {p.pid for p in psutil.Process().children()}
-    async with target.connect() as client:
-        name = await find_tool(client, "echo")
-        pid = target.server_pid or next(iter(new_children(before)), None)
-        async def one(label: str) -> None:
-            await call(client, name, {"text": f"hello {label}"})
+    rates: dict[int, float] = field(default_factory=dict)  # block number -> calls/s
+    latencies: list[float] = field(default_factory=list)  # seconds, every call
+    calls: int = 0
+    seconds: float = 0.0
+    cpu: float = 0.0  # CPU seconds of the process the client talks to
 
-        for i in range(warm):
-            await one(f"w{i}")
-        cpu0 = cpu_seconds(pid)
-        stats: dict[str, Any] = await sequential(one, seq)
-        cpu1 = cpu_seconds(pid)
-        stats.update(await concurrent(one, tasks, per_task))
-    stats["cpu_us"] = (cpu1 - cpu0) / seq * 1e6 if pid else None
-    return stats
+    @property
+    def rate(self) -> float:
+        return self.calls / self.seconds if self.seconds else 0.0
+
+    def p(self, q: float) -> float:
+        return pct(self.latencies, q) * 1e3
+
+
+@dataclass
+class Connected:
+    target: Target
+    client: Any
+    tool: str
+    pid: int | None
+    seq: Phase = field(default_factory=Phase)
+    conc: Phase = field(default_factory=Phase)
+
+    async def one(self, label: str) -> None:
+        await call(self.client, self.tool, {"text": f"hello {label}"})
+
+
+async def _close_quietly(stack: contextlib.AsyncExitStack) -> None:
+    with contextlib.suppress(Exception):
+        await stack.aclose()
+
+
+def block_ratio(mine: Phase, other: Phase) -> list[float]:
+    """`mine`'s rate over `other`'s in each block both ran, sorted."""
+    return sorted(rate / other.rates[k] for k, rate in mine.rates.items()
+                  if other.rates.get(k))
+
+
+def fmt_median(ratios: list[float]) -> str:
+    return f"{statistics.median(ratios):.2f}x" if ratios else "–"
+
+
+def fmt_middle(ratios: list[float]) -> str:
+    """The middle half of the block ratios (25th to 75th percentile)."""
+    if not ratios:
+        return "–"
+    return f"{pct(ratios, 0.25):.2f}–{pct(ratios, 0.75):.2f}"
+
+
+async def run_blocks(live: list[Connected], blocks: int, phase: str, measure: Callable[
+        [Connected, list[float]], Any]) -> list[Connected]:
+    """Every live target runs block 0, then block 1, ...; the order rotates each block, so no
+    target always follows the same one. A target that fails is dropped (reported "failed")."""
+    for k in range(blocks):
+        order = live[k % len(live):] + live[:k % len(live)] if live else []
+        for item in order:
+            part: Phase = getattr(item, phase)
+            cpu0 = cpu_seconds(item.pid)
+            try:
+                async with asyncio.timeout(300):
+                    stats = await measure(item, part.latencies)
+            except BaseException as exc:
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                item.target.unavailable = f"failed: {_short(exc)}"
+                continue
+            part.cpu += cpu_seconds(item.pid) - cpu0
+            rate_key, seconds_key = (("seq_rate", "seq_seconds") if phase == "seq"
+                                     else ("conc_rate", "conc_seconds"))
+            part.rates[k] = stats[rate_key]
+            part.seconds += stats[seconds_key]
+            part.calls += round(stats[rate_key] * stats[seconds_key])
+        live = [x for x in live if not x.target.unavailable]
+    return live
 
 
 async def section_bridge(opts: argparse.Namespace) -> str:
+    import psutil
+
     quick = opts.quick
     rounds = opts.rounds or (1 if quick else 3)
     seq, tasks, per_task, warm = (20, 16, 3, 5) if quick else (500, 16, 60, 30)
+    seq_block, conc_block = (10, 3) if quick else (50, 10)
+    seq_blocks, conc_blocks = rounds * (seq // seq_block), rounds * (per_task // conc_block)
     with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
         t = Targets(Path(tmp))
         async with t.stack:
@@ -423,46 +487,66 @@ async def section_bridge(opts: argparse.Namespace) -> str:
             for target in targets:
                 if target.name.startswith("sidecar") and target.unavailable:
                     target.unavailable = f"n/a (facade not available: {target.unavailable[5:-1]})"
-            live = [x for x in targets if not x.unavailable]
-            for _ in range(rounds):  # interleaved: every target once per round
-                for target in live:
+            async with contextlib.AsyncExitStack() as clients:
+                live: list[Connected] = []
+                for target in targets:  # all connected at once; idle while the others run
+                    if target.unavailable:
+                        continue
+                    before = {p.pid for p in psutil.Process().children()}
+                    own = contextlib.AsyncExitStack()  # closed quietly: a failed target's too
+                    clients.push_async_callback(_close_quietly, own)
                     try:
-                        async with asyncio.timeout(300):
-                            target.rounds.append(
-                                await bridge_round(target, seq, tasks, per_task, warm))
-                    except BaseException as exc:
-                        if isinstance(exc, KeyboardInterrupt):
-                            raise
+                        async with asyncio.timeout(120):
+                            client = await own.enter_async_context(target.connect())
+                            tool = await find_tool(client, "echo")
+                            item = Connected(target, client, tool, target.server_pid
+                                             or next(iter(new_children(before)), None))
+                            for i in range(warm):
+                                await item.one(f"w{i}")
+                    except Exception as exc:
                         target.unavailable = f"failed: {_short(exc)}"
-                live = [x for x in live if not x.unavailable]
-    direct = targets[0].rounds
+                        continue
+                    live.append(item)
+                connected = list(live)
+                live = await run_blocks(live, seq_blocks, "seq", lambda item, into: sequential(
+                    item.one, seq_block, into))
+                await run_blocks(live, conc_blocks, "conc", lambda item, into: concurrent(
+                    item.one, tasks, conc_block, into))
+    by_name = {item.target.name: item for item in connected}
+    direct = by_name.get("direct stdio")
     rows_seq, rows_conc = [], []
-    best = {}
     for target in targets:
-        if target.unavailable or not target.rounds:
-            rows_seq.append([target.name, target.unavailable or "no rounds", "", "", "", "", ""])
-            rows_conc.append([target.name, target.unavailable or "no rounds", "", "", "", ""])
+        row = by_name.get(target.name)
+        if target.unavailable or row is None or not row.seq.calls:
+            rows_seq.append([target.name, target.unavailable or "no calls", "", "", "", "", ""])
+            rows_conc.append([target.name, target.unavailable or "no calls", "", "", "", ""])
             continue
-        bs = max(target.rounds, key=lambda r: r["seq_rate"])
-        bc = max(target.rounds, key=lambda r: r["conc_rate"])
-        best[target.name] = (bs, bc)
-        span_s = f"{min(r['seq_rate'] for r in target.rounds):.0f}–{max(r['seq_rate'] for r in target.rounds):.0f}"
-        span_c = f"{min(r['conc_rate'] for r in target.rounds):.0f}–{max(r['conc_rate'] for r in target.rounds):.0f}"
-        d_s = max(r["seq_rate"] for r in direct) if direct else None
-        d_c = max(r["conc_rate"] for r in direct) if direct else None
-        cpu = statistics.median([r["cpu_us"] for r in target.rounds if r["cpu_us"]] or [0])
-        rows_seq.append([target.name, f"{bs['seq_rate']:.0f}", span_s, fmt_ratio(bs["seq_rate"], d_s),
-                         f"{bs['seq_p50']:.2f}", f"{bs['seq_p99']:.2f}", f"{cpu:.0f}"])
-        rows_conc.append([target.name, f"{bc['conc_rate']:.0f}", span_c, fmt_ratio(bc["conc_rate"], d_c),
-                          f"{bc['conc_p50']:.1f}", f"{bc['conc_p99']:.1f}"])
-    out = [f"### 1. Bridge: `echo` through each target ({rounds} interleaved rounds, best shown)\n",
-           f"Sequential: {warm} warm-up + {seq} timed calls per round on one connection. "
-           f"`cpu µs/call` is the CPU of the process the client talks to (the upstream itself "
-           f"for direct, the proxy otherwise).\n",
-           table(["target", "calls/s (best)", "min–max", "vs direct", "p50 ms", "p99 ms",
+        cpu = f"{row.seq.cpu / row.seq.calls * 1e6:.0f}" if row.pid else ""
+        seq_ratios = block_ratio(row.seq, direct.seq) if direct else []
+        conc_ratios = block_ratio(row.conc, direct.conc) if direct else []
+        rows_seq.append([target.name, f"{row.seq.rate:.0f}", fmt_median(seq_ratios),
+                         fmt_middle(seq_ratios), f"{row.seq.p(0.5):.2f}",
+                         f"{row.seq.p(0.99):.2f}", cpu])
+        rows_conc.append([target.name, f"{row.conc.rate:.0f}" if row.conc.calls else "–",
+                          fmt_median(conc_ratios), fmt_middle(conc_ratios),
+                          f"{row.conc.p(0.5):.1f}" if row.conc.calls else "–",
+                          f"{row.conc.p(0.99):.1f}" if row.conc.calls else "–"])
+    out = [f"### 1. Bridge: `echo` through each target (interleaved blocks; rounds: {rounds})\n",
+           "Every target is connected at once (`mcp.Client`, one session each) and warmed up "
+           f"({warm} calls); then they take turns in blocks, the order rotating every block: "
+           f"{seq_blocks} × {seq_block} sequential calls, then {conc_blocks} × ({tasks} "
+           f"concurrent callers × {conc_block} calls). A block takes about a second, so "
+           "the VM's speed swings (2–3x within minutes here) hit every target alike. `calls/s`: "
+           "all calls over all the target's block time. `vs direct`: the median over blocks of "
+           "the target's rate divided by direct stdio's rate in the same block; `middle half`: "
+           "the 25th–75th percentile of those ratios. Latencies are over every call. "
+           "`cpu µs/call` is the CPU of the process the client talks to (the upstream itself "
+           "for direct, the proxy otherwise) during the sequential blocks.\n",
+           table(["target", "calls/s", "vs direct", "middle half", "p50 ms", "p99 ms",
                   "cpu µs/call"], rows_seq),
-           f"\n{tasks} concurrent callers × {per_task} calls on one session:\n",
-           table(["target", "calls/s (best)", "min–max", "vs direct", "p50 ms", "p99 ms"], rows_conc),
+           f"\n{tasks} concurrent callers on one session:\n",
+           table(["target", "calls/s", "vs direct", "middle half", "p50 ms", "p99 ms"],
+                 rows_conc),
            "\nBaseline (anchor-bench, same kind of box, mcp.Client): sequential direct 900–980, "
            "mcp-proxy 200–260, FastMCP 160–220 calls/s; 16 concurrent: direct 1,110–1,180, "
            "mcp-proxy 370–410, FastMCP 245–320.",
@@ -476,22 +560,22 @@ async def section_bridge(opts: argparse.Namespace) -> str:
            "`protocol: legacy`). `sidecar stdio, upstream era auto` is the default manifest: the "
            "sidecar picks the 2026-07-28 era, where the SDK's server handles a per-request "
            "`_meta` envelope on every call."]
-    out.append("\n" + verdict_bridge(best))
+    out.append("\n" + verdict_bridge(by_name))
     # the bridge core without the facade: Snapshot.execute -> pool -> upstream, in one process
     try:
         core = child_json(["bridge-core", "--bytes", str(seq), "--tools", str(per_task)], 600)
-        d = best.get("direct stdio")
         out += [
             "\nSidecar bridge core without an MCP front (`Snapshot.execute` → ServerPool → "
             "upstream `echo`, durable outcome log on, in the daemon process; run after the "
-            "rounds above, so compare with care):\n",
-            table(["path", "seq calls/s", "vs direct", "p50 ms", "p99 ms", "daemon cpu µs/call",
-                   "16-conc calls/s", "vs direct", "p50 ms", "p99 ms"],
+            "blocks above and not interleaved with them, so compare with care):\n",
+            table(["path", "seq calls/s", "vs direct (all blocks)", "p50 ms", "p99 ms",
+                   "daemon cpu µs/call", "16-conc calls/s", "vs direct (all blocks)", "p50 ms",
+                   "p99 ms"],
                   [["Snapshot.execute via pool", f"{core['seq_rate']:.0f}",
-                    fmt_ratio(core["seq_rate"], d[0]["seq_rate"] if d else None),
+                    fmt_ratio(core["seq_rate"], direct.seq.rate if direct else None),
                     f"{core['seq_p50']:.2f}", f"{core['seq_p99']:.2f}", f"{core['cpu_us']:.0f}",
                     f"{core['conc_rate']:.0f}",
-                    fmt_ratio(core["conc_rate"], d[1]["conc_rate"] if d else None),
+                    fmt_ratio(core["conc_rate"], direct.conc.rate if direct else None),
                     f"{core['conc_p50']:.1f}", f"{core['conc_p99']:.1f}"]]),
         ]
     except RuntimeError as exc:
@@ -499,26 +583,33 @@ async def section_bridge(opts: argparse.Namespace) -> str:
     return "\n".join(out)
 
 
-def verdict_bridge(best: dict[str, Any]) -> str:
+def verdict_bridge(by_name: dict[str, Connected]) -> str:
+    """Each sidecar row against the targets: median block ratios, p99 over every call."""
     lines = []
-    d = best.get("direct stdio")
+    d = by_name.get("direct stdio")
     for mine in ("sidecar stdio", "sidecar stdio, upstream era auto (2026-07-28)",
                  "sidecar /mcp (HTTP)"):
-        s = best.get(mine)
-        if not s or not d:
+        s = by_name.get(mine)
+        if not s or not d or not s.seq.calls or s.target.unavailable:
             lines.append(f"- {mine}: not measured")
             continue
         parts = []
-        for mode, rate, p99 in (("sequential", "seq_rate", "seq_p99"), ("16 concurrent", "conc_rate", "conc_p99")):
-            idx = 0 if mode == "sequential" else 1
-            r = s[idx][rate] / d[idx][rate]
-            q = s[idx][p99] / d[idx][p99]
+        for mode, phase in (("sequential", "seq"), ("16 concurrent", "conc")):
+            ours: Phase = getattr(s, phase)
+            theirs: Phase = getattr(d, phase)
+            if not ours.calls or not theirs.calls:
+                parts.append(f"{mode}: not measured")
+                continue
+            ratios = block_ratio(ours, theirs)
+            r = statistics.median(ratios) if ratios else 0.0
+            q = ours.p(0.99) / theirs.p(0.99)
             others = []
             for other in ("bare byte relay (floor)", "FastMCP proxy stdio",
                           "mcp-proxy (streamable HTTP)"):
-                o = best.get(other)
-                if o:
-                    others.append(f"{s[idx][rate] / o[idx][rate]:.2f}x {other.split()[0]}")
+                o = by_name.get(other)
+                vs = block_ratio(ours, getattr(o, phase)) if o else []
+                if vs:
+                    others.append(f"{statistics.median(vs):.2f}x {other.split()[0]}")
             parts.append(f"{mode}: {r:.2f}x direct ({'ok' if r >= 0.6 else 'MISS'}), "
                          f"p99 {q:.2f}x direct ({'ok' if q <= 2 else 'MISS'})"
                          + (", " + ", ".join(others) if others else ""))
