@@ -5,7 +5,8 @@
     -> the leader exited: whatever is left in its group is killed (SIGKILL), so nothing a
        command started outlives its call or holds its pipes open
     -> timeout or cancellation: SIGTERM to the group, `terminate_grace` seconds, SIGKILL to the
-       group, the leader reaped; a cancellation is re-raised, never turned into a result
+       group, the leader reaped; a cancellation is re-raised, never turned into a result, even
+       when a pump fails in the same loop turn (asyncio's TaskGroup then raises the failure)
 
 Pipes are always drained: past a capture's hard cap the bytes are counted and discarded, so a
 chatty child never blocks on a full pipe and its exit code stays meaningful. Memory per stream
@@ -213,6 +214,8 @@ async def supervise(
     proc = running.proc
     returncode: int | None = None
     deadline = asyncio.timeout(spec.timeout)
+    task = asyncio.current_task()
+    cancelling = task.cancelling() if task is not None else 0
     try:
         async with deadline:
             async with asyncio.TaskGroup() as group:
@@ -229,6 +232,10 @@ async def supervise(
         return Exited(proc.pid, returncode, timed_out=True)
     except BaseExceptionGroup as failed:  # a pump failed (e.g. the store could not retain)
         await stop_group(proc, spec.terminate_grace)
+        if task is not None and task.cancelling() > cancelling:
+            # Cancelled in the same loop turn: the TaskGroup raised the pump's error and
+            # dropped the cancellation, which must still propagate.
+            raise asyncio.CancelledError() from failed.exceptions[0]
         raise failed.exceptions[0] from None
     except BaseException:  # cancellation: stop the group, then let it propagate
         await stop_group(proc, spec.terminate_grace)
