@@ -418,9 +418,20 @@ class Connected:
         await call(self.client, self.tool, {"text": f"hello {label}"})
 
 
-async def _close_quietly(stack: contextlib.AsyncExitStack) -> None:
-    with contextlib.suppress(Exception):
-        await stack.aclose()
+async def _hold(target: Target, opened: asyncio.Future[Any], done: asyncio.Event) -> None:
+    """Keep one target's client open in a task of its own until `done`: a client's task group
+    that fails cancels this task, not the one measuring every target."""
+    try:
+        async with target.connect() as client:
+            opened.set_result(client)
+            await done.wait()
+    except Exception as exc:
+        if not opened.done():
+            opened.set_exception(exc)
+        target.unavailable = target.unavailable or f"failed: {_short(exc)}"
+    finally:
+        if not opened.done():
+            opened.set_exception(RuntimeError("the client closed before it opened"))
 
 
 def block_ratio(mine: Phase, other: Phase) -> list[float]:
@@ -450,11 +461,9 @@ async def run_blocks(live: list[Connected], blocks: int, phase: str, measure: Ca
             part: Phase = getattr(item, phase)
             cpu0 = cpu_seconds(item.pid)
             try:
-                async with asyncio.timeout(300):
+                async with asyncio.timeout(120):
                     stats = await measure(item, part.latencies)
-            except BaseException as exc:
-                if isinstance(exc, KeyboardInterrupt):
-                    raise
+            except Exception as exc:  # includes the timeout; a cancellation propagates
                 item.target.unavailable = f"failed: {_short(exc)}"
                 continue
             part.cpu += cpu_seconds(item.pid) - cpu0
@@ -487,17 +496,19 @@ async def section_bridge(opts: argparse.Namespace) -> str:
             for target in targets:
                 if target.name.startswith("sidecar") and target.unavailable:
                     target.unavailable = f"n/a (facade not available: {target.unavailable[5:-1]})"
-            async with contextlib.AsyncExitStack() as clients:
-                live: list[Connected] = []
+            done = asyncio.Event()
+            holders: list[asyncio.Task[None]] = []
+            live: list[Connected] = []
+            try:
                 for target in targets:  # all connected at once; idle while the others run
                     if target.unavailable:
                         continue
                     before = {p.pid for p in psutil.Process().children()}
-                    own = contextlib.AsyncExitStack()  # closed quietly: a failed target's too
-                    clients.push_async_callback(_close_quietly, own)
+                    opened: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                    holders.append(asyncio.create_task(_hold(target, opened, done)))
                     try:
                         async with asyncio.timeout(120):
-                            client = await own.enter_async_context(target.connect())
+                            client = await opened
                             tool = await find_tool(client, "echo")
                             item = Connected(target, client, tool, target.server_pid
                                              or next(iter(new_children(before)), None))
@@ -512,6 +523,9 @@ async def section_bridge(opts: argparse.Namespace) -> str:
                     item.one, seq_block, into))
                 await run_blocks(live, conc_blocks, "conc", lambda item, into: concurrent(
                     item.one, tasks, conc_block, into))
+            finally:
+                done.set()
+                await asyncio.gather(*holders, return_exceptions=True)
     by_name = {item.target.name: item for item in connected}
     direct = by_name.get("direct stdio")
     rows_seq, rows_conc = [], []
