@@ -151,14 +151,32 @@ class CallTracker:
 
 
 class DefinitionsCache:
-    """Provider definitions of recent snapshots (see `by_definitions`)."""
+    """Provider definitions of recent snapshots (see `by_definitions`), and their JSON: for
+    5,000 tools encoding took as long as taking the snapshot (~9 ms here)."""
 
-    def __init__(self, size: int = 32) -> None:
+    def __init__(self, size: int = 32, encoded_size: int = 8) -> None:
         self._cache = ByDefinitions[list[dict[str, Any]]](size)
+        self._encoded = ByDefinitions[bytes](encoded_size)
 
     def get(self, fmt: Format, definitions: Any, *, strict: bool = False) -> list[dict[str, Any]]:
         return self._cache.get((fmt, strict), definitions,
                                lambda: definitions_for(fmt, definitions, strict=strict))
+
+    def encoded(self, fmt: Format, definitions: Any, *, strict: bool = False) -> bytes:
+        """`get(...)` as compact JSON, encoded once per definitions."""
+        return self._encoded.get(
+            (fmt, strict), definitions,
+            lambda: pydantic_core.to_json(self.get(fmt, definitions, strict=strict)))
+
+
+def json_with(
+    fields: dict[str, Any], name: str, encoded: bytes, status_code: int = 200
+) -> Response:
+    """A JSON object response: `fields`, then `name` whose value is JSON encoded already."""
+    head = pydantic_core.to_json(fields)
+    joined = head[:-1] + (b"," if fields else b"") + pydantic_core.to_json(name) + b":"
+    return Response(joined + encoded + b"}", status_code=status_code,
+                    media_type="application/json")
 
 
 class Api:
@@ -253,8 +271,8 @@ class Api:
     async def list_tools(self, request: Request) -> Response:
         fmt = self._format(request)
         snapshot = self.location.snapshot(hide_denied=False, keep=False)
-        tools = self.definitions.get(fmt, snapshot.definitions)
-        return JSONResponse({"format": fmt, "tools": tools})
+        return json_with({"format": fmt}, "tools",
+                         self.definitions.encoded(fmt, snapshot.definitions))
 
     async def create_snapshot(self, request: Request) -> Response:
         body = await self._body(request, SnapshotBody)
@@ -266,15 +284,14 @@ class Api:
             self._strict[snapshot.id] = None
             while len(self._strict) > self.location.snapshots.max_count:
                 self._strict.popitem(last=False)
-        return JSONResponse({
+        return json_with({
             "id": snapshot.id,
             "session_id": body.session_id,
             "tool_choice": snapshot.tool_choice,
             "format": body.format,
             "expires_in": self.location.snapshots.ttl_seconds,
-            "definitions": self.definitions.get(body.format, snapshot.definitions,
-                                                strict=body.strict),
-        }, status_code=201)
+        }, "definitions", self.definitions.encoded(body.format, snapshot.definitions,
+                                                   strict=body.strict), status_code=201)
 
     async def call(self, request: Request) -> Response:
         body = await self._body(request, CallBody)

@@ -8,7 +8,9 @@ import json
 import httpx
 import pytest
 
-from tests.serve.conftest import TOKEN
+from sidecar import Tool
+from sidecar.serve.replay import definitions_for
+from tests.serve.conftest import TOKEN, EchoIn, EchoOut
 
 pytestmark = pytest.mark.anyio
 
@@ -48,6 +50,35 @@ async def test_tools_in_each_provider_format(served):
         assert "echo" in json.dumps(res.json()["tools"])
     bad = await served.client.get("/v1/tools", params={"format": "cohere"})
     assert bad.status_code == 400 and bad.json()["error"]["field"] == "format"
+
+
+async def test_listings_follow_the_registry_and_match_a_fresh_encoding(served):
+    """Listings are encoded once per registry state: the cached bytes must equal a fresh
+    conversion, and a registry change must show at once, in both endpoints."""
+    for fmt in ("openai", "anthropic"):
+        for strict in (False, True):
+            snap = served.location.snapshot(hide_denied=False, keep=False)
+            expected = definitions_for(fmt, snap.definitions, strict=strict)
+            first = await served.client.post("/v1/snapshots", json={
+                "session_id": "s1", "format": fmt, "strict": strict})
+            again = await served.client.post("/v1/snapshots", json={
+                "session_id": "s1", "format": fmt, "strict": strict})
+            assert first.json()["definitions"] == again.json()["definitions"] == expected
+            assert first.json()["id"] != again.json()["id"]
+        listed = await served.client.get("/v1/tools", params={"format": fmt})
+        assert listed.json() == {"format": fmt, "tools": definitions_for(fmt, snap.definitions)}
+    async def late(args: EchoIn, ctx: object) -> EchoOut:
+        return EchoOut(echoed=args.text)
+
+    served.location.tools.register({"late_tool": Tool(
+        description="Registered after the first listing", input=EchoIn, output=EchoOut,
+        execute=late)})
+    for fmt in ("openai", "anthropic"):  # both encoded before the change
+        listed = await served.client.get("/v1/tools", params={"format": fmt})
+        created = await served.client.post("/v1/snapshots", json={
+            "session_id": "s1", "format": fmt, "strict": True})
+        assert "late_tool" in json.dumps(listed.json()["tools"]), fmt
+        assert "late_tool" in json.dumps(created.json()["definitions"]), fmt
 
 
 async def test_listing_tools_keeps_no_snapshot_and_evicts_none(served):
