@@ -424,6 +424,17 @@ async def catalog(servers: int, tools: int, inproc: int) -> None:
                         r = await c.post("/v1/snapshots", json={"session_id": "bench"})
                         r.raise_for_status()
                         posts.append(time.perf_counter() - t0)
+                # the daemon's side of GET /v1/tools: the app answering in this process (ASGI,
+                # no socket), the body read but not parsed
+                served = []
+                async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                             base_url="http://127.0.0.1",
+                                             headers={"authorization": f"Bearer {TOKEN}"}) as c:
+                    for _ in range(11):
+                        t0 = time.perf_counter()
+                        r = await c.get("/v1/tools")
+                        r.raise_for_status()
+                        served.append(time.perf_counter() - t0)
                 # tools/list through the MCP facade (/mcp, streamable HTTP, one page)
                 mcp_lists = []
                 async with httpx2.AsyncClient(headers={"authorization": f"Bearer {TOKEN}"},
@@ -442,6 +453,7 @@ async def catalog(servers: int, tools: int, inproc: int) -> None:
         "tools": count, "listed": listed, "open_s": opened, "register_s": register_s,
         "snapshot_ms": statistics.median(snaps) * 1e3,
         "list_ms": statistics.median(lists[1:]) * 1e3,
+        "list_served_ms": statistics.median(served[1:]) * 1e3,
         "post_snapshot_ms": statistics.median(posts[1:]) * 1e3,
         "mcp_list_ms": statistics.median(mcp_lists[1:]) * 1e3, "mcp_listed": mcp_listed,
         "stdio_list_ms": statistics.median(stdio_lists) * 1e3,
