@@ -549,7 +549,7 @@ async def section_bridge(opts: argparse.Namespace) -> str:
            "Every target is connected at once (`mcp.Client`, one session each) and warmed up "
            f"({warm} calls); then they take turns in blocks, the order rotating every block: "
            f"{seq_blocks} × {seq_block} sequential calls, then {conc_blocks} × ({tasks} "
-           f"concurrent callers × {conc_block} calls). A block takes about a second, so "
+           f"concurrent callers × {conc_block} calls). A block takes 0.2–1 s, so "
            "the VM's speed swings (2–3x within minutes here) hit every target alike. `calls/s`: "
            "all calls over all the target's block time. `vs direct`: the median over blocks of "
            "the target's rate divided by direct stdio's rate in the same block; `middle half`: "
