@@ -3,6 +3,7 @@ plain baseline in every round.
 
     git worktree add /tmp/old <commit>
     .venv/bin/python bench/command_ab.py --old /tmp/old [--new .] [--size-mib 1024] [--rounds 5]
+        [--uvloop]
 
 Each run is a fresh `python -P` process with `PYTHONPATH` on its tree (this venv's packages),
 so both trees share every dependency and differ only in their code. The order of the two
@@ -30,16 +31,20 @@ try:
     if sys.argv[2] == "plain":
         print(json.dumps([plain(base, size), 0.0]))
     else:
-        elapsed, _, _, _, cpu = asyncio.run(through_seam(base, size))
+        if sys.argv[3] == "uvloop":
+            import uvloop
+            elapsed, _, _, _, cpu = uvloop.run(through_seam(base, size))
+        else:
+            elapsed, _, _, _, cpu = asyncio.run(through_seam(base, size))
         print(json.dumps([elapsed, cpu]))
 finally:
     shutil.rmtree(base)
 """
 
 
-def run(tree: Path, size_mib: int, kind: str) -> tuple[float, float]:
+def run(tree: Path, size_mib: int, kind: str, loop: str = "asyncio") -> tuple[float, float]:
     done = subprocess.run(
-        [sys.executable, "-P", "-c", CHILD, str(size_mib), kind],
+        [sys.executable, "-P", "-c", CHILD, str(size_mib), kind, loop],
         cwd=tree, env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"},
         capture_output=True, text=True, check=False,
     )
@@ -55,6 +60,7 @@ def main() -> None:
     parser.add_argument("--new", type=Path, default=Path(__file__).resolve().parent.parent)
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--uvloop", action="store_true", help="run the seam on uvloop (the daemon's loop)")
     options = parser.parse_args()
     trees = {"old": options.old.resolve(), "new": options.new.resolve()}
     runs: dict[str, list[tuple[float, float]]] = {"plain": [], "old": [], "new": []}
@@ -62,11 +68,13 @@ def main() -> None:
         order = ["old", "new"] if number % 2 == 0 else ["new", "old"]
         runs["plain"].append(run(trees["new"], options.size_mib, "plain"))
         for label in order:
-            runs[label].append(run(trees[label], options.size_mib, "seam"))
+            runs[label].append(run(trees[label], options.size_mib, "seam",
+                                   "uvloop" if options.uvloop else "asyncio"))
         print(f"round {number + 1}: " + ", ".join(
             f"{label} {runs[label][-1][0]:.2f} s" for label in ("plain", *order)), flush=True)
     plain_median = statistics.median(elapsed for elapsed, _ in runs["plain"])
     print(f"{options.size_mib:,} MiB of command output, {options.rounds} interleaved rounds "
+          f"on {'uvloop' if options.uvloop else 'asyncio'} "
           f"(old: {trees['old']}, new: {trees['new']})")
     print(f"{'run':<7}{'median s':>10}{'x plain':>9}{'CPU s':>8}   runs")
     for label, results in runs.items():

@@ -1,9 +1,10 @@
-"""`PipeChunks`: a real OS pipe read through the loop, in order, with reading paused while
-more than its limit waits to be taken."""
+"""`PipeChunks`: a real OS pipe read by the loop, in order, with reading paused while more
+than its limit waits to be taken, and its read end closed by `close()`."""
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 
 import pytest
@@ -15,14 +16,10 @@ pytestmark = pytest.mark.anyio
 LIMIT = 256 * 1024
 
 
-async def _open() -> tuple[PipeChunks, asyncio.BaseTransport, int]:
+async def _open() -> tuple[PipeChunks, int]:
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
-    reader = PipeChunks(LIMIT)
-    transport, _ = await asyncio.get_running_loop().connect_read_pipe(
-        lambda: reader, os.fdopen(read_fd, "rb", buffering=0)
-    )
-    return reader, transport, write_fd
+    return PipeChunks(LIMIT, read_fd), write_fd
 
 
 async def _write_all(fd: int, data: bytes) -> None:
@@ -35,7 +32,7 @@ async def _write_all(fd: int, data: bytes) -> None:
 
 
 async def test_chunks_arrive_whole_and_in_order_then_eof() -> None:
-    reader, transport, write_fd = await _open()
+    reader, write_fd = await _open()
     data = bytes(range(256)) * (16 * 1024)  # 4 MiB
     writer = asyncio.create_task(_write_all(write_fd, data))
     got = bytearray()
@@ -50,11 +47,11 @@ async def test_chunks_arrive_whole_and_in_order_then_eof() -> None:
     assert await reader.read() == b""
     assert await reader.read() == b""
     assert bytes(got) == data
-    transport.close()
+    reader.close()
 
 
 async def test_reading_pauses_above_the_limit_and_resumes_when_taken() -> None:
-    reader, transport, write_fd = await _open()
+    reader, write_fd = await _open()
     data = b"x" * (8 * 1024 * 1024)
     writer = asyncio.create_task(_write_all(write_fd, data))
     try:
@@ -72,7 +69,7 @@ async def test_reading_pauses_above_the_limit_and_resumes_when_taken() -> None:
         os.close(write_fd)
     assert total == len(data)
     assert await reader.read() == b""
-    transport.close()
+    reader.close()
 
 
 async def test_a_lost_connection_raises_after_the_queued_chunks() -> None:
@@ -82,3 +79,37 @@ async def test_a_lost_connection_raises_after_the_queued_chunks() -> None:
     assert await reader.read() == b"before"
     with pytest.raises(OSError, match="pipe broke"):
         await reader.read()
+
+
+async def test_close_stops_reading_closes_the_pipe_and_keeps_what_was_read() -> None:
+    reader, write_fd = await _open()
+    read_fd = reader._fd
+    try:
+        os.write(write_fd, b"kept")
+        for _ in range(200):  # until the loop read it
+            if reader._queued:
+                break
+            await asyncio.sleep(0.005)
+        reader.close()
+        reader.close()  # twice is harmless
+        with pytest.raises(OSError):
+            os.fstat(read_fd)  # closed (a writer now gets EPIPE, not a full pipe)
+        with pytest.raises(BrokenPipeError):
+            os.write(write_fd, b"lost")
+    finally:
+        os.close(write_fd)
+    assert await reader.read() == b"kept"
+    assert await reader.read() == b""
+
+
+async def test_reads_take_up_to_a_full_pipe_at_once() -> None:
+    reader, write_fd = await _open()
+    try:
+        # Past the limit in one read: a chunk may be a whole pipe buffer (fewer, larger chunks).
+        fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, 1024 * 1024)
+        os.write(write_fd, b"y" * (1024 * 1024))
+        chunk = await reader.read()
+    finally:
+        os.close(write_fd)
+        reader.close()
+    assert len(chunk) > 256 * 1024  # a read pipe transport took at most 256 KiB
