@@ -428,7 +428,8 @@ async def _hold(target: Target, opened: asyncio.Future[Any], done: asyncio.Event
     except Exception as exc:
         if not opened.done():
             opened.set_exception(exc)
-        target.unavailable = target.unavailable or f"failed: {_short(exc)}"
+        if not done.is_set():  # a failure while closing does not undo the measurements
+            target.unavailable = target.unavailable or f"failed: {_short(exc)}"
     finally:
         if not opened.done():
             opened.set_exception(RuntimeError("the client closed before it opened"))
