@@ -151,22 +151,17 @@ class CallTracker:
 
 
 class DefinitionsCache:
-    """Provider definitions of recent snapshots (see `by_definitions`), and their JSON: for
-    5,000 tools encoding took as long as taking the snapshot (~9 ms here)."""
+    """Provider definitions of recent snapshots as JSON (see `by_definitions`): converting
+    5,000 schemas, then encoding them (~9 ms here), happens once per registry state."""
 
-    def __init__(self, size: int = 32, encoded_size: int = 8) -> None:
-        self._cache = ByDefinitions[list[dict[str, Any]]](size)
-        self._encoded = ByDefinitions[bytes](encoded_size)
-
-    def get(self, fmt: Format, definitions: Any, *, strict: bool = False) -> list[dict[str, Any]]:
-        return self._cache.get((fmt, strict), definitions,
-                               lambda: definitions_for(fmt, definitions, strict=strict))
+    def __init__(self, size: int = 32) -> None:
+        self._encoded = ByDefinitions[bytes](size)
 
     def encoded(self, fmt: Format, definitions: Any, *, strict: bool = False) -> bytes:
-        """`get(...)` as compact JSON, encoded once per definitions."""
+        """`definitions` in `fmt` as compact JSON."""
         return self._encoded.get(
             (fmt, strict), definitions,
-            lambda: pydantic_core.to_json(self.get(fmt, definitions, strict=strict)))
+            lambda: pydantic_core.to_json(definitions_for(fmt, definitions, strict=strict)))
 
 
 def json_with(
