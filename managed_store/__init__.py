@@ -17,13 +17,15 @@ from managed_store.errors import (
     StoreClosed,
 )
 from managed_store.index import StoreStats
-from managed_store.protocol import TextSpool, TextStore
+from managed_store.protocol import FdSpool, TextSpool, TextStore
 from managed_store.reading import GrepMatch, GrepResult, TextSlice
 from managed_store.refs import ManagedRef
-from managed_store.spool import SpoolWriter
+from managed_store.spool import Drained, SpoolWriter
 from managed_store.store import ManagedStore
 
 __all__ = [
+    "Drained",
+    "FdSpool",
     "GrepMatch",
     "GrepResult",
     "InvalidRef",

@@ -8,11 +8,12 @@ PostgreSQL implements the same methods with the same errors (`InvalidRef`, `Mana
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Protocol, Self
+from typing import Protocol, Self, runtime_checkable
 
 from managed_store.index import StoreStats
 from managed_store.reading import GrepResult, TextSlice
 from managed_store.refs import ManagedRef
+from managed_store.spool import Drained
 
 
 class TextSpool(Protocol):
@@ -32,6 +33,15 @@ class TextSpool(Protocol):
     async def commit(self) -> ManagedRef: ...
 
     async def abort(self) -> None: ...
+
+
+@runtime_checkable
+class FdSpool(TextSpool, Protocol):
+    """A spool that can also read a file descriptor itself, off the event loop (optional: a
+    producer checks with `isinstance` and writes chunks otherwise); see
+    `SpoolWriter.write_from`."""
+
+    async def write_from(self, fd: int, drained: Drained) -> None: ...
 
 
 class TextStore(Protocol):

@@ -15,6 +15,11 @@ valid without decoding); anything else is decoded and re-encoded, so the spool o
 receives valid UTF-8. Past `hard_cap`, bytes are counted and discarded: a producer limit,
 reported exactly, never retained.
 
+Once spooling, a producer with a file descriptor (a command's output pipe) can hand it over:
+`feed_from` lets the spool's own threads read the rest (`FdSpool.write_from`), so the event
+loop touches none of those bytes. Only UTF-8 takes that path (valid UTF-8 is stored as read);
+at the first invalid byte the spool hands the rest back and `feed` goes on, with replacement.
+
 Bytes are decoded as `encoding` (UTF-8 by default). Invalid bytes are replaced with U+FFFD and
 `Captured.replaced` says so: the store keeps text, never raw binary.
 
@@ -32,7 +37,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
-from managed_store import ManagedRef, TextSpool, TextStore
+from managed_store import Drained, FdSpool, ManagedRef, TextSpool, TextStore
 from sidecar.bounding import head_end, utf8_length
 
 SPOOL_BATCH = 1024 * 1024
@@ -61,10 +66,12 @@ class _Decoder:
     def passes_through(self, data: bytes) -> bool:
         """Whether `data` is already the UTF-8 its decoding would give: ASCII, in a UTF-8
         stream with no character left open by earlier bytes."""
-        if not self._utf8 or not data.isascii():
-            return False
+        return data.isascii() and self.at_utf8_boundary()
+
+    def at_utf8_boundary(self) -> bool:
+        """Whether the stream is UTF-8 and no character is left open by the bytes so far."""
         decoder = self._strict if self._lenient is None else self._lenient
-        return not decoder.getstate()[0]
+        return self._utf8 and not decoder.getstate()[0]
 
     def decode(self, data: bytes, final: bool = False) -> str:
         if self._lenient is None:
@@ -198,6 +205,7 @@ class OutputCapture:
         self._writing: collections.deque[asyncio.Task[None]] = collections.deque()
         self._head = ""
         self._tail = ""
+        self._fd_refused = False
 
     @property
     def kept_bytes(self) -> int:
@@ -258,6 +266,46 @@ class OutputCapture:
             return
         await self._to_spool(data)
 
+    @property
+    def takes_fd(self) -> bool:
+        """Whether `feed_from` may read the producer's file descriptor now: spooling (with the
+        preview's head complete), to a spool that reads descriptors itself, in UTF-8 with no
+        character open, and no earlier `feed_from` stopped at bytes that are not UTF-8."""
+        return (
+            isinstance(self._spool, FdSpool)
+            and not self._fd_refused
+            and len(self._head) >= _KEEP_CHARS
+            and self._decoder.at_utf8_boundary()
+        )
+
+    async def feed_from(self, fd: int) -> bool:
+        """Feed what `fd` yields, read in the spool's own thread, until its end (True) or until
+        its bytes are not valid UTF-8 (False: feed the rest with `feed`). Only when `takes_fd`.
+
+        The hard cap holds as with `feed` (bytes past it are read and counted). A cancellation
+        leaves the capture consistent: what was read until then is kept and can be finished.
+        """
+        spool = self._spool
+        if not isinstance(spool, FdSpool) or not self.takes_fd:
+            raise RuntimeError("feed_from() needs a capture for which takes_fd is true")
+        await self._flush()
+        await self._drain()  # the thread appends after the batches in flight; fail before it
+        drained = Drained(limit=max(self.room, 0))
+        try:
+            await spool.write_from(fd, drained)
+        finally:
+            self._kept += drained.kept
+            self._dropped += drained.dropped
+            if drained.tail:
+                tail = drained.tail.decode("utf-8", "ignore")  # it may start inside a character
+                self._tail = (self._tail + tail)[-_KEEP_CHARS:]
+            self._take(drained.leftover)
+        if not drained.ended:
+            self._fd_refused = True
+        if self._pending_bytes >= SPOOL_BATCH:
+            await self._flush()
+        return drained.ended
+
     async def finish(self) -> Captured:
         """Commit what was kept and describe it; the capture cannot be fed afterwards."""
         if self._spool is None:
@@ -296,6 +344,12 @@ class OutputCapture:
         await self._to_spool(data)
 
     async def _to_spool(self, data: bytes, final: bool = False) -> None:
+        self._take(data, final)
+        if self._pending_bytes >= SPOOL_BATCH:
+            await self._flush()
+
+    def _take(self, data: bytes, final: bool = False) -> None:
+        """Decode `data` into the pending batch and the preview's head and tail."""
         if self._decoder.passes_through(data):
             if len(self._head) < _KEEP_CHARS:
                 self._head += data[: _KEEP_CHARS - len(self._head)].decode("ascii")
@@ -311,8 +365,6 @@ class OutputCapture:
         self._tail = (self._tail + last)[-_KEEP_CHARS:]
         self._pending.append(data)
         self._pending_bytes += len(data)
-        if self._pending_bytes >= SPOOL_BATCH:
-            await self._flush()
 
     async def _flush(self) -> None:
         """Queue the pending batch, once fewer than `SPOOL_DEPTH` batches are in flight."""

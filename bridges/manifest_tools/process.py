@@ -13,9 +13,12 @@ chatty child never blocks on a full pipe and its exit code stays meaningful. Mem
 is bounded by the chunks read and not yet pumped (`STREAM_LIMIT`: reading pauses above it) plus
 what the capture keeps (see `capture`). Chunks go to the capture as the loop read them
 (`PipeChunks`, which reads the pipes itself), not through a `StreamReader`, which copied every
-byte into its buffer and out again (a third of the time of a 1 GiB output). The output pipes
-are created here (1 MiB kernel buffers) and closed when the run ends, even if a process that
-escaped the group still holds their other end.
+byte into its buffer and out again (a third of the time of a 1 GiB output). Once a capture
+spools and no progress lines are published, the loop holds off and the pipe is read by the
+spool's threads instead (`OutputCapture.feed_from`): a 1 GiB output then costs the daemon
+about a quarter less CPU (`bench/RESULTS.md`, "Session 8"). The output pipes are created here
+(1 MiB kernel buffers) and closed when the run ends, after any thread reading them let go,
+even if a process that escaped the group still holds their other end.
 """
 
 from __future__ import annotations
@@ -150,13 +153,42 @@ class PipeChunks:
         self._fd = -1 if fd is None else fd
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reading = False
+        self._held = False
         if fd is not None:
             self._loop = asyncio.get_running_loop()
             os.set_blocking(fd, False)
             self._resume()
 
+    @property
+    def fd(self) -> int:
+        """The pipe's read end (-1 once closed, or without one)."""
+        return self._fd
+
+    def hold(self) -> list[bytes] | None:
+        """Stop reading and return the chunks read but not yet taken: `fd` is the caller's to
+        read until `release()`. None (and nothing changes) at the end or without an `fd`."""
+        if self._ended or self._fd < 0:
+            return None
+        self._pause()
+        self._held = True
+        chunks = list(self._chunks)
+        self._chunks.clear()
+        self._queued = 0
+        return chunks
+
+    def release(self) -> None:
+        """Read `fd` again after `hold()`."""
+        self._held = False
+        self._resume()
+
     def _resume(self) -> None:
-        if not self._reading and not self._ended and self._fd >= 0 and self._loop is not None:
+        if (
+            not self._reading
+            and not self._held
+            and not self._ended
+            and self._fd >= 0
+            and self._loop is not None
+        ):
             self._loop.add_reader(self._fd, self._read_ready)
             self._reading = True
 
@@ -166,6 +198,8 @@ class PipeChunks:
             self._reading = False
 
     def _read_ready(self) -> None:
+        if not self._reading:  # a callback queued before `_pause()`: the fd may be held now
+            return
         try:
             data = os.read(self._fd, READ_SIZE)
         except (BlockingIOError, InterruptedError):
@@ -280,6 +314,12 @@ async def _pump(
         if progress is not None:
             progress.feed(stream, data)
         await capture.feed(data)
+        if progress is None and capture.takes_fd and (held := reader.hold()) is not None:
+            for chunk in held:
+                await capture.feed(chunk)
+            if capture.takes_fd and await capture.feed_from(reader.fd):
+                return
+            reader.release()
 
 
 async def _feed(writer: asyncio.StreamWriter, data: bytes) -> None:

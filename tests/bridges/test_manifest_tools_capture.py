@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
+import os
 import re
-from collections.abc import AsyncIterator
+import struct
+import termios
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +150,114 @@ async def test_a_batch_failing_in_flight_raises_and_leaves_nothing(tmp_path: Pat
                 await target.finish()
         assert (await small.stats()).count == 0
     assert list((root / "objects").iterdir()) == []
+
+
+@contextmanager
+def producing(data: bytes) -> Iterator[int]:
+    """The read end of a pipe that a thread fills with `data`, then closes."""
+    read_fd, write_fd = os.pipe()
+
+    def write() -> None:
+        with open(write_fd, "wb") as pipe:
+            pipe.write(data)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        yield read_fd
+    finally:
+        writer.join()
+        os.close(read_fd)
+
+
+SPILLED = b"spilled over the memory cap\n" * 400  # the preview's head is complete after it
+
+
+async def test_feed_from_reads_the_rest_in_the_spool_thread_as_feed_would(store):
+    rest = "".join(f"line {n} caf\u00e9 \u20ac\n" for n in range(200_000)).encode()
+    async with capture(store, memory_cap=1024) as target:
+        assert not target.takes_fd  # nothing spooled yet
+        await target.feed(SPILLED)
+        assert target.takes_fd
+        with producing(rest) as read_fd:
+            assert await target.feed_from(read_fd)
+        threaded = await target.finish()
+    async with capture(store, memory_cap=1024) as target:
+        await target.feed(SPILLED)
+        for start in range(0, len(rest), 65536):
+            await target.feed(rest[start : start + 65536])
+        fed = await target.finish()
+
+    whole = (SPILLED + rest).decode()
+    assert threaded.ref is not None and fed.ref is not None
+    assert threaded.kept_bytes == len(SPILLED + rest) == threaded.ref.size_bytes
+    assert (threaded.head, threaded.tail) == (fed.head, fed.tail)
+    assert threaded.tail == whole[-len(threaded.tail):] and len(threaded.tail) == 8193
+    assert threaded.ref.lines == fed.ref.lines == 400 + 200_000
+    read = await store.read_bytes(threaded.ref.id, offset=0, limit=len(whole.encode()))
+    assert read.text == whole
+    previews = [c.preview("stdout").replace(c.ref.id, "<ref>") for c in (threaded, fed) if c.ref]
+    assert previews[0] == previews[1]
+
+
+async def test_feed_from_hands_back_at_bytes_that_are_not_utf8(store):
+    rest = b"ok line\n" * 50_000 + b"bad \xff here\n" + b"after\n" * 1000
+    async with capture(store, memory_cap=1024) as target:
+        await target.feed(SPILLED)
+        with producing(rest) as read_fd:
+            while target.takes_fd:
+                if await target.feed_from(read_fd):
+                    break
+            while data := os.read(read_fd, 65536):  # as the pump does once handed back
+                await target.feed(data)
+        kept = await target.finish()
+    assert not target.takes_fd  # it does not try again on this stream
+    assert kept.replaced and kept.ref is not None
+    assert kept.kept_bytes == len(SPILLED + rest)
+    read = await store.read_bytes(kept.ref.id, offset=0, limit=2 * len(rest))
+    assert read.text == (SPILLED + rest).decode("utf-8", "replace")
+
+
+async def test_feed_from_keeps_the_hard_cap_exactly(store):
+    rest = b"0123456789\n" * 100_000
+    cap = len(SPILLED) + 250_001
+    async with capture(store, memory_cap=1024, hard_cap=cap) as target:
+        await target.feed(SPILLED)
+        with producing(rest) as read_fd:
+            assert await target.feed_from(read_fd)
+        kept = await target.finish()
+    assert (kept.kept_bytes, kept.dropped_bytes) == (cap, len(SPILLED + rest) - cap)
+    assert kept.ref is not None and kept.ref.size_bytes == cap
+    assert kept.tail.endswith("0123456789\n0123")  # 250,001 = 22,727 lines + 4 bytes
+
+
+async def test_a_cancelled_feed_from_leaves_a_capture_that_can_finish(store):
+    read_fd, write_fd = os.pipe()  # the write end stays open: the pipe goes quiet, not ended
+    try:
+        async with capture(store, memory_cap=1024) as target:
+            await target.feed(SPILLED)
+            os.write(write_fd, b"read before the cancel\n")
+            reading = asyncio.create_task(target.feed_from(read_fd))
+            for _ in range(500):  # until the thread read it
+                if not unread(read_fd):
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)  # and appended
+            reading.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await reading
+            kept = await target.finish()
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+    assert kept.ref is not None
+    assert kept.kept_bytes == len(SPILLED) + 23 == kept.ref.size_bytes
+    assert kept.tail.endswith("spilled over the memory cap\nread before the cancel\n")
+
+
+def unread(fd: int) -> int:
+    """Bytes waiting in the pipe whose read end is `fd`."""
+    return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, struct.pack("i", 0)))[0])
 
 
 def test_the_preview_names_exact_omitted_lines():

@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from bridges.manifest_tools import BASE_ENV
+from managed_store import Drained, SpoolWriter
 from sidecar import ErrorKind, TextContent
 from sidecar.permission import PermissionRule
 from tests.bridges.manifest_tools_support.location import (
@@ -275,6 +276,86 @@ async def test_huge_output_is_spooled_and_readable_through_managed_read(location
         f"line 00250000 {'x' * 53}\nline 00250001 {'x' * 53}\n")
     assert "299999: line 00299999" in found.content[0].text
     assert last.text == f"line 00300000 {'x' * 53}\n"
+
+
+@pytest.fixture
+def fd_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The file descriptors `SpoolWriter.write_from` was given (it still does the work)."""
+    given: list[int] = []
+    real = SpoolWriter.write_from
+
+    async def spy(self: SpoolWriter, fd: int, drained: Drained) -> None:
+        given.append(fd)
+        await real(self, fd, drained)
+
+    monkeypatch.setattr(SpoolWriter, "write_from", spy)
+    return given
+
+
+async def test_spooled_output_is_read_off_the_loop_unless_lines_are_published(location, fd_reads):
+    code = ("import sys\nw = sys.stdout.write\n"
+            "for i in range(1, 100_001): w(f'line {i:08d} caf\u00e9 \u20ac\\n')\n"
+            "sys.stderr.write('e' * 200_000)")
+    entries = {"threaded": py(code, memory_cap_bytes=65536),
+               "published": py(code, memory_cap_bytes=65536, progress=True)}
+    async with manifest_tools(location, entries):
+        threaded = await call(location, "threaded", {})
+        assert len(fd_reads) == 2, "stdout and stderr were both read by the spool's thread"
+        published = await call(location, "published", {})
+        assert len(fd_reads) == 2, "with progress, the loop reads the lines itself"
+        refs = [o.metadata["stdout"]["ref"] for o in (threaded, published)]
+        texts = [await location.seam.store.read_bytes(ref, 0, 1 << 24) for ref in refs]
+    assert threaded.status == published.status == "completed", threaded.error
+    for name in ("stdout", "stderr"):
+        assert {**threaded.metadata[name], "ref": ""} == {**published.metadata[name], "ref": ""}
+    assert threaded.metadata["stdout"]["lines"] == 100_000
+    assert texts[0].text == texts[1].text == "".join(
+        f"line {i:08d} caf\u00e9 \u20ac\n" for i in range(1, 100_001))
+    shown = [[item.text.replace(ref, "<ref>") for item in outcome.content]
+             for outcome, ref in zip((threaded, published), refs, strict=True)]
+    assert shown[0][0] == shown[1][0]
+
+
+async def test_output_that_turns_invalid_after_spooling_began_is_replaced_and_said(
+    location, fd_reads
+):
+    code = ("import sys, time\nw = sys.stdout.buffer.write\n"
+            "w(b'valid line\\n' * 100_000); sys.stdout.flush(); time.sleep(0.2)\n"
+            "w(b'bad \\xff byte\\n'); w(b'more\\n' * 100_000)")
+    async with manifest_tools(location, {"bad": py(code, memory_cap_bytes=65536)}):
+        outcome = await call(location, "bad", {})
+        assert outcome.status == "completed", outcome.error
+        stored = await location.seam.store.read_bytes(
+            outcome.metadata["stdout"]["ref"], 0, 1 << 24)
+    assert len(fd_reads) == 1
+    assert outcome.metadata["stdout"]["replaced_invalid_bytes"] is True
+    assert "[stdout is not valid UTF-8" in outcome.content[0].text
+    assert stored.text == "valid line\n" * 100_000 + "bad \ufffd byte\n" + "more\n" * 100_000
+
+
+async def test_a_descendant_holding_stdout_after_a_large_output_times_out_cleanly(
+    location, tmp_path, fd_reads
+):
+    pid_file = tmp_path / "escaped"
+    code = (
+        "import os, subprocess, sys\n"
+        "sys.stdout.write('output line\\n' * 100_000); sys.stdout.flush()\n"
+        "child = subprocess.Popen(['sleep', '30'], start_new_session=True)\n"  # escapes the group
+        f"open({str(pid_file)!r}, 'w').write(f'{{child.pid}}\\n')\n"
+    )
+    try:
+        async with manifest_tools(location, {"held": py(code, timeout=1.5,
+                                                        memory_cap_bytes=65536)}):
+            outcome = await call(location, "held", {})
+            ref = outcome.partial["stdout"]["ref"]
+            stored = await location.seam.store.stat(ref)
+    finally:
+        for pid in pids_in(pid_file) if complete(pid_file) else []:
+            os.kill(pid, 9)
+    assert fd_reads, "the pipe was being read by the spool's thread when the timeout came"
+    assert outcome.error.kind is ErrorKind.TIMEOUT
+    assert "kept its output open until the timeout (1.5 s)" in outcome.error.message
+    assert stored.size_bytes == len("output line\n") * 100_000
 
 
 async def test_the_hard_cap_keeps_draining_and_states_the_exact_loss(location):

@@ -113,3 +113,29 @@ async def test_reads_take_up_to_a_full_pipe_at_once() -> None:
         os.close(write_fd)
         reader.close()
     assert len(chunk) > 256 * 1024  # a read pipe transport took at most 256 KiB
+
+
+async def test_hold_hands_over_the_queued_chunks_and_the_pipe_until_release() -> None:
+    reader, write_fd = await _open()
+    try:
+        os.write(write_fd, b"queued")
+        for _ in range(200):  # until the loop read it
+            if reader._queued:
+                break
+            await asyncio.sleep(0.005)
+        held = reader.hold()
+        assert held == [b"queued"]
+        os.write(write_fd, b"for the holder")
+        for _ in range(20):  # the loop leaves a held pipe alone
+            await asyncio.sleep(0.005)
+        assert reader._queued == 0
+        assert os.read(reader.fd, 100) == b"for the holder"
+        os.write(write_fd, b"after release")
+        reader.release()
+        assert await reader.read() == b"after release"
+    finally:
+        os.close(write_fd)
+    assert await reader.read() == b""
+    assert reader.hold() is None  # at the end there is nothing to hand over
+    reader.close()
+    assert reader.fd == -1
