@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -356,6 +357,30 @@ async def test_a_descendant_holding_stdout_after_a_large_output_times_out_cleanl
     assert outcome.error.kind is ErrorKind.TIMEOUT
     assert "kept its output open until the timeout (1.5 s)" in outcome.error.message
     assert stored.size_bytes == len("output line\n") * 100_000
+
+
+async def test_cancelling_while_the_spool_reads_the_pipe_propagates_and_keeps_nothing(
+    location, tmp_path, fd_reads
+):
+    pids = tmp_path / "pids"
+    code = (
+        "import os, sys, time\n"
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}}\\n')\n"
+        "sys.stdout.write('output line\\n' * 100_000); sys.stdout.flush()\n"
+        "while True: sys.stdout.write('slow\\n'); sys.stdout.flush(); time.sleep(0.05)\n"
+    )
+    async with manifest_tools(location, {"endless": py(code, memory_cap_bytes=65536)}):
+        task = asyncio.create_task(call(location, "endless", {}, call_id="stopped"))
+        await eventually(lambda: bool(fd_reads) and complete(pids))
+        await asyncio.sleep(0.1)  # the spool's threads are reading the slow lines
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert (await location.seam.store.stats()).count == 0  # the spool was aborted
+    assert not [t for t in threading.enumerate() if t.name.startswith("managed-store-append")]
+    for pid in pids_in(pids):
+        await eventually(lambda pid=pid: gone(pid), within=2)
+    assert await location.outcome("stopped") is None
 
 
 async def test_the_hard_cap_keeps_draining_and_states_the_exact_loss(location):
