@@ -1,0 +1,24 @@
+"""Smoke test of bench/outcome_hop.py: it runs and prints its table (no timing asserted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_outcome_hop_prints_a_row_per_gap() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "outcome_hop.py"), "--records", "5",
+         "--gaps", "0,1"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("outcome record, median of 5")
+    assert "insert, warmed cpu us" in lines[1]
+    rows = [line.split() for line in lines[2:]]
+    assert [row[0] for row in rows] == ["0", "1"]
+    assert all(len(row) == 5 and all(float(value) >= 0 for value in row) for row in rows)
