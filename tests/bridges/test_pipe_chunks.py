@@ -31,6 +31,15 @@ async def _write_all(fd: int, data: bytes) -> None:
             await asyncio.sleep(0.001)
 
 
+async def _until_read(reader: PipeChunks) -> None:
+    """Wait (up to 1 s) until the loop has read something from the pipe."""
+    for _ in range(200):
+        if reader._queued:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("the loop read nothing from the pipe within 1 s")
+
+
 async def test_chunks_arrive_whole_and_in_order_then_eof() -> None:
     reader, write_fd = await _open()
     data = bytes(range(256)) * (16 * 1024)  # 4 MiB
@@ -86,10 +95,7 @@ async def test_close_stops_reading_closes_the_pipe_and_keeps_what_was_read() -> 
     read_fd = reader._fd
     try:
         os.write(write_fd, b"kept")
-        for _ in range(200):  # until the loop read it
-            if reader._queued:
-                break
-            await asyncio.sleep(0.005)
+        await _until_read(reader)
         reader.close()
         reader.close()  # twice is harmless
         with pytest.raises(OSError):
@@ -119,10 +125,7 @@ async def test_hold_hands_over_the_queued_chunks_and_the_pipe_until_release() ->
     reader, write_fd = await _open()
     try:
         os.write(write_fd, b"queued")
-        for _ in range(200):  # until the loop read it
-            if reader._queued:
-                break
-            await asyncio.sleep(0.005)
+        await _until_read(reader)
         held = reader.hold()
         assert held == [b"queued"]
         os.write(write_fd, b"for the holder")
