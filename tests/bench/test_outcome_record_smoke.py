@@ -1,4 +1,5 @@
-"""Smoke test of bench/outcome_hop.py: it runs and prints its table (no timing asserted)."""
+"""Smoke tests of bench/outcome_hop.py and bench/record_inline_ab.py: they run and print
+their results (no timing asserted)."""
 
 from __future__ import annotations
 
@@ -22,3 +23,15 @@ def test_outcome_hop_prints_a_row_per_gap() -> None:
     rows = [line.split() for line in lines[2:]]
     assert [row[0] for row in rows] == ["0", "1"]
     assert all(len(row) == 5 and all(float(value) >= 0 for value in row) for row in rows)
+
+
+def test_record_inline_ab_compares_both_daemons() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "record_inline_ab.py"), "--blocks", "4",
+         "--calls", "3"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = proc.stdout.strip().splitlines()[-1]
+    assert line.startswith("4 blocks of 3 sequential calls: inline / thread "), line
+    assert "calls/s thread " in line and ", inline " in line
