@@ -41,7 +41,7 @@ from sidecar.cli_backends import (
     Unreachable,
     find_daemon,
 )
-from sidecar.daemon import default_state_dir, serve, stdio
+from sidecar.daemon import default_state_dir, freeze_startup_heap, serve, stdio
 from sidecar.serve.replay import FORMATS
 
 EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -230,11 +230,17 @@ def _configure_logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _run(coro: Any) -> Any:
+def _run(coro: Any, *, daemon: bool = False) -> Any:
+    """Run `coro` on uvloop where it builds; `daemon`: a long-lived process, whose import-time
+    heap is frozen first (`freeze_startup_heap`)."""
     try:
         import uvloop
     except ImportError:  # uvloop does not build on Windows
+        if daemon:
+            freeze_startup_heap()
         return asyncio.run(coro)
+    if daemon:
+        freeze_startup_heap()
     return uvloop.run(coro)
 
 
@@ -244,12 +250,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _check(args)
     if args.command == "stdio":
         _configure_logging()  # stderr only: stdout carries MCP messages
-        _run(stdio(state_dir=args.state_dir, manifests=_manifests(args)))
+        _run(stdio(state_dir=args.state_dir, manifests=_manifests(args)), daemon=True)
         return EXIT_OK
     if args.command == "serve":
         _configure_logging()
         _run(serve(state_dir=args.state_dir, manifests=_manifests(args), host=args.host,
-                   port=args.port, auth=not args.no_auth, allowed_hosts=args.allowed_host))
+                   port=args.port, auth=not args.no_auth, allowed_hosts=args.allowed_host),
+             daemon=True)
         return EXIT_OK
     try:
         return int(_run(_client(args)))

@@ -114,3 +114,42 @@ progress = true
     assert call.returncode == 0, call.stderr
     assert "tick 3" in call.stdout
     assert '"line"' in call.stderr and "tick" in call.stderr  # progress snapshots were shown
+
+
+def _in_subprocess(script: str) -> dict[str, int]:
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_freezing_the_startup_heap_leaves_only_later_objects_to_the_collector():
+    found = _in_subprocess("""
+import gc, json
+import sidecar.daemon
+before = len(gc.get_objects())
+sidecar.daemon.freeze_startup_heap()
+frozen, left = gc.get_freeze_count(), len(gc.get_objects())
+cycle = []; cycle.append(cycle); del cycle  # garbage made afterwards is still found
+print(json.dumps({"before": before, "frozen": frozen, "left": left, "collected": gc.collect()}))
+""")
+    assert found["before"] > 50_000  # what a full collection walked before
+    assert found["frozen"] >= found["before"] - 100
+    assert found["left"] < 100
+    assert found["collected"] >= 1
+
+
+@pytest.mark.parametrize("command", ["stdio", "serve"])
+def test_the_daemon_commands_freeze_the_startup_heap_before_their_loop_runs(command):
+    """`main` with the daemon's body replaced by one that reports what the collector sees."""
+    found = _in_subprocess(f"""
+import gc, json
+import sidecar.cli as cli
+seen = {{}}
+async def body(**kwargs):
+    seen["frozen"] = gc.get_freeze_count()
+cli.{command} = body
+assert cli.main(["{command}"]) == cli.EXIT_OK
+print(json.dumps(seen))
+""")
+    assert found["frozen"] > 50_000
