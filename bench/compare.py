@@ -812,11 +812,12 @@ async def section_large(opts: argparse.Namespace) -> str:
 def section_startup(opts: argparse.Namespace) -> str:
     counts = [1, 3] if opts.quick else [1, 20]
     rounds = opts.rounds or (1 if opts.quick else 3)
-    kinds = [("SDK upstream (bench/upstream.py)", False),
-             ("light upstream (bench/light_upstream.py)", True)]
+    kinds = [("SDK upstream (bench/upstream.py)", "sdk"),
+             ("light upstream (bench/light_upstream.py)", "light"),
+             ("bash upstream (bench/sh_upstream.sh)", "sh")]
     rows = []
-    for label, light in kinds:
-        extra = ["--light"] if light else []
+    for label, upstream in kinds:
+        extra = ["--upstream", upstream]
         res: dict[str, dict[int, list[float]]] = {
             kind: {n: [] for n in counts} for kind in ("startup", "spawn")}
         for _ in range(rounds):
@@ -828,8 +829,8 @@ def section_startup(opts: argparse.Namespace) -> str:
         bare_one = min(res["spawn"][counts[0]])
         for n in counts:
             ready, bare = res["startup"][n], res["spawn"][n]
-            rows.append([label, n, f"{min(ready):.2f}", f"{max(ready):.2f}",
-                         fmt_ratio(min(ready), one), f"{min(bare):.2f}",
+            rows.append([label, n, f"{min(ready):.3f}", f"{max(ready):.3f}",
+                         fmt_ratio(min(ready), one), f"{min(bare):.3f}",
                          fmt_ratio(min(bare), bare_one),
                          f"{(min(ready) - min(bare)) * 1000:.0f}"])
     return "\n".join([
@@ -838,9 +839,11 @@ def section_startup(opts: argparse.Namespace) -> str:
                "no sidecar: spawn + initialize s", "no sidecar vs 1", "sidecar adds ms"], rows),
         f"\nMachine: {os.cpu_count()} CPUs. The SDK upstream is a Python process importing the "
         "mcp SDK (~0.8 s of CPU), so N of them need N × that CPU on the box whatever starts "
-        "them; the light upstream (plain JSON-RPC, ~30 ms) shows how the sidecar's own start "
-        "scales. `no sidecar`: the same N upstreams spawned at once by a bare asyncio script "
-        "that waits for each `initialize` answer: what the machine itself needs to start them.",
+        "them; the light upstream (plain JSON-RPC in Python, ~30 ms) and the bash upstream "
+        "(~3 ms) show how the sidecar's own start scales. `no sidecar`: the same N upstreams "
+        "spawned at once by a bare asyncio script that waits for each `initialize` answer: what "
+        "the machine itself needs to start them. The sidecar's rows freeze the import-time heap "
+        "first, as `sidecar serve` and `sidecar stdio` do.",
         "Baseline: the 1-server time of the same upstream. Target: 20 servers <= 1.5x it.",
     ])
 

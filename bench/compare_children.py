@@ -14,7 +14,8 @@ Each child prints its result as one JSON line prefixed `RESULT ` on stdout (serv
   `big(nbytes)` call through the seam; time and this process's peak RSS (VmHWM reset first).
 - `large-command --bytes N`: `bench/command_large.py`'s seam run and its plain baseline.
 - `disk --bytes N`: writing N bytes of text to a file with fsync (the baseline).
-- `startup --servers N`: time from `Location.open` until every upstream server is ready.
+- `startup --servers N [--upstream sdk|light|sh]`: time from `Location.open` until every
+  upstream server is ready, with the heap frozen first as the daemon commands do.
 - `spawn --servers N`: the same upstreams with no sidecar: spawn N at once and wait until each
   answered `initialize` (the machine's own cost of starting them; the startup baseline).
 - `catalog --servers S --tools T`: S upstream servers with T tools each (manifests), or
@@ -64,16 +65,23 @@ def result(data: dict[str, Any]) -> None:
     print("RESULT " + json.dumps(data), flush=True)
 
 
-def write_manifest(directory: Path, servers: int, tools: int = 0, light: bool = False) -> Path:
+def upstream_argv(upstream: str, tools: int = 0) -> list[str]:
+    """How to start one upstream of a kind: `sdk` (bench/upstream.py, the `mcp` SDK), `light`
+    (bench/light_upstream.py, plain Python) or `sh` (bench/sh_upstream.sh, bash)."""
+    if upstream == "light":
+        return [sys.executable, str(HERE / "light_upstream.py")]
+    if upstream == "sh":
+        return ["bash", str(HERE / "sh_upstream.sh")]
+    return [sys.executable, str(UPSTREAM)] + (["--tools", str(tools)] if tools else [])
+
+
+def write_manifest(directory: Path, servers: int, tools: int = 0, upstream: str = "sdk") -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     entries = {}
     for i in range(servers):
         key = "up" if servers == 1 else f"up{i:02d}"
-        if light:
-            args = [str(HERE / "light_upstream.py")]
-        else:
-            args = [str(UPSTREAM)] + (["--tools", str(tools)] if tools else [])
-        entries[key] = {"command": sys.executable, "args": args,
+        command, *args = upstream_argv(upstream, tools)
+        entries[key] = {"command": command, "args": args,
                         "timeouts": {"startup": 120, "call": 900},
                         "max_result_bytes": 2**31 - 1}
     (directory / "bench.json").write_text(json.dumps({"mcpServers": entries}))
@@ -251,11 +259,13 @@ def disk(nbytes: int) -> None:
 
 # -- startup ---------------------------------------------------------------------------------
 
-async def startup(servers: int, light: bool) -> None:
+async def startup(servers: int, upstream: str) -> None:
     from sidecar import Location
+    from sidecar.daemon import freeze_startup_heap
 
+    freeze_startup_heap()  # as `sidecar serve` and `sidecar stdio` do before they open
     with tempfile.TemporaryDirectory() as tmp:
-        manifests = write_manifest(Path(tmp) / "manifests", servers, light=light)
+        manifests = write_manifest(Path(tmp) / "manifests", servers, upstream=upstream)
         start = time.perf_counter()
         async with Location.open(tmp, state_dir=Path(tmp) / "state", manifests=[manifests],
                                  entry_point_plugins=False) as location:
@@ -273,15 +283,15 @@ async def startup(servers: int, light: bool) -> None:
     result({"open_s": opened, "ready_s": ready})
 
 
-async def spawn(servers: int, light: bool) -> None:
-    script = HERE / "light_upstream.py" if light else UPSTREAM
+async def spawn(servers: int, upstream: str) -> None:
+    argv = upstream_argv(upstream)
     hello = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "bench", "version": "1"}}}).encode() + b"\n"
 
     async def one() -> asyncio.subprocess.Process:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(script), stdin=asyncio.subprocess.PIPE,
+            *argv, stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(hello)
@@ -471,7 +481,8 @@ def main() -> None:
     parser.add_argument("--servers", type=int, default=0)
     parser.add_argument("--tools", type=int, default=0)
     parser.add_argument("--inproc", type=int, default=0)
-    parser.add_argument("--light", action="store_true", help="startup: bench/light_upstream.py")
+    parser.add_argument("--upstream", choices=["sdk", "light", "sh"], default="sdk",
+                        help="startup, spawn: which upstream (see `upstream_argv`)")
     args = parser.parse_args()
     import logging
 
@@ -490,9 +501,9 @@ def main() -> None:
     elif args.kind == "disk":
         disk(args.bytes)
     elif args.kind == "startup":
-        asyncio.run(startup(args.servers, args.light))
+        asyncio.run(startup(args.servers, args.upstream))
     elif args.kind == "spawn":
-        asyncio.run(spawn(args.servers, args.light))
+        asyncio.run(spawn(args.servers, args.upstream))
     elif args.kind == "catalog":
         asyncio.run(catalog(args.servers, args.tools, args.inproc))
     else:
