@@ -27,7 +27,7 @@ import logging
 import os
 import secrets
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -233,15 +233,16 @@ def _configure_logging() -> None:
 def _run(coro: Any, *, daemon: bool = False) -> Any:
     """Run `coro` on uvloop where it builds; `daemon`: a long-lived process, whose import-time
     heap is frozen first (`freeze_startup_heap`)."""
+    run: Callable[[Any], Any]
     try:
         import uvloop
+
+        run = uvloop.run
     except ImportError:  # uvloop does not build on Windows
-        if daemon:
-            freeze_startup_heap()
-        return asyncio.run(coro)
+        run = asyncio.run
     if daemon:
         freeze_startup_heap()
-    return uvloop.run(coro)
+    return run(coro)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
