@@ -76,7 +76,7 @@ async def main(trees: dict[str, Path], blocks: int, calls: int, callers: int) ->
                     rates[name].append(rate[name])
                 ratios.append(rate["new"] / rate["old"])
     low, _, high = statistics.quantiles(ratios, n=4)
-    mode = "sequential" if callers == 1 else f"{callers} callers ×"
+    mode = "sequential" if callers == 1 else f"{callers} callers x"
     return (f"{blocks} blocks of {mode} {calls} calls: new / old {statistics.median(ratios):.3f} "
             f"(middle half {low:.3f}-{high:.3f}); calls/s old "
             f"{statistics.median(rates['old']):.0f}, new {statistics.median(rates['new']):.0f} "

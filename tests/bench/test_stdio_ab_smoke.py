@@ -15,4 +15,4 @@ def test_stdio_ab_compares_two_trees() -> None:
 def test_stdio_ab_with_concurrent_callers() -> None:
     line = run_bench("stdio_ab.py", "--old", str(ROOT), "--blocks", "4", "--calls", "2",
                      "--callers", "3")[-1]
-    assert line.startswith("4 blocks of 3 callers × 2 calls: new / old "), line
+    assert line.startswith("4 blocks of 3 callers x 2 calls: new / old "), line
