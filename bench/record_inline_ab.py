@@ -18,12 +18,12 @@ import asyncio
 import os
 import statistics
 import tempfile
-import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 from compare import SIDECAR, find_tool, mcp_client, stdio_params, write_manifest
+from stdio_ab import summary, take_turns
 
 INLINE = '''
 import os
@@ -60,22 +60,9 @@ async def main(blocks: int, calls: int) -> None:
                 for _ in range(100):
                     await client.call_tool(tool, {"text": "hi"})
                 clients[name] = (client, tool)
-            ratios: list[float] = []
-            rates: dict[str, list[float]] = {"thread": [], "inline": []}
-            for block in range(blocks):
-                rate: dict[str, float] = {}
-                for name in ("thread", "inline") if block % 2 else ("inline", "thread"):
-                    client, tool = clients[name]
-                    start = time.perf_counter()
-                    for _ in range(calls):
-                        await client.call_tool(tool, {"text": "hi"})
-                    rate[name] = calls / (time.perf_counter() - start)
-                    rates[name].append(rate[name])
-                ratios.append(rate["inline"] / rate["thread"])
-    low, _, high = statistics.quantiles(ratios, n=4)
-    print(f"{blocks} blocks of {calls} sequential calls: inline / thread "
-          f"{statistics.median(ratios):.3f} (middle half {low:.3f}-{high:.3f}); calls/s "
-          f"thread {statistics.median(rates['thread']):.0f}, "
+            ratios, rates = await take_turns(clients, ("thread", "inline"), blocks, calls)
+    print(f"{blocks} blocks of {calls} sequential calls: inline / thread {summary(ratios)}; "
+          f"calls/s thread {statistics.median(rates['thread']):.0f}, "
           f"inline {statistics.median(rates['inline']):.0f}")
 
 

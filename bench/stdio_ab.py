@@ -47,6 +47,32 @@ async def block(client: Any, tool: str, callers: int, calls: int) -> float:
     return callers * calls / (time.perf_counter() - start)
 
 
+async def take_turns(
+    clients: dict[str, tuple[Any, str]], names: tuple[str, str], blocks: int, calls: int,
+    callers: int = 1,
+) -> tuple[list[float], dict[str, list[float]]]:
+    """`blocks` blocks in which both clients (name -> client, tool) run `block`, the order
+    alternating; the ratios of the second name's rate over the first's per block, and the
+    rates."""
+    base, other = names
+    ratios: list[float] = []
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    for number in range(blocks):
+        rate: dict[str, float] = {}
+        for name in names if number % 2 else names[::-1]:
+            client, tool = clients[name]
+            rate[name] = await block(client, tool, callers, calls)
+            rates[name].append(rate[name])
+        ratios.append(rate[other] / rate[base])
+    return ratios, rates
+
+
+def summary(ratios: list[float]) -> str:
+    """The median ratio and its middle half (25th-75th percentile)."""
+    low, _, high = statistics.quantiles(ratios, n=4)
+    return f"{statistics.median(ratios):.3f} (middle half {low:.3f}-{high:.3f})"
+
+
 async def main(trees: dict[str, Path], blocks: int, calls: int, callers: int) -> str:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -66,19 +92,9 @@ async def main(trees: dict[str, Path], blocks: int, calls: int, callers: int) ->
                 for _ in range(WARM_CALLS):
                     await client.call_tool(tool, {"text": "hi"})
                 clients[name] = (client, tool)
-            ratios: list[float] = []
-            rates: dict[str, list[float]] = {name: [] for name in trees}
-            for number in range(blocks):
-                rate: dict[str, float] = {}
-                for name in ("old", "new") if number % 2 else ("new", "old"):
-                    client, tool = clients[name]
-                    rate[name] = await block(client, tool, callers, calls)
-                    rates[name].append(rate[name])
-                ratios.append(rate["new"] / rate["old"])
-    low, _, high = statistics.quantiles(ratios, n=4)
+            ratios, rates = await take_turns(clients, ("old", "new"), blocks, calls, callers)
     mode = "sequential" if callers == 1 else f"{callers} callers x"
-    return (f"{blocks} blocks of {mode} {calls} calls: new / old {statistics.median(ratios):.3f} "
-            f"(middle half {low:.3f}-{high:.3f}); calls/s old "
+    return (f"{blocks} blocks of {mode} {calls} calls: new / old {summary(ratios)}; calls/s old "
             f"{statistics.median(rates['old']):.0f}, new {statistics.median(rates['new']):.0f} "
             f"(old: {trees['old']}, new: {trees['new']})")
 
