@@ -9,13 +9,14 @@ import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
-
-import httpx
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sidecar.daemon import Location
 from sidecar.events import CallProgress
 from sidecar.tool import ToolContext
+
+if TYPE_CHECKING:
+    import httpx
 
 
 class Unreachable(Exception):
@@ -121,7 +122,10 @@ class RemoteBackend:
             except OSError:
                 token = None
         headers = {"authorization": f"Bearer {token}"} if token else {}
-        self._client = httpx.AsyncClient(base_url=url, headers=headers, timeout=None)
+        import httpx  # only a client of a running daemon needs it (`sidecar stdio` does not)
+
+        self._client: httpx.AsyncClient = httpx.AsyncClient(
+            base_url=url, headers=headers, timeout=None)
         self._url = url
 
     async def __aenter__(self) -> RemoteBackend:
@@ -131,6 +135,8 @@ class RemoteBackend:
         await self._client.aclose()
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        import httpx
+
         try:
             response = await self._client.request(method, path, **kwargs)
         except httpx.TransportError as exc:

@@ -12,7 +12,9 @@ that were registered stay. A tool whose config did not change keeps its tool val
 flight keep the tool value they captured and finish normally.
 
 All http tools share one `httpx.AsyncClient` (connection pooling; redirects off unless a tool
-asks for them) that the registrar owns, unless one is passed in.
+asks for them) that the registrar owns, unless one is passed in. `httpx` is imported with the
+first http tool: its import also loads its command line's libraries (rich, click, pygments when
+installed), ~40 ms of every daemon start that has no http tool.
 """
 
 from __future__ import annotations
@@ -20,29 +22,32 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Self
-
-import httpx
+from typing import TYPE_CHECKING, Self
 
 from bridges.manifest import Sourced
 from bridges.manifest_tools.command_tool import command_tool
 from bridges.manifest_tools.config import CommandToolConfig, HttpToolConfig, ManifestToolConfig
-from bridges.manifest_tools.http_tool import http_tool
 from managed_store import TextStore
 from sidecar.errors import RegistrationError
 from sidecar.permission import PermissionGate
 from sidecar.registry import Scope, Tools
 from sidecar.tool import Tool
 
+if TYPE_CHECKING:
+    import httpx
+
 MAX_REDIRECTS = 10
-POOL_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+MAX_CONNECTIONS = 100
+MAX_KEEPALIVE_CONNECTIONS = 20
 
 
 def shared_client() -> httpx.AsyncClient:
     """The default client: pooled, no redirects unless a request asks, env proxies honoured."""
-    return httpx.AsyncClient(
-        follow_redirects=False, max_redirects=MAX_REDIRECTS, limits=POOL_LIMITS
-    )
+    import httpx  # here, not at the top: see the module docstring
+
+    limits = httpx.Limits(max_connections=MAX_CONNECTIONS,
+                          max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS)
+    return httpx.AsyncClient(follow_redirects=False, max_redirects=MAX_REDIRECTS, limits=limits)
 
 
 class ManifestTools:
@@ -107,6 +112,8 @@ class ManifestTools:
 
     def _build(self, config: ManifestToolConfig) -> Tool:
         if isinstance(config, HttpToolConfig):
+            from bridges.manifest_tools.http_tool import http_tool  # imports httpx
+
             return http_tool(
                 config,
                 client=self._http_client(),

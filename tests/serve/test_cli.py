@@ -153,3 +153,28 @@ assert cli.main(["{command}"]) == cli.EXIT_OK
 print(json.dumps(seen))
 """)
     assert found["frozen"] > 50_000
+
+
+def test_a_daemon_without_http_tools_does_not_import_httpx(tmp_path):
+    """httpx loads its command line's libraries (rich, click, pygments) on import, ~40 ms of
+    a daemon's start: only an http tool, or a client of a running daemon, imports it."""
+    (tmp_path / "http.toml").write_text(
+        '[tools.fetch]\nkind = "http"\ndescription = "a page"\n'
+        'input = { type = "object", properties = {} }\n'
+        'request = { method = "GET", url = "http://127.0.0.1:9/" }\n')
+    found = _in_subprocess(f"""
+import asyncio, json, sys
+from pathlib import Path
+import sidecar.cli, sidecar.serve.mcp_facade
+from sidecar import Location
+root = Path({str(tmp_path)!r})
+async def names(manifests):
+    async with Location.open(root, state_dir=root / "state", manifests=manifests,
+                             entry_point_plugins=False) as location:
+        return sorted(location.snapshot().names), "httpx" in sys.modules
+seen = {{"default": asyncio.run(names([{str(Path(__file__).parents[2] / "manifests")!r}]))}}
+seen["http"] = asyncio.run(names([str(root / "http.toml")]))
+print(json.dumps(seen))
+""")
+    assert found["default"] == [["managed_read", "utc_now"], False]
+    assert found["http"] == [["fetch", "managed_read"], True]
