@@ -30,6 +30,7 @@ def test_compare_quick_prints_every_table() -> None:
     assert "| direct stdio | " in out
     assert "| bare byte relay (floor) | " in out
     assert "no sidecar: spawn + initialize s" in out
+    assert "from launch: best s" in out
     assert "| sidecar stdio | " in out  # measured, or "n/a (facade not available ...)"
     assert "| bare Starlette JSON echo | " in out
     assert out.count("|---|") >= 6
