@@ -29,20 +29,18 @@ import secrets
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridges.manifest import load_manifests, manifest_json_schema
 from bridges.manifest_tools import manifest_tool_validator
-from sidecar.cli_backends import (
-    Backend,
-    EmbeddedBackend,
-    Refused,
-    RemoteBackend,
-    Unreachable,
-    find_daemon,
-)
-from sidecar.daemon import default_state_dir, freeze_startup_heap, serve, stdio
 from sidecar.serve.replay import FORMATS
+
+if TYPE_CHECKING:
+    from sidecar.cli_backends import Backend
+
+# The daemon (`sidecar.daemon`, with the `mcp` SDK: most of a start) is imported by the
+# commands that need it, after `serve` and `stdio` have spawned their stdio servers
+# (`_import_daemon`): those start on another core while the imports run.
 
 EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
@@ -189,7 +187,33 @@ def _print_health(report: dict[str, Any], as_json: bool) -> int:
     return EXIT_OK if report["status"] == "ok" else EXIT_TOOL_ERROR
 
 
+async def stdio(**options: Any) -> None:
+    """`sidecar.daemon.stdio`, imported when called."""
+    from sidecar.daemon import stdio as run_stdio
+
+    await run_stdio(**options)
+
+
+async def serve(**options: Any) -> None:
+    """`sidecar.daemon.serve`, imported when called."""
+    from sidecar.daemon import serve as run_serve
+
+    await run_serve(**options)
+
+
+def _import_daemon(args: argparse.Namespace) -> None:
+    """For `serve` and `stdio`: spawn the manifests' stdio servers, then import the daemon
+    while they start (`bridges.prestart`; the Location's pool adopts them)."""
+    from bridges.prestart import prestart_servers
+
+    prestart_servers(_manifests(args))
+    import sidecar.daemon  # noqa: F401  (the imports the servers' start overlaps)
+
+
 async def _client(args: argparse.Namespace) -> int:
+    from sidecar.cli_backends import EmbeddedBackend, RemoteBackend, find_daemon
+    from sidecar.daemon import default_state_dir
+
     state = args.state_dir or str(default_state_dir())
     url = args.url or os.environ.get("SIDECAR_URL") or (
         None if args.embedded else find_daemon(state)
@@ -241,6 +265,8 @@ def _run(coro: Any, *, daemon: bool = False) -> Any:
     except ImportError:  # uvloop does not build on Windows
         run = asyncio.run
     if daemon:
+        from sidecar.daemon import freeze_startup_heap
+
         freeze_startup_heap()
     return run(coro)
 
@@ -251,14 +277,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _check(args)
     if args.command == "stdio":
         _configure_logging()  # stderr only: stdout carries MCP messages
+        _import_daemon(args)
         _run(stdio(state_dir=args.state_dir, manifests=_manifests(args)), daemon=True)
         return EXIT_OK
     if args.command == "serve":
         _configure_logging()
+        _import_daemon(args)
         _run(serve(state_dir=args.state_dir, manifests=_manifests(args), host=args.host,
                    port=args.port, auth=not args.no_auth, allowed_hosts=args.allowed_host),
              daemon=True)
         return EXIT_OK
+    from sidecar.cli_backends import Refused, Unreachable
+
     try:
         return int(_run(_client(args)))
     except Unreachable as exc:

@@ -27,6 +27,7 @@ from uvicorn import Server as uvicorn_Server
 
 from bridges.manifest import ManifestSet
 from bridges.mcp import ServerHealth
+from bridges.prestart import PRESTARTED
 from managed_store import ManagedStore
 from sidecar.codemode import (
     DEFAULT_LIMITS,
@@ -319,7 +320,10 @@ async def serve(
     from sidecar.serve.security import load_or_create_token
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
-    async with Location.open(root, state_dir=state, manifests=manifests, watch=True) as location:
+    async with _unclaimed_stopped(), Location.open(
+        root, state_dir=state, manifests=manifests, watch=True
+    ) as location:
+        await asyncio.to_thread(PRESTARTED.discard)
         token: str | None = None
         if auth:
             token, created = await asyncio.to_thread(load_or_create_token, state)
@@ -381,5 +385,20 @@ async def stdio(
     from sidecar.serve.mcp_facade import serve_stdio
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
-    async with Location.open(root, state_dir=state, manifests=manifests, watch=True) as location:
+    async with _unclaimed_stopped(), Location.open(
+        root, state_dir=state, manifests=manifests, watch=True
+    ) as location:
+        await asyncio.to_thread(PRESTARTED.discard)
         await serve_stdio(location)
+
+
+@asynccontextmanager
+async def _unclaimed_stopped() -> AsyncIterator[None]:
+    """Whatever happens, no server the CLI prestarted (`bridges.prestart`) outlives the
+    daemon unclaimed: once the Location is open (its pool claimed what it starts), and on the
+    way out if it never opened."""
+    try:
+        yield
+    finally:
+        if PRESTARTED.waiting:
+            await asyncio.to_thread(PRESTARTED.discard)

@@ -51,8 +51,9 @@ from pydantic import BaseModel, Discriminator, Tag, TypeAdapter
 from bridges.manifest import ServerConfig
 from bridges.mcp.http_limit import LimitedTransport
 from bridges.mcp.sse import sse_transport
-from bridges.mcp.stdio import DirectRequests, StderrTail, StdioSpec, stdio_transport
+from bridges.mcp.stdio import DirectRequests, StderrTail, stdio_transport
 from bridges.mcp.transport_state import TransportState
+from bridges.prestart import StdioSpec
 
 log = logging.getLogger("bridges.mcp")
 
@@ -336,14 +337,7 @@ async def _transport(
     # Reads on HTTP streams may legitimately stay silent for as long as a call may run.
     read_timeout = max(300.0, config.timeouts.call + 60.0)
     if config.transport == "stdio":
-        assert config.command is not None
-        spec = StdioSpec(
-            command=config.command,
-            args=tuple(config.args),
-            env=config.env,
-            cwd=config.cwd,
-            max_message_bytes=config.max_result_bytes,
-        )
+        spec = StdioSpec.of(config)
         return stdio_transport(spec, server=server, stderr=stderr, info=state, direct=direct)
     assert config.url is not None
     if config.transport == "sse":

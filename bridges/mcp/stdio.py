@@ -33,20 +33,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any, Protocol
 
 import anyio
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client._transport import TransportStreams
-from mcp.client.stdio import get_default_environment
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
@@ -55,6 +55,7 @@ from pydantic import ValidationError
 from bridges.mcp.framing import LineFramer, OversizedLine, drain_messages
 from bridges.mcp.redact import Redactor
 from bridges.mcp.transport_state import TransportState
+from bridges.prestart import PRESTARTED, StdioSpec
 
 log = logging.getLogger("bridges.mcp.stdio")
 
@@ -79,18 +80,6 @@ _LOG_MARK = b'"notifications/message"'
 LogFn = Callable[[types.LoggingMessageNotificationParams], Awaitable[None]]
 CANCEL_WRITE_TIMEOUT = 2.0
 """How long the courtesy `notifications/cancelled` of an abandoned request may take to write."""
-
-
-@dataclass(frozen=True, slots=True)
-class StdioSpec:
-    command: str
-    args: tuple[str, ...]
-    env: Mapping[str, str]
-    cwd: str | None
-    max_message_bytes: int
-
-    def child_environment(self) -> dict[str, str]:
-        return get_default_environment() | dict(self.env)
 
 
 class StderrTail:
@@ -368,17 +357,24 @@ async def stdio_transport(
     Raises `OSError` when the command cannot be started. On exit (normal, error or
     cancellation) the child is stopped and reaped before this returns.
     """
-    proc = await asyncio.create_subprocess_exec(
-        spec.command,
-        *spec.args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=spec.child_environment(),
-        cwd=spec.cwd,
-        start_new_session=True,
-        limit=READ_CHUNK,
-    )
+    proc: Child
+    prestarted = PRESTARTED.claim(spec)
+    if prestarted is not None:
+        proc = await _Adopted.of(prestarted)
+        log.debug("[%s] adopted the server started before the daemon's imports (pid %d)",
+                  server, proc.pid)
+    else:
+        proc = await asyncio.create_subprocess_exec(
+            spec.command,
+            *spec.args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=spec.child_environment(),
+            cwd=spec.cwd,
+            start_new_session=True,
+            limit=READ_CHUNK,
+        )
     info.pid, info.returncode = proc.pid, None
     on_spawned()
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
@@ -413,7 +409,7 @@ async def stdio_transport(
 
 
 async def _pump_stdout(
-    proc: asyncio.subprocess.Process,
+    proc: Child,
     out: MemoryObjectSendStream[SessionMessage | Exception],
     max_message_bytes: int,
     server: str,
@@ -464,7 +460,7 @@ def _too_large(
 
 
 async def _pump_stdin(
-    proc: asyncio.subprocess.Process,
+    proc: Child,
     messages: MemoryObjectReceiveStream[SessionMessage],
     read_writer: MemoryObjectSendStream[SessionMessage | Exception],
 ) -> None:
@@ -481,14 +477,14 @@ async def _pump_stdin(
         await read_writer.aclose()
 
 
-async def _pump_stderr(proc: asyncio.subprocess.Process, tail: StderrTail) -> None:
+async def _pump_stderr(proc: Child, tail: StderrTail) -> None:
     assert proc.stderr is not None
     with contextlib.suppress(OSError):
         while chunk := await proc.stderr.read(65536):
             tail.feed(chunk)
 
 
-async def _stop(proc: asyncio.subprocess.Process, grace: float) -> None:
+async def _stop(proc: Child, grace: float) -> None:
     """Close stdin, wait `grace`, SIGTERM the group, wait, SIGKILL it; then sweep survivors."""
     if proc.stdin is not None:
         with contextlib.suppress(OSError, RuntimeError):
@@ -509,7 +505,7 @@ async def _stop(proc: asyncio.subprocess.Process, grace: float) -> None:
         _signal_group(pgid, signal.SIGKILL)
 
 
-async def _exited(proc: asyncio.subprocess.Process, within: float) -> bool:
+async def _exited(proc: Child, within: float) -> bool:
     # Polling, not proc.wait(): wait() also waits for pipe EOF, which a grandchild that
     # inherited the pipes can hold open after the server itself exited.
     deadline = anyio.current_time() + within
@@ -533,7 +529,10 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def _close_transport(proc: asyncio.subprocess.Process) -> None:
+def _close_transport(proc: Child) -> None:
+    if isinstance(proc, _Adopted):
+        proc.close()
+        return
     # asyncio warns at garbage collection about a subprocess transport nobody closed, and
     # there is no public way to reach it.
     transport = getattr(proc, "_transport", None)
@@ -541,3 +540,75 @@ def _close_transport(proc: asyncio.subprocess.Process) -> None:
     if callable(close):
         with contextlib.suppress(Exception):
             close()
+
+
+class Child(Protocol):
+    """The part of `asyncio.subprocess.Process` this module uses."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    stdin: asyncio.StreamWriter | None
+    stdout: asyncio.StreamReader | None
+    stderr: asyncio.StreamReader | None
+
+
+class _Adopted:
+    """A server the CLI started before its imports (`bridges.prestart`), with asyncio streams
+    on its pipes. `returncode` polls (`waitpid` with `WNOHANG`), as `_exited` asks."""
+
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        stdin: asyncio.StreamWriter,
+        stdout: asyncio.StreamReader,
+        stderr: asyncio.StreamReader,
+        transports: tuple[asyncio.BaseTransport, ...],
+    ) -> None:
+        self._process = process
+        self.stdin: asyncio.StreamWriter | None = stdin
+        self.stdout: asyncio.StreamReader | None = stdout
+        self.stderr: asyncio.StreamReader | None = stderr
+        self._transports = transports
+
+    @classmethod
+    async def of(cls, process: subprocess.Popen[bytes]) -> _Adopted:
+        assert process.stdin is not None and process.stdout is not None
+        assert process.stderr is not None
+        loop = asyncio.get_running_loop()
+        transports: list[asyncio.BaseTransport] = []
+
+        async def reader(pipe: IO[bytes], limit: int) -> asyncio.StreamReader:
+            stream = asyncio.StreamReader(limit=limit, loop=loop)
+            read, _ = await loop.connect_read_pipe(
+                functools.partial(asyncio.StreamReaderProtocol, stream, loop=loop), pipe)
+            transports.append(read)
+            return stream
+
+        try:
+            stdout = await reader(process.stdout, READ_CHUNK)
+            stderr = await reader(process.stderr, 2**16)
+            write, protocol = await loop.connect_write_pipe(
+                functools.partial(asyncio.streams.FlowControlMixin, loop=loop), process.stdin)
+            transports.append(write)
+        except BaseException:
+            for transport in transports:
+                transport.close()
+            raise
+        stdin = asyncio.StreamWriter(write, protocol, None, loop)
+        return cls(process, stdin, stdout, stderr, tuple(transports))
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.poll()
+
+    def close(self) -> None:
+        for transport in self._transports:
+            transport.close()

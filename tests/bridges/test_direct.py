@@ -18,8 +18,9 @@ from mcp.shared.message import SessionMessage
 
 from bridges.mcp.connection import Era, open_connection
 from bridges.mcp.redact import Redactor
-from bridges.mcp.stdio import DirectRequests, LogFn, StderrTail, StdioSpec, stdio_transport
+from bridges.mcp.stdio import DirectRequests, LogFn, StderrTail, stdio_transport
 from bridges.mcp.transport_state import TransportState
+from bridges.prestart import StdioSpec
 from tests.bridges.helpers import SERVERS, eventually, stdio
 
 pytestmark = pytest.mark.anyio

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -116,9 +117,9 @@ progress = true
     assert '"line"' in call.stderr and "tick" in call.stderr  # progress snapshots were shown
 
 
-def _in_subprocess(script: str) -> dict[str, int]:
+def _in_subprocess(script: str, stdin: int | None = None) -> dict[str, Any]:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=60, check=False)
+                          timeout=60, check=False, stdin=stdin)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -165,6 +166,7 @@ def test_a_daemon_without_http_tools_does_not_import_httpx(tmp_path):
     found = _in_subprocess(f"""
 import asyncio, json, sys
 from pathlib import Path
+from typing import Any
 import sidecar.cli, sidecar.serve.mcp_facade
 from sidecar import Location
 root = Path({str(tmp_path)!r})
@@ -178,3 +180,52 @@ print(json.dumps(seen))
 """)
     assert found["default"] == [["managed_read", "utc_now"], False]
     assert found["http"] == [["fetch", "managed_read"], True]
+
+
+@pytest.mark.parametrize("command", ["stdio", "serve"])
+def test_the_daemon_commands_spawn_their_stdio_servers_before_importing_the_sdk(
+    command, tmp_path
+):
+    """So that the servers start on another core during the daemon's imports (most of its
+    start); the pool adopts them (tests/bridges/test_prestart.py)."""
+    (tmp_path / "m.json").write_text(json.dumps({"mcpServers": {"up": {"command": "true"}}}))
+    found = _in_subprocess(f"""
+import json, sys
+import bridges.prestart
+import sidecar.cli as cli
+seen = {{}}
+def prestart(manifests):
+    seen["manifests"] = [str(m) for m in manifests]
+    seen["sdk_at_prestart"] = "mcp" in sys.modules
+    return 0
+bridges.prestart.prestart_servers = prestart
+async def body(**kwargs):
+    seen["sdk_in_loop"] = "mcp" in sys.modules
+cli.{command} = body
+assert cli.main(["{command}", "--manifests", {str(tmp_path)!r}]) == cli.EXIT_OK
+print(json.dumps(seen))
+""")
+    assert found == {"manifests": [str(tmp_path)], "sdk_at_prestart": False,
+                     "sdk_in_loop": True}
+
+
+def test_sidecar_stdio_stops_prestarted_servers_its_location_did_not_claim(tmp_path):
+    """A server spawned ahead for an entry the Location does not start (here: not in its
+    manifests at all) is stopped once the Location is open, not left running."""
+    (tmp_path / "manifests").mkdir()
+    found = _in_subprocess(f"""
+import json, os
+from bridges.prestart import PRESTARTED, StdioSpec
+import sidecar.cli as cli
+PRESTARTED.start([StdioSpec("sleep", ("60",), {{}}, None, 1)])
+[pid] = PRESTARTED.pids()
+code = cli.main(["stdio", "--manifests", {str(tmp_path / "manifests")!r},
+                 "--state-dir", {str(tmp_path / "state")!r}])
+try:
+    os.kill(pid, 0)
+    alive = True
+except ProcessLookupError:
+    alive = False
+print(json.dumps({{"code": code, "alive": alive, "waiting": PRESTARTED.waiting}}))
+""", stdin=subprocess.DEVNULL)
+    assert found == {"code": 0, "alive": False, "waiting": 0}
