@@ -17,7 +17,7 @@ Each child prints its result as one JSON line prefixed `RESULT ` on stdout (serv
 - `startup --servers N [--upstream sdk|light|sh]`: time from `Location.open` until every
   upstream server is ready, with the heap frozen first as the daemon commands do.
 - `launch --servers N [--upstream ...]`: what a user waits for: time from starting the
-  `sidecar stdio` process (`python -m sidecar.cli stdio`, a fresh interpreter and its imports)
+  `sidecar stdio` process (`python -P -m sidecar.cli stdio`, a fresh interpreter and its imports)
   until its `tools/list` answer holds every upstream's tools, over its real stdin/stdout.
 - `spawn --servers N`: the same upstreams with no sidecar: spawn N at once and wait until each
   answered `initialize` (the machine's own cost of starting them; the startup baseline).
@@ -286,40 +286,48 @@ async def startup(servers: int, upstream: str) -> None:
     result({"open_s": opened, "ready_s": ready})
 
 
-async def launch(servers: int, upstream: str) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        manifests = write_manifest(Path(tmp) / "manifests", servers, upstream=upstream)
-        requests = [
-            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {},
-                "clientInfo": {"name": "bench", "version": "1"}}},
-            {"jsonrpc": "2.0", "method": "notifications/initialized"},
-            {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-        ]
-        start = time.perf_counter()
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "sidecar.cli", "stdio", "--manifests", str(manifests),
-            "--state-dir", str(Path(tmp) / "state"), cwd=ROOT, limit=2**26,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL)
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(b"".join(json.dumps(r).encode() + b"\n" for r in requests))
-        await proc.stdin.drain()
-        while True:
-            line = await proc.stdout.readline()
-            if not line:
-                raise SystemExit("sidecar stdio exited before answering tools/list")
-            message = json.loads(line)
-            if message.get("id") == 2:
-                break
-        ready = time.perf_counter() - start
-        proc.stdin.close()
-        await proc.wait()
+async def launch_seconds(tree: Path, manifests: Path, state: Path, servers: int) -> float:
+    """Seconds from starting `python -P -m sidecar.cli stdio` from source tree `tree` (on
+    `PYTHONPATH`; this venv's packages) until its `tools/list` answer, over its stdin/stdout,
+    lists the `echo` of each of the `servers` upstreams `write_manifest` named."""
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    ]
+    start = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-P", "-m", "sidecar.cli", "stdio", "--manifests", str(manifests),
+        "--state-dir", str(state), env=dict(os.environ, PYTHONPATH=str(tree)), cwd=tree,
+        limit=2**26, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b"".join(json.dumps(r).encode() + b"\n" for r in requests))
+    await proc.stdin.drain()
+    while True:
+        line = await proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"sidecar stdio from {tree} exited before answering tools/list")
+        message = json.loads(line)
+        if message.get("id") == 2:
+            break
+    ready = time.perf_counter() - start
+    proc.stdin.close()
+    await proc.wait()
     names = {tool["name"] for tool in message.get("result", {}).get("tools", [])}
     keys = ["up"] if servers == 1 else [f"up{i:02d}" for i in range(servers)]
     missing = [key for key in keys if f"{key}_echo" not in names]
     if missing:
         raise SystemExit(f"tools/list lacks the echo of {missing}: {sorted(names)[:5]}")
+    return ready
+
+
+async def launch(servers: int, upstream: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        manifests = write_manifest(Path(tmp) / "manifests", servers, upstream=upstream)
+        ready = await launch_seconds(ROOT, manifests, Path(tmp) / "state", servers)
     result({"ready_s": ready})
 
 

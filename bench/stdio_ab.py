@@ -99,13 +99,22 @@ async def main(trees: dict[str, Path], blocks: int, calls: int, callers: int) ->
             f"(old: {trees['old']}, new: {trees['new']})")
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def trees_parser(doc: str) -> argparse.ArgumentParser:
+    """An argument parser with `--old` and `--new`, the two source trees (see `source_trees`)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--old", type=Path, required=True, help="the tree to compare against")
     parser.add_argument("--new", type=Path, default=HERE.parent, help="default: this tree")
+    return parser
+
+
+def source_trees(opts: argparse.Namespace) -> dict[str, Path]:
+    return {"old": opts.old.resolve(), "new": opts.new.resolve()}
+
+
+if __name__ == "__main__":
+    parser = trees_parser(__doc__)
     parser.add_argument("--blocks", type=int, default=100)
     parser.add_argument("--calls", type=int, default=50, help="calls per caller per block")
     parser.add_argument("--callers", type=int, default=1, help="concurrent callers per block")
     opts = parser.parse_args()
-    trees = {"old": opts.old.resolve(), "new": opts.new.resolve()}
-    print(asyncio.run(main(trees, opts.blocks, opts.calls, opts.callers)))
+    print(asyncio.run(main(source_trees(opts), opts.blocks, opts.calls, opts.callers)))
