@@ -120,13 +120,18 @@ class Prestarted:
             processes = [p for waiting in self._waiting.values() for p in waiting]
             self._waiting.clear()
         for process in processes:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)  # it leads its own group
-            process.wait()
-            for pipe in (process.stdin, process.stdout, process.stderr):
-                if pipe is not None:
-                    pipe.close()
+            stop(process)
         return len(processes)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Kill a prestarted process's group (it leads its own), reap it and close its pipes."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    for pipe in (process.stdin, process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 PRESTARTED = Prestarted()

@@ -56,6 +56,7 @@ from bridges.mcp.framing import LineFramer, OversizedLine, drain_messages
 from bridges.mcp.redact import Redactor
 from bridges.mcp.transport_state import TransportState
 from bridges.prestart import PRESTARTED, StdioSpec
+from bridges.prestart import stop as stop_prestarted
 
 log = logging.getLogger("bridges.mcp.stdio")
 
@@ -360,7 +361,12 @@ async def stdio_transport(
     proc: Child
     prestarted = PRESTARTED.claim(spec)
     if prestarted is not None:
-        proc = await _Adopted.of(prestarted)
+        try:
+            proc = await _Adopted.of(prestarted)
+        except BaseException:  # claimed, so nobody else would stop it
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(stop_prestarted, prestarted)
+            raise
         log.debug("[%s] adopted the server started before the daemon's imports (pid %d)",
                   server, proc.pid)
     else:

@@ -127,3 +127,25 @@ def test_specs_match_on_what_starts_the_process():
                   StdioSpec("a", ("b",), {"X": "2"}, None, 1),
                   StdioSpec("a", ("b",), {"X": "1"}, "/tmp", 1)):
         assert other.key() != spec.key()
+
+
+async def test_a_claimed_server_that_cannot_be_adopted_is_killed_and_spawned_anew(
+    tmp_path, monkeypatch
+):
+    from bridges.mcp import stdio
+
+    async def refuse(process):
+        raise OSError("no pipes today")
+
+    manifests = _manifests(tmp_path, {"up": _testserver()})
+    assert prestart_servers([manifests]) == 1
+    [pid] = PRESTARTED.pids()
+    monkeypatch.setattr(stdio._Adopted, "of", refuse)
+    async with Location.open(tmp_path, state_dir=tmp_path / "state",
+                             manifests=[manifests]) as location:
+        assert PRESTARTED.waiting == 0
+        health = location.server_health
+        await eventually(lambda: health()["up"].state == "ready", within=30,
+                         what="the server spawned after the failed adoption")
+        assert health()["up"].pid != pid
+        assert not _alive(pid)
