@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -35,3 +38,27 @@ async def test_sidecar_stdio_lists_and_calls_tools(tmp_path, mode):
             types.CallToolResult,
         )
         assert bad.is_error and "$.ref" in bad.content[0].text
+
+
+def test_sidecar_stdio_adopts_the_upstream_it_spawned_before_its_imports(tmp_path):
+    """The MCP server a manifest names is spawned before the daemon imports the SDK and is
+    the process the pool then talks to (bridges.prestart), over the CLI's real pipes."""
+    server = ROOT / "tests" / "bridges" / "servers" / "testserver.py"
+    (tmp_path / "up.json").write_text(json.dumps(
+        {"mcpServers": {"up": {"command": sys.executable, "args": [str(server)]}}}))
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "up_echo", "arguments": {"text": "adopted"}}},
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "stdio", "--manifests", str(tmp_path),
+         "--state-dir", str(tmp_path / "state")],
+        input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True, text=True,
+        timeout=60, cwd=ROOT, env={**os.environ, "SIDECAR_LOG_LEVEL": "DEBUG"}, check=False)
+    answers = {m["id"]: m for m in map(json.loads, done.stdout.splitlines()) if "id" in m}
+    assert answers[2]["result"]["content"][0]["text"] == "adopted", done.stderr[-2000:]
+    assert "[up] adopted the server started before the daemon's imports" in done.stderr

@@ -229,3 +229,28 @@ except ProcessLookupError:
 print(json.dumps({{"code": code, "alive": alive, "waiting": PRESTARTED.waiting}}))
 """, stdin=subprocess.DEVNULL)
     assert found == {"code": 0, "alive": False, "waiting": 0}
+
+
+def test_sidecar_serve_adopts_the_upstream_it_spawned_before_its_imports(tmp_path):
+    server = Path(__file__).resolve().parents[1] / "bridges" / "servers" / "testserver.py"
+    (tmp_path / "up.json").write_text(json.dumps(
+        {"mcpServers": {"up": {"command": sys.executable, "args": [str(server)]}}}))
+    env = {**os.environ, "SIDECAR_STATE_DIR": str(tmp_path / "state"),
+           "SIDECAR_MANIFESTS": str(tmp_path), "SIDECAR_LOG_LEVEL": "DEBUG"}
+    proc = subprocess.Popen([*SIDECAR, "serve", "--port", "0"], env=env,
+                            stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    try:
+        while not any("listening on" in line for line in lines):
+            line = proc.stderr.readline()
+            assert line, f"serve exited early: {''.join(lines)}"
+            lines.append(line)
+        assert any("[up] adopted the server started before the daemon's imports" in line
+                   for line in lines), "".join(lines)
+        call = run("call", "up_echo", "--input", '{"text": "adopted"}',
+                   env={"SIDECAR_STATE_DIR": str(tmp_path / "state")})
+        assert call.returncode == 0 and "adopted" in call.stdout, call.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        proc.stderr.close()
