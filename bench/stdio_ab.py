@@ -2,7 +2,7 @@
 
     git worktree add -f /tmp/old <commit> --detach
     .venv/bin/python bench/stdio_ab.py --old /tmp/old [--new .] [--blocks 100] [--calls 50]
-        [--callers 1]
+        [--callers 1] [--old-python PATH] [--new-python PATH]
     git worktree remove --force /tmp/old
 
 For a change to the bridge's hot path, whose effect (a few per cent) is smaller than this VM's
@@ -73,7 +73,8 @@ def summary(ratios: list[float]) -> str:
     return f"{statistics.median(ratios):.3f} (middle half {low:.3f}-{high:.3f})"
 
 
-async def main(trees: dict[str, Path], blocks: int, calls: int, callers: int) -> str:
+async def main(trees: dict[str, Path], blocks: int, calls: int, callers: int,
+               pythons: dict[str, str] | None = None) -> str:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         manifests = write_manifest(tmp / "manifests", protocol="legacy")
@@ -82,7 +83,7 @@ async def main(trees: dict[str, Path], blocks: int, calls: int, callers: int) ->
             for name, tree in trees.items():
                 state = tmp / f"state-{name}"
                 params = StdioServerParameters(
-                    command=sys.executable,
+                    command=(pythons or {}).get(name, sys.executable),
                     args=["-P", "-m", "sidecar.cli", "stdio", "--manifests", str(manifests),
                           "--state-dir", str(state)],
                     env={"PYTHONPATH": str(tree), "SIDECAR_STATE_DIR": str(state)},
@@ -96,7 +97,9 @@ async def main(trees: dict[str, Path], blocks: int, calls: int, callers: int) ->
     mode = "sequential" if callers == 1 else f"{callers} callers x"
     return (f"{blocks} blocks of {mode} {calls} calls: new / old {summary(ratios)}; calls/s old "
             f"{statistics.median(rates['old']):.0f}, new {statistics.median(rates['new']):.0f} "
-            f"(old: {trees['old']}, new: {trees['new']})")
+            f"(old: {trees['old']}, new: {trees['new']}"
+            + ("" if pythons is None else f"; pythons: {pythons['old']}, {pythons['new']}")
+            + ")")
 
 
 def trees_parser(doc: str) -> argparse.ArgumentParser:
@@ -116,5 +119,11 @@ if __name__ == "__main__":
     parser.add_argument("--blocks", type=int, default=100)
     parser.add_argument("--calls", type=int, default=50, help="calls per caller per block")
     parser.add_argument("--callers", type=int, default=1, help="concurrent callers per block")
+    parser.add_argument("--old-python", default=sys.executable,
+                        help="the interpreter of the old side (its venv holds the packages)")
+    parser.add_argument("--new-python", default=sys.executable)
     opts = parser.parse_args()
-    print(asyncio.run(main(source_trees(opts), opts.blocks, opts.calls, opts.callers)))
+    pythons = ({"old": opts.old_python, "new": opts.new_python}
+               if opts.old_python != sys.executable or opts.new_python != sys.executable
+               else None)
+    print(asyncio.run(main(source_trees(opts), opts.blocks, opts.calls, opts.callers, pythons)))
