@@ -587,16 +587,16 @@ class _Adopted:
         loop = asyncio.get_running_loop()
         transports: list[asyncio.BaseTransport] = []
 
-        async def reader(pipe: IO[bytes], limit: int) -> asyncio.StreamReader:
-            stream = asyncio.StreamReader(limit=limit, loop=loop)
+        async def reader(pipe: IO[bytes]) -> asyncio.StreamReader:
+            stream = asyncio.StreamReader(limit=READ_CHUNK, loop=loop)  # as the spawned ones
             read, _ = await loop.connect_read_pipe(
                 functools.partial(asyncio.StreamReaderProtocol, stream, loop=loop), pipe)
             transports.append(read)
             return stream
 
         try:
-            stdout = await reader(process.stdout, READ_CHUNK)
-            stderr = await reader(process.stderr, 2**16)
+            stdout = await reader(process.stdout)
+            stderr = await reader(process.stderr)
             write, protocol = await loop.connect_write_pipe(
                 functools.partial(asyncio.streams.FlowControlMixin, loop=loop), process.stdin)
             transports.append(write)
