@@ -320,10 +320,7 @@ async def serve(
     from sidecar.serve.security import load_or_create_token
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
-    async with _unclaimed_stopped(), Location.open(
-        root, state_dir=state, manifests=manifests, watch=True
-    ) as location:
-        await asyncio.to_thread(PRESTARTED.discard)
+    async with _daemon_location(root, state, manifests) as location:
         token: str | None = None
         if auth:
             token, created = await asyncio.to_thread(load_or_create_token, state)
@@ -385,20 +382,26 @@ async def stdio(
     from sidecar.serve.mcp_facade import serve_stdio
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
-    async with _unclaimed_stopped(), Location.open(
-        root, state_dir=state, manifests=manifests, watch=True
-    ) as location:
-        await asyncio.to_thread(PRESTARTED.discard)
+    async with _daemon_location(root, state, manifests) as location:
         await serve_stdio(location)
 
 
 @asynccontextmanager
-async def _unclaimed_stopped() -> AsyncIterator[None]:
-    """Whatever happens, no server the CLI prestarted (`bridges.prestart`) outlives the
-    daemon unclaimed: once the Location is open (its pool claimed what it starts), and on the
-    way out if it never opened."""
+async def _daemon_location(
+    root: str | os.PathLike[str], state: Path, manifests: Sequence[str | os.PathLike[str]]
+) -> AsyncIterator[Location]:
+    """The daemon commands' Location, its manifests watched. No server the CLI prestarted
+    (`bridges.prestart`) outlives its opening unclaimed: the pool claims what it starts, and
+    the rest is stopped once the Location is open, or on the way out if it never opens."""
     try:
-        yield
+        async with Location.open(root, state_dir=state, manifests=manifests,
+                                 watch=True) as location:
+            await _stop_unclaimed()
+            yield location
     finally:
-        if PRESTARTED.waiting:
-            await asyncio.to_thread(PRESTARTED.discard)
+        await _stop_unclaimed()
+
+
+async def _stop_unclaimed() -> None:
+    if PRESTARTED.waiting:
+        await asyncio.to_thread(PRESTARTED.discard)
