@@ -61,6 +61,9 @@ from bridges.prestart import stop as stop_prestarted
 log = logging.getLogger("bridges.mcp.stdio")
 
 READ_CHUNK = 1 << 20
+STREAM_LINES_AT = 8 << 20
+"""A line from a server longer than this is parsed as it arrives (`bridges.mcp.framing`): a
+large text result is then held once, not twice."""
 STDERR_TAIL_BYTES = 64 * 1024
 _STDERR_LINE_LIMIT = 4096
 STDIN_CLOSE_GRACE = 2.0
@@ -423,7 +426,7 @@ async def _pump_stdout(
     direct: DirectRequests,
 ) -> None:
     assert proc.stdout is not None
-    framer = LineFramer(max_message_bytes)
+    framer = LineFramer(max_message_bytes, stream_at=STREAM_LINES_AT)
     try:
         while chunk := await proc.stdout.read(READ_CHUNK):
             framer.feed(chunk)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import random
+import tracemalloc
 
 import mcp_types as types
 import pytest
 from mcp.shared.message import SessionMessage
 
-from bridges.mcp.framing import LineFramer, OversizedLine, drain_messages
+from bridges.mcp import framing
+from bridges.mcp.framing import LineFramer, OversizedLine, ParsedLine, drain_messages
 from bridges.mcp.redact import Redactor
 
 
@@ -88,3 +91,111 @@ def test_redactor_masks_env_and_header_values_and_bearer_tokens() -> None:
                                  {"Authorization": "Bearer tok-123456"})
     text = "key=s3cr3t-value auth=Bearer tok-123456 raw tok-123456 pager=cat"
     assert redact(text) == "key=*** auth=*** raw *** pager=cat"
+
+
+# -- lines parsed as they arrive (stream_at) ---------------------------------------------------
+
+_ALPHABET = ["a", " ", '"', "\\", "\n", "\t", "\x01", "é", "€", "😀", "\u2028", "/", "zzzzz"]
+
+
+def _random_value(rnd: random.Random, depth: int = 0) -> object:
+    pick = rnd.random()
+    if depth > 3 or pick < 0.3:
+        return "".join(rnd.choice(_ALPHABET) for _ in range(rnd.choice([0, 3, 40, 60, 300, 3000])))
+    if pick < 0.45:
+        return rnd.randint(-10**6, 10**6)
+    if pick < 0.55:
+        return rnd.choice([True, False, None, 1.5])
+    if pick < 0.8:
+        return [_random_value(rnd, depth + 1) for _ in range(rnd.randint(0, 4))]
+    return {"".join(rnd.choice(_ALPHABET) for _ in range(rnd.choice([1, 5, 70]))):
+            _random_value(rnd, depth + 1) for _ in range(rnd.randint(0, 4))}
+
+
+def _feed_line(line: bytes, framer: LineFramer, rnd: random.Random, most: int = 300) -> None:
+    position = 0
+    while position < len(line):
+        size = rnd.randint(1, most)
+        framer.feed(line[position : position + size])
+        position += size
+    framer.feed(b"\n")
+
+
+def test_a_streamed_line_parses_as_json_loads_does_whatever_the_pieces(monkeypatch):
+    """Escapes, surrogate pairs and multi-byte characters cut anywhere by the pieces and by
+    the decoding slices (thresholds shrunk so that every shape takes every path)."""
+    monkeypatch.setattr(framing, "_LONG_STRING", 50)
+    monkeypatch.setattr(framing, "_DECODE_SLICE", 64)
+    monkeypatch.setattr(framing, "_SAFE_CUT_WINDOW", 64)
+    rnd = random.Random(8)
+    for number in range(1500):
+        message = {"jsonrpc": "2.0", "id": number, "result": _random_value(rnd)}
+        line = json.dumps(message, ensure_ascii=rnd.random() < 0.3,
+                          separators=rnd.choice([(",", ":"), (", ", ": ")])).encode()
+        stream_at = rnd.choice([0, 10, 100])
+        framer = LineFramer(10**9, stream_at=stream_at)
+        _feed_line(line, framer, rnd)
+        parsed = framer.pop()
+        if len(line) > stream_at:
+            assert isinstance(parsed, ParsedLine)
+            assert parsed.value == message, line[:300]
+            assert parsed.size == len(line)
+        else:  # never past stream_at: buffered as before
+            assert isinstance(parsed, bytes) and json.loads(parsed) == message
+
+
+def test_a_streamed_line_that_is_not_json_is_an_error_value():
+    for line in (b'{"id": 1, "result": "never closed', b'{"id": 1, "result": [1, 2}',
+                 b'{"id": 1, "x": "' + b"a" * 200_000 + b'"'):
+        framer = LineFramer(10**9, stream_at=0)
+        framer.feed(line + b"\n")
+        [item] = list(drain_messages(framer))
+        assert isinstance(item, ValueError) and "not a JSON-RPC message" in str(item)
+
+
+def test_a_streamed_line_past_the_limit_is_oversized_with_its_id():
+    framer = LineFramer(3_000_000, stream_at=1_000_000)
+    line = b'{"jsonrpc": "2.0", "id": 7, "result": {"text": "' + b"x" * 4_000_000 + b'"}}'
+    _feed_line(line, framer, random.Random(1), most=65536)
+    [item] = list(drain_messages(framer))
+    assert isinstance(item, OversizedLine)
+    assert item.size == len(line) and item.request_id() == 7
+
+
+def test_a_streamed_direct_answer_is_taken_and_others_are_validated():
+    text = "y" * 3_000_000
+    taken: list[object] = []
+    framer = LineFramer(10**9, stream_at=1_000_000)
+    for request_id in ("sidecar-direct-1", 5):
+        line = json.dumps({"jsonrpc": "2.0", "id": request_id,
+                           "result": {"content": [{"type": "text", "text": text}]}}).encode()
+        _feed_line(line, framer, random.Random(2), most=65536)
+    items = list(drain_messages(framer, claim=lambda head: b"sidecar-direct-" in head,
+                                take=lambda value: taken.append(value) is None))
+    assert [value["id"] for value in taken] == ["sidecar-direct-1"]  # type: ignore[index]
+    assert taken[0]["result"]["content"][0]["text"] == text  # type: ignore[index]
+    [message] = items
+    assert isinstance(message, SessionMessage)
+    assert message.message.id == 5
+
+
+def test_a_streamed_text_is_held_about_once():
+    """The point of streaming: a buffered line holds its bytes and its text at once."""
+    payload = ("x" * 99 + "\n") * 320_000  # 32 MB
+    line = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"text": payload}}).encode()
+
+    def peak(stream_at: int | None) -> float:
+        framer = LineFramer(10**9, stream_at=stream_at)
+        tracemalloc.start()
+        try:
+            for position in range(0, len(line), 65536):
+                framer.feed(line[position : position + 65536])
+            framer.feed(b"\n")
+            [message] = list(drain_messages(framer))
+            assert isinstance(message, SessionMessage)
+            return tracemalloc.get_traced_memory()[1] / len(payload)
+        finally:
+            tracemalloc.stop()
+
+    assert peak(None) > 1.9  # a copy of the line's bytes, or of its text, besides the value
+    assert peak(1_000_000) < 1.3

@@ -36,7 +36,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from bridges.mcp.framing import LineFramer, OversizedLine
+from bridges.mcp.framing import LineFramer, OversizedLine, ParsedLine
 
 log = logging.getLogger("sidecar.mcp")
 
@@ -174,6 +174,7 @@ async def _read_lines(
                 framer.feed(chunk)
                 del chunk
                 while (line := framer.pop()) is not None:
+                    assert not isinstance(line, ParsedLine)  # lines are never streamed here
                     item = _parse(line, take_raw, unanswered)
                     if item is not None:
                         await sink.send(item)
