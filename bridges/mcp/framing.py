@@ -46,6 +46,8 @@ out of the JSON that is parsed at the end."""
 _DECODE_SLICE = 1024 * 1024
 """A long string's raw bytes are decoded whenever this many are waiting."""
 _SAFE_CUT_WINDOW = 4096
+"""How far back from a slice's end `_safe_cut` looks for a place to cut; none found (escapes
+everywhere), the bytes wait for the next slice."""
 _SKELETON_RUN = re.compile(rb'[^"]*(?:"[^"\\]*(?:\\.[^"\\]*)*"[^"]*)*', re.DOTALL)
 """Bytes outside strings, with the strings that end in the same piece, in one C call."""
 _STRING_BODY = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)

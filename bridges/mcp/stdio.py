@@ -56,7 +56,7 @@ from bridges.mcp.framing import LineFramer, OversizedLine, drain_messages
 from bridges.mcp.redact import Redactor
 from bridges.mcp.transport_state import TransportState
 from bridges.prestart import PRESTARTED, StdioSpec
-from bridges.prestart import stop as stop_prestarted
+from bridges.prestart import stop as stop_prestarted  # `_stop` here is the async one
 
 log = logging.getLogger("bridges.mcp.stdio")
 
