@@ -187,18 +187,22 @@ def _print_health(report: dict[str, Any], as_json: bool) -> int:
     return EXIT_OK if report["status"] == "ok" else EXIT_TOOL_ERROR
 
 
-async def stdio(**options: Any) -> None:
-    """`sidecar.daemon.stdio`, imported when called."""
+async def stdio(*, state_dir: str | None, manifests: list[str]) -> None:
+    """`sidecar.daemon.stdio`, imported when called (after `_import_daemon`)."""
     from sidecar.daemon import stdio as run_stdio
 
-    await run_stdio(**options)
+    await run_stdio(state_dir=state_dir, manifests=manifests)
 
 
-async def serve(**options: Any) -> None:
-    """`sidecar.daemon.serve`, imported when called."""
+async def serve(
+    *, state_dir: str | None, manifests: list[str], host: str, port: int, auth: bool,
+    allowed_hosts: list[str],
+) -> None:
+    """`sidecar.daemon.serve`, imported when called (after `_import_daemon`)."""
     from sidecar.daemon import serve as run_serve
 
-    await run_serve(**options)
+    await run_serve(state_dir=state_dir, manifests=manifests, host=host, port=port, auth=auth,
+                    allowed_hosts=allowed_hosts)
 
 
 def _import_daemon(args: argparse.Namespace) -> None:
