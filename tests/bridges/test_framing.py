@@ -121,13 +121,16 @@ def _feed_line(line: bytes, framer: LineFramer, rnd: random.Random, most: int = 
     framer.feed(b"\n")
 
 
-def test_a_streamed_line_parses_as_json_loads_does_whatever_the_pieces(monkeypatch):
+@pytest.mark.parametrize("found_quotes", [0, 2, 16])
+def test_a_streamed_line_parses_as_json_loads_does_whatever_the_pieces(monkeypatch, found_quotes):
     """Escapes, surrogate pairs and multi-byte characters cut anywhere by the pieces and by
-    the decoding slices (thresholds shrunk so that every shape takes every path)."""
+    the decoding slices (thresholds shrunk so that every shape takes every path; with
+    `found_quotes` 0 a string's end is always found by the regex)."""
     monkeypatch.setattr(framing, "_LONG_STRING", 50)
     monkeypatch.setattr(framing, "_DECODE_SLICE", 64)
     monkeypatch.setattr(framing, "_SAFE_CUT_WINDOW", 64)
-    rnd = random.Random(8)
+    monkeypatch.setattr(framing, "_FOUND_QUOTES", found_quotes)
+    rnd = random.Random(8 + found_quotes)
     for number in range(1500):
         message = {"jsonrpc": "2.0", "id": number, "result": _random_value(rnd)}
         line = json.dumps(message, ensure_ascii=rnd.random() < 0.3,
@@ -151,6 +154,44 @@ def test_a_streamed_line_that_is_not_json_is_an_error_value():
         framer.feed(line + b"\n")
         [item] = list(drain_messages(framer))
         assert isinstance(item, ValueError) and "not a JSON-RPC message" in str(item)
+
+
+@pytest.mark.parametrize("where", ["start", "end"])
+def test_a_long_string_with_a_bad_escape_makes_the_line_an_error_value(where):
+    """Decoding a long string's slices fails on the escape; the line is reported like any
+    other bad line, and the next line still parses."""
+    text = b"a" * 3_000_000
+    bad = b"\\q" + text if where == "start" else text + b"\\q"
+    framer = LineFramer(10**9, stream_at=1_000_000)
+    _feed_line(b'{"jsonrpc": "2.0", "id": 1, "result": {"text": "' + bad + b'"}}', framer,
+               random.Random(3), most=65536)
+    framer.feed(message(2))
+    error, good = list(drain_messages(framer))
+    assert isinstance(error, ValueError)
+    assert "not a JSON-RPC message (3,000," in str(error) and "Invalid \\escape" in str(error)
+    assert isinstance(good, SessionMessage) and good.message.id == 2
+
+
+def test_a_long_string_is_decoded_in_slices_that_grow_with_it(monkeypatch):
+    """Each slice is appended to the text, which may move its whole page table: slices of a
+    fixed size would make a large text quadratic."""
+    monkeypatch.setattr(framing, "_DECODE_SLICE", 1024)
+    slices: list[int] = []
+    decode = framing._decode_prefix
+
+    def counted(raw: bytearray, cut: int) -> str:
+        slices.append(cut)
+        return decode(raw, cut)
+
+    monkeypatch.setattr(framing, "_decode_prefix", counted)
+    text = "é1\n\"" * 1_000_000  # 5 M characters, 8 MB of JSON
+    framer = LineFramer(10**9, stream_at=0)
+    _feed_line(json.dumps({"id": 1, "text": text}).encode(), framer, random.Random(4),
+               most=65536)
+    parsed = framer.pop()
+    assert isinstance(parsed, ParsedLine) and parsed.value == {"id": 1, "text": text}
+    assert len(slices) < 250  # 1 KiB slices: ~8,000
+    assert max(slices) > 100_000  # about a 32nd of the text by the end
 
 
 def test_a_streamed_line_past_the_limit_is_oversized_with_its_id():
@@ -198,4 +239,4 @@ def test_a_streamed_text_is_held_about_once():
             tracemalloc.stop()
 
     assert peak(None) > 1.9  # a copy of the line's bytes, or of its text, besides the value
-    assert peak(1_000_000) < 1.3
+    assert peak(1_000_000) < 1.15
