@@ -48,7 +48,8 @@ _LONG_STRING = 64 * 1024
 """In a streamed line, a string value at least this long (raw) is decoded on its own and kept
 out of the JSON that is parsed at the end."""
 _DECODE_SLICE = 1024 * 1024
-"""A long string's raw bytes are decoded whenever this many are waiting."""
+"""A long string's raw bytes are decoded once this many are waiting, or a 32nd of its text so
+far when that is more (`_StreamedLine._decode_ready`)."""
 _SAFE_CUT_WINDOW = 4096
 """How far back from a slice's end `_safe_cut` looks for a place to cut; none found (escapes
 everywhere), the bytes wait for the next slice."""
