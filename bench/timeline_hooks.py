@@ -1,6 +1,6 @@
 """Time stamps on a `sidecar stdio` daemon's call path, for `bench/call_timeline.py`.
 
-`install(out)` wraps a dozen functions the fast path of a `tools/call` goes through (the
+`install(out)` wraps nine functions the fast path of a `tools/call` goes through (the
 facade's request and answer, the upstream request, the outcome record and its writer thread);
 each wrapper appends `(label, perf_counter_ns())` to a list, and the list is written to `out` as
 JSON when the process exits. Each wrapper costs about a microsecond: the segments it measures
