@@ -19,21 +19,6 @@ from typing import Any
 
 EVENTS: list[tuple[str, int]] = []
 
-LABELS = (
-    "in",        # the facade's fast path takes a parsed `tools/call` request
-    "write",     # the request to the upstream is written on its stdin
-    "answer",    # the upstream's answer is parsed and handed to the waiting request
-    "resumed",   # the call's task runs again with the answer
-    "record",    # the seam has its outcome and starts recording it
-    "submit",    # the record's row is built: queued for the writer thread
-    "txn",       # the writer thread runs the job (INSERT, autocommit)
-    "txn done",  # ... and has committed it
-    "settle",    # the loop runs the writer's callback (the record's future is set)
-    "recorded",  # the seam has the recorded outcome
-    "send",      # the facade writes the answer on stdout
-    "sent",      # ... and the write is done
-)
-
 
 def mark(label: str) -> None:
     EVENTS.append((label, time.perf_counter_ns()))
