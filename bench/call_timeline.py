@@ -64,7 +64,8 @@ def report(events: list[tuple[str, int]], ratios: list[float], rates: dict[str, 
     row("the client's turn (answer written -> next request taken)", times["client"])
     daemon = sum(statistics.median(times[s]) for s in SEGMENTS if s[:2] != ("write", "answer")
                  and times[s])
-    record = sum(statistics.median(times[s]) for s in SEGMENTS[4:9] if times[s])
+    record = sum(statistics.median(times[s]) for s in SEGMENTS
+                 if s[2].startswith("outcome record") and times[s])
     lines += [
         "",
         f"daemon on the call's path (sum of its segments' medians): {daemon:.0f} us, of which "
