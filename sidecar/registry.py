@@ -10,13 +10,13 @@ so closing it reveals the next-latest one. The caller's mapping is copied: mutat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from sidecar.errors import RegistrationError, SchemaDefinitionError
-from sidecar.names import effective_name
+from sidecar.names import effective_name, reserved_names
 from sidecar.tool import Tool
 
 
@@ -81,15 +81,23 @@ def _definition(name: str, key: str, tool: Tool) -> ToolDefinition:
     )
 
 
-def build_entries(mapping: Mapping[str, Tool], namespace: str | None) -> dict[str, Entry]:
-    """Validate a whole mapping and name its entries; raise `RegistrationError` on any fault."""
+def build_entries(
+    mapping: Mapping[str, Tool], namespace: str | None, *, reserved: Collection[str] | None = None
+) -> dict[str, Entry]:
+    """Validate a whole mapping and name its entries; raise `RegistrationError` on any fault.
+    `reserved` (default: the mapping's own) as in `sidecar.names`, rule 2."""
+    if reserved is None:
+        reserved = reserved_names(
+            (key, tool.namespace if tool.namespace is not None else namespace)
+            for key, tool in mapping.items() if isinstance(tool, Tool) and isinstance(key, str))
     entries: dict[str, Entry] = {}
     for key, tool in mapping.items():
         if not isinstance(tool, Tool):
             raise RegistrationError(f"tool {key!r}: expected a Tool, got {type(tool).__name__}")
         if not isinstance(key, str) or not key:
             raise RegistrationError(f"tool name {key!r}: a name must be a non-empty string")
-        name = effective_name(key, tool.namespace if tool.namespace is not None else namespace)
+        name = effective_name(key, tool.namespace if tool.namespace is not None else namespace,
+                              reserved=reserved)
         clash = entries.get(name)
         if clash is not None:
             raise RegistrationError(

@@ -32,6 +32,7 @@ from bridges.mcp.codecs import PassCodec, WarnCodec
 from bridges.mcp.health import SkippedTool
 from sidecar.codec import Codec, JsonSchemaCodec
 from sidecar.errors import RegistrationError, SchemaDefinitionError
+from sidecar.names import reserved_names
 from sidecar.permission import Decision
 from sidecar.registry import build_entries
 from sidecar.tool import Annotations, Bounds, CallContext, Tool
@@ -71,6 +72,8 @@ def build_catalog(
     server: str, config: ServerConfig, listing: Sequence[types.Tool], call: CallUpstream
 ) -> Catalog:
     namespace = config.effective_namespace(server)
+    reserved = reserved_names(
+        (upstream.name, namespace) for upstream in listing if offered(upstream.name, config))
     tools: dict[str, Tool] = {}
     skipped: list[SkippedTool] = []
     owners: dict[str, str] = {}  # effective name -> upstream name
@@ -84,7 +87,7 @@ def build_catalog(
             continue
         try:
             tool = _tool_value(server, config, upstream, call)
-            (effective,) = build_entries({upstream.name: tool}, namespace)
+            (effective,) = build_entries({upstream.name: tool}, namespace, reserved=reserved)
         except (SchemaDefinitionError, RegistrationError, ValueError) as exc:
             skipped.append(SkippedTool(upstream.name, _reason(upstream.name, exc)))
             continue
