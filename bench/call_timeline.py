@@ -84,7 +84,7 @@ async def main(opts: argparse.Namespace) -> list[str]:
         async with AsyncExitStack() as stack:
             daemon = stdio_params(
                 sys.executable,
-                ["-P", "-c", DAEMON, str(out), "stdio", "--manifests", str(manifests),
+                ["-P", "-c", DAEMON, str(out), "stdio", "--standalone", "--manifests", str(manifests),
                  "--state-dir", str(state)],
                 env={"PYTHONPATH": f"{HERE}:{HERE.parent}", "SIDECAR_STATE_DIR": str(state)})
             clients: dict[str, tuple[Any, str]] = {}
