@@ -8,7 +8,6 @@ missing and unknown fields are 422 `invalid_body` naming the field. No input rea
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -23,6 +22,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from managed_store import InvalidPattern, InvalidRef, ManagedNotFound, SearchTimeout
+from sidecar import json_depth
+from sidecar.json_depth import JsonTooDeep
 from sidecar.outcome import Outcome
 from sidecar.permission_service import UnknownAsk
 from sidecar.serve.by_definitions import ByDefinitions
@@ -225,7 +226,9 @@ class Api:
                 )
             chunks.append(chunk)
         try:
-            data = json.loads(b"".join(chunks) or b"null")
+            data = json_depth.loads(b"".join(chunks) or b"null")
+        except JsonTooDeep as exc:
+            raise ApiError(400, "malformed_json", f"the body is not accepted: {exc}") from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise ApiError(400, "malformed_json", f"the body is not valid JSON: {exc}") from None
         if not isinstance(data, dict):
@@ -301,7 +304,7 @@ class Api:
         if snapshot.id in self._strict and entry is not None:
             if isinstance(raw_input, str):
                 try:
-                    raw_input = json.loads(raw_input)
+                    raw_input = json_depth.loads(raw_input)
                 except ValueError:
                     pass  # the seam reports invalid JSON as invalid_input
             raw_input = input_from_strict(entry.definition.input_schema, raw_input)
