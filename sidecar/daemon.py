@@ -316,6 +316,7 @@ async def serve(
     import uvicorn
 
     from sidecar.serve.app import build_app
+    from sidecar.serve.http_protocol import TargetKeepingHttpToolsProtocol
     from sidecar.serve.mcp_facade import mcp_http
     from sidecar.serve.security import load_or_create_token
 
@@ -356,7 +357,7 @@ async def serve(
         )
         config = uvicorn.Config(
             app, lifespan="on", log_level="warning", timeout_graceful_shutdown=10,
-            access_log=False,
+            access_log=False, http=TargetKeepingHttpToolsProtocol,
         )
         server = _Server(config)
         loop = asyncio.get_running_loop()
