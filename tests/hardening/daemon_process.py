@@ -82,3 +82,19 @@ def raw_request(port: int, request: bytes, host: str = "127.0.0.1") -> tuple[int
     response = b"".join(chunks)
     status_line = response.split(b"\r\n", 1)[0]
     return int(status_line.split()[1]), response
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids of live (not zombie) processes whose command line contains `marker`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
