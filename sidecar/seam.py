@@ -36,6 +36,7 @@ from sidecar.hooks import AfterCall, BeforeCall, Hooks
 from sidecar.metadata import DEFAULT_MAX_METADATA_BYTES, bound_metadata
 from sidecar.outcome import ManagedText, Outcome
 from sidecar.outcome_log import OutcomeLog, OutcomeLogError
+from sidecar.suggest import closest
 from sidecar.tool import DEFAULT_BOUNDS, Bounds, CallContext, ToolContext, ToolResponse
 
 if TYPE_CHECKING:
@@ -325,9 +326,13 @@ def _normalize(content: Any, has_output_codec: bool, output: Any, name: str) -> 
 
 
 def unknown_tool_error(name: str, available: Mapping[str, Any]) -> CallError:
-    names = sorted(available)
-    shown = ", ".join(names[:_MAX_NAMES_IN_ERROR]) or "(none)"
-    if len(names) > _MAX_NAMES_IN_ERROR:
-        shown += f", and {len(names) - _MAX_NAMES_IN_ERROR} more"
-    return CallError(ErrorKind.UNKNOWN_TOOL, f"Unknown tool: {name}. Available tools: {shown}")
-
+    """The model-visible error for a name no tool has: the closest names by edit distance,
+    else (a short list) every name."""
+    near = closest(name, available)
+    if near:
+        hint = f"Did you mean: {', '.join(near)}?"
+    elif len(available) <= _MAX_NAMES_IN_ERROR:
+        hint = f"Available tools: {', '.join(sorted(available)) or '(none)'}"
+    else:
+        hint = f"No tool has a similar name; {len(available)} tools are available."
+    return CallError(ErrorKind.UNKNOWN_TOOL, f"Unknown tool: {name}. {hint}")
