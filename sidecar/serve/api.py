@@ -8,7 +8,6 @@ missing and unknown fields are 422 `invalid_body` naming the field. No input rea
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -22,7 +21,9 @@ from starlette.responses import JSONResponse as StarletteJSONResponse
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from managed_store import InvalidRef, ManagedNotFound
+from managed_store import InvalidPattern, InvalidRef, ManagedNotFound, SearchTimeout
+from sidecar import json_depth
+from sidecar.json_depth import JsonTooDeep
 from sidecar.outcome import Outcome
 from sidecar.permission_service import UnknownAsk
 from sidecar.serve.by_definitions import ByDefinitions
@@ -227,7 +228,9 @@ class Api:
                 )
             chunks.append(chunk)
         try:
-            data = json.loads(b"".join(chunks) or b"null")
+            data = json_depth.loads(b"".join(chunks) or b"null")
+        except JsonTooDeep as exc:
+            raise ApiError(400, "malformed_json", f"the body is not accepted: {exc}") from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise ApiError(400, "malformed_json", f"the body is not valid JSON: {exc}") from None
         if not isinstance(data, dict):
@@ -320,7 +323,7 @@ class Api:
         if snapshot.id in self._strict and entry is not None:
             if isinstance(raw_input, str):
                 try:
-                    raw_input = json.loads(raw_input)
+                    raw_input = json_depth.loads(raw_input)
                 except ValueError:
                     pass  # the seam reports invalid JSON as invalid_input
             raw_input = input_from_strict(entry.definition.input_schema, raw_input)
@@ -409,8 +412,12 @@ class Api:
             raise ApiError(400, "invalid_ref", str(exc), "ref") from None
         except ManagedNotFound as exc:
             raise ApiError(404, "unknown_ref", str(exc), "ref") from None
-        except ValueError as exc:
+        except InvalidPattern as exc:
             raise ApiError(400, "invalid_parameter", str(exc), "pattern") from None
+        except SearchTimeout as exc:
+            raise ApiError(422, "search_timeout", str(exc), "pattern") from None
+        except ValueError as exc:
+            raise ApiError(400, "invalid_parameter", str(exc)) from None
         return JSONResponse({
             "ref": ref,
             "text": part.text,
