@@ -1,6 +1,7 @@
 """The `sidecar` command line.
 
     sidecar serve [--host H] [--port P] [--no-auth]   the daemon over HTTP (/v1, /mcp, /metrics)
+                                                      (refuses weak tokens, --no-auth off loopback)
     sidecar stdio [--standalone]                      an MCP client's door to the daemon
     sidecar daemon [--idle-exit S]                    the daemon on its local doors only
     sidecar client-config CLIENT [--install]          an MCP client's configuration
@@ -20,7 +21,8 @@ empty), else the bundled `manifests/` directory of this checkout; a client that 
 manifests other than the running daemon's is refused.
 
 Exit codes: 0 success; 1 the call ended in an error outcome (or `check` found errors, or
-`health` is degraded); 2 usage error (or the daemon refused the request); 3 the configured
+`health` is degraded); 2 usage error (or the daemon refused the request, or `serve` refused an
+unsafe configuration: see `sidecar.serve.serve_policy`); 3 the configured
 daemon is unreachable.
 """
 
@@ -81,6 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     serve_p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any)")
     serve_p.add_argument("--no-auth", action="store_true",
                          help="serve without a bearer token (explicitly insecure)")
+    serve_p.add_argument("--allow-no-auth-on-network", action="store_true",
+                         help="accept --no-auth on an address that is not loopback")
+    serve_p.add_argument("--allow-weak-token", action="store_true",
+                         help="accept a bearer token of less than 256 bits of estimated "
+                         "entropy (also $SIDECAR_ALLOW_WEAK_TOKEN=1)")
     serve_p.add_argument("--allowed-host", action="append", default=[], metavar="HOST",
                          help="an extra Host/Origin name to accept (repeatable)")
     stdio_p = sub.add_parser("stdio", parents=[common, idle],
@@ -90,6 +97,9 @@ def _parser() -> argparse.ArgumentParser:
     daemon_p = sub.add_parser("daemon", parents=[common, idle],
                               help="run the daemon on its local doors only (Unix sockets)")
     daemon_p.add_argument("--no-auth", action="store_true", help=argparse.SUPPRESS)
+    stdio_p.add_argument("--profile", default=os.environ.get("SIDECAR_PROFILE") or None,
+                         help="serve this profile's tools (default $SIDECAR_PROFILE, else the "
+                         "default profile)")
     tools = sub.add_parser("tools", parents=[client], help="list the effective tools")
     tools.add_argument("--format", choices=FORMATS, default=None,
                        help="print definitions in a provider format (JSON)")
@@ -293,22 +303,28 @@ def _degraded_reasons(report: dict[str, Any]) -> list[str]:
     return reasons
 
 
-async def stdio(*, state_dir: str | None, manifests: list[str]) -> None:
+async def stdio(
+    *, state_dir: str | None, manifests: list[str], profile: str | None = None
+) -> None:
     """`sidecar.daemon.stdio`, imported when called (after `_import_daemon`)."""
     from sidecar.daemon import stdio as run_stdio
 
-    await run_stdio(state_dir=state_dir, manifests=manifests)
+    await run_stdio(state_dir=state_dir, manifests=manifests, profile=profile)
 
 
 async def serve(
     *, state_dir: str | None, manifests: list[str], host: str, port: int | None, auth: bool,
-    allowed_hosts: list[str], idle_exit: float | None = None, owner: OwnerLock | None = None,
+    allowed_hosts: list[str], allow_weak_token: bool = False,
+    allow_no_auth_on_network: bool = False, idle_exit: float | None = None,
+    owner: OwnerLock | None = None,
 ) -> None:
     """`sidecar.daemon.serve`, imported when called (after `_import_daemon`)."""
     from sidecar.daemon import serve as run_serve
 
     await run_serve(state_dir=state_dir, manifests=manifests, host=host, port=port, auth=auth,
-                    allowed_hosts=allowed_hosts, idle_exit=idle_exit, owner=owner)
+                    allowed_hosts=allowed_hosts, allow_weak_token=allow_weak_token,
+                    allow_no_auth_on_network=allow_no_auth_on_network, idle_exit=idle_exit,
+                    owner=owner)
 
 
 def _import_daemon(args: argparse.Namespace) -> None:
@@ -413,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         try:
             return attach_stdio(_state_dir(args), _explicit_manifests(args), _manifests(args),
-                                idle_exit=_idle_exit(args))
+                                idle_exit=_idle_exit(args), profile=args.profile)
         except DoorError as exc:
             print(f"sidecar: {exc}", file=sys.stderr)
             return EXIT_USAGE
@@ -447,7 +463,14 @@ def _run_daemon(args: argparse.Namespace) -> int:
     _configure_logging()  # stderr only (for stdio: stdout carries MCP messages)
     if args.command == "stdio":
         _import_daemon(args)
-        _run(stdio(state_dir=args.state_dir, manifests=_manifests(args)), daemon=True)
+        from sidecar.profiles import UnknownProfile
+
+        try:
+            _run(stdio(state_dir=args.state_dir, manifests=_manifests(args),
+                       profile=args.profile), daemon=True)
+        except UnknownProfile as exc:
+            print(f"sidecar: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         return EXIT_OK
     from sidecar.local_door import already_owned
 
@@ -461,12 +484,20 @@ def _run_daemon(args: argparse.Namespace) -> int:
         # a daemon started on demand that lost the race to another: that one serves
         return EXIT_USAGE if serving else EXIT_OK
     _import_daemon(args)
-    _run(serve(state_dir=str(state), manifests=_manifests(args),
-               host=args.host if serving else "127.0.0.1",
-               port=args.port if serving else None, auth=not args.no_auth,
-               allowed_hosts=args.allowed_host if serving else [],
-               idle_exit=None if serving else args.idle_exit, owner=owner),
-         daemon=True)
+    from sidecar.serve.serve_policy import UnsafeConfiguration
+
+    try:
+        _run(serve(state_dir=str(state), manifests=_manifests(args),
+                   host=args.host if serving else "127.0.0.1",
+                   port=args.port if serving else None, auth=not args.no_auth,
+                   allowed_hosts=args.allowed_host if serving else [],
+                   allow_weak_token=serving and args.allow_weak_token,
+                   allow_no_auth_on_network=serving and args.allow_no_auth_on_network,
+                   idle_exit=None if serving else args.idle_exit, owner=owner),
+             daemon=True)
+    except UnsafeConfiguration as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     return EXIT_OK
 
 

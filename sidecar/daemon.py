@@ -48,6 +48,7 @@ from sidecar.outcome_log import SqliteOutcomeLog
 from sidecar.permission import PermissionRule
 from sidecar.permission_service import PermissionService
 from sidecar.plugins import PluginHost
+from sidecar.profiles import Profiles
 from sidecar.registry import Registry, Tools, application_registry
 from sidecar.seam import Seam
 from sidecar.snapshot import Snapshot, SnapshotStore, select
@@ -66,9 +67,10 @@ def freeze_startup_heap() -> None:
     modules, classes, functions and the SDK's pydantic validators, about 100,000 objects that
     live as long as the process. Until then every full collection walked all of them: 38-60 ms
     on this kind of machine, 130 ms while 20 upstreams started on 2 cores, and the first full
-    collection came during that start (`bench/RESULTS.md`, session 9). Frozen objects are still
-    freed by reference counting; objects made later are collected as before. A library that
-    embeds `Location.open` decides this for its own process, so only the CLI calls it.
+    collection came during that start (`bench/RESULTS.md`, history, 2026-12-04). Frozen objects
+    are still freed by reference counting; objects made later are collected as before. A
+    library that embeds `Location.open` decides this for its own process, so only the CLI
+    calls it.
     """
     gc.freeze()
 
@@ -108,6 +110,7 @@ class Location:
         self.sandbox: Sandbox | None = None
         self.codemode: CodeModeSetting = "direct"
         self.codemode_limits: CodeModeLimits = DEFAULT_LIMITS
+        self.profiles = Profiles()
 
     @property
     def hooks(self) -> Hooks:
@@ -196,6 +199,7 @@ class Location:
         hide_denied: bool = True,
         codemode: CodeModeSetting | None = None,
         keep: bool = True,
+        profile: str | None = None,
     ) -> Snapshot:
         """Capture the effective tools for one model request and keep it addressable by id.
 
@@ -206,12 +210,17 @@ class Location:
         `execute`/`search_tools`/`describe_tools` built-ins, or both. `keep=False` returns a
         snapshot that is not kept by id (`location.snapshots`): for a listing, or a holder that
         keeps the snapshot itself, so that it never evicts one a caller will look up.
+        `profile` names a profile (`sidecar.profiles`; None: the default one): only its tools
+        are captured, served its way; an undeclared name raises `UnknownProfile`.
         """
-        effective = self.registry.effective()
+        chosen = self.profiles.resolve(profile)
+        effective = self.profiles.entries(chosen, self.registry.effective())
         entries = select(effective, allow, deny)
         removed = set(effective) - set(entries)
         if hide_denied:
-            denied = self.permissions.outright_denial(session_id or "")
+            denied = self.permissions.outright_denial(
+                session_id or "", chosen.rules if chosen is not None else ()
+            )
             removed.update(
                 name for name, entry in entries.items()
                 if denied(entry.tool.permission_action or name)
@@ -220,11 +229,13 @@ class Location:
             kept = tuple(e.definition for n, e in entries.items() if n not in removed)
             removed.update(hook(session_id, kept) or ())
         captured = {n: e for n, e in entries.items() if n not in removed}
+        mode = codemode or (chosen.codemode if chosen is not None else None) or self.codemode
         snapshot = codemode_snapshot(
-            self.seam, captured, mode=codemode or self.codemode, sandbox=self.sandbox,
+            self.seam, captured, mode=mode, sandbox=self.sandbox,
             limits=self.codemode_limits, session_id=session_id, final_step=final_step,
             removed=removed,
         )
+        snapshot.profile = chosen.name if chosen is not None else self.profiles.default_name
         return self.snapshots.add(snapshot) if keep else snapshot
 
     async def health(self) -> dict[str, Any]:
@@ -321,6 +332,8 @@ async def serve(
     allowed_hosts: Sequence[str] = (),
     idle_exit: float | None = None,
     owner: OwnerLock | None = None,
+    allow_weak_token: bool = False,
+    allow_no_auth_on_network: bool = False,
 ) -> None:
     """`sidecar serve` (and, with `port=None`, `sidecar daemon`): own the state directory,
     open the default Location, then serve until SIGINT/SIGTERM (or `idle_exit` seconds
@@ -335,6 +348,9 @@ async def serve(
     in-flight requests get 10 s, then what is left is cancelled and the Location closes
     (upstream servers stopped, stores closed). A signal during startup stops what started.
     `owner`: the state's lock, when the caller took it already (`own_state`).
+    Refuses (`UnsafeConfiguration`, before any server starts) a weak token unless
+    `allow_weak_token`, and `auth=False` on an address that is not loopback unless
+    `allow_no_auth_on_network` (`sidecar.serve.serve_policy`).
     """
     import signal
     import sys
@@ -359,9 +375,17 @@ async def serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop, sig)
     try:
+        try:
+            token = await asyncio.to_thread(
+                _serve_token, state, host, auth=auth, allow_weak_token=allow_weak_token,
+                allow_no_auth_on_network=allow_no_auth_on_network,
+            )
+        except BaseException:
+            await _stop_unclaimed()
+            raise
         async with _daemon_location(root, state, manifests) as location:
             server = await _daemon_server(
-                location, state, manifests, host=host, port=port, auth=auth,
+                location, state, manifests, host=host, port=port, token=token,
                 allowed_hosts=allowed_hosts, idle_exit=idle_exit,
             )
             await server.serve(sockets=server.sockets_to_serve)
@@ -378,7 +402,7 @@ async def serve(
 
 async def _daemon_server(
     location: Location, state: Path, manifests: Sequence[str | os.PathLike[str]], *,
-    host: str, port: int | None, auth: bool, allowed_hosts: Sequence[str],
+    host: str, port: int | None, token: str | None, allowed_hosts: Sequence[str],
     idle_exit: float | None,
 ) -> _Server:
     """The uvicorn server of a daemon, with its sockets bound and its lifespan (daemon.json,
@@ -398,15 +422,9 @@ async def _daemon_server(
     )
     from sidecar.serve.app import build_app
     from sidecar.serve.door import Activity, StdioDoor, bind_unix
+    from sidecar.serve.http_protocol import TargetKeepingHttpToolsProtocol
     from sidecar.serve.mcp_facade import mcp_http
-    from sidecar.serve.security import load_or_create_token
 
-    token: str | None = None
-    if auth:
-        token, created = await asyncio.to_thread(load_or_create_token, state)
-        if created:
-            print(f"sidecar: new bearer token (also in {state / 'token'}): {token}",
-                  file=sys.stderr, flush=True)
     sockets: list[socket.socket] = []
     url: str | None = None
     if port is not None:
@@ -454,7 +472,7 @@ async def _daemon_server(
     activity = Activity(app)
     config = uvicorn.Config(
         activity, lifespan="on", log_level="warning", timeout_graceful_shutdown=10,
-        access_log=False,
+        access_log=False, http=TargetKeepingHttpToolsProtocol,
     )
     server = _Server(config)
     server.sockets_to_serve = sockets
@@ -470,11 +488,11 @@ async def _watch(
     from sidecar.local_door import STDIO_SOCKET
 
     door_path = state / STDIO_SOCKET
-    seen: int | None = None
+    seen: int | None = None  # the door's inode, once it is open
     while True:
         await asyncio.sleep(1.0)
         try:
-            inode = (await asyncio.to_thread(door_path.stat)).st_ino
+            inode: int | None = (await asyncio.to_thread(door_path.stat)).st_ino
         except FileNotFoundError:
             inode = None
         if seen is None:
@@ -492,19 +510,56 @@ async def _watch(
             return
 
 
+def _serve_token(
+    state: Path, host: str, *, auth: bool, allow_weak_token: bool,
+    allow_no_auth_on_network: bool,
+) -> str | None:
+    """The bearer token `serve` requires (None: `--no-auth`), after the checks of
+    `serve_policy`; warnings and a newly created token are printed to stderr."""
+    import sys
+
+    from sidecar.serve.security import TOKEN_FILE, load_or_create_token
+    from sidecar.serve.serve_policy import (
+        check_no_auth,
+        check_token,
+        token_file_warning,
+        weak_tokens_allowed,
+    )
+
+    if not auth:
+        warning = check_no_auth(host, allow_on_network=allow_no_auth_on_network)
+        print(f"sidecar: {warning}", file=sys.stderr, flush=True)
+        return None
+    token, created = load_or_create_token(state)
+    if created:
+        print(f"sidecar: new bearer token (also in {state / TOKEN_FILE}): {token}",
+              file=sys.stderr, flush=True)
+        return token
+    from_env = bool(os.environ.get("SIDECAR_TOKEN"))
+    check_token(token, "SIDECAR_TOKEN" if from_env else str(state / TOKEN_FILE),
+                allow_weak=weak_tokens_allowed(allow_weak_token))
+    loose = None if from_env else token_file_warning(state / TOKEN_FILE)
+    if loose is not None:
+        print(f"sidecar: {loose}", file=sys.stderr, flush=True)
+    return token
+
+
 async def stdio(
     *,
     root: str | os.PathLike[str] = ".",
     state_dir: str | os.PathLike[str] | None = None,
     manifests: Sequence[str | os.PathLike[str]] = (),
+    profile: str | None = None,
 ) -> None:
     """`sidecar stdio`: the same daemon speaking MCP over its own stdin/stdout until stdin
-    closes. Only MCP messages go to stdout; logs go to stderr."""
+    closes. Only MCP messages go to stdout; logs go to stderr. `profile`: the profile served
+    (None: the default one); an undeclared name raises `UnknownProfile` before serving."""
     from sidecar.serve.mcp_facade import serve_stdio
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
     async with _daemon_location(root, state, manifests) as location:
-        await serve_stdio(location)
+        location.profiles.resolve(profile)
+        await serve_stdio(location, profile=profile)
 
 
 @asynccontextmanager

@@ -17,7 +17,8 @@ client for `idle_exit` seconds. A client that names manifests other than the run
 is refused with an error that names the daemon, its pid and its manifests.
 
 The hello on `stdio.sock` is one JSON line from the client,
-`{"mode": "fds" | "stream", "manifests": [absolute paths] | null, "pid": N}` (with the two
+`{"mode": "fds" | "stream", "manifests": [absolute paths] | null, "pid": N, "profile": name |
+null}` (with the two
 descriptors attached in "fds" mode), answered by one JSON line, `{"ok": true, "daemon": {...}}`
 or `{"ok": false, "error": "..."}`. In "fds" mode the connection then only says when the
 session ended (the daemon closes it); in "stream" mode (stdin or stdout is not a pipe, e.g. a
@@ -285,7 +286,8 @@ def _read_line(sock: socket.socket) -> bytes:
 
 
 def attach_stdio(
-    state: Path, manifests: Sequence[str] | None, start_with: Sequence[str], *, idle_exit: float
+    state: Path, manifests: Sequence[str] | None, start_with: Sequence[str], *, idle_exit: float,
+    profile: str | None = None,
 ) -> int:
     """`sidecar stdio`: serve this process's MCP client from the daemon that owns `state`
     (started on demand on `start_with`; `manifests` as in `ensure_daemon`).
@@ -297,7 +299,8 @@ def attach_stdio(
     with sock:
         mode = "fds" if pipes_available() else "stream"
         hello = json.dumps({"mode": mode, "manifests": None if manifests is None
-                            else list(manifests), "pid": os.getpid()}).encode() + b"\n"
+                            else list(manifests), "pid": os.getpid(),
+                            "profile": profile}).encode() + b"\n"
         if mode == "fds":
             sock.sendmsg([hello], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
                                     array.array("i", [0, 1]))])

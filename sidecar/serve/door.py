@@ -28,6 +28,7 @@ import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sidecar.local_door import DaemonInfo, manifests_mismatch
+from sidecar.profiles import UnknownProfile
 from sidecar.serve.mcp_facade import serve_stdio
 
 if TYPE_CHECKING:
@@ -96,6 +97,9 @@ class StdioDoor:
                 return
             refusal = manifests_mismatch(self.daemon, hello.get("manifests"))
             mode = hello.get("mode")
+            profile = hello.get("profile")
+            if refusal is None:
+                refusal = self._profile_refusal(profile)
             if refusal is None and mode == "fds" and len(fds) != 2:
                 refusal = "the hello asked for mode 'fds' but did not carry two descriptors"
             elif refusal is None and mode not in ("fds", "stream"):
@@ -112,10 +116,10 @@ class StdioDoor:
                      self.sessions)
             if mode == "fds":
                 wire, fds = (fds[0], fds[1]), []
-                await self._serve_until_gone(conn, wire)
+                await self._serve_until_gone(conn, wire, profile)
             else:
-                await serve_stdio(self.location, fds=(os.dup(conn.fileno()),
-                                                      os.dup(conn.fileno())))
+                await serve_stdio(self.location, profile=profile,
+                                  fds=(os.dup(conn.fileno()), os.dup(conn.fileno())))
         finally:
             for fd in fds:
                 os.close(fd)
@@ -123,7 +127,18 @@ class StdioDoor:
             self.sessions -= 1
             self.last_active = time.monotonic()
 
-    async def _serve_until_gone(self, conn: socket.socket, wire: tuple[int, int]) -> None:
+    def _profile_refusal(self, profile: Any) -> str | None:
+        if profile is not None and not isinstance(profile, str):
+            return "the hello's profile is not a string"
+        try:
+            self.location.profiles.resolve(profile)
+        except UnknownProfile as exc:
+            return str(exc)
+        return None
+
+    async def _serve_until_gone(
+        self, conn: socket.socket, wire: tuple[int, int], profile: str | None
+    ) -> None:
         """Serve the client's pipes; a client process that dies ends its session too."""
         loop = asyncio.get_running_loop()
         async with anyio.create_task_group() as tg:
@@ -135,7 +150,7 @@ class StdioDoor:
                 tg.cancel_scope.cancel()
 
             tg.start_soon(watch)
-            await serve_stdio(self.location, fds=wire)
+            await serve_stdio(self.location, fds=wire, profile=profile)
             tg.cancel_scope.cancel()
 
 

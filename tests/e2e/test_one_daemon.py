@@ -65,7 +65,9 @@ def spawned(events: Path) -> list[int]:
 async def echo(client: Client, text: str) -> str:
     """`up_echo` once the upstream's tools are listed (they appear when it is ready)."""
     with anyio.fail_after(60):
-        while "up_echo" not in [t.name for t in (await client.list_tools()).tools]:
+        for _ in range(100_000):
+            if "up_echo" in [t.name for t in (await client.list_tools()).tools]:
+                break
             await anyio.sleep(0.1)
     result = await client.call_tool("up_echo", {"text": text})
     assert not result.is_error, result.content
@@ -78,6 +80,7 @@ async def test_three_stdio_clients_and_the_cli_share_one_daemon_and_one_upstream
     clients: dict[int, Client] = {}
     close = {i: anyio.Event() for i in range(3)}
     done = {i: anyio.Event() for i in range(3)}
+    ready = {i: anyio.Event() for i in range(3)}
     eras = ["legacy", "2026-07-28", "legacy"]
 
     async def hold(i: int) -> None:
@@ -85,6 +88,7 @@ async def test_three_stdio_clients_and_the_cli_share_one_daemon_and_one_upstream
             async with Client(params, mode=eras[i], cache=None,
                               read_timeout_seconds=60) as client:
                 clients[i] = client
+                ready[i].set()
                 await close[i].wait()
         finally:
             done[i].set()
@@ -93,8 +97,8 @@ async def test_three_stdio_clients_and_the_cli_share_one_daemon_and_one_upstream
         for i in range(3):
             tg.start_soon(hold, i)
         with anyio.fail_after(120):
-            while len(clients) < 3:
-                await anyio.sleep(0.05)
+            for i in range(3):
+                await ready[i].wait()
         for i in range(3):
             assert await echo(clients[i], f"client {i}") == f"client {i}"
 
