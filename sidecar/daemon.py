@@ -175,7 +175,9 @@ class Location:
             )
             location.sandbox = await stack.enter_async_context(Sandbox())  # workers start lazily
             location.codemode, location.codemode_limits = codemode, codemode_limits
-            location.tools.register({"managed_read": managed_read_tool(store)}, label="builtin")
+            registry.register(
+                {"managed_read": managed_read_tool(store)}, label="builtin", builtin=True
+            )
             location.sources = await stack.enter_async_context(ManifestSources(
                 location, manifests, base_bounds=bounds, plugins=list(plugins),
                 entry_point_plugins=entry_point_plugins,
@@ -258,6 +260,7 @@ class Location:
             "reload_problems": reload_problems,
             "store": {"objects": stats.count, "bytes": stats.bytes},
             "tools": len(self.registry.effective()),
+            "reserved_name_conflicts": [c.to_json() for c in self.registry.reserved_conflicts()],
         }
 
     def server_health(self) -> dict[str, ServerHealth]:
