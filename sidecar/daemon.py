@@ -176,7 +176,7 @@ class Location:
             location.sandbox = await stack.enter_async_context(Sandbox())  # workers start lazily
             location.codemode, location.codemode_limits = codemode, codemode_limits
             registry.register(
-                {"managed_read": managed_read_tool(store)}, label="builtin", builtin=True
+                {"managed_read": managed_read_tool(store, bounds)}, label="builtin", builtin=True
             )
             location.sources = await stack.enter_async_context(ManifestSources(
                 location, manifests, base_bounds=bounds, plugins=list(plugins),
