@@ -76,8 +76,11 @@ def _parser() -> argparse.ArgumentParser:
                          "entropy (also $SIDECAR_ALLOW_WEAK_TOKEN=1)")
     serve_p.add_argument("--allowed-host", action="append", default=[], metavar="HOST",
                          help="an extra Host/Origin name to accept (repeatable)")
-    sub.add_parser("stdio", parents=[common],
-                   help="run the daemon as an MCP server over stdin/stdout")
+    stdio_p = sub.add_parser("stdio", parents=[common],
+                             help="run the daemon as an MCP server over stdin/stdout")
+    stdio_p.add_argument("--profile", default=os.environ.get("SIDECAR_PROFILE") or None,
+                         help="serve this profile's tools (default $SIDECAR_PROFILE, else the "
+                         "default profile)")
     tools = sub.add_parser("tools", parents=[client], help="list the effective tools")
     tools.add_argument("--format", choices=FORMATS, default=None,
                        help="print definitions in a provider format (JSON)")
@@ -196,11 +199,13 @@ def _print_health(report: dict[str, Any], as_json: bool) -> int:
     return EXIT_OK if report["status"] == "ok" else EXIT_TOOL_ERROR
 
 
-async def stdio(*, state_dir: str | None, manifests: list[str]) -> None:
+async def stdio(
+    *, state_dir: str | None, manifests: list[str], profile: str | None = None
+) -> None:
     """`sidecar.daemon.stdio`, imported when called (after `_import_daemon`)."""
     from sidecar.daemon import stdio as run_stdio
 
-    await run_stdio(state_dir=state_dir, manifests=manifests)
+    await run_stdio(state_dir=state_dir, manifests=manifests, profile=profile)
 
 
 async def serve(
@@ -292,9 +297,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "stdio":
         _configure_logging()  # stderr only: stdout carries MCP messages
         _import_daemon(args)
+        from sidecar.profiles import UnknownProfile
+
         try:
-            _run(stdio(state_dir=args.state_dir, manifests=_manifests(args)), daemon=True)
-        except UnsafeStateDir as exc:
+            _run(stdio(state_dir=args.state_dir, manifests=_manifests(args),
+                       profile=args.profile), daemon=True)
+        except (UnknownProfile, UnsafeStateDir) as exc:
             print(f"sidecar: {exc}", file=sys.stderr)
             return EXIT_USAGE
         return EXIT_OK

@@ -26,6 +26,15 @@ from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+GRANT_KEY = "sidecar.grant"
+"""The ASGI scope key holding the profiles a scoped token reaches (absent: every profile)."""
+
+
+def profile_allowed(scope: Scope, profile: str) -> bool:
+    """Whether the request's token reaches `profile` (the all-access token reaches all)."""
+    grant: frozenset[str] | None = scope.get(GRANT_KEY)
+    return grant is None or profile in grant
+
 TOKEN_FILE = "token"
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
