@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -57,11 +57,16 @@ class ToolDefinition:
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One effective tool: the captured value, its authored key and its definition."""
+    """One effective tool: the captured value, its authored key and its definition.
+
+    `origin` is the label of the registration that holds it (`mcp:<server key>` for an MCP
+    server's tools, `builtin`, `manifest-tools`, a plugin's label): profiles select by it.
+    """
 
     tool: Tool
     key: str
     definition: ToolDefinition
+    origin: str = ""
 
 
 def _definition(name: str, key: str, tool: Tool) -> ToolDefinition:
@@ -142,7 +147,14 @@ class Registration:
                 del kept[conflict.name]
                 log.warning("%s", conflict.to_json()["message"])
             self.refused = tuple(refused)
-        self.entries = MappingProxyType(kept)
+        self.entries = self.stamped(kept)
+
+    def stamped(self, entries: Mapping[str, Entry]) -> Mapping[str, Entry]:
+        """`entries` with this registration's label as their `origin`."""
+        return MappingProxyType({
+            n: e if e.origin == self.label else replace(e, origin=self.label)
+            for n, e in entries.items()
+        })
 
 
 class Scope:
