@@ -13,7 +13,8 @@ what the *seam* reports about a call.
 
 Every terminal failure of a call becomes one `CallError` inside an `Outcome`; its `kind` is one
 of `ErrorKind`. Every kind is model-visible except `operational`, which carries an `error_id`
-that also appears in the daemon log next to the traceback.
+that also appears in the daemon log next to the traceback. `expired` answers a replayed call id
+whose stored outcome was pruned after the retention period: the call is not run again.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class ErrorKind(enum.StrEnum):
     TIMEOUT = "timeout"
     UPSTREAM = "upstream"
     OPERATIONAL = "operational"
+    EXPIRED = "expired"
+    """A replayed call id whose outcome was pruned after the retention period: nothing ran."""
 
     @property
     def model_visible(self) -> bool:
