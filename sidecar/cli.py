@@ -166,6 +166,18 @@ def _print_tools(tools: list[dict[str, Any]], args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _state_line(state: dict[str, Any]) -> str:
+    """The state directory's size by part, then what pruning and eviction removed."""
+    parts = ", ".join(f"{part} {size / 1e6:.1f} MB" for part, size in state["bytes"].items())
+    up = state.get("upkeep", {})
+    return (f"state: {state['total_bytes'] / 1e6:.1f} MB ({parts})\n"
+            f"  since start: {up.get('outcomes_pruned', 0)} outcomes pruned "
+            f"({up.get('outcomes_expired', 0)} expired call ids kept), "
+            f"{up.get('managed_evicted_expired', 0)} managed objects expired, "
+            f"{up.get('managed_evicted_quota', 0)} evicted over quota, "
+            f"{up.get('wal_truncations', 0)} WAL truncations")
+
+
 def _print_health(report: dict[str, Any], as_json: bool) -> int:
     if as_json:
         print(json.dumps(report, indent=2))
@@ -174,6 +186,8 @@ def _print_health(report: dict[str, Any], as_json: bool) -> int:
         colour = "32" if report["status"] == "ok" else "33"
         print(f"status: {style(report['status'], colour)}  tools: {report['tools']}  "
               f"store: {report['store']['objects']} objects, {report['store']['bytes']:,} bytes")
+        if report.get("state"):
+            print(_state_line(report["state"]))
         for name, server in sorted(report.get("servers", {}).items()):
             state = server.get("state", "?")
             mark = style(state, "32" if state == "ready" else "31")
