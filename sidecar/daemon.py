@@ -66,9 +66,10 @@ def freeze_startup_heap() -> None:
     modules, classes, functions and the SDK's pydantic validators, about 100,000 objects that
     live as long as the process. Until then every full collection walked all of them: 38-60 ms
     on this kind of machine, 130 ms while 20 upstreams started on 2 cores, and the first full
-    collection came during that start (`bench/RESULTS.md`, session 9). Frozen objects are still
-    freed by reference counting; objects made later are collected as before. A library that
-    embeds `Location.open` decides this for its own process, so only the CLI calls it.
+    collection came during that start (`bench/RESULTS.md`, history, 2026-12-04). Frozen objects
+    are still freed by reference counting; objects made later are collected as before. A
+    library that embeds `Location.open` decides this for its own process, so only the CLI
+    calls it.
     """
     gc.freeze()
 
