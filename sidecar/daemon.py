@@ -46,6 +46,7 @@ from sidecar.outcome_log import SqliteOutcomeLog
 from sidecar.permission import PermissionRule
 from sidecar.permission_service import PermissionService
 from sidecar.plugins import PluginHost
+from sidecar.profiles import Profiles
 from sidecar.registry import Registry, Tools, application_registry
 from sidecar.seam import Seam
 from sidecar.snapshot import Snapshot, SnapshotStore, select
@@ -134,6 +135,7 @@ class Location:
         self.codemode_limits: CodeModeLimits = DEFAULT_LIMITS
         self.retention_seconds: float = DEFAULT_RETENTION_SECONDS
         self.store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES
+        self.profiles = Profiles()
 
     @property
     def hooks(self) -> Hooks:
@@ -232,6 +234,7 @@ class Location:
         hide_denied: bool = True,
         codemode: CodeModeSetting | None = None,
         keep: bool = True,
+        profile: str | None = None,
     ) -> Snapshot:
         """Capture the effective tools for one model request and keep it addressable by id.
 
@@ -242,12 +245,17 @@ class Location:
         `execute`/`search_tools`/`describe_tools` built-ins, or both. `keep=False` returns a
         snapshot that is not kept by id (`location.snapshots`): for a listing, or a holder that
         keeps the snapshot itself, so that it never evicts one a caller will look up.
+        `profile` names a profile (`sidecar.profiles`; None: the default one): only its tools
+        are captured, served its way; an undeclared name raises `UnknownProfile`.
         """
-        effective = self.registry.effective()
+        chosen = self.profiles.resolve(profile)
+        effective = self.profiles.entries(chosen, self.registry.effective())
         entries = select(effective, allow, deny)
         removed = set(effective) - set(entries)
         if hide_denied:
-            denied = self.permissions.outright_denial(session_id or "")
+            denied = self.permissions.outright_denial(
+                session_id or "", chosen.rules if chosen is not None else ()
+            )
             removed.update(
                 name for name, entry in entries.items()
                 if denied(entry.tool.permission_action or name)
@@ -256,11 +264,13 @@ class Location:
             kept = tuple(e.definition for n, e in entries.items() if n not in removed)
             removed.update(hook(session_id, kept) or ())
         captured = {n: e for n, e in entries.items() if n not in removed}
+        mode = codemode or (chosen.codemode if chosen is not None else None) or self.codemode
         snapshot = codemode_snapshot(
-            self.seam, captured, mode=codemode or self.codemode, sandbox=self.sandbox,
+            self.seam, captured, mode=mode, sandbox=self.sandbox,
             limits=self.codemode_limits, session_id=session_id, final_step=final_step,
             removed=removed,
         )
+        snapshot.profile = chosen.name if chosen is not None else self.profiles.default_name
         return self.snapshots.add(snapshot) if keep else snapshot
 
     async def health(self) -> dict[str, Any]:
@@ -344,8 +354,14 @@ async def serve(
     port: int = 8765,
     auth: bool = True,
     allowed_hosts: Sequence[str] = (),
+    allow_weak_token: bool = False,
+    allow_no_auth_on_network: bool = False,
 ) -> None:
     """`sidecar serve`: open the default Location, then serve HTTP until SIGINT/SIGTERM.
+
+    Refuses (`UnsafeConfiguration`, before any server starts) a weak token unless
+    `allow_weak_token`, and `auth=False` on an address that is not loopback unless
+    `allow_no_auth_on_network` (`sidecar.serve.serve_policy`).
 
     Startup prints one line `sidecar: listening on http://HOST:PORT` to stderr (with the
     real port when `port=0`) and writes `<state>/daemon.json` ({url, pid}) for CLI clients.
@@ -360,17 +376,19 @@ async def serve(
     import uvicorn
 
     from sidecar.serve.app import build_app
+    from sidecar.serve.http_protocol import TargetKeepingHttpToolsProtocol
     from sidecar.serve.mcp_facade import mcp_http
-    from sidecar.serve.security import load_or_create_token
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
+    try:
+        token = await asyncio.to_thread(
+            _serve_token, state, host, auth=auth, allow_weak_token=allow_weak_token,
+            allow_no_auth_on_network=allow_no_auth_on_network,
+        )
+    except BaseException:
+        await _stop_unclaimed()
+        raise
     async with _daemon_location(root, state, manifests) as location:
-        token: str | None = None
-        if auth:
-            token, created = await asyncio.to_thread(load_or_create_token, state)
-            if created:
-                print(f"sidecar: new bearer token (also in {state / 'token'}): {token}",
-                      file=sys.stderr, flush=True)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         # bound before serving, so the real port is known when port=0
         sock = socket.create_server((host, port), family=family)
@@ -400,7 +418,7 @@ async def serve(
         )
         config = uvicorn.Config(
             app, lifespan="on", log_level="warning", timeout_graceful_shutdown=10,
-            access_log=False,
+            access_log=False, http=TargetKeepingHttpToolsProtocol,
         )
         server = _Server(config)
         loop = asyncio.get_running_loop()
@@ -415,19 +433,56 @@ async def serve(
     # leaving the Location closed every upstream server, plugin and store before we return
 
 
+def _serve_token(
+    state: Path, host: str, *, auth: bool, allow_weak_token: bool,
+    allow_no_auth_on_network: bool,
+) -> str | None:
+    """The bearer token `serve` requires (None: `--no-auth`), after the checks of
+    `serve_policy`; warnings and a newly created token are printed to stderr."""
+    import sys
+
+    from sidecar.serve.security import TOKEN_FILE, load_or_create_token
+    from sidecar.serve.serve_policy import (
+        check_no_auth,
+        check_token,
+        token_file_warning,
+        weak_tokens_allowed,
+    )
+
+    if not auth:
+        warning = check_no_auth(host, allow_on_network=allow_no_auth_on_network)
+        print(f"sidecar: {warning}", file=sys.stderr, flush=True)
+        return None
+    token, created = load_or_create_token(state)
+    if created:
+        print(f"sidecar: new bearer token (also in {state / TOKEN_FILE}): {token}",
+              file=sys.stderr, flush=True)
+        return token
+    from_env = bool(os.environ.get("SIDECAR_TOKEN"))
+    check_token(token, "SIDECAR_TOKEN" if from_env else str(state / TOKEN_FILE),
+                allow_weak=weak_tokens_allowed(allow_weak_token))
+    loose = None if from_env else token_file_warning(state / TOKEN_FILE)
+    if loose is not None:
+        print(f"sidecar: {loose}", file=sys.stderr, flush=True)
+    return token
+
+
 async def stdio(
     *,
     root: str | os.PathLike[str] = ".",
     state_dir: str | os.PathLike[str] | None = None,
     manifests: Sequence[str | os.PathLike[str]] = (),
+    profile: str | None = None,
 ) -> None:
     """`sidecar stdio`: the same daemon speaking MCP over its own stdin/stdout until stdin
-    closes. Only MCP messages go to stdout; logs go to stderr."""
+    closes. Only MCP messages go to stdout; logs go to stderr. `profile`: the profile served
+    (None: the default one); an undeclared name raises `UnknownProfile` before serving."""
     from sidecar.serve.mcp_facade import serve_stdio
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
     async with _daemon_location(root, state, manifests) as location:
-        await serve_stdio(location)
+        location.profiles.resolve(profile)
+        await serve_stdio(location, profile=profile)
 
 
 @asynccontextmanager

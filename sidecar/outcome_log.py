@@ -57,6 +57,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from sidecar import json_depth
 from sidecar.errors import CallError, CallIdConflict, ErrorKind, SidecarError
 from sidecar.outcome import Outcome
 from sidecar.sqlite_wal import (
@@ -142,8 +143,8 @@ def call_fingerprint(tool: str, raw_input: Any, session_id: str, agent: str) -> 
     agent. A hex digest."""
     if isinstance(raw_input, str | bytes):
         try:
-            raw_input = json.loads(raw_input)
-        except ValueError:
+            raw_input = json_depth.loads(raw_input)
+        except ValueError:  # too deep included: the seam then refuses it as invalid_input
             raw_input = raw_input.decode("utf-8", "replace") if isinstance(raw_input, bytes) \
                 else raw_input
     canonical = json.dumps([tool, raw_input, session_id, agent], sort_keys=True,
