@@ -69,6 +69,7 @@ from sidecar.sqlite_wal import (
     file_size,
     wal_path,
 )
+from sidecar.state_dir import PRIVATE_DIR_MODE, create_private_file
 from sidecar.tool import ToolContext
 
 T = TypeVar("T")
@@ -364,7 +365,8 @@ class SqliteOutcomeLog:
             raise OutcomeLogError(f"outcome log {self._path}: {exc}") from exc
 
     def _connect(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        create_private_file(self._path)  # 0600 from the start; SQLite's -wal/-shm follow it
         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         try:
             conn.execute("PRAGMA journal_mode=WAL")
