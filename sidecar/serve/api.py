@@ -38,6 +38,7 @@ from sidecar.serve.replay import (
     parse_format,
     result_for,
 )
+from sidecar.serve.security import profile_allowed
 from sidecar.snapshot import SnapshotExpired
 from sidecar.tool import ToolContext
 
@@ -85,6 +86,7 @@ class SnapshotBody(_Body):
     format: Format = "mcp"
     strict: bool = False
     codemode: Literal["direct", "codemode", "both"] | None = None
+    profile: Annotated[str, Field(min_length=1, max_length=64)] | None = None
 
 
 class ContextBody(_Body):
@@ -266,9 +268,21 @@ class Api:
 
     # --- endpoints -----------------------------------------------------------------------
 
+    def _profile(self, request: Request, name: str | None) -> str | None:
+        """`name` when this request may use that profile (None: the default one)."""
+        profiles = self.location.profiles
+        if name is not None and not profiles.exists(name):
+            raise ApiError(404, "unknown_profile", f"no profile named {name!r}; known "
+                           f"profiles: {', '.join(profiles.names())}", "profile")
+        if not profile_allowed(request.scope, name or profiles.default_name):
+            raise ApiError(403, "forbidden_profile", "this token does not reach profile "
+                           f"{name or profiles.default_name!r}", "profile")
+        return name
+
     async def list_tools(self, request: Request) -> Response:
         fmt = self._format(request)
-        snapshot = self.location.snapshot(hide_denied=False, keep=False)
+        profile = self._profile(request, request.query_params.get("profile"))
+        snapshot = self.location.snapshot(hide_denied=False, keep=False, profile=profile)
         return json_with({"format": fmt}, "tools",
                          self.definitions.encoded(fmt, snapshot.definitions))
 
@@ -277,6 +291,7 @@ class Api:
         snapshot = self.location.snapshot(
             session_id=body.session_id, allow=body.allow, deny=body.deny,
             final_step=body.final_step, codemode=body.codemode,
+            profile=self._profile(request, body.profile),
         )
         if body.strict:
             self._strict[snapshot.id] = None
@@ -285,6 +300,7 @@ class Api:
         return json_with({
             "id": snapshot.id,
             "session_id": body.session_id,
+            "profile": snapshot.profile,
             "tool_choice": snapshot.tool_choice,
             "format": body.format,
             "expires_in": self.location.snapshots.ttl_seconds,
@@ -297,6 +313,9 @@ class Api:
             snapshot = self.location.snapshots.get(request.path_params["snapshot_id"])
         except SnapshotExpired as exc:
             raise ApiError(404, "snapshot_expired", str(exc), "snapshot_id") from None
+        if not profile_allowed(request.scope, snapshot.profile or ""):
+            raise ApiError(403, "forbidden_profile", "this token does not reach profile "
+                           f"{snapshot.profile!r}", "snapshot_id")
         c = body.context
         context = ToolContext(c.session_id, c.agent, c.message_id, c.call_id)
         raw_input: Any = body.input

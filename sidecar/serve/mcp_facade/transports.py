@@ -27,6 +27,7 @@ from sidecar import json_depth
 from sidecar.json_depth import JsonTooDeep
 from sidecar.serve.mcp_facade.fastpath import FastCalls
 from sidecar.serve.mcp_facade.http_fastpath import HttpFastPath
+from sidecar.serve.mcp_facade.profile_routes import ProfileEndpoints, http_manager
 from sidecar.serve.mcp_facade.server import McpFacade, new_session_id
 from sidecar.serve.mcp_facade.stdio_pipes import pipe_wire, pipes_available
 
@@ -37,14 +38,16 @@ MCP_PATH = "/mcp"
 
 
 async def serve_stdio(
-    location: Location, *, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None
+    location: Location, *, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None,
+    profile: str | None = None,
 ) -> None:
     """Serve one MCP client on stdin/stdout until stdin closes. Nothing else is written to
-    stdout: logs belong on stderr. One session id per call (`stdio-<hex>`).
+    stdout: logs belong on stderr. One session id per call (`stdio-<hex>`). `profile`: the
+    profile served (`sidecar.profiles`; None: the default one).
 
     On pipes (how agents start MCP servers) the wire runs on the event loop
     (`stdio_pipes`); otherwise, or with explicit streams, on the SDK's threaded transport."""
-    facade = McpFacade(location, session_id=new_session_id())
+    facade = McpFacade(location, session_id=new_session_id(), profile=profile)
     if stdin is None and stdout is None and pipes_available():
         # Until `FastCalls` exists every message takes the SDK's path (the handshake does).
         calls: list[FastCalls] = []
@@ -78,7 +81,9 @@ async def serve_stdio(
 
 
 def mcp_http(location: Location) -> tuple[list[BaseRoute], AbstractAsyncContextManager[Any]]:
-    """`(routes, lifespan)` for `build_app(extra_routes=routes, extra_lifespan=lifespan)`."""
+    """`(routes, lifespan)` for `build_app(extra_routes=routes, extra_lifespan=lifespan)`:
+    `/mcp` serves the default profile, `/mcp/{profile}` each declared one
+    (`profile_routes`)."""
     facade = McpFacade(location)
     manager = StreamableHTTPSessionManager(
         app=facade.server,
@@ -88,15 +93,17 @@ def mcp_http(location: Location) -> tuple[list[BaseRoute], AbstractAsyncContextM
     )
     fast_path = HttpFastPath(facade)
     fast_path.install(manager)
+    profiles = ProfileEndpoints(location, http_manager)
 
     @asynccontextmanager
     async def lifespan() -> AsyncIterator[None]:
-        async with facade.attached(), manager.run():
+        async with facade.attached(), manager.run(), profiles.lifespan():
             yield
 
     endpoint = McpEndpoint(manager, fast_path)
     routes: list[BaseRoute] = [
-        Route(MCP_PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"])
+        Route(MCP_PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"]),
+        Route(MCP_PATH + "/{profile}", endpoint=profiles, methods=["GET", "POST", "DELETE"]),
     ]
     return routes, lifespan()
 
