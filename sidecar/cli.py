@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 # (`_import_daemon`): those start on another core while the imports run.
 
 EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_STATE_IN_USE, EXIT_ADDRESS_IN_USE = 4, 5
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a process killed by SIGPIPE (128 + 13)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -305,6 +307,20 @@ def _run(coro: Any, *, daemon: bool = False) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader of stdout left (`sidecar call ... | head`). Point stdout at /dev/null so
+        # that the interpreter's last flush cannot fail again, and say it once.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        print("sidecar: stdout was closed before the output was written (broken pipe)",
+              file=sys.stderr)
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "check":
         return _check(args)
@@ -314,25 +330,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sidecar.profiles import UnknownProfile
 
         try:
-            _run(stdio(state_dir=args.state_dir, manifests=_manifests(args),
-                       profile=args.profile), daemon=True)
+            return _daemon_exit(args, lambda: _run(
+                stdio(state_dir=args.state_dir, manifests=_manifests(args),
+                      profile=args.profile), daemon=True))
         except (UnknownProfile, UnsafeStateDir) as exc:
             print(f"sidecar: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        return EXIT_OK
     if args.command == "serve":
         _configure_logging()
         _import_daemon(args)
         try:
-            _run(serve(state_dir=args.state_dir, manifests=_manifests(args), host=args.host,
-                       port=args.port, auth=not args.no_auth, allowed_hosts=args.allowed_host,
-                       allow_weak_token=args.allow_weak_token,
-                       allow_no_auth_on_network=args.allow_no_auth_on_network),
-                 daemon=True)
+            return _daemon_exit(args, lambda: _run(
+                serve(state_dir=args.state_dir, manifests=_manifests(args), host=args.host,
+                      port=args.port, auth=not args.no_auth, allowed_hosts=args.allowed_host,
+                      allow_weak_token=args.allow_weak_token,
+                      allow_no_auth_on_network=args.allow_no_auth_on_network),
+                daemon=True))
         except (UnsafeConfiguration, UnsafeStateDir) as exc:
             print(f"sidecar: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        return EXIT_OK
     from sidecar.cli_backends import Refused, Unreachable
 
     try:
@@ -349,6 +365,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except json.JSONDecodeError as exc:
         print(f"sidecar: --input is not valid JSON: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _daemon_exit(args: argparse.Namespace, run: Callable[[], Any]) -> int:
+    """Run a daemon command; the failures a user causes by starting it twice are one line."""
+    from managed_store import StoreInUse
+    from sidecar.daemon import AddressInUse, default_state_dir
+
+    try:
+        run()
+    except StoreInUse:
+        state = args.state_dir or default_state_dir()
+        print(f"sidecar: another sidecar daemon is running on {state} (one daemon per state "
+              "directory; stop it, or use another --state-dir)", file=sys.stderr)
+        return EXIT_STATE_IN_USE
+    except AddressInUse as exc:
+        print(f"sidecar: {exc.strerror}", file=sys.stderr)
+        return EXIT_ADDRESS_IN_USE
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import logging
 import os
+import socket
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -375,7 +377,6 @@ async def serve(
     """
     import json
     import signal
-    import socket
     import sys
 
     import uvicorn
@@ -390,13 +391,13 @@ async def serve(
             _serve_token, state, host, auth=auth, allow_weak_token=allow_weak_token,
             allow_no_auth_on_network=allow_no_auth_on_network,
         )
+        # Bound before the Location opens: a port in use is reported before any upstream
+        # server starts, and the real port is known when port=0.
+        sock = _bind(host, port)
     except BaseException:
         await _stop_unclaimed()
         raise
-    async with _daemon_location(root, state, manifests) as location:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        # bound before serving, so the real port is known when port=0
-        sock = socket.create_server((host, port), family=family)
+    async with _closing(sock), _daemon_location(root, state, manifests) as location:
         bound = sock.getsockname()
         url = f"http://{host if ':' not in host else f'[{host}]'}:{bound[1]}"
         info = state / "daemon.json"
@@ -438,6 +439,29 @@ async def serve(
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
     # leaving the Location closed every upstream server, plugin and store before we return
+
+
+class AddressInUse(OSError):
+    """`sidecar serve`'s address is taken (another daemon, or any other program)."""
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise AddressInUse(exc.errno, f"{host}:{port} is already in use (by another sidecar "
+                           "serve, or another program); choose another --port") from None
+
+
+@asynccontextmanager
+async def _closing(sock: socket.socket) -> AsyncIterator[socket.socket]:
+    try:
+        yield sock
+    finally:
+        sock.close()  # uvicorn closes it when it served; not when the Location failed to open
 
 
 def _serve_token(
