@@ -16,6 +16,7 @@ from managed_store.errors import (
     RetentionError,
     SearchTimeout,
     StoreClosed,
+    StoreInUse,
 )
 from managed_store.index import StoreStats
 from managed_store.line_chars import LineChars
@@ -43,6 +44,7 @@ __all__ = [
     "SearchTimeout",
     "SpoolWriter",
     "StoreClosed",
+    "StoreInUse",
     "StoreStats",
     "TextSlice",
     "TextSpool",
