@@ -8,7 +8,8 @@ context manager that owns every resource it opens and closes them in reverse ord
 
 State lives in one directory (`state_dir`, default `$SIDECAR_STATE_DIR`, else
 `$XDG_STATE_HOME/mcp-sidecar`, else `~/.local/state/mcp-sidecar`): `outcomes.sqlite`,
-`permissions.sqlite` and `managed/` (retained text).
+`permissions.sqlite`, `tokens.sqlite` (scoped bearer tokens, hashed) and `managed/`
+(retained text).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from sidecar.profiles import Profiles
 from sidecar.registry import Registry, Tools, application_registry
 from sidecar.seam import Seam
 from sidecar.snapshot import Snapshot, SnapshotStore, select
+from sidecar.tokens import SqliteTokenStore, TokenStore
 from sidecar.tool import DEFAULT_BOUNDS, Bounds
 
 DEFAULT_RETENTION_SECONDS = 7 * 86400
@@ -109,6 +111,8 @@ class Location:
         self.codemode: CodeModeSetting = "direct"
         self.codemode_limits: CodeModeLimits = DEFAULT_LIMITS
         self.profiles = Profiles()
+        self.tokens: TokenStore | None = None
+        """Scoped bearer tokens (`sidecar.tokens`), in `<state>/tokens.sqlite`."""
 
     @property
     def hooks(self) -> Hooks:
@@ -175,6 +179,8 @@ class Location:
                 name=name, root=root_dir, state_dir=state, seam=seam, registry=registry,
                 events=events, permissions=permissions, plugins=host, manifests=ManifestSet(),
             )
+            location.tokens = await SqliteTokenStore.open(state / "tokens.sqlite")
+            stack.push_async_callback(location.tokens.aclose)
             location.sandbox = await stack.enter_async_context(Sandbox())  # workers start lazily
             location.codemode, location.codemode_limits = codemode, codemode_limits
             location.tools.register({"managed_read": managed_read_tool(store)}, label="builtin")
