@@ -37,6 +37,8 @@ from bridges.manifest import load_manifests, manifest_json_schema
 from bridges.manifest_tools import manifest_tool_validator
 from sidecar import cli_tokens
 from sidecar.serve.replay import FORMATS
+from sidecar.serve.serve_policy import UnsafeConfiguration
+from sidecar.state_dir import UnsafeStateDir
 
 if TYPE_CHECKING:
     from sidecar.cli_backends import Backend
@@ -307,13 +309,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             _run(stdio(state_dir=args.state_dir, manifests=_manifests(args),
                        profile=args.profile), daemon=True)
-        except UnknownProfile as exc:
+        except (UnknownProfile, UnsafeStateDir) as exc:
             print(f"sidecar: {exc}", file=sys.stderr)
             return EXIT_USAGE
         return EXIT_OK
     if args.command == "serve":
-        from sidecar.serve.serve_policy import UnsafeConfiguration
-
         _configure_logging()
         _import_daemon(args)
         try:
@@ -322,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                        allow_weak_token=args.allow_weak_token,
                        allow_no_auth_on_network=args.allow_no_auth_on_network),
                  daemon=True)
-        except UnsafeConfiguration as exc:
+        except (UnsafeConfiguration, UnsafeStateDir) as exc:
             print(f"sidecar: {exc}", file=sys.stderr)
             return EXIT_USAGE
         return EXIT_OK
@@ -334,6 +334,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sidecar: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except Refused as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except UnsafeStateDir as exc:
         print(f"sidecar: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except json.JSONDecodeError as exc:

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from sidecar.state_dir import UnsafeStateDir, prepare_state_dir
 from sidecar.tokens import SqliteTokenStore, TokenError, create_token
 
 TOKENS_FILE = "tokens.sqlite"
@@ -32,7 +33,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
 
 
 async def run(args: argparse.Namespace, state: Path) -> int:
-    """Exit code 0 on success, 1 for an unknown id, 2 for a bad request."""
+    """Exit code 0 on success, 1 for an unknown id, 2 for a bad request or an unsafe state
+    directory."""
+    try:
+        warning = prepare_state_dir(state)
+    except UnsafeStateDir as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return 2
+    if warning:
+        print(f"sidecar: {warning}", file=sys.stderr)
     store = await SqliteTokenStore.open(state / TOKENS_FILE)
     try:
         if args.token_command == "create":

@@ -9,7 +9,8 @@ context manager that owns every resource it opens and closes them in reverse ord
 State lives in one directory (`state_dir`, default `$SIDECAR_STATE_DIR`, else
 `$XDG_STATE_HOME/mcp-sidecar`, else `~/.local/state/mcp-sidecar`): `outcomes.sqlite`,
 `permissions.sqlite`, `tokens.sqlite` (scoped bearer tokens, hashed) and `managed/`
-(retained text).
+(retained text). It is private: created 0700 with every file in it 0600, and refused when
+others can write it (`sidecar.state_dir`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from sidecar.profiles import Profiles
 from sidecar.registry import Registry, Tools, application_registry
 from sidecar.seam import Seam
 from sidecar.snapshot import Snapshot, SnapshotStore, select
+from sidecar.state_dir import prepare_state_dir, write_private_file
 from sidecar.tokens import SqliteTokenStore, TokenStore
 from sidecar.tool import DEFAULT_BOUNDS, Bounds
 
@@ -148,6 +150,9 @@ class Location:
         """
         root_dir = await asyncio.to_thread(Path(root).resolve)
         state = Path(state_dir) if state_dir is not None else default_state_dir()
+        loosened = await asyncio.to_thread(prepare_state_dir, state)  # or UnsafeStateDir
+        if loosened is not None:
+            log.warning("%s", loosened)
         async with AsyncExitStack() as stack:
             store = await ManagedStore.open(
                 state / "managed", ttl_seconds=retention_seconds, quota_bytes=store_quota_bytes
@@ -361,7 +366,9 @@ async def serve(
 
         @asynccontextmanager
         async def announce() -> AsyncIterator[None]:
-            await asyncio.to_thread(info.write_text, json.dumps({"url": url, "pid": os.getpid()}))
+            await asyncio.to_thread(
+                write_private_file, info, json.dumps({"url": url, "pid": os.getpid()})
+            )
             print(f"sidecar: listening on {url}", file=sys.stderr, flush=True)
             try:
                 yield
@@ -412,6 +419,9 @@ def _serve_token(
         weak_tokens_allowed,
     )
 
+    loosened = prepare_state_dir(state)  # before the token file is read or created
+    if loosened is not None:
+        print(f"sidecar: warning: {loosened}", file=sys.stderr, flush=True)
     if not auth:
         warning = check_no_auth(host, allow_on_network=allow_no_auth_on_network)
         print(f"sidecar: {warning}", file=sys.stderr, flush=True)

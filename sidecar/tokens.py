@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from sidecar.errors import SidecarError
+from sidecar.state_dir import PRIVATE_DIR_MODE, create_private_file
 
 T = TypeVar("T")
 SECRET_PREFIX = "sct_"
@@ -132,12 +133,12 @@ class SqliteTokenStore:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
     def _connect(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        create_private_file(self._path)  # 0600 from the start; SQLite's -wal/-shm follow it
         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False,
                                timeout=10)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.executescript(_SCHEMA)
-        self._path.chmod(0o600)
         self._conn = conn
 
     def _db(self) -> sqlite3.Connection:

@@ -63,7 +63,7 @@ def load_or_create_token(state_dir: Path) -> tuple[str, bool]:
             return token, False
     except FileNotFoundError:
         pass
-    state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     token = secrets.token_urlsafe(32)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
