@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from bridges.manifest import load_manifests, manifest_json_schema
 from bridges.manifest_tools import manifest_tool_validator
+from sidecar import cli_tokens
 from sidecar.serve.replay import FORMATS
 from sidecar.serve.serve_policy import UnsafeConfiguration
 from sidecar.state_dir import UnsafeStateDir
@@ -105,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     read.add_argument("--length", type=int, default=None,
                       help="with --start: how many characters (default: as many as fit)")
     sub.add_parser("health", parents=[client], help="per-server status")
+    cli_tokens.add_parser(sub, common)
     check = sub.add_parser("check", help="validate manifests without starting anything")
     check.add_argument("files", nargs="*", metavar="FILE", help="manifest files or directories")
     check.add_argument("--schema", action="store_true", help="print the manifest JSON Schema")
@@ -332,6 +334,11 @@ def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "check":
         return _check(args)
+    if args.command == "token":
+        from sidecar.daemon import default_state_dir
+
+        state = Path(args.state_dir) if args.state_dir else default_state_dir()
+        return int(_run(cli_tokens.run(args, state)))
     if args.command == "stdio":
         _configure_logging()  # stderr only: stdout carries MCP messages
         _import_daemon(args)
