@@ -178,9 +178,10 @@ class OwnerLock:
 def already_owned(state: Path) -> str:
     """What a second daemon on `state` says (one line, naming the owner)."""
     info = read_info(state)
-    return (f"the state directory {state} already has a daemon"
-            + (f": {info.describe()}" if info is not None else "")
-            + "; `sidecar health` talks to it, or use another --state-dir")
+    return (f"another sidecar daemon is running on {state}"
+            + (f" ({info.describe()})" if info is not None else "")
+            + "; one daemon per state directory: `sidecar health` talks to it; stop it, or use "
+            "another --state-dir")
 
 
 # --- finding or starting the daemon --------------------------------------------------------

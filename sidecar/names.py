@@ -7,8 +7,9 @@ Providers accept `[A-Za-z0-9_-]{1,64}`. The effective name of an authored key in
 2. joined as `<namespace>_<key>` (the key alone when the namespace is empty or absent), except
    that a key that already starts with `<namespace>_` or `<namespace>-` is not prefixed again
    (server `git` + tool `git_status` -> `git_status`, not `git_git_status`) unless that name is
-   `reserved`: the name another key of the same registration gets by the ordinary rule (`git`
-   + `status` -> `git_status`), which keeps it, and the prefixed key gets the doubled form;
+   one of `plain`: the names other keys of the same registration get by the ordinary rule
+   (`git` + `status` -> `git_status`), which keep it, and the prefixed key gets the doubled
+   form (see `plain_names`);
 3. when the result has no letter or digit (e.g. a key written only in non-Latin script) it
    gets the stable suffix `_<hash8>`, so distinct keys stay distinct;
 4. when it starts with a digit or `-` it gets a leading `_` (Gemini requires a letter or `_`
@@ -28,6 +29,9 @@ import re
 from collections.abc import Container, Iterable
 
 MAX_NAME_LENGTH = 64
+RESERVED_NAMES = frozenset({"managed_read", "execute", "search_tools", "describe_tools"})
+"""Effective names of the sidecar's built-ins: no other registration may take them (the
+registry leaves such a tool out and reports it; MCP bridges skip it per server)."""
 _HASH_LENGTH = 8
 _VALID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _INVALID_CHAR = re.compile(r"[^A-Za-z0-9_-]")
@@ -57,7 +61,7 @@ def has_namespace_prefix(key: str, namespace: str | None) -> bool:
         (f"{prefix}_", f"{prefix}-"))
 
 
-def reserved_names(keys: Iterable[tuple[str, str | None]]) -> frozenset[str]:
+def plain_names(keys: Iterable[tuple[str, str | None]]) -> frozenset[str]:
     """The names that (key, namespace) pairs without the namespace prefix get: a prefixed key
     whose shortened name is one of them keeps the doubled form (rule 2)."""
     return frozenset(effective_name(key, namespace) for key, namespace in keys
@@ -65,7 +69,7 @@ def reserved_names(keys: Iterable[tuple[str, str | None]]) -> frozenset[str]:
 
 
 def effective_name(
-    key: str, namespace: str | None = None, *, reserved: Container[str] = ()
+    key: str, namespace: str | None = None, *, plain: Container[str] = ()
 ) -> str:
     """The model-facing name for `key` in `namespace`; see the module docstring for the rule."""
     if not key:
@@ -75,7 +79,7 @@ def effective_name(
         return key
     if has_namespace_prefix(key, namespace):
         shortened = effective_name(key)
-        if shortened not in reserved:
+        if shortened not in plain:
             return shortened
     name = sanitize(key) if not namespace else f"{sanitize(namespace)}_{sanitize(key)}"
     if not _MEANINGFUL.search(name):

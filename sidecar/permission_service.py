@@ -30,6 +30,7 @@ from sidecar.permission import (
     denied,
     new_ask_id,
 )
+from sidecar.state_dir import PRIVATE_DIR_MODE, create_private_file
 
 T = TypeVar("T")
 RuleScope = Literal["session", "location"]
@@ -226,9 +227,11 @@ class PermissionService:
 
     def _connect(self) -> None:
         assert self._path is not None
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        create_private_file(self._path)  # 0600 from the start; SQLite's -wal/-shm follow it
         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA journal_size_limit=1048576")  # rare writes: keep no big WAL
         conn.executescript(_SCHEMA)
         rows = conn.execute(
             "SELECT session_id, action, resource, decision FROM always_rules "

@@ -75,13 +75,13 @@ def test_a_key_that_already_starts_with_the_namespace_is_not_prefixed_again():
 
 
 def test_dropping_the_prefix_never_takes_a_name_another_key_gets_by_the_plain_rule():
-    from sidecar.names import reserved_names
+    from sidecar.names import plain_names
     from sidecar.registry import build_entries
     from sidecar.tool import Tool
 
-    reserved = reserved_names([("status", "git"), ("git_status", "git")])
-    assert reserved == {"git_status"}
-    assert effective_name("git_status", "git", reserved=reserved) == "git_git_status"
+    plain = plain_names([("status", "git"), ("git_status", "git")])
+    assert plain == {"git_status"}
+    assert effective_name("git_status", "git", plain=plain) == "git_git_status"
 
     def tool() -> Tool:
         return Tool(description="d", input={"type": "object"}, execute=lambda i, c: "x")

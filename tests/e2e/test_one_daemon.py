@@ -158,9 +158,9 @@ def test_a_second_serve_on_the_state_is_one_line_and_an_idle_daemon_exits(setup)
     pid = daemon_pid(setup["state"])
     assert pid is not None
     second = cli("serve", "--port", "0", env=env)
-    assert second.returncode == 2
+    assert second.returncode == 4  # EXIT_STATE_IN_USE
     assert [line for line in second.stderr.splitlines() if line.startswith("sidecar:")] == [
-        line for line in second.stderr.splitlines() if "already has a daemon" in line]
+        line for line in second.stderr.splitlines() if "another sidecar daemon" in line]
     assert f"pid {pid}" in second.stderr
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
