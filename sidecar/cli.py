@@ -397,7 +397,7 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
         if args.command == "health":
             return _print_health(await backend.health(), args.json)
         if args.command == "call":
-            name, raw_input = args.name, _read_input(args.input)
+            name, raw_input = args.name, args.input
         else:
             name = "managed_read"
             payload: dict[str, Any] = {"ref": args.ref, "offset": args.offset, "limit": args.limit}
@@ -481,6 +481,12 @@ def _main(argv: Sequence[str] | None) -> int:
     from sidecar.cli_backends import Refused, Unreachable
     from sidecar.local_door import DoorError
 
+    if args.command == "call":
+        try:
+            args.input = _read_input(args.input)
+        except (OSError, UnicodeDecodeError) as exc:
+            print(f"sidecar: --input: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         kind, where = _attach(args)
         return int(_run(_client(args, kind, where)))
@@ -495,9 +501,6 @@ def _main(argv: Sequence[str] | None) -> int:
         return EXIT_USAGE
     except json.JSONDecodeError as exc:
         print(f"sidecar: --input is not valid JSON: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except OSError as exc:
-        print(f"sidecar: --input: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
 
@@ -520,7 +523,7 @@ def _run_daemon(args: argparse.Namespace) -> int:
     serving = args.command == "serve"
     state = _state_dir(args)
     # the lock first: a daemon that is not going to own the state starts no server
-    state.mkdir(parents=True, exist_ok=True)
+    state.mkdir(mode=0o700, parents=True, exist_ok=True)
     owner = OwnerLock.acquire(state)
     if owner is None:
         print(f"sidecar: {already_owned(state)}", file=sys.stderr)

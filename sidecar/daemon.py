@@ -373,7 +373,7 @@ def own_state(state: Path) -> OwnerLock:
     """Take `<state>/daemon.lock` (blocking I/O), or raise `DaemonRunning` naming the owner."""
     from sidecar.local_door import already_owned
 
-    state.mkdir(parents=True, exist_ok=True)
+    state.mkdir(mode=0o700, parents=True, exist_ok=True)
     lock = OwnerLock.acquire(state)
     if lock is None:
         raise DaemonRunning(already_owned(state))

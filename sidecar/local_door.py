@@ -202,7 +202,7 @@ def start_daemon(
 ) -> subprocess.Popen[bytes]:
     """Start `sidecar daemon` on exactly `manifests` for `state`, detached (its own session,
     output to daemon.log)."""
-    state.mkdir(parents=True, exist_ok=True)
+    state.mkdir(mode=0o700, parents=True, exist_ok=True)
     command = [sys.executable, "-m", "sidecar.cli", "daemon", "--state-dir", str(state),
                "--idle-exit", f"{idle_exit:g}"]
     for manifest in manifests:

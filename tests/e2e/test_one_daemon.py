@@ -130,7 +130,7 @@ async def test_three_stdio_clients_and_the_cli_share_one_daemon_and_one_upstream
     os.kill(daemon["pid"], 0)
 
 
-def test_a_client_naming_other_manifests_is_refused_with_the_daemons_name(setup):
+def test_other_manifests_and_a_second_daemon_are_refused_naming_the_running_one(setup):
     started = cli("tools", env=setup["env"])
     assert started.returncode == 0, started.stderr
     assert "started the daemon pid" in started.stderr
@@ -149,19 +149,21 @@ def test_a_client_naming_other_manifests_is_refused_with_the_daemons_name(setup)
     anything = cli("tools", "--json", env=env)
     assert anything.returncode == 0, anything.stderr
     assert daemon_pid(setup["state"]) == pid
+    # a second daemon on the state: one line that names the first, and nothing started
+    second = cli("serve", "--port", "0", env=setup["env"])
+    assert second.returncode == 4  # EXIT_STATE_IN_USE
+    lines = [line for line in second.stderr.splitlines() if line.startswith("sidecar:")]
+    assert len(lines) == 1 and "another sidecar daemon is running on" in lines[0]
+    assert f"daemon pid {pid}" in lines[0], second.stderr
+    assert len(spawned(setup["events"])) == 1
 
 
-def test_a_second_serve_on_the_state_is_one_line_and_an_idle_daemon_exits(setup):
+def test_an_idle_daemon_started_on_demand_exits_and_stops_its_upstream(setup):
     env = {**setup["env"], "SIDECAR_IDLE_EXIT": "1"}
     started = cli("tools", env=env)
     assert started.returncode == 0, started.stderr
     pid = daemon_pid(setup["state"])
     assert pid is not None
-    second = cli("serve", "--port", "0", env=env)
-    assert second.returncode == 4  # EXIT_STATE_IN_USE
-    assert [line for line in second.stderr.splitlines() if line.startswith("sidecar:")] == [
-        line for line in second.stderr.splitlines() if "another sidecar daemon" in line]
-    assert f"pid {pid}" in second.stderr
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
