@@ -391,7 +391,7 @@ async def serve(
     import uvicorn
 
     from sidecar.serve.app import build_app
-    from sidecar.serve.http_protocol import TargetKeepingHttpToolsProtocol
+    from sidecar.serve.http_guard import ConnectionLimits, guarded_protocol
     from sidecar.serve.mcp_facade import mcp_http
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
@@ -435,7 +435,7 @@ async def serve(
         )
         config = uvicorn.Config(
             app, lifespan="on", log_level="warning", timeout_graceful_shutdown=10,
-            access_log=False, http=TargetKeepingHttpToolsProtocol,
+            access_log=False, http=guarded_protocol(ConnectionLimits.from_env()),
         )
         server = _Server(config)
         loop = asyncio.get_running_loop()
