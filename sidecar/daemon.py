@@ -8,8 +8,9 @@ context manager that owns every resource it opens and closes them in reverse ord
 
 State lives in one directory (`state_dir`, default `$SIDECAR_STATE_DIR`, else
 `$XDG_STATE_HOME/mcp-sidecar`, else `~/.local/state/mcp-sidecar`): `outcomes.sqlite`,
-`permissions.sqlite` and `managed/` (retained text). It is private: created 0700 with every
-file in it 0600, and refused when others can write it (`sidecar.state_dir`).
+`permissions.sqlite`, `tokens.sqlite` (scoped bearer tokens, hashed) and `managed/`
+(retained text). It is private: created 0700 with every file in it 0600, and refused when
+others can write it (`sidecar.state_dir`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from sidecar.snapshot import Snapshot, SnapshotStore, select
 from sidecar.sqlite_wal import DEFAULT_WAL_CAP_BYTES
 from sidecar.state_dir import prepare_state_dir, write_private_file
 from sidecar.state_usage import state_usage
+from sidecar.tokens import SqliteTokenStore, TokenStore
 from sidecar.tool import DEFAULT_BOUNDS, Bounds
 
 DEFAULT_RETENTION_SECONDS = 7 * 86400
@@ -147,6 +149,8 @@ class Location:
         self.retention_seconds: float = DEFAULT_RETENTION_SECONDS
         self.store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES
         self.profiles = Profiles()
+        self.tokens: TokenStore | None = None
+        """Scoped bearer tokens (`sidecar.tokens`), in `<state>/tokens.sqlite`."""
 
     @property
     def hooks(self) -> Hooks:
@@ -224,11 +228,15 @@ class Location:
                 name=name, root=root_dir, state_dir=state, seam=seam, registry=registry,
                 events=events, permissions=permissions, plugins=host, manifests=ManifestSet(),
             )
+            location.tokens = await SqliteTokenStore.open(state / "tokens.sqlite")
+            stack.push_async_callback(location.tokens.aclose)
             location.sandbox = await stack.enter_async_context(Sandbox())  # workers start lazily
             location.codemode, location.codemode_limits = codemode, codemode_limits
             location.retention_seconds = retention_seconds
             location.store_quota_bytes = store_quota_bytes
-            location.tools.register({"managed_read": managed_read_tool(store)}, label="builtin")
+            registry.register(
+                {"managed_read": managed_read_tool(store, bounds)}, label="builtin", builtin=True
+            )
             location.sources = await stack.enter_async_context(ManifestSources(
                 location, manifests, base_bounds=bounds, plugins=list(plugins),
                 entry_point_plugins=entry_point_plugins,
@@ -325,6 +333,7 @@ class Location:
                 retention_seconds=self.retention_seconds, quota_bytes=self.store_quota_bytes,
             ),
             "tools": len(self.registry.effective()),
+            "reserved_name_conflicts": [c.to_json() for c in self.registry.reserved_conflicts()],
         }
 
     def server_health(self) -> dict[str, ServerHealth]:

@@ -8,13 +8,17 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 
 from sidecar.serve.api import DEFAULT_MAX_BODY_BYTES, Api
 from sidecar.serve.event_log import EventLog
 from sidecar.serve.metrics import Metrics
 from sidecar.serve.security import SecurityMiddleware
+from sidecar.tokens import verify_token
 
 if TYPE_CHECKING:
     from sidecar.daemon import Location
@@ -29,7 +33,8 @@ def build_app(
     extra_lifespan: AbstractAsyncContextManager[Any] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> Starlette:
-    """`token=None` disables authentication (`--no-auth`); Host/Origin checks always apply."""
+    """`token=None` disables authentication (`--no-auth`); Host/Origin checks always apply.
+    Besides `token` (every profile), the scoped tokens of `location.tokens` are accepted."""
     metrics = Metrics()
     events = EventLog(location.events)
     api = Api(location, metrics=metrics, events=events, max_body_bytes=max_body_bytes)
@@ -49,10 +54,41 @@ def build_app(
             await events.aclose()
             location.seam.observers.remove(metrics.observe)
 
+    async def scoped(secret: str) -> frozenset[str] | None:
+        if location.tokens is None:
+            return None
+        record = await verify_token(location.tokens, secret)
+        return frozenset(record.profiles) if record is not None else None
+
     app = Starlette(
         routes=[*api.routes(), *extra_routes],
-        middleware=[Middleware(SecurityMiddleware, token=token, allowed_hosts=allowed_hosts)],
+        middleware=[Middleware(
+            SecurityMiddleware, token=token, allowed_hosts=allowed_hosts, scoped=scoped,
+            default_profile=lambda: location.profiles.default_name,
+        )],
         lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error, Exception: _server_error},
     )
     app.state.api = api
     return app
+
+
+_CODES = {404: "not_found", 405: "method_not_allowed"}
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (an unknown path: 404, a wrong method: 405) in the JSON error
+    body every route uses, instead of plain text."""
+    assert isinstance(exc, HTTPException)
+    code = _CODES.get(exc.status_code, "http_error")
+    message = (f"no route {request.method} {request.url.path}" if exc.status_code == 404
+               else str(exc.detail))
+    return JSONResponse({"error": {"code": code, "message": message}},
+                        status_code=exc.status_code, headers=exc.headers)
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    """A defect: uvicorn logs the traceback; the client gets the JSON error body, not text."""
+    return JSONResponse({"error": {"code": "internal_error",
+                                   "message": "internal error; see the daemon log"}},
+                        status_code=500)
