@@ -406,6 +406,20 @@ class Api:
                     ],
                 })
             offset = self._int(request, "offset", 1, 1, 2**62)
+            if request.query_params.get("start") is not None:
+                start = self._int(request, "start", 0, 0, 2**62)
+                length = self._int(request, "length", 20_000, 1, 1_000_000)
+                chars = await store.read_chars(ref, line=offset, start=start, length=length)
+                return JSONResponse({
+                    "ref": ref,
+                    "text": chars.text,
+                    "line": chars.line,
+                    "start": chars.start,
+                    "next_start": chars.next_start,
+                    "end_of_line": chars.end_of_line,
+                    "total_lines": chars.ref.lines,
+                    "total_bytes": chars.ref.size_bytes,
+                })
             limit = self._int(request, "limit", 200, 1, 10_000)
             part = await store.read_lines(ref, offset=offset, limit=limit)
         except InvalidRef as exc:
