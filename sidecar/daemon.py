@@ -49,6 +49,7 @@ from sidecar.manifest_sources import ManifestSources
 from sidecar.metadata import DEFAULT_MAX_METADATA_BYTES
 from sidecar.outcome import Outcome
 from sidecar.outcome_log import SqliteOutcomeLog
+from sidecar.overrides import Overrides
 from sidecar.permission import PermissionRule
 from sidecar.permission_service import PermissionService
 from sidecar.plugins import PluginHost
@@ -101,9 +102,16 @@ def parse_duration(text: str) -> float:
 
 
 def retention_from_env() -> float:
-    """`$SIDECAR_RETENTION` (see `parse_duration`) for the daemon commands, else 7 days."""
+    """`$SIDECAR_RETENTION` (see `parse_duration`) for the CLI's Locations, else 7 days. A bad
+    value ends the command with a one-line message and exit status 2 (a usage error)."""
     text = os.environ.get("SIDECAR_RETENTION", "").strip()
-    return parse_duration(text) if text else DEFAULT_RETENTION_SECONDS
+    try:
+        return parse_duration(text) if text else DEFAULT_RETENTION_SECONDS
+    except ValueError as exc:
+        import sys
+
+        print(f"sidecar: SIDECAR_RETENTION: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
 
 
 def default_state_dir() -> Path:
@@ -144,6 +152,9 @@ class Location:
         self.retention_seconds: float = DEFAULT_RETENTION_SECONDS
         self.store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES
         self.profiles = Profiles()
+        self.overrides = Overrides()
+        self.profiles.common.append(self.overrides.reshape_common)
+        self.profiles.wrappers.append(self.overrides.reshape_profile)
         self.tokens: TokenStore | None = None
         """Scoped bearer tokens (`sidecar.tokens`), in `<state>/tokens.sqlite`."""
 
@@ -487,7 +498,7 @@ async def _daemon_server(
     )
     from sidecar.serve.app import build_app
     from sidecar.serve.door import Activity, StdioDoor, bind_unix
-    from sidecar.serve.http_protocol import TargetKeepingHttpToolsProtocol
+    from sidecar.serve.http_guard import ConnectionLimits, guarded_protocol
     from sidecar.serve.mcp_facade import mcp_http
 
     sockets: list[socket.socket] = []
@@ -534,7 +545,7 @@ async def _daemon_server(
     activity = Activity(app)
     config = uvicorn.Config(
         activity, lifespan="on", log_level="warning", timeout_graceful_shutdown=10,
-        access_log=False, http=TargetKeepingHttpToolsProtocol,
+        access_log=False, http=guarded_protocol(ConnectionLimits.from_env()),
     )
     server = _Server(config)
     server.sockets_to_serve = sockets
@@ -657,10 +668,7 @@ async def _daemon_location(
     """The daemon commands' Location, its manifests watched. No server the CLI prestarted
     (`bridges.prestart`) outlives its opening unclaimed: the pool claims what it starts, and
     the rest is stopped once the Location is open, or on the way out if it never opens."""
-    try:
-        retention = retention_from_env()
-    except ValueError as exc:
-        raise SystemExit(f"sidecar: SIDECAR_RETENTION: {exc}") from None
+    retention = retention_from_env()
     try:
         async with Location.open(root, state_dir=state, manifests=manifests,
                                  retention_seconds=retention, watch=True) as location:
