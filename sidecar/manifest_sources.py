@@ -38,6 +38,7 @@ from sidecar.errors import RegistrationError
 from sidecar.events import ManifestsReloaded, ServerHealthChanged
 from sidecar.permission import PermissionRule
 from sidecar.plugins import entry_point_refs
+from sidecar.token_store import FileTokenStore
 from sidecar.tool import Bounds
 
 if TYPE_CHECKING:
@@ -127,6 +128,7 @@ class ManifestSources:
             on_health=lambda key, health: events.publish(
                 ServerHealthChanged(key, health.to_json())
             ),
+            tokens=FileTokenStore(location.state_dir),
         )
         await self.pool.__aenter__()
         location.manifests = loaded

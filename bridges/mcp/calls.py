@@ -93,6 +93,7 @@ class Caller:
         failure_detail: Callable[[], str],
         record_latency: Callable[[float], None],
         input_request: InputRequestFnT | None = None,
+        auth_hint: Callable[[], str | None] | None = None,
     ) -> None:
         self.server = server
         self.redact = Redactor()
@@ -103,6 +104,8 @@ class Caller:
         self._failure_detail = failure_detail
         self._record_latency = record_latency
         self._input_request = input_request
+        self._auth_hint = auth_hint
+        """The OAuth login sentence while the server wants one (`bridges.mcp.oauth`)."""
         self.inflight: list[CallProgress] = []
 
     async def __call__(self, tool: UpstreamTool, arguments: Any, ctx: CallContext) -> Any:
@@ -180,6 +183,14 @@ class Caller:
                 answer=answer,
             )
         except MCPError as exc:
+            hint = self._auth_hint() if self._auth_hint is not None else None
+            if hint is not None:
+                raise ToolFailure(
+                    f"MCP server {self.server!r}, tool {tool!r}: the server refused the call: "
+                    f"{hint}",
+                    {"server": self.server, "tool": tool, "code": exc.code},
+                    kind=ErrorKind.UPSTREAM,
+                ) from None
             failure = rpc_failure(
                 exc, server=self.server, tool=tool, timeout=timeout, detail=self._failure_detail()
             )
