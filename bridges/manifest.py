@@ -76,7 +76,12 @@ class OAuthSettings(_Strict):
     sidecar discovers the authorization server and registers itself (CIMD or dynamic client
     registration) on `sidecar auth login NAME`."""
 
-    grant: Literal["authorization_code", "client_credentials"] = "authorization_code"
+    grant: Literal["authorization_code", "client_credentials", "cross_app_access"] = (
+        "authorization_code"
+    )
+    """`cross_app_access`: SEP-990 (enterprise-managed): the ID token `id_token` is exchanged
+    at the enterprise IdP (`idp_token_endpoint`, RFC 8693) for an ID-JAG, which the MCP
+    authorization server (`issuer`) takes as a jwt-bearer grant (RFC 7523)."""
     client_id: str | None = None
     client_secret: str | None = Field(default=None, repr=False)
     private_key: str | None = Field(default=None, repr=False)
@@ -96,8 +101,11 @@ class OAuthSettings(_Strict):
     callback_port: Annotated[int, Field(ge=1, le=65535)] | None = None
     """Port of the loopback callback `sidecar auth login` listens on (default: ephemeral)."""
     issuer: str | None = None
-    """The authorization server pre-registered credentials belong to (client_credentials):
-    tokens are then only requested there."""
+    """The authorization server pre-registered credentials belong to (client_credentials,
+    cross_app_access): tokens are then only requested there."""
+    idp_token_endpoint: str | None = None
+    idp_client_id: str | None = None
+    id_token: str | None = Field(default=None, repr=False)
 
     @model_validator(mode="after")
     def _consistent(self) -> OAuthSettings:
@@ -107,6 +115,12 @@ class OAuthSettings(_Strict):
             if not self.client_secret and not self.private_key:
                 raise ValueError("grant client_credentials needs `client_secret` or "
                                  "`private_key`")
+        if self.grant == "cross_app_access":
+            missing = [name for name in ("client_id", "client_secret", "issuer",
+                                         "idp_token_endpoint", "idp_client_id", "id_token")
+                       if not getattr(self, name)]
+            if missing:
+                raise ValueError(f"grant cross_app_access needs {', '.join(missing)}")
         if self.private_key and self.grant != "client_credentials":
             raise ValueError("`private_key` (private_key_jwt) is used with grant "
                              "client_credentials only")

@@ -49,10 +49,15 @@ LOGIN_HINT = f"sidecar auth login {SERVER}"
 
 def log(*parts: Any) -> None:
     print("[driver]", *parts, file=sys.stderr, flush=True)
+    if trace := os.environ.get("SIDECAR_DRIVER_LOG"):  # the suite shows a killed client's
+        with open(trace, "a") as out:                   # output nowhere
+            print("[driver]", *parts, file=out)
 
 
 def manifest(url: str, scenario: str, context: dict[str, Any], work: Path) -> dict[str, Any]:
-    entry: dict[str, Any] = {"url": url, "namespace": "", "timeouts": {"startup": 20}}
+    # The mock servers speak the 2025 handshake: no `server/discover` probe.
+    entry: dict[str, Any] = {"url": url, "namespace": "", "timeouts": {"startup": 20},
+                             "protocol": "legacy"}
     if not scenario.startswith("auth/"):
         return entry
     oauth: dict[str, Any] = {"client_name": "mcp-sidecar conformance"}
@@ -67,10 +72,26 @@ def manifest(url: str, scenario: str, context: dict[str, Any], work: Path) -> di
         oauth["client_id"] = context["client_id"]
     if scenario.startswith("auth/client-credentials"):
         oauth["grant"] = "client_credentials"
+    elif scenario.startswith("auth/cross-app-access"):
+        (work / "id_token").write_text(context["idp_id_token"])
+        oauth.update(grant="cross_app_access", id_token="${file:id_token}",
+                     idp_client_id=context["idp_client_id"],
+                     idp_token_endpoint=context["idp_token_endpoint"],
+                     issuer=authorization_server(url),
+                     token_endpoint_auth_method="client_secret_basic")
     else:
         oauth["client_metadata_url"] = CIMD_URL
     entry.update(auth="oauth", oauth=oauth)
     return entry
+
+
+def authorization_server(url: str) -> str:
+    """The MCP server's authorization server, as its protected resource metadata names it
+    (what an administrator configures as `oauth.issuer` for cross-app access)."""
+    base = httpx.URL(url)
+    metadata = httpx.get(str(base.copy_with(path="/.well-known/oauth-protected-resource"
+                                            + base.path)), timeout=10).json()
+    return str(metadata["authorization_servers"][0])
 
 
 def sidecar(*args: str) -> list[str]:
@@ -136,6 +157,7 @@ async def drive(scenario: str, common: list[str], grant_needs_login: bool) -> in
             else:
                 error = await status_text(common)
             if LOGIN_HINT not in error or logins >= MAX_LOGINS:
+                log("giving up")
                 return 1
             logins += 1
             if not await login(common):
@@ -155,7 +177,7 @@ async def status_text(common: list[str]) -> str:
 
 async def wait_for_tool(client: Client, name: str) -> None:
     """A daemon waiting in needs_auth reconnects once it sees the new tokens."""
-    for _ in range(40):
+    for _ in range(24):
         if name in [t.name for t in (await client.list_tools()).tools]:
             return
         await asyncio.sleep(0.25)
@@ -174,9 +196,11 @@ def main() -> int:
         )
         common = ["--manifests", str(work / "manifests"), "--state-dir", str(work / "state")]
         needs_login = scenario.startswith("auth/") and not scenario.startswith(
-            "auth/client-credentials"
+            ("auth/client-credentials", "auth/cross-app-access")
         )
-        return asyncio.run(drive(scenario, common, needs_login))
+        code = asyncio.run(drive(scenario, common, needs_login))
+        log("driver done", code)
+        return code
 
 
 if __name__ == "__main__":

@@ -180,7 +180,9 @@ async def _probe(config: ServerConfig, auth: httpx2.Auth, patience: float) -> st
                 timeout=httpx2.Timeout(PROBE_TIMEOUT, read=patience),
             ) as http:
                 transport = streamable_http_client(config.url, http_client=http)
-                mode = config.protocol
+                # The login only needs the server's 401: the handshake era skips the
+                # `server/discover` probe (a 2025 server may take long to refuse it).
+                mode = "legacy" if config.protocol == "auto" else config.protocol
                 async with Client(transport, mode=mode, cache=None,
                                   read_timeout_seconds=PROBE_TIMEOUT) as client:
                     await client.list_tools()

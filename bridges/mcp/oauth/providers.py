@@ -37,6 +37,7 @@ from mcp.client.auth.extensions.client_credentials import (
     PrivateKeyJWTOAuthProvider,
     SignedJWTParameters,
 )
+from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
 from mcp.client.auth.utils import extract_field_from_www_auth, union_scopes
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata
 from pydantic import AnyUrl, ValidationError
@@ -167,6 +168,8 @@ class _SidecarAuth:
             self.context.client_info = self.fixed_client
 
     async def _handle_refresh_response(self, response: httpx2.Response) -> bool:
+        if response.status_code != 200:
+            await response.aread()
         ok: bool = await super()._handle_refresh_response(response)  # type: ignore[misc]
         if not ok:
             error = ""
@@ -203,7 +206,7 @@ class _SidecarAuth:
                         # The server no longer takes the token: refresh once, then resend.
                         retried_refresh = True
                         await flow.aclose()
-                        self.context.token_expiry_time = 0.0
+                        self.context.token_expiry_time = 1.0  # long past (0 means "never")
                         flow = super()._auth_flow(request)  # type: ignore[misc]
                         outgoing = await flow.__anext__()
                         continue
@@ -302,7 +305,51 @@ class PrivateKeyJwtAuth(_SidecarAuth, PrivateKeyJWTOAuthProvider):
     pass
 
 
-SidecarAuth = AuthorizationCodeAuth | ClientSecretAuth | PrivateKeyJwtAuth
+class CrossAppAuth(IdentityAssertionOAuthProvider):
+    """SEP-990: the SDK's jwt-bearer leg, with the ID-JAG fetched from the enterprise IdP by
+    an RFC 8693 token exchange of the configured ID token."""
+
+    def __init__(self, server_url: str, storage: RecordStorage, status: LoginStatus,
+                 settings: OAuthSettings, scope: str | None) -> None:
+        assert settings.client_id and settings.client_secret and settings.issuer
+        method = settings.token_endpoint_auth_method
+        super().__init__(
+            server_url, storage, settings.client_id, settings.client_secret, settings.issuer,
+            self._id_jag, scope=scope,
+            token_endpoint_auth_method=(
+                "client_secret_basic" if method == "client_secret_basic" else "client_secret_post"
+            ),
+        )
+        self.storage = storage
+        self.status = status
+        self.settings = settings
+
+    def reload(self) -> None:
+        self._initialized = False
+
+    async def _id_jag(self, audience: str, resource: str) -> str:
+        settings = self.settings
+        assert settings.idp_token_endpoint and settings.id_token and settings.idp_client_id
+        async with httpx2.AsyncClient(timeout=30.0) as http:
+            response = await http.post(settings.idp_token_endpoint, data={
+                "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
+                "requested_token_type": "urn:ietf:params:oauth:token-type:id-jag",
+                "audience": audience,
+                "resource": resource,
+                "subject_token": settings.id_token,
+                "subject_token_type": "urn:ietf:params:oauth:token-type:id_token",
+                "client_id": settings.idp_client_id,
+            })
+        if response.status_code != 200:
+            raise OAuthFlowError(f"the IdP refused the token exchange (HTTP "
+                                 f"{response.status_code})")
+        token = response.json().get("access_token")
+        if not isinstance(token, str):
+            raise OAuthFlowError("the IdP's token exchange answer has no access_token")
+        return token
+
+
+SidecarAuth = AuthorizationCodeAuth | ClientSecretAuth | PrivateKeyJwtAuth | CrossAppAuth
 
 
 def build_auth(
@@ -332,6 +379,8 @@ def build_auth(
     with warnings.catch_warnings():
         # Omitting `issuer` is deprecated in the SDK; it stays optional in the manifest.
         warnings.simplefilter("ignore")
+        if settings.grant == "cross_app_access":
+            return CrossAppAuth(config.url, storage, status, settings, scope)
         if settings.grant == "client_credentials":
             assert settings.client_id is not None
             if settings.private_key:

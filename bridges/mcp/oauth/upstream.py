@@ -22,7 +22,7 @@ import anyio
 import httpx2
 
 from bridges.manifest import ServerConfig
-from bridges.mcp.oauth.providers import SidecarAuth, build_auth
+from bridges.mcp.oauth.providers import CrossAppAuth, SidecarAuth, build_auth
 from bridges.mcp.oauth.records import LoginStatus
 from sidecar.token_store import TokenStore
 
@@ -109,6 +109,8 @@ class UpstreamAuth:
     async def refresh_now(self) -> bool:
         """One refresh with the stored refresh token (the SDK builds and reads the request)."""
         provider = self.auth
+        if isinstance(provider, CrossAppAuth):
+            return False  # a new ID-JAG is exchanged on the next 401 instead
         context = provider.context
         async with context.lock:
             if not provider._initialized:
