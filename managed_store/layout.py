@@ -18,7 +18,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from managed_store.errors import ManagedStoreError
+from managed_store.errors import StoreInUse
 from managed_store.refs import REF_ID_PATTERN
 
 TEMP_PREFIX = ".tmp-"
@@ -71,6 +71,17 @@ class StoreLayout:
         return found
 
 
+def private_opener(path: str, flags: int) -> int:
+    """An `opener` for `open()` that creates files 0600 (tool output may hold secrets)."""
+    return os.open(path, flags | os.O_NOFOLLOW, 0o600)
+
+
+def create_private_file(path: Path) -> None:
+    """Create `path` empty and 0600 unless it exists: for the index, before SQLite opens it
+    (SQLite gives its `-wal` and `-shm` files the database file's mode)."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+
+
 def fsync_dir(path: Path) -> None:
     """Make a rename or unlink inside `path` durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -103,7 +114,7 @@ class StoreLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise ManagedStoreError(
+            raise StoreInUse(
                 f"managed store at {layout.root} is already open (in this or another process)"
             ) from None
         except BaseException:

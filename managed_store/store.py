@@ -13,11 +13,11 @@ the index. Nothing blocks the event loop.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import math
 import os
-import re
 import sqlite3
 import threading
 import time
@@ -41,6 +41,7 @@ from managed_store.layout import (
     fsync_dir,
     unlink_quietly,
 )
+from managed_store.pattern import check_pattern, compile_pattern
 from managed_store.reading import (
     GrepResult,
     TextSlice,
@@ -60,6 +61,10 @@ logger = logging.getLogger(__name__)
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 _MAX_NAMESPACE = 128
+# Offsets and limits past this are refused as arguments: SQLite's INTEGER ends at 2**63 - 1,
+# and no object comes near either.
+MAX_POSITION = 2**62
+GREP_TIME_LIMIT = 30.0
 
 
 class ManagedStore:
@@ -88,6 +93,8 @@ class ManagedStore:
         self._cleanup_task: asyncio.Task[None] | None = None
         self._closed = False
         self._last_created_at = 0.0
+        self._evicted_expired = 0
+        self._evicted_quota = 0
 
     @classmethod
     async def open(
@@ -215,31 +222,37 @@ class ManagedStore:
         return await self._read(ref, read_byte_range, mark, offset, limit)
 
     async def grep(
-        self, ref_id: str, pattern: str, *, max_matches: int = 100, context: int = 0
+        self,
+        ref_id: str,
+        pattern: str,
+        *,
+        max_matches: int = 100,
+        context: int = 0,
+        time_limit: float = GREP_TIME_LIMIT,
     ) -> GrepResult:
-        """Lines matching the `re` pattern (`search`, per line, without line ending).
+        """Lines matching the RE2 `pattern` (`search`, per line, without line ending).
 
-        Raises `ValueError` for an invalid pattern. Memory is O(longest line); each returned
+        Raises `InvalidPattern` (a `ValueError`) for a pattern that is too long, invalid or
+        uses syntax RE2 leaves out (see `managed_store.pattern`), and `SearchTimeout` when
+        the scan runs past `time_limit` seconds. Memory is O(longest line); each returned
         line is cut to 64 KiB.
         """
         ref_id = validate_ref_id(ref_id)
         _check_int("max_matches", max_matches, 1)
         _check_int("context", context, 0)
-        try:
-            regex = re.compile(pattern)
-        except re.error as exc:
-            raise ValueError(f"invalid grep pattern {pattern!r}: {exc}") from None
-        except TypeError:
-            raise TypeError(f"grep pattern must be str, not {type(pattern).__name__}") from None
+        check_pattern(pattern)
+        # Compiling a long pattern takes milliseconds: never on the event loop.
+        compiled = await asyncio.to_thread(compile_pattern, pattern)
         ref = await self._on_index_thread(self._lookup, ref_id)
         # The scan cannot be interrupted from outside its thread, so it polls this flag: a
-        # cancelled grep stops within one line instead of reading the rest of the object.
+        # cancelled grep stops within 1,024 lines instead of reading the rest of the object.
         stop = threading.Event()
         try:
             return await self._read_file(
                 ref,
                 functools.partial(
-                    grep_lines, regex=regex, max_matches=max_matches, context=context, stop=stop
+                    grep_lines, pattern=compiled, max_matches=max_matches, context=context,
+                    stop=stop, time_limit=time_limit,
                 ),
             )
         finally:
@@ -250,7 +263,7 @@ class ManagedStore:
         return await self._on_index_thread(self._lookup, ref_id)
 
     async def stats(self) -> StoreStats:
-        return await self._on_index_thread(Index.totals)
+        return await self._on_index_thread(self._stats_sync)
 
     async def cleanup(self) -> int:
         """Evict expired objects, then the oldest until the store is within its quota.
@@ -370,7 +383,8 @@ class ManagedStore:
             if index is None:
                 raise StoreClosed("managed store is closed")
             self._policy.check_fits(written.size_bytes)
-            self._evict_sync(index, self._policy.over_quota(index, written.size_bytes))
+            self._evicted_quota += self._evict_sync(
+                index, self._policy.over_quota(index, written.size_bytes))
             ref_id = new_ref_id()
             final = self._layout.object_path(ref_id)
             os.rename(written.path, final)
@@ -397,8 +411,23 @@ class ManagedStore:
         return ref
 
     def _cleanup_sync(self, index: Index) -> int:
-        evicted = self._evict_sync(index, self._policy.expired(index, time.time()))
-        return evicted + self._evict_sync(index, self._policy.over_quota(index, 0))
+        expired = self._evict_sync(index, self._policy.expired(index, time.time()))
+        over = self._evict_sync(index, self._policy.over_quota(index, 0))
+        self._evicted_expired += expired
+        self._evicted_quota += over
+        try:
+            index.truncate_wal()
+        except sqlite3.Error as exc:  # the WAL stays as it is until the next cleanup
+            logger.warning("managed store: WAL checkpoint failed: %s", exc)
+        return expired + over
+
+    def _stats_sync(self, index: Index) -> StoreStats:
+        path = self._layout.index_path
+        index_bytes = sum(_size(p) for p in (path, path.with_name(path.name + "-wal")))
+        return dataclasses.replace(
+            index.totals(), evicted_expired=self._evicted_expired,
+            evicted_quota=self._evicted_quota, index_bytes=index_bytes,
+        )
 
     def _evict_sync(self, index: Index, victims: list[ManagedRef]) -> int:
         # Rows first: once the row is gone nobody can find the object; if we crash before the
@@ -437,6 +466,13 @@ def _call_read(
     return fn(path, ref, mark, offset, limit)
 
 
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
 def _not_found(ref_id: str) -> ManagedNotFound:
     return ManagedNotFound(f"managed object {ref_id} not found (never stored, expired or evicted)")
 
@@ -459,6 +495,8 @@ def _check_int(name: str, value: object, minimum: int) -> None:
         raise TypeError(f"{name} must be an int, got {value!r}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if value > MAX_POSITION:
+        raise ValueError(f"{name} must be <= 2**62, got {value}")
 
 
 def _check_namespace(namespace: object) -> None:

@@ -1,6 +1,7 @@
 """The `sidecar` command line.
 
     sidecar serve [--host H] [--port P] [--no-auth]   the daemon over HTTP (/v1, /mcp, /metrics)
+                                                      (refuses weak tokens, --no-auth off loopback)
     sidecar stdio                                     the daemon as an MCP server on stdin/stdout
     sidecar tools [--format mcp|openai|anthropic|gemini] [--json]
     sidecar call NAME [--input JSON] [--json]         one call through the seam
@@ -15,7 +16,8 @@ directory; token from `$SIDECAR_TOKEN` or `<state>/token`), else they run an emb
 on the state directory and the manifests.
 
 Exit codes: 0 success; 1 the call ended in an error outcome (or `check` found errors, or
-`health` is degraded); 2 usage error (or the daemon refused the request); 3 the configured
+`health` is degraded); 2 usage error (or the daemon refused the request, or `serve` refused an
+unsafe configuration: see `sidecar.serve.serve_policy`); 3 the configured
 daemon is unreachable.
 """
 
@@ -34,7 +36,10 @@ from typing import TYPE_CHECKING, Any
 
 from bridges.manifest import load_manifests, manifest_json_schema
 from bridges.manifest_tools import manifest_tool_validator
+from sidecar import cli_tokens
 from sidecar.serve.replay import FORMATS
+from sidecar.serve.serve_policy import UnsafeConfiguration
+from sidecar.state_dir import UnsafeStateDir
 
 if TYPE_CHECKING:
     from sidecar.cli_backends import Backend
@@ -44,6 +49,8 @@ if TYPE_CHECKING:
 # (`_import_daemon`): those start on another core while the imports run.
 
 EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_STATE_IN_USE, EXIT_ADDRESS_IN_USE = 4, 5
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a process killed by SIGPIPE (128 + 13)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,10 +73,18 @@ def _parser() -> argparse.ArgumentParser:
     serve_p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any)")
     serve_p.add_argument("--no-auth", action="store_true",
                          help="serve without a bearer token (explicitly insecure)")
+    serve_p.add_argument("--allow-no-auth-on-network", action="store_true",
+                         help="accept --no-auth on an address that is not loopback")
+    serve_p.add_argument("--allow-weak-token", action="store_true",
+                         help="accept a bearer token of less than 256 bits of estimated "
+                         "entropy (also $SIDECAR_ALLOW_WEAK_TOKEN=1)")
     serve_p.add_argument("--allowed-host", action="append", default=[], metavar="HOST",
                          help="an extra Host/Origin name to accept (repeatable)")
-    sub.add_parser("stdio", parents=[common],
-                   help="run the daemon as an MCP server over stdin/stdout")
+    stdio_p = sub.add_parser("stdio", parents=[common],
+                             help="run the daemon as an MCP server over stdin/stdout")
+    stdio_p.add_argument("--profile", default=os.environ.get("SIDECAR_PROFILE") or None,
+                         help="serve this profile's tools (default $SIDECAR_PROFILE, else the "
+                         "default profile)")
     tools = sub.add_parser("tools", parents=[client], help="list the effective tools")
     tools.add_argument("--format", choices=FORMATS, default=None,
                        help="print definitions in a provider format (JSON)")
@@ -88,6 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     read.add_argument("--limit", type=int, default=200, help="number of lines")
     read.add_argument("--pattern", default=None, help="regular expression to search for")
     sub.add_parser("health", parents=[client], help="per-server status")
+    cli_tokens.add_parser(sub, common)
     check = sub.add_parser("check", help="validate manifests without starting anything")
     check.add_argument("files", nargs="*", metavar="FILE", help="manifest files or directories")
     check.add_argument("--schema", action="store_true", help="print the manifest JSON Schema")
@@ -178,6 +194,18 @@ def _print_tools(tools: list[dict[str, Any]], args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _state_line(state: dict[str, Any]) -> str:
+    """The state directory's size by part, then what pruning and eviction removed."""
+    parts = ", ".join(f"{part} {size / 1e6:.1f} MB" for part, size in state["bytes"].items())
+    up = state.get("upkeep", {})
+    return (f"state: {state['total_bytes'] / 1e6:.1f} MB ({parts})\n"
+            f"  since start: {up.get('outcomes_pruned', 0)} outcomes pruned "
+            f"({up.get('outcomes_expired', 0)} expired call ids kept), "
+            f"{up.get('managed_evicted_expired', 0)} managed objects expired, "
+            f"{up.get('managed_evicted_quota', 0)} evicted over quota, "
+            f"{up.get('wal_truncations', 0)} WAL truncations")
+
+
 def _print_health(report: dict[str, Any], as_json: bool) -> int:
     if as_json:
         print(json.dumps(report, indent=2))
@@ -186,6 +214,8 @@ def _print_health(report: dict[str, Any], as_json: bool) -> int:
         colour = "32" if report["status"] == "ok" else "33"
         print(f"status: {style(report['status'], colour)}  tools: {report['tools']}  "
               f"store: {report['store']['objects']} objects, {report['store']['bytes']:,} bytes")
+        if report.get("state"):
+            print(_state_line(report["state"]))
         for name, server in sorted(report.get("servers", {}).items()):
             state = server.get("state", "?")
             mark = style(state, "32" if state == "ready" else "31")
@@ -199,22 +229,25 @@ def _print_health(report: dict[str, Any], as_json: bool) -> int:
     return EXIT_OK if report["status"] == "ok" else EXIT_TOOL_ERROR
 
 
-async def stdio(*, state_dir: str | None, manifests: list[str]) -> None:
+async def stdio(
+    *, state_dir: str | None, manifests: list[str], profile: str | None = None
+) -> None:
     """`sidecar.daemon.stdio`, imported when called (after `_import_daemon`)."""
     from sidecar.daemon import stdio as run_stdio
 
-    await run_stdio(state_dir=state_dir, manifests=manifests)
+    await run_stdio(state_dir=state_dir, manifests=manifests, profile=profile)
 
 
 async def serve(
     *, state_dir: str | None, manifests: list[str], host: str, port: int, auth: bool,
-    allowed_hosts: list[str],
+    allowed_hosts: list[str], allow_weak_token: bool, allow_no_auth_on_network: bool,
 ) -> None:
     """`sidecar.daemon.serve`, imported when called (after `_import_daemon`)."""
     from sidecar.daemon import serve as run_serve
 
     await run_serve(state_dir=state_dir, manifests=manifests, host=host, port=port, auth=auth,
-                    allowed_hosts=allowed_hosts)
+                    allowed_hosts=allowed_hosts, allow_weak_token=allow_weak_token,
+                    allow_no_auth_on_network=allow_no_auth_on_network)
 
 
 def _import_daemon(args: argparse.Namespace) -> None:
@@ -300,23 +333,55 @@ def _auth(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader of stdout left (`sidecar call ... | head`). Point stdout at /dev/null so
+        # that the interpreter's last flush cannot fail again, and say it once.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        print("sidecar: stdout was closed before the output was written (broken pipe)",
+              file=sys.stderr)
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "check":
         return _check(args)
     if args.command == "auth":
         return _auth(args)
+    if args.command == "token":
+        from sidecar.daemon import default_state_dir
+
+        state = Path(args.state_dir) if args.state_dir else default_state_dir()
+        return int(_run(cli_tokens.run(args, state)))
     if args.command == "stdio":
         _configure_logging()  # stderr only: stdout carries MCP messages
         _import_daemon(args)
-        _run(stdio(state_dir=args.state_dir, manifests=_manifests(args)), daemon=True)
-        return EXIT_OK
+        from sidecar.profiles import UnknownProfile
+
+        try:
+            return _daemon_exit(args, lambda: _run(
+                stdio(state_dir=args.state_dir, manifests=_manifests(args),
+                      profile=args.profile), daemon=True))
+        except (UnknownProfile, UnsafeStateDir) as exc:
+            print(f"sidecar: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     if args.command == "serve":
         _configure_logging()
         _import_daemon(args)
-        _run(serve(state_dir=args.state_dir, manifests=_manifests(args), host=args.host,
-                   port=args.port, auth=not args.no_auth, allowed_hosts=args.allowed_host),
-             daemon=True)
-        return EXIT_OK
+        try:
+            return _daemon_exit(args, lambda: _run(
+                serve(state_dir=args.state_dir, manifests=_manifests(args), host=args.host,
+                      port=args.port, auth=not args.no_auth, allowed_hosts=args.allowed_host,
+                      allow_weak_token=args.allow_weak_token,
+                      allow_no_auth_on_network=args.allow_no_auth_on_network),
+                daemon=True))
+        except (UnsafeConfiguration, UnsafeStateDir) as exc:
+            print(f"sidecar: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     from sidecar.cli_backends import Refused, Unreachable
 
     try:
@@ -327,9 +392,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Refused as exc:
         print(f"sidecar: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except UnsafeStateDir as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except json.JSONDecodeError as exc:
         print(f"sidecar: --input is not valid JSON: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _daemon_exit(args: argparse.Namespace, run: Callable[[], Any]) -> int:
+    """Run a daemon command; the failures a user causes by starting it twice are one line."""
+    from managed_store import StoreInUse
+    from sidecar.daemon import AddressInUse, default_state_dir
+
+    try:
+        run()
+    except StoreInUse:
+        state = args.state_dir or default_state_dir()
+        print(f"sidecar: another sidecar daemon is running on {state} (one daemon per state "
+              "directory; stop it, or use another --state-dir)", file=sys.stderr)
+        return EXIT_STATE_IN_USE
+    except AddressInUse as exc:
+        print(f"sidecar: {exc.strerror}", file=sys.stderr)
+        return EXIT_ADDRESS_IN_USE
+    return EXIT_OK
 
 
 if __name__ == "__main__":

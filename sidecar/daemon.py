@@ -8,16 +8,20 @@ context manager that owns every resource it opens and closes them in reverse ord
 
 State lives in one directory (`state_dir`, default `$SIDECAR_STATE_DIR`, else
 `$XDG_STATE_HOME/mcp-sidecar`, else `~/.local/state/mcp-sidecar`): `outcomes.sqlite`,
-`permissions.sqlite` and `managed/` (retained text).
+`permissions.sqlite`, `tokens.sqlite` (scoped bearer tokens, hashed) and `managed/`
+(retained text). It is private: created 0700 with every file in it 0600, and refused when
+others can write it (`sidecar.state_dir`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import logging
 import os
+import socket
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -46,9 +50,14 @@ from sidecar.outcome_log import SqliteOutcomeLog
 from sidecar.permission import PermissionRule
 from sidecar.permission_service import PermissionService
 from sidecar.plugins import PluginHost
+from sidecar.profiles import Profiles
 from sidecar.registry import Registry, Tools, application_registry
 from sidecar.seam import Seam
 from sidecar.snapshot import Snapshot, SnapshotStore, select
+from sidecar.sqlite_wal import DEFAULT_WAL_CAP_BYTES
+from sidecar.state_dir import prepare_state_dir, write_private_file
+from sidecar.state_usage import state_usage
+from sidecar.tokens import SqliteTokenStore, TokenStore
 from sidecar.tool import DEFAULT_BOUNDS, Bounds
 
 DEFAULT_RETENTION_SECONDS = 7 * 86400
@@ -64,11 +73,35 @@ def freeze_startup_heap() -> None:
     modules, classes, functions and the SDK's pydantic validators, about 100,000 objects that
     live as long as the process. Until then every full collection walked all of them: 38-60 ms
     on this kind of machine, 130 ms while 20 upstreams started on 2 cores, and the first full
-    collection came during that start (`bench/RESULTS.md`, session 9). Frozen objects are still
-    freed by reference counting; objects made later are collected as before. A library that
-    embeds `Location.open` decides this for its own process, so only the CLI calls it.
+    collection came during that start (`bench/RESULTS.md`, history, 2026-12-04). Frozen objects
+    are still freed by reference counting; objects made later are collected as before. A
+    library that embeds `Location.open` decides this for its own process, so only the CLI
+    calls it.
     """
     gc.freeze()
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from "604800", "90s", "30m", "12h" or "7d"; ValueError otherwise."""
+    value = text.strip().lower()
+    scale = _UNITS.get(value[-1:], None)
+    number = value[:-1] if scale is not None else value
+    try:
+        seconds = float(number) * (scale or 1)
+    except ValueError:
+        raise ValueError(f"not a duration: {text!r} (use seconds, or 90s, 30m, 12h, 7d)") from None
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"a duration must be positive and finite, got {text!r}")
+    return seconds
+
+
+def retention_from_env() -> float:
+    """`$SIDECAR_RETENTION` (see `parse_duration`) for the daemon commands, else 7 days."""
+    text = os.environ.get("SIDECAR_RETENTION", "").strip()
+    return parse_duration(text) if text else DEFAULT_RETENTION_SECONDS
 
 
 def default_state_dir() -> Path:
@@ -106,6 +139,11 @@ class Location:
         self.sandbox: Sandbox | None = None
         self.codemode: CodeModeSetting = "direct"
         self.codemode_limits: CodeModeLimits = DEFAULT_LIMITS
+        self.retention_seconds: float = DEFAULT_RETENTION_SECONDS
+        self.store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES
+        self.profiles = Profiles()
+        self.tokens: TokenStore | None = None
+        """Scoped bearer tokens (`sidecar.tokens`), in `<state>/tokens.sqlite`."""
 
     @property
     def hooks(self) -> Hooks:
@@ -124,6 +162,7 @@ class Location:
         metadata_max_bytes: int = DEFAULT_MAX_METADATA_BYTES,
         retention_seconds: float = DEFAULT_RETENTION_SECONDS,
         store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES,
+        wal_cap_bytes: int = DEFAULT_WAL_CAP_BYTES,
         durable: bool = True,
         plugins: Iterable[str] = (),
         entry_point_plugins: bool = True,
@@ -138,17 +177,27 @@ class Location:
         Invalid manifest entries are logged and kept in `location.manifests.problems`; the
         valid ones still load. `watch=True` reloads the manifests when their files change
         (see `sidecar.manifest_sources`). `durable=False` keeps no outcome log (benchmarks).
+        `retention_seconds` applies to retained texts and to stored outcomes alike (a call
+        id replayed after its outcome was pruned gets an `expired` error);
+        `wal_cap_bytes` caps the outcome log's write-ahead log (see `sidecar.sqlite_wal`).
         """
         root_dir = await asyncio.to_thread(Path(root).resolve)
         state = Path(state_dir) if state_dir is not None else default_state_dir()
+        loosened = await asyncio.to_thread(prepare_state_dir, state)  # or UnsafeStateDir
+        if loosened is not None:
+            log.warning("%s", loosened)
         async with AsyncExitStack() as stack:
             store = await ManagedStore.open(
-                state / "managed", ttl_seconds=retention_seconds, quota_bytes=store_quota_bytes
+                state / "managed", ttl_seconds=retention_seconds, quota_bytes=store_quota_bytes,
+                cleanup_interval=min(3600.0, max(1.0, retention_seconds / 10)),
             )
             stack.push_async_callback(store.aclose)
             outcomes = None
             if durable:
-                outcomes = await SqliteOutcomeLog.open(state / "outcomes.sqlite")
+                outcomes = await SqliteOutcomeLog.open(
+                    state / "outcomes.sqlite", retention_seconds=retention_seconds,
+                    wal_cap_bytes=wal_cap_bytes,
+                )
                 stack.push_async_callback(outcomes.aclose)
             events = EventBus()
             permissions = await PermissionService.open(
@@ -172,8 +221,12 @@ class Location:
                 name=name, root=root_dir, state_dir=state, seam=seam, registry=registry,
                 events=events, permissions=permissions, plugins=host, manifests=ManifestSet(),
             )
+            location.tokens = await SqliteTokenStore.open(state / "tokens.sqlite")
+            stack.push_async_callback(location.tokens.aclose)
             location.sandbox = await stack.enter_async_context(Sandbox())  # workers start lazily
             location.codemode, location.codemode_limits = codemode, codemode_limits
+            location.retention_seconds = retention_seconds
+            location.store_quota_bytes = store_quota_bytes
             location.tools.register({"managed_read": managed_read_tool(store)}, label="builtin")
             location.sources = await stack.enter_async_context(ManifestSources(
                 location, manifests, base_bounds=bounds, plugins=list(plugins),
@@ -194,6 +247,7 @@ class Location:
         hide_denied: bool = True,
         codemode: CodeModeSetting | None = None,
         keep: bool = True,
+        profile: str | None = None,
     ) -> Snapshot:
         """Capture the effective tools for one model request and keep it addressable by id.
 
@@ -204,12 +258,17 @@ class Location:
         `execute`/`search_tools`/`describe_tools` built-ins, or both. `keep=False` returns a
         snapshot that is not kept by id (`location.snapshots`): for a listing, or a holder that
         keeps the snapshot itself, so that it never evicts one a caller will look up.
+        `profile` names a profile (`sidecar.profiles`; None: the default one): only its tools
+        are captured, served its way; an undeclared name raises `UnknownProfile`.
         """
-        effective = self.registry.effective()
+        chosen = self.profiles.resolve(profile)
+        effective = self.profiles.entries(chosen, self.registry.effective())
         entries = select(effective, allow, deny)
         removed = set(effective) - set(entries)
         if hide_denied:
-            denied = self.permissions.outright_denial(session_id or "")
+            denied = self.permissions.outright_denial(
+                session_id or "", chosen.rules if chosen is not None else ()
+            )
             removed.update(
                 name for name, entry in entries.items()
                 if denied(entry.tool.permission_action or name)
@@ -218,15 +277,19 @@ class Location:
             kept = tuple(e.definition for n, e in entries.items() if n not in removed)
             removed.update(hook(session_id, kept) or ())
         captured = {n: e for n, e in entries.items() if n not in removed}
+        mode = codemode or (chosen.codemode if chosen is not None else None) or self.codemode
         snapshot = codemode_snapshot(
-            self.seam, captured, mode=codemode or self.codemode, sandbox=self.sandbox,
+            self.seam, captured, mode=mode, sandbox=self.sandbox,
             limits=self.codemode_limits, session_id=session_id, final_step=final_step,
             removed=removed,
         )
+        snapshot.profile = chosen.name if chosen is not None else self.profiles.default_name
         return self.snapshots.add(snapshot) if keep else snapshot
 
     async def health(self) -> dict[str, Any]:
-        """The truth about this Location: servers, plugins, manifest problems, store usage.
+        """The truth about this Location: servers, plugins, manifest problems, store usage,
+        the state directory's size by part and what pruning and eviction removed
+        (`state`, see `sidecar.state_usage`).
 
         `status` is "ok" when every enabled server is ready, no plugin failed and the
         manifests have no errors; else "degraded".
@@ -256,6 +319,10 @@ class Location:
             "manifest_problems": problems,
             "reload_problems": reload_problems,
             "store": {"objects": stats.count, "bytes": stats.bytes},
+            "state": await state_usage(
+                self.state_dir, self.seam.outcomes, stats,
+                retention_seconds=self.retention_seconds, quota_bytes=self.store_quota_bytes,
+            ),
             "tools": len(self.registry.effective()),
         }
 
@@ -300,8 +367,14 @@ async def serve(
     port: int = 8765,
     auth: bool = True,
     allowed_hosts: Sequence[str] = (),
+    allow_weak_token: bool = False,
+    allow_no_auth_on_network: bool = False,
 ) -> None:
     """`sidecar serve`: open the default Location, then serve HTTP until SIGINT/SIGTERM.
+
+    Refuses (`UnsafeConfiguration`, before any server starts) a weak token unless
+    `allow_weak_token`, and `auth=False` on an address that is not loopback unless
+    `allow_no_auth_on_network` (`sidecar.serve.serve_policy`).
 
     Startup prints one line `sidecar: listening on http://HOST:PORT` to stderr (with the
     real port when `port=0`) and writes `<state>/daemon.json` ({url, pid}) for CLI clients.
@@ -310,33 +383,36 @@ async def serve(
     """
     import json
     import signal
-    import socket
     import sys
 
     import uvicorn
 
     from sidecar.serve.app import build_app
+    from sidecar.serve.http_protocol import TargetKeepingHttpToolsProtocol
     from sidecar.serve.mcp_facade import mcp_http
-    from sidecar.serve.security import load_or_create_token
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
-    async with _daemon_location(root, state, manifests) as location:
-        token: str | None = None
-        if auth:
-            token, created = await asyncio.to_thread(load_or_create_token, state)
-            if created:
-                print(f"sidecar: new bearer token (also in {state / 'token'}): {token}",
-                      file=sys.stderr, flush=True)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        # bound before serving, so the real port is known when port=0
-        sock = socket.create_server((host, port), family=family)
+    try:
+        token = await asyncio.to_thread(
+            _serve_token, state, host, auth=auth, allow_weak_token=allow_weak_token,
+            allow_no_auth_on_network=allow_no_auth_on_network,
+        )
+        # Bound before the Location opens: a port in use is reported before any upstream
+        # server starts, and the real port is known when port=0.
+        sock = _bind(host, port)
+    except BaseException:
+        await _stop_unclaimed()
+        raise
+    async with _closing(sock), _daemon_location(root, state, manifests) as location:
         bound = sock.getsockname()
         url = f"http://{host if ':' not in host else f'[{host}]'}:{bound[1]}"
         info = state / "daemon.json"
 
         @asynccontextmanager
         async def announce() -> AsyncIterator[None]:
-            await asyncio.to_thread(info.write_text, json.dumps({"url": url, "pid": os.getpid()}))
+            await asyncio.to_thread(
+                write_private_file, info, json.dumps({"url": url, "pid": os.getpid()})
+            )
             print(f"sidecar: listening on {url}", file=sys.stderr, flush=True)
             try:
                 yield
@@ -356,7 +432,7 @@ async def serve(
         )
         config = uvicorn.Config(
             app, lifespan="on", log_level="warning", timeout_graceful_shutdown=10,
-            access_log=False,
+            access_log=False, http=TargetKeepingHttpToolsProtocol,
         )
         server = _Server(config)
         loop = asyncio.get_running_loop()
@@ -371,19 +447,82 @@ async def serve(
     # leaving the Location closed every upstream server, plugin and store before we return
 
 
+class AddressInUse(OSError):
+    """`sidecar serve`'s address is taken (another daemon, or any other program)."""
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise AddressInUse(exc.errno, f"{host}:{port} is already in use (by another sidecar "
+                           "serve, or another program); choose another --port") from None
+
+
+@asynccontextmanager
+async def _closing(sock: socket.socket) -> AsyncIterator[socket.socket]:
+    try:
+        yield sock
+    finally:
+        sock.close()  # uvicorn closes it when it served; not when the Location failed to open
+
+
+def _serve_token(
+    state: Path, host: str, *, auth: bool, allow_weak_token: bool,
+    allow_no_auth_on_network: bool,
+) -> str | None:
+    """The bearer token `serve` requires (None: `--no-auth`), after the checks of
+    `serve_policy`; warnings and a newly created token are printed to stderr."""
+    import sys
+
+    from sidecar.serve.security import TOKEN_FILE, load_or_create_token
+    from sidecar.serve.serve_policy import (
+        check_no_auth,
+        check_token,
+        token_file_warning,
+        weak_tokens_allowed,
+    )
+
+    loosened = prepare_state_dir(state)  # before the token file is read or created
+    if loosened is not None:
+        print(f"sidecar: warning: {loosened}", file=sys.stderr, flush=True)
+    if not auth:
+        warning = check_no_auth(host, allow_on_network=allow_no_auth_on_network)
+        print(f"sidecar: {warning}", file=sys.stderr, flush=True)
+        return None
+    token, created = load_or_create_token(state)
+    if created:
+        print(f"sidecar: new bearer token (also in {state / TOKEN_FILE}): {token}",
+              file=sys.stderr, flush=True)
+        return token
+    from_env = bool(os.environ.get("SIDECAR_TOKEN"))
+    check_token(token, "SIDECAR_TOKEN" if from_env else str(state / TOKEN_FILE),
+                allow_weak=weak_tokens_allowed(allow_weak_token))
+    loose = None if from_env else token_file_warning(state / TOKEN_FILE)
+    if loose is not None:
+        print(f"sidecar: {loose}", file=sys.stderr, flush=True)
+    return token
+
+
 async def stdio(
     *,
     root: str | os.PathLike[str] = ".",
     state_dir: str | os.PathLike[str] | None = None,
     manifests: Sequence[str | os.PathLike[str]] = (),
+    profile: str | None = None,
 ) -> None:
     """`sidecar stdio`: the same daemon speaking MCP over its own stdin/stdout until stdin
-    closes. Only MCP messages go to stdout; logs go to stderr."""
+    closes. Only MCP messages go to stdout; logs go to stderr. `profile`: the profile served
+    (None: the default one); an undeclared name raises `UnknownProfile` before serving."""
     from sidecar.serve.mcp_facade import serve_stdio
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
     async with _daemon_location(root, state, manifests) as location:
-        await serve_stdio(location)
+        location.profiles.resolve(profile)
+        await serve_stdio(location, profile=profile)
 
 
 @asynccontextmanager
@@ -394,8 +533,12 @@ async def _daemon_location(
     (`bridges.prestart`) outlives its opening unclaimed: the pool claims what it starts, and
     the rest is stopped once the Location is open, or on the way out if it never opens."""
     try:
+        retention = retention_from_env()
+    except ValueError as exc:
+        raise SystemExit(f"sidecar: SIDECAR_RETENTION: {exc}") from None
+    try:
         async with Location.open(root, state_dir=state, manifests=manifests,
-                                 watch=True) as location:
+                                 retention_seconds=retention, watch=True) as location:
             await _stop_unclaimed()
             yield location
     finally:

@@ -5,7 +5,15 @@
   `auth=False` (`--no-auth`) disables the check explicitly.
 - DNS-rebinding protection: a request whose `Host` is not a local name (127.0.0.1,
   localhost, [::1], plus configured extra hosts) or whose `Origin`, when present, is not a
-  local origin is refused with 403, before authentication and before any route runs.
+  local origin is refused with 403, before authentication and before any route runs. Both
+  are parsed strictly (`parse_authority`): `[::1]evil` or `localhost:1@evil` is not local.
+- Scoped tokens (`sidecar.tokens`, `sidecar token create --profile NAME`): a bearer that is
+  not the token above is looked up (`scoped`); it reaches only `/mcp/NAME` (and `/mcp` when
+  the default profile is one) of its profiles, and on `/v1` only tools, snapshots and calls
+  of its profiles (the API checks the profile) and retained text; anything else is 403
+  `forbidden_profile`.
+- Malformed requests are refused with 400 first (`request_problem`): a request target that
+  is not a path (absolute-form `GET http://evil/...`), a duplicated Host or Origin header.
 
 Errors are JSON: `{"error": {"code", "message"}}`. The token is never logged.
 """
@@ -13,14 +21,31 @@ Errors are JSON: `{"error": {"code", "message"}}`. The token is never logged.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 import os
+import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+GRANT_KEY = "sidecar.grant"
+"""The ASGI scope key holding the profiles a scoped token reaches (absent: every profile)."""
+MCP_PROFILE_PATH = re.compile(r"/mcp(?:/([A-Za-z0-9_-]{1,64}))?")
+SCOPED_API_PATHS = re.compile(r"/v1/(?:tools|snapshots|snapshots/[^/]+/calls|managed/[^/]+)")
+"""What a scoped token may reach besides `/mcp` and `/mcp/NAME` of its profiles: listing
+tools, snapshots and calls on them (each checks the profile), and retained text."""
+
+Verifier = Callable[[str], Awaitable[frozenset[str] | None]]
+"""A presented bearer secret -> the profiles its scoped token reaches (None: not one)."""
+
+
+def profile_allowed(scope: Scope, profile: str) -> bool:
+    """Whether the request's token reaches `profile` (the all-access token reaches all)."""
+    grant: frozenset[str] | None = scope.get(GRANT_KEY)
+    return grant is None or profile in grant
 
 TOKEN_FILE = "token"
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
@@ -38,7 +63,7 @@ def load_or_create_token(state_dir: Path) -> tuple[str, bool]:
             return token, False
     except FileNotFoundError:
         pass
-    state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     token = secrets.token_urlsafe(32)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -46,28 +71,71 @@ def load_or_create_token(state_dir: Path) -> tuple[str, bool]:
     return token, True
 
 
-def _hostname(host: str) -> str:
-    host = host.strip().lower()
-    if host.startswith("["):
-        return host[: host.find("]") + 1] if "]" in host else host
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+_PORT = r"(?::([0-9]{1,5}))?"
+_REG_NAME = re.compile(r"([a-z0-9](?:[a-z0-9._-]*[a-z0-9])?)" + _PORT)
+_IP_LITERAL = re.compile(r"\[([0-9a-f:.]+)\]" + _PORT)
+_ORIGIN = re.compile(r"(https?)://([^/?#@\\]+)")
+
+
+def parse_authority(value: str) -> str | None:
+    """The host name of a `Host` header value (`host[:port]`, RFC 9110), lower case with an
+    IPv6 literal in brackets; None when the value is anything else.
+
+    Strict on purpose: no user info (`localhost:80@evil`), nothing after an IPv6 literal
+    (`[::1]evil`), a port of digits only (at most 65535), no whitespace, no empty name.
+    """
+    text = value.lower()
+    literal = _IP_LITERAL.fullmatch(text)
+    if literal is not None:
+        try:
+            ipaddress.IPv6Address(literal.group(1))
+        except ValueError:
+            return None
+        host, port = f"[{literal.group(1)}]", literal.group(2)
+    else:
+        name = _REG_NAME.fullmatch(text)
+        if name is None:
+            return None
+        host, port = name.group(1), name.group(2)
+    if port is not None and int(port) > 65535:
+        return None
+    return host
 
 
 def host_allowed(host: str | None, extra: frozenset[str]) -> bool:
     if not host:
         return False
-    name = _hostname(host)
-    return name in LOCAL_HOSTS or name in extra
+    name = parse_authority(host)
+    return name is not None and (name in LOCAL_HOSTS or name in extra)
 
 
 def origin_allowed(origin: str | None, extra: frozenset[str]) -> bool:
+    """An absent Origin is allowed (not a browser, or same-origin navigation); a present one
+    must be exactly `http(s)://host[:port]` with a local host (no path, no user info)."""
     if origin is None:
-        return True  # not a browser, or a same-origin navigation
-    parts = urlsplit(origin)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return True
+    match = _ORIGIN.fullmatch(origin.lower())
+    if match is None:
         return False
-    name = parts.hostname.lower()
-    return name in LOCAL_HOSTS or f"[{name}]" in LOCAL_HOSTS or name in extra
+    name = parse_authority(match.group(2))
+    return name is not None and (name in LOCAL_HOSTS or name in extra)
+
+
+def request_problem(scope: Scope) -> str | None:
+    """Why a request is malformed before any header is trusted, or None: an absolute-form or
+    authority-form request target (only `/path` is served; `*` for OPTIONS), or a `Host` or
+    `Origin` header sent more than once (which one wins differs between parsers)."""
+    raw_path = scope.get("raw_path") or scope.get("path", "").encode()
+    if not raw_path.startswith(b"/") and not (scope.get("method") == "OPTIONS"
+                                              and raw_path == b"*"):
+        return "the request target must be a path (absolute-form targets are refused)"
+    seen: set[bytes] = set()
+    for name, _ in scope["headers"]:
+        if name in (b"host", b"origin"):
+            if name in seen:
+                return f"more than one {name.decode().capitalize()} header"
+            seen.add(name)
+    return None
 
 
 async def _refuse(send: Send, status: int, code: str, message: str) -> None:
@@ -89,15 +157,23 @@ class SecurityMiddleware:
         token: str | None,
         allowed_hosts: Iterable[str] = (),
         open_paths: Iterable[str] = (),
+        scoped: Verifier | None = None,
+        default_profile: Callable[[], str] = lambda: "default",
     ) -> None:
         self.app = app
         self._token = token.encode() if token else None
+        self._scoped = scoped
+        self._default_profile = default_profile
         self._extra = frozenset(h.lower() for h in allowed_hosts)
         self._open = frozenset(open_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        problem = request_problem(scope)
+        if problem is not None:
+            await _refuse(send, 400, "bad_request", problem)
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         if not host_allowed(headers.get("host"), self._extra):
@@ -109,9 +185,31 @@ class SecurityMiddleware:
         if self._token is not None and scope["path"] not in self._open:
             given = headers.get("authorization", "")
             scheme, _, value = given.partition(" ")
+            value = value.strip()
             if scheme.lower() != "bearer" or not hmac.compare_digest(
-                value.strip().encode(), self._token
+                value.encode(), self._token
             ):
-                await _refuse(send, 401, "unauthorized", "a valid bearer token is required")
-                return
+                grant = await self._scoped(value) if self._scoped is not None and (
+                    scheme.lower() == "bearer") else None
+                if grant is None:
+                    await _refuse(send, 401, "unauthorized", "a valid bearer token is required")
+                    return
+                refusal = self._scope_refusal(scope["path"], grant)
+                if refusal is not None:
+                    await _refuse(send, 403, "forbidden_profile", refusal)
+                    return
+                scope[GRANT_KEY] = grant
         await self.app(scope, receive, send)
+
+    def _scope_refusal(self, path: str, grant: frozenset[str]) -> str | None:
+        """Why a scoped token may not reach `path` (None: it may, so far)."""
+        mcp = MCP_PROFILE_PATH.fullmatch(path)
+        if mcp is not None:
+            profile = mcp.group(1) or self._default_profile()
+            if profile in grant:
+                return None
+            return f"this token reaches only the profiles {', '.join(sorted(grant))}"
+        if SCOPED_API_PATHS.fullmatch(path):
+            return None
+        return ("this token is scoped to profiles; it reaches /mcp/NAME, /v1/tools, "
+                "/v1/snapshots and calls on them, and /v1/managed")

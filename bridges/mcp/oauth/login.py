@@ -29,7 +29,8 @@ from mcp.client.auth import OAuthFlowError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult
 
-from bridges.manifest import OAuthSettings, ServerConfig
+from bridges.manifest import ServerConfig
+from bridges.manifest_oauth import OAuthSettings
 from bridges.mcp.oauth.providers import Interactive, build_auth
 from bridges.mcp.oauth.records import LoginStatus, RecordStorage, canonical_resource
 from sidecar.token_store import TokenStore

@@ -42,7 +42,8 @@ from mcp.client.auth.utils import extract_field_from_www_auth, union_scopes
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata
 from pydantic import AnyUrl, ValidationError
 
-from bridges.manifest import OAuthSettings, ServerConfig
+from bridges.manifest import ServerConfig
+from bridges.manifest_oauth import OAuthSettings
 from bridges.mcp.oauth.records import (
     LoginStatus,
     RecordStorage,
