@@ -5,7 +5,7 @@
     sidecar stdio                                     the daemon as an MCP server on stdin/stdout
     sidecar tools [--format mcp|openai|anthropic|gemini] [--json]
     sidecar call NAME [--input JSON] [--json]         one call through the seam
-    sidecar managed read REF [--offset N] [--limit N] [--pattern RE]
+    sidecar managed read REF [--offset N] [--limit N] [--pattern RE] [--start C] [--length N]
     sidecar health [--json]                           per-server status
     sidecar check FILE... [--json] | --schema         validate manifests (no daemon)
     sidecar auth login NAME [--no-browser] | status [--json] | logout NAME   OAuth logins
@@ -102,6 +102,10 @@ def _parser() -> argparse.ArgumentParser:
     read.add_argument("--offset", type=int, default=1, help="first line, 1-based")
     read.add_argument("--limit", type=int, default=200, help="number of lines")
     read.add_argument("--pattern", default=None, help="regular expression to search for")
+    read.add_argument("--start", type=int, default=None,
+                      help="read inside line --offset from this character (0-based)")
+    read.add_argument("--length", type=int, default=None,
+                      help="with --start: how many characters (default: as many as fit)")
     sub.add_parser("health", parents=[client], help="per-server status")
     cli_tokens.add_parser(sub, common)
     check = sub.add_parser("check", help="validate manifests without starting anything")
@@ -284,6 +288,10 @@ async def _client(args: argparse.Namespace) -> int:
             payload: dict[str, Any] = {"ref": args.ref, "offset": args.offset, "limit": args.limit}
             if args.pattern is not None:
                 payload["pattern"] = args.pattern
+            if args.start is not None:
+                payload["start"] = args.start
+            if args.length is not None:
+                payload["length"] = args.length
             raw_input = json.dumps(payload)
         call_id = getattr(args, "call_id", None) or "cli_" + secrets.token_hex(8)
         context = {"session_id": getattr(args, "session", "cli"), "agent": "cli",

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sidecar.daemon import Location
+from sidecar.daemon import Location, retention_from_env
 from sidecar.events import CallProgress
 from sidecar.tool import ToolContext
 
@@ -68,7 +68,8 @@ class EmbeddedBackend:
 
     async def __aenter__(self) -> EmbeddedBackend:
         self.location = await self._stack.enter_async_context(
-            Location.open(".", state_dir=self._state_dir, manifests=self._manifests)
+            Location.open(".", state_dir=self._state_dir, manifests=self._manifests,
+                          retention_seconds=retention_from_env())
         )
         return self
 

@@ -47,6 +47,7 @@ from sidecar.manifest_sources import ManifestSources
 from sidecar.metadata import DEFAULT_MAX_METADATA_BYTES
 from sidecar.outcome import Outcome
 from sidecar.outcome_log import SqliteOutcomeLog
+from sidecar.overrides import Overrides
 from sidecar.permission import PermissionRule
 from sidecar.permission_service import PermissionService
 from sidecar.plugins import PluginHost
@@ -99,9 +100,16 @@ def parse_duration(text: str) -> float:
 
 
 def retention_from_env() -> float:
-    """`$SIDECAR_RETENTION` (see `parse_duration`) for the daemon commands, else 7 days."""
+    """`$SIDECAR_RETENTION` (see `parse_duration`) for the CLI's Locations, else 7 days. A bad
+    value ends the command with a one-line message and exit status 2 (a usage error)."""
     text = os.environ.get("SIDECAR_RETENTION", "").strip()
-    return parse_duration(text) if text else DEFAULT_RETENTION_SECONDS
+    try:
+        return parse_duration(text) if text else DEFAULT_RETENTION_SECONDS
+    except ValueError as exc:
+        import sys
+
+        print(f"sidecar: SIDECAR_RETENTION: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
 
 
 def default_state_dir() -> Path:
@@ -142,6 +150,9 @@ class Location:
         self.retention_seconds: float = DEFAULT_RETENTION_SECONDS
         self.store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES
         self.profiles = Profiles()
+        self.overrides = Overrides()
+        self.profiles.common.append(self.overrides.reshape_common)
+        self.profiles.wrappers.append(self.overrides.reshape_profile)
         self.tokens: TokenStore | None = None
         """Scoped bearer tokens (`sidecar.tokens`), in `<state>/tokens.sqlite`."""
 
@@ -227,7 +238,9 @@ class Location:
             location.codemode, location.codemode_limits = codemode, codemode_limits
             location.retention_seconds = retention_seconds
             location.store_quota_bytes = store_quota_bytes
-            location.tools.register({"managed_read": managed_read_tool(store)}, label="builtin")
+            registry.register(
+                {"managed_read": managed_read_tool(store, bounds)}, label="builtin", builtin=True
+            )
             location.sources = await stack.enter_async_context(ManifestSources(
                 location, manifests, base_bounds=bounds, plugins=list(plugins),
                 entry_point_plugins=entry_point_plugins,
@@ -324,6 +337,7 @@ class Location:
                 retention_seconds=self.retention_seconds, quota_bytes=self.store_quota_bytes,
             ),
             "tools": len(self.registry.effective()),
+            "reserved_name_conflicts": [c.to_json() for c in self.registry.reserved_conflicts()],
         }
 
     def server_health(self) -> dict[str, ServerHealth]:
@@ -388,7 +402,7 @@ async def serve(
     import uvicorn
 
     from sidecar.serve.app import build_app
-    from sidecar.serve.http_protocol import TargetKeepingHttpToolsProtocol
+    from sidecar.serve.http_guard import ConnectionLimits, guarded_protocol
     from sidecar.serve.mcp_facade import mcp_http
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
@@ -432,7 +446,7 @@ async def serve(
         )
         config = uvicorn.Config(
             app, lifespan="on", log_level="warning", timeout_graceful_shutdown=10,
-            access_log=False, http=TargetKeepingHttpToolsProtocol,
+            access_log=False, http=guarded_protocol(ConnectionLimits.from_env()),
         )
         server = _Server(config)
         loop = asyncio.get_running_loop()
@@ -532,10 +546,7 @@ async def _daemon_location(
     """The daemon commands' Location, its manifests watched. No server the CLI prestarted
     (`bridges.prestart`) outlives its opening unclaimed: the pool claims what it starts, and
     the rest is stopped once the Location is open, or on the way out if it never opens."""
-    try:
-        retention = retention_from_env()
-    except ValueError as exc:
-        raise SystemExit(f"sidecar: SIDECAR_RETENTION: {exc}") from None
+    retention = retention_from_env()
     try:
         async with Location.open(root, state_dir=state, manifests=manifests,
                                  retention_seconds=retention, watch=True) as location:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse as StarletteJSONResponse
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -406,6 +406,20 @@ class Api:
                     ],
                 })
             offset = self._int(request, "offset", 1, 1, 2**62)
+            if request.query_params.get("start") is not None:
+                start = self._int(request, "start", 0, 0, 2**62)
+                length = self._int(request, "length", 20_000, 1, 1_000_000)
+                chars = await store.read_chars(ref, line=offset, start=start, length=length)
+                return JSONResponse({
+                    "ref": ref,
+                    "text": chars.text,
+                    "line": chars.line,
+                    "start": chars.start,
+                    "next_start": chars.next_start,
+                    "end_of_line": chars.end_of_line,
+                    "total_lines": chars.ref.lines,
+                    "total_bytes": chars.ref.size_bytes,
+                })
             limit = self._int(request, "limit", 200, 1, 10_000)
             part = await store.read_lines(ref, offset=offset, limit=limit)
         except InvalidRef as exc:
@@ -487,6 +501,8 @@ def _handled(endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:
             response: Response = await endpoint(request)
         except ApiError as exc:
             return exc.response()
+        except ClientDisconnect:  # gone (or timed out) mid-body: nobody reads an answer
+            return Response(status_code=400)
         return response
 
     return run

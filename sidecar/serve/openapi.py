@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 from managed_store import MAX_PATTERN_CHARS
 from sidecar.serve.api import CallBody, ReplyBody, SnapshotBody, error_schema
+from sidecar.serve.event_log import EVENT_NAMES
 from sidecar.serve.replay import FORMATS
 
 _REF = "#/components/schemas/{model}"
@@ -30,13 +31,25 @@ def _errors(*codes: int) -> dict[str, Any]:
     names = {400: "Bad request", 401: "Missing or wrong bearer token",
              403: "Host or Origin refused, or the token does not reach the profile",
              404: "Not found", 409: "Conflict",
-             413: "Body too large", 422: "Invalid body"}
+             405: "Method not allowed", 413: "Body too large", 422: "Invalid body"}
     ref = {"$ref": "#/components/schemas/Error"}
     return {str(c): _json(ref, names[c]) for c in (401, 403, *codes)}
 
 
 def _param(name: str, where: str, schema: dict[str, Any], required: bool = False) -> dict[str, Any]:
     return {"name": name, "in": where, "required": required or where == "path", "schema": schema}
+
+
+# Each event of /v1/events (OpenAPI 3.1: a text/event-stream `schema` describes one event).
+_SSE_EVENT: dict[str, Any] = {
+    "type": "object",
+    "required": ["event", "data"],
+    "properties": {
+        "event": {"type": "string", "enum": [*EVENT_NAMES, "stream.reset"]},
+        "data": {"type": "string", "contentMediaType": "application/json"},
+        "id": {"type": "string", "pattern": "^[0-9]+$"},
+    },
+}
 
 
 @cache
@@ -86,7 +99,8 @@ def openapi_document() -> dict[str, Any]:
             },
         },
         "/v1/managed/{ref}": {"get": {
-            "summary": "Read retained text by lines, or grep it",
+            "summary": "Read retained text by lines, inside one line by characters "
+                       "(offset = the line, start/length), or grep it",
             "parameters": [
                 _param("ref", "path", {"type": "string", "pattern": "^m_[0-9a-z]{26}$"}),
                 _param("offset", "query",
@@ -95,6 +109,11 @@ def openapi_document() -> dict[str, Any]:
                 _param("pattern", "query", {"type": "string", "maxLength": MAX_PATTERN_CHARS,
                                             "description": "RE2 syntax, matched per line"}),
                 _param("context", "query", {"type": "integer", "minimum": 0, "maximum": 50}),
+                _param("start", "query", {"type": "integer", "minimum": 0, "maximum": 2**62,
+                                          "description": "0-based character in line offset"}),
+                _param("length", "query",
+                       {"type": "integer", "minimum": 1, "maximum": 1_000_000,
+                        "description": "characters to read from start (default 20000)"}),
             ],
             "responses": {"200": _json(_OBJECT, "Text or matches"), **_errors(400, 404, 422)},
         }},
@@ -104,9 +123,9 @@ def openapi_document() -> dict[str, Any]:
             "parameters": [
                 _param("last-event-id", "header", {"type": "string", "pattern": "^[0-9]{1,18}$"})
             ],
-            "responses": {"200": {"description": "text/event-stream",
-                                  "content": {"text/event-stream": {"schema": {
-                                      "type": "string"}}}},
+            "responses": {"200": {"description": "text/event-stream; the schema describes each "
+                                                 "event",
+                                  "content": {"text/event-stream": {"schema": _SSE_EVENT}}},
                           **_errors(400)},
         }},
         "/v1/permissions": {"get": {
