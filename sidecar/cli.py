@@ -216,7 +216,7 @@ def _import_daemon(args: argparse.Namespace) -> None:
 
 async def _client(args: argparse.Namespace) -> int:
     from sidecar.cli_backends import EmbeddedBackend, RemoteBackend, find_daemon
-    from sidecar.daemon import default_state_dir
+    from sidecar.daemon import Location, default_state_dir
 
     state = args.state_dir or str(default_state_dir())
     url = args.url or os.environ.get("SIDECAR_URL") or (
@@ -226,7 +226,7 @@ async def _client(args: argparse.Namespace) -> int:
     if url is not None:
         backend = RemoteBackend(url, state)
     else:
-        backend = EmbeddedBackend(state, _manifests(args))
+        backend = EmbeddedBackend(state, _manifests(args), Location.open)
     async with backend:
         if args.command == "tools":
             return _print_tools(await backend.tools(args.format), args)

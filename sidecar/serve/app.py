@@ -17,7 +17,7 @@ from sidecar.serve.metrics import Metrics
 from sidecar.serve.security import SecurityMiddleware
 
 if TYPE_CHECKING:
-    from sidecar.daemon import Location
+    from sidecar.location import Location
 
 
 def build_app(

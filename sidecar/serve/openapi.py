@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from sidecar.serve.api import CallBody, ReplyBody, SnapshotBody, error_schema
+from sidecar.serve.api_bodies import CallBody, ReplyBody, SnapshotBody, error_schema
 from sidecar.serve.replay import FORMATS
 
 _REF = "#/components/schemas/{model}"
