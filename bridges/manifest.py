@@ -29,6 +29,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+# defined below both this module and `manifest_tools.config`; importable from here as before
+from bridges.manifest_values import BoundsConfig as BoundsConfig
+from bridges.manifest_values import ManifestProblem as ManifestProblem
+
 MANIFEST_SUFFIXES = (".json", ".toml")
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
 _SECRET_KEYS = frozenset({"env", "headers"})
@@ -48,11 +52,6 @@ class ToolFilter(_Strict):
 class Timeouts(_Strict):
     startup: Annotated[float, Field(gt=0)] = 30.0
     call: Annotated[float, Field(gt=0)] = 600.0
-
-
-class BoundsConfig(_Strict):
-    max_bytes: Annotated[int, Field(ge=1024)] | None = None
-    max_lines: Annotated[int, Field(ge=16)] | None = None
 
 
 class AnnotationPermissions(_Strict):
@@ -148,19 +147,6 @@ class ManifestFile(BaseModel):
     plugins: list[str] = []
     bounds: dict[str, Any] = {}
     codemode: Literal["direct", "codemode", "both"] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ManifestProblem:
-    file: str
-    path: str
-    message: str
-    hint: str = ""
-    severity: Literal["error", "note"] = "error"
-
-    def __str__(self) -> str:
-        hint = f" (hint: {self.hint})" if self.hint else ""
-        return f"{self.file}: {self.path}: {self.message}{hint}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from managed_store import ManagedStoreError, TextStore
 from sidecar.bounding import apply_preview, plan_bounding, scrub_surrogates
@@ -36,10 +36,8 @@ from sidecar.hooks import AfterCall, BeforeCall, Hooks
 from sidecar.metadata import DEFAULT_MAX_METADATA_BYTES, bound_metadata
 from sidecar.outcome import ManagedText, Outcome
 from sidecar.outcome_log import OutcomeLog, OutcomeLogError
+from sidecar.registry import Resolver
 from sidecar.tool import DEFAULT_BOUNDS, Bounds, CallContext, ToolContext, ToolResponse
-
-if TYPE_CHECKING:
-    from sidecar.snapshot import Snapshot
 
 log = logging.getLogger("sidecar.seam")
 
@@ -79,7 +77,7 @@ class Seam:
     """call_id -> futures of duplicate callers waiting for the first one."""
 
     async def execute(
-        self, snapshot: Snapshot, name: str, raw_input: Any, context: ToolContext
+        self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext
     ) -> Outcome:
         call_id = context.call_id
         while (waiters := self._inflight.get(call_id)) is not None:
@@ -101,7 +99,7 @@ class Seam:
                     waiter.set_result(outcome)
 
     async def _run(
-        self, snapshot: Snapshot, name: str, raw_input: Any, context: ToolContext
+        self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext
     ) -> Outcome:
         if self.outcomes is not None:
             try:
@@ -131,7 +129,7 @@ class Seam:
             return Outcome.failed(context.call_id, outcome.tool, failed.error)
 
     async def _settle(
-        self, snapshot: Snapshot, name: str, raw_input: Any, context: ToolContext
+        self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext
     ) -> Outcome:
         call_id = context.call_id
         if self.hooks.before:
