@@ -12,9 +12,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 
+# `bounds = { max_bytes = ..., max_lines = ... }` on a Location, a server or a tool. No
+# docstring: it would become a `description` in the shipped schema/manifest.schema.json.
 class BoundsConfig(BaseModel):
-    """`bounds = { max_bytes = ..., max_lines = ... }` on a Location, a server or a tool."""
-
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_bytes: Annotated[int, Field(ge=1024)] | None = None
