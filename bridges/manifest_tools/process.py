@@ -16,9 +16,9 @@ what the capture keeps (see `capture`). Chunks go to the capture as the loop rea
 byte into its buffer and out again (a third of the time of a 1 GiB output). Once a capture
 spools and no progress lines are published, the loop holds off and the pipe is read by the
 spool's threads instead (`OutputCapture.feed_from`): a 1 GiB output then costs the daemon
-about a quarter less CPU (`bench/RESULTS.md`, "Session 8"). The output pipes are created here
-(1 MiB kernel buffers) and closed when the run ends, after any thread reading them let go,
-even if a process that escaped the group still holds their other end.
+about a quarter less CPU (`bench/RESULTS.md`, history, 2026-12-03). The output pipes are
+created here (1 MiB kernel buffers) and closed when the run ends, after any thread reading
+them let go, even if a process that escaped the group still holds their other end.
 """
 
 from __future__ import annotations
@@ -139,8 +139,8 @@ class PipeChunks:
     kernel copies straight into the chunk, a full pipe at once). A read pipe transport reads at
     most 256 KiB at a time, and under uvloop copies every byte through its receive buffer first;
     for 1 GiB of output, reading ourselves took 6-7 % less daemon CPU in interleaved A/B runs
-    (`bench/command_ab.py`, both loops). `close()` stops reading and closes `fd`. Without `fd`
-    the `*_received`/`connection_lost` methods feed it (tests).
+    (2026-12-03, both loops; `bench/RESULTS.md` history). `close()` stops reading and closes
+    `fd`. Without `fd` the `*_received`/`connection_lost` methods feed it (tests).
     """
 
     def __init__(self, limit: int, fd: int | None = None) -> None:
