@@ -29,6 +29,7 @@ from sidecar.location import (
     default_state_dir,
 )
 from sidecar.location import Location as CoreLocation
+from sidecar.state_dir import prepare_state_dir, write_private_file
 
 __all__ = [
     "DEFAULT_RETENTION_SECONDS",
@@ -133,7 +134,9 @@ async def serve(
 
         @asynccontextmanager
         async def announce() -> AsyncIterator[None]:
-            await asyncio.to_thread(info.write_text, json.dumps({"url": url, "pid": os.getpid()}))
+            await asyncio.to_thread(
+                write_private_file, info, json.dumps({"url": url, "pid": os.getpid()})
+            )
             print(f"sidecar: listening on {url}", file=sys.stderr, flush=True)
             try:
                 yield
@@ -184,6 +187,9 @@ def _serve_token(
         weak_tokens_allowed,
     )
 
+    loosened = prepare_state_dir(state)  # before the token file is read or created
+    if loosened is not None:
+        print(f"sidecar: warning: {loosened}", file=sys.stderr, flush=True)
     if not auth:
         warning = check_no_auth(host, allow_on_network=allow_no_auth_on_network)
         print(f"sidecar: {warning}", file=sys.stderr, flush=True)
@@ -207,14 +213,17 @@ async def stdio(
     root: str | os.PathLike[str] = ".",
     state_dir: str | os.PathLike[str] | None = None,
     manifests: Sequence[str | os.PathLike[str]] = (),
+    profile: str | None = None,
 ) -> None:
     """`sidecar stdio`: the same daemon speaking MCP over its own stdin/stdout until stdin
-    closes. Only MCP messages go to stdout; logs go to stderr."""
+    closes. Only MCP messages go to stdout; logs go to stderr. `profile`: the profile served
+    (None: the default one); an undeclared name raises `UnknownProfile` before serving."""
     from sidecar.serve.mcp_facade import serve_stdio
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
     async with _daemon_location(root, state, manifests) as location:
-        await serve_stdio(location)
+        location.profiles.resolve(profile)
+        await serve_stdio(location, profile=profile)
 
 
 @asynccontextmanager

@@ -21,12 +21,14 @@ it always did, and code in the core and the frontends types against this class o
 
 State lives in one directory (`state_dir`, default `$SIDECAR_STATE_DIR`, else
 `$XDG_STATE_HOME/mcp-sidecar`, else `~/.local/state/mcp-sidecar`): `outcomes.sqlite`,
-`permissions.sqlite` and `managed/` (retained text).
+`permissions.sqlite` and `managed/` (retained text). It is private: created 0700 with every
+file in it 0600, and refused when others can write it (`sidecar.state_dir`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
@@ -52,15 +54,19 @@ from sidecar.outcome_log import SqliteOutcomeLog
 from sidecar.permission import PermissionRule
 from sidecar.permission_service import PermissionService
 from sidecar.plugins import PluginHost
+from sidecar.profiles import Profiles
 from sidecar.registry import Registry, Tools, application_registry
 from sidecar.seam import Seam
 from sidecar.snapshot import Snapshot, SnapshotStore, select
+from sidecar.state_dir import prepare_state_dir
 from sidecar.tool import DEFAULT_BOUNDS, Bounds
 
 if TYPE_CHECKING:  # types only: the core never imports a bridge at run time
     from bridges.manifest import ManifestSet
     from bridges.manifest_sources import ManifestSources
     from bridges.mcp import ServerHealth
+
+log = logging.getLogger("sidecar.location")
 
 DEFAULT_RETENTION_SECONDS = 7 * 86400
 DEFAULT_STORE_QUOTA_BYTES = 2 * 1024**3
@@ -126,6 +132,7 @@ class Location:
         self.sandbox: Sandbox | None = None
         self.codemode: CodeModeSetting = "direct"
         self.codemode_limits: CodeModeLimits = DEFAULT_LIMITS
+        self.profiles = Profiles()
 
     @classmethod
     def default_wiring(cls) -> Wiring:
@@ -172,6 +179,9 @@ class Location:
         wired = wiring if wiring is not None else cls.default_wiring()
         root_dir = await asyncio.to_thread(Path(root).resolve)
         state = Path(state_dir) if state_dir is not None else default_state_dir()
+        loosened = await asyncio.to_thread(prepare_state_dir, state)  # or UnsafeStateDir
+        if loosened is not None:
+            log.warning("%s", loosened)
         async with AsyncExitStack() as stack:
             store = await ManagedStore.open(
                 state / "managed", ttl_seconds=retention_seconds, quota_bytes=store_quota_bytes
@@ -225,6 +235,7 @@ class Location:
         hide_denied: bool = True,
         codemode: CodeModeSetting | None = None,
         keep: bool = True,
+        profile: str | None = None,
     ) -> Snapshot:
         """Capture the effective tools for one model request and keep it addressable by id.
 
@@ -235,12 +246,17 @@ class Location:
         `execute`/`search_tools`/`describe_tools` built-ins, or both. `keep=False` returns a
         snapshot that is not kept by id (`location.snapshots`): for a listing, or a holder that
         keeps the snapshot itself, so that it never evicts one a caller will look up.
+        `profile` names a profile (`sidecar.profiles`; None: the default one): only its tools
+        are captured, served its way; an undeclared name raises `UnknownProfile`.
         """
-        effective = self.registry.effective()
+        chosen = self.profiles.resolve(profile)
+        effective = self.profiles.entries(chosen, self.registry.effective())
         entries = select(effective, allow, deny)
         removed = set(effective) - set(entries)
         if hide_denied:
-            denied = self.permissions.outright_denial(session_id or "")
+            denied = self.permissions.outright_denial(
+                session_id or "", chosen.rules if chosen is not None else ()
+            )
             removed.update(
                 name for name, entry in entries.items()
                 if denied(entry.tool.permission_action or name)
@@ -249,11 +265,13 @@ class Location:
             kept = tuple(e.definition for n, e in entries.items() if n not in removed)
             removed.update(hook(session_id, kept) or ())
         captured = {n: e for n, e in entries.items() if n not in removed}
+        mode = codemode or (chosen.codemode if chosen is not None else None) or self.codemode
         snapshot = codemode_snapshot(
-            self.seam, captured, mode=codemode or self.codemode, sandbox=self.sandbox,
+            self.seam, captured, mode=mode, sandbox=self.sandbox,
             limits=self.codemode_limits, session_id=session_id, final_step=final_step,
             removed=removed,
         )
+        snapshot.profile = chosen.name if chosen is not None else self.profiles.default_name
         return self.snapshots.add(snapshot) if keep else snapshot
 
     async def health(self) -> dict[str, Any]:

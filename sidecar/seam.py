@@ -21,7 +21,6 @@ captured entries and a few services.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from managed_store import ManagedStoreError, TextStore
+from sidecar import json_depth
 from sidecar.bounding import apply_preview, plan_bounding, scrub_surrogates
 from sidecar.codec import Codec
 from sidecar.content import Content, TextContent, content_from_json, content_from_output
@@ -290,7 +290,7 @@ def _conflict(call_id: str, name: str) -> Outcome:
 def _decode(codec: Codec, raw: Any, name: str) -> Any:
     if isinstance(raw, str | bytes):
         try:
-            raw = json.loads(raw)
+            raw = json_depth.loads(raw)
         except ValueError as exc:
             raise _Failed(CallError(
                 ErrorKind.INVALID_INPUT,

@@ -26,6 +26,7 @@ class SnapshotBody(_Body):
     format: Format = "mcp"
     strict: bool = False
     codemode: Literal["direct", "codemode", "both"] | None = None
+    profile: Annotated[str, Field(min_length=1, max_length=64)] | None = None
 
 
 class ContextBody(_Body):
