@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import logging
 import os
+import socket
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -35,9 +37,12 @@ __all__ = [
     "DEFAULT_RETENTION_SECONDS",
     "DEFAULT_STORE_QUOTA_BYTES",
     "DEFAULT_WIRING",
+    "AddressInUse",
     "Location",
     "default_state_dir",
     "freeze_startup_heap",
+    "parse_duration",
+    "retention_from_env",
     "serve",
     "stdio",
 ]
@@ -58,6 +63,29 @@ def freeze_startup_heap() -> None:
     calls it.
     """
     gc.freeze()
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from "604800", "90s", "30m", "12h" or "7d"; ValueError otherwise."""
+    value = text.strip().lower()
+    scale = _UNITS.get(value[-1:], None)
+    number = value[:-1] if scale is not None else value
+    try:
+        seconds = float(number) * (scale or 1)
+    except ValueError:
+        raise ValueError(f"not a duration: {text!r} (use seconds, or 90s, 30m, 12h, 7d)") from None
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"a duration must be positive and finite, got {text!r}")
+    return seconds
+
+
+def retention_from_env() -> float:
+    """`$SIDECAR_RETENTION` (see `parse_duration`) for the daemon commands, else 7 days."""
+    text = os.environ.get("SIDECAR_RETENTION", "").strip()
+    return parse_duration(text) if text else DEFAULT_RETENTION_SECONDS
 
 
 class Location(CoreLocation):
@@ -106,7 +134,6 @@ async def serve(
     """
     import json
     import signal
-    import socket
     import sys
 
     import uvicorn
@@ -121,13 +148,13 @@ async def serve(
             _serve_token, state, host, auth=auth, allow_weak_token=allow_weak_token,
             allow_no_auth_on_network=allow_no_auth_on_network,
         )
+        # Bound before the Location opens: a port in use is reported before any upstream
+        # server starts, and the real port is known when port=0.
+        sock = _bind(host, port)
     except BaseException:
         await _stop_unclaimed()
         raise
-    async with _daemon_location(root, state, manifests) as location:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        # bound before serving, so the real port is known when port=0
-        sock = socket.create_server((host, port), family=family)
+    async with _closing(sock), _daemon_location(root, state, manifests) as location:
         bound = sock.getsockname()
         url = f"http://{host if ':' not in host else f'[{host}]'}:{bound[1]}"
         info = state / "daemon.json"
@@ -169,6 +196,29 @@ async def serve(
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
     # leaving the Location closed every upstream server, plugin and store before we return
+
+
+class AddressInUse(OSError):
+    """`sidecar serve`'s address is taken (another daemon, or any other program)."""
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise AddressInUse(exc.errno, f"{host}:{port} is already in use (by another sidecar "
+                           "serve, or another program); choose another --port") from None
+
+
+@asynccontextmanager
+async def _closing(sock: socket.socket) -> AsyncIterator[socket.socket]:
+    try:
+        yield sock
+    finally:
+        sock.close()  # uvicorn closes it when it served; not when the Location failed to open
 
 
 def _serve_token(
@@ -234,8 +284,12 @@ async def _daemon_location(
     (`bridges.prestart`) outlives its opening unclaimed: the pool claims what it starts, and
     the rest is stopped once the Location is open, or on the way out if it never opens."""
     try:
+        retention = retention_from_env()
+    except ValueError as exc:
+        raise SystemExit(f"sidecar: SIDECAR_RETENTION: {exc}") from None
+    try:
         async with Location.open(root, state_dir=state, manifests=manifests,
-                                 watch=True) as location:
+                                 retention_seconds=retention, watch=True) as location:
             await _stop_unclaimed()
             yield location
     finally:

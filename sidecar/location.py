@@ -21,8 +21,9 @@ it always did, and code in the core and the frontends types against this class o
 
 State lives in one directory (`state_dir`, default `$SIDECAR_STATE_DIR`, else
 `$XDG_STATE_HOME/mcp-sidecar`, else `~/.local/state/mcp-sidecar`): `outcomes.sqlite`,
-`permissions.sqlite` and `managed/` (retained text). It is private: created 0700 with every
-file in it 0600, and refused when others can write it (`sidecar.state_dir`).
+`permissions.sqlite`, `tokens.sqlite` (scoped bearer tokens, hashed) and `managed/`
+(retained text). It is private: created 0700 with every file in it 0600, and refused when
+others can write it (`sidecar.state_dir`).
 """
 
 from __future__ import annotations
@@ -58,7 +59,10 @@ from sidecar.profiles import Profiles
 from sidecar.registry import Registry, Tools, application_registry
 from sidecar.seam import Seam
 from sidecar.snapshot import Snapshot, SnapshotStore, select
+from sidecar.sqlite_wal import DEFAULT_WAL_CAP_BYTES
 from sidecar.state_dir import prepare_state_dir
+from sidecar.state_usage import state_usage
+from sidecar.tokens import SqliteTokenStore, TokenStore
 from sidecar.tool import DEFAULT_BOUNDS, Bounds
 
 if TYPE_CHECKING:  # types only: the core never imports a bridge at run time
@@ -132,7 +136,11 @@ class Location:
         self.sandbox: Sandbox | None = None
         self.codemode: CodeModeSetting = "direct"
         self.codemode_limits: CodeModeLimits = DEFAULT_LIMITS
+        self.retention_seconds: float = DEFAULT_RETENTION_SECONDS
+        self.store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES
         self.profiles = Profiles()
+        self.tokens: TokenStore | None = None
+        """Scoped bearer tokens (`sidecar.tokens`), in `<state>/tokens.sqlite`."""
 
     @classmethod
     def default_wiring(cls) -> Wiring:
@@ -159,6 +167,7 @@ class Location:
         metadata_max_bytes: int = DEFAULT_MAX_METADATA_BYTES,
         retention_seconds: float = DEFAULT_RETENTION_SECONDS,
         store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES,
+        wal_cap_bytes: int = DEFAULT_WAL_CAP_BYTES,
         durable: bool = True,
         plugins: Iterable[str] = (),
         entry_point_plugins: bool = True,
@@ -174,6 +183,9 @@ class Location:
         Invalid manifest entries are logged and kept in `location.manifests.problems`; the
         valid ones still load. `watch=True` reloads the manifests when their files change
         (see `bridges.manifest_sources`). `durable=False` keeps no outcome log (benchmarks).
+        `retention_seconds` applies to retained texts and to stored outcomes alike (a call
+        id replayed after its outcome was pruned gets an `expired` error);
+        `wal_cap_bytes` caps the outcome log's write-ahead log (see `sidecar.sqlite_wal`).
         `wiring` defaults to `default_wiring()`.
         """
         wired = wiring if wiring is not None else cls.default_wiring()
@@ -184,12 +196,16 @@ class Location:
             log.warning("%s", loosened)
         async with AsyncExitStack() as stack:
             store = await ManagedStore.open(
-                state / "managed", ttl_seconds=retention_seconds, quota_bytes=store_quota_bytes
+                state / "managed", ttl_seconds=retention_seconds, quota_bytes=store_quota_bytes,
+                cleanup_interval=min(3600.0, max(1.0, retention_seconds / 10)),
             )
             stack.push_async_callback(store.aclose)
             outcomes = None
             if durable:
-                outcomes = await SqliteOutcomeLog.open(state / "outcomes.sqlite")
+                outcomes = await SqliteOutcomeLog.open(
+                    state / "outcomes.sqlite", retention_seconds=retention_seconds,
+                    wal_cap_bytes=wal_cap_bytes,
+                )
                 stack.push_async_callback(outcomes.aclose)
             events = EventBus()
             permissions = await PermissionService.open(
@@ -213,9 +229,15 @@ class Location:
                 name=name, root=root_dir, state_dir=state, seam=seam, registry=registry,
                 events=events, permissions=permissions, plugins=host,
             )
+            location.tokens = await SqliteTokenStore.open(state / "tokens.sqlite")
+            stack.push_async_callback(location.tokens.aclose)
             location.sandbox = await stack.enter_async_context(Sandbox())  # workers start lazily
             location.codemode, location.codemode_limits = codemode, codemode_limits
-            location.tools.register({"managed_read": managed_read_tool(store)}, label="builtin")
+            location.retention_seconds = retention_seconds
+            location.store_quota_bytes = store_quota_bytes
+            registry.register(
+                {"managed_read": managed_read_tool(store, bounds)}, label="builtin", builtin=True
+            )
             location.sources = await stack.enter_async_context(wired.attach_sources(
                 location, manifests, base_bounds=bounds, plugins=list(plugins),
                 entry_point_plugins=entry_point_plugins,
@@ -275,7 +297,9 @@ class Location:
         return self.snapshots.add(snapshot) if keep else snapshot
 
     async def health(self) -> dict[str, Any]:
-        """The truth about this Location: servers, plugins, manifest problems, store usage.
+        """The truth about this Location: servers, plugins, manifest problems, store usage,
+        the state directory's size by part and what pruning and eviction removed
+        (`state`, see `sidecar.state_usage`).
 
         `status` is "ok" when every enabled server is ready, no plugin failed and the
         manifests have no errors; else "degraded".
@@ -305,7 +329,12 @@ class Location:
             "manifest_problems": problems,
             "reload_problems": reload_problems,
             "store": {"objects": stats.count, "bytes": stats.bytes},
+            "state": await state_usage(
+                self.state_dir, self.seam.outcomes, stats,
+                retention_seconds=self.retention_seconds, quota_bytes=self.store_quota_bytes,
+            ),
             "tools": len(self.registry.effective()),
+            "reserved_name_conflicts": [c.to_json() for c in self.registry.reserved_conflicts()],
         }
 
     def server_health(self) -> dict[str, ServerHealth]:

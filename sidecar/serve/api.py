@@ -369,6 +369,20 @@ class Api:
                     ],
                 })
             offset = self._int(request, "offset", 1, 1, 2**62)
+            if request.query_params.get("start") is not None:
+                start = self._int(request, "start", 0, 0, 2**62)
+                length = self._int(request, "length", 20_000, 1, 1_000_000)
+                chars = await store.read_chars(ref, line=offset, start=start, length=length)
+                return JSONResponse({
+                    "ref": ref,
+                    "text": chars.text,
+                    "line": chars.line,
+                    "start": chars.start,
+                    "next_start": chars.next_start,
+                    "end_of_line": chars.end_of_line,
+                    "total_lines": chars.ref.lines,
+                    "total_bytes": chars.ref.size_bytes,
+                })
             limit = self._int(request, "limit", 200, 1, 10_000)
             part = await store.read_lines(ref, offset=offset, limit=limit)
         except InvalidRef as exc:
@@ -438,8 +452,9 @@ class Api:
         return JSONResponse(openapi_document())
 
     async def prometheus(self, request: Request) -> Response:
-        servers = (await self.location.health()).get("servers", {})
-        body = await self.metrics.render(self.location.seam.store.stats, servers)
+        report = await self.location.health()
+        body = await self.metrics.render(self.location.seam.store.stats,
+                                         report.get("servers", {}), report.get("state"))
         return Response(body, media_type=CONTENT_TYPE)
 
 

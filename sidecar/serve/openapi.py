@@ -86,7 +86,8 @@ def openapi_document() -> dict[str, Any]:
             },
         },
         "/v1/managed/{ref}": {"get": {
-            "summary": "Read retained text by lines, or grep it",
+            "summary": "Read retained text by lines, inside one line by characters "
+                       "(offset = the line, start/length), or grep it",
             "parameters": [
                 _param("ref", "path", {"type": "string", "pattern": "^m_[0-9a-z]{26}$"}),
                 _param("offset", "query",
@@ -95,6 +96,11 @@ def openapi_document() -> dict[str, Any]:
                 _param("pattern", "query", {"type": "string", "maxLength": MAX_PATTERN_CHARS,
                                             "description": "RE2 syntax, matched per line"}),
                 _param("context", "query", {"type": "integer", "minimum": 0, "maximum": 50}),
+                _param("start", "query", {"type": "integer", "minimum": 0, "maximum": 2**62,
+                                          "description": "0-based character in line offset"}),
+                _param("length", "query",
+                       {"type": "integer", "minimum": 1, "maximum": 1_000_000,
+                        "description": "characters to read from start (default 20000)"}),
             ],
             "responses": {"200": _json(_OBJECT, "Text or matches"), **_errors(400, 404, 422)},
         }},
