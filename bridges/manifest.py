@@ -182,8 +182,8 @@ class ManifestSet:
     rate_limits: dict[str, Sourced] = field(default_factory=dict)
     """Per-tool rate limits by effective name or glob (`[rate_limits."<glob>"]`)."""
     overrides: list[Sourced] = field(default_factory=list)
-    """Tool overrides in file order: `[tools.overrides."<glob>"]` (key = the glob, value =
-    the raw table) and server-level ones (key = `<server>:<glob>`)."""
+    """Tool overrides in file order: `[tools.overrides."<glob>"]` and server-level ones; key =
+    the glob, value = (server key or None, `OverrideConfig`)."""
 
     @property
     def errors(self) -> list[ManifestProblem]:
@@ -338,7 +338,8 @@ def _load_one(
     for key, raw in top.tools.items():
         if key == "overrides" and isinstance(raw, dict) and "kind" not in raw:
             for glob, table in raw.items():
-                _load_override(name, _key_path("$.tools.overrides", glob), glob, table, result)
+                _load_override(name, _key_path("$.tools.overrides", glob), None, glob, table,
+                               result)
             continue
         _load_tool(name, key, raw, env, result, tool_validator)
     for key, raw in top.profiles.items():
@@ -400,7 +401,7 @@ def _load_server(
         value = dict(value)
         for glob, table in value.pop("overrides").items():
             path = _key_path(f"{base}.overrides", glob)
-            _load_override(file, path, f"{key}:{glob}", table, result)
+            _load_override(file, path, key, glob, table, result)
     try:
         config = ServerConfig.model_validate(value)
     except ValidationError as exc:
@@ -442,9 +443,12 @@ def _load_tool(
         result.tools[key] = Sourced(file, key, parsed)
 
 
-def _load_override(file: str, base: str, key: str, raw: Any, result: ManifestSet) -> None:
+def _load_override(
+    file: str, base: str, server: str | None, glob: str, raw: Any, result: ManifestSet
+) -> None:
     try:
-        result.overrides.append(Sourced(file, key, OverrideConfig.model_validate(raw)))
+        config = OverrideConfig.model_validate(raw)
+        result.overrides.append(Sourced(file, glob, (server, config)))
     except ValidationError as exc:
         result.problems.extend(_validation_problems(
             file, base, exc, hint="see docs/profiles.md for the keys of a tool override"

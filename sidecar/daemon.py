@@ -83,9 +83,16 @@ def parse_duration(text: str) -> float:
 
 
 def retention_from_env() -> float:
-    """`$SIDECAR_RETENTION` (see `parse_duration`) for the daemon commands, else 7 days."""
+    """`$SIDECAR_RETENTION` (see `parse_duration`) for the CLI's Locations, else 7 days. A bad
+    value ends the command with a one-line message and exit status 2 (a usage error)."""
     text = os.environ.get("SIDECAR_RETENTION", "").strip()
-    return parse_duration(text) if text else DEFAULT_RETENTION_SECONDS
+    try:
+        return parse_duration(text) if text else DEFAULT_RETENTION_SECONDS
+    except ValueError as exc:
+        import sys
+
+        print(f"sidecar: SIDECAR_RETENTION: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
 
 
 class Location(CoreLocation):
@@ -139,7 +146,7 @@ async def serve(
     import uvicorn
 
     from sidecar.serve.app import build_app
-    from sidecar.serve.http_protocol import TargetKeepingHttpToolsProtocol
+    from sidecar.serve.http_guard import ConnectionLimits, guarded_protocol
     from sidecar.serve.mcp_facade import mcp_http
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
@@ -183,7 +190,7 @@ async def serve(
         )
         config = uvicorn.Config(
             app, lifespan="on", log_level="warning", timeout_graceful_shutdown=10,
-            access_log=False, http=TargetKeepingHttpToolsProtocol,
+            access_log=False, http=guarded_protocol(ConnectionLimits.from_env()),
         )
         server = _Server(config)
         loop = asyncio.get_running_loop()
@@ -283,10 +290,7 @@ async def _daemon_location(
     """The daemon commands' Location, its manifests watched. No server the CLI prestarted
     (`bridges.prestart`) outlives its opening unclaimed: the pool claims what it starts, and
     the rest is stopped once the Location is open, or on the way out if it never opens."""
-    try:
-        retention = retention_from_env()
-    except ValueError as exc:
-        raise SystemExit(f"sidecar: SIDECAR_RETENTION: {exc}") from None
+    retention = retention_from_env()
     try:
         async with Location.open(root, state_dir=state, manifests=manifests,
                                  retention_seconds=retention, watch=True) as location:

@@ -21,8 +21,9 @@ keeps the file under a cap (default 64 MB), emptying it once the writer idles.
 
 Retention: with `retention_seconds`, outcomes older than that are pruned in small batches on
 the writer thread (never on the event loop), each leaving a tombstone (location, call id, tool,
-time settled: about 100 bytes, against 500 bytes to tens of KiB for an outcome) in `expired`.
-A replay of a pruned call id gets an `expired` error outcome; the call never runs again.
+time settled) in `expired`: 40-80 bytes on disk (77 for `/mcp`'s session-based call ids,
+measured over 100,000), against 500 bytes to tens of KiB for an outcome. A replay of a pruned
+call id gets an `expired` error outcome; the call never runs again.
 
 Idempotency: a call id answers only the call it was first used for. `record` and `get` take
 the call's `fingerprint` (see `call_fingerprint`: tool, canonical input, session and agent);
