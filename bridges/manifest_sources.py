@@ -44,6 +44,7 @@ from sidecar.permission import PermissionRule
 from sidecar.plugins import entry_point_refs
 from sidecar.profiles import Profile
 from sidecar.registry import Entry
+from sidecar.token_store import FileTokenStore
 from sidecar.tool import Bounds
 
 if TYPE_CHECKING:
@@ -203,6 +204,7 @@ class ManifestSources:
             on_health=lambda key, health: events.publish(
                 ServerHealthChanged(key, health.to_json())
             ),
+            tokens=FileTokenStore(location.state_dir),
         )
         await self.pool.__aenter__()
         location.manifests = loaded
