@@ -38,11 +38,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from bridges.manifest_oauth import OAuthSettings
 from bridges.manifest_overrides import OverrideConfig
 from bridges.manifest_profiles import PROFILE_NAME, ProfileConfig, RateLimitConfig
-from bridges.secrets import SecretReferenceError, resolve_references
 
-# defined below both this module and `manifest_tools.config`; importable from here as before
+# BoundsConfig, ManifestProblem: defined below this module and `manifest_tools.config`
 from bridges.manifest_values import BoundsConfig as BoundsConfig
 from bridges.manifest_values import ManifestProblem as ManifestProblem
+from bridges.secrets import SecretReferenceError, resolve_references
 
 MANIFEST_SUFFIXES = (".json", ".toml")
 _SECRET_KEYS = frozenset({"env", "headers", "oauth"})
