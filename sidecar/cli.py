@@ -402,7 +402,13 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
     elif kind == "socket":
         backend = RemoteBackend("http://localhost", state, uds=where)
     else:
-        backend = EmbeddedBackend(state, _manifests(args))
+        from sidecar.daemon import Location, retention_from_env
+
+        retention = retention_from_env()
+        backend = EmbeddedBackend(
+            state, _manifests(args),
+            lambda root, **options: Location.open(root, retention_seconds=retention, **options),
+        )
     async with backend:
         if args.command == "tools":
             return _print_tools(await backend.tools(args.format), args)

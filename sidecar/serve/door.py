@@ -32,7 +32,7 @@ from sidecar.profiles import UnknownProfile
 from sidecar.serve.mcp_facade import serve_stdio
 
 if TYPE_CHECKING:
-    from sidecar.daemon import Location
+    from sidecar.location import Location
 
 log = logging.getLogger("sidecar.door")
 
