@@ -47,6 +47,7 @@ from sidecar.manifest_sources import ManifestSources
 from sidecar.metadata import DEFAULT_MAX_METADATA_BYTES
 from sidecar.outcome import Outcome
 from sidecar.outcome_log import SqliteOutcomeLog
+from sidecar.overrides import Overrides
 from sidecar.permission import PermissionRule
 from sidecar.permission_service import PermissionService
 from sidecar.plugins import PluginHost
@@ -149,6 +150,9 @@ class Location:
         self.retention_seconds: float = DEFAULT_RETENTION_SECONDS
         self.store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES
         self.profiles = Profiles()
+        self.overrides = Overrides()
+        self.profiles.common.append(self.overrides.reshape_common)
+        self.profiles.wrappers.append(self.overrides.reshape_profile)
         self.tokens: TokenStore | None = None
         """Scoped bearer tokens (`sidecar.tokens`), in `<state>/tokens.sqlite`."""
 
@@ -398,7 +402,7 @@ async def serve(
     import uvicorn
 
     from sidecar.serve.app import build_app
-    from sidecar.serve.http_protocol import TargetKeepingHttpToolsProtocol
+    from sidecar.serve.http_guard import ConnectionLimits, guarded_protocol
     from sidecar.serve.mcp_facade import mcp_http
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
@@ -442,7 +446,7 @@ async def serve(
         )
         config = uvicorn.Config(
             app, lifespan="on", log_level="warning", timeout_graceful_shutdown=10,
-            access_log=False, http=TargetKeepingHttpToolsProtocol,
+            access_log=False, http=guarded_protocol(ConnectionLimits.from_env()),
         )
         server = _Server(config)
         loop = asyncio.get_running_loop()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse as StarletteJSONResponse
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -501,6 +501,8 @@ def _handled(endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:
             response: Response = await endpoint(request)
         except ApiError as exc:
             return exc.response()
+        except ClientDisconnect:  # gone (or timed out) mid-body: nobody reads an answer
+            return Response(status_code=400)
         return response
 
     return run
