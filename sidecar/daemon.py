@@ -58,6 +58,7 @@ from sidecar.snapshot import Snapshot, SnapshotStore, select
 from sidecar.sqlite_wal import DEFAULT_WAL_CAP_BYTES
 from sidecar.state_dir import prepare_state_dir, write_private_file
 from sidecar.state_usage import state_usage
+from sidecar.store_pressure import StorePressure, store_quota_from_env
 from sidecar.tokens import SqliteTokenStore, TokenStore
 from sidecar.tool import DEFAULT_BOUNDS, Bounds
 
@@ -143,6 +144,7 @@ class Location:
         self.manifests = manifests
         self.tools = Tools(registry)
         self.snapshots = SnapshotStore()
+        self.store_pressure = StorePressure()
         self.sources: ManifestSources | None = None
         self.sandbox: Sandbox | None = None
         self.codemode: CodeModeSetting = "direct"
@@ -331,7 +333,8 @@ class Location:
             "plugins": plugins,
             "manifest_problems": problems,
             "reload_problems": reload_problems,
-            "store": {"objects": stats.count, "bytes": stats.bytes},
+            "store": {"objects": stats.count, "bytes": stats.bytes,
+                      **self.store_pressure.report(stats, self.store_quota_bytes)},
             "state": await state_usage(
                 self.state_dir, self.seam.outcomes, stats,
                 retention_seconds=self.retention_seconds, quota_bytes=self.store_quota_bytes,
@@ -547,9 +550,11 @@ async def _daemon_location(
     (`bridges.prestart`) outlives its opening unclaimed: the pool claims what it starts, and
     the rest is stopped once the Location is open, or on the way out if it never opens."""
     retention = retention_from_env()
+    quota = store_quota_from_env(DEFAULT_STORE_QUOTA_BYTES)
     try:
         async with Location.open(root, state_dir=state, manifests=manifests,
-                                 retention_seconds=retention, watch=True) as location:
+                                 retention_seconds=retention, store_quota_bytes=quota,
+                                 watch=True) as location:
             await _stop_unclaimed()
             yield location
     finally:
