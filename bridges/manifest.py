@@ -38,6 +38,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from bridges.manifest_oauth import OAuthSettings
 from bridges.manifest_overrides import OverrideConfig
 from bridges.manifest_profiles import PROFILE_NAME, ProfileConfig, RateLimitConfig
+
+# BoundsConfig, ManifestProblem: defined below this module and `manifest_tools.config`
+from bridges.manifest_values import BoundsConfig as BoundsConfig
+from bridges.manifest_values import ManifestProblem as ManifestProblem
 from bridges.secrets import SecretReferenceError, resolve_references
 
 MANIFEST_SUFFIXES = (".json", ".toml")
@@ -58,11 +62,6 @@ class ToolFilter(_Strict):
 class Timeouts(_Strict):
     startup: Annotated[float, Field(gt=0)] = 30.0
     call: Annotated[float, Field(gt=0)] = 600.0
-
-
-class BoundsConfig(_Strict):
-    max_bytes: Annotated[int, Field(ge=1024)] | None = None
-    max_lines: Annotated[int, Field(ge=16)] | None = None
 
 
 class AnnotationPermissions(_Strict):
@@ -180,19 +179,6 @@ class ManifestFile(BaseModel):
     profiles: dict[str, Any] = {}
     default_profile: str | None = None
     rate_limits: dict[str, Any] = {}
-
-
-@dataclass(frozen=True, slots=True)
-class ManifestProblem:
-    file: str
-    path: str
-    message: str
-    hint: str = ""
-    severity: Literal["error", "note"] = "error"
-
-    def __str__(self) -> str:
-        hint = f" (hint: {self.hint})" if self.hint else ""
-        return f"{self.file}: {self.path}: {self.message}{hint}"
 
 
 @dataclass(frozen=True, slots=True)

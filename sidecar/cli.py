@@ -265,7 +265,7 @@ def _import_daemon(args: argparse.Namespace) -> None:
 
 async def _client(args: argparse.Namespace) -> int:
     from sidecar.cli_backends import EmbeddedBackend, RemoteBackend, find_daemon
-    from sidecar.daemon import default_state_dir
+    from sidecar.daemon import Location, default_state_dir, retention_from_env
 
     state = args.state_dir or str(default_state_dir())
     url = args.url or os.environ.get("SIDECAR_URL") or (
@@ -275,7 +275,11 @@ async def _client(args: argparse.Namespace) -> int:
     if url is not None:
         backend = RemoteBackend(url, state)
     else:
-        backend = EmbeddedBackend(state, _manifests(args))
+        retention = retention_from_env()
+        backend = EmbeddedBackend(
+            state, _manifests(args),
+            lambda root, **options: Location.open(root, retention_seconds=retention, **options),
+        )
     async with backend:
         if args.command == "tools":
             return _print_tools(await backend.tools(args.format), args)

@@ -21,7 +21,7 @@ from sidecar.serve.security import SecurityMiddleware
 from sidecar.tokens import verify_token
 
 if TYPE_CHECKING:
-    from sidecar.daemon import Location
+    from sidecar.location import Location
 
 
 def build_app(

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from managed_store import MAX_PATTERN_CHARS
-from sidecar.serve.api import CallBody, ReplyBody, SnapshotBody, error_schema
+from sidecar.serve.api_bodies import CallBody, ReplyBody, SnapshotBody, error_schema
 from sidecar.serve.event_log import EVENT_NAMES
 from sidecar.serve.replay import FORMATS
 

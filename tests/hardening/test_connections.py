@@ -89,8 +89,7 @@ def test_a_daemon_out_of_descriptors_reports_operational(tmp_path: Path) -> None
     try:
         with daemon.client() as client:  # one kept-alive connection, opened first
             snap = client.post("/v1/snapshots", json={"session_id": "s"}).json()
-            for _ in range(200):
-                idle.append(_connect(daemon))
+            idle.extend(_connect(daemon) for _ in range(200))  # kept as they open
             call = client.post(f"/v1/snapshots/{snap['id']}/calls", json={
                 "name": "text", "input": {"line": "x", "count": 1},
                 "context": {"session_id": "s", "agent": "a", "message_id": "m",
