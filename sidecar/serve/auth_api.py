@@ -28,7 +28,7 @@ from bridges.mcp.oauth.records import grant_status
 from sidecar.token_store import FileTokenStore
 
 if TYPE_CHECKING:
-    from sidecar.daemon import Location
+    from sidecar.location import Location
 
 URL_WAIT = 30.0
 """How long `POST .../login` waits for discovery and registration to give the URL."""
