@@ -35,6 +35,7 @@ from sidecar.location import (
 )
 from sidecar.location import Location as CoreLocation
 from sidecar.state_dir import prepare_state_dir, write_private_file
+from sidecar.store_pressure import store_quota_from_env
 
 if TYPE_CHECKING:
     from sidecar.serve.door import Activity, StdioDoor
@@ -418,8 +419,16 @@ async def _daemon_location(
     the rest is stopped once the Location is open, or on the way out if it never opens."""
     retention = retention_from_env()
     try:
+        quota = store_quota_from_env(DEFAULT_STORE_QUOTA_BYTES)
+    except ValueError as exc:
+        import sys
+
+        print(f"sidecar: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    try:
         async with Location.open(root, state_dir=state, manifests=manifests,
-                                 retention_seconds=retention, watch=True) as location:
+                                 retention_seconds=retention, store_quota_bytes=quota,
+                                 watch=True) as location:
             await _stop_unclaimed()
             yield location
     finally:

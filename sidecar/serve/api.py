@@ -27,6 +27,7 @@ from sidecar.json_depth import JsonTooDeep
 from sidecar.outcome import Outcome
 from sidecar.permission_service import UnknownAsk
 from sidecar.serve.api_bodies import CallBody, ReplyBody, SnapshotBody
+from sidecar.serve.auth_api import AuthApi
 from sidecar.serve.by_definitions import ByDefinitions
 from sidecar.serve.event_log import EventLog
 from sidecar.serve.metrics import CONTENT_TYPE, Metrics
@@ -153,6 +154,7 @@ class Api:
         self.metrics = metrics
         self.events = events
         self.calls = CallTracker()
+        self.auth = AuthApi(location)
         self.definitions = DefinitionsCache()
         self.max_body_bytes = max_body_bytes
         self.health_extras: dict[str, Any] = {}
@@ -173,6 +175,7 @@ class Api:
             Route("/v1/permissions", h(self.permissions), methods=["GET"]),
             Route("/v1/permissions/{ask_id}/reply", h(self.reply), methods=["POST"]),
             Route("/v1/health", h(self.health), methods=["GET"]),
+            *self.auth.routes(h),
             Route("/v1/openapi.json", h(self.openapi), methods=["GET"]),
             Route("/metrics", h(self.prometheus), methods=["GET"]),
         ]
