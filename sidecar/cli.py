@@ -176,6 +176,18 @@ def _explicit_manifests(args: argparse.Namespace) -> list[str] | None:
     return None
 
 
+def _wanted_manifests(args: argparse.Namespace) -> list[str] | None:
+    """The manifests a running daemon must serve for this command to use it: the named ones,
+    as absolute paths; None (any daemon) when the command names none (no flag, and
+    `$SIDECAR_MANIFESTS` unset or empty)."""
+    from sidecar.local_door import resolve_manifests
+
+    if not getattr(args, "no_manifests", False) and not getattr(args, "manifests", None) \
+            and not os.environ.get("SIDECAR_MANIFESTS"):
+        return None
+    return resolve_manifests(_explicit_manifests(args) or [])
+
+
 def _manifests(args: argparse.Namespace) -> list[str]:
     """What a daemon started by this command loads: the named manifests, else the bundled
     directory (when this checkout has one)."""
@@ -382,7 +394,7 @@ def _attach(args: argparse.Namespace) -> tuple[str, str]:
     from sidecar.local_door import HTTP_SOCKET, ensure_daemon
 
     state = _state_dir(args)
-    info, started = ensure_daemon(state, _explicit_manifests(args), _manifests(args),
+    info, started = ensure_daemon(state, _wanted_manifests(args), _manifests(args),
                                   idle_exit=_idle_exit(args))
     if started:
         print(f"sidecar: started the {info.describe()}; it exits after "
@@ -410,10 +422,11 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
             lambda root, **options: Location.open(root, retention_seconds=retention, **options),
         )
     async with backend:
-        if args.command == "tools":
-            return _print_tools(await backend.tools(args.format), args)
         if args.command == "health":
             return _print_health(await backend.health(), args.json)
+        await _servers_started(backend)
+        if args.command == "tools":
+            return _print_tools(await backend.tools(args.format), args)
         if args.command == "call":
             name, raw_input = args.name, args.input
         else:
@@ -432,6 +445,21 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
         progress = getattr(args, "progress", False) or (sys.stderr.isatty() and not args.json)
         outcome = await backend.call(name, raw_input, context, show_progress=progress)
         return _print_outcome(outcome, args.json)
+
+
+STARTUP_WAIT = 120.0
+"""How long `tools`, `call` and `managed read` wait for a daemon's servers still starting."""
+
+
+async def _servers_started(backend: Backend) -> None:
+    """Wait until no upstream server of the daemon is still on its first attempt (a daemon
+    starts them in the background), so that the command sees their tools."""
+    deadline = asyncio.get_running_loop().time() + STARTUP_WAIT
+    while asyncio.get_running_loop().time() < deadline:
+        servers = (await backend.health()).get("servers", {})
+        if not any(server.get("state") == "starting" for server in servers.values()):
+            return
+        await asyncio.sleep(0.1)
 
 
 def _configure_logging() -> None:
@@ -503,7 +531,7 @@ def _main(argv: Sequence[str] | None) -> int:
         from sidecar.local_door import DoorError, attach_stdio
 
         try:
-            return attach_stdio(_state_dir(args), _explicit_manifests(args), _manifests(args),
+            return attach_stdio(_state_dir(args), _wanted_manifests(args), _manifests(args),
                                 idle_exit=_idle_exit(args), profile=args.profile)
         except DoorError as exc:
             print(f"sidecar: {exc}", file=sys.stderr)
@@ -521,7 +549,14 @@ def _main(argv: Sequence[str] | None) -> int:
             return EXIT_USAGE
     try:
         kind, where = _attach(args)
-        return int(_run(_client(args, kind, where)))
+        try:
+            return int(_run(_client(args, kind, where)))
+        except Unreachable as exc:
+            if kind != "socket" or not exc.refused:
+                raise
+            # the daemon went away just then (its --idle-exit): find or start one again
+            kind, where = _attach(args)
+            return int(_run(_client(args, kind, where)))
     except DoorError as exc:
         print(f"sidecar: {exc}", file=sys.stderr)
         return EXIT_USAGE

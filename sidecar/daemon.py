@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import anyio
 from uvicorn import Server as uvicorn_Server
 
 from bridges.manifest_sources import ManifestSources
@@ -36,6 +37,7 @@ from sidecar.location import (
 from sidecar.location import Location as CoreLocation
 from sidecar.state_dir import prepare_state_dir, write_private_file
 from sidecar.store_pressure import store_quota_from_env
+from sidecar.tool import Bounds
 
 if TYPE_CHECKING:
     from sidecar.serve.door import Activity, StdioDoor
@@ -55,6 +57,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("sidecar.daemon")
+
+STARTUP_SETTLE_LIMIT = 600.0
+"""How long unclaimed prestarted servers may wait for the others' first attempts to settle."""
 
 
 def freeze_startup_heap() -> None:
@@ -112,6 +117,20 @@ class Location(CoreLocation):
 
 
 DEFAULT_WIRING = Wiring(attach_sources=ManifestSources)
+
+
+def _sources_in_background(
+    location: CoreLocation, entries: Sequence[str | os.PathLike[str]], *, base_bounds: Bounds,
+    plugins: Sequence[str] = (), entry_point_plugins: bool = True,
+) -> ManifestSources:
+    return ManifestSources(location, entries, base_bounds=base_bounds, plugins=plugins,
+                           entry_point_plugins=entry_point_plugins, servers_in_background=True)
+
+
+DAEMON_WIRING = Wiring(attach_sources=_sources_in_background)
+"""The daemon commands' wiring: MCP servers come up in the background, so `serve` listens and
+`stdio` answers `initialize` at once; their tools appear (with `list_changed`) as each server
+gets ready."""
 
 
 class _Server(uvicorn_Server):
@@ -428,9 +447,26 @@ async def _daemon_location(
     try:
         async with Location.open(root, state_dir=state, manifests=manifests,
                                  retention_seconds=retention, store_quota_bytes=quota,
-                                 watch=True) as location:
-            await _stop_unclaimed()
-            yield location
+                                 watch=True, wiring=DAEMON_WIRING) as location:
+            pool = location.sources.pool if location.sources is not None else None
+            if pool is None:
+                await _stop_unclaimed()
+                yield location
+                return
+            # the servers start in the background: each claims its prestarted process on its
+            # first attempt, so what is unclaimed once they all settled is nobody's
+            async def stop_unclaimed_once_settled() -> None:
+                with anyio.move_on_after(STARTUP_SETTLE_LIMIT):
+                    await pool.settled()
+                await _stop_unclaimed()
+
+            sweeper = asyncio.create_task(stop_unclaimed_once_settled(),
+                                          name="stop unclaimed prestarted servers")
+            try:
+                yield location
+            finally:
+                sweeper.cancel()
+                await asyncio.wait([sweeper])
     finally:
         await _stop_unclaimed()
 
