@@ -136,6 +136,8 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("files", nargs="*", metavar="FILE", help="manifest files or directories")
     check.add_argument("--schema", action="store_true", help="print the manifest JSON Schema")
     check.add_argument("--json", action="store_true", help="machine-readable output")
+    check.add_argument("--allow-unknown", action="store_true",
+                       help="do not fail on keys mcp-sidecar does not know (they are ignored)")
     auth = sub.add_parser("auth", help="OAuth logins of HTTP servers (see sidecar.cli_auth)")
     auth_sub = auth.add_subparsers(dest="auth_command", required=True)
     login_p = auth_sub.add_parser("login", parents=[common], help="authorize one server")
@@ -246,16 +248,24 @@ def _check(args: argparse.Namespace) -> int:
             "tools": sorted(loaded.tools),
             "problems": [
                 {"file": p.file, "path": p.path, "message": p.message, "hint": p.hint,
-                 "severity": p.severity}
+                 "severity": p.severity, "unknown_key": p.unknown_key}
                 for p in loaded.problems
             ],
         }, indent=2))
-    else:
+    unknown = [p for p in loaded.problems if p.unknown_key and p.severity != "error"]
+    if not args.json:
         for problem in loaded.problems:
             print(f"{problem.severity}: {problem}")
         print(f"{len(loaded.files)} file(s), {len(loaded.servers)} server(s), "
-              f"{len(loaded.tools)} tool(s), {len(loaded.errors)} error(s)")
-    return EXIT_TOOL_ERROR if loaded.errors else EXIT_OK
+              f"{len(loaded.tools)} tool(s), {len(loaded.errors)} error(s), "
+              f"{len(unknown)} unknown key(s)"
+              + (" (allowed)" if unknown and args.allow_unknown else ""))
+        if unknown and not args.allow_unknown:
+            print("unknown keys fail the check: fix them, or pass --allow-unknown (keys other "
+                  "MCP clients use are kept as they are)")
+    if loaded.errors or (unknown and not args.allow_unknown):
+        return EXIT_TOOL_ERROR
+    return EXIT_OK
 
 
 def _print_outcome(outcome: dict[str, Any], as_json: bool) -> int:
