@@ -209,6 +209,16 @@ def _state_dir(args: argparse.Namespace) -> Path:
     return (Path(xdg) if xdg else Path.home() / ".local" / "state") / "mcp-sidecar"
 
 
+def _prepare_state(state: Path) -> None:
+    """Create the state directory 0700, or check it (`UnsafeStateDir`), before anything is
+    written into it; a loosened mode that was tightened is said once."""
+    from sidecar.state_dir import prepare_state_dir
+
+    warning = prepare_state_dir(state)
+    if warning:
+        print(f"sidecar: warning: {warning}", file=sys.stderr)
+
+
 def _idle_exit(args: argparse.Namespace) -> float:
     from sidecar.local_door import idle_exit_default
 
@@ -404,6 +414,7 @@ def _attach(args: argparse.Namespace) -> tuple[str, str]:
     from sidecar.local_door import HTTP_SOCKET, ensure_daemon
 
     state = _state_dir(args)
+    _prepare_state(state)
     info, started = ensure_daemon(state, _wanted_manifests(args), _manifests(args),
                                   idle_exit=_idle_exit(args))
     if started:
@@ -541,9 +552,10 @@ def _main(argv: Sequence[str] | None) -> int:
         from sidecar.local_door import DoorError, attach_stdio
 
         try:
+            _prepare_state(_state_dir(args))
             return attach_stdio(_state_dir(args), _wanted_manifests(args), _manifests(args),
                                 idle_exit=_idle_exit(args), profile=args.profile)
-        except DoorError as exc:
+        except (DoorError, UnsafeStateDir) as exc:
             print(f"sidecar: {exc}", file=sys.stderr)
             return EXIT_USAGE
     if args.command in ("stdio", "serve", "daemon"):
@@ -599,8 +611,12 @@ def _run_daemon(args: argparse.Namespace) -> int:
 
     serving = args.command == "serve"
     state = _state_dir(args)
+    try:
+        _prepare_state(state)
+    except UnsafeStateDir as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     # the lock first: a daemon that is not going to own the state starts no server
-    state.mkdir(mode=0o700, parents=True, exist_ok=True)
     owner = OwnerLock.acquire(state)
     if owner is None:
         print(f"sidecar: {already_owned(state)}", file=sys.stderr)
