@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from managed_store import ManagedStoreError, TextStore
 from sidecar.bounding import apply_preview, plan_bounding, scrub_surrogates
+from sidecar.call_history import SettledCall
 from sidecar.codec import Codec
 from sidecar.content import Content, TextContent, content_from_json, content_from_output
 from sidecar.errors import CallError, CodecError, ErrorKind, ToolFailure, new_error_id
@@ -75,6 +76,8 @@ class Seam:
     events: EventSink | None = None
     observers: list[Callable[[Outcome, float], None]] = field(default_factory=list)
     """Called with every executed outcome and its duration in seconds (metrics)."""
+    audit: Callable[[SettledCall], None] | None = None
+    """Called with every settled or replayed call once it is recorded (the call history)."""
     _inflight: dict[str, list[asyncio.Future[Outcome | None]]] = field(default_factory=dict)
     """call_id -> futures of duplicate callers waiting for the first one."""
 
@@ -91,8 +94,15 @@ class Seam:
             # the first attempt was cancelled and recorded nothing: run it ourselves
         waiters = self._inflight[call_id] = []
         outcome: Outcome | None = None
+        started_at, started = time.time(), time.perf_counter()
         try:
             outcome = await self._run(snapshot, name, raw_input, context)
+            if self.audit is not None:
+                self.audit(SettledCall(
+                    name, raw_input, context, outcome, started_at,
+                    time.perf_counter() - started, outcome.replayed,
+                    getattr(snapshot, "profile", None),
+                ))
             return outcome
         finally:
             del self._inflight[call_id]
