@@ -14,9 +14,11 @@ from managed_store.errors import (
     ManagedNotFound,
     ManagedStoreError,
     RetentionError,
+    SearchTimeout,
     StoreClosed,
 )
 from managed_store.index import StoreStats
+from managed_store.pattern import MAX_PATTERN_CHARS, InvalidPattern
 from managed_store.protocol import FdSpool, TextSpool, TextStore
 from managed_store.reading import GrepMatch, GrepResult, TextSlice
 from managed_store.refs import ManagedRef
@@ -24,16 +26,19 @@ from managed_store.spool import Drained, SpoolWriter
 from managed_store.store import ManagedStore
 
 __all__ = [
+    "MAX_PATTERN_CHARS",
     "Drained",
     "FdSpool",
     "GrepMatch",
     "GrepResult",
+    "InvalidPattern",
     "InvalidRef",
     "ManagedNotFound",
     "ManagedRef",
     "ManagedStore",
     "ManagedStoreError",
     "RetentionError",
+    "SearchTimeout",
     "SpoolWriter",
     "StoreClosed",
     "StoreStats",

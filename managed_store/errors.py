@@ -12,6 +12,7 @@ offset, an invalid regex, an empty namespace) are plain `ValueError`s, raised be
         │                           expired, evicted)
         ├── RetentionError          a write could not be made durable (I/O error, disk full,
         │                           invalid UTF-8, quota impossible); nothing is left behind
+        ├── SearchTimeout           a grep ran past its time limit
         └── StoreClosed             the store (or spool) was used after it was closed
 
 A caller that shows errors to a model may pass `str(error)` through: messages name the cause
@@ -38,6 +39,10 @@ class RetentionError(ManagedStoreError):
 
     The underlying exception, if any, is chained as `__cause__`.
     """
+
+
+class SearchTimeout(ManagedStoreError):
+    """A grep ran past its time limit (RE2 is linear, but a huge object is still huge)."""
 
 
 class StoreClosed(ManagedStoreError):

@@ -7,14 +7,16 @@ Objects are valid UTF-8 (checked when written) and lines are separated by `\\n` 
 
 from __future__ import annotations
 
-import re
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from managed_store.errors import SearchTimeout
 from managed_store.index import LineMark
+from managed_store.pattern import LinePattern
 from managed_store.refs import ManagedRef
 
 _BLOCK = 64 * 1024
@@ -128,33 +130,41 @@ def read_byte_range(
 def grep_lines(
     path: Path,
     ref: ManagedRef,
-    regex: re.Pattern[str],
+    pattern: LinePattern,
     *,
     max_matches: int,
     context: int,
     stop: threading.Event,
+    time_limit: float,
 ) -> GrepResult:
     """Stream the object line by line (memory O(longest line)) and collect matches.
 
     Stops early once `max_matches` matches have their context and one more match proved the
     result truncated, or when `stop` is set (the caller was cancelled; the result is then
-    thrown away).
+    thrown away). Raises `SearchTimeout` after `time_limit` seconds.
     """
     before: deque[str] = deque(maxlen=context)
     found: list[_Found] = []
     waiting: deque[_Found] = deque()  # matches still collecting their `after` lines
     truncated = False
-    search, stopped = regex.search, stop.is_set
+    search, stopped = pattern.matches, stop.is_set
+    deadline = time.monotonic() + time_limit
     with path.open("rb", buffering=READ_BUFFER) as file:
         for number, raw in enumerate(file, start=1):
-            if number % _STOP_POLL_LINES == 0 and stopped():
-                break
+            if number % _STOP_POLL_LINES == 0 or len(raw) > GREP_LINE_BYTES:
+                if stopped():
+                    break
+                if time.monotonic() > deadline:
+                    raise SearchTimeout(
+                        f"the search of {ref.id} stopped after {time_limit:g} s at line "
+                        f"{number:,}: narrow the pattern or read the text in ranges"
+                    )
             # Editors treat CRLF as one line ending; a regex anchored with `$` should too.
             raw = raw.rstrip(b"\n").removesuffix(b"\r")
-            line = raw.decode("utf-8")
-            matched = not truncated and search(line) is not None
+            matched = not truncated and search(raw)
             if not matched and not context:
                 continue  # the common case, kept cheap
+            line = raw.decode("utf-8")
             if matched and len(found) == max_matches:
                 truncated, matched = True, False
                 if not waiting:

@@ -17,7 +17,6 @@ import functools
 import logging
 import math
 import os
-import re
 import sqlite3
 import threading
 import time
@@ -41,6 +40,7 @@ from managed_store.layout import (
     fsync_dir,
     unlink_quietly,
 )
+from managed_store.pattern import check_pattern, compile_pattern
 from managed_store.reading import (
     GrepResult,
     TextSlice,
@@ -60,6 +60,10 @@ logger = logging.getLogger(__name__)
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 _MAX_NAMESPACE = 128
+# Offsets and limits past this are refused as arguments: SQLite's INTEGER ends at 2**63 - 1,
+# and no object comes near either.
+MAX_POSITION = 2**62
+GREP_TIME_LIMIT = 30.0
 
 
 class ManagedStore:
@@ -215,31 +219,37 @@ class ManagedStore:
         return await self._read(ref, read_byte_range, mark, offset, limit)
 
     async def grep(
-        self, ref_id: str, pattern: str, *, max_matches: int = 100, context: int = 0
+        self,
+        ref_id: str,
+        pattern: str,
+        *,
+        max_matches: int = 100,
+        context: int = 0,
+        time_limit: float = GREP_TIME_LIMIT,
     ) -> GrepResult:
-        """Lines matching the `re` pattern (`search`, per line, without line ending).
+        """Lines matching the RE2 `pattern` (`search`, per line, without line ending).
 
-        Raises `ValueError` for an invalid pattern. Memory is O(longest line); each returned
+        Raises `InvalidPattern` (a `ValueError`) for a pattern that is too long, invalid or
+        uses syntax RE2 leaves out (see `managed_store.pattern`), and `SearchTimeout` when
+        the scan runs past `time_limit` seconds. Memory is O(longest line); each returned
         line is cut to 64 KiB.
         """
         ref_id = validate_ref_id(ref_id)
         _check_int("max_matches", max_matches, 1)
         _check_int("context", context, 0)
-        try:
-            regex = re.compile(pattern)
-        except re.error as exc:
-            raise ValueError(f"invalid grep pattern {pattern!r}: {exc}") from None
-        except TypeError:
-            raise TypeError(f"grep pattern must be str, not {type(pattern).__name__}") from None
+        check_pattern(pattern)
+        # Compiling a long pattern takes milliseconds: never on the event loop.
+        compiled = await asyncio.to_thread(compile_pattern, pattern)
         ref = await self._on_index_thread(self._lookup, ref_id)
         # The scan cannot be interrupted from outside its thread, so it polls this flag: a
-        # cancelled grep stops within one line instead of reading the rest of the object.
+        # cancelled grep stops within 1,024 lines instead of reading the rest of the object.
         stop = threading.Event()
         try:
             return await self._read_file(
                 ref,
                 functools.partial(
-                    grep_lines, regex=regex, max_matches=max_matches, context=context, stop=stop
+                    grep_lines, pattern=compiled, max_matches=max_matches, context=context,
+                    stop=stop, time_limit=time_limit,
                 ),
             )
         finally:
@@ -459,6 +469,8 @@ def _check_int(name: str, value: object, minimum: int) -> None:
         raise TypeError(f"{name} must be an int, got {value!r}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if value > MAX_POSITION:
+        raise ValueError(f"{name} must be <= 2**62, got {value}")
 
 
 def _check_namespace(namespace: object) -> None:

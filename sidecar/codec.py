@@ -36,7 +36,8 @@ from jsonschema.validators import validator_for
 from sidecar.errors import CodecError, SchemaDefinitionError
 
 _DEFAULT_DRAFT = jsonschema.Draft202012Validator
-_MAX_REPORTED_ERRORS = 3
+_MAX_REPORTED_ERRORS = 10
+"""How many errors of one value a `CodecError` lists (the rest are counted)."""
 
 
 @runtime_checkable
@@ -104,9 +105,14 @@ def _pydantic_error(exc: pydantic.ValidationError) -> CodecError:
     first = errors[0]
     path = json_path(first["loc"])
     parts = [f"{json_path(e['loc'])}: {e['msg']}" for e in errors[:_MAX_REPORTED_ERRORS]]
-    more = len(errors) - _MAX_REPORTED_ERRORS
-    message = "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
-    return CodecError(message, path)
+    return CodecError(_listed(parts, len(errors)), path)
+
+
+def _listed(parts: list[str], total: int) -> str:
+    """Errors joined by "; ", counting those past `_MAX_REPORTED_ERRORS`."""
+    more = total - len(parts)
+    head = f"{total} errors: " if total > 1 else ""
+    return head + "; ".join(parts) + (f"; and {more} more not shown" if more > 0 else "")
 
 
 class _Compiled:
@@ -216,10 +222,11 @@ class JsonSchemaCodec:
         best = jsonschema.exceptions.best_match(errors)
         assert best is not None
         path = json_path(best.absolute_path)
-        message = f"{path}: {best.message}"
-        if len(errors) > 1:
-            message += f" (and {len(errors) - 1} more error(s))"
-        raise CodecError(message, path)
+        # Every error, the most relevant first, so a model can fix them all in one retry.
+        ordered = [best, *(e for e in errors if e is not best)]
+        parts = [f"{json_path(e.absolute_path)}: {e.message}"
+                 for e in ordered[:_MAX_REPORTED_ERRORS]]
+        raise CodecError(_listed(parts, len(errors)), path)
 
     def decode(self, data: Any) -> Any:
         return self._check(data)

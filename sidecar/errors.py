@@ -9,11 +9,14 @@ what the *seam* reports about a call.
     └── SidecarError                developer-facing; never reaches a model as a tool result
         ├── CodecError              a value does not fit a codec (carries the JSON path)
         │   └── SchemaDefinitionError   a JSON Schema is itself invalid (when a tool is built)
-        └── RegistrationError       a registration was rejected whole
+        ├── RegistrationError       a registration was rejected whole
+        └── CallIdConflict          a call id already settled a different call (the seam
+                                    answers it with a `conflict` error; nothing runs)
 
 Every terminal failure of a call becomes one `CallError` inside an `Outcome`; its `kind` is one
-of `ErrorKind`. Every kind is model-visible except `operational`, which carries an `error_id`
-that also appears in the daemon log next to the traceback.
+of `ErrorKind` (`conflict`: the call id already settled a different call, so nothing ran).
+Every kind is model-visible except `operational`, which carries an `error_id` that also
+appears in the daemon log next to the traceback.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class ErrorKind(enum.StrEnum):
     DECLINED = "declined"
     TIMEOUT = "timeout"
     UPSTREAM = "upstream"
+    CONFLICT = "conflict"
     OPERATIONAL = "operational"
 
     @property
@@ -126,3 +130,11 @@ class SchemaDefinitionError(CodecError):
 
 class RegistrationError(SidecarError):
     """A registration was rejected whole; the message names the tool and the problem."""
+
+
+class CallIdConflict(SidecarError):
+    """A call id already settled another call (its stored fingerprint differs)."""
+
+    def __init__(self, call_id: str) -> None:
+        super().__init__(f"call id {call_id!r} already settled a different call")
+        self.call_id = call_id

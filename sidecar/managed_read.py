@@ -8,8 +8,15 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from managed_store import InvalidRef, ManagedNotFound, TextStore
-from sidecar.errors import ToolFailure
+from managed_store import (
+    MAX_PATTERN_CHARS,
+    InvalidPattern,
+    InvalidRef,
+    ManagedNotFound,
+    SearchTimeout,
+    TextStore,
+)
+from sidecar.errors import ErrorKind, ToolFailure
 from sidecar.tool import Annotations, CallContext, Tool, ToolResponse
 
 DEFAULT_LIMIT = 200
@@ -19,10 +26,15 @@ class ManagedReadInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     ref: str = Field(description="The managed reference from a truncated result (m_...).")
-    offset: int = Field(1, ge=1, description="First line to read (1-based).")
+    offset: int = Field(1, ge=1, le=2**62, description="First line to read (1-based).")
     limit: int = Field(DEFAULT_LIMIT, ge=1, le=2000, description="How many lines to read.")
     pattern: str | None = Field(
-        None, description="A regular expression; when given, return matching lines instead."
+        None,
+        max_length=MAX_PATTERN_CHARS,
+        description=(
+            "A regular expression (RE2 syntax: no backreferences or lookaround); when given, "
+            "return matching lines instead."
+        ),
     )
     context: int = Field(0, ge=0, le=20, description="Lines of context around each match.")
 
@@ -33,6 +45,10 @@ def managed_read_tool(store: TextStore) -> Tool:
             if args.pattern is not None:
                 return await _grep(store, args)
             part = await store.read_lines(args.ref, offset=args.offset, limit=args.limit)
+        except InvalidPattern as exc:
+            raise ToolFailure(str(exc), kind=ErrorKind.INVALID_INPUT) from None
+        except SearchTimeout as exc:
+            raise ToolFailure(str(exc), kind=ErrorKind.TIMEOUT) from None
         except (InvalidRef, ManagedNotFound) as exc:
             raise ToolFailure(f"{exc}. Use the ref exactly as the truncated result gave it.") \
                 from None

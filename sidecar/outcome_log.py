@@ -21,6 +21,12 @@ and with group commit every call of that batch waited for it (16 concurrent reco
 nudges `_Checkpointer`, a thread with its own connection, every `CHECKPOINT_EVERY` records;
 its PASSIVE checkpoint never blocks the writer.
 
+Idempotency: a call id answers only the call it was first used for. `record` and `get` take
+the call's `fingerprint` (see `call_fingerprint`: tool, canonical input, session and agent);
+when a stored outcome has another one, they raise `CallIdConflict` and the seam runs nothing.
+Rows written before fingerprints existed (migrated: the column is added at open, empty) replay
+as before.
+
 Speed: every call asks `get` first (safe retries), and nearly every call id is new. A Bloom
 filter of the settled (location, call_id) keys, loaded at open and updated by `record`, answers
 "never settled" without a trip to SQLite; a "maybe" still reads the row. This is sound because
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import queue
@@ -43,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from sidecar.errors import SidecarError
+from sidecar.errors import CallIdConflict, SidecarError
 from sidecar.outcome import Outcome
 from sidecar.tool import ToolContext
 
@@ -60,10 +67,13 @@ CREATE TABLE IF NOT EXISTS outcomes (
     status     TEXT NOT NULL,
     body       TEXT NOT NULL,
     created_at REAL NOT NULL,
+    fingerprint TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (location, call_id)
 ) WITHOUT ROWID;
 DROP INDEX IF EXISTS outcomes_session;
 """
+_COLUMNS = ("location, call_id, session_id, agent, message_id, tool, status, body, created_at, "
+            "fingerprint")
 # `outcomes_session` (location, session_id, created_at) was never read and cost a quarter of
 # every insert; logs that have it lose it at open.
 
@@ -101,12 +111,32 @@ class OutcomeLogError(SidecarError):
     """The durable log could not be read or written."""
 
 
+def call_fingerprint(tool: str, raw_input: Any, session_id: str, agent: str) -> str:
+    """What makes two calls under one id the same call: the tool name as called, the input
+    as canonical JSON (sorted keys; a JSON string is parsed first), the session and the
+    agent. A hex digest."""
+    if isinstance(raw_input, str | bytes):
+        try:
+            raw_input = json.loads(raw_input)
+        except ValueError:
+            raw_input = raw_input.decode("utf-8", "replace") if isinstance(raw_input, bytes) \
+                else raw_input
+    canonical = json.dumps([tool, raw_input, session_id, agent], sort_keys=True,
+                           ensure_ascii=False, separators=(",", ":"), default=repr)
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
 class OutcomeLog(Protocol):
-    async def record(self, location: str, outcome: Outcome, context: ToolContext) -> Outcome:
-        """Store `outcome` unless one is already stored for its call; return the stored one."""
+    async def record(
+        self, location: str, outcome: Outcome, context: ToolContext, fingerprint: str = ""
+    ) -> Outcome:
+        """Store `outcome` unless one is already stored for its call; return the stored one.
+        `CallIdConflict` when the stored one has another non-empty `fingerprint`."""
         ...
 
-    async def get(self, location: str, call_id: str) -> Outcome | None: ...
+    async def get(self, location: str, call_id: str, fingerprint: str = "") -> Outcome | None:
+        """The stored outcome of `call_id`; `CallIdConflict` as for `record`."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -285,6 +315,9 @@ class SqliteOutcomeLog:
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA wal_autocheckpoint=0")  # `_Checkpointer` does it, off the commit
         conn.executescript(_SCHEMA)
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(outcomes)")}
+        if "fingerprint" not in columns:  # a log from before fingerprints: migrated in place
+            conn.execute("ALTER TABLE outcomes ADD COLUMN fingerprint TEXT NOT NULL DEFAULT ''")
         for location, call_id in conn.execute("SELECT location, call_id FROM outcomes"):
             self._settled.add(location, call_id)
         self._conn = conn
@@ -302,45 +335,48 @@ class SqliteOutcomeLog:
             raise sqlite3.ProgrammingError("the outcome log is closed")
         return self._conn
 
-    async def record(self, location: str, outcome: Outcome, context: ToolContext) -> Outcome:
+    async def record(
+        self, location: str, outcome: Outcome, context: ToolContext, fingerprint: str = ""
+    ) -> Outcome:
         body = json.dumps(outcome.to_json(include_output=False), ensure_ascii=False)
         row = (
             location, outcome.call_id, context.session_id, context.agent, context.message_id,
-            outcome.tool, outcome.status, body, time.time(),
+            outcome.tool, outcome.status, body, time.time(), fingerprint,
         )
 
-        def write() -> str | None:
+        def write() -> tuple[str, str] | None:
             db = self._db()
             inserted = db.execute(
-                "INSERT OR IGNORE INTO outcomes VALUES (?,?,?,?,?,?,?,?,?)", row
+                f"INSERT OR IGNORE INTO outcomes ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)", row
             ).rowcount
             self._settled.add(location, outcome.call_id)
             if inserted:
                 return None
             found = db.execute(
-                "SELECT body FROM outcomes WHERE location=? AND call_id=?",
+                "SELECT body, fingerprint FROM outcomes WHERE location=? AND call_id=?",
                 (location, outcome.call_id),
             ).fetchone()
-            return str(found[0])
+            return str(found[0]), str(found[1])
 
         existing = await self._run(write)
         if existing is None:
             return outcome
-        return Outcome.from_json(json.loads(existing), replayed=True)
+        return _replayed(outcome.call_id, existing, fingerprint)
 
-    async def get(self, location: str, call_id: str) -> Outcome | None:
+    async def get(self, location: str, call_id: str, fingerprint: str = "") -> Outcome | None:
         if self._conn is not None and not self._settled.may_contain(location, call_id):
             return None  # never settled here: no trip to SQLite
 
         def read() -> Any:
             return self._db().execute(
-                "SELECT body FROM outcomes WHERE location=? AND call_id=?", (location, call_id)
+                "SELECT body, fingerprint FROM outcomes WHERE location=? AND call_id=?",
+                (location, call_id),
             ).fetchone()
 
         found = await self._run(read)
         if found is None:
             return None
-        return Outcome.from_json(json.loads(found[0]), replayed=True)
+        return _replayed(call_id, (str(found[0]), str(found[1])), fingerprint)
 
     async def aclose(self) -> None:
         if self._closed:
@@ -355,3 +391,10 @@ class SqliteOutcomeLog:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+
+def _replayed(call_id: str, stored: tuple[str, str], fingerprint: str) -> Outcome:
+    body, stored_fingerprint = stored
+    if fingerprint and stored_fingerprint and fingerprint != stored_fingerprint:
+        raise CallIdConflict(call_id)
+    return Outcome.from_json(json.loads(body), replayed=True)

@@ -2,6 +2,8 @@
 
     execute(snapshot, name, raw_input, context)
       0. a call_id already settled -> the stored outcome; one already in flight -> wait for it
+         (only for the same call: another tool, input, session or agent under a used id
+         fails `conflict` and runs nothing)
       1. before hooks (repair name/input, or reject)
       2. resolve the captured tool (unknown / final step -> explicit model-visible error)
       3. decode input (invalid input never executes; the error names the JSON path)
@@ -31,12 +33,20 @@ from sidecar.bounding import apply_preview, plan_bounding, scrub_surrogates
 from sidecar.call_history import SettledCall
 from sidecar.codec import Codec
 from sidecar.content import Content, TextContent, content_from_json, content_from_output
-from sidecar.errors import CallError, CodecError, ErrorKind, ToolFailure, new_error_id
+from sidecar.errors import (
+    CallError,
+    CallIdConflict,
+    CodecError,
+    ErrorKind,
+    ToolFailure,
+    new_error_id,
+)
 from sidecar.events import CallProgress, CallSettled, EventSink
 from sidecar.hooks import AfterCall, BeforeCall, Hooks
 from sidecar.metadata import DEFAULT_MAX_METADATA_BYTES, bound_metadata
 from sidecar.outcome import ManagedText, Outcome
-from sidecar.outcome_log import OutcomeLog, OutcomeLogError
+from sidecar.outcome_log import OutcomeLog, OutcomeLogError, call_fingerprint
+from sidecar.suggest import closest
 from sidecar.tool import DEFAULT_BOUNDS, Bounds, CallContext, ToolContext, ToolResponse
 
 if TYPE_CHECKING:
@@ -78,25 +88,30 @@ class Seam:
     """Called with every executed outcome and its duration in seconds (metrics)."""
     audit: Callable[[SettledCall], None] | None = None
     """Called with every settled or replayed call once it is recorded (the call history)."""
-    _inflight: dict[str, list[asyncio.Future[Outcome | None]]] = field(default_factory=dict)
-    """call_id -> futures of duplicate callers waiting for the first one."""
+    _inflight: dict[str, tuple[str, list[asyncio.Future[Outcome | None]]]] = field(
+        default_factory=dict)
+    """call_id -> (fingerprint, futures of duplicate callers waiting for the first one)."""
 
     async def execute(
         self, snapshot: Snapshot, name: str, raw_input: Any, context: ToolContext
     ) -> Outcome:
         call_id = context.call_id
-        while (waiters := self._inflight.get(call_id)) is not None:
+        fingerprint = call_fingerprint(name, raw_input, context.session_id, context.agent)
+        while (inflight := self._inflight.get(call_id)) is not None:
+            if inflight[0] != fingerprint:
+                return _conflict(call_id, name)
             waiter: asyncio.Future[Outcome | None] = asyncio.get_running_loop().create_future()
-            waiters.append(waiter)
+            inflight[1].append(waiter)
             settled = await waiter
             if settled is not None:
                 return settled
             # the first attempt was cancelled and recorded nothing: run it ourselves
-        waiters = self._inflight[call_id] = []
+        waiters: list[asyncio.Future[Outcome | None]] = []
+        self._inflight[call_id] = (fingerprint, waiters)
         outcome: Outcome | None = None
         started_at, started = time.time(), time.perf_counter()
         try:
-            outcome = await self._run(snapshot, name, raw_input, context)
+            outcome = await self._run(snapshot, name, raw_input, context, fingerprint)
             if self.audit is not None:
                 self.audit(SettledCall(
                     name, raw_input, context, outcome, started_at,
@@ -111,11 +126,14 @@ class Seam:
                     waiter.set_result(outcome)
 
     async def _run(
-        self, snapshot: Snapshot, name: str, raw_input: Any, context: ToolContext
+        self, snapshot: Snapshot, name: str, raw_input: Any, context: ToolContext,
+        fingerprint: str,
     ) -> Outcome:
         if self.outcomes is not None:
             try:
-                stored = await self.outcomes.get(self.location, context.call_id)
+                stored = await self.outcomes.get(self.location, context.call_id, fingerprint)
+            except CallIdConflict:
+                return _conflict(context.call_id, name)
             except OutcomeLogError as exc:
                 failed = _operational("reading the outcome log failed", name, context.call_id, exc)
                 return Outcome.failed(context.call_id, name, failed.error)
@@ -135,7 +153,9 @@ class Seam:
         if self.outcomes is None:
             return outcome
         try:
-            return await self.outcomes.record(self.location, outcome, context)
+            return await self.outcomes.record(self.location, outcome, context, fingerprint)
+        except CallIdConflict:  # settled meanwhile by another process's different call
+            return _conflict(context.call_id, name)
         except OutcomeLogError as exc:
             failed = _operational("persisting the outcome failed", name, context.call_id, exc)
             return Outcome.failed(context.call_id, outcome.tool, failed.error)
@@ -269,6 +289,16 @@ class Seam:
             self.events.publish(CallProgress(call_id, name, bounded))
 
 
+def _conflict(call_id: str, name: str) -> Outcome:
+    """A used call id sent with another call: nothing runs, nothing is recorded."""
+    return Outcome.failed(call_id, name, CallError(
+        ErrorKind.CONFLICT,
+        f"Call id {call_id!r} was already used for a different call (another tool, input, "
+        f"session or agent); {name} was not run. Send a new call id for a new call; reuse an "
+        "id only to retry the very same call.",
+    ))
+
+
 def _decode(codec: Codec, raw: Any, name: str) -> Any:
     if isinstance(raw, str | bytes):
         try:
@@ -335,9 +365,13 @@ def _normalize(content: Any, has_output_codec: bool, output: Any, name: str) -> 
 
 
 def unknown_tool_error(name: str, available: Mapping[str, Any]) -> CallError:
-    names = sorted(available)
-    shown = ", ".join(names[:_MAX_NAMES_IN_ERROR]) or "(none)"
-    if len(names) > _MAX_NAMES_IN_ERROR:
-        shown += f", and {len(names) - _MAX_NAMES_IN_ERROR} more"
-    return CallError(ErrorKind.UNKNOWN_TOOL, f"Unknown tool: {name}. Available tools: {shown}")
-
+    """The model-visible error for a name no tool has: the closest names by edit distance,
+    else (a short list) every name."""
+    near = closest(name, available)
+    if near:
+        hint = f"Did you mean: {', '.join(near)}?"
+    elif len(available) <= _MAX_NAMES_IN_ERROR:
+        hint = f"Available tools: {', '.join(sorted(available)) or '(none)'}"
+    else:
+        hint = f"No tool has a similar name; {len(available)} tools are available."
+    return CallError(ErrorKind.UNKNOWN_TOOL, f"Unknown tool: {name}. {hint}")

@@ -90,7 +90,8 @@ class Caller:
         current: Callable[[], tuple[ServerConfig, Connection | None]],
         wait_ready: Callable[[float], Awaitable[Connection | None]],
         not_connected: Callable[[], str],
-        failure_detail: Callable[[], str],
+        failure_detail: Callable[[int], Awaitable[str]],
+        stderr_mark: Callable[[], int] = lambda: 0,
         record_latency: Callable[[float], None],
         input_request: InputRequestFnT | None = None,
     ) -> None:
@@ -101,6 +102,7 @@ class Caller:
         self._wait_ready = wait_ready
         self._not_connected = not_connected
         self._failure_detail = failure_detail
+        self._stderr_mark = stderr_mark
         self._record_latency = record_latency
         self._input_request = input_request
         self.inflight: list[CallProgress] = []
@@ -166,6 +168,7 @@ class Caller:
         timeout = config.timeouts.call
         relay = self._input_request
         call = InflightCall(progress.context.runner.session_id, progress.context.runner.call_id)
+        mark = self._stderr_mark()  # a crash quotes what the server wrote after this
 
         async def answer(request: types.InputRequest) -> Any:
             # An input_required round names its call exactly: route to that call's client.
@@ -180,9 +183,11 @@ class Caller:
                 answer=answer,
             )
         except MCPError as exc:
-            failure = rpc_failure(
-                exc, server=self.server, tool=tool, timeout=timeout, detail=self._failure_detail()
-            )
+            detail = ""
+            if exc.code == types.CONNECTION_CLOSED:
+                detail = await self._failure_detail(mark)
+            failure = rpc_failure(exc, server=self.server, tool=tool, timeout=timeout,
+                                  detail=detail)
             if exc.code == types.CONNECTION_CLOSED and "max_result_bytes" not in failure.message:
                 # Over HTTP a dropped stream does not always end the transport: reconnect.
                 connection.lost.set()

@@ -89,7 +89,7 @@ CANCEL_WRITE_TIMEOUT = 2.0
 class StderrTail:
     """Keeps the last `limit` bytes a child wrote to stderr and logs each line (redacted)."""
 
-    __slots__ = ("_buffer", "_limit", "_partial", "_redact", "_server")
+    __slots__ = ("_buffer", "_ended", "_fed", "_limit", "_partial", "_redact", "_server")
 
     def __init__(self, server: str, redact: Redactor, limit: int = STDERR_TAIL_BYTES) -> None:
         self._server = server
@@ -97,8 +97,39 @@ class StderrTail:
         self._limit = limit
         self._buffer = bytearray()
         self._partial = bytearray()
+        self._fed = 0
+        self._ended: anyio.Event | None = None
+
+    def mark(self) -> int:
+        """How many bytes were fed so far: `since(mark)` later quotes what came after."""
+        return self._fed
+
+    def started(self) -> None:
+        """A new child writes to this tail (`wait_ended` waits for its stderr to end)."""
+        self._ended = anyio.Event()
+
+    def ended(self) -> None:
+        """The child's stderr reached its end (it exited or closed it)."""
+        if self._ended is not None:
+            self._ended.set()
+
+    async def wait_ended(self, seconds: float) -> None:
+        """Wait up to `seconds` for the current child's stderr to end: a crashing server
+        writes its last words to stderr while its stdout is already closed."""
+        if self._ended is not None:
+            with anyio.move_on_after(seconds):
+                await self._ended.wait()
+
+    def since(self, mark: int, count: int = 8, max_chars: int = 800) -> str:
+        """The last non-empty lines written after `mark` (see `last_lines`); empty if none."""
+        new = self._fed - mark
+        if new <= 0:
+            return ""
+        data = bytes(self._buffer[-new:]) if new < len(self._buffer) else bytes(self._buffer)
+        return _last_lines(self._redact(data.decode("utf-8", "replace")), count, max_chars)
 
     def feed(self, chunk: bytes) -> None:
+        self._fed += len(chunk)
         self._buffer += chunk
         if len(self._buffer) > self._limit:
             del self._buffer[: len(self._buffer) - self._limit]
@@ -127,9 +158,13 @@ class StderrTail:
 
     def last_lines(self, count: int = 5, max_chars: int = 600) -> str:
         """The last few non-empty lines, for an error message; empty if there are none."""
-        lines = [line for line in self.text().splitlines() if line.strip()][-count:]
-        joined = " | ".join(line.strip() for line in lines)
-        return joined if len(joined) <= max_chars else "..." + joined[-max_chars:]
+        return _last_lines(self.text(), count, max_chars)
+
+
+def _last_lines(text: str, count: int, max_chars: int) -> str:
+    lines = [line for line in text.splitlines() if line.strip()][-count:]
+    joined = " | ".join(line.strip() for line in lines)
+    return joined if len(joined) <= max_chars else "..." + joined[-max_chars:]
 
 
 class DirectRequests:
@@ -385,6 +420,7 @@ async def stdio_transport(
             limit=READ_CHUNK,
         )
     info.pid, info.returncode = proc.pid, None
+    stderr.started()
     on_spawned()
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
@@ -488,9 +524,12 @@ async def _pump_stdin(
 
 async def _pump_stderr(proc: Child, tail: StderrTail) -> None:
     assert proc.stderr is not None
-    with contextlib.suppress(OSError):
-        while chunk := await proc.stderr.read(65536):
-            tail.feed(chunk)
+    try:
+        with contextlib.suppress(OSError):
+            while chunk := await proc.stderr.read(65536):
+                tail.feed(chunk)
+    finally:
+        tail.ended()
 
 
 async def _stop(proc: Child, grace: float) -> None:

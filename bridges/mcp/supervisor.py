@@ -62,6 +62,8 @@ RELIST_DEBOUNCE = 0.1
 LISTEN_RETRY = 1.0
 LISTEN_ACK_WAIT = 5.0
 """How long a 2026-07-28 connection waits for its listen stream before it is reported ready."""
+STDERR_SETTLE = 1.0
+"""Seconds a crash message waits for the server's stderr to end, to quote its last words."""
 _LOG_LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
@@ -130,6 +132,7 @@ class Supervisor:
             wait_ready=self._wait_ready,
             not_connected=self._not_connected,
             failure_detail=self._failure_detail,
+            stderr_mark=lambda: self._stderr.mark(),
             record_latency=self._record_latency,
             input_request=self._relay_input_request,
         )
@@ -298,13 +301,25 @@ class Supervisor:
             await connection.lost.wait()
             tg.cancel_scope.cancel()
 
-    def _failure_detail(self) -> str:
+    async def _failure_detail(self, mark: int) -> str:
+        """Why a call's connection ended: the transport's reason and what the server wrote to
+        stderr during the call (its last words come after its stdout closed: waited for,
+        briefly), else its last stderr lines."""
+        await self._stderr.wait_ended(STDERR_SETTLE)
         parts = []
         if self._transport.closing_reason:
             parts.append(self._transport.closing_reason)
-        stderr = self._stderr.last_lines()
-        if stderr:
-            parts.append(f"its last stderr: {stderr}")
+        code = self._transport.returncode
+        if code is not None:
+            parts.append(f"the server process was killed by signal {-code}" if code < 0
+                         else f"the server process exited with code {code}")
+        during = self._stderr.since(mark)
+        if during:
+            parts.append(f"its stderr during the call: {during}")
+        elif earlier := self._stderr.last_lines(count=2, max_chars=300):
+            parts.append(f"it wrote nothing to stderr during the call (earlier: {earlier})")
+        else:
+            parts.append("it wrote nothing to stderr")
         return "; ".join(parts)
 
     def _ended(self, what: str) -> str:

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse as StarletteJSONResponse
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from managed_store import InvalidRef, ManagedNotFound
+from managed_store import InvalidPattern, InvalidRef, ManagedNotFound, SearchTimeout
 from sidecar.outcome import Outcome
 from sidecar.permission_service import UnknownAsk
 from sidecar.serve.by_definitions import ByDefinitions
@@ -390,8 +390,12 @@ class Api:
             raise ApiError(400, "invalid_ref", str(exc), "ref") from None
         except ManagedNotFound as exc:
             raise ApiError(404, "unknown_ref", str(exc), "ref") from None
-        except ValueError as exc:
+        except InvalidPattern as exc:
             raise ApiError(400, "invalid_parameter", str(exc), "pattern") from None
+        except SearchTimeout as exc:
+            raise ApiError(422, "search_timeout", str(exc), "pattern") from None
+        except ValueError as exc:
+            raise ApiError(400, "invalid_parameter", str(exc)) from None
         return JSONResponse({
             "ref": ref,
             "text": part.text,

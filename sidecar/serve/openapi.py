@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from managed_store import MAX_PATTERN_CHARS
 from sidecar.serve.api import CallBody, ReplyBody, SnapshotBody, error_schema
 from sidecar.serve.replay import FORMATS
 
@@ -88,10 +89,11 @@ def openapi_document() -> dict[str, Any]:
                 _param("offset", "query",
                        {"type": "integer", "minimum": 1, "maximum": 2**62}),
                 _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 10_000}),
-                _param("pattern", "query", {"type": "string", "format": "regex"}),
+                _param("pattern", "query", {"type": "string", "maxLength": MAX_PATTERN_CHARS,
+                                            "description": "RE2 syntax, matched per line"}),
                 _param("context", "query", {"type": "integer", "minimum": 0, "maximum": 50}),
             ],
-            "responses": {"200": _json(_OBJECT, "Text or matches"), **_errors(400, 404)},
+            "responses": {"200": _json(_OBJECT, "Text or matches"), **_errors(400, 404, 422)},
         }},
         "/v1/events": {"get": {
             "summary": "Server-Sent Events: registry changes, progress, permission asks, "

@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from sidecar.content import TextContent
+from sidecar.errors import CallIdConflict
 from sidecar.outcome import Outcome
 from sidecar.outcome_log import (
     CHECKPOINT_EVERY,
@@ -135,3 +136,36 @@ async def test_the_wal_is_checkpointed_off_the_commit_path_and_on_close(tmp_path
     assert not path.with_name(path.name + "-wal").exists()  # the close checkpointed the rest
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT count(*) FROM outcomes").fetchone()[0] == CHECKPOINT_EVERY + 100
+
+
+async def test_a_log_from_before_fingerprints_is_migrated_and_still_replays(tmp_path):
+    path = tmp_path / "outcomes.sqlite"
+    old = sqlite3.connect(path)
+    old.executescript("""
+        CREATE TABLE outcomes (location TEXT NOT NULL, call_id TEXT NOT NULL,
+            session_id TEXT NOT NULL, agent TEXT NOT NULL, message_id TEXT NOT NULL,
+            tool TEXT NOT NULL, status TEXT NOT NULL, body TEXT NOT NULL,
+            created_at REAL NOT NULL, PRIMARY KEY (location, call_id)) WITHOUT ROWID;
+    """)
+    body = '{"call_id": "old", "tool": "t", "status": "completed", ' \
+           '"content": [{"type": "text", "text": "kept"}]}'
+    old.execute("INSERT INTO outcomes VALUES ('loc','old','s','a','m','t','completed',?,0)",
+                (body,))
+    old.commit()
+    old.close()
+    log = await SqliteOutcomeLog.open(path)
+    try:
+        replayed = await log.get("loc", "old", "any-fingerprint")  # unknown: replays as before
+        assert replayed is not None and replayed.content == (TextContent("kept"),)
+        new = Outcome(call_id="new", tool="t", status="completed", content=(TextContent("n"),))
+        await log.record("loc", new, ToolContext("s", "a", "m", "new"), "fp-1")
+        assert (await log.get("loc", "new", "fp-1")) is not None
+        with pytest.raises(CallIdConflict):
+            await log.get("loc", "new", "fp-2")
+        other = Outcome(call_id="new", tool="u", status="completed", content=(TextContent("o"),))
+        with pytest.raises(CallIdConflict):
+            await log.record("loc", other, ToolContext("s", "a", "m", "new"), "fp-2")
+    finally:
+        await log.aclose()
+    columns = [row[1] for row in sqlite3.connect(path).execute("PRAGMA table_info(outcomes)")]
+    assert columns[-1] == "fingerprint"

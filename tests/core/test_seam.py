@@ -381,9 +381,12 @@ async def test_settled_call_id_returns_the_stored_outcome_without_executing(loca
     async with location.tools.register({"echo": echo_tool(counter)}):
         snap = location.snapshot()
         first = await snap.execute("echo", {"text": "a"}, ctx("same"))
-        again = await snap.execute("echo", {"text": "b"}, ctx("same"))
+        again = await snap.execute("echo", {"text": "a"}, ctx("same"))
+        other = await snap.execute("echo", {"text": "b"}, ctx("same"))
     assert counter.calls == 1
     assert again.replayed and not first.replayed
+    assert other.error is not None and other.error.kind is ErrorKind.CONFLICT
+    assert "'same'" in other.error.message
     assert again.content == first.content
     assert again.output is None  # the machine value is never stored
     stored = await location.outcome("same")

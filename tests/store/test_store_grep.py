@@ -2,7 +2,13 @@ from __future__ import annotations
 
 import pytest
 
-from managed_store import GrepMatch, ManagedStore
+from managed_store import (
+    MAX_PATTERN_CHARS,
+    GrepMatch,
+    InvalidPattern,
+    ManagedStore,
+    SearchTimeout,
+)
 from managed_store.reading import GREP_LINE_BYTES
 
 pytestmark = pytest.mark.anyio
@@ -61,9 +67,38 @@ async def test_grep_cuts_very_long_lines(store: ManagedStore) -> None:
 
 async def test_grep_rejects_bad_arguments(store: ManagedStore) -> None:
     ref = await store.put("x")
-    with pytest.raises(ValueError, match=r"invalid grep pattern '\(unclosed'.*missing \)"):
+    with pytest.raises(ValueError, match=r"invalid grep pattern '\(unclosed': missing \)"):
         await store.grep(ref.id, "(unclosed")
     with pytest.raises(ValueError, match="max_matches"):
         await store.grep(ref.id, "x", max_matches=0)
     with pytest.raises(ValueError, match="context"):
         await store.grep(ref.id, "x", context=-1)
+
+
+async def test_grep_uses_re2_and_names_what_it_does_not_support(store: ManagedStore) -> None:
+    ref = await store.put(("a" * 28 + "!\n") * 3 + "abab\n")
+    assert (await store.grep(ref.id, r"(a+)+$")).matches == ()  # linear: no backtracking
+    assert [m.line for m in (await store.grep(ref.id, r"(?i)ABAB")).matches] == [4]
+    for pattern, reason in ((r"(ab)\1", "backreference"), ("(?!a)", "negative lookahead"),
+                            ("(?>a)", "atomic group"), ("a*+", "possessive quantifier")):
+        with pytest.raises(InvalidPattern, match=reason):
+            await store.grep(ref.id, pattern)
+    with pytest.raises(InvalidPattern, match="4,097 characters, the limit is 4,096"):
+        await store.grep(ref.id, "a" * (MAX_PATTERN_CHARS + 1))
+    assert (await store.grep(ref.id, "b" * MAX_PATTERN_CHARS)).matches == ()
+
+
+async def test_grep_stops_at_its_time_limit(store: ManagedStore) -> None:
+    ref = await store.put("line\n" * 5000)
+    with pytest.raises(SearchTimeout, match="stopped after 0 s at line 1,024"):
+        await store.grep(ref.id, "nothing", time_limit=0)
+
+
+async def test_offsets_past_sqlite_integers_are_value_errors(store: ManagedStore) -> None:
+    ref = await store.put("x\n")
+    for offset in (2**63, 2**62 + 1):
+        with pytest.raises(ValueError, match=r"offset must be <= 2\*\*62"):
+            await store.read_lines(ref.id, offset=offset)
+        with pytest.raises(ValueError, match=r"offset must be <= 2\*\*62"):
+            await store.read_bytes(ref.id, offset=offset)
+    assert (await store.read_lines(ref.id, offset=2**62)).text == ""

@@ -109,7 +109,8 @@ TOOLS: dict[str, types.Tool] = {
     ),
     "crash": types.Tool(
         name="crash", description="Exit the process mid-call",
-        input_schema=obj(), annotations=types.ToolAnnotations(destructive_hint=True),
+        input_schema=obj({"stdout_first": {"type": "boolean"}, "quietly": {"type": "boolean"}}),
+        annotations=types.ToolAnnotations(destructive_hint=True),
     ),
     "fail": types.Tool(name="fail", description="isError result", input_schema=obj()),
     "rpc_error": types.Tool(name="rpc_error", description="A JSON-RPC error", input_schema=obj()),
@@ -193,6 +194,14 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     if name == "slow":
         return await slow(ctx, float(args.get("seconds", 30)), str(args.get("tag", "")))
     if name == "crash":
+        if args.get("stdout_first"):  # as a runtime dying with a traceback: stdout ends first
+            os.close(1)
+            await anyio.sleep(0.3)
+            print("Traceback (most recent call last): boom at the crash", file=sys.stderr,
+                  flush=True)
+            os._exit(3)
+        if args.get("quietly"):  # killed from outside: no last words at all
+            os.kill(os.getpid(), 9)
         print("about to crash", file=sys.stderr, flush=True)
         os._exit(3)
     if name == "fail":
