@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar
 
+from sidecar import tracing
 from sidecar.errors import SidecarError, ToolFailure
 from sidecar.events import EventSink, PermissionAsked, PermissionReplied
 from sidecar.permission import (
@@ -144,8 +145,9 @@ class PermissionService:
         if self._events is not None:
             self._events.publish(PermissionAsked(waiting.ask.to_json()))
         try:
-            async with asyncio.timeout(self.ask_timeout):
-                await asyncio.shield(waiting.future)
+            with tracing.step("permission_wait", attributes={"sidecar.action": request.action}):
+                async with asyncio.timeout(self.ask_timeout):
+                    await asyncio.shield(waiting.future)
         except TimeoutError:
             if waiting.future.done() and waiting.future.exception() is None:
                 return

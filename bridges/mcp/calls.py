@@ -21,6 +21,7 @@ import anyio
 import httpx2
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
+from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
 from bridges.manifest import ServerConfig
@@ -29,6 +30,7 @@ from bridges.mcp.connection import Connection
 from bridges.mcp.passthrough import InflightCall
 from bridges.mcp.redact import Redactor
 from bridges.mcp.results import rpc_failure, tool_error, tool_response, transport_failure
+from sidecar import tracing
 from sidecar.errors import ErrorKind, ToolFailure
 from sidecar.permission import PermissionGate, PermissionRequest
 from sidecar.tool import CallContext
@@ -178,10 +180,14 @@ class Caller:
             return await relay(call, request)
 
         try:
-            return await connection.call(
-                tool, arguments, call_timeout=timeout, progress=progress.on_progress,
-                answer=answer,
-            )
+            with tracing.step(f"tools/call {tool}", SpanKind.CLIENT, {
+                "mcp.method.name": "tools/call", "gen_ai.tool.name": tool,
+                "sidecar.server": self.server,
+            }):
+                return await connection.call(
+                    tool, arguments, call_timeout=timeout, progress=progress.on_progress,
+                    answer=answer,
+                )
         except MCPError as exc:
             detail = ""
             if exc.code == types.CONNECTION_CLOSED:
