@@ -315,7 +315,8 @@ class Targets:
             url, pid = await self.stack.enter_async_context(http_server(
                 [str(SIDECAR), "serve", "--port", "0", "--manifests", str(self.manifests),
                  "--state-dir", str(state)],
-                {"SIDECAR_TOKEN": TOKEN, "SIDECAR_STATE_DIR": str(state)}, ready))
+                {"SIDECAR_TOKEN": TOKEN, "SIDECAR_ALLOW_WEAK_TOKEN": "1",
+                 "SIDECAR_STATE_DIR": str(state)}, ready))
         except Exception as exc:
             return Target(name, _none, unavailable=f"n/a (serve failed: {exc})")
         headers = {"authorization": f"Bearer {TOKEN}"}

@@ -1,6 +1,7 @@
 """The `sidecar` command line.
 
     sidecar serve [--host H] [--port P] [--no-auth]   the daemon over HTTP (/v1, /mcp, /metrics)
+                                                      (refuses weak tokens, --no-auth off loopback)
     sidecar stdio                                     the daemon as an MCP server on stdin/stdout
     sidecar tools [--format mcp|openai|anthropic|gemini] [--json]
     sidecar call NAME [--input JSON] [--json]         one call through the seam
@@ -14,7 +15,8 @@ directory; token from `$SIDECAR_TOKEN` or `<state>/token`), else they run an emb
 on the state directory and the manifests.
 
 Exit codes: 0 success; 1 the call ended in an error outcome (or `check` found errors, or
-`health` is degraded); 2 usage error (or the daemon refused the request); 3 the configured
+`health` is degraded); 2 usage error (or the daemon refused the request, or `serve` refused an
+unsafe configuration: see `sidecar.serve.serve_policy`); 3 the configured
 daemon is unreachable.
 """
 
@@ -65,6 +67,11 @@ def _parser() -> argparse.ArgumentParser:
     serve_p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any)")
     serve_p.add_argument("--no-auth", action="store_true",
                          help="serve without a bearer token (explicitly insecure)")
+    serve_p.add_argument("--allow-no-auth-on-network", action="store_true",
+                         help="accept --no-auth on an address that is not loopback")
+    serve_p.add_argument("--allow-weak-token", action="store_true",
+                         help="accept a bearer token of less than 256 bits of estimated "
+                         "entropy (also $SIDECAR_ALLOW_WEAK_TOKEN=1)")
     serve_p.add_argument("--allowed-host", action="append", default=[], metavar="HOST",
                          help="an extra Host/Origin name to accept (repeatable)")
     sub.add_parser("stdio", parents=[common],
@@ -196,13 +203,14 @@ async def stdio(*, state_dir: str | None, manifests: list[str]) -> None:
 
 async def serve(
     *, state_dir: str | None, manifests: list[str], host: str, port: int, auth: bool,
-    allowed_hosts: list[str],
+    allowed_hosts: list[str], allow_weak_token: bool, allow_no_auth_on_network: bool,
 ) -> None:
     """`sidecar.daemon.serve`, imported when called (after `_import_daemon`)."""
     from sidecar.daemon import serve as run_serve
 
     await run_serve(state_dir=state_dir, manifests=manifests, host=host, port=port, auth=auth,
-                    allowed_hosts=allowed_hosts)
+                    allowed_hosts=allowed_hosts, allow_weak_token=allow_weak_token,
+                    allow_no_auth_on_network=allow_no_auth_on_network)
 
 
 def _import_daemon(args: argparse.Namespace) -> None:
@@ -285,11 +293,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         _run(stdio(state_dir=args.state_dir, manifests=_manifests(args)), daemon=True)
         return EXIT_OK
     if args.command == "serve":
+        from sidecar.serve.serve_policy import UnsafeConfiguration
+
         _configure_logging()
         _import_daemon(args)
-        _run(serve(state_dir=args.state_dir, manifests=_manifests(args), host=args.host,
-                   port=args.port, auth=not args.no_auth, allowed_hosts=args.allowed_host),
-             daemon=True)
+        try:
+            _run(serve(state_dir=args.state_dir, manifests=_manifests(args), host=args.host,
+                       port=args.port, auth=not args.no_auth, allowed_hosts=args.allowed_host,
+                       allow_weak_token=args.allow_weak_token,
+                       allow_no_auth_on_network=args.allow_no_auth_on_network),
+                 daemon=True)
+        except UnsafeConfiguration as exc:
+            print(f"sidecar: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         return EXIT_OK
     from sidecar.cli_backends import Refused, Unreachable
 

@@ -301,8 +301,14 @@ async def serve(
     port: int = 8765,
     auth: bool = True,
     allowed_hosts: Sequence[str] = (),
+    allow_weak_token: bool = False,
+    allow_no_auth_on_network: bool = False,
 ) -> None:
     """`sidecar serve`: open the default Location, then serve HTTP until SIGINT/SIGTERM.
+
+    Refuses (`UnsafeConfiguration`, before any server starts) a weak token unless
+    `allow_weak_token`, and `auth=False` on an address that is not loopback unless
+    `allow_no_auth_on_network` (`sidecar.serve.serve_policy`).
 
     Startup prints one line `sidecar: listening on http://HOST:PORT` to stderr (with the
     real port when `port=0`) and writes `<state>/daemon.json` ({url, pid}) for CLI clients.
@@ -317,17 +323,19 @@ async def serve(
     import uvicorn
 
     from sidecar.serve.app import build_app
+    from sidecar.serve.http_protocol import TargetKeepingHttpToolsProtocol
     from sidecar.serve.mcp_facade import mcp_http
-    from sidecar.serve.security import load_or_create_token
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
+    try:
+        token = await asyncio.to_thread(
+            _serve_token, state, host, auth=auth, allow_weak_token=allow_weak_token,
+            allow_no_auth_on_network=allow_no_auth_on_network,
+        )
+    except BaseException:
+        await _stop_unclaimed()
+        raise
     async with _daemon_location(root, state, manifests) as location:
-        token: str | None = None
-        if auth:
-            token, created = await asyncio.to_thread(load_or_create_token, state)
-            if created:
-                print(f"sidecar: new bearer token (also in {state / 'token'}): {token}",
-                      file=sys.stderr, flush=True)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         # bound before serving, so the real port is known when port=0
         sock = socket.create_server((host, port), family=family)
@@ -357,7 +365,7 @@ async def serve(
         )
         config = uvicorn.Config(
             app, lifespan="on", log_level="warning", timeout_graceful_shutdown=10,
-            access_log=False,
+            access_log=False, http=TargetKeepingHttpToolsProtocol,
         )
         server = _Server(config)
         loop = asyncio.get_running_loop()
@@ -370,6 +378,40 @@ async def serve(
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
     # leaving the Location closed every upstream server, plugin and store before we return
+
+
+def _serve_token(
+    state: Path, host: str, *, auth: bool, allow_weak_token: bool,
+    allow_no_auth_on_network: bool,
+) -> str | None:
+    """The bearer token `serve` requires (None: `--no-auth`), after the checks of
+    `serve_policy`; warnings and a newly created token are printed to stderr."""
+    import sys
+
+    from sidecar.serve.security import TOKEN_FILE, load_or_create_token
+    from sidecar.serve.serve_policy import (
+        check_no_auth,
+        check_token,
+        token_file_warning,
+        weak_tokens_allowed,
+    )
+
+    if not auth:
+        warning = check_no_auth(host, allow_on_network=allow_no_auth_on_network)
+        print(f"sidecar: {warning}", file=sys.stderr, flush=True)
+        return None
+    token, created = load_or_create_token(state)
+    if created:
+        print(f"sidecar: new bearer token (also in {state / TOKEN_FILE}): {token}",
+              file=sys.stderr, flush=True)
+        return token
+    from_env = bool(os.environ.get("SIDECAR_TOKEN"))
+    check_token(token, "SIDECAR_TOKEN" if from_env else str(state / TOKEN_FILE),
+                allow_weak=weak_tokens_allowed(allow_weak_token))
+    loose = None if from_env else token_file_warning(state / TOKEN_FILE)
+    if loose is not None:
+        print(f"sidecar: {loose}", file=sys.stderr, flush=True)
+    return token
 
 
 async def stdio(

@@ -5,7 +5,10 @@
   `auth=False` (`--no-auth`) disables the check explicitly.
 - DNS-rebinding protection: a request whose `Host` is not a local name (127.0.0.1,
   localhost, [::1], plus configured extra hosts) or whose `Origin`, when present, is not a
-  local origin is refused with 403, before authentication and before any route runs.
+  local origin is refused with 403, before authentication and before any route runs. Both
+  are parsed strictly (`parse_authority`): `[::1]evil` or `localhost:1@evil` is not local.
+- Malformed requests are refused with 400 first (`request_problem`): a request target that
+  is not a path (absolute-form `GET http://evil/...`), a duplicated Host or Origin header.
 
 Errors are JSON: `{"error": {"code", "message"}}`. The token is never logged.
 """
@@ -13,12 +16,13 @@ Errors are JSON: `{"error": {"code", "message"}}`. The token is never logged.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 import os
+import re
 import secrets
 from collections.abc import Iterable
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -46,28 +50,71 @@ def load_or_create_token(state_dir: Path) -> tuple[str, bool]:
     return token, True
 
 
-def _hostname(host: str) -> str:
-    host = host.strip().lower()
-    if host.startswith("["):
-        return host[: host.find("]") + 1] if "]" in host else host
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+_PORT = r"(?::([0-9]{1,5}))?"
+_REG_NAME = re.compile(r"([a-z0-9](?:[a-z0-9._-]*[a-z0-9])?)" + _PORT)
+_IP_LITERAL = re.compile(r"\[([0-9a-f:.]+)\]" + _PORT)
+_ORIGIN = re.compile(r"(https?)://([^/?#@\\]+)")
+
+
+def parse_authority(value: str) -> str | None:
+    """The host name of a `Host` header value (`host[:port]`, RFC 9110), lower case with an
+    IPv6 literal in brackets; None when the value is anything else.
+
+    Strict on purpose: no user info (`localhost:80@evil`), nothing after an IPv6 literal
+    (`[::1]evil`), a port of digits only (at most 65535), no whitespace, no empty name.
+    """
+    text = value.lower()
+    literal = _IP_LITERAL.fullmatch(text)
+    if literal is not None:
+        try:
+            ipaddress.IPv6Address(literal.group(1))
+        except ValueError:
+            return None
+        host, port = f"[{literal.group(1)}]", literal.group(2)
+    else:
+        name = _REG_NAME.fullmatch(text)
+        if name is None:
+            return None
+        host, port = name.group(1), name.group(2)
+    if port is not None and int(port) > 65535:
+        return None
+    return host
 
 
 def host_allowed(host: str | None, extra: frozenset[str]) -> bool:
     if not host:
         return False
-    name = _hostname(host)
-    return name in LOCAL_HOSTS or name in extra
+    name = parse_authority(host)
+    return name is not None and (name in LOCAL_HOSTS or name in extra)
 
 
 def origin_allowed(origin: str | None, extra: frozenset[str]) -> bool:
+    """An absent Origin is allowed (not a browser, or same-origin navigation); a present one
+    must be exactly `http(s)://host[:port]` with a local host (no path, no user info)."""
     if origin is None:
-        return True  # not a browser, or a same-origin navigation
-    parts = urlsplit(origin)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return True
+    match = _ORIGIN.fullmatch(origin.lower())
+    if match is None:
         return False
-    name = parts.hostname.lower()
-    return name in LOCAL_HOSTS or f"[{name}]" in LOCAL_HOSTS or name in extra
+    name = parse_authority(match.group(2))
+    return name is not None and (name in LOCAL_HOSTS or name in extra)
+
+
+def request_problem(scope: Scope) -> str | None:
+    """Why a request is malformed before any header is trusted, or None: an absolute-form or
+    authority-form request target (only `/path` is served; `*` for OPTIONS), or a `Host` or
+    `Origin` header sent more than once (which one wins differs between parsers)."""
+    raw_path = scope.get("raw_path") or scope.get("path", "").encode()
+    if not raw_path.startswith(b"/") and not (scope.get("method") == "OPTIONS"
+                                              and raw_path == b"*"):
+        return "the request target must be a path (absolute-form targets are refused)"
+    seen: set[bytes] = set()
+    for name, _ in scope["headers"]:
+        if name in (b"host", b"origin"):
+            if name in seen:
+                return f"more than one {name.decode().capitalize()} header"
+            seen.add(name)
+    return None
 
 
 async def _refuse(send: Send, status: int, code: str, message: str) -> None:
@@ -98,6 +145,10 @@ class SecurityMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        problem = request_problem(scope)
+        if problem is not None:
+            await _refuse(send, 400, "bad_request", problem)
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         if not host_allowed(headers.get("host"), self._extra):

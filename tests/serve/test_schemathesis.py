@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_schemathesis_finds_nothing(tmp_path):
     env = {**os.environ, "SIDECAR_STATE_DIR": str(tmp_path / "state"),
-           "SIDECAR_MANIFESTS": str(ROOT / "manifests"), "SIDECAR_TOKEN": "schemathesis"}
+           "SIDECAR_MANIFESTS": str(ROOT / "manifests"), "SIDECAR_TOKEN": "schemathesis",
+           "SIDECAR_ALLOW_WEAK_TOKEN": "1"}
     daemon = subprocess.Popen([*SIDECAR, "serve", "--port", "0"], env=env,
                               stderr=subprocess.PIPE, text=True)
     try:

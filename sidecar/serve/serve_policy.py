@@ -1,0 +1,107 @@
+"""What `sidecar serve` refuses to start with, and what it warns about.
+
+- `--no-auth` on an address that is not loopback: refused (`UnsafeConfiguration`) unless
+  `--allow-no-auth-on-network` says so too. With `--no-auth` the Host/Origin check is the only
+  barrier, and any client that is not a browser passes it by sending `Host: localhost`. A
+  warning is printed whenever `--no-auth` is used, on any address.
+- A weak bearer token (`SIDECAR_TOKEN=x`, or a short `<state>/token` written by hand):
+  refused unless `--allow-weak-token` (or `SIDECAR_ALLOW_WEAK_TOKEN=1`). Strength is estimated
+  as length x bits per character of the smallest usual alphabet that holds the token (hex 4,
+  base64/base64url 6, anything else 6.5); 256 bits (32 random bytes) are needed, and a token of
+  fewer than 8 distinct characters is weak whatever its length. The token the daemon creates
+  (`secrets.token_urlsafe(32)`, 43 characters) passes; so do `openssl rand -hex 32` and
+  `openssl rand -base64 32`. A uuid4 (122 bits) does not.
+- A token file readable by other users: a warning (the daemon creates it 0600).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import os
+import stat
+import string
+from pathlib import Path
+
+MIN_TOKEN_BITS = 256
+MIN_DISTINCT_CHARACTERS = 8
+ALLOW_WEAK_TOKEN_ENV = "SIDECAR_ALLOW_WEAK_TOKEN"
+
+_HEX = frozenset(string.hexdigits)
+_BASE64 = frozenset(string.ascii_letters + string.digits + "+/=-_")
+
+
+class UnsafeConfiguration(Exception):
+    """`sidecar serve` would start in a configuration it refuses; the message says which and
+    the flag that accepts it."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a bind address) only accepts connections from this machine: `localhost`
+    or a loopback IP literal. Any other name may resolve to anything: not loopback."""
+    name = host.strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def check_no_auth(host: str, *, allow_on_network: bool) -> str:
+    """The warning to print for `--no-auth` on `host`; `UnsafeConfiguration` when `host` is
+    not loopback and `allow_on_network` is false."""
+    if is_loopback(host):
+        return (f"warning: --no-auth: every process on this machine can call tools through "
+                f"http on {host} (only the Host/Origin check stands in front of them)")
+    if not allow_on_network:
+        raise UnsafeConfiguration(
+            f"refusing --no-auth on {host}, which is not a loopback address: anyone who can "
+            f"reach it could call every tool (a non-browser client passes the Host check by "
+            f"sending 'Host: localhost'); bind 127.0.0.1, drop --no-auth, or add "
+            f"--allow-no-auth-on-network if something else guards the network"
+        )
+    return (f"warning: --no-auth on {host}, which is not a loopback address "
+            f"(--allow-no-auth-on-network): anyone who can reach it can call every tool")
+
+
+def token_bits(token: str) -> float:
+    """The estimated entropy of `token` in bits (see the module docstring)."""
+    chars = set(token)
+    if chars <= _HEX:
+        per_char = 4.0
+    elif chars <= _BASE64:
+        per_char = 6.0
+    else:
+        per_char = math.log2(95)
+    return len(token) * per_char
+
+
+def check_token(token: str, source: str, *, allow_weak: bool) -> None:
+    """`UnsafeConfiguration` when `token` (from `source`, e.g. "SIDECAR_TOKEN") is weak and
+    weak tokens are not allowed. The token itself is never part of the message."""
+    bits = token_bits(token)
+    if allow_weak or (bits >= MIN_TOKEN_BITS and len(set(token)) >= MIN_DISTINCT_CHARACTERS):
+        return
+    raise UnsafeConfiguration(
+        f"refusing the bearer token from {source}: about {bits:.0f} bits of entropy "
+        f"({len(token)} characters), {MIN_TOKEN_BITS} needed; use a random one (unset it and "
+        f"the daemon makes one, or `openssl rand -hex 32`), or pass --allow-weak-token "
+        f"(or {ALLOW_WEAK_TOKEN_ENV}=1)"
+    )
+
+
+def weak_tokens_allowed(flag: bool) -> bool:
+    return flag or os.environ.get(ALLOW_WEAK_TOKEN_ENV, "") not in ("", "0")
+
+
+def token_file_warning(path: Path) -> str | None:
+    """A warning when the token file exists and other users may read it, else None."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return None
+    if mode & (stat.S_IRGRP | stat.S_IROTH | stat.S_IWGRP | stat.S_IWOTH):
+        return (f"warning: the token file {path} is readable or writable by other users "
+                f"(mode {stat.S_IMODE(mode):04o}); run: chmod 600 {path}")
+    return None

@@ -1,0 +1,117 @@
+"""Issue 26 items 8 and 9: weak tokens, loose token files and `--no-auth` off loopback, each
+tried on a real `sidecar serve` process."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import uuid
+from pathlib import Path
+
+from tests.hardening.daemon_process import (
+    processes_with,
+    raw_request,
+    run_cli,
+    serving,
+    sidecar_env,
+)
+
+EXIT_USAGE = 2
+
+
+def _health(port: int, token: str | None) -> int:
+    auth = f"Authorization: Bearer {token}\r\n" if token is not None else ""
+    request = f"GET /v1/health HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n"
+    return raw_request(port, request.encode())[0]
+
+
+def _sleeper_manifest(tmp_path: Path, marker: str) -> Path:
+    """A manifest whose stdio server the CLI spawns before anything is checked."""
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    code = f"import time; time.sleep(120)  # {marker}"
+    (manifests / "sleeper.json").write_text(
+        '{"mcpServers": {"sleeper": {"command": %r, "args": ["-c", %r]}}}'
+        .replace("%r", '"%s"') % (sys.executable, code)
+    )
+    return manifests
+
+
+def test_a_short_sidecar_token_is_refused_and_nothing_is_left_running(tmp_path: Path) -> None:
+    marker = f"weak-token-{uuid.uuid4().hex}"
+    manifests = _sleeper_manifest(tmp_path, marker)
+    for weak in ("x", "hunter2hunter2", str(uuid.uuid4()), "ab" * 64):
+        env = sidecar_env(tmp_path / "state", manifests, SIDECAR_TOKEN=weak)
+        refused = run_cli("serve", "--port", "0", env=env)
+        assert refused.returncode == EXIT_USAGE, refused.stderr
+        assert "refusing the bearer token from SIDECAR_TOKEN" in refused.stderr
+        assert "--allow-weak-token" in refused.stderr
+        assert "Traceback" not in refused.stderr
+        if len(weak) > 1:
+            assert weak not in refused.stderr  # the token is never printed
+    assert processes_with(marker) == []  # the server spawned before the check was stopped
+    assert not (tmp_path / "state" / "daemon.json").exists()
+
+
+def test_a_weak_token_is_served_only_when_explicitly_allowed(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    with serving(state, "--allow-weak-token",
+                 env=sidecar_env(state, SIDECAR_TOKEN="x")) as daemon:
+        assert _health(daemon.port, "x") == 200
+        assert _health(daemon.port, "y") == 401
+    env = sidecar_env(state, SIDECAR_TOKEN="x", SIDECAR_ALLOW_WEAK_TOKEN="1")
+    with serving(state, env=env) as daemon:
+        assert _health(daemon.port, "x") == 200
+
+
+def test_random_tokens_of_32_bytes_are_accepted(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    for strong in (secrets.token_hex(32), secrets.token_urlsafe(32)):
+        with serving(state, env=sidecar_env(state, SIDECAR_TOKEN=strong)) as daemon:
+            assert _health(daemon.port, strong) == 200
+
+
+def test_a_weak_token_file_is_refused_and_a_loose_one_warned_about(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    token_file = state / "token"
+    token_file.write_text("password\n")
+    token_file.chmod(0o600)
+    refused = run_cli("serve", "--port", "0", env=sidecar_env(state))
+    assert refused.returncode == EXIT_USAGE, refused.stderr
+    assert f"refusing the bearer token from {token_file}" in refused.stderr
+    strong = secrets.token_urlsafe(32)
+    token_file.write_text(strong + "\n")
+    token_file.chmod(0o644)
+    with serving(state) as daemon:
+        assert _health(daemon.port, strong) == 200
+        warning = "".join(daemon.stderr)
+        assert f"the token file {token_file} is readable or writable by other users" in warning
+        assert "mode 0644" in warning and strong not in warning
+
+
+def test_no_auth_off_loopback_is_refused_without_the_second_flag(tmp_path: Path) -> None:
+    marker = f"no-auth-{uuid.uuid4().hex}"
+    manifests = _sleeper_manifest(tmp_path, marker)
+    state = tmp_path / "state"
+    for host in ("0.0.0.0", "::", "example.invalid"):
+        refused = run_cli("serve", "--no-auth", "--host", host, "--port", "0",
+                          env=sidecar_env(state, manifests))
+        assert refused.returncode == EXIT_USAGE, refused.stderr
+        assert f"refusing --no-auth on {host}" in refused.stderr
+        assert "--allow-no-auth-on-network" in refused.stderr
+        assert "Traceback" not in refused.stderr
+    assert processes_with(marker) == []
+    assert not (state / "daemon.json").exists()
+
+
+def test_no_auth_prints_a_warning_on_loopback_and_off_it(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    with serving(state, "--no-auth") as daemon:
+        assert any("warning: --no-auth" in line for line in daemon.stderr)
+        assert _health(daemon.port, None) == 200
+    with serving(state, "--no-auth", "--host", "0.0.0.0",
+                 "--allow-no-auth-on-network") as daemon:
+        assert any("warning: --no-auth on 0.0.0.0, which is not a loopback" in line
+                   for line in daemon.stderr)
+        assert _health(daemon.port, None) == 200
