@@ -1,5 +1,6 @@
-"""The HTTP application of `sidecar serve`: the native API under `/v1`, `/metrics`, and (when
-the MCP facade is mounted) `/mcp`, all behind one `SecurityMiddleware`."""
+"""The HTTP application of `sidecar serve`: the native API under `/v1`, `/metrics`, the web
+console under `/ui`, and (when the MCP facade is mounted) `/mcp`, all behind one
+`SecurityMiddleware` (the console authenticates with its own login cookie)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
 from sidecar.serve.api import DEFAULT_MAX_BODY_BYTES, Api
+from sidecar.serve.console import console_routes
 from sidecar.serve.event_log import EventLog
 from sidecar.serve.metrics import Metrics
 from sidecar.serve.security import SecurityMiddleware
@@ -50,8 +52,9 @@ def build_app(
             location.seam.observers.remove(metrics.observe)
 
     app = Starlette(
-        routes=[*api.routes(), *extra_routes],
-        middleware=[Middleware(SecurityMiddleware, token=token, allowed_hosts=allowed_hosts)],
+        routes=[*api.routes(), *console_routes(location, events, token), *extra_routes],
+        middleware=[Middleware(SecurityMiddleware, token=token, allowed_hosts=allowed_hosts,
+                               own_auth_prefix="/ui")],
         lifespan=lifespan,
     )
     app.state.api = api

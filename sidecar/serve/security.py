@@ -136,11 +136,14 @@ class SecurityMiddleware:
         token: str | None,
         allowed_hosts: Iterable[str] = (),
         open_paths: Iterable[str] = (),
+        own_auth_prefix: str | None = None,
     ) -> None:
         self.app = app
         self._token = token.encode() if token else None
         self._extra = frozenset(h.lower() for h in allowed_hosts)
         self._open = frozenset(open_paths)
+        # routes under this prefix (the console, `/ui`) check their own login cookie
+        self._own_auth = own_auth_prefix
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -157,7 +160,10 @@ class SecurityMiddleware:
         if not origin_allowed(headers.get("origin"), self._extra):
             await _refuse(send, 403, "forbidden_origin", "the Origin is not a local origin")
             return
-        if self._token is not None and scope["path"] not in self._open:
+        path = scope["path"]
+        own = self._own_auth is not None and (
+            path == self._own_auth or path.startswith(self._own_auth + "/"))
+        if self._token is not None and path not in self._open and not own:
             given = headers.get("authorization", "")
             scheme, _, value = given.partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(
