@@ -29,6 +29,13 @@ from bridges.manifest import ManifestSet
 from bridges.mcp import ServerHealth
 from bridges.prestart import PRESTARTED
 from managed_store import ManagedStore
+from sidecar.call_history import (
+    AuditSettings,
+    CallHistory,
+    SettledCall,
+    SqliteCallHistory,
+    record_of,
+)
 from sidecar.codemode import (
     DEFAULT_LIMITS,
     CodeModeLimits,
@@ -107,6 +114,21 @@ class Location:
         self.sandbox: Sandbox | None = None
         self.codemode: CodeModeSetting = "direct"
         self.codemode_limits: CodeModeLimits = DEFAULT_LIMITS
+        self.history: CallHistory | None = None
+        """Every settled call (`GET /v1/calls`, `sidecar calls`); None when not durable."""
+        self.audit = AuditSettings()
+        """What the history keeps of inputs (manifest `[audit]`)."""
+
+    def record_call(self, call: SettledCall) -> None:
+        """The seam's audit hook: one history row for a settled or replayed call."""
+        if self.history is not None:
+            self.history.add(record_of(call, self.audit, self._server_of))
+
+    def _server_of(self, name: str) -> str | None:
+        label = self.registry.source_of(name)
+        if label is None or label == "builtin":
+            return None
+        return label.removeprefix("mcp:")
 
     @property
     def hooks(self) -> Hooks:
@@ -148,9 +170,12 @@ class Location:
             )
             stack.push_async_callback(store.aclose)
             outcomes = None
+            history: CallHistory | None = None
             if durable:
                 outcomes = await SqliteOutcomeLog.open(state / "outcomes.sqlite")
                 stack.push_async_callback(outcomes.aclose)
+                history = await SqliteCallHistory.open(state / "history.sqlite")
+                stack.push_async_callback(history.aclose)
             events = EventBus()
             permissions = await PermissionService.open(
                 state / "permissions.sqlite" if durable else None,
@@ -173,6 +198,9 @@ class Location:
                 name=name, root=root_dir, state_dir=state, seam=seam, registry=registry,
                 events=events, permissions=permissions, plugins=host, manifests=ManifestSet(),
             )
+            location.history = history
+            if history is not None:
+                seam.audit = location.record_call
             location.sandbox = await stack.enter_async_context(Sandbox())  # workers start lazily
             location.codemode, location.codemode_limits = codemode, codemode_limits
             location.tools.register({"managed_read": managed_read_tool(store)}, label="builtin")

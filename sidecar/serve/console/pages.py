@@ -192,6 +192,19 @@ for (const kind of ['call.settled', 'call.progress', 'permission.asked']) {
 </script>"""
 
 
+ASKS_SCRIPT = """<script>
+// a new ask, or one answered elsewhere, reloads the list (unless feedback is being typed)
+const asks = new EventSource('/ui/events');
+for (const kind of ['permission.asked', 'permission.replied']) {
+  asks.addEventListener(kind, () => {
+    if (!document.activeElement || document.activeElement.name !== 'feedback') {
+      location.reload();
+    }
+  });
+}
+</script>"""
+
+
 def managed_page(params: Mapping[str, str], result: str, ref_info: str) -> str:
     def field(name: str, size: int = 10) -> str:
         return f'<label>{name} <input name={name} value="{e(params.get(name, ""))}" size={size}>'

@@ -166,7 +166,8 @@ class Console:
 
     async def asks(self, request: Request, session: ConsoleSession) -> Response:
         pending = self.location.permissions.pending()
-        return _page("Permission asks", pages.asks_page(pending, session.csrf), session, "asks")
+        return _page("Permission asks", pages.asks_page(pending, session.csrf), session, "asks",
+                     script=pages.ASKS_SCRIPT)
 
     async def reply(self, request: Request, session: ConsoleSession) -> Response:
         form = await request.form()
