@@ -32,7 +32,7 @@ MANIFEST = """
 [tools.numbers]
 kind = "command"
 description = "Print the numbers 1..n, one per line"
-input = { type = "object", properties = { n = { type = "integer", minimum = 1 } }, required = ["n"] }
+input = { type = "object", properties = { n = { type = "integer" } }, required = ["n"] }
 argv = ["seq", "{n}"]
 
 [tools.deploy]
@@ -192,7 +192,7 @@ def test_reading_a_retained_output_and_filtering_the_history(page: Page, daemon:
     page.fill("#filters input[name=session]", "")
     page.fill("#filters input[name=tool]", "numbers")
     page.click("#filters button")
-    expect(page.locator("table:not(#live) tbody tr")).to_have_count(2)
+    expect(page.locator("table:not(#live) tbody tr")).to_have_count(3)  # big, small, live
     page.click(f"a:has-text('{ref}')")
     expect(page.locator("pre#text")).to_contain_text("200")
     page.fill("input[name=offset]", "50000")

@@ -193,15 +193,23 @@ for (const kind of ['call.settled', 'call.progress', 'permission.asked']) {
 
 
 ASKS_SCRIPT = """<script>
-// a new ask, or one answered elsewhere, reloads the list (unless feedback is being typed)
+// reload when the set of asks changes: a new one, or one answered elsewhere
+// (not while feedback is being typed)
+const shown = () => new Set([...document.querySelectorAll('form[data-ask]')]
+                            .map((f) => f.dataset.ask));
 const asks = new EventSource('/ui/events');
-for (const kind of ['permission.asked', 'permission.replied']) {
-  asks.addEventListener(kind, () => {
-    if (!document.activeElement || document.activeElement.name !== 'feedback') {
-      location.reload();
-    }
-  });
+function changed(present) {
+  const typing = document.activeElement && document.activeElement.name === 'feedback';
+  if (present !== undefined && !typing) location.reload();
 }
+asks.addEventListener('permission.asked', (ev) => {
+  const id = JSON.parse(ev.data).ask.id;
+  changed(shown().has(id) ? undefined : id);
+});
+asks.addEventListener('permission.replied', (ev) => {
+  const id = JSON.parse(ev.data).ask_id;
+  changed(shown().has(id) ? id : undefined);
+});
 </script>"""
 
 

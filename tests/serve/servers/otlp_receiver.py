@@ -29,7 +29,7 @@ def value(v: Any) -> Any:
 
 
 class Receiver(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("content-length", "0")))
         request = ExportTraceServiceRequest()
         request.ParseFromString(body)
