@@ -29,6 +29,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from bridges.manifest_overrides import OverrideConfig
+from bridges.manifest_profiles import PROFILE_NAME, ProfileConfig, RateLimitConfig
+
 MANIFEST_SUFFIXES = (".json", ".toml")
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
 _SECRET_KEYS = frozenset({"env", "headers"})
@@ -148,6 +151,9 @@ class ManifestFile(BaseModel):
     plugins: list[str] = []
     bounds: dict[str, Any] = {}
     codemode: Literal["direct", "codemode", "both"] | None = None
+    profiles: dict[str, Any] = {}
+    default_profile: str | None = None
+    rate_limits: dict[str, Any] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +191,13 @@ class ManifestSet:
     ask_timeout: float | None = None
     problems: list[ManifestProblem] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    profiles: dict[str, Sourced] = field(default_factory=dict)
+    default_profile: Sourced | None = None
+    rate_limits: dict[str, Sourced] = field(default_factory=dict)
+    """Per-tool rate limits by effective name or glob (`[rate_limits."<glob>"]`)."""
+    overrides: list[Sourced] = field(default_factory=list)
+    """Tool overrides in file order: `[tools.overrides."<glob>"]` (key = the glob, value =
+    the raw table) and server-level ones (key = `<server>:<glob>`)."""
 
     @property
     def errors(self) -> list[ManifestProblem]:
@@ -303,6 +316,7 @@ def load_manifests(
         return result
     for path in files:
         _load_one(path, env, result, tool_validator)
+    _check_profiles(result)
     return result
 
 
@@ -331,12 +345,26 @@ def _load_one(
             result.problems.append(ManifestProblem(
                 name, f"$.{key}", "unknown top-level key, ignored", severity="note",
                 hint="known keys: mcpServers (or servers), tools, permissions, plugins, bounds, "
-                "codemode",
+                "codemode, profiles, default_profile, rate_limits",
             ))
     for key, raw in top.mcpServers.items():
         _load_server(name, key, raw, env, result)
     for key, raw in top.tools.items():
+        if key == "overrides" and isinstance(raw, dict) and "kind" not in raw:
+            for glob, table in raw.items():
+                _load_override(name, _key_path("$.tools.overrides", glob), glob, table, result)
+            continue
         _load_tool(name, key, raw, env, result, tool_validator)
+    for key, raw in top.profiles.items():
+        _load_profile(name, key, raw, env, result)
+    for key, raw in top.rate_limits.items():
+        base = _key_path("$.rate_limits", key)
+        try:
+            result.rate_limits[key] = Sourced(name, key, RateLimitConfig.model_validate(raw))
+        except ValidationError as exc:
+            result.problems.extend(_validation_problems(name, base, exc))
+    if top.default_profile is not None:
+        result.default_profile = Sourced(name, "default_profile", top.default_profile)
     _load_permissions(name, top.permissions, env, result)
     for i, plugin in enumerate(top.plugins):
         if not re.fullmatch(r"[\w.]+:[\w.]+", plugin):
@@ -382,6 +410,11 @@ def _load_server(
     value = _interpolated(file, base, raw, env, result)
     if value is None:
         return
+    if isinstance(value, dict) and isinstance(value.get("overrides"), dict):
+        value = dict(value)
+        for glob, table in value.pop("overrides").items():
+            path = _key_path(f"{base}.overrides", glob)
+            _load_override(file, path, f"{key}:{glob}", table, result)
     try:
         config = ServerConfig.model_validate(value)
     except ValidationError as exc:
@@ -421,6 +454,73 @@ def _load_tool(
     result.problems.extend(problems)
     if parsed is not None:
         result.tools[key] = Sourced(file, key, parsed)
+
+
+def _load_override(file: str, base: str, key: str, raw: Any, result: ManifestSet) -> None:
+    try:
+        result.overrides.append(Sourced(file, key, OverrideConfig.model_validate(raw)))
+    except ValidationError as exc:
+        result.problems.extend(_validation_problems(
+            file, base, exc, hint="see docs/profiles.md for the keys of a tool override"
+        ))
+
+
+def _load_profile(
+    file: str, key: str, raw: Any, env: Mapping[str, str], result: ManifestSet
+) -> None:
+    base = _key_path("$.profiles", key)
+    if not PROFILE_NAME.fullmatch(key):
+        result.problems.append(ManifestProblem(
+            file, base, f"profile name {key!r} is not allowed",
+            hint="use 1-64 letters, digits, '_' or '-' (it becomes a URL path: /mcp/NAME)",
+        ))
+        return
+    if key in result.profiles:
+        result.problems.append(ManifestProblem(
+            file, base, f"profile {key!r} is already defined in {result.profiles[key].file}",
+            hint="this one is ignored",
+        ))
+        return
+    value = _interpolated(file, base, raw, env, result)
+    if value is None:
+        return
+    try:
+        config = ProfileConfig.model_validate(value)
+    except ValidationError as exc:
+        result.problems.extend(_validation_problems(
+            file, base, exc, hint="see docs/profiles.md for the keys of a profile"
+        ))
+        return
+    result.profiles[key] = Sourced(file, key, config)
+
+
+def _check_profiles(result: ManifestSet) -> None:
+    """Cross-file checks: profiles name declared servers; `default_profile` is declared."""
+    for key, sourced in list(result.profiles.items()):
+        config: ProfileConfig = sourced.value
+        base = _key_path("$.profiles", key)
+        lists = [("servers", config.servers or [])]
+        for which in ("resources", "prompts"):
+            value = getattr(config, which)
+            if isinstance(value, list):
+                lists.append((which, value))
+        for which, servers in lists:
+            for i, server in enumerate(servers):
+                if server not in result.servers:
+                    known = ", ".join(sorted(result.servers)) or "(none)"
+                    result.problems.append(ManifestProblem(
+                        sourced.file, f"{base}.{which}[{i}]",
+                        f"profile {key!r} names server {server!r}, which no manifest defines",
+                        hint=f"known servers: {known}",
+                    ))
+    chosen = result.default_profile
+    if chosen is not None and chosen.value not in result.profiles:
+        known = ", ".join(sorted(result.profiles)) or "(none)"
+        result.problems.append(ManifestProblem(
+            chosen.file, "$.default_profile",
+            f"default_profile {chosen.value!r} is not a declared profile",
+            hint=f"declare [profiles.{chosen.value}] or use one of: {known}",
+        ))
 
 
 def _load_permissions(
@@ -464,8 +564,24 @@ def manifest_json_schema() -> dict[str, Any]:
     entry = tool_entry_json_schema()
     defs.update(entry.pop("$defs", {}))
     defs["ManifestTool"] = entry
+    models: tuple[type[BaseModel], ...] = (ProfileConfig, RateLimitConfig, OverrideConfig)
+    for model in models:
+        part: dict[str, Any] = model.model_json_schema(ref_template="#/$defs/{model}")
+        defs.update(part.pop("$defs", {}))
+        defs[model.__name__] = part
+    overrides: dict[str, Any] = {
+        "type": "object", "additionalProperties": {"$ref": "#/$defs/OverrideConfig"},
+        "description": "tool overrides by effective name or glob",
+    }
+    defs["ServerConfig"]["properties"]["overrides"] = {
+        **overrides, "description": "tool overrides by upstream name or glob"}
     props["tools"] = {"type": "object", "additionalProperties": {"$ref": "#/$defs/ManifestTool"},
+                      "properties": {"overrides": overrides},
                       "description": "manifest tools (kind = http | command)"}
+    props["profiles"] = {"type": "object", "additionalProperties": {
+        "$ref": "#/$defs/ProfileConfig"}, "propertyNames": {"pattern": PROFILE_NAME.pattern}}
+    props["rate_limits"] = {"type": "object", "additionalProperties": {
+        "$ref": "#/$defs/RateLimitConfig"}, "description": "per-tool rate limits by glob"}
     schema["title"] = "mcp-sidecar manifest"
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     return schema

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from managed_store.errors import ManagedStoreError
+from managed_store.layout import create_private_file
 from managed_store.refs import ManagedRef
 
 MARK_BYTES = 64 * 1024
@@ -77,6 +78,7 @@ class Index:
     def open(cls, path: Path) -> Index:
         # Autocommit mode: transactions are explicit, so a failed insert can never leave a
         # half-open transaction behind for the next caller.
+        create_private_file(path)
         conn = sqlite3.connect(path, isolation_level=None)
         try:
             conn.execute("PRAGMA journal_mode=WAL")

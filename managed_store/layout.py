@@ -71,6 +71,17 @@ class StoreLayout:
         return found
 
 
+def private_opener(path: str, flags: int) -> int:
+    """An `opener` for `open()` that creates files 0600 (tool output may hold secrets)."""
+    return os.open(path, flags | os.O_NOFOLLOW, 0o600)
+
+
+def create_private_file(path: Path) -> None:
+    """Create `path` empty and 0600 unless it exists: for the index, before SQLite opens it
+    (SQLite gives its `-wal` and `-shm` files the database file's mode)."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+
+
 def fsync_dir(path: Path) -> None:
     """Make a rename or unlink inside `path` durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)

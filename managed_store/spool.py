@@ -29,7 +29,7 @@ from typing import BinaryIO, ParamSpec, Self, TypeVar
 
 from managed_store.errors import ManagedStoreError, RetentionError, StoreClosed
 from managed_store.index import MARK_BYTES, LineMark
-from managed_store.layout import describe_os_error, unlink_quietly
+from managed_store.layout import describe_os_error, private_opener, unlink_quietly
 from managed_store.newlines import newlines_at
 from managed_store.refs import ManagedRef
 
@@ -112,7 +112,7 @@ class TempObject:
             if self._state is not _TempState.PENDING:
                 return  # discarded before this job ran: it must not resurrect the file
             try:
-                self._file = self._path.open("xb")
+                self._file = open(self._path, "xb", opener=private_opener)
             except OSError as exc:
                 self._state = _TempState.DISCARDED
                 raise RetentionError(

@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 from bridges.manifest import load_manifests, manifest_json_schema
 from bridges.manifest_tools import manifest_tool_validator
 from sidecar.serve.replay import FORMATS
+from sidecar.serve.serve_policy import UnsafeConfiguration
+from sidecar.state_dir import UnsafeStateDir
 
 if TYPE_CHECKING:
     from sidecar.cli_backends import Backend
@@ -74,8 +76,11 @@ def _parser() -> argparse.ArgumentParser:
                          "entropy (also $SIDECAR_ALLOW_WEAK_TOKEN=1)")
     serve_p.add_argument("--allowed-host", action="append", default=[], metavar="HOST",
                          help="an extra Host/Origin name to accept (repeatable)")
-    sub.add_parser("stdio", parents=[common],
-                   help="run the daemon as an MCP server over stdin/stdout")
+    stdio_p = sub.add_parser("stdio", parents=[common],
+                             help="run the daemon as an MCP server over stdin/stdout")
+    stdio_p.add_argument("--profile", default=os.environ.get("SIDECAR_PROFILE") or None,
+                         help="serve this profile's tools (default $SIDECAR_PROFILE, else the "
+                         "default profile)")
     tools = sub.add_parser("tools", parents=[client], help="list the effective tools")
     tools.add_argument("--format", choices=FORMATS, default=None,
                        help="print definitions in a provider format (JSON)")
@@ -194,11 +199,13 @@ def _print_health(report: dict[str, Any], as_json: bool) -> int:
     return EXIT_OK if report["status"] == "ok" else EXIT_TOOL_ERROR
 
 
-async def stdio(*, state_dir: str | None, manifests: list[str]) -> None:
+async def stdio(
+    *, state_dir: str | None, manifests: list[str], profile: str | None = None
+) -> None:
     """`sidecar.daemon.stdio`, imported when called (after `_import_daemon`)."""
     from sidecar.daemon import stdio as run_stdio
 
-    await run_stdio(state_dir=state_dir, manifests=manifests)
+    await run_stdio(state_dir=state_dir, manifests=manifests, profile=profile)
 
 
 async def serve(
@@ -290,11 +297,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "stdio":
         _configure_logging()  # stderr only: stdout carries MCP messages
         _import_daemon(args)
-        _run(stdio(state_dir=args.state_dir, manifests=_manifests(args)), daemon=True)
+        from sidecar.profiles import UnknownProfile
+
+        try:
+            _run(stdio(state_dir=args.state_dir, manifests=_manifests(args),
+                       profile=args.profile), daemon=True)
+        except (UnknownProfile, UnsafeStateDir) as exc:
+            print(f"sidecar: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         return EXIT_OK
     if args.command == "serve":
-        from sidecar.serve.serve_policy import UnsafeConfiguration
-
         _configure_logging()
         _import_daemon(args)
         try:
@@ -303,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                        allow_weak_token=args.allow_weak_token,
                        allow_no_auth_on_network=args.allow_no_auth_on_network),
                  daemon=True)
-        except UnsafeConfiguration as exc:
+        except (UnsafeConfiguration, UnsafeStateDir) as exc:
             print(f"sidecar: {exc}", file=sys.stderr)
             return EXIT_USAGE
         return EXIT_OK
@@ -315,6 +327,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sidecar: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except Refused as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except UnsafeStateDir as exc:
         print(f"sidecar: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except json.JSONDecodeError as exc:

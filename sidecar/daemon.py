@@ -8,7 +8,8 @@ context manager that owns every resource it opens and closes them in reverse ord
 
 State lives in one directory (`state_dir`, default `$SIDECAR_STATE_DIR`, else
 `$XDG_STATE_HOME/mcp-sidecar`, else `~/.local/state/mcp-sidecar`): `outcomes.sqlite`,
-`permissions.sqlite` and `managed/` (retained text).
+`permissions.sqlite` and `managed/` (retained text). It is private: created 0700 with every
+file in it 0600, and refused when others can write it (`sidecar.state_dir`).
 """
 
 from __future__ import annotations
@@ -53,9 +54,11 @@ from sidecar.outcome_log import SqliteOutcomeLog
 from sidecar.permission import PermissionRule
 from sidecar.permission_service import PermissionService
 from sidecar.plugins import PluginHost
+from sidecar.profiles import Profiles
 from sidecar.registry import Registry, Tools, application_registry
 from sidecar.seam import Seam
 from sidecar.snapshot import Snapshot, SnapshotStore, select
+from sidecar.state_dir import prepare_state_dir, write_private_file
 from sidecar.tool import DEFAULT_BOUNDS, Bounds
 
 DEFAULT_RETENTION_SECONDS = 7 * 86400
@@ -114,6 +117,7 @@ class Location:
         self.sandbox: Sandbox | None = None
         self.codemode: CodeModeSetting = "direct"
         self.codemode_limits: CodeModeLimits = DEFAULT_LIMITS
+        self.profiles = Profiles()
         self.history: CallHistory | None = None
         """Every settled call (`GET /v1/calls`, `sidecar calls`); None when not durable."""
         self.audit = AuditSettings()
@@ -164,6 +168,9 @@ class Location:
         """
         root_dir = await asyncio.to_thread(Path(root).resolve)
         state = Path(state_dir) if state_dir is not None else default_state_dir()
+        loosened = await asyncio.to_thread(prepare_state_dir, state)  # or UnsafeStateDir
+        if loosened is not None:
+            log.warning("%s", loosened)
         async with AsyncExitStack() as stack:
             store = await ManagedStore.open(
                 state / "managed", ttl_seconds=retention_seconds, quota_bytes=store_quota_bytes
@@ -223,6 +230,7 @@ class Location:
         hide_denied: bool = True,
         codemode: CodeModeSetting | None = None,
         keep: bool = True,
+        profile: str | None = None,
     ) -> Snapshot:
         """Capture the effective tools for one model request and keep it addressable by id.
 
@@ -233,12 +241,17 @@ class Location:
         `execute`/`search_tools`/`describe_tools` built-ins, or both. `keep=False` returns a
         snapshot that is not kept by id (`location.snapshots`): for a listing, or a holder that
         keeps the snapshot itself, so that it never evicts one a caller will look up.
+        `profile` names a profile (`sidecar.profiles`; None: the default one): only its tools
+        are captured, served its way; an undeclared name raises `UnknownProfile`.
         """
-        effective = self.registry.effective()
+        chosen = self.profiles.resolve(profile)
+        effective = self.profiles.entries(chosen, self.registry.effective())
         entries = select(effective, allow, deny)
         removed = set(effective) - set(entries)
         if hide_denied:
-            denied = self.permissions.outright_denial(session_id or "")
+            denied = self.permissions.outright_denial(
+                session_id or "", chosen.rules if chosen is not None else ()
+            )
             removed.update(
                 name for name, entry in entries.items()
                 if denied(entry.tool.permission_action or name)
@@ -247,11 +260,13 @@ class Location:
             kept = tuple(e.definition for n, e in entries.items() if n not in removed)
             removed.update(hook(session_id, kept) or ())
         captured = {n: e for n, e in entries.items() if n not in removed}
+        mode = codemode or (chosen.codemode if chosen is not None else None) or self.codemode
         snapshot = codemode_snapshot(
-            self.seam, captured, mode=codemode or self.codemode, sandbox=self.sandbox,
+            self.seam, captured, mode=mode, sandbox=self.sandbox,
             limits=self.codemode_limits, session_id=session_id, final_step=final_step,
             removed=removed,
         )
+        snapshot.profile = chosen.name if chosen is not None else self.profiles.default_name
         return self.snapshots.add(snapshot) if keep else snapshot
 
     async def health(self) -> dict[str, Any]:
@@ -373,7 +388,9 @@ async def serve(
 
         @asynccontextmanager
         async def announce() -> AsyncIterator[None]:
-            await asyncio.to_thread(info.write_text, json.dumps({"url": url, "pid": os.getpid()}))
+            await asyncio.to_thread(
+                write_private_file, info, json.dumps({"url": url, "pid": os.getpid()})
+            )
             print(f"sidecar: listening on {url}", file=sys.stderr, flush=True)
             try:
                 yield
@@ -424,6 +441,9 @@ def _serve_token(
         weak_tokens_allowed,
     )
 
+    loosened = prepare_state_dir(state)  # before the token file is read or created
+    if loosened is not None:
+        print(f"sidecar: warning: {loosened}", file=sys.stderr, flush=True)
     if not auth:
         warning = check_no_auth(host, allow_on_network=allow_no_auth_on_network)
         print(f"sidecar: {warning}", file=sys.stderr, flush=True)
@@ -447,14 +467,17 @@ async def stdio(
     root: str | os.PathLike[str] = ".",
     state_dir: str | os.PathLike[str] | None = None,
     manifests: Sequence[str | os.PathLike[str]] = (),
+    profile: str | None = None,
 ) -> None:
     """`sidecar stdio`: the same daemon speaking MCP over its own stdin/stdout until stdin
-    closes. Only MCP messages go to stdout; logs go to stderr."""
+    closes. Only MCP messages go to stdout; logs go to stderr. `profile`: the profile served
+    (None: the default one); an undeclared name raises `UnknownProfile` before serving."""
     from sidecar.serve.mcp_facade import serve_stdio
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
     async with _daemon_location(root, state, manifests) as location:
-        await serve_stdio(location)
+        location.profiles.resolve(profile)
+        await serve_stdio(location, profile=profile)
 
 
 @asynccontextmanager

@@ -32,12 +32,14 @@ from bridges.manifest import (
     load_manifests,
 )
 from bridges.manifest import manifest_files as manifest_files_of
+from bridges.manifest_profiles import ProfileConfig
 from bridges.manifest_tools import ManifestTools, manifest_tool_validator
 from bridges.mcp import ServerPool
 from sidecar.errors import RegistrationError
 from sidecar.events import ManifestsReloaded, ServerHealthChanged
 from sidecar.permission import PermissionRule
 from sidecar.plugins import entry_point_refs
+from sidecar.profiles import Profile
 from sidecar.tool import Bounds
 
 if TYPE_CHECKING:
@@ -51,6 +53,30 @@ def location_bounds(loaded: ManifestSet, base: Bounds) -> Bounds:
     if configured.max_bytes is None and configured.max_lines is None:
         return base
     return Bounds(configured.max_bytes, configured.max_lines).over(base)
+
+
+def profile_of(name: str, config: ProfileConfig) -> Profile:
+    """A manifest's `[profiles.NAME]` table as the core's `Profile`."""
+    bounds = config.bounds
+    return Profile(
+        name=name,
+        description=config.description,
+        include=tuple(config.include) if config.include is not None else None,
+        exclude=tuple(config.exclude),
+        servers=tuple(config.servers) if config.servers is not None else None,
+        hints=config.hints(),
+        codemode=config.codemode,
+        bounds=(
+            Bounds(bounds.max_bytes, bounds.max_lines)
+            if bounds.max_bytes is not None or bounds.max_lines is not None else None
+        ),
+        rules=tuple(
+            PermissionRule(r.action, r.decision, r.resource) for r in config.permissions.rules
+        ),
+        resources=config.resources if isinstance(config.resources, bool)
+        else tuple(config.resources),
+        prompts=config.prompts if isinstance(config.prompts, bool) else tuple(config.prompts),
+    )
 
 
 def _report(problems: Sequence[ManifestProblem]) -> list[dict[str, Any]]:
@@ -159,6 +185,11 @@ class ManifestSources:
             location.permissions.ask_timeout = loaded.ask_timeout
         location.seam.bounds = location_bounds(loaded, self._base_bounds)
         location.codemode = loaded.codemode or self._base_codemode
+        default = loaded.default_profile
+        location.profiles.set(
+            {key: profile_of(key, sourced.value) for key, sourced in loaded.profiles.items()},
+            default.value if default is not None and default.value in loaded.profiles else None,
+        )
 
     async def _sync_plugins(self, loaded: ManifestSet) -> None:
         refs = [*self._plugins, *(p.value for p in loaded.plugins)]

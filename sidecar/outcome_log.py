@@ -50,8 +50,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from sidecar import json_depth
 from sidecar.errors import CallIdConflict, SidecarError
 from sidecar.outcome import Outcome
+from sidecar.state_dir import PRIVATE_DIR_MODE, create_private_file
 from sidecar.tool import ToolContext
 
 T = TypeVar("T")
@@ -117,8 +119,8 @@ def call_fingerprint(tool: str, raw_input: Any, session_id: str, agent: str) -> 
     agent. A hex digest."""
     if isinstance(raw_input, str | bytes):
         try:
-            raw_input = json.loads(raw_input)
-        except ValueError:
+            raw_input = json_depth.loads(raw_input)
+        except ValueError:  # too deep included: the seam then refuses it as invalid_input
             raw_input = raw_input.decode("utf-8", "replace") if isinstance(raw_input, bytes) \
                 else raw_input
     canonical = json.dumps([tool, raw_input, session_id, agent], sort_keys=True,
@@ -309,7 +311,8 @@ class SqliteOutcomeLog:
             raise OutcomeLogError(f"outcome log {self._path}: {exc}") from exc
 
     def _connect(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        create_private_file(self._path)  # 0600 from the start; SQLite's -wal/-shm follow it
         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")

@@ -13,7 +13,8 @@ feedback: the model can continue). The registry never authorizes on its own.
 Rules: `action` glob over permission actions (a tool's effective name unless it sets
 `permission_action`), optional `resource` glob, `decision` allow | deny | ask. Layers, later
 wins: daemon defaults < Location manifest < persisted `always` rules < session rules; within
-a layer the last matching rule wins. With no matching rule the request's `default` decides
+a layer the last matching rule wins. The rules of the profile a call came through
+(`SCOPE_RULES`) come last of all. With no matching rule the request's `default` decides
 (bridges derive it from MCP annotations and the server's manifest), else allow.
 
 Replies to an ask: `once` (this request only), `always` (persisted as a rule for the session
@@ -26,6 +27,7 @@ from __future__ import annotations
 import fnmatch
 import secrets
 from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -80,6 +82,11 @@ class PendingAsk:
             "metadata": dict(r.metadata),
             "created_at": self.created_at,
         }
+
+
+SCOPE_RULES: ContextVar[tuple[PermissionRule, ...]] = ContextVar("SCOPE_RULES", default=())
+"""The permission rules of the profile a call was made through (`sidecar.profiles` sets it
+around the tool's `execute`); they are the last layer, so they win over every other."""
 
 
 class PermissionGate(Protocol):

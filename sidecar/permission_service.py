@@ -20,6 +20,7 @@ from sidecar import tracing
 from sidecar.errors import SidecarError, ToolFailure
 from sidecar.events import EventSink, PermissionAsked, PermissionReplied
 from sidecar.permission import (
+    SCOPE_RULES,
     Decision,
     PendingAsk,
     PermissionRequest,
@@ -30,6 +31,7 @@ from sidecar.permission import (
     denied,
     new_ask_id,
 )
+from sidecar.state_dir import PRIVATE_DIR_MODE, create_private_file
 
 T = TypeVar("T")
 RuleScope = Literal["session", "location"]
@@ -110,6 +112,7 @@ class PermissionService:
             self._always_location,
             self._always_session.get(session_id, ()),
             self._session_rules.get(session_id, ()),
+            SCOPE_RULES.get(),
         ]
 
     def decision(
@@ -119,10 +122,14 @@ class PermissionService:
         found = decide(self.layers(session_id), action, resources)
         return found or default or "allow"
 
-    def outright_denial(self, session_id: str) -> Callable[[str], bool]:
+    def outright_denial(
+        self, session_id: str, extra: Sequence[PermissionRule] = ()
+    ) -> Callable[[str], bool]:
         """A test of whether a rule without a resource condition denies an action, for
-        catalog hiding; the session's rules are gathered once, not per tool."""
-        rules = [r for layer in self.layers(session_id) for r in layer if r.resource is None]
+        catalog hiding; the session's rules are gathered once, not per tool. `extra`: a
+        profile's rules (the last layer)."""
+        layers = [*self.layers(session_id), extra]
+        rules = [r for layer in layers for r in layer if r.resource is None]
         if not any(r.decision == "deny" for r in rules):
             return lambda action: False
         return lambda action: decide([rules], action, ()) == "deny"
@@ -222,7 +229,8 @@ class PermissionService:
 
     def _connect(self) -> None:
         assert self._path is not None
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        create_private_file(self._path)  # 0600 from the start; SQLite's -wal/-shm follow it
         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.executescript(_SCHEMA)

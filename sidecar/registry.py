@@ -11,7 +11,7 @@ so closing it reveals the next-latest one. The caller's mapping is copied: mutat
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -51,11 +51,16 @@ class ToolDefinition:
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One effective tool: the captured value, its authored key and its definition."""
+    """One effective tool: the captured value, its authored key and its definition.
+
+    `origin` is the label of the registration that holds it (`mcp:<server key>` for an MCP
+    server's tools, `builtin`, `manifest-tools`, a plugin's label): profiles select by it.
+    """
 
     tool: Tool
     key: str
     definition: ToolDefinition
+    origin: str = ""
 
 
 def _definition(name: str, key: str, tool: Tool) -> ToolDefinition:
@@ -103,8 +108,15 @@ class Registration:
     __slots__ = ("entries", "label")
 
     def __init__(self, entries: Mapping[str, Entry], label: str) -> None:
-        self.entries: Mapping[str, Entry] = MappingProxyType(dict(entries))
         self.label = label
+        self.entries: Mapping[str, Entry] = self.stamped(entries)
+
+    def stamped(self, entries: Mapping[str, Entry]) -> Mapping[str, Entry]:
+        """`entries` with this registration's label as their `origin`."""
+        return MappingProxyType({
+            n: e if e.origin == self.label else replace(e, origin=self.label)
+            for n, e in entries.items()
+        })
 
 
 class Scope:
@@ -210,7 +222,7 @@ class Registry:
         return lambda: self._listeners.remove(listener)
 
     def _replace(self, registration: Registration, entries: Mapping[str, Entry]) -> None:
-        registration.entries = MappingProxyType(dict(entries))
+        registration.entries = registration.stamped(entries)
         self._changed()
 
     def _remove(self, registration: Registration) -> None:

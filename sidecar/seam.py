@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from managed_store import ManagedStoreError, TextStore
-from sidecar import tracing
+from sidecar import json_depth, tracing
 from sidecar.bounding import apply_preview, plan_bounding, scrub_surrogates
 from sidecar.call_history import SettledCall
 from sidecar.codec import Codec
@@ -332,7 +332,7 @@ def _input_bytes(raw_input: Any) -> int:
 def _decode(codec: Codec, raw: Any, name: str) -> Any:
     if isinstance(raw, str | bytes):
         try:
-            raw = json.loads(raw)
+            raw = json_depth.loads(raw)
         except ValueError as exc:
             raise _Failed(CallError(
                 ErrorKind.INVALID_INPUT,

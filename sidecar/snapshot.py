@@ -52,8 +52,8 @@ class Snapshot:
     `unknown_tool`."""
 
     __slots__ = (
-        "_entries", "created_at", "definitions", "final_step", "id", "removed", "seam",
-        "session_id",
+        "_entries", "created_at", "definitions", "final_step", "id", "profile", "removed",
+        "seam", "session_id",
     )
 
     def __init__(
@@ -75,6 +75,8 @@ class Snapshot:
         self.final_step = final_step
         self.removed = frozenset(removed) - self._entries.keys()
         self.created_at = time.monotonic()
+        self.profile: str | None = None
+        """The profile it was taken through (set by `Location.snapshot`)."""
 
     @property
     def tool_choice(self) -> Literal["auto", "none"]:

@@ -204,3 +204,16 @@ class Tool:
     def __eq__(self, other: object) -> bool:
         return self is other
 
+
+
+def tool_with(tool: Tool, **changes: Any) -> Tool:
+    """A new tool value like `tool` with some fields changed (`execute`, `input`, `bounds`,
+    ...): how profiles and overrides wrap a registered tool without touching it."""
+    fields: dict[str, Any] = {
+        "description": tool.description, "input": tool.input, "output": tool.output,
+        "execute": tool.execute, "title": tool.title, "namespace": tool.namespace,
+        "codemode": tool.codemode, "permission_action": tool.permission_action,
+        "annotations": tool.annotations, "bounds": tool.bounds, "meta": tool.meta,
+    }
+    fields.update(changes)
+    return Tool(**fields)

@@ -8,7 +8,6 @@ missing and unknown fields are 422 `invalid_body` naming the field. No input rea
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -23,7 +22,9 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from managed_store import InvalidPattern, InvalidRef, ManagedNotFound, SearchTimeout
+from sidecar import json_depth
 from sidecar.call_history import CallQuery, InvalidQuery
+from sidecar.json_depth import JsonTooDeep
 from sidecar.outcome import Outcome
 from sidecar.permission_service import UnknownAsk
 from sidecar.serve.by_definitions import ByDefinitions
@@ -38,6 +39,7 @@ from sidecar.serve.replay import (
     parse_format,
     result_for,
 )
+from sidecar.serve.security import profile_allowed
 from sidecar.snapshot import SnapshotExpired
 from sidecar.tool import ToolContext
 
@@ -85,6 +87,7 @@ class SnapshotBody(_Body):
     format: Format = "mcp"
     strict: bool = False
     codemode: Literal["direct", "codemode", "both"] | None = None
+    profile: Annotated[str, Field(min_length=1, max_length=64)] | None = None
 
 
 class ContextBody(_Body):
@@ -227,7 +230,9 @@ class Api:
                 )
             chunks.append(chunk)
         try:
-            data = json.loads(b"".join(chunks) or b"null")
+            data = json_depth.loads(b"".join(chunks) or b"null")
+        except JsonTooDeep as exc:
+            raise ApiError(400, "malformed_json", f"the body is not accepted: {exc}") from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise ApiError(400, "malformed_json", f"the body is not valid JSON: {exc}") from None
         if not isinstance(data, dict):
@@ -265,9 +270,21 @@ class Api:
 
     # --- endpoints -----------------------------------------------------------------------
 
+    def _profile(self, request: Request, name: str | None) -> str | None:
+        """`name` when this request may use that profile (None: the default one)."""
+        profiles = self.location.profiles
+        if name is not None and not profiles.exists(name):
+            raise ApiError(404, "unknown_profile", f"no profile named {name!r}; known "
+                           f"profiles: {', '.join(profiles.names())}", "profile")
+        if not profile_allowed(request.scope, name or profiles.default_name):
+            raise ApiError(403, "forbidden_profile", "this token does not reach profile "
+                           f"{name or profiles.default_name!r}", "profile")
+        return name
+
     async def list_tools(self, request: Request) -> Response:
         fmt = self._format(request)
-        snapshot = self.location.snapshot(hide_denied=False, keep=False)
+        profile = self._profile(request, request.query_params.get("profile"))
+        snapshot = self.location.snapshot(hide_denied=False, keep=False, profile=profile)
         return json_with({"format": fmt}, "tools",
                          self.definitions.encoded(fmt, snapshot.definitions))
 
@@ -276,6 +293,7 @@ class Api:
         snapshot = self.location.snapshot(
             session_id=body.session_id, allow=body.allow, deny=body.deny,
             final_step=body.final_step, codemode=body.codemode,
+            profile=self._profile(request, body.profile),
         )
         if body.strict:
             self._strict[snapshot.id] = None
@@ -284,6 +302,7 @@ class Api:
         return json_with({
             "id": snapshot.id,
             "session_id": body.session_id,
+            "profile": snapshot.profile,
             "tool_choice": snapshot.tool_choice,
             "format": body.format,
             "expires_in": self.location.snapshots.ttl_seconds,
@@ -296,6 +315,9 @@ class Api:
             snapshot = self.location.snapshots.get(request.path_params["snapshot_id"])
         except SnapshotExpired as exc:
             raise ApiError(404, "snapshot_expired", str(exc), "snapshot_id") from None
+        if not profile_allowed(request.scope, snapshot.profile or ""):
+            raise ApiError(403, "forbidden_profile", "this token does not reach profile "
+                           f"{snapshot.profile!r}", "snapshot_id")
         c = body.context
         context = ToolContext(c.session_id, c.agent, c.message_id, c.call_id)
         raw_input: Any = body.input
@@ -303,7 +325,7 @@ class Api:
         if snapshot.id in self._strict and entry is not None:
             if isinstance(raw_input, str):
                 try:
-                    raw_input = json.loads(raw_input)
+                    raw_input = json_depth.loads(raw_input)
                 except ValueError:
                     pass  # the seam reports invalid JSON as invalid_input
             raw_input = input_from_strict(entry.definition.input_schema, raw_input)

@@ -28,7 +28,8 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 def _errors(*codes: int) -> dict[str, Any]:
     names = {400: "Bad request", 401: "Missing or wrong bearer token",
-             403: "Host or Origin refused", 404: "Not found", 409: "Conflict",
+             403: "Host or Origin refused, or the token does not reach the profile",
+             404: "Not found", 409: "Conflict",
              413: "Body too large", 422: "Invalid body"}
     ref = {"$ref": "#/components/schemas/Error"}
     return {str(c): _json(ref, names[c]) for c in (401, 403, *codes)}
@@ -49,15 +50,17 @@ def openapi_document() -> dict[str, Any]:
     paths: dict[str, Any] = {
         "/v1/tools": {"get": {
             "summary": "Effective tool definitions in a provider format",
-            "parameters": [fmt],
-            "responses": {"200": _json(_OBJECT, "Definitions"), **_errors(400)},
+            "parameters": [fmt, _param("profile", "query", {"type": "string"})],
+            "responses": {"200": _json(_OBJECT, "Definitions"), **_errors(400, 404)},
         }},
         "/v1/snapshots": {"post": {
-            "summary": "Capture the tools for one model request",
+            "summary": "Capture the tools for one model request (through a profile: "
+                       "`profile`, default the default profile)",
             "requestBody": {"required": True, "content": {"application/json": {
                 "schema": snapshot}}},
-            "responses": {"201": _json(_OBJECT, "Snapshot id, definitions, tool_choice"),
-                          **_errors(400, 413, 422)},
+            "responses": {"201": _json(_OBJECT, "Snapshot id, profile, definitions, "
+                                                "tool_choice"),
+                          **_errors(400, 404, 413, 422)},
         }},
         "/v1/snapshots/{snapshot_id}/calls": {"post": {
             "summary": "Execute one call against a snapshot (idempotent per call_id); "

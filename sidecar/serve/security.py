@@ -26,6 +26,15 @@ from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+GRANT_KEY = "sidecar.grant"
+"""The ASGI scope key holding the profiles a scoped token reaches (absent: every profile)."""
+
+
+def profile_allowed(scope: Scope, profile: str) -> bool:
+    """Whether the request's token reaches `profile` (the all-access token reaches all)."""
+    grant: frozenset[str] | None = scope.get(GRANT_KEY)
+    return grant is None or profile in grant
+
 TOKEN_FILE = "token"
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
@@ -42,7 +51,7 @@ def load_or_create_token(state_dir: Path) -> tuple[str, bool]:
             return token, False
     except FileNotFoundError:
         pass
-    state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     token = secrets.token_urlsafe(32)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:

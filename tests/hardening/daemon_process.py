@@ -47,10 +47,10 @@ def run_cli(
 
 @contextmanager
 def serving(state: Path, *args: str, env: dict[str, str] | None = None,
-            manifests: Path | None = None) -> Iterator[Daemon]:
+            manifests: Path | None = None, umask: int = -1) -> Iterator[Daemon]:
     """`sidecar serve --port 0 ARGS...` until it says it listens; SIGTERM and reaped on exit."""
     proc = subprocess.Popen([*SIDECAR, "serve", "--port", "0", *args],
-                            env=env or sidecar_env(state, manifests),
+                            env=env or sidecar_env(state, manifests), umask=umask,
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     lines: list[str] = []
     try:

@@ -32,7 +32,6 @@ takes the SDK's path (a test asserts that the fast path is on).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -43,6 +42,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
+from sidecar import json_depth
 from sidecar.serve.mcp_facade.fastpath import (
     Asks,
     InFlight,
@@ -269,7 +269,7 @@ def _json_body(message: Message) -> dict[str, Any] | None:
     if message["type"] != "http.request" or message.get("more_body", False):
         return None
     try:
-        value = json.loads(message.get("body", b""))
+        value = json_depth.loads(message.get("body", b""))
     except ValueError:  # the SDK's path answers with its parse error
         return None
     return value if isinstance(value, dict) else None

@@ -50,6 +50,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from bridges.mcp.passthrough import InflightCall
 from sidecar.events import CallProgress, CallSettled
+from sidecar.profiles import UnknownProfile
 from sidecar.serve.by_definitions import ByDefinitions
 from sidecar.serve.mcp_facade import tools, upstream
 from sidecar.serve.mcp_facade.rounds import (
@@ -97,8 +98,12 @@ class McpFacade:
     `async with facade.attached():` around serving so registry changes and upstream traffic
     reach the sessions."""
 
-    def __init__(self, location: Location, *, session_id: str | None = None) -> None:
+    def __init__(
+        self, location: Location, *, session_id: str | None = None, profile: str | None = None
+    ) -> None:
         self.location = location
+        self.profile = profile
+        """The profile served (`sidecar.profiles`; None: the default one)."""
         self.sessions = Sessions(session_id)
         self.bus = InMemorySubscriptionBus()
         self._listings = ByDefinitions[types.ListToolsResult](4)
@@ -110,8 +115,10 @@ class McpFacade:
         # stdio: server-to-client requests go out through the transport wrapper (`fastpath`)
         self.requester: Callable[[Any, Any], Awaitable[Any]] | None = None
         self.notifier: Callable[[Any], Awaitable[None]] | None = None
-        self.upstreams = upstream.Upstreams(
-            lambda: location.sources.pool if location.sources is not None else None
+        pool = lambda: location.sources.pool if location.sources is not None else None  # noqa: E731
+        self.upstreams = upstream.Upstreams(pool, lambda key: self._passes(key, "resources"))
+        self.prompt_upstreams = upstream.Upstreams(
+            pool, lambda key: self._passes(key, "prompts")
         )
         with warnings.catch_warnings():  # logging/setLevel is deprecated in 2026-07-28 only
             warnings.simplefilter("ignore")
@@ -141,6 +148,27 @@ class McpFacade:
             lambda *a, **k: original(options, *a[1:], **k)
         )
 
+    # --- the profile served --------------------------------------------------------------
+
+    def snapshot(self, session_id: str) -> Snapshot:
+        """What one session's `tools/list` advertises now, through this facade's profile; a
+        profile removed by a reload advertises nothing (and every call fails)."""
+        try:
+            return self.location.snapshot(session_id=session_id, keep=False,
+                                          profile=self.profile)
+        except UnknownProfile:
+            return Snapshot(self.location.seam, {}, session_id=session_id)
+
+    def _passes(self, server: str, which: str) -> bool:
+        try:
+            chosen = self.location.profiles.resolve(self.profile)
+        except UnknownProfile:
+            return False
+        if chosen is None:
+            return True
+        return chosen.passes_resources(server) if which == "resources" else (
+            chosen.passes_prompts(server))
+
     # --- lifecycle -----------------------------------------------------------------------
 
     @asynccontextmanager
@@ -148,7 +176,9 @@ class McpFacade:
         """Follow registry changes and take the upstream relay while serving."""
         location = self.location
         self._changed = anyio.Event()
+        self._listed = self.snapshot("").definitions
         unsubscribe = location.registry.on_change(lambda: self._changed.set())
+        unsubscribe_profiles = location.profiles.on_change(lambda: self._changed.set())
         pool = location.sources.pool if location.sources is not None else None
         if pool is not None:
             pool.relay.target = self
@@ -163,20 +193,30 @@ class McpFacade:
             if pool is not None and pool.relay.target is self:
                 pool.relay.target = None
             unsubscribe()
+            unsubscribe_profiles()
 
     async def _push_changes(self) -> None:
         while True:
             await self._changed.wait()
             await anyio.sleep(CHANGE_DEBOUNCE)  # one push for a burst of changes
             self._changed = anyio.Event()
-            live = self.sessions.live()
-            for state in live:
+            # Only sessions whose listing changed hear of it: a change to one profile's tools
+            # (or to tools no profile of this facade serves) leaves the others alone.
+            listing = self.snapshot("").definitions
+            changed_here = listing != self._listed
+            self._listed = listing
+            for state in self.sessions.live():
                 if state.snapshot is not None:
-                    state.snapshot = self.location.snapshot(session_id=state.id, keep=False)
-            for state in live:
+                    before = state.snapshot.definitions
+                    state.snapshot = self.snapshot(state.id)
+                    if state.snapshot.definitions == before:
+                        continue
+                elif not changed_here:
+                    continue
                 if not state.modern:
                     await self._note(state.session, types.ToolListChangedNotification())
-            await self.bus.publish(ToolsListChanged())
+            if changed_here:
+                await self.bus.publish(ToolsListChanged())
 
     # --- tools ---------------------------------------------------------------------------
 
@@ -184,7 +224,7 @@ class McpFacade:
         self, ctx: Ctx, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         state = self.sessions.state(ctx)
-        snapshot = state.snapshot = self.location.snapshot(session_id=state.id, keep=False)
+        snapshot = state.snapshot = self.snapshot(state.id)
         modern = _modern(ctx)
         return self._listings.get(modern, snapshot.definitions,
                                   lambda: tools.tool_list(snapshot, modern=modern))
@@ -197,7 +237,7 @@ class McpFacade:
             return await self._resume(ctx, state.id, params)
         snapshot = state.snapshot
         if snapshot is None:
-            snapshot = state.snapshot = self.location.snapshot(session_id=state.id, keep=False)
+            snapshot = state.snapshot = self.snapshot(state.id)
         meta: dict[str, Any] = dict(params.meta) if params.meta is not None else {}
         client = ctx.session.client_params
         try:
@@ -244,7 +284,7 @@ class McpFacade:
     def fast_list(self, state: SessionState) -> dict[str, Any]:
         """`_list_tools` as the wire result the SDK's runner would send (the same dump and
         the same protocol-version sieve), cached per registry state and version."""
-        snapshot = state.snapshot = self.location.snapshot(session_id=state.id, keep=False)
+        snapshot = state.snapshot = self.snapshot(state.id)
         version = state.protocol_version or "2025-11-25"
 
         def build() -> dict[str, Any]:
@@ -463,12 +503,12 @@ class McpFacade:
         return True
 
     async def _list_prompts(self, ctx: Ctx, params: Any) -> types.ListPromptsResult:
-        return await upstream.list_prompts(self.upstreams)
+        return await upstream.list_prompts(self.prompt_upstreams)
 
     async def _get_prompt(
         self, ctx: Ctx, params: types.GetPromptRequestParams
     ) -> types.GetPromptResult:
-        return await upstream.get_prompt(self.upstreams, params)
+        return await upstream.get_prompt(self.prompt_upstreams, params)
 
     async def _complete(
         self, ctx: Ctx, params: types.CompleteRequestParams

@@ -37,6 +37,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from bridges.mcp.framing import LineFramer, OversizedLine, ParsedLine
+from sidecar import json_depth
 
 log = logging.getLogger("sidecar.mcp")
 
@@ -139,7 +140,7 @@ async def pipe_wire(
                     await anyio.sleep(0.01)
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_read_lines, reader, take_raw, to_sdk, unanswered, settled)
+            tg.start_soon(_read_lines, reader, take_raw, to_sdk, unanswered, settled, send_line)
             tg.start_soon(_write_messages, from_sdk, send_line, written, unanswered)
             try:
                 yield PipeWire(read, write, send_line)
@@ -166,6 +167,7 @@ async def _read_lines(
     sink: MemoryObjectSendStream[SessionMessage | Exception],
     unanswered: _Unanswered,
     settled: Callable[[], Awaitable[None]],
+    send_line: Callable[[bytes], Awaitable[None]],
 ) -> None:
     framer = LineFramer(MAX_LINE_BYTES)
     try:
@@ -176,32 +178,58 @@ async def _read_lines(
                 while (line := framer.pop()) is not None:
                     assert not isinstance(line, ParsedLine)  # lines are never streamed here
                     item = _parse(line, take_raw, unanswered)
-                    if item is not None:
+                    if isinstance(item, _Refused):
+                        log.debug("stdio: %s", item.message)
+                        await send_line(item.line())
+                    elif item is not None:
                         await sink.send(item)
             await settled()  # end of input: answer what was asked, briefly
     except (anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError):
         pass
 
 
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """A line answered with a JSON-RPC error at once (the SDK server would only log it)."""
+
+    code: int
+    message: str
+    request_id: Any = None
+
+    def line(self) -> bytes:
+        error = {"code": self.code, "message": self.message}
+        return json.dumps({"jsonrpc": "2.0", "id": self.request_id, "error": error}).encode() \
+            + b"\n"
+
+
 def _parse(
     line: bytes | OversizedLine, take_raw: Callable[[Any], bool], unanswered: _Unanswered
 ) -> Any:
-    """The item for the SDK server (a message, or the error it reports), or None."""
+    """The item for the SDK server (a message, or the error it reports), a `_Refused` line
+    to answer at once, or None."""
     if isinstance(line, OversizedLine):
         return ValueError(f"a request of {line.size:,} bytes is over {MAX_LINE_BYTES:,}; skipped")
     if len(line) < 16 and not line.strip():  # blank; a long line is never copied to check
         return None
     try:
-        value = json.loads(line)
-    except ValueError as exc:
-        return exc
+        value = json_depth.loads(line)
+    except ValueError as exc:  # JSON-RPC 2.0: a parse error is answered, with a null id
+        return _Refused(types.PARSE_ERROR, f"Parse error: {exc}")
     if take_raw(value):
         return None
-    unanswered.asked(value)
     try:
-        return SessionMessage(types.jsonrpc_message_adapter.validate_python(value, by_name=False))
+        message = types.jsonrpc_message_adapter.validate_python(value, by_name=False)
     except ValidationError as exc:
-        return exc
+        request_id = value.get("id") if isinstance(value, dict) else None
+        if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+            request_id = None
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "$"
+        return _Refused(types.INVALID_REQUEST,
+                        f"Invalid request: not a JSON-RPC 2.0 message ({where}: {first['msg']})",
+                        request_id)
+    unanswered.asked(value)
+    return SessionMessage(message)
 
 
 async def _write_messages(

@@ -15,14 +15,19 @@ from io import TextIOWrapper
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import anyio
+import mcp_types as types
 from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
+from mcp.server.transport_security import RequestBodyLimitMiddleware, TransportSecuritySettings
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sidecar import json_depth
+from sidecar.json_depth import JsonTooDeep
 from sidecar.serve.mcp_facade.fastpath import FastCalls
 from sidecar.serve.mcp_facade.http_fastpath import HttpFastPath
+from sidecar.serve.mcp_facade.profile_routes import ProfileEndpoints, http_manager
 from sidecar.serve.mcp_facade.server import McpFacade, new_session_id
 from sidecar.serve.mcp_facade.stdio_pipes import pipe_wire, pipes_available
 
@@ -33,14 +38,16 @@ MCP_PATH = "/mcp"
 
 
 async def serve_stdio(
-    location: Location, *, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None
+    location: Location, *, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None,
+    profile: str | None = None,
 ) -> None:
     """Serve one MCP client on stdin/stdout until stdin closes. Nothing else is written to
-    stdout: logs belong on stderr. One session id per call (`stdio-<hex>`).
+    stdout: logs belong on stderr. One session id per call (`stdio-<hex>`). `profile`: the
+    profile served (`sidecar.profiles`; None: the default one).
 
     On pipes (how agents start MCP servers) the wire runs on the event loop
     (`stdio_pipes`); otherwise, or with explicit streams, on the SDK's threaded transport."""
-    facade = McpFacade(location, session_id=new_session_id())
+    facade = McpFacade(location, session_id=new_session_id(), profile=profile)
     if stdin is None and stdout is None and pipes_available():
         # Until `FastCalls` exists every message takes the SDK's path (the handshake does).
         calls: list[FastCalls] = []
@@ -74,7 +81,9 @@ async def serve_stdio(
 
 
 def mcp_http(location: Location) -> tuple[list[BaseRoute], AbstractAsyncContextManager[Any]]:
-    """`(routes, lifespan)` for `build_app(extra_routes=routes, extra_lifespan=lifespan)`."""
+    """`(routes, lifespan)` for `build_app(extra_routes=routes, extra_lifespan=lifespan)`:
+    `/mcp` serves the default profile, `/mcp/{profile}` each declared one
+    (`profile_routes`)."""
     facade = McpFacade(location)
     manager = StreamableHTTPSessionManager(
         app=facade.server,
@@ -84,25 +93,71 @@ def mcp_http(location: Location) -> tuple[list[BaseRoute], AbstractAsyncContextM
     )
     fast_path = HttpFastPath(facade)
     fast_path.install(manager)
+    profiles = ProfileEndpoints(location, http_manager)
 
     @asynccontextmanager
     async def lifespan() -> AsyncIterator[None]:
-        async with facade.attached(), manager.run():
+        async with facade.attached(), manager.run(), profiles.lifespan():
             yield
 
     endpoint = McpEndpoint(manager, fast_path)
     routes: list[BaseRoute] = [
-        Route(MCP_PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"])
+        Route(MCP_PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"]),
+        Route(MCP_PATH + "/{profile}", endpoint=profiles, methods=["GET", "POST", "DELETE"]),
     ]
     return routes, lifespan()
 
 
 class McpEndpoint:
-    """The ASGI app of `/mcp`: the SDK's session manager, with `fast_path` installed on it."""
+    """The ASGI app of `/mcp`: the SDK's session manager, with `fast_path` installed on it.
+
+    Behind the manager's body-size limit (which joins the body into one message) a POST
+    body nested deeper than `MAX_JSON_DEPTH` is answered here, 400 with a JSON-RPC parse
+    error: the SDK's `json.loads` would raise `RecursionError`, a plain-text 500."""
 
     def __init__(self, manager: StreamableHTTPSessionManager, fast_path: HttpFastPath) -> None:
         self.manager = manager
         self.fast_path = fast_path
+        limit = manager.asgi_app
+        if isinstance(limit, RequestBodyLimitMiddleware):
+            limit.app = _DepthGuard(limit.app)
+        else:  # an SDK without the middleware: guard the whole app (bodies unjoined)
+            manager.asgi_app = _DepthGuard(limit)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.manager.asgi_app(scope, receive, send)
+
+
+class _DepthGuard:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        first = await receive()
+        body = first.get("body", b"") if first["type"] == "http.request" else b""
+        if not first.get("more_body", False) and _too_deep(body):
+            error = types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(
+                code=types.PARSE_ERROR, message=f"Parse error: {JsonTooDeep()}"))
+            response = Response(error.model_dump_json(by_alias=True, exclude_unset=True),
+                                status_code=400, media_type="application/json")
+            await response(scope, receive, send)
+            return
+        pending = [first]
+
+        async def replayed() -> Message:
+            return pending.pop() if pending else await receive()
+
+        await self.app(scope, replayed, send)
+
+
+def _too_deep(body: bytes) -> bool:
+    try:
+        json_depth.loads(body)
+    except JsonTooDeep:
+        return True
+    except ValueError:
+        return False  # malformed otherwise: the SDK answers it
+    return False

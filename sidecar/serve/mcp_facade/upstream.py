@@ -51,8 +51,13 @@ class Upstream:
 class Upstreams:
     """Per-upstream access through the pool (`pool()` may be None: no manifests loaded)."""
 
-    def __init__(self, pool: Callable[[], ServerPool | None]) -> None:
+    def __init__(
+        self, pool: Callable[[], ServerPool | None],
+        admits: Callable[[str], bool] | None = None,
+    ) -> None:
         self._pool = pool
+        self._admits = admits
+        """Which servers pass through (a profile's `resources`/`prompts`); None: all."""
 
     def _namespaces(self) -> dict[str, str]:
         pool = self._pool()
@@ -63,9 +68,11 @@ class Upstreams:
         if pool is None:
             return []
         namespaces = self._namespaces()
-        several = len(namespaces) > 1
+        several = len(namespaces) > 1  # over every server: prefixes never depend on a profile
         found = []
         for key, namespace in namespaces.items():
+            if self._admits is not None and not self._admits(key):
+                continue
             connection = pool.connection(key)
             if connection is not None:
                 found.append(Upstream(key, namespace, connection, several and namespace != ""))
