@@ -41,6 +41,10 @@ def _page(title: str, body: str, session: ConsoleSession, active: str, script: s
                         headers={"cache-control": "no-store"})
 
 
+def _events_url(events: EventLog) -> str:
+    return f"/ui/events?after={events.last_id}"
+
+
 class Console:
     def __init__(self, location: Location, events: EventLog, token: str | None) -> None:
         self.location = location
@@ -131,7 +135,8 @@ class Console:
             except InvalidQuery as exc:
                 raise _BadInput(str(exc)) from None
             body = pages.calls_page(rows, filters, cursor)
-        return _page("Calls", body, session, "calls", script=pages.LIVE_SCRIPT)
+        return _page("Calls", body, session, "calls",
+                     script=pages.LIVE_SCRIPT.replace("/ui/events", _events_url(self.events)))
 
     async def export(self, request: Request, session: ConsoleSession) -> Response:
         history = self.location.history
@@ -156,9 +161,15 @@ class Console:
             "content-disposition": f'attachment; filename="calls-{int(time.time())}.jsonl"'})
 
     async def live(self, request: Request, session: ConsoleSession) -> Response:
+        # `after`: the event id the page was rendered at, so nothing between the render and
+        # this stream's start is missed
+        raw = request.query_params.get("after", "")
+        after = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 18 else None
+        start = self.events.last_id if after is None else min(after, self.events.last_id)
+
         async def stream() -> AsyncIterator[str]:
             yield ": mcp-sidecar console\n\n"
-            async for event in self.events.follow(self.events.last_id):
+            async for event in self.events.follow(start):
                 yield event.sse()
 
         return StreamingResponse(stream(), media_type="text/event-stream",
@@ -167,7 +178,7 @@ class Console:
     async def asks(self, request: Request, session: ConsoleSession) -> Response:
         pending = self.location.permissions.pending()
         return _page("Permission asks", pages.asks_page(pending, session.csrf), session, "asks",
-                     script=pages.ASKS_SCRIPT)
+                     script=pages.ASKS_SCRIPT.replace("/ui/events", _events_url(self.events)))
 
     async def reply(self, request: Request, session: ConsoleSession) -> Response:
         form = await request.form()
