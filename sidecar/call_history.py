@@ -293,8 +293,11 @@ def _row(row: tuple[Any, ...]) -> CallRecord:
 class SqliteCallHistory:
     """The embedded call history: `history.sqlite` in the state directory, created 0600."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, retention_seconds: float | None = None) -> None:
         self._path = path
+        self.retention_seconds = retention_seconds
+        self._pruner: asyncio.Task[None] | None = None
+        self.pruned = 0
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._pending: list[CallRecord] = []
         self._lock = threading.Lock()
@@ -302,11 +305,28 @@ class SqliteCallHistory:
         self._db: sqlite3.Connection | None = None
 
     @classmethod
-    async def open(cls, path: Path) -> SqliteCallHistory:
-        history = cls(path)
+    async def open(cls, path: Path, *, retention_seconds: float | None = None,
+                   prune_interval: float | None = None) -> SqliteCallHistory:
+        """With `retention_seconds`, rows older than that are pruned every `prune_interval`
+        seconds (default: a tenth of the retention, between 1 s and 10 min), in batches."""
+        history = cls(path, retention_seconds)
         await asyncio.to_thread(history._connect)
         history._thread.start()
+        if retention_seconds is not None:
+            interval = prune_interval or min(600.0, max(1.0, retention_seconds / 10))
+            history._pruner = asyncio.create_task(history._prune_forever(interval),
+                                                  name="call-history-prune")
         return history
+
+    async def _prune_forever(self, interval: float) -> None:
+        assert self.retention_seconds is not None
+        while True:
+            try:
+                self.pruned += await self.prune(time.time() - self.retention_seconds)
+            except sqlite3.Error as exc:
+                log.warning("pruning the call history failed (retrying in %ss): %s",
+                            interval, exc)
+            await asyncio.sleep(interval)
 
     def _connect(self) -> None:
         self._path.parent.mkdir(parents=True, exist_ok=True)
@@ -425,6 +445,9 @@ class SqliteCallHistory:
                 return total
 
     async def aclose(self) -> None:
+        if self._pruner is not None:
+            self._pruner.cancel()
+            await asyncio.wait([self._pruner])  # never swallows our own cancellation
         self._jobs.put(None)
         await asyncio.to_thread(self._thread.join)
         if self._db is not None:

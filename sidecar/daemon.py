@@ -181,7 +181,8 @@ class Location:
             if durable:
                 outcomes = await SqliteOutcomeLog.open(state / "outcomes.sqlite")
                 stack.push_async_callback(outcomes.aclose)
-                history = await SqliteCallHistory.open(state / "history.sqlite")
+                history = await SqliteCallHistory.open(
+                    state / "history.sqlite", retention_seconds=retention_seconds)
                 stack.push_async_callback(history.aclose)
             events = EventBus()
             permissions = await PermissionService.open(

@@ -22,7 +22,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from managed_store import InvalidPattern, InvalidRef, ManagedNotFound, SearchTimeout
-from sidecar import json_depth
+from sidecar import json_depth, tracing
 from sidecar.call_history import CallQuery, InvalidQuery
 from sidecar.json_depth import JsonTooDeep
 from sidecar.outcome import Outcome
@@ -329,9 +329,10 @@ class Api:
                 except ValueError:
                     pass  # the seam reports invalid JSON as invalid_input
             raw_input = input_from_strict(entry.definition.input_schema, raw_input)
-        task = self.calls.start(
-            c.call_id, lambda: snapshot.execute(body.name, raw_input, context)
-        )
+        with tracing.continued(request.headers):  # the call's task starts in the client's trace
+            task = self.calls.start(
+                c.call_id, lambda: snapshot.execute(body.name, raw_input, context)
+            )
         if "respond-async" in request.headers.get("prefer", ""):
             return JSONResponse(
                 {"call_id": c.call_id, "status": "running"},

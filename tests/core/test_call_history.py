@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -120,3 +122,20 @@ def test_audit_modes() -> None:
     big = {"blob": "y" * 100_000}
     size, kept = AuditSettings("full").keep(big)
     assert size > 100_000 and "_omitted" in kept
+
+
+async def test_rows_past_the_retention_are_pruned_in_the_background(tmp_path: Path) -> None:
+    h = await SqliteCallHistory.open(tmp_path / "h.sqlite", retention_seconds=60,
+                                     prune_interval=0.05)
+    try:
+        now = time.time()
+        h.add(row(1, started_at=now - 3600))
+        h.add(row(2, started_at=now))
+        for _ in range(200):
+            rows, _ = await h.query(CallQuery())
+            if len(rows) == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert [r.call_id for r in rows] == ["c2"] and h.pruned == 1
+    finally:
+        await h.aclose()
