@@ -16,6 +16,7 @@ from managed_store.errors import (
     RetentionError,
     SearchTimeout,
     StoreClosed,
+    StoreInUse,
 )
 from managed_store.index import StoreStats
 from managed_store.pattern import MAX_PATTERN_CHARS, InvalidPattern
@@ -41,6 +42,7 @@ __all__ = [
     "SearchTimeout",
     "SpoolWriter",
     "StoreClosed",
+    "StoreInUse",
     "StoreStats",
     "TextSlice",
     "TextSpool",

@@ -13,6 +13,7 @@ offset, an invalid regex, an empty namespace) are plain `ValueError`s, raised be
         ├── RetentionError          a write could not be made durable (I/O error, disk full,
         │                           invalid UTF-8, quota impossible); nothing is left behind
         ├── SearchTimeout           a grep ran past its time limit
+        ├── StoreInUse              another live store (process) holds the root
         └── StoreClosed             the store (or spool) was used after it was closed
 
 A caller that shows errors to a model may pass `str(error)` through: messages name the cause
@@ -43,6 +44,10 @@ class RetentionError(ManagedStoreError):
 
 class SearchTimeout(ManagedStoreError):
     """A grep ran past its time limit (RE2 is linear, but a huge object is still huge)."""
+
+
+class StoreInUse(ManagedStoreError):
+    """Another store, in this or another process, has the root open (its lock is held)."""
 
 
 class StoreClosed(ManagedStoreError):

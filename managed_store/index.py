@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from managed_store.errors import ManagedStoreError
@@ -22,6 +22,8 @@ from managed_store.layout import create_private_file
 from managed_store.refs import ManagedRef
 
 MARK_BYTES = 64 * 1024
+WAL_LIMIT_BYTES = 4 * 1024 * 1024
+"""`journal_size_limit`: the WAL file is cut back to this whenever SQLite starts it over."""
 _SCHEMA_VERSION = 1
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS objects (
@@ -56,10 +58,14 @@ ORIGIN = LineMark(0, 0)
 
 @dataclass(frozen=True, slots=True)
 class StoreStats:
-    """What the store holds right now: number of objects and their total UTF-8 bytes."""
+    """What the store holds right now: number of objects and their total UTF-8 bytes; what it
+    evicted since it opened (by TTL, by quota); the bytes of its index files (database + WAL)."""
 
     count: int
     bytes: int
+    evicted_expired: int = field(default=0, compare=False)
+    evicted_quota: int = field(default=0, compare=False)
+    index_bytes: int = field(default=0, compare=False)
 
 
 def _ref(row: tuple[str, int, int, float, str]) -> ManagedRef:
@@ -85,6 +91,7 @@ class Index:
             # FULL, because the object file was fsynced before its row: a ref handed out must
             # survive a power cut as well as the file does.
             conn.execute("PRAGMA synchronous=FULL")
+            conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version not in (0, _SCHEMA_VERSION):
                 raise ManagedStoreError(
@@ -99,6 +106,10 @@ class Index:
 
     def close(self) -> None:
         self._conn.close()
+
+    def truncate_wal(self) -> None:
+        """Checkpoint the WAL whole and empty its file (after a cleanup: the store is quiet)."""
+        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def get(self, ref_id: str) -> ManagedRef | None:
         row = self._conn.execute(

@@ -18,7 +18,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from managed_store.errors import ManagedStoreError
+from managed_store.errors import StoreInUse
 from managed_store.refs import REF_ID_PATTERN
 
 TEMP_PREFIX = ".tmp-"
@@ -114,7 +114,7 @@ class StoreLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise ManagedStoreError(
+            raise StoreInUse(
                 f"managed store at {layout.root} is already open (in this or another process)"
             ) from None
         except BaseException:

@@ -13,6 +13,7 @@ the index. Nothing blocks the event loop.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import math
@@ -92,6 +93,8 @@ class ManagedStore:
         self._cleanup_task: asyncio.Task[None] | None = None
         self._closed = False
         self._last_created_at = 0.0
+        self._evicted_expired = 0
+        self._evicted_quota = 0
 
     @classmethod
     async def open(
@@ -260,7 +263,7 @@ class ManagedStore:
         return await self._on_index_thread(self._lookup, ref_id)
 
     async def stats(self) -> StoreStats:
-        return await self._on_index_thread(Index.totals)
+        return await self._on_index_thread(self._stats_sync)
 
     async def cleanup(self) -> int:
         """Evict expired objects, then the oldest until the store is within its quota.
@@ -380,7 +383,8 @@ class ManagedStore:
             if index is None:
                 raise StoreClosed("managed store is closed")
             self._policy.check_fits(written.size_bytes)
-            self._evict_sync(index, self._policy.over_quota(index, written.size_bytes))
+            self._evicted_quota += self._evict_sync(
+                index, self._policy.over_quota(index, written.size_bytes))
             ref_id = new_ref_id()
             final = self._layout.object_path(ref_id)
             os.rename(written.path, final)
@@ -407,8 +411,23 @@ class ManagedStore:
         return ref
 
     def _cleanup_sync(self, index: Index) -> int:
-        evicted = self._evict_sync(index, self._policy.expired(index, time.time()))
-        return evicted + self._evict_sync(index, self._policy.over_quota(index, 0))
+        expired = self._evict_sync(index, self._policy.expired(index, time.time()))
+        over = self._evict_sync(index, self._policy.over_quota(index, 0))
+        self._evicted_expired += expired
+        self._evicted_quota += over
+        try:
+            index.truncate_wal()
+        except sqlite3.Error as exc:  # the WAL stays as it is until the next cleanup
+            logger.warning("managed store: WAL checkpoint failed: %s", exc)
+        return expired + over
+
+    def _stats_sync(self, index: Index) -> StoreStats:
+        path = self._layout.index_path
+        index_bytes = sum(_size(p) for p in (path, path.with_name(path.name + "-wal")))
+        return dataclasses.replace(
+            index.totals(), evicted_expired=self._evicted_expired,
+            evicted_quota=self._evicted_quota, index_bytes=index_bytes,
+        )
 
     def _evict_sync(self, index: Index, victims: list[ManagedRef]) -> int:
         # Rows first: once the row is gone nobody can find the object; if we crash before the
@@ -445,6 +464,13 @@ def _call_read(
     ref: ManagedRef,
 ) -> TextSlice:
     return fn(path, ref, mark, offset, limit)
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _not_found(ref_id: str) -> ManagedNotFound:

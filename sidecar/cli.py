@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from bridges.manifest import load_manifests, manifest_json_schema
 from bridges.manifest_tools import manifest_tool_validator
+from sidecar import cli_tokens
 from sidecar.serve.replay import FORMATS
 from sidecar.serve.serve_policy import UnsafeConfiguration
 from sidecar.state_dir import UnsafeStateDir
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
 # (`_import_daemon`): those start on another core while the imports run.
 
 EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_STATE_IN_USE, EXIT_ADDRESS_IN_USE = 4, 5
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a process killed by SIGPIPE (128 + 13)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -99,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     read.add_argument("--limit", type=int, default=200, help="number of lines")
     read.add_argument("--pattern", default=None, help="regular expression to search for")
     sub.add_parser("health", parents=[client], help="per-server status")
+    cli_tokens.add_parser(sub, common)
     check = sub.add_parser("check", help="validate manifests without starting anything")
     check.add_argument("files", nargs="*", metavar="FILE", help="manifest files or directories")
     check.add_argument("--schema", action="store_true", help="print the manifest JSON Schema")
@@ -178,6 +182,18 @@ def _print_tools(tools: list[dict[str, Any]], args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _state_line(state: dict[str, Any]) -> str:
+    """The state directory's size by part, then what pruning and eviction removed."""
+    parts = ", ".join(f"{part} {size / 1e6:.1f} MB" for part, size in state["bytes"].items())
+    up = state.get("upkeep", {})
+    return (f"state: {state['total_bytes'] / 1e6:.1f} MB ({parts})\n"
+            f"  since start: {up.get('outcomes_pruned', 0)} outcomes pruned "
+            f"({up.get('outcomes_expired', 0)} expired call ids kept), "
+            f"{up.get('managed_evicted_expired', 0)} managed objects expired, "
+            f"{up.get('managed_evicted_quota', 0)} evicted over quota, "
+            f"{up.get('wal_truncations', 0)} WAL truncations")
+
+
 def _print_health(report: dict[str, Any], as_json: bool) -> int:
     if as_json:
         print(json.dumps(report, indent=2))
@@ -186,6 +202,8 @@ def _print_health(report: dict[str, Any], as_json: bool) -> int:
         colour = "32" if report["status"] == "ok" else "33"
         print(f"status: {style(report['status'], colour)}  tools: {report['tools']}  "
               f"store: {report['store']['objects']} objects, {report['store']['bytes']:,} bytes")
+        if report.get("state"):
+            print(_state_line(report["state"]))
         for name, server in sorted(report.get("servers", {}).items()):
             state = server.get("state", "?")
             mark = style(state, "32" if state == "ready" else "31")
@@ -291,34 +309,53 @@ def _run(coro: Any, *, daemon: bool = False) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader of stdout left (`sidecar call ... | head`). Point stdout at /dev/null so
+        # that the interpreter's last flush cannot fail again, and say it once.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        print("sidecar: stdout was closed before the output was written (broken pipe)",
+              file=sys.stderr)
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "check":
         return _check(args)
+    if args.command == "token":
+        from sidecar.daemon import default_state_dir
+
+        state = Path(args.state_dir) if args.state_dir else default_state_dir()
+        return int(_run(cli_tokens.run(args, state)))
     if args.command == "stdio":
         _configure_logging()  # stderr only: stdout carries MCP messages
         _import_daemon(args)
         from sidecar.profiles import UnknownProfile
 
         try:
-            _run(stdio(state_dir=args.state_dir, manifests=_manifests(args),
-                       profile=args.profile), daemon=True)
+            return _daemon_exit(args, lambda: _run(
+                stdio(state_dir=args.state_dir, manifests=_manifests(args),
+                      profile=args.profile), daemon=True))
         except (UnknownProfile, UnsafeStateDir) as exc:
             print(f"sidecar: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        return EXIT_OK
     if args.command == "serve":
         _configure_logging()
         _import_daemon(args)
         try:
-            _run(serve(state_dir=args.state_dir, manifests=_manifests(args), host=args.host,
-                       port=args.port, auth=not args.no_auth, allowed_hosts=args.allowed_host,
-                       allow_weak_token=args.allow_weak_token,
-                       allow_no_auth_on_network=args.allow_no_auth_on_network),
-                 daemon=True)
+            return _daemon_exit(args, lambda: _run(
+                serve(state_dir=args.state_dir, manifests=_manifests(args), host=args.host,
+                      port=args.port, auth=not args.no_auth, allowed_hosts=args.allowed_host,
+                      allow_weak_token=args.allow_weak_token,
+                      allow_no_auth_on_network=args.allow_no_auth_on_network),
+                daemon=True))
         except (UnsafeConfiguration, UnsafeStateDir) as exc:
             print(f"sidecar: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        return EXIT_OK
     from sidecar.cli_backends import Refused, Unreachable
 
     try:
@@ -335,6 +372,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except json.JSONDecodeError as exc:
         print(f"sidecar: --input is not valid JSON: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _daemon_exit(args: argparse.Namespace, run: Callable[[], Any]) -> int:
+    """Run a daemon command; the failures a user causes by starting it twice are one line."""
+    from managed_store import StoreInUse
+    from sidecar.daemon import AddressInUse, default_state_dir
+
+    try:
+        run()
+    except StoreInUse:
+        state = args.state_dir or default_state_dir()
+        print(f"sidecar: another sidecar daemon is running on {state} (one daemon per state "
+              "directory; stop it, or use another --state-dir)", file=sys.stderr)
+        return EXIT_STATE_IN_USE
+    except AddressInUse as exc:
+        print(f"sidecar: {exc.strerror}", file=sys.stderr)
+        return EXIT_ADDRESS_IN_USE
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -8,17 +8,20 @@ context manager that owns every resource it opens and closes them in reverse ord
 
 State lives in one directory (`state_dir`, default `$SIDECAR_STATE_DIR`, else
 `$XDG_STATE_HOME/mcp-sidecar`, else `~/.local/state/mcp-sidecar`): `outcomes.sqlite`,
-`permissions.sqlite` and `managed/` (retained text). It is private: created 0700 with every
-file in it 0600, and refused when others can write it (`sidecar.state_dir`).
+`permissions.sqlite`, `tokens.sqlite` (scoped bearer tokens, hashed) and `managed/`
+(retained text). It is private: created 0700 with every file in it 0600, and refused when
+others can write it (`sidecar.state_dir`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import logging
 import os
+import socket
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -58,7 +61,10 @@ from sidecar.profiles import Profiles
 from sidecar.registry import Registry, Tools, application_registry
 from sidecar.seam import Seam
 from sidecar.snapshot import Snapshot, SnapshotStore, select
+from sidecar.sqlite_wal import DEFAULT_WAL_CAP_BYTES
 from sidecar.state_dir import prepare_state_dir, write_private_file
+from sidecar.state_usage import state_usage
+from sidecar.tokens import SqliteTokenStore, TokenStore
 from sidecar.tool import DEFAULT_BOUNDS, Bounds
 
 DEFAULT_RETENTION_SECONDS = 7 * 86400
@@ -80,6 +86,29 @@ def freeze_startup_heap() -> None:
     calls it.
     """
     gc.freeze()
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from "604800", "90s", "30m", "12h" or "7d"; ValueError otherwise."""
+    value = text.strip().lower()
+    scale = _UNITS.get(value[-1:], None)
+    number = value[:-1] if scale is not None else value
+    try:
+        seconds = float(number) * (scale or 1)
+    except ValueError:
+        raise ValueError(f"not a duration: {text!r} (use seconds, or 90s, 30m, 12h, 7d)") from None
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"a duration must be positive and finite, got {text!r}")
+    return seconds
+
+
+def retention_from_env() -> float:
+    """`$SIDECAR_RETENTION` (see `parse_duration`) for the daemon commands, else 7 days."""
+    text = os.environ.get("SIDECAR_RETENTION", "").strip()
+    return parse_duration(text) if text else DEFAULT_RETENTION_SECONDS
 
 
 def default_state_dir() -> Path:
@@ -117,7 +146,11 @@ class Location:
         self.sandbox: Sandbox | None = None
         self.codemode: CodeModeSetting = "direct"
         self.codemode_limits: CodeModeLimits = DEFAULT_LIMITS
+        self.retention_seconds: float = DEFAULT_RETENTION_SECONDS
+        self.store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES
         self.profiles = Profiles()
+        self.tokens: TokenStore | None = None
+        """Scoped bearer tokens (`sidecar.tokens`), in `<state>/tokens.sqlite`."""
         self.history: CallHistory | None = None
         """Every settled call (`GET /v1/calls`, `sidecar calls`); None when not durable."""
         self.audit = AuditSettings()
@@ -151,6 +184,7 @@ class Location:
         metadata_max_bytes: int = DEFAULT_MAX_METADATA_BYTES,
         retention_seconds: float = DEFAULT_RETENTION_SECONDS,
         store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES,
+        wal_cap_bytes: int = DEFAULT_WAL_CAP_BYTES,
         durable: bool = True,
         plugins: Iterable[str] = (),
         entry_point_plugins: bool = True,
@@ -165,6 +199,9 @@ class Location:
         Invalid manifest entries are logged and kept in `location.manifests.problems`; the
         valid ones still load. `watch=True` reloads the manifests when their files change
         (see `sidecar.manifest_sources`). `durable=False` keeps no outcome log (benchmarks).
+        `retention_seconds` applies to retained texts and to stored outcomes alike (a call
+        id replayed after its outcome was pruned gets an `expired` error);
+        `wal_cap_bytes` caps the outcome log's write-ahead log (see `sidecar.sqlite_wal`).
         """
         root_dir = await asyncio.to_thread(Path(root).resolve)
         state = Path(state_dir) if state_dir is not None else default_state_dir()
@@ -173,13 +210,17 @@ class Location:
             log.warning("%s", loosened)
         async with AsyncExitStack() as stack:
             store = await ManagedStore.open(
-                state / "managed", ttl_seconds=retention_seconds, quota_bytes=store_quota_bytes
+                state / "managed", ttl_seconds=retention_seconds, quota_bytes=store_quota_bytes,
+                cleanup_interval=min(3600.0, max(1.0, retention_seconds / 10)),
             )
             stack.push_async_callback(store.aclose)
             outcomes = None
             history: CallHistory | None = None
             if durable:
-                outcomes = await SqliteOutcomeLog.open(state / "outcomes.sqlite")
+                outcomes = await SqliteOutcomeLog.open(
+                    state / "outcomes.sqlite", retention_seconds=retention_seconds,
+                    wal_cap_bytes=wal_cap_bytes,
+                )
                 stack.push_async_callback(outcomes.aclose)
                 history = await SqliteCallHistory.open(
                     state / "history.sqlite", retention_seconds=retention_seconds)
@@ -209,8 +250,12 @@ class Location:
             location.history = history
             if history is not None:
                 seam.audit = location.record_call
+            location.tokens = await SqliteTokenStore.open(state / "tokens.sqlite")
+            stack.push_async_callback(location.tokens.aclose)
             location.sandbox = await stack.enter_async_context(Sandbox())  # workers start lazily
             location.codemode, location.codemode_limits = codemode, codemode_limits
+            location.retention_seconds = retention_seconds
+            location.store_quota_bytes = store_quota_bytes
             location.tools.register({"managed_read": managed_read_tool(store)}, label="builtin")
             location.sources = await stack.enter_async_context(ManifestSources(
                 location, manifests, base_bounds=bounds, plugins=list(plugins),
@@ -271,7 +316,9 @@ class Location:
         return self.snapshots.add(snapshot) if keep else snapshot
 
     async def health(self) -> dict[str, Any]:
-        """The truth about this Location: servers, plugins, manifest problems, store usage.
+        """The truth about this Location: servers, plugins, manifest problems, store usage,
+        the state directory's size by part and what pruning and eviction removed
+        (`state`, see `sidecar.state_usage`).
 
         `status` is "ok" when every enabled server is ready, no plugin failed and the
         manifests have no errors; else "degraded".
@@ -301,6 +348,10 @@ class Location:
             "manifest_problems": problems,
             "reload_problems": reload_problems,
             "store": {"objects": stats.count, "bytes": stats.bytes},
+            "state": await state_usage(
+                self.state_dir, self.seam.outcomes, stats,
+                retention_seconds=self.retention_seconds, quota_bytes=self.store_quota_bytes,
+            ),
             "tools": len(self.registry.effective()),
         }
 
@@ -361,7 +412,6 @@ async def serve(
     """
     import json
     import signal
-    import socket
     import sys
 
     import uvicorn
@@ -376,13 +426,13 @@ async def serve(
             _serve_token, state, host, auth=auth, allow_weak_token=allow_weak_token,
             allow_no_auth_on_network=allow_no_auth_on_network,
         )
+        # Bound before the Location opens: a port in use is reported before any upstream
+        # server starts, and the real port is known when port=0.
+        sock = _bind(host, port)
     except BaseException:
         await _stop_unclaimed()
         raise
-    async with _daemon_location(root, state, manifests) as location:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        # bound before serving, so the real port is known when port=0
-        sock = socket.create_server((host, port), family=family)
+    async with _closing(sock), _daemon_location(root, state, manifests) as location:
         bound = sock.getsockname()
         url = f"http://{host if ':' not in host else f'[{host}]'}:{bound[1]}"
         info = state / "daemon.json"
@@ -424,6 +474,29 @@ async def serve(
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
     # leaving the Location closed every upstream server, plugin and store before we return
+
+
+class AddressInUse(OSError):
+    """`sidecar serve`'s address is taken (another daemon, or any other program)."""
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise AddressInUse(exc.errno, f"{host}:{port} is already in use (by another sidecar "
+                           "serve, or another program); choose another --port") from None
+
+
+@asynccontextmanager
+async def _closing(sock: socket.socket) -> AsyncIterator[socket.socket]:
+    try:
+        yield sock
+    finally:
+        sock.close()  # uvicorn closes it when it served; not when the Location failed to open
 
 
 def _serve_token(
@@ -489,8 +562,12 @@ async def _daemon_location(
     (`bridges.prestart`) outlives its opening unclaimed: the pool claims what it starts, and
     the rest is stopped once the Location is open, or on the way out if it never opens."""
     try:
+        retention = retention_from_env()
+    except ValueError as exc:
+        raise SystemExit(f"sidecar: SIDECAR_RETENTION: {exc}") from None
+    try:
         async with Location.open(root, state_dir=state, manifests=manifests,
-                                 watch=True) as location:
+                                 retention_seconds=retention, watch=True) as location:
             await _stop_unclaimed()
             yield location
     finally:

@@ -14,7 +14,8 @@ what the *seam* reports about a call.
                                     answers it with a `conflict` error; nothing runs)
 
 Every terminal failure of a call becomes one `CallError` inside an `Outcome`; its `kind` is one
-of `ErrorKind` (`conflict`: the call id already settled a different call, so nothing ran).
+of `ErrorKind` (`conflict`: the call id already settled a different call, so nothing ran;
+`expired`: the call id's outcome was pruned after the retention period, so nothing ran).
 Every kind is model-visible except `operational`, which carries an `error_id` that also
 appears in the daemon log next to the traceback.
 """
@@ -39,6 +40,8 @@ class ErrorKind(enum.StrEnum):
     UPSTREAM = "upstream"
     CONFLICT = "conflict"
     OPERATIONAL = "operational"
+    EXPIRED = "expired"
+    """A replayed call id whose outcome was pruned after the retention period: nothing ran."""
 
     @property
     def model_visible(self) -> bool:

@@ -15,11 +15,14 @@ Durability: each record is its own committed transaction before `record` returns
 `synchronous=NORMAL` a committed transaction survives the process being killed (SIGKILL);
 only an OS crash or power loss can lose the last transactions.
 
-Checkpoints: SQLite's automatic checkpoint runs inside the commit that crosses its threshold,
-and with group commit every call of that batch waited for it (16 concurrent recorders: p99
-5.8-6.2 ms with it, 1.3-1.6 ms with the checkpoint thread). The writer turns it off and
-nudges `_Checkpointer`, a thread with its own connection, every `CHECKPOINT_EVERY` records;
-its PASSIVE checkpoint never blocks the writer.
+WAL: the writer turns SQLite's automatic checkpoint off (it put a checkpoint on the commit
+path of a whole batch); `sidecar.sqlite_wal.WalKeeper` copies the WAL from its own thread and
+keeps the file under a cap (default 64 MB), emptying it once the writer idles.
+
+Retention: with `retention_seconds`, outcomes older than that are pruned in small batches on
+the writer thread (never on the event loop), each leaving a tombstone (location, call id, tool,
+time settled: about 100 bytes, against 500 bytes to tens of KiB for an outcome) in `expired`.
+A replay of a pruned call id gets an `expired` error outcome; the call never runs again.
 
 Idempotency: a call id answers only the call it was first used for. `record` and `get` take
 the call's `fingerprint` (see `call_fingerprint`: tool, canonical input, session and agent);
@@ -31,28 +34,41 @@ Speed: every call asks `get` first (safe retries), and nearly every call id is n
 filter of the settled (location, call_id) keys, loaded at open and updated by `record`, answers
 "never settled" without a trip to SQLite; a "maybe" still reads the row. This is sound because
 one process owns a state directory (the managed store holds its lock), so no other writer can
-settle a call behind the filter's back.
+settle a call behind the filter's back. Pruned call ids stay in the filter (their tombstones
+are loaded at open), so a replay finds the tombstone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import logging
+import math
 import queue
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from sidecar import json_depth
-from sidecar.errors import CallIdConflict, SidecarError
+from sidecar.errors import CallError, CallIdConflict, ErrorKind, SidecarError
 from sidecar.outcome import Outcome
+from sidecar.sqlite_wal import (
+    CHECKPOINT_EVERY,
+    DEFAULT_IDLE_SECONDS,
+    DEFAULT_WAL_CAP_BYTES,
+    WalKeeper,
+    WalStats,
+    file_size,
+    wal_path,
+)
 from sidecar.state_dir import PRIVATE_DIR_MODE, create_private_file
 from sidecar.tool import ToolContext
 
@@ -73,11 +89,20 @@ CREATE TABLE IF NOT EXISTS outcomes (
     PRIMARY KEY (location, call_id)
 ) WITHOUT ROWID;
 DROP INDEX IF EXISTS outcomes_session;
+CREATE INDEX IF NOT EXISTS outcomes_by_age ON outcomes (created_at);
+CREATE TABLE IF NOT EXISTS expired (
+    location   TEXT NOT NULL,
+    call_id    TEXT NOT NULL,
+    tool       TEXT NOT NULL,
+    settled_at REAL NOT NULL,
+    PRIMARY KEY (location, call_id)
+) WITHOUT ROWID;
 """
 _COLUMNS = ("location, call_id, session_id, agent, message_id, tool, status, body, created_at, "
             "fingerprint")
 # `outcomes_session` (location, session_id, created_at) was never read and cost a quarter of
-# every insert; logs that have it lose it at open.
+# every insert; logs that have it lose it at open. `outcomes_by_age` is what pruning reads; it
+# is appended to in time order, so an insert touches only its rightmost page.
 
 
 class SettledFilter:
@@ -128,6 +153,21 @@ def call_fingerprint(tool: str, raw_input: Any, session_id: str, agent: str) -> 
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
+@dataclass(frozen=True, slots=True)
+class OutcomeLogStats:
+    """What the log holds and what its upkeep did since it opened."""
+
+    outcomes: int
+    expired: int
+    """Tombstones: call ids whose outcome was pruned (they replay as `expired`)."""
+    pruned: int
+    """Outcomes pruned since the log opened."""
+    disk_bytes: dict[str, int]
+    """Bytes on disk by part: `outcomes` (the database file) and `outcomes_wal`."""
+    wal_checkpoints: int = 0
+    wal_truncations: int = 0
+
+
 class OutcomeLog(Protocol):
     async def record(
         self, location: str, outcome: Outcome, context: ToolContext, fingerprint: str = ""
@@ -137,56 +177,27 @@ class OutcomeLog(Protocol):
         ...
 
     async def get(self, location: str, call_id: str, fingerprint: str = "") -> Outcome | None:
-        """The stored outcome of `call_id`; `CallIdConflict` as for `record`."""
+        """The stored outcome of `call_id`; `CallIdConflict` as for `record`; an `expired`
+        error outcome (replayed) for a call whose outcome was pruned; None if it never
+        settled."""
         ...
+
+    async def prune(self, cutoff: float) -> int:
+        """Prune outcomes settled before `cutoff` (epoch seconds), keeping tombstones."""
+        ...
+
+    async def stats(self) -> OutcomeLogStats: ...
 
     async def aclose(self) -> None: ...
 
 
-CHECKPOINT_EVERY = 500
-"""Records between two nudges of the checkpointer (about SQLite's default 1,000 WAL pages)."""
+PRUNE_BATCH = 256
+"""Outcomes pruned per transaction of the writer thread."""
+
+__all__ = ["CHECKPOINT_EVERY", "OutcomeLog", "OutcomeLogError", "OutcomeLogStats",
+           "SettledFilter", "SqliteOutcomeLog", "expired_outcome"]
 
 logger = logging.getLogger("sidecar.outcome_log")
-
-
-class _Checkpointer:
-    """Copies the WAL into the database from its own thread and connection when nudged."""
-
-    def __init__(self, path: Path, name: str) -> None:
-        self._path = path
-        self._wake = threading.Event()
-        self._stopping = False
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._thread.start()
-
-    def nudge(self) -> None:
-        self._wake.set()
-
-    def stop(self) -> None:
-        """End the thread (its connection closes); the writer's close checkpoints the rest."""
-        self._stopping = True
-        self._wake.set()
-        self._thread.join()
-
-    def _serve(self) -> None:
-        try:
-            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as exc:
-            logger.warning("outcome log %s: no checkpoint thread (%s); the WAL is checkpointed "
-                        "when the log closes", self._path, exc)
-            return
-        try:
-            while True:
-                self._wake.wait()
-                self._wake.clear()
-                if self._stopping:
-                    return
-                try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-                except sqlite3.Error as exc:  # the WAL only grows until the next one
-                    logger.warning("outcome log %s: checkpoint failed: %s", self._path, exc)
-        finally:
-            conn.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,11 +221,11 @@ class _Worker:
         connection: Callable[[], sqlite3.Connection | None],
         on_stop: Callable[[], None],
         name: str,
-        on_records: Callable[[int], None] | None = None,
+        upkeep: Callable[[], WalKeeper | None] = lambda: None,
     ) -> None:
         self._connection = connection
         self._on_stop = on_stop
-        self._on_records = on_records
+        self._upkeep = upkeep
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
@@ -227,15 +238,23 @@ class _Worker:
 
     def _serve(self) -> None:
         while True:
-            batch = [self._jobs.get()]
+            keeper = self._upkeep()
+            try:  # between batches, never inside one: the WAL's upkeep (see `sqlite_wal`)
+                first = self._jobs.get(
+                    timeout=None if keeper is None else keeper.idle_wait(self._connection()))
+            except queue.Empty:
+                if keeper is not None:
+                    keeper.on_idle(self._connection())
+                continue
+            batch = [first]
             with contextlib.suppress(queue.Empty):
                 while batch[-1].fn is not None:
                     batch.append(self._jobs.get_nowait())
             work = [job for job in batch if job.fn is not None]
             if work:
                 _deliver(work, self._run(work))
-                if self._on_records is not None:
-                    self._on_records(len(work))
+                if keeper is not None:
+                    keeper.after_batch(self._connection(), len(work))
             if len(work) < len(batch):  # the stop job: nothing is queued after it
                 _deliver(batch[-1:], [_attempt(self._on_stop)])
                 return
@@ -282,24 +301,59 @@ def _settle(pairs: list[tuple[_Job, tuple[bool, Any]]]) -> None:
 
 
 class SqliteOutcomeLog:
-    def __init__(self, path: Path) -> None:
+    def __init__(
+        self, path: Path, *, retention_seconds: float | None = None,
+        wal_cap_bytes: int = DEFAULT_WAL_CAP_BYTES, idle_seconds: float = DEFAULT_IDLE_SECONDS,
+        prune_interval: float | None = None, prune_batch: int = PRUNE_BATCH,
+    ) -> None:
+        if retention_seconds is not None and not retention_seconds > 0:
+            raise ValueError(f"retention_seconds must be > 0, got {retention_seconds}")
+        if prune_batch < 1:
+            raise ValueError(f"prune_batch must be >= 1, got {prune_batch}")
         self._path = path
         self._conn: sqlite3.Connection | None = None
         self._settled = SettledFilter()
-        self._checkpointer: _Checkpointer | None = None
-        self._unchecked = 0
+        self._keeper: WalKeeper | None = None
+        self._wal_cap = wal_cap_bytes
+        self._idle = idle_seconds
+        self.retention_seconds = retention_seconds
+        self._prune_interval = (
+            prune_interval if prune_interval is not None
+            else None if retention_seconds is None or math.isinf(retention_seconds)
+            else min(600.0, max(1.0, retention_seconds / 10))
+        )
+        self._prune_batch = prune_batch
+        self._pruner: asyncio.Task[None] | None = None
+        self._outcomes = 0
+        self._expired = 0
+        self._pruned = 0
         self._worker = _Worker(lambda: self._conn, self._disconnect, name="outcome-log",
-                               on_records=self._written)
+                               upkeep=lambda: self._keeper)
         self._closed = False
 
     @classmethod
-    async def open(cls, path: Path) -> SqliteOutcomeLog:
-        log = cls(path)
+    async def open(
+        cls, path: Path, *, retention_seconds: float | None = None,
+        wal_cap_bytes: int = DEFAULT_WAL_CAP_BYTES, idle_seconds: float = DEFAULT_IDLE_SECONDS,
+        prune_interval: float | None = None, prune_batch: int = PRUNE_BATCH,
+    ) -> SqliteOutcomeLog:
+        """Open (creating if needed) the log at `path`.
+
+        With `retention_seconds`, outcomes older than that are pruned every `prune_interval`
+        seconds (default: a tenth of the retention, between 1 s and 10 min), `prune_batch`
+        rows per transaction. The WAL is kept under `wal_cap_bytes` and emptied once the
+        writer has been idle for `idle_seconds` (see `sidecar.sqlite_wal`).
+        """
+        log = cls(path, retention_seconds=retention_seconds, wal_cap_bytes=wal_cap_bytes,
+                  idle_seconds=idle_seconds, prune_interval=prune_interval,
+                  prune_batch=prune_batch)
         try:
             await log._run(log._connect)
         except BaseException:
             await log.aclose()
             raise
+        if log._prune_interval is not None and log.retention_seconds is not None:
+            log._pruner = asyncio.create_task(log._prune_forever(), name=f"outcome-prune {path}")
         return log
 
     async def _run(self, fn: Callable[[], T]) -> T:
@@ -314,24 +368,27 @@ class SqliteOutcomeLog:
         self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
         create_private_file(self._path)  # 0600 from the start; SQLite's -wal/-shm follow it
         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA wal_autocheckpoint=0")  # `_Checkpointer` does it, off the commit
-        conn.executescript(_SCHEMA)
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(outcomes)")}
-        if "fingerprint" not in columns:  # a log from before fingerprints: migrated in place
-            conn.execute("ALTER TABLE outcomes ADD COLUMN fingerprint TEXT NOT NULL DEFAULT ''")
-        for location, call_id in conn.execute("SELECT location, call_id FROM outcomes"):
-            self._settled.add(location, call_id)
-        self._conn = conn
-        self._checkpointer = _Checkpointer(self._path, name="outcome-log-checkpoint")
-
-    def _written(self, jobs: int) -> None:
-        """In the writer thread, after each batch (jobs are mostly records)."""
-        self._unchecked += jobs
-        if self._unchecked >= CHECKPOINT_EVERY and self._checkpointer is not None:
-            self._unchecked = 0
-            self._checkpointer.nudge()
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(_SCHEMA)
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(outcomes)")}
+            if "fingerprint" not in columns:  # a log from before fingerprints: migrated here
+                conn.execute(
+                    "ALTER TABLE outcomes ADD COLUMN fingerprint TEXT NOT NULL DEFAULT ''")
+            for location, call_id in conn.execute("SELECT location, call_id FROM outcomes"):
+                self._settled.add(location, call_id)
+                self._outcomes += 1
+            for location, call_id in conn.execute("SELECT location, call_id FROM expired"):
+                self._settled.add(location, call_id)
+                self._expired += 1
+            keeper = WalKeeper(self._path, cap_bytes=self._wal_cap, idle_seconds=self._idle,
+                               name="outcome-log-checkpoint")
+        except BaseException:
+            conn.close()
+            raise
+        keeper.configure(conn)
+        self._conn, self._keeper = conn, keeper
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -354,6 +411,7 @@ class SqliteOutcomeLog:
             ).rowcount
             self._settled.add(location, outcome.call_id)
             if inserted:
+                self._outcomes += 1
                 return None
             found = db.execute(
                 "SELECT body, fingerprint FROM outcomes WHERE location=? AND call_id=?",
@@ -367,33 +425,126 @@ class SqliteOutcomeLog:
         return _replayed(outcome.call_id, existing, fingerprint)
 
     async def get(self, location: str, call_id: str, fingerprint: str = "") -> Outcome | None:
+        """The stored outcome of `call_id`; for a call whose outcome was pruned, an `expired`
+        error outcome (replayed) so that it is never run again; None if it never settled."""
         if self._conn is not None and not self._settled.may_contain(location, call_id):
             return None  # never settled here: no trip to SQLite
 
         def read() -> Any:
-            return self._db().execute(
+            db = self._db()
+            found = db.execute(
                 "SELECT body, fingerprint FROM outcomes WHERE location=? AND call_id=?",
                 (location, call_id),
             ).fetchone()
+            if found is not None:
+                return True, (str(found[0]), str(found[1]))
+            return False, db.execute(
+                "SELECT tool, settled_at FROM expired WHERE location=? AND call_id=?",
+                (location, call_id),
+            ).fetchone()
 
-        found = await self._run(read)
+        stored, found = await self._run(read)
         if found is None:
             return None
-        return _replayed(call_id, (str(found[0]), str(found[1])), fingerprint)
+        if stored:
+            return _replayed(call_id, found, fingerprint)
+        tool, settled_at = found
+        return expired_outcome(call_id, str(tool), float(settled_at), self.retention_seconds)
+
+    # --- retention ---------------------------------------------------------------------
+
+    async def prune(self, cutoff: float) -> int:
+        """Prune every outcome settled before `cutoff` (a `time.time()`), leaving a tombstone
+        per call id; returns how many. Each batch of `prune_batch` rows is one job of the
+        writer thread, so calls recorded meanwhile wait for at most one batch."""
+        total = 0
+        while True:
+            pruned = await self._run(functools.partial(self._prune_batch_sync, cutoff))
+            total += pruned
+            if pruned < self._prune_batch:
+                return total
+
+    def _prune_batch_sync(self, cutoff: float) -> int:
+        db = self._db()
+        rows = db.execute(
+            "SELECT location, call_id, tool, created_at FROM outcomes WHERE created_at < ? "
+            "ORDER BY created_at LIMIT ?", (cutoff, self._prune_batch),
+        ).fetchall()
+        if not rows:
+            return 0
+        tombstones = db.executemany("INSERT OR IGNORE INTO expired VALUES (?,?,?,?)", rows)
+        db.executemany("DELETE FROM outcomes WHERE location=? AND call_id=?",
+                       [(location, call_id) for location, call_id, _, _ in rows])
+        self._expired += tombstones.rowcount
+        self._outcomes -= len(rows)
+        self._pruned += len(rows)
+        return len(rows)
+
+    async def _prune_forever(self) -> None:
+        assert self._prune_interval is not None and self.retention_seconds is not None
+        while True:
+            try:
+                pruned = await self.prune(time.time() - self.retention_seconds)
+            except OutcomeLogError as exc:
+                if self._closed:
+                    return
+                logger.warning("pruning the outcome log failed (retrying in %ss): %s",
+                               self._prune_interval, exc)
+            else:
+                if pruned:
+                    logger.debug("outcome log: pruned %d outcomes", pruned)
+            await asyncio.sleep(self._prune_interval)
+
+    async def stats(self) -> OutcomeLogStats:
+        """Counts kept in memory and file sizes (a `stat` each, in a thread)."""
+        keeper = self._keeper
+        wal = await asyncio.to_thread(
+            keeper.stats if keeper is not None
+            else lambda: WalStats(file_size(wal_path(self._path)), 0, 0))
+        db_bytes = await asyncio.to_thread(file_size, self._path)
+        return OutcomeLogStats(
+            outcomes=self._outcomes, expired=self._expired, pruned=self._pruned,
+            disk_bytes={"outcomes": db_bytes, "outcomes_wal": wal.wal_bytes},
+            wal_checkpoints=wal.passive_checkpoints, wal_truncations=wal.truncations,
+        )
 
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
+        pruner, self._pruner = self._pruner, None
+        if pruner is not None:
+            pruner.cancel()
+            await asyncio.wait([pruner])
         await self._worker.submit(None)
 
     def _disconnect(self) -> None:
-        checkpointer, self._checkpointer = self._checkpointer, None
-        if checkpointer is not None:
-            checkpointer.stop()
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.stop()
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+
+def expired_outcome(
+    call_id: str, tool: str, settled_at: float, retention_seconds: float | None
+) -> Outcome:
+    """What a replay of a pruned call id gets: an `expired` error, and nothing runs."""
+    when = datetime.fromtimestamp(settled_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    period = "" if retention_seconds is None else f" ({_duration(retention_seconds)})"
+    message = (f"call id {call_id!r} settled at {when}; its outcome was pruned after the "
+               f"retention period{period}, so it cannot be replayed. The call was not run "
+               f"again: use a new call id to run it again.")
+    return Outcome(call_id=call_id, tool=tool, status="error",
+                   error=CallError(ErrorKind.EXPIRED, message), replayed=True)
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)} {unit}"
+    return f"{seconds:g} s"
 
 
 def _replayed(call_id: str, stored: tuple[str, str], fingerprint: str) -> Outcome:

@@ -233,6 +233,7 @@ class PermissionService:
         create_private_file(self._path)  # 0600 from the start; SQLite's -wal/-shm follow it
         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA journal_size_limit=1048576")  # rare writes: keep no big WAL
         conn.executescript(_SCHEMA)
         rows = conn.execute(
             "SELECT session_id, action, resource, decision FROM always_rules "

@@ -504,8 +504,9 @@ class Api:
         return JSONResponse(openapi_document())
 
     async def prometheus(self, request: Request) -> Response:
-        servers = (await self.location.health()).get("servers", {})
-        body = await self.metrics.render(self.location.seam.store.stats, servers)
+        report = await self.location.health()
+        body = await self.metrics.render(self.location.seam.store.stats,
+                                         report.get("servers", {}), report.get("state"))
         return Response(body, media_type=CONTENT_TYPE)
 
 

@@ -17,6 +17,7 @@ from sidecar.serve.console import console_routes
 from sidecar.serve.event_log import EventLog
 from sidecar.serve.metrics import Metrics
 from sidecar.serve.security import SecurityMiddleware
+from sidecar.tokens import verify_token
 
 if TYPE_CHECKING:
     from sidecar.daemon import Location
@@ -31,7 +32,8 @@ def build_app(
     extra_lifespan: AbstractAsyncContextManager[Any] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> Starlette:
-    """`token=None` disables authentication (`--no-auth`); Host/Origin checks always apply."""
+    """`token=None` disables authentication (`--no-auth`); Host/Origin checks always apply.
+    Besides `token` (every profile), the scoped tokens of `location.tokens` are accepted."""
     metrics = Metrics()
     events = EventLog(location.events)
     api = Api(location, metrics=metrics, events=events, max_body_bytes=max_body_bytes)
@@ -51,10 +53,18 @@ def build_app(
             await events.aclose()
             location.seam.observers.remove(metrics.observe)
 
+    async def scoped(secret: str) -> frozenset[str] | None:
+        if location.tokens is None:
+            return None
+        record = await verify_token(location.tokens, secret)
+        return frozenset(record.profiles) if record is not None else None
+
     app = Starlette(
         routes=[*api.routes(), *console_routes(location, events, token), *extra_routes],
-        middleware=[Middleware(SecurityMiddleware, token=token, allowed_hosts=allowed_hosts,
-                               own_auth_prefix="/ui")],
+        middleware=[Middleware(
+            SecurityMiddleware, token=token, allowed_hosts=allowed_hosts, scoped=scoped,
+            default_profile=lambda: location.profiles.default_name, own_auth_prefix="/ui",
+        )],
         lifespan=lifespan,
     )
     app.state.api = api

@@ -5,14 +5,20 @@
   and text retained whole in the managed store
 - `sidecar_store_objects`, `sidecar_store_bytes`: managed store usage (read at scrape time)
 - `sidecar_upstream_restarts{server}`, `sidecar_upstream_up{server}`: from server health
+- `sidecar_state_bytes{part}`: the state directory's size by part (see `sidecar.state_usage`)
+- `sidecar_outcomes_stored`, `sidecar_outcomes_expired` (tombstones of pruned outcomes);
+  counters since start: `sidecar_outcomes_pruned_total`, `sidecar_store_evicted_total{reason=
+  "expired"|"quota"}`, `sidecar_wal_truncations_total`
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from sidecar.content import TextContent
 from sidecar.outcome import Outcome
@@ -51,6 +57,9 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.state = _StateCollector()
+        self.registry.register(self.state)
+
     def observe(self, outcome: Outcome, seconds: float) -> None:
         kind = outcome.error.kind.value if outcome.error is not None else ""
         self.calls.labels(outcome.tool, outcome.status, kind).inc()
@@ -65,7 +74,10 @@ class Metrics:
         self,
         store_stats: Callable[[], Awaitable[Any]],
         servers: Mapping[str, Mapping[str, Any]],
+        state: Mapping[str, Any] | None = None,
     ) -> bytes:
+        """`state` is the health report's `state` section (`sidecar.state_usage`)."""
+        self.state.report = state
         stats = await store_stats()
         self.store_objects.set(stats.count)
         self.store_bytes.set(stats.bytes)
@@ -73,3 +85,44 @@ class Metrics:
             self.restarts.labels(name).set(health.get("restarts", 0))
             self.up.labels(name).set(1 if health.get("state") == "ready" else 0)
         return generate_latest(self.registry)
+
+
+class _StateCollector(Collector):
+    """The state directory's sizes and the upkeep counters, read from the last report: these
+    are totals kept by the stores, so they are exported as they are, not incremented here."""
+
+    def __init__(self) -> None:
+        self.report: Mapping[str, Any] | None = None
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        report = self.report
+        if not report:
+            return
+        sizes = GaugeMetricFamily("sidecar_state_bytes", "State directory bytes by part",
+                                  labels=["part"])
+        for part, size in report.get("bytes", {}).items():
+            sizes.add_metric([part], size)
+        yield sizes
+        upkeep = report.get("upkeep", {})
+        for name, key, doc in (
+            ("sidecar_outcomes_stored", "outcomes_stored", "Outcomes in the outcome log"),
+            ("sidecar_outcomes_expired", "outcomes_expired",
+             "Tombstones of pruned outcomes (their call ids replay as expired)"),
+        ):
+            if key in upkeep:
+                yield GaugeMetricFamily(name, doc, value=upkeep[key])
+        if "outcomes_pruned" in upkeep:
+            yield CounterMetricFamily("sidecar_outcomes_pruned", "Outcomes pruned since start",
+                                      value=upkeep["outcomes_pruned"])
+        if "wal_truncations" in upkeep:
+            yield CounterMetricFamily("sidecar_wal_truncations",
+                                      "Outcome log WAL truncations since start",
+                                      value=upkeep["wal_truncations"])
+        evicted = CounterMetricFamily("sidecar_store_evicted",
+                                      "Managed objects evicted since start", labels=["reason"])
+        evicted.add_metric(["expired"], upkeep.get("managed_evicted_expired", 0))
+        evicted.add_metric(["quota"], upkeep.get("managed_evicted_quota", 0))
+        yield evicted

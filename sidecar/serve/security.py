@@ -7,6 +7,11 @@
   localhost, [::1], plus configured extra hosts) or whose `Origin`, when present, is not a
   local origin is refused with 403, before authentication and before any route runs. Both
   are parsed strictly (`parse_authority`): `[::1]evil` or `localhost:1@evil` is not local.
+- Scoped tokens (`sidecar.tokens`, `sidecar token create --profile NAME`): a bearer that is
+  not the token above is looked up (`scoped`); it reaches only `/mcp/NAME` (and `/mcp` when
+  the default profile is one) of its profiles, and on `/v1` only tools, snapshots and calls
+  of its profiles (the API checks the profile) and retained text; anything else is 403
+  `forbidden_profile`.
 - Malformed requests are refused with 400 first (`request_problem`): a request target that
   is not a path (absolute-form `GET http://evil/...`), a duplicated Host or Origin header.
 
@@ -21,13 +26,20 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 GRANT_KEY = "sidecar.grant"
 """The ASGI scope key holding the profiles a scoped token reaches (absent: every profile)."""
+MCP_PROFILE_PATH = re.compile(r"/mcp(?:/([A-Za-z0-9_-]{1,64}))?")
+SCOPED_API_PATHS = re.compile(r"/v1/(?:tools|snapshots|snapshots/[^/]+/calls|managed/[^/]+)")
+"""What a scoped token may reach besides `/mcp` and `/mcp/NAME` of its profiles: listing
+tools, snapshots and calls on them (each checks the profile), and retained text."""
+
+Verifier = Callable[[str], Awaitable[frozenset[str] | None]]
+"""A presented bearer secret -> the profiles its scoped token reaches (None: not one)."""
 
 
 def profile_allowed(scope: Scope, profile: str) -> bool:
@@ -145,10 +157,14 @@ class SecurityMiddleware:
         token: str | None,
         allowed_hosts: Iterable[str] = (),
         open_paths: Iterable[str] = (),
+        scoped: Verifier | None = None,
+        default_profile: Callable[[], str] = lambda: "default",
         own_auth_prefix: str | None = None,
     ) -> None:
         self.app = app
         self._token = token.encode() if token else None
+        self._scoped = scoped
+        self._default_profile = default_profile
         self._extra = frozenset(h.lower() for h in allowed_hosts)
         self._open = frozenset(open_paths)
         # routes under this prefix (the console, `/ui`) check their own login cookie
@@ -175,9 +191,31 @@ class SecurityMiddleware:
         if self._token is not None and path not in self._open and not own:
             given = headers.get("authorization", "")
             scheme, _, value = given.partition(" ")
+            value = value.strip()
             if scheme.lower() != "bearer" or not hmac.compare_digest(
-                value.strip().encode(), self._token
+                value.encode(), self._token
             ):
-                await _refuse(send, 401, "unauthorized", "a valid bearer token is required")
-                return
+                grant = await self._scoped(value) if self._scoped is not None and (
+                    scheme.lower() == "bearer") else None
+                if grant is None:
+                    await _refuse(send, 401, "unauthorized", "a valid bearer token is required")
+                    return
+                refusal = self._scope_refusal(scope["path"], grant)
+                if refusal is not None:
+                    await _refuse(send, 403, "forbidden_profile", refusal)
+                    return
+                scope[GRANT_KEY] = grant
         await self.app(scope, receive, send)
+
+    def _scope_refusal(self, path: str, grant: frozenset[str]) -> str | None:
+        """Why a scoped token may not reach `path` (None: it may, so far)."""
+        mcp = MCP_PROFILE_PATH.fullmatch(path)
+        if mcp is not None:
+            profile = mcp.group(1) or self._default_profile()
+            if profile in grant:
+                return None
+            return f"this token reaches only the profiles {', '.join(sorted(grant))}"
+        if SCOPED_API_PATHS.fullmatch(path):
+            return None
+        return ("this token is scoped to profiles; it reaches /mcp/NAME, /v1/tools, "
+                "/v1/snapshots and calls on them, and /v1/managed")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -234,8 +235,6 @@ async def test_sidecar_stdio_serves_the_named_profile(tmp_path: Path) -> None:
 
 
 def test_sidecar_stdio_refuses_an_unknown_profile(tmp_path: Path) -> None:
-    import subprocess
-
     manifests = write_manifests(tmp_path / "manifests")
     done = subprocess.run(
         [sys.executable, "-m", "sidecar.cli", "stdio", "--profile", "nope", "--manifests",
@@ -244,3 +243,66 @@ def test_sidecar_stdio_refuses_an_unknown_profile(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "no profile named 'nope'" in done.stderr and done.stdout == ""
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sidecar.cli", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+
+
+async def test_a_scoped_token_reaches_only_its_profiles(tmp_path: Path) -> None:
+    async with daemon(tmp_path) as d:
+        state = str(tmp_path / "state")
+        made = await anyio.to_thread.run_sync(
+            lambda: cli("token", "create", "--profile", "coding", "--label", "ci",
+                        "--state-dir", state))
+        assert made.returncode == 0, made.stderr
+        secret = made.stdout.strip()
+        assert secret.startswith("sct_")
+        listed = await anyio.to_thread.run_sync(
+            lambda: cli("token", "list", "--json", "--state-dir", state))
+        (record,) = json.loads(listed.stdout)
+        assert record["profiles"] == ["coding"] and record["label"] == "ci"
+        assert secret not in listed.stdout and secret not in (tmp_path / "state" /
+                                                                "tokens.sqlite").read_text(
+            errors="replace")
+        async with connect(f"{d.url}/mcp/coding", token=secret) as coding:
+            assert "alpha_echo" in await names_of(coding)
+        scoped = {"authorization": f"Bearer {secret}"}
+        for path in ("/mcp/research", "/mcp"):
+            refused = await d.http.post(path, json={}, headers=scoped)
+            assert refused.status_code == 403, path
+            assert refused.json()["error"]["code"] == "forbidden_profile"
+        v1 = await d.http.post("/v1/snapshots", headers=scoped,
+                               json={"session_id": "s", "profile": "research"})
+        assert v1.status_code == 403 and v1.json()["error"]["field"] == "profile"
+        default = await d.http.post("/v1/snapshots", headers=scoped, json={"session_id": "s"})
+        assert default.status_code == 403  # the default profile is not one of its profiles
+        ok = await d.http.post("/v1/snapshots", headers=scoped,
+                               json={"session_id": "s", "profile": "coding"})
+        assert ok.status_code == 201
+        # a snapshot of another profile, taken with the all-access token, stays out of reach
+        other = await d.http.post("/v1/snapshots", json={"session_id": "s",
+                                                         "profile": "research"})
+        assert other.status_code == 201
+        body = {"name": "beta_echo", "input": {"text": "x"},
+                "context": {"session_id": "s", "agent": "a", "message_id": "m",
+                            "call_id": "t1"}}
+        call = await d.http.post(f"/v1/snapshots/{other.json()['id']}/calls", json=body,
+                                 headers=scoped)
+        assert call.status_code == 403
+        assert await d.location.outcome("t1") is None  # nothing ran
+        assert (await d.http.get("/v1/health", headers=scoped)).status_code == 403
+        assert (await d.http.get("/v1/health")).status_code == 200  # all-access still works
+        tools = await d.http.get("/v1/tools", params={"profile": "coding"}, headers=scoped)
+        assert tools.status_code == 200
+        # revoked: the next request is refused
+        revoked = await anyio.to_thread.run_sync(
+            lambda: cli("token", "revoke", record["id"], "--state-dir", state))
+        assert revoked.returncode == 0, revoked.stderr
+        gone = await d.http.post("/v1/snapshots", headers=scoped,
+                                 json={"session_id": "s", "profile": "coding"})
+        assert gone.status_code == 401
+        again = await anyio.to_thread.run_sync(
+            lambda: cli("token", "revoke", record["id"], "--state-dir", state))
+        assert again.returncode == 1 and "no token" in again.stderr

@@ -1,0 +1,76 @@
+"""`sidecar token create|list|revoke`: scoped bearer tokens (`sidecar.tokens`).
+
+They work on the state directory's token store directly, so they need no running daemon; a
+running daemon sees a new or revoked token at its next request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from sidecar.state_dir import UnsafeStateDir, prepare_state_dir
+from sidecar.tokens import SqliteTokenStore, TokenError, create_token
+
+TOKENS_FILE = "tokens.sqlite"
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+               common: argparse.ArgumentParser) -> None:
+    token = sub.add_parser("token", help="scoped bearer tokens (each reaches some profiles)")
+    token_sub = token.add_subparsers(dest="token_command", required=True)
+    create = token_sub.add_parser("create", parents=[common],
+                                  help="make a token for one or more profiles")
+    create.add_argument("--profile", action="append", required=True, metavar="NAME",
+                        help="a profile the token reaches (repeatable)")
+    create.add_argument("--label", default="", help="a note to recognise it by")
+    token_sub.add_parser("list", parents=[common], help="the scoped tokens (never secrets)")
+    revoke = token_sub.add_parser("revoke", parents=[common], help="revoke a token by id")
+    revoke.add_argument("id", help="the token id (tok_...)")
+
+
+async def run(args: argparse.Namespace, state: Path) -> int:
+    """Exit code 0 on success, 1 for an unknown id, 2 for a bad request or an unsafe state
+    directory."""
+    try:
+        warning = prepare_state_dir(state)
+    except UnsafeStateDir as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return 2
+    if warning:
+        print(f"sidecar: {warning}", file=sys.stderr)
+    store = await SqliteTokenStore.open(state / TOKENS_FILE)
+    try:
+        if args.token_command == "create":
+            try:
+                secret, record = await create_token(store, profiles=args.profile,
+                                                    label=args.label)
+            except TokenError as exc:
+                print(f"sidecar: {exc}", file=sys.stderr)
+                return 2
+            if args.json:
+                print(json.dumps({**record.to_json(), "token": secret}))
+            else:
+                print(f"token {record.id} for profile(s) {', '.join(record.profiles)}; "
+                      "it is shown only now:", file=sys.stderr)
+                print(secret)
+            return 0
+        if args.token_command == "list":
+            records = await store.list()
+            if args.json:
+                print(json.dumps([r.to_json() for r in records]))
+            for r in records if not args.json else ():
+                made = time.strftime("%Y-%m-%d %H:%M", time.gmtime(r.created_at))
+                print(f"{r.id}  {','.join(r.profiles)}  {made} UTC  {r.label}".rstrip())
+            return 0
+        if await store.revoke(args.id):
+            print(f"revoked {args.id}", file=sys.stderr)
+            return 0
+        print(f"sidecar: no token with id {args.id!r} (see `sidecar token list`)",
+              file=sys.stderr)
+        return 1
+    finally:
+        await store.aclose()

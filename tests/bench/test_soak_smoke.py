@@ -1,0 +1,31 @@
+"""Smoke test of bench/soak.py: both daemons run a few seconds under load with a short
+retention and it prints its samples and summary; no timing or growth asserted, only that
+every call succeeded and pruning ran."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_soak_quick_runs_both_transports_without_errors() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "soak.py"), "--quick"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "## Soak (`bench/soak.py`)" in out
+    for daemon in ("sidecar stdio", "sidecar /mcp"):
+        assert f"| {daemon} | errors | 0 | 0 | ok |" in out, out[-3000:]
+        assert f"| {daemon} | RSS MB (after warm-up → end, max) | " in out
+        assert f"| {daemon} | open fds (after warm-up → end, max) | " in out
+        assert f"| {daemon} | state dir MB (end; max) | " in out
+        assert f"  {daemon} " in out  # live samples were printed
+    # a 2-second retention over a 6-second run: the daemon pruned outcomes as it went
+    pruned = re.search(r"\| sidecar /mcp \| at the end \|.*outcomes_pruned ([\d,]+)", out)
+    assert pruned is not None and int(pruned[1].replace(",", "")) > 0, out[-2000:]
