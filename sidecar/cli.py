@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from bridges.manifest import load_manifests, manifest_json_schema
 from bridges.manifest_tools import manifest_tool_validator
-from sidecar import cli_tokens
+from sidecar import cli_calls, cli_tokens
 from sidecar.serve.replay import FORMATS
 from sidecar.serve.serve_policy import UnsafeConfiguration
 from sidecar.state_dir import UnsafeStateDir
@@ -103,6 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     read.add_argument("--pattern", default=None, help="regular expression to search for")
     sub.add_parser("health", parents=[client], help="per-server status")
     cli_tokens.add_parser(sub, common)
+    cli_calls.add_parser(sub, client)
     check = sub.add_parser("check", help="validate manifests without starting anything")
     check.add_argument("files", nargs="*", metavar="FILE", help="manifest files or directories")
     check.add_argument("--schema", action="store_true", help="print the manifest JSON Schema")
@@ -260,6 +261,8 @@ async def _client(args: argparse.Namespace) -> int:
         backend = RemoteBackend(url, state)
     else:
         backend = EmbeddedBackend(state, _manifests(args))
+    if args.command == "calls":  # reads the history file itself when no daemon runs
+        return await cli_calls.run(args, Path(state), url)
     async with backend:
         if args.command == "tools":
             return _print_tools(await backend.tools(args.format), args)
@@ -375,10 +378,13 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _daemon_exit(args: argparse.Namespace, run: Callable[[], Any]) -> int:
-    """Run a daemon command; the failures a user causes by starting it twice are one line."""
+    """Run a daemon command; the failures a user causes by starting it twice are one line.
+    Traces are exported while it runs when the `OTEL_*` variables ask for them."""
     from managed_store import StoreInUse
+    from sidecar import tracing
     from sidecar.daemon import AddressInUse, default_state_dir
 
+    tracing.configure_from_env()
     try:
         run()
     except StoreInUse:
@@ -389,6 +395,8 @@ def _daemon_exit(args: argparse.Namespace, run: Callable[[], Any]) -> int:
     except AddressInUse as exc:
         print(f"sidecar: {exc.strerror}", file=sys.stderr)
         return EXIT_ADDRESS_IN_USE
+    finally:
+        tracing.shutdown()
     return EXIT_OK
 
 

@@ -22,7 +22,7 @@ import gc
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from managed_store import ManagedStore
 from sidecar.call_history import (
     AuditSettings,
     CallHistory,
+    CallRecord,
     SettledCall,
     SqliteCallHistory,
     record_of,
@@ -155,11 +156,17 @@ class Location:
         """Every settled call (`GET /v1/calls`, `sidecar calls`); None when not durable."""
         self.audit = AuditSettings()
         """What the history keeps of inputs (manifest `[audit]`)."""
+        self.call_listeners: list[Callable[[CallRecord], None]] = []
+        """Told of every settled call with its history row (the HTTP app's metrics)."""
 
     def record_call(self, call: SettledCall) -> None:
-        """The seam's audit hook: one history row for a settled or replayed call."""
+        """The seam's audit hook: one history row for a settled or replayed call, also handed
+        to `call_listeners` (metrics)."""
+        record = record_of(call, self.audit, self._server_of)
         if self.history is not None:
-            self.history.add(record_of(call, self.audit, self._server_of))
+            self.history.add(record)
+        for listener in self.call_listeners:
+            listener(record)
 
     def _server_of(self, name: str) -> str | None:
         label = self.registry.source_of(name)
@@ -248,8 +255,7 @@ class Location:
                 events=events, permissions=permissions, plugins=host, manifests=ManifestSet(),
             )
             location.history = history
-            if history is not None:
-                seam.audit = location.record_call
+            seam.audit = location.record_call
             location.tokens = await SqliteTokenStore.open(state / "tokens.sqlite")
             stack.push_async_callback(location.tokens.aclose)
             location.sandbox = await stack.enter_async_context(Sandbox())  # workers start lazily

@@ -35,6 +35,7 @@ from bridges.manifest import manifest_files as manifest_files_of
 from bridges.manifest_profiles import ProfileConfig
 from bridges.manifest_tools import ManifestTools, manifest_tool_validator
 from bridges.mcp import ServerPool
+from sidecar.call_history import AuditSettings
 from sidecar.errors import RegistrationError
 from sidecar.events import ManifestsReloaded, ServerHealthChanged
 from sidecar.permission import PermissionRule
@@ -184,6 +185,9 @@ class ManifestSources:
         if loaded.ask_timeout is not None:
             location.permissions.ask_timeout = loaded.ask_timeout
         location.seam.bounds = location_bounds(loaded, self._base_bounds)
+        audit = loaded.audit
+        location.audit = AuditSettings() if audit is None else AuditSettings(
+            audit.inputs, frozenset(m.lower() for m in audit.mask))
         location.codemode = loaded.codemode or self._base_codemode
         default = loaded.default_profile
         location.profiles.set(

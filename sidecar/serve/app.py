@@ -41,6 +41,7 @@ def build_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         location.seam.observers.append(metrics.observe)
+        location.call_listeners.append(metrics.observe_record)
         await events.start()
         try:
             if extra_lifespan is not None:
@@ -52,6 +53,7 @@ def build_app(
             await api.calls.aclose()
             await events.aclose()
             location.seam.observers.remove(metrics.observe)
+            location.call_listeners.remove(metrics.observe_record)
 
     async def scoped(secret: str) -> frozenset[str] | None:
         if location.tokens is None:
