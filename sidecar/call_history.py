@@ -21,9 +21,9 @@ owns the connection and also answers queries, in order) is the embedded implemen
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
+import math
 import os
 import queue
 import sqlite3
@@ -120,16 +120,19 @@ class CallQuery:
         `session`, `agent`, `profile`, `since`/`until` (ISO 8601, UTC unless an offset is
         given, or epoch seconds), `limit` (1-1000), `cursor`. Raises InvalidQuery."""
         def text(name: str) -> str | None:
-            return params.get(name) or None
+            value = params.get(name) or None
+            if value is not None and len(value) > MAX_FILTER_CHARS:
+                raise InvalidQuery(name, f"longer than {MAX_FILTER_CHARS} characters")
+            return value
 
         raw_limit = params.get("limit")
         if raw_limit:
             if not (raw_limit.isascii() and raw_limit.isdigit()) or not 1 <= int(raw_limit) \
                     <= MAX_LIMIT:
-                raise InvalidQuery(f"limit: a whole number from 1 to {MAX_LIMIT}")
+                raise InvalidQuery("limit", f"a whole number from 1 to {MAX_LIMIT}")
             limit = int(raw_limit)
-        cursor = text("cursor")
-        if cursor is not None:
+        cursor = params.get("cursor")
+        if cursor is not None:  # present but empty is an error too: the page is unknown
             _decode_cursor(cursor)
         return cls(
             tool=text("tool"), server=text("server"), status=text("status"),
@@ -143,21 +146,36 @@ def parse_time(value: str | None, name: str) -> float | None:
     """Epoch seconds from an ISO 8601 date or time (UTC unless it has an offset) or a number."""
     if not value:
         return None
+    if len(value) > 64:
+        raise InvalidQuery(name, "longer than 64 characters")
     try:
-        return float(value)
+        number = float(value)
     except ValueError:
         pass
+    else:
+        if not (math.isfinite(number) and 0 <= number <= MAX_EPOCH):
+            raise InvalidQuery(name, f"{value!r} is not epoch seconds from 0 to {MAX_EPOCH:g}")
+        return number
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise InvalidQuery(f"{name}: {value!r} is not a date, a time or epoch seconds") from None
+        raise InvalidQuery(name, f"{value[:40]!r} is not a date, a time or epoch seconds") \
+            from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.timestamp()
 
 
 class InvalidQuery(ValueError):
-    """A filter or cursor that cannot be read; the message names it."""
+    """A filter or cursor that cannot be read; the message and `field` name it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+MAX_FILTER_CHARS = 512
+MAX_EPOCH = 1e11
 
 
 
@@ -269,17 +287,15 @@ _FILTERS = {"tool": "tool", "server": "server", "status": "status", "session": "
 
 
 def _encode_cursor(seq: int) -> str:
-    return base64.urlsafe_b64encode(f"c{seq}".encode()).decode().rstrip("=")
+    return f"c{seq}"
 
 
 def _decode_cursor(cursor: str) -> int:
-    try:
-        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        if not text.startswith("c"):
-            raise ValueError(cursor)
-        return int(text[1:])
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidQuery(f"cursor {cursor!r} is not one this daemon gave out") from None
+    if not (cursor.startswith("c") and cursor[1:].isascii() and cursor[1:].isdigit()
+            and len(cursor) <= 19):
+        raise InvalidQuery("cursor", f"{cursor[:40]!r} is not a cursor this daemon gives out "
+                           "(c followed by digits)")
+    return int(cursor[1:])
 
 
 def _row(row: tuple[Any, ...]) -> CallRecord:

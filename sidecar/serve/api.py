@@ -371,8 +371,7 @@ class Api:
         try:
             query = CallQuery.from_params(request.query_params)
         except InvalidQuery as exc:
-            field = str(exc).split(":", 1)[0]
-            raise ApiError(400, "invalid_parameter", str(exc), field) from None
+            raise ApiError(400, "invalid_parameter", str(exc), exc.field) from None
         if fmt == "json":
             rows, cursor = await history.query(query)
             return JSONResponse({"calls": [r.to_json() for r in rows], "next_cursor": cursor})

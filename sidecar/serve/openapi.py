@@ -77,12 +77,12 @@ def openapi_document() -> dict[str, Any]:
             "parameters": [
                 *(_param(name, "query", {"type": "string", "maxLength": 512})
                   for name in ("tool", "server", "status", "session", "agent", "profile")),
-                *(_param(name, "query", {"type": "string", "maxLength": 64, "description":
-                                         "ISO 8601 (UTC unless an offset is given) or epoch "
-                                         "seconds"})
+                *(_param(name, "query", {"type": "number", "minimum": 0, "maximum": 1e11,
+                                         "description": "epoch seconds; an ISO 8601 date or "
+                                         "time (UTC unless it has an offset) is read too"})
                   for name in ("since", "until")),
                 _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000}),
-                _param("cursor", "query", {"type": "string", "maxLength": 64}),
+                _param("cursor", "query", {"type": "string", "pattern": "^c[0-9]{1,18}$"}),
                 _param("format", "query", {"type": "string", "enum": ["json", "jsonl"]}),
             ],
             "responses": {"200": {"description": "`{calls, next_cursor}`, or JSON Lines",

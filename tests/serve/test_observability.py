@@ -29,7 +29,7 @@ MANIFEST = """
 [tools.numbers]
 kind = "command"
 description = "Print the numbers 1..n"
-input = { type = "object", properties = { n = { type = "integer" }, api_key = { type = "string" } } }
+input = { type = "object", properties = { n = { type = "integer" }, api_key = {} } }
 argv = ["seq", "{n}"]
 
 [audit]
