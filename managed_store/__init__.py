@@ -19,6 +19,7 @@ from managed_store.errors import (
     StoreInUse,
 )
 from managed_store.index import StoreStats
+from managed_store.line_chars import LineChars
 from managed_store.pattern import MAX_PATTERN_CHARS, InvalidPattern
 from managed_store.protocol import FdSpool, TextSpool, TextStore
 from managed_store.reading import GrepMatch, GrepResult, TextSlice
@@ -34,6 +35,7 @@ __all__ = [
     "GrepResult",
     "InvalidPattern",
     "InvalidRef",
+    "LineChars",
     "ManagedNotFound",
     "ManagedRef",
     "ManagedStore",

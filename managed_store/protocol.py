@@ -11,6 +11,7 @@ from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
 from managed_store.index import StoreStats
+from managed_store.line_chars import LineChars
 from managed_store.reading import GrepResult, TextSlice
 from managed_store.refs import ManagedRef
 from managed_store.spool import Drained
@@ -65,6 +66,10 @@ class TextStore(Protocol):
     async def read_lines(self, ref_id: str, offset: int = 1, limit: int = 2000) -> TextSlice: ...
 
     async def read_bytes(self, ref_id: str, offset: int = 0, limit: int = 65536) -> TextSlice: ...
+
+    async def read_chars(
+        self, ref_id: str, line: int = 1, start: int = 0, length: int = 20_000
+    ) -> LineChars: ...
 
     async def grep(
         self, ref_id: str, pattern: str, *, max_matches: int = 100, context: int = 0

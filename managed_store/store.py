@@ -41,6 +41,7 @@ from managed_store.layout import (
     fsync_dir,
     unlink_quietly,
 )
+from managed_store.line_chars import LineChars, read_line_chars
 from managed_store.pattern import check_pattern, compile_pattern
 from managed_store.reading import (
     GrepResult,
@@ -220,6 +221,20 @@ class ManagedStore:
         _check_int("limit", limit, 1)
         ref, mark = await self._on_index_thread(self._locate, ref_id, Index.mark_for_offset, offset)
         return await self._read(ref, read_byte_range, mark, offset, limit)
+
+    async def read_chars(
+        self, ref_id: str, line: int = 1, start: int = 0, length: int = 20_000
+    ) -> LineChars:
+        """Characters `start..start+length-1` (0-based) of line `line` (1-based): paging
+        inside a line too long to read whole (see `managed_store.line_chars`)."""
+        ref_id = validate_ref_id(ref_id)
+        _check_int("line", line, 1)
+        _check_int("start", start, 0)
+        _check_int("length", length, 1)
+        ref, mark = await self._on_index_thread(self._locate, ref_id, Index.mark_for_line, line)
+        return await self._read_file(
+            ref, lambda path, ref: read_line_chars(path, ref, mark, line, start, length)
+        )
 
     async def grep(
         self,

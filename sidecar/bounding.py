@@ -119,6 +119,8 @@ class PreviewPlan:
     omitted_bytes: int
     first_omitted_line: int
     last_omitted_line: int
+    first_omitted_char: int = 0
+    """Where the omission starts inside `first_omitted_line` (0: at its beginning)."""
 
 
 def plan_preview(text: str, bounds: Bounds) -> PreviewPlan | None:
@@ -142,6 +144,7 @@ def plan_preview(text: str, bounds: Bounds) -> PreviewPlan | None:
         omitted_bytes=total_bytes - kept,
         first_omitted_line=text.count("\n", 0, h_end) + 1,
         last_omitted_line=text.count("\n", 0, t_start) + _partial_line(text, t_start),
+        first_omitted_char=h_end - (text.rfind("\n", 0, h_end) + 1),
     )
 
 
@@ -151,12 +154,21 @@ def _partial_line(text: str, start: int) -> int:
 
 
 def marker_text(plan: PreviewPlan, ref: str) -> str:
+    """The omission marker. When the cut falls inside a line, reading on starts at that
+    character of that line (`start`), so the middle of a long line is reachable."""
+    if plan.first_omitted_char:
+        where = (f", from character {plan.first_omitted_char:,} of line "
+                 f"{plan.first_omitted_line:,}")
+        read_on = (f'managed_read(ref="{ref}", offset={plan.first_omitted_line}, '
+                   f"start={plan.first_omitted_char})")
+    else:
+        where = ""
+        read_on = f'managed_read(ref="{ref}", offset={plan.first_omitted_line}, limit=200)'
     return (
         f"[... {plan.omitted_bytes:,} bytes omitted here (lines {plan.first_omitted_line:,}"
-        f"-{plan.last_omitted_line:,} of {plan.total_lines:,}). The full text "
-        f"({plan.total_bytes:,} bytes) is kept as {ref}: read on with managed_read"
-        f'(ref="{ref}", offset={plan.first_omitted_line}, limit=200) or search it with '
-        f'managed_read(ref="{ref}", pattern="<regex>") ...]'
+        f"-{plan.last_omitted_line:,} of {plan.total_lines:,}{where}). The full text "
+        f"({plan.total_bytes:,} bytes) is kept as {ref}: read on with {read_on} or search "
+        f'it with managed_read(ref="{ref}", pattern="<regex>") ...]'
     )
 
 

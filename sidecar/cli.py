@@ -5,9 +5,10 @@
     sidecar stdio                                     the daemon as an MCP server on stdin/stdout
     sidecar tools [--format mcp|openai|anthropic|gemini] [--json]
     sidecar call NAME [--input JSON] [--json]         one call through the seam
-    sidecar managed read REF [--offset N] [--limit N] [--pattern RE]
+    sidecar managed read REF [--offset N] [--limit N] [--pattern RE] [--start C] [--length N]
     sidecar health [--json]                           per-server status
     sidecar check FILE... [--json] | --schema         validate manifests (no daemon)
+    sidecar auth login NAME [--no-browser] | status [--json] | logout NAME   OAuth logins
 
 `tools`, `call`, `managed` and `health` talk to a running daemon when one is configured
 (`--url` or `$SIDECAR_URL`, or the `daemon.json` a running `sidecar serve` wrote into the state
@@ -101,6 +102,10 @@ def _parser() -> argparse.ArgumentParser:
     read.add_argument("--offset", type=int, default=1, help="first line, 1-based")
     read.add_argument("--limit", type=int, default=200, help="number of lines")
     read.add_argument("--pattern", default=None, help="regular expression to search for")
+    read.add_argument("--start", type=int, default=None,
+                      help="read inside line --offset from this character (0-based)")
+    read.add_argument("--length", type=int, default=None,
+                      help="with --start: how many characters (default: as many as fit)")
     sub.add_parser("health", parents=[client], help="per-server status")
     cli_tokens.add_parser(sub, common)
     cli_calls.add_parser(sub, client)
@@ -108,6 +113,17 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("files", nargs="*", metavar="FILE", help="manifest files or directories")
     check.add_argument("--schema", action="store_true", help="print the manifest JSON Schema")
     check.add_argument("--json", action="store_true", help="machine-readable output")
+    auth = sub.add_parser("auth", help="OAuth logins of HTTP servers (see sidecar.cli_auth)")
+    auth_sub = auth.add_subparsers(dest="auth_command", required=True)
+    login_p = auth_sub.add_parser("login", parents=[common], help="authorize one server")
+    login_p.add_argument("name")
+    login_p.add_argument("--no-browser", action="store_true",
+                         help="print the authorization URL on stdout instead of opening it")
+    status_p = auth_sub.add_parser("status", parents=[common], help="authorization per server")
+    status_p.add_argument("name", nargs="?")
+    logout_p = auth_sub.add_parser("logout", parents=[common],
+                                   help="revoke and forget one server's tokens")
+    logout_p.add_argument("name")
     return parser
 
 
@@ -250,7 +266,7 @@ def _import_daemon(args: argparse.Namespace) -> None:
 
 async def _client(args: argparse.Namespace) -> int:
     from sidecar.cli_backends import EmbeddedBackend, RemoteBackend, find_daemon
-    from sidecar.daemon import default_state_dir
+    from sidecar.daemon import Location, default_state_dir, retention_from_env
 
     state = args.state_dir or str(default_state_dir())
     url = args.url or os.environ.get("SIDECAR_URL") or (
@@ -260,7 +276,11 @@ async def _client(args: argparse.Namespace) -> int:
     if url is not None:
         backend = RemoteBackend(url, state)
     else:
-        backend = EmbeddedBackend(state, _manifests(args))
+        retention = retention_from_env()
+        backend = EmbeddedBackend(
+            state, _manifests(args),
+            lambda root, **options: Location.open(root, retention_seconds=retention, **options),
+        )
     if args.command == "calls":  # reads the history file itself when no daemon runs
         return await cli_calls.run(args, Path(state), url)
     async with backend:
@@ -275,6 +295,10 @@ async def _client(args: argparse.Namespace) -> int:
             payload: dict[str, Any] = {"ref": args.ref, "offset": args.offset, "limit": args.limit}
             if args.pattern is not None:
                 payload["pattern"] = args.pattern
+            if args.start is not None:
+                payload["start"] = args.start
+            if args.length is not None:
+                payload["length"] = args.length
             raw_input = json.dumps(payload)
         call_id = getattr(args, "call_id", None) or "cli_" + secrets.token_hex(8)
         context = {"session_id": getattr(args, "session", "cli"), "agent": "cli",
@@ -311,6 +335,18 @@ def _run(coro: Any, *, daemon: bool = False) -> Any:
     return run(coro)
 
 
+def _auth(args: argparse.Namespace) -> int:
+    from sidecar import cli_auth
+    from sidecar.daemon import default_state_dir
+
+    logging.basicConfig(level=os.environ.get("SIDECAR_LOG_LEVEL", "WARNING").upper(),
+                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for noisy in ("httpx", "httpx2", "httpcore", "httpcore2"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    state = args.state_dir or str(default_state_dir())
+    return int(_run(cli_auth.run(args, _manifests(args), state)))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
@@ -329,6 +365,8 @@ def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "check":
         return _check(args)
+    if args.command == "auth":
+        return _auth(args)
     if args.command == "token":
         from sidecar.daemon import default_state_dir
 

@@ -23,6 +23,9 @@ import hashlib
 import re
 
 MAX_NAME_LENGTH = 64
+RESERVED_NAMES = frozenset({"managed_read", "execute", "search_tools", "describe_tools"})
+"""Effective names of the sidecar's built-ins: no other registration may take them (the
+registry leaves such a tool out and reports it; MCP bridges skip it per server)."""
 _HASH_LENGTH = 8
 _VALID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _INVALID_CHAR = re.compile(r"[^A-Za-z0-9_-]")

@@ -6,17 +6,23 @@ closing the scope removes exactly that registration. The effective view is compu
 active registrations in order: for each effective name, the latest active registration wins,
 so closing it reveals the next-latest one. The caller's mapping is copied: mutating it after
 `register` changes nothing.
+
+Built-in names (`sidecar.names.RESERVED_NAMES`: `managed_read` and the Code Mode tools) are
+reserved: a registration that is not a built-in one keeps its other tools, but a tool whose
+effective name is reserved is left out, logged, and listed by `reserved_conflicts()` (shown
+in the Location's health). It never shadows the built-in.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
-from sidecar.errors import RegistrationError, SchemaDefinitionError
-from sidecar.names import effective_name
+from sidecar.errors import CallError, RegistrationError, SchemaDefinitionError
+from sidecar.names import RESERVED_NAMES, effective_name
 from sidecar.tool import Tool
 
 
@@ -63,6 +69,14 @@ class Entry:
     origin: str = ""
 
 
+class Resolver(Protocol):
+    """What a call resolves its tool against (a `Snapshot`): the seam needs only this."""
+
+    def resolve(self, name: str) -> Entry | CallError:
+        """The captured entry for `name`, or the model-visible error a call on it gets."""
+        ...
+
+
 def _definition(name: str, key: str, tool: Tool) -> ToolDefinition:
     try:
         input_schema = tool.input.json_schema()
@@ -104,12 +118,44 @@ def build_entries(mapping: Mapping[str, Tool], namespace: str | None) -> dict[st
     return entries
 
 
-class Registration:
-    __slots__ = ("entries", "label")
+log = logging.getLogger("sidecar.registry")
 
-    def __init__(self, entries: Mapping[str, Entry], label: str) -> None:
+
+@dataclass(frozen=True, slots=True)
+class ReservedConflict:
+    """A tool left out because its effective name belongs to a built-in."""
+
+    registration: str
+    key: str
+    name: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"registration": self.registration, "tool": self.key, "name": self.name,
+                "message": f"tool {self.key!r} of {self.registration!r} was left out: "
+                           f"{self.name!r} is the name of a sidecar built-in (give its source "
+                           "a namespace, or rename it)"}
+
+
+class Registration:
+    __slots__ = ("builtin", "entries", "label", "refused")
+
+    def __init__(self, entries: Mapping[str, Entry], label: str, builtin: bool = False) -> None:
         self.label = label
-        self.entries: Mapping[str, Entry] = self.stamped(entries)
+        self.builtin = builtin
+        self.refused: tuple[ReservedConflict, ...] = ()
+        self.entries: Mapping[str, Entry] = MappingProxyType({})
+        self.set_entries(entries)
+
+    def set_entries(self, entries: Mapping[str, Entry]) -> None:
+        kept = dict(entries)
+        if not self.builtin:
+            refused = [ReservedConflict(self.label, e.key, n) for n, e in entries.items()
+                       if n in RESERVED_NAMES]
+            for conflict in refused:
+                del kept[conflict.name]
+                log.warning("%s", conflict.to_json()["message"])
+            self.refused = tuple(refused)
+        self.entries = self.stamped(kept)
 
     def stamped(self, entries: Mapping[str, Entry]) -> Mapping[str, Entry]:
         """`entries` with this registration's label as their `origin`."""
@@ -182,9 +228,14 @@ class Registry:
             parent.on_change(self._notify)
 
     def register(
-        self, mapping: Mapping[str, Tool], *, namespace: str | None = None, label: str = ""
+        self, mapping: Mapping[str, Tool], *, namespace: str | None = None, label: str = "",
+        builtin: bool = False,
     ) -> Scope:
-        registration = Registration(build_entries(mapping, namespace), label or "registration")
+        """See `Tools.register`; `builtin` (the daemon's own tools only) may use reserved
+        names."""
+        registration = Registration(
+            build_entries(mapping, namespace), label or "registration", builtin=builtin
+        )
         self._registrations.append(registration)
         self._changed()
         return Scope(self, registration)
@@ -221,8 +272,16 @@ class Registry:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
+    def reserved_conflicts(self) -> list[ReservedConflict]:
+        """Tools of active registrations (this registry's and its parent's) left out for
+        taking a built-in's name."""
+        found = self._parent.reserved_conflicts() if self._parent is not None else []
+        for registration in self._registrations:
+            found.extend(registration.refused)
+        return found
+
     def _replace(self, registration: Registration, entries: Mapping[str, Entry]) -> None:
-        registration.entries = registration.stamped(entries)
+        registration.set_entries(entries)
         self._changed()
 
     def _remove(self, registration: Registration) -> None:

@@ -5,9 +5,11 @@ For each upstream tool, in listing order:
 1. `tools.allow` / `tools.deny` globs (over upstream names) decide whether it is offered;
    filtered tools are only counted.
 2. A repeated upstream name, an invalid `inputSchema` (or one that does not describe an object),
-   an invalid `outputSchema` under `output_validation = "strict"`, or an effective name already
-   taken by an earlier tool of the same server leaves the tool out, with the reason recorded
-   (health and the log). The server's other tools still register.
+   an invalid `outputSchema` under `output_validation = "strict"`, an effective name already
+   taken by an earlier tool of the same server, or an effective name reserved for a sidecar
+   built-in (`managed_read`, `execute`, `search_tools`, `describe_tools`: possible with
+   `namespace = ""`) leaves the tool out, with the reason recorded (health and the log). The
+   server's other tools still register.
 3. The rest become `sidecar.Tool` values: input codec from `inputSchema` (we validate before
    dispatch), output codec from `outputSchema` per `output_validation`, title, annotations,
    `_meta`, and the server's `bounds`.
@@ -32,6 +34,7 @@ from bridges.mcp.codecs import PassCodec, WarnCodec
 from bridges.mcp.health import SkippedTool
 from sidecar.codec import Codec, JsonSchemaCodec
 from sidecar.errors import RegistrationError, SchemaDefinitionError
+from sidecar.names import RESERVED_NAMES
 from sidecar.permission import Decision
 from sidecar.registry import build_entries
 from sidecar.tool import Annotations, Bounds, CallContext, Tool
@@ -87,6 +90,11 @@ def build_catalog(
             (effective,) = build_entries({upstream.name: tool}, namespace)
         except (SchemaDefinitionError, RegistrationError, ValueError) as exc:
             skipped.append(SkippedTool(upstream.name, _reason(upstream.name, exc)))
+            continue
+        if effective in RESERVED_NAMES:
+            skipped.append(SkippedTool(upstream.name, (
+                f"its effective name {effective!r} is reserved for the sidecar's built-in "
+                "tool; give this server a namespace to offer it")))
             continue
         if effective in owners:
             skipped.append(SkippedTool(

@@ -11,8 +11,9 @@ outer one is returned (and is what a runner executes against); the inner one, he
 affects later snapshots only. In the outer snapshot the tools left to Code Mode are `removed`
 (calling them directly fails `unavailable`); in the inner one, the direct-only tools and the
 built-ins are.
-A registered tool named like a built-in is shadowed on the direct list (with a warning); with
-codemode=True it is still callable from programs.
+The registry never lets another registration take a built-in's name (`sidecar.registry`);
+entries handed here by other means that do are shadowed on the direct list (with a warning);
+with codemode=True they are still callable from programs.
 """
 
 from __future__ import annotations

@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic_core
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.requests import Request
+from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse as StarletteJSONResponse
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -27,6 +27,8 @@ from sidecar.call_history import CallQuery, InvalidQuery
 from sidecar.json_depth import JsonTooDeep
 from sidecar.outcome import Outcome
 from sidecar.permission_service import UnknownAsk
+from sidecar.serve.api_bodies import CallBody, ReplyBody, SnapshotBody
+from sidecar.serve.auth_api import AuthApi
 from sidecar.serve.by_definitions import ByDefinitions
 from sidecar.serve.event_log import EventLog
 from sidecar.serve.metrics import CONTENT_TYPE, Metrics
@@ -44,13 +46,12 @@ from sidecar.snapshot import SnapshotExpired
 from sidecar.tool import ToolContext
 
 if TYPE_CHECKING:
-    from sidecar.daemon import Location
+    from sidecar.location import Location
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 _FINISHED_KEEP = 1024
 _FINISHED_TTL = 600.0
 
-Id = Annotated[str, Field(min_length=1, max_length=512)]
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -72,43 +73,6 @@ class ApiError(Exception):
         if self.field is not None:
             error["field"] = self.field
         return JSONResponse({"error": error}, status_code=self.status)
-
-
-class _Body(BaseModel):
-    # strict: 0 is not false and "1" is not 1; unknown fields are errors
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class SnapshotBody(_Body):
-    session_id: Id
-    allow: list[str] | None = None
-    deny: list[str] | None = None
-    final_step: bool = False
-    format: Format = "mcp"
-    strict: bool = False
-    codemode: Literal["direct", "codemode", "both"] | None = None
-    profile: Annotated[str, Field(min_length=1, max_length=64)] | None = None
-
-
-class ContextBody(_Body):
-    session_id: Id
-    agent: Id
-    message_id: Id
-    call_id: Id
-
-
-class CallBody(_Body):
-    name: Annotated[str, Field(min_length=1, max_length=256)]
-    input: dict[str, Any] | str = Field(default_factory=dict)
-    context: ContextBody
-    format: Format | None = None
-    tool_call_id: str | None = None
-
-
-class ReplyBody(_Body):
-    reply: Literal["once", "always", "reject"]
-    feedback: str | None = None
-    scope: Literal["session", "location"] = "session"
 
 
 @dataclass(slots=True)
@@ -191,6 +155,7 @@ class Api:
         self.metrics = metrics
         self.events = events
         self.calls = CallTracker()
+        self.auth = AuthApi(location)
         self.definitions = DefinitionsCache()
         self.max_body_bytes = max_body_bytes
         # Snapshots advertised with OpenAI strict schemas: models send null for optional
@@ -210,6 +175,7 @@ class Api:
             Route("/v1/permissions", h(self.permissions), methods=["GET"]),
             Route("/v1/permissions/{ask_id}/reply", h(self.reply), methods=["POST"]),
             Route("/v1/health", h(self.health), methods=["GET"]),
+            *self.auth.routes(h),
             Route("/v1/openapi.json", h(self.openapi), methods=["GET"]),
             Route("/metrics", h(self.prometheus), methods=["GET"]),
         ]
@@ -434,6 +400,20 @@ class Api:
                     ],
                 })
             offset = self._int(request, "offset", 1, 1, 2**62)
+            if request.query_params.get("start") is not None:
+                start = self._int(request, "start", 0, 0, 2**62)
+                length = self._int(request, "length", 20_000, 1, 1_000_000)
+                chars = await store.read_chars(ref, line=offset, start=start, length=length)
+                return JSONResponse({
+                    "ref": ref,
+                    "text": chars.text,
+                    "line": chars.line,
+                    "start": chars.start,
+                    "next_start": chars.next_start,
+                    "end_of_line": chars.end_of_line,
+                    "total_lines": chars.ref.lines,
+                    "total_bytes": chars.ref.size_bytes,
+                })
             limit = self._int(request, "limit", 200, 1, 10_000)
             part = await store.read_lines(ref, offset=offset, limit=limit)
         except InvalidRef as exc:
@@ -515,17 +495,8 @@ def _handled(endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:
             response: Response = await endpoint(request)
         except ApiError as exc:
             return exc.response()
+        except ClientDisconnect:  # gone (or timed out) mid-body: nobody reads an answer
+            return Response(status_code=400)
         return response
 
     return run
-
-
-def error_schema() -> Mapping[str, Any]:
-    return {
-        "type": "object",
-        "required": ["error"],
-        "properties": {"error": {"type": "object", "required": ["code", "message"],
-                                 "properties": {"code": {"type": "string"},
-                                                "message": {"type": "string"},
-                                                "field": {"type": "string"}}}},
-    }

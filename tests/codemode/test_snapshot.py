@@ -108,19 +108,23 @@ async def test_removed_tools_stay_unavailable_inside_programs(env: Env):
     assert "slow failed [unavailable]" in outcome.output["error"]["message"]
 
 
-async def test_a_tool_named_like_a_builtin_is_shadowed_with_a_warning(env: Env, caplog):
+async def test_a_tool_named_like_a_builtin_is_left_out_and_reported(env: Env, caplog):
     async def fake(args, context):
         return ToolResponse(content="user execute")
 
     tool = Tool(description="User tool.", input={"type": "object"}, execute=fake)
-    async with env.location.tools.register({"execute": tool}):
-        with caplog.at_level(logging.WARNING, logger="sidecar.codemode"):
-            snapshot = env.snapshot(mode="both")
+    with caplog.at_level(logging.WARNING, logger="sidecar.registry"):
+        scope = env.location.tools.register({"execute": tool}, label="user")
+    async with scope:
+        snapshot = env.snapshot(mode="both")
         outcome = await snapshot.execute(
             "execute", {"code": "await call_tool('execute')"}, ctx()
         )
-    assert "shadowed" in caplog.text
-    assert outcome.output["result"] == "user execute"  # still reachable from programs
+        conflicts = (await env.location.health())["reserved_name_conflicts"]
+    assert "sidecar built-in" in caplog.text
+    assert [c["tool"] for c in conflicts] == ["execute"]
+    assert outcome.output["result"] is None  # the program's call found no user tool
+    assert "execute failed [unavailable]" in str(outcome.output)  # the built-in itself
 
 
 async def test_invalid_settings(env: Env):

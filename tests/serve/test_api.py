@@ -282,3 +282,17 @@ async def test_health_metrics_and_openapi(served):
     spec = (await served.client.get("/v1/openapi.json")).json()
     assert spec["openapi"].startswith("3.1")
     assert "/v1/snapshots/{snapshot_id}/calls" in spec["paths"]
+
+
+async def test_managed_text_read_inside_a_long_line(served):
+    text = "first line\n" + "".join(f"[{i:05d}ü]" for i in range(20_000)) + "\nlast\n"
+    ref = (await served.location.seam.store.put(text)).id
+    page = (await served.client.get(f"/v1/managed/{ref}",
+                                     params={"offset": 2, "start": 8, "length": 16})).json()
+    assert page["text"] == "[00001ü][00002ü]" and page["line"] == 2
+    assert page["next_start"] == 24 and page["end_of_line"] is False
+    tail = (await served.client.get(f"/v1/managed/{ref}",
+                                     params={"offset": 2, "start": 159_992})).json()
+    assert tail["text"] == "[19999ü]" and tail["end_of_line"] is True
+    bad = await served.client.get(f"/v1/managed/{ref}", params={"start": "-1"})
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "start"

@@ -254,3 +254,21 @@ def test_sidecar_serve_adopts_the_upstream_it_spawned_before_its_imports(tmp_pat
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
         proc.stderr.close()
+
+
+def test_managed_read_by_characters_from_the_cli(tmp_path):
+    import asyncio
+
+    from sidecar import Location
+
+    async def put() -> str:
+        async with Location.open(tmp_path, state_dir=tmp_path / "s") as location:
+            return (await location.seam.store.put("x" * 100 + "needle" + "y" * 100)).id
+
+    ref = asyncio.run(put())
+    env = {"SIDECAR_STATE_DIR": str(tmp_path / "s"), "SIDECAR_MANIFESTS": ""}
+    read = run("managed", "read", ref, "--offset", "1", "--start", "100", "--length", "6",
+               env=env)
+    assert read.returncode == 0, read.stderr
+    assert "characters 100-105; continue with offset=1, start=106" in read.stdout
+    assert "needle" in read.stdout and "xneedle" not in read.stdout

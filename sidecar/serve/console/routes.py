@@ -21,7 +21,7 @@ from sidecar.serve.console.auth import ConsoleSession, ConsoleSessions
 from sidecar.serve.event_log import EventLog
 
 if TYPE_CHECKING:
-    from sidecar.daemon import Location
+    from sidecar.location import Location
 
 Handler = Callable[[Request, ConsoleSession], Awaitable[Response]]
 DOWNLOAD_CHUNK = 1024 * 1024

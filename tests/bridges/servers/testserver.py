@@ -138,6 +138,9 @@ def configure_tools() -> None:
     for i in range(ARGS.extra_tools):
         name = f"t{i:03d}"
         TOOLS[name] = types.Tool(name=name, description=f"extra tool {i}", input_schema=obj())
+    for name in ARGS.named_tool:
+        TOOLS[name] = types.Tool(name=name, description=f"named tool {name}",
+                                 input_schema={"type": "object"})
 
 
 async def list_tools(
@@ -163,6 +166,8 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     args = params.arguments or {}
     name = params.name
     event("call", tool=name, meta=dict(params.meta or {}))
+    if name in ARGS.named_tool:
+        return text(f"upstream {name}")
     if name == "echo":
         return text(args["text"])
     if name == "add":
@@ -336,6 +341,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--page-size", type=int, default=0)
     p.add_argument("--repeat-cursor", action="store_true")
     p.add_argument("--extra-tools", type=int, default=0)
+    p.add_argument("--named-tool", action="append", default=[],
+                   help="also offer a tool of this name (it answers 'upstream <name>')")
     p.add_argument("--invalid-schema", action="store_true")
     p.add_argument("--startup-delay", type=float, default=0.0)
     p.add_argument("--hang-at-start", action="store_true")
