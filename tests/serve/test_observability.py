@@ -182,3 +182,34 @@ def test_the_cli_reads_the_history_of_a_stopped_daemon(tmp_path: Path) -> None:
     bad = subprocess.run([*SIDECAR, "calls", "--limit", "0"], env=env, capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "limit" in bad.stderr
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+def test_an_mcp_client_trace_continues_through_sidecar_stdio(tmp_path: Path, mode: str) -> None:
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    spans = tmp_path / "spans.jsonl"
+    receiver, port = started([sys.executable, str(RECEIVER), str(spans)], dict(os.environ),
+                             "PORT ", stream="stdout")
+    try:
+        (tmp_path / "manifests").mkdir()
+        (tmp_path / "manifests" / "tools.toml").write_text(MANIFEST)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SIDECAR_", "OTEL_"))}
+        env.update(SIDECAR_STATE_DIR=str(tmp_path / "state"),
+                   SIDECAR_MANIFESTS=str(tmp_path / "manifests"),
+                   OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+                   OTEL_BSP_SCHEDULE_DELAY="50")
+        params = StdioServerParameters(command=sys.executable, args=["-m", "sidecar.cli", "stdio"],
+                                       env=env)
+
+        async def call() -> None:
+            async with Client(params, mode=mode, cache=None, read_timeout_seconds=60) as client:
+                result = await client.call_tool("numbers", {"n": 2}, meta={"traceparent": PARENT})
+                assert not result.is_error
+
+        anyio.run(call)
+        span = spans_of(spans, "execute_tool numbers")[0]
+        assert span["trace_id"] == TRACE_ID and span["parent_span_id"] == "00f067aa0ba902b7"
+    finally:
+        stop(receiver)
