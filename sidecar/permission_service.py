@@ -164,9 +164,12 @@ class PermissionService:
             self._pending.pop(waiting.ask.id, None)
 
     def pending(self, session_id: str | None = None) -> list[PendingAsk]:
+        """Asks still waiting for an answer (an answered one leaves at once, before its
+        caller has woken up)."""
         return [
             w.ask for w in self._pending.values()
-            if session_id is None or w.ask.request.session_id == session_id
+            if not w.future.done()
+            and (session_id is None or w.ask.request.session_id == session_id)
         ]
 
     async def reply(
