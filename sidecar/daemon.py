@@ -1,16 +1,10 @@
-"""The composition root: wires storage, the seam, the registry, permissions, plugins and the
-sources declared in manifests into a Location.
+"""The composition root: the only module that wires frontends, bridges and stores together.
 
-A `Location` is one workspace the daemon serves: a root directory, its manifests, its
-registry (over the process-wide application registry), hooks, permission policy, plugins, and
-its namespace in the managed store and the outcome log. `Location.open(...)` is an async
-context manager that owns every resource it opens and closes them in reverse order.
-
-State lives in one directory (`state_dir`, default `$SIDECAR_STATE_DIR`, else
-`$XDG_STATE_HOME/mcp-sidecar`, else `~/.local/state/mcp-sidecar`): `outcomes.sqlite`,
-`permissions.sqlite`, `tokens.sqlite` (scoped bearer tokens, hashed) and `managed/`
-(retained text). It is private: created 0700 with every file in it 0600, and refused when
-others can write it (`sidecar.state_dir`).
+It supplies the core `Location` (`sidecar.location`) with its wiring (`DEFAULT_WIRING`: the
+sources the manifests declare) and exports the wired class as `sidecar.Location`; it runs the
+daemon commands (`serve`: native API + MCP over HTTP; `stdio`: MCP over stdin/stdout) from
+startup to graceful shutdown. Nothing imports it but the CLI entry point (`sidecar.cli`) and
+the lazy `sidecar.Location` re-export (checked by `tests/test_architecture.py`).
 """
 
 from __future__ import annotations
@@ -22,46 +16,43 @@ import gc
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from uvicorn import Server as uvicorn_Server
 
-from bridges.manifest import ManifestSet
-from bridges.mcp import ServerHealth
+from bridges.manifest_sources import ManifestSources
 from bridges.prestart import PRESTARTED
-from managed_store import ManagedStore
-from sidecar.codemode import (
-    DEFAULT_LIMITS,
-    CodeModeLimits,
-    CodeModeSetting,
-    Sandbox,
-    codemode_snapshot,
+from sidecar.local_door import OwnerLock
+from sidecar.location import (
+    DEFAULT_RETENTION_SECONDS,
+    DEFAULT_STORE_QUOTA_BYTES,
+    Wiring,
+    default_state_dir,
 )
-from sidecar.events import EventBus, RegistryChanged
-from sidecar.hooks import Hooks
-from sidecar.managed_read import managed_read_tool
-from sidecar.manifest_sources import ManifestSources
-from sidecar.metadata import DEFAULT_MAX_METADATA_BYTES
-from sidecar.outcome import Outcome
-from sidecar.outcome_log import SqliteOutcomeLog
-from sidecar.permission import PermissionRule
-from sidecar.permission_service import PermissionService
-from sidecar.plugins import PluginHost
-from sidecar.profiles import Profiles
-from sidecar.registry import Registry, Tools, application_registry
-from sidecar.seam import Seam
-from sidecar.snapshot import Snapshot, SnapshotStore, select
-from sidecar.sqlite_wal import DEFAULT_WAL_CAP_BYTES
+from sidecar.location import Location as CoreLocation
 from sidecar.state_dir import prepare_state_dir, write_private_file
-from sidecar.state_usage import state_usage
-from sidecar.tokens import SqliteTokenStore, TokenStore
-from sidecar.tool import DEFAULT_BOUNDS, Bounds
+from sidecar.store_pressure import store_quota_from_env
 
-DEFAULT_RETENTION_SECONDS = 7 * 86400
-DEFAULT_STORE_QUOTA_BYTES = 2 * 1024**3
+if TYPE_CHECKING:
+    from sidecar.serve.door import Activity, StdioDoor
+
+__all__ = [
+    "DEFAULT_RETENTION_SECONDS",
+    "DEFAULT_STORE_QUOTA_BYTES",
+    "DEFAULT_WIRING",
+    "AddressInUse",
+    "Location",
+    "default_state_dir",
+    "freeze_startup_heap",
+    "parse_duration",
+    "retention_from_env",
+    "serve",
+    "stdio",
+]
 
 log = logging.getLogger("sidecar.daemon")
 
@@ -99,266 +90,54 @@ def parse_duration(text: str) -> float:
 
 
 def retention_from_env() -> float:
-    """`$SIDECAR_RETENTION` (see `parse_duration`) for the daemon commands, else 7 days."""
+    """`$SIDECAR_RETENTION` (see `parse_duration`) for the CLI's Locations, else 7 days. A bad
+    value ends the command with a one-line message and exit status 2 (a usage error)."""
     text = os.environ.get("SIDECAR_RETENTION", "").strip()
-    return parse_duration(text) if text else DEFAULT_RETENTION_SECONDS
+    try:
+        return parse_duration(text) if text else DEFAULT_RETENTION_SECONDS
+    except ValueError as exc:
+        import sys
+
+        print(f"sidecar: SIDECAR_RETENTION: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
 
 
-def default_state_dir() -> Path:
-    explicit = os.environ.get("SIDECAR_STATE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
-    return base / "mcp-sidecar"
-
-
-class Location:
-    """One workspace: registry, hooks, permissions, plugins, seam services.
-
-    Build it with `Location.open`.
-    """
-
-    def __init__(
-        self, *, name: str, root: Path, state_dir: Path, seam: Seam, registry: Registry,
-        events: EventBus, permissions: PermissionService, plugins: PluginHost,
-        manifests: ManifestSet,
-    ) -> None:
-        self.name = name
-        self.root = root
-        self.state_dir = state_dir
-        self.seam = seam
-        self.registry = registry
-        self.events = events
-        self.permissions = permissions
-        self.plugins = plugins
-        self.manifests = manifests
-        self.tools = Tools(registry)
-        self.snapshots = SnapshotStore()
-        self.sources: ManifestSources | None = None
-        self.sandbox: Sandbox | None = None
-        self.codemode: CodeModeSetting = "direct"
-        self.codemode_limits: CodeModeLimits = DEFAULT_LIMITS
-        self.retention_seconds: float = DEFAULT_RETENTION_SECONDS
-        self.store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES
-        self.profiles = Profiles()
-        self.tokens: TokenStore | None = None
-        """Scoped bearer tokens (`sidecar.tokens`), in `<state>/tokens.sqlite`."""
-
-    @property
-    def hooks(self) -> Hooks:
-        return self.seam.hooks
+class Location(CoreLocation):
+    """`sidecar.Location`: the core `Location` (`sidecar.location`) with the daemon's wiring
+    as its default, so `Location.open(..., manifests=[...])` attaches the manifests' sources."""
 
     @classmethod
-    @asynccontextmanager
-    async def open(
-        cls,
-        root: str | os.PathLike[str] = ".",
-        *,
-        state_dir: str | os.PathLike[str] | None = None,
-        manifests: Sequence[str | os.PathLike[str]] = (),
-        name: str = "default",
-        bounds: Bounds = DEFAULT_BOUNDS,
-        metadata_max_bytes: int = DEFAULT_MAX_METADATA_BYTES,
-        retention_seconds: float = DEFAULT_RETENTION_SECONDS,
-        store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES,
-        wal_cap_bytes: int = DEFAULT_WAL_CAP_BYTES,
-        durable: bool = True,
-        plugins: Iterable[str] = (),
-        entry_point_plugins: bool = True,
-        permission_defaults: Iterable[PermissionRule] = (),
-        ask_timeout: float | None = None,
-        watch: bool = False,
-        codemode: CodeModeSetting = "direct",
-        codemode_limits: CodeModeLimits = DEFAULT_LIMITS,
-    ) -> AsyncIterator[Location]:
-        """Open a Location.
-
-        Invalid manifest entries are logged and kept in `location.manifests.problems`; the
-        valid ones still load. `watch=True` reloads the manifests when their files change
-        (see `sidecar.manifest_sources`). `durable=False` keeps no outcome log (benchmarks).
-        `retention_seconds` applies to retained texts and to stored outcomes alike (a call
-        id replayed after its outcome was pruned gets an `expired` error);
-        `wal_cap_bytes` caps the outcome log's write-ahead log (see `sidecar.sqlite_wal`).
-        """
-        root_dir = await asyncio.to_thread(Path(root).resolve)
-        state = Path(state_dir) if state_dir is not None else default_state_dir()
-        loosened = await asyncio.to_thread(prepare_state_dir, state)  # or UnsafeStateDir
-        if loosened is not None:
-            log.warning("%s", loosened)
-        async with AsyncExitStack() as stack:
-            store = await ManagedStore.open(
-                state / "managed", ttl_seconds=retention_seconds, quota_bytes=store_quota_bytes,
-                cleanup_interval=min(3600.0, max(1.0, retention_seconds / 10)),
-            )
-            stack.push_async_callback(store.aclose)
-            outcomes = None
-            if durable:
-                outcomes = await SqliteOutcomeLog.open(
-                    state / "outcomes.sqlite", retention_seconds=retention_seconds,
-                    wal_cap_bytes=wal_cap_bytes,
-                )
-                stack.push_async_callback(outcomes.aclose)
-            events = EventBus()
-            permissions = await PermissionService.open(
-                state / "permissions.sqlite" if durable else None,
-                location=name,
-                defaults=tuple(permission_defaults),
-                ask_timeout=ask_timeout,
-                events=events,
-            )
-            stack.push_async_callback(permissions.aclose)
-            seam = Seam(
-                store=store, outcomes=outcomes, location=name, bounds=bounds,
-                metadata_max_bytes=metadata_max_bytes, events=events,
-            )
-            registry = Registry(parent=application_registry)
-            stack.callback(registry.detach)
-            registry.on_change(lambda: events.publish(RegistryChanged(registry.version)))
-            host = PluginHost(registry)
-            stack.callback(host.close)
-            location = cls(
-                name=name, root=root_dir, state_dir=state, seam=seam, registry=registry,
-                events=events, permissions=permissions, plugins=host, manifests=ManifestSet(),
-            )
-            location.tokens = await SqliteTokenStore.open(state / "tokens.sqlite")
-            stack.push_async_callback(location.tokens.aclose)
-            location.sandbox = await stack.enter_async_context(Sandbox())  # workers start lazily
-            location.codemode, location.codemode_limits = codemode, codemode_limits
-            location.retention_seconds = retention_seconds
-            location.store_quota_bytes = store_quota_bytes
-            registry.register(
-                {"managed_read": managed_read_tool(store, bounds)}, label="builtin", builtin=True
-            )
-            location.sources = await stack.enter_async_context(ManifestSources(
-                location, manifests, base_bounds=bounds, plugins=list(plugins),
-                entry_point_plugins=entry_point_plugins,
-            ))
-            if watch:
-                watcher = asyncio.create_task(location.sources.watch(), name="manifest-watch")
-                stack.push_async_callback(_cancel_and_wait, watcher)
-            yield location
-
-    def snapshot(
-        self,
-        *,
-        session_id: str | None = None,
-        allow: Iterable[str] | None = None,
-        deny: Iterable[str] | None = None,
-        final_step: bool = False,
-        hide_denied: bool = True,
-        codemode: CodeModeSetting | None = None,
-        keep: bool = True,
-        profile: str | None = None,
-    ) -> Snapshot:
-        """Capture the effective tools for one model request and keep it addressable by id.
-
-        `allow`/`deny` are globs over effective names; `hide_denied` leaves out tools the
-        permission policy denies outright for `session_id` (visibility, not authorization:
-        tools still ask for permission when called). `codemode` ("direct", "codemode",
-        "both"; default the Location's setting) chooses direct tools, the Code Mode
-        `execute`/`search_tools`/`describe_tools` built-ins, or both. `keep=False` returns a
-        snapshot that is not kept by id (`location.snapshots`): for a listing, or a holder that
-        keeps the snapshot itself, so that it never evicts one a caller will look up.
-        `profile` names a profile (`sidecar.profiles`; None: the default one): only its tools
-        are captured, served its way; an undeclared name raises `UnknownProfile`.
-        """
-        chosen = self.profiles.resolve(profile)
-        effective = self.profiles.entries(chosen, self.registry.effective())
-        entries = select(effective, allow, deny)
-        removed = set(effective) - set(entries)
-        if hide_denied:
-            denied = self.permissions.outright_denial(
-                session_id or "", chosen.rules if chosen is not None else ()
-            )
-            removed.update(
-                name for name, entry in entries.items()
-                if denied(entry.tool.permission_action or name)
-            )
-        for hook in self.hooks.definitions:
-            kept = tuple(e.definition for n, e in entries.items() if n not in removed)
-            removed.update(hook(session_id, kept) or ())
-        captured = {n: e for n, e in entries.items() if n not in removed}
-        mode = codemode or (chosen.codemode if chosen is not None else None) or self.codemode
-        snapshot = codemode_snapshot(
-            self.seam, captured, mode=mode, sandbox=self.sandbox,
-            limits=self.codemode_limits, session_id=session_id, final_step=final_step,
-            removed=removed,
-        )
-        snapshot.profile = chosen.name if chosen is not None else self.profiles.default_name
-        return self.snapshots.add(snapshot) if keep else snapshot
-
-    async def health(self) -> dict[str, Any]:
-        """The truth about this Location: servers, plugins, manifest problems, store usage,
-        the state directory's size by part and what pruning and eviction removed
-        (`state`, see `sidecar.state_usage`).
-
-        `status` is "ok" when every enabled server is ready, no plugin failed and the
-        manifests have no errors; else "degraded".
-        """
-        servers = {name: h.to_json() for name, h in self.server_health().items()}
-        plugins = {ref: s.to_json() for ref, s in self.plugins.status.items()}
-        problems = [
-            {"file": p.file, "path": p.path, "message": p.message, "severity": p.severity}
-            for p in self.manifests.problems
-        ]
-        pending = self.sources.reload_problems if self.sources is not None else []
-        reload_problems = [
-            {"file": p.file, "path": p.path, "message": p.message} for p in pending
-        ]
-        stats = await self.seam.store.stats()
-        degraded = (
-            any(s["state"] not in ("ready", "disabled") for s in servers.values())
-            or any(p["state"] == "failed" for p in plugins.values())
-            or any(p["severity"] == "error" for p in problems)
-            or bool(reload_problems)
-        )
-        return {
-            "status": "degraded" if degraded else "ok",
-            "location": self.name,
-            "servers": servers,
-            "plugins": plugins,
-            "manifest_problems": problems,
-            "reload_problems": reload_problems,
-            "store": {"objects": stats.count, "bytes": stats.bytes},
-            "state": await state_usage(
-                self.state_dir, self.seam.outcomes, stats,
-                retention_seconds=self.retention_seconds, quota_bytes=self.store_quota_bytes,
-            ),
-            "tools": len(self.registry.effective()),
-            "reserved_name_conflicts": [c.to_json() for c in self.registry.reserved_conflicts()],
-        }
-
-    def server_health(self) -> dict[str, ServerHealth]:
-        """Health of the upstream MCP servers, by manifest key."""
-        pool = self.sources.pool if self.sources is not None else None
-        return pool.health() if pool is not None else {}
-
-    async def reload_manifests(self) -> bool:
-        """Re-read and apply the manifests (all valid) or keep the last good ones (False)."""
-        if self.sources is None:
-            return False
-        return await self.sources.reload()
-
-    async def outcome(self, call_id: str) -> Outcome | None:
-        """The durable outcome of a settled call, if any."""
-        if self.seam.outcomes is None:
-            return None
-        return await self.seam.outcomes.get(self.name, call_id)
+    def default_wiring(cls) -> Wiring:
+        return DEFAULT_WIRING
 
 
+DEFAULT_WIRING = Wiring(attach_sources=ManifestSources)
 
-async def _cancel_and_wait(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    await asyncio.wait([task])
 
 class _Server(uvicorn_Server):
     """uvicorn's server without its own signal capture: `serve()` installs handlers that only
     start a graceful shutdown, so the Location closes (children stopped) before we exit."""
 
+    sockets_to_serve: list[socket.socket]
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+class DaemonRunning(Exception):
+    """Another daemon owns the state directory (the message names it)."""
+
+
+def own_state(state: Path) -> OwnerLock:
+    """Take `<state>/daemon.lock` (blocking I/O), or raise `DaemonRunning` naming the owner."""
+    from sidecar.local_door import already_owned
+
+    state.mkdir(mode=0o700, parents=True, exist_ok=True)
+    lock = OwnerLock.acquire(state)
+    if lock is None:
+        raise DaemonRunning(already_owned(state))
+    return lock
 
 
 async def serve(
@@ -367,87 +146,190 @@ async def serve(
     state_dir: str | os.PathLike[str] | None = None,
     manifests: Sequence[str | os.PathLike[str]] = (),
     host: str = "127.0.0.1",
-    port: int = 8765,
+    port: int | None = 8765,
     auth: bool = True,
     allowed_hosts: Sequence[str] = (),
+    idle_exit: float | None = None,
+    owner: OwnerLock | None = None,
     allow_weak_token: bool = False,
     allow_no_auth_on_network: bool = False,
 ) -> None:
-    """`sidecar serve`: open the default Location, then serve HTTP until SIGINT/SIGTERM.
+    """`sidecar serve` (and, with `port=None`, `sidecar daemon`): own the state directory,
+    open the default Location, then serve until SIGINT/SIGTERM (or `idle_exit` seconds
+    without any client).
 
+    The daemon holds `<state>/daemon.lock` while it runs (a second daemon on the same state
+    directory raises `DaemonRunning`), writes `<state>/daemon.json` (`sidecar.local_door`) and
+    listens on its local doors, `<state>/daemon.sock` (HTTP: /v1, /mcp) and `<state>/stdio.sock`
+    (`sidecar stdio` clients), plus TCP on HOST:PORT unless `port` is None. Startup prints one
+    line `sidecar: listening on http://HOST:PORT` (or `on <state>/daemon.sock`) to stderr.
+    Upstream servers start in the background: the doors open at once. Shutdown is graceful:
+    in-flight requests get 10 s, then what is left is cancelled and the Location closes
+    (upstream servers stopped, stores closed). A signal during startup stops what started.
+    `owner`: the state's lock, when the caller took it already (`own_state`).
     Refuses (`UnsafeConfiguration`, before any server starts) a weak token unless
     `allow_weak_token`, and `auth=False` on an address that is not loopback unless
     `allow_no_auth_on_network` (`sidecar.serve.serve_policy`).
-
-    Startup prints one line `sidecar: listening on http://HOST:PORT` to stderr (with the
-    real port when `port=0`) and writes `<state>/daemon.json` ({url, pid}) for CLI clients.
-    Shutdown is graceful: in-flight requests get 10 s, then what is left is cancelled and the
-    Location closes (upstream servers stopped, stores closed).
     """
-    import json
     import signal
+    import sys
+
+    from sidecar.local_door import HTTP_SOCKET
+
+    state = Path(state_dir) if state_dir is not None else default_state_dir()
+    lock = owner if owner is not None else await asyncio.to_thread(own_state, state)
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    server: _Server | None = None
+    stopping = False
+
+    def stop(sig: int) -> None:
+        nonlocal stopping
+        if server is not None and server.started:
+            server.handle_exit(sig, None)  # a second signal: uvicorn's force exit
+        elif main is not None and not stopping:
+            stopping = True
+            main.cancel()  # during startup: unwind what started so far
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop, sig)
+    try:
+        try:
+            token = await asyncio.to_thread(
+                _serve_token, state, host, auth=auth, allow_weak_token=allow_weak_token,
+                allow_no_auth_on_network=allow_no_auth_on_network,
+            )
+            # Bound before the Location opens: a port in use is reported before any upstream
+            # server starts, and the real port is known when port=0.
+            sock = _bind(host, port) if port is not None else None
+        except BaseException:
+            await _stop_unclaimed()
+            raise
+        async with contextlib.AsyncExitStack() as stack:
+            if sock is not None:
+                await stack.enter_async_context(_closing(sock))
+            location = await stack.enter_async_context(
+                _daemon_location(root, state, manifests))
+            server = await _daemon_server(
+                location, state, manifests, tcp=sock, host=host, token=token,
+                allowed_hosts=allowed_hosts, idle_exit=idle_exit,
+            )
+            await server.serve(sockets=server.sockets_to_serve)
+        # leaving the Location closed every upstream server, plugin and store
+    except asyncio.CancelledError:
+        if not stopping:
+            raise
+        print("sidecar: stopped during startup", file=sys.stderr, flush=True)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await asyncio.to_thread(lock.release, state / HTTP_SOCKET)
+
+
+async def _daemon_server(
+    location: Location, state: Path, manifests: Sequence[str | os.PathLike[str]], *,
+    tcp: socket.socket | None, host: str, token: str | None, allowed_hosts: Sequence[str],
+    idle_exit: float | None,
+) -> _Server:
+    """The uvicorn server of a daemon, with its sockets bound and its lifespan (daemon.json,
+    the MCP facade, the stdio door, the idle and door watchers) ready to run."""
+    import json
     import sys
 
     import uvicorn
 
+    from sidecar.local_door import (
+        HTTP_SOCKET,
+        INFO_FILE,
+        STDIO_SOCKET,
+        DaemonInfo,
+        resolve_manifests,
+    )
     from sidecar.serve.app import build_app
-    from sidecar.serve.http_protocol import TargetKeepingHttpToolsProtocol
+    from sidecar.serve.door import Activity, StdioDoor, bind_unix
+    from sidecar.serve.http_guard import ConnectionLimits, guarded_protocol
     from sidecar.serve.mcp_facade import mcp_http
 
-    state = Path(state_dir) if state_dir is not None else default_state_dir()
-    try:
-        token = await asyncio.to_thread(
-            _serve_token, state, host, auth=auth, allow_weak_token=allow_weak_token,
-            allow_no_auth_on_network=allow_no_auth_on_network,
-        )
-        # Bound before the Location opens: a port in use is reported before any upstream
-        # server starts, and the real port is known when port=0.
-        sock = _bind(host, port)
-    except BaseException:
-        await _stop_unclaimed()
-        raise
-    async with _closing(sock), _daemon_location(root, state, manifests) as location:
-        bound = sock.getsockname()
-        url = f"http://{host if ':' not in host else f'[{host}]'}:{bound[1]}"
-        info = state / "daemon.json"
+    sockets: list[socket.socket] = []
+    url: str | None = None
+    if tcp is not None:
+        sockets.append(tcp)
+        url = f"http://{host if ':' not in host else f'[{host}]'}:{tcp.getsockname()[1]}"
+    state_path, resolved = await asyncio.to_thread(
+        lambda: (str(state.resolve()), tuple(resolve_manifests(manifests))))
+    info = DaemonInfo(
+        pid=os.getpid(), state_dir=state_path, manifests=resolved,
+        started="serve" if tcp is not None else "on demand" if idle_exit else "daemon",
+        idle_exit=idle_exit, url=url,
+    )
+    info_path = state / INFO_FILE
+    # daemon.json before the doors: whoever gets through a door finds it
+    await asyncio.to_thread(write_private_file, info_path, json.dumps(info.to_json()))
+    sockets.append(await asyncio.to_thread(bind_unix, state / HTTP_SOCKET))
+    door = StdioDoor(location, state / STDIO_SOCKET, daemon=info)
+    mcp_routes, mcp_lifespan = mcp_http(location)
+    holder: list[_Server] = []
 
-        @asynccontextmanager
-        async def announce() -> AsyncIterator[None]:
-            await asyncio.to_thread(
-                write_private_file, info, json.dumps({"url": url, "pid": os.getpid()})
-            )
-            print(f"sidecar: listening on {url}", file=sys.stderr, flush=True)
+    @asynccontextmanager
+    async def lifespans() -> AsyncIterator[None]:
+        async with mcp_lifespan, asyncio.TaskGroup() as tasks:
+            door_task = tasks.create_task(door.run(), name="stdio door")
+            watcher = tasks.create_task(
+                _watch(holder[0], door, activity, state, idle_exit), name="daemon watcher")
+            print(f"sidecar: listening on {url or state / HTTP_SOCKET}", file=sys.stderr,
+                  flush=True)
             try:
                 yield
             finally:
-                await asyncio.to_thread(info.unlink, missing_ok=True)
+                door_task.cancel()
+                watcher.cancel()
+                with contextlib.suppress(FileNotFoundError):
+                    info_path.unlink()
 
-        mcp_routes, mcp_lifespan = mcp_http(location)
+    app = build_app(
+        location, token=token, allowed_hosts=allowed_hosts, extra_routes=mcp_routes,
+        extra_lifespan=lifespans(),
+    )
+    app.state.api.health_extras["daemon"] = info.to_json()
+    activity = Activity(app)
+    config = uvicorn.Config(
+        activity, lifespan="on", log_level="warning", timeout_graceful_shutdown=10,
+        access_log=False, http=guarded_protocol(ConnectionLimits.from_env()),
+    )
+    server = _Server(config)
+    server.sockets_to_serve = sockets
+    holder.append(server)
+    return server
 
-        @asynccontextmanager
-        async def lifespans() -> AsyncIterator[None]:
-            async with announce(), mcp_lifespan:
-                yield
 
-        app = build_app(
-            location, token=token, allowed_hosts=allowed_hosts, extra_routes=mcp_routes,
-            extra_lifespan=lifespans(),
-        )
-        config = uvicorn.Config(
-            app, lifespan="on", log_level="warning", timeout_graceful_shutdown=10,
-            access_log=False, http=TargetKeepingHttpToolsProtocol,
-        )
-        server = _Server(config)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            # first signal: graceful; a second one: uvicorn's force exit
-            loop.add_signal_handler(sig, server.handle_exit, sig, None)
+async def _watch(
+    server: _Server, door: StdioDoor, activity: Activity, state: Path, idle_exit: float | None
+) -> None:
+    """Stop the daemon when it has been idle `idle_exit` seconds (no stdio session, no HTTP
+    request), or when its door is gone (the state directory was removed or taken over)."""
+    from sidecar.local_door import STDIO_SOCKET
+
+    door_path = state / STDIO_SOCKET
+    seen: int | None = None  # the door's inode, once it is open
+    while True:
+        await asyncio.sleep(1.0)
         try:
-            await server.serve(sockets=[sock])
-        finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
-    # leaving the Location closed every upstream server, plugin and store before we return
+            inode: int | None = (await asyncio.to_thread(door_path.stat)).st_ino
+        except FileNotFoundError:
+            inode = None
+        if seen is None:
+            seen = inode
+        elif inode != seen:
+            log.warning("%s is gone or replaced: stopping", door_path)
+            server.should_exit = True
+            return
+        if idle_exit is None or door.sessions or activity.inflight:
+            continue
+        idle = time.monotonic() - max(door.last_active, activity.last_active)
+        if idle >= idle_exit:
+            log.info("no client for %g s: stopping (--idle-exit)", idle_exit)
+            server.should_exit = True
+            return
 
 
 class AddressInUse(OSError):
@@ -535,13 +417,18 @@ async def _daemon_location(
     """The daemon commands' Location, its manifests watched. No server the CLI prestarted
     (`bridges.prestart`) outlives its opening unclaimed: the pool claims what it starts, and
     the rest is stopped once the Location is open, or on the way out if it never opens."""
+    retention = retention_from_env()
     try:
-        retention = retention_from_env()
+        quota = store_quota_from_env(DEFAULT_STORE_QUOTA_BYTES)
     except ValueError as exc:
-        raise SystemExit(f"sidecar: SIDECAR_RETENTION: {exc}") from None
+        import sys
+
+        print(f"sidecar: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
     try:
         async with Location.open(root, state_dir=state, manifests=manifests,
-                                 retention_seconds=retention, watch=True) as location:
+                                 retention_seconds=retention, store_quota_bytes=quota,
+                                 watch=True) as location:
             await _stop_unclaimed()
             yield location
     finally:

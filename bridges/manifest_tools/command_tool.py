@@ -1,7 +1,8 @@
 """`command` manifest tools: one process group per call, no shell unless asked for.
 
-    input -> argv (one element = one argument; or `/bin/sh -c` with shell-quoted values when
-    `shell = true`) -> cwd inside the Location root -> env (basics + env_allow + env)
+    input -> argv (one element = one argument; or, with `shell = true`, `/bin/sh -c SCRIPT sh
+    VALUE...`: the values are positional parameters, never part of the script)
+    -> cwd inside the Location root -> env (basics + env_allow + env)
     -> permission ask -> run (see `process`) -> exit code in success_codes?
        yes: text content (stdout, then stderr) or JSON output
        no:  tool_failure with the exit code and the stderr tail; timeout: `timeout`
@@ -14,6 +15,7 @@ pipe is still drained and the result says exactly how many bytes were discarded.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import signal
@@ -26,11 +28,11 @@ from bridges.manifest_tools.config import BASE_ENV, CommandToolConfig, resolve_c
 from bridges.manifest_tools.process import Exited, ProcessSpec, spawn, supervise
 from bridges.manifest_tools.progress import LineProgress
 from bridges.manifest_tools.redaction import Redactor
+from bridges.manifest_tools.shell_slots import place_slots, render_shell
 from bridges.manifest_tools.templates import (
     RenderError,
     Template,
     render_argv,
-    render_shell,
     value_text,
 )
 from managed_store import TextStore
@@ -40,6 +42,9 @@ from sidecar.permission import PermissionGate, PermissionRequest
 from sidecar.tool import CallContext, Tool, ToolResponse
 
 SHELL = "/bin/sh"
+
+# errnos of spawning that describe the daemon's own resources, not the command
+_DAEMON_OUT_OF = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
 
 
 def command_tool(
@@ -90,6 +95,7 @@ class CommandCall:
         self._permissions = permissions
         self._argv = config.argv_templates
         self._shell = Template.parse(config.command) if config.command is not None else None
+        self._placement = place_slots(self._shell) if self._shell is not None else None
 
     async def __call__(self, args: dict[str, Any], ctx: CallContext) -> ToolResponse:
         config = self._config
@@ -121,6 +127,10 @@ class CommandCall:
             try:
                 running = await spawn(spec)
             except OSError as exc:
+                if exc.errno in _DAEMON_OUT_OF:
+                    # The daemon ran out of descriptors, processes or memory: a defect of the
+                    # daemon's state (operational), not something the tool did.
+                    raise
                 reason = exc.strerror or str(exc)
                 raise ToolFailure(f"{tool}: cannot start {argv[0]!r}: {reason}") from None
             exited = await supervise(running, spec, out, err, progress)
@@ -133,7 +143,8 @@ class CommandCall:
     def _render(self, args: dict[str, Any], tool: str) -> list[str]:
         try:
             if self._shell is not None:
-                return [SHELL, "-c", render_shell(self._shell, args)]
+                script, values = render_shell(self._shell, args, self._placement)
+                return [SHELL, "-c", script, "sh", *values]
             return render_argv(self._argv, args)
         except RenderError as exc:
             raise ToolFailure(f"{tool}: {exc}") from None

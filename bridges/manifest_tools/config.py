@@ -19,8 +19,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 
-from bridges.manifest import BoundsConfig, ManifestProblem
+from bridges.manifest_tools.shell_slots import place_slots
 from bridges.manifest_tools.templates import Template, authority_end, quoted_slots
+from bridges.manifest_values import BoundsConfig, ManifestProblem
 from sidecar.codec import make_codec
 from sidecar.errors import SchemaDefinitionError
 from sidecar.tool import Annotations, Bounds
@@ -411,7 +412,11 @@ def _check_program(
                                      properties)
         for name in quoted_slots(template):
             report.error(f"{path}.command", f"placeholder {{{name}}} stands inside quotes",
-                         "write it unquoted: its value is shell-quoted for you")
+                         "write it unquoted: its value reaches the shell as one word")
+        for problem in place_slots(template).problems:
+            report.error(f"{path}.command", problem,
+                         "values reach the shell as positional parameters (\"${1}\"), never "
+                         "as script text; this place cannot take one")
         return
     if config.shell:
         report.error(f"{path}.shell", "shell = true needs command (a string)",

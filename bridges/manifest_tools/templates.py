@@ -12,8 +12,10 @@ arrays and objects as compact JSON. Each target then applies its own safety rule
 - argv: one element stays one argument (no shell, no splitting); an element that is exactly
   `{name}` with an array value becomes one argument per item; an element whose field is absent
   (or null) is left out.
-- shell: the value is quoted with `shlex.quote`, and placeholders must stand outside quotes
-  (checked when the manifest is loaded), so the shell sees exactly one word per value.
+- shell: the value is never part of the script. Each placeholder becomes a positional
+  parameter reference (`"${1}"`, or `${1}` in a heredoc) and the values are the arguments
+  after the script (`shell_slots`); placeholders must stand outside quotes, and contexts where
+  that cannot work (a quoted heredoc, arithmetic, ...) are refused when the manifest is loaded.
 - header: the text as is; CR, LF and NUL are refused; a header whose field is absent is left out.
 """
 
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -143,16 +144,16 @@ def render_url(template: Template, values: Mapping[str, Any]) -> str:
 # --- argv -----------------------------------------------------------------------------------
 
 
-def _argv_text(name: str, value: Any) -> str:
+def argv_text(name: str, value: Any) -> str:
     if isinstance(value, list | dict):
         raise RenderError(
             f"input field {name!r} is an array or object; only an argv element that is exactly "
             f"{{{name}}} can take an array"
         )
-    return _no_nul(name, value_text(value))
+    return no_nul(name, value_text(value))
 
 
-def _no_nul(name: str, text: str) -> str:
+def no_nul(name: str, text: str) -> str:
     if "\x00" in text:
         raise RenderError(f"input field {name!r} contains a NUL character, which no argument "
                           "can carry")
@@ -166,9 +167,9 @@ def render_argv(templates: tuple[Template, ...], values: Mapping[str, Any]) -> l
             continue
         slot = template.single_slot
         if slot is not None and isinstance(values[slot.name], list):
-            argv.extend(_argv_text(slot.name, item) for item in values[slot.name])
+            argv.extend(argv_text(slot.name, item) for item in values[slot.name])
             continue
-        argv.append(template.render(values, _argv_text))
+        argv.append(template.render(values, argv_text))
     return argv
 
 
@@ -198,19 +199,6 @@ def quoted_slots(template: Template) -> list[str]:
             elif char in "'\"":
                 state = char
     return inside
-
-
-def _shell_word(name: str, value: Any) -> str:
-    if isinstance(value, list):
-        return " ".join(shlex.quote(_argv_text(name, item)) for item in value)
-    if value is None:
-        return "''"
-    return shlex.quote(_no_nul(name, value_text(value)))
-
-
-def render_shell(template: Template, values: Mapping[str, Any]) -> str:
-    filled = {name: values.get(name) for name in template.fields}
-    return template.render(filled, _shell_word)
 
 
 # --- headers --------------------------------------------------------------------------------

@@ -101,6 +101,7 @@ class Caller:
         stderr_mark: Callable[[], int] = lambda: 0,
         record_latency: Callable[[float], None],
         input_request: InputRequestFnT | None = None,
+        auth_hint: Callable[[], str | None] | None = None,
     ) -> None:
         self.server = server
         self.redact = Redactor()
@@ -112,6 +113,8 @@ class Caller:
         self._stderr_mark = stderr_mark
         self._record_latency = record_latency
         self._input_request = input_request
+        self._auth_hint = auth_hint
+        """The OAuth login sentence while the server wants one (`bridges.mcp.oauth`)."""
         self.inflight: list[CallProgress] = []
 
     async def __call__(self, tool: UpstreamTool, arguments: Any, ctx: CallContext) -> Any:
@@ -190,6 +193,14 @@ class Caller:
                 answer=answer,
             )
         except MCPError as exc:
+            hint = self._auth_hint() if self._auth_hint is not None else None
+            if hint is not None:
+                raise ToolFailure(
+                    f"MCP server {self.server!r}, tool {tool!r}: the server refused the call: "
+                    f"{hint}",
+                    {"server": self.server, "tool": tool, "code": exc.code},
+                    kind=ErrorKind.UPSTREAM,
+                ) from None
             # A server's error response (any code) fails this call only; our side's loss of
             # the transport restarts the server.
             lost = is_transport_loss(exc, direct=connection.direct)

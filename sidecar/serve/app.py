@@ -8,7 +8,10 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 
 from sidecar.serve.api import DEFAULT_MAX_BODY_BYTES, Api
@@ -18,7 +21,7 @@ from sidecar.serve.security import SecurityMiddleware
 from sidecar.tokens import verify_token
 
 if TYPE_CHECKING:
-    from sidecar.daemon import Location
+    from sidecar.location import Location
 
 
 def build_app(
@@ -48,6 +51,7 @@ def build_app(
                 yield
         finally:
             await api.calls.aclose()
+            await api.auth.aclose()
             await events.aclose()
             location.seam.observers.remove(metrics.observe)
 
@@ -64,6 +68,28 @@ def build_app(
             default_profile=lambda: location.profiles.default_name,
         )],
         lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error, Exception: _server_error},
     )
     app.state.api = api
     return app
+
+
+_CODES = {404: "not_found", 405: "method_not_allowed"}
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (an unknown path: 404, a wrong method: 405) in the JSON error
+    body every route uses, instead of plain text."""
+    assert isinstance(exc, HTTPException)
+    code = _CODES.get(exc.status_code, "http_error")
+    message = (f"no route {request.method} {request.url.path}" if exc.status_code == 404
+               else str(exc.detail))
+    return JSONResponse({"error": {"code": code, "message": message}},
+                        status_code=exc.status_code, headers=exc.headers)
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    """A defect: uvicorn logs the traceback; the client gets the JSON error body, not text."""
+    return JSONResponse({"error": {"code": "internal_error",
+                                   "message": "internal error; see the daemon log"}},
+                        status_code=500)

@@ -36,6 +36,7 @@ _NAMES: dict[type[Any], str] = {
     ServerHealthChanged: "server.health",
     ManifestsReloaded: "manifests.reloaded",
 }
+EVENT_NAMES: tuple[str, ...] = tuple(_NAMES.values())
 
 
 class LoggedEvent:

@@ -8,7 +8,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from managed_store import MAX_PATTERN_CHARS
-from sidecar.serve.api import CallBody, ReplyBody, SnapshotBody, error_schema
+from sidecar.serve.api_bodies import CallBody, ReplyBody, SnapshotBody, error_schema
+from sidecar.serve.event_log import EVENT_NAMES
 from sidecar.serve.replay import FORMATS
 
 _REF = "#/components/schemas/{model}"
@@ -30,13 +31,25 @@ def _errors(*codes: int) -> dict[str, Any]:
     names = {400: "Bad request", 401: "Missing or wrong bearer token",
              403: "Host or Origin refused, or the token does not reach the profile",
              404: "Not found", 409: "Conflict",
-             413: "Body too large", 422: "Invalid body"}
+             405: "Method not allowed", 413: "Body too large", 422: "Invalid body"}
     ref = {"$ref": "#/components/schemas/Error"}
     return {str(c): _json(ref, names[c]) for c in (401, 403, *codes)}
 
 
 def _param(name: str, where: str, schema: dict[str, Any], required: bool = False) -> dict[str, Any]:
     return {"name": name, "in": where, "required": required or where == "path", "schema": schema}
+
+
+# Each event of /v1/events (OpenAPI 3.1: a text/event-stream `schema` describes one event).
+_SSE_EVENT: dict[str, Any] = {
+    "type": "object",
+    "required": ["event", "data"],
+    "properties": {
+        "event": {"type": "string", "enum": [*EVENT_NAMES, "stream.reset"]},
+        "data": {"type": "string", "contentMediaType": "application/json"},
+        "id": {"type": "string", "pattern": "^[0-9]+$"},
+    },
+}
 
 
 @cache
@@ -110,9 +123,9 @@ def openapi_document() -> dict[str, Any]:
             "parameters": [
                 _param("last-event-id", "header", {"type": "string", "pattern": "^[0-9]{1,18}$"})
             ],
-            "responses": {"200": {"description": "text/event-stream",
-                                  "content": {"text/event-stream": {"schema": {
-                                      "type": "string"}}}},
+            "responses": {"200": {"description": "text/event-stream; the schema describes each "
+                                                 "event",
+                                  "content": {"text/event-stream": {"schema": _SSE_EVENT}}},
                           **_errors(400)},
         }},
         "/v1/permissions": {"get": {
@@ -129,6 +142,22 @@ def openapi_document() -> dict[str, Any]:
         "/v1/health": {"get": {
             "summary": "Per-server health, plugins, manifest problems, store usage",
             "responses": {"200": _json(_OBJECT, "Health report"), **_errors()},
+        }},
+        "/v1/auth/{server}": {"get": {
+            "summary": "A server's OAuth authorization (authorized, expiry, scopes, needs "
+                       "login, the command to run) and the state of a login started here",
+            "parameters": [_param("server", "path", {"type": "string"}, required=True)],
+            "responses": {"200": _json(_OBJECT, "Authorization state"), **_errors(404)},
+        }},
+        "/v1/auth/{server}/login": {"post": {
+            "summary": "Start an OAuth login in the daemon: 202 with `authorization_url` to "
+                       "open in a browser on the daemon's machine (the redirect comes back to "
+                       "the daemon's loopback callback), or 200 with the result when the grant "
+                       "needs no browser",
+            "parameters": [_param("server", "path", {"type": "string"}, required=True)],
+            "responses": {"200": _json(_OBJECT, "Login finished"),
+                          "202": _json(_OBJECT, "Login waiting for the browser"),
+                          **_errors(404)},
         }},
         "/v1/openapi.json": {"get": {
             "summary": "This document",

@@ -19,7 +19,8 @@ from bridges.manifest_tools import (
     tool_entry_json_schema,
     validate_tool_entry,
 )
-from bridges.manifest_tools.templates import Template, render_argv, render_shell, render_url
+from bridges.manifest_tools.shell_slots import render_shell
+from bridges.manifest_tools.templates import Template, render_argv, render_url
 
 README = Path(__file__).resolve().parents[2] / "bridges" / "manifest_tools" / "README.md"
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -229,7 +230,7 @@ def test_templates_escape_what_each_target_needs():
     ]
     shell = Template.parse("printf '%s|' {a} {b}; awk '{print $1}'")
     assert render_shell(shell, {"a": "$(touch p)", "b": "it's"}) == (
-        "printf '%s|' '$(touch p)' 'it'\"'\"'s'; awk '{print $1}'"
+        "printf '%s|' \"${1}\" \"${2}\"; awk '{print $1}'", ["$(touch p)", "it's"]
     )
 
 
