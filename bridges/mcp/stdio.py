@@ -53,6 +53,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from bridges.mcp.framing import InvalidAnswer, LineFramer, OversizedLine, drain_messages
+from bridges.mcp.log_budget import LogBudget
 from bridges.mcp.redact import Redactor
 from bridges.mcp.transport_state import TransportState
 from bridges.prestart import PRESTARTED, StdioSpec
@@ -89,7 +90,16 @@ CANCEL_WRITE_TIMEOUT = 2.0
 class StderrTail:
     """Keeps the last `limit` bytes a child wrote to stderr and logs each line (redacted)."""
 
-    __slots__ = ("_buffer", "_ended", "_fed", "_limit", "_partial", "_redact", "_server")
+    __slots__ = (
+        "_budget",
+        "_buffer",
+        "_ended",
+        "_fed",
+        "_limit",
+        "_partial",
+        "_redact",
+        "_server",
+    )
 
     def __init__(self, server: str, redact: Redactor, limit: int = STDERR_TAIL_BYTES) -> None:
         self._server = server
@@ -99,6 +109,7 @@ class StderrTail:
         self._partial = bytearray()
         self._fed = 0
         self._ended: anyio.Event | None = None
+        self._budget = LogBudget(server, "stderr", log)
 
     def mark(self) -> int:
         """How many bytes were fed so far: `since(mark)` later quotes what came after."""
@@ -110,6 +121,7 @@ class StderrTail:
 
     def ended(self) -> None:
         """The child's stderr reached its end (it exited or closed it)."""
+        self._budget.flush()
         if self._ended is not None:
             self._ended.set()
 
@@ -148,9 +160,11 @@ class StderrTail:
             self._partial = bytearray()
 
     def _log(self, line: bytes | bytearray) -> None:
-        text = bytes(line[:_STDERR_LINE_LIMIT]).decode("utf-8", "replace").rstrip()
-        if text:
-            log.info("[%s] %s", self._server, self._redact(text))
+        head = bytes(line[:_STDERR_LINE_LIMIT])
+        if not head.strip() or not self._budget.allow(len(line)):
+            return  # blank, or over the server's log budget (counted, summarised later)
+        text = head.decode("utf-8", "replace").rstrip()
+        log.info("[%s] %s", self._server, self._redact(text))
 
     def text(self) -> str:
         """Everything kept (at most `limit` bytes), decoded and redacted."""

@@ -50,6 +50,7 @@ from bridges.mcp.connection import (
     open_connection,
 )
 from bridges.mcp.health import ServerHealth
+from bridges.mcp.log_budget import LogBudget
 from bridges.mcp.oauth.upstream import UpstreamAuth
 from bridges.mcp.passthrough import InflightCall, Relay
 from bridges.mcp.redact import Redactor
@@ -120,6 +121,7 @@ class Supervisor:
         self._on_tools_changed = on_tools_changed
         self._redact = self._redactor(config)
         self._stderr = StderrTail(key, self._redact)
+        self._log_budget = LogBudget(key, "log notifications", log)
         self._transport = TransportState()
         self._scope: Scope | None = None
         self._connection: Connection | None = None
@@ -471,6 +473,9 @@ class Supervisor:
             log.debug("[%s] transport reported: %s", self.key, self._redact(describe(message)))
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        size = len(params.data) if isinstance(params.data, str) else 0
+        if not self._log_budget.allow(size):
+            return  # a flood: not logged, shown to the call or relayed (summarised instead)
         level = _LOG_LEVELS.get(params.level, logging.ERROR)
         log.log(level, "[%s] log: %s", self.key, log_text(params, self._redact))
         self.caller.on_log(params)
