@@ -1,8 +1,8 @@
 """`sidecar calls [filters] [--json | --jsonl]`: the call history (`sidecar.call_history`).
 
-With a running daemon (`--url`, `$SIDECAR_URL` or the state directory's `daemon.json`) it asks
-`GET /v1/calls`; otherwise it reads the state directory's `history.sqlite` itself, so it
-starts no daemon and no server. `--jsonl` prints every matching row (all pages) as JSON Lines,
+Like the other client commands it asks the state directory's daemon (`GET /v1/calls`, over the
+local socket or `--url`); with `--embedded` it reads the state directory's `history.sqlite`
+itself and starts nothing. `--jsonl` prints every matching row (all pages) as JSON Lines,
 for export; `--json` prints one page with its `next_cursor`.
 """
 
@@ -13,9 +13,12 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sidecar.call_history import CallQuery, CallRecord, InvalidQuery, SqliteCallHistory
+
+if TYPE_CHECKING:
+    from sidecar.cli_backends import RemoteBackend
 
 FILTERS = ("tool", "server", "status", "session", "agent", "profile", "since", "until",
            "limit", "cursor")
@@ -71,7 +74,7 @@ async def _local_pages(state: Path, query: CallQuery, every: bool
         await history.aclose()
 
 
-async def run(args: argparse.Namespace, state: Path, url: str | None) -> int:
+async def run(args: argparse.Namespace, state: Path, remote: RemoteBackend | None) -> int:
     """Exit code 0, or 2 for a bad filter or a refused request."""
     params = _params(args)
     try:
@@ -79,10 +82,8 @@ async def run(args: argparse.Namespace, state: Path, url: str | None) -> int:
     except InvalidQuery as exc:
         print(f"sidecar calls: {exc}", file=sys.stderr)
         return 2
-    if url is not None:
-        from sidecar.cli_backends import RemoteBackend
-
-        async with RemoteBackend(url, str(state)) as remote:
+    if remote is not None:
+        async with remote:
             rows: list[dict[str, Any]] = []
             cursor: str | None = None
             while True:
