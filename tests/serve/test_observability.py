@@ -173,14 +173,14 @@ def test_the_cli_reads_the_history_of_a_stopped_daemon(tmp_path: Path) -> None:
         Daemon(url, token, env, tmp_path / "unused").call("stopped-1", 2)
     finally:
         stop(proc)
-    shown = subprocess.run([*SIDECAR, "calls", "--jsonl", "--embedded"], env=env, capture_output=True,
-                           text=True, timeout=60)
+    shown = subprocess.run([*SIDECAR, "calls", "--jsonl", "--embedded"], env=env,
+                           capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr
     rows = [json.loads(line) for line in shown.stdout.splitlines()]
     assert [r["call_id"] for r in rows] == ["stopped-1"]
     assert rows[0]["input"] is None  # audit.inputs = "none"
-    bad = subprocess.run([*SIDECAR, "calls", "--limit", "0", "--embedded"], env=env, capture_output=True,
-                         text=True, timeout=60)
+    bad = subprocess.run([*SIDECAR, "calls", "--limit", "0", "--embedded"], env=env,
+                         capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "limit" in bad.stderr
 
 
