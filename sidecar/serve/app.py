@@ -66,7 +66,8 @@ def build_app(
         return frozenset(record.profiles) if record is not None else None
 
     app = Starlette(
-        routes=[*api.routes(), *console_routes(location, events, token), *extra_routes],
+        routes=[*api.routes(), *console_routes(location, events, token, api.auth.begin),
+                *extra_routes],
         middleware=[Middleware(
             SecurityMiddleware, token=token, allowed_hosts=allowed_hosts, scoped=scoped,
             default_profile=lambda: location.profiles.default_name, own_auth_prefix="/ui",

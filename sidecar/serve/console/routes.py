@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from sidecar.location import Location
 
 Handler = Callable[[Request, ConsoleSession], Awaitable[Response]]
+BeginLogin = Callable[[str], Awaitable[dict[str, Any] | None]]
 DOWNLOAD_CHUNK = 1024 * 1024
 _REPLIES: dict[str, Reply] = {"once": "once", "always": "always", "reject": "reject"}
 _SCOPES: dict[str, RuleScope] = {"session": "session", "location": "location"}
@@ -46,10 +47,12 @@ def _events_url(events: EventLog) -> str:
 
 
 class Console:
-    def __init__(self, location: Location, events: EventLog, token: str | None) -> None:
+    def __init__(self, location: Location, events: EventLog, token: str | None,
+                 begin_login: BeginLogin | None = None) -> None:
         self.location = location
         self.events = events
         self.sessions = ConsoleSessions(token)
+        self.begin_login = begin_login
 
     def routes(self) -> list[BaseRoute]:
         g = self._guarded
@@ -112,12 +115,19 @@ class Console:
         return _page("Servers", pages.servers_page(health, session.csrf), session, "servers")
 
     async def server_login(self, request: Request, session: ConsoleSession) -> Response:
+        """Start the server's OAuth login in the daemon and send the browser to the
+        authorization page (the redirect comes back to the daemon's loopback callback)."""
         name = request.path_params["name"]
-        start = getattr(self.location, "start_login", None)
-        if start is None:
-            raise _BadInput(f"run `sidecar auth login {name}` to authorize {name}")
-        url = await start(name)
-        return RedirectResponse(url, status_code=303)
+        started = await self.begin_login(name) if self.begin_login is not None else None
+        if started is None:
+            raise _BadInput(f"{name} is not an HTTP server that logs in with OAuth")
+        url = started.get("authorization_url")
+        if started.get("state") == "pending" and isinstance(url, str):
+            return RedirectResponse(url, status_code=303)
+        message = started.get("message") or started.get("state")
+        body = (f"<p>Login of <strong>{pages.e(name)}</strong>: {pages.e(message)}</p>"
+                f'<p><a href="/ui">back to the servers</a></p>')
+        return _page("Server login", body, session, "servers")
 
     async def tools(self, request: Request, session: ConsoleSession) -> Response:
         snapshot = self.location.snapshot(keep=False)
@@ -256,5 +266,6 @@ def _number(raw: str, name: str, default: int, maximum: int) -> int:
     return int(raw)
 
 
-def console_routes(location: Location, events: EventLog, token: str | None) -> list[BaseRoute]:
-    return Console(location, events, token).routes()
+def console_routes(location: Location, events: EventLog, token: str | None,
+                   begin_login: BeginLogin | None = None) -> list[BaseRoute]:
+    return Console(location, events, token, begin_login).routes()
