@@ -44,6 +44,9 @@ argv = ["echo", "deployed {target}"]
 [[permissions.rules]]
 action = "deploy"
 decision = "ask"
+
+[profiles.ops]
+include = ["deploy"]
 """
 
 
@@ -153,6 +156,10 @@ def test_login_sets_a_private_cookie_and_a_wrong_token_is_refused(
     page.goto(f"{daemon.url}/ui/tools?q=numbers")
     expect(page.locator(".card strong", has_text="numbers")).to_be_visible()
     shot(page, "tools")
+    page.select_option("select[name=profile]", "ops")
+    page.fill("input[name=q]", "")
+    page.click("button:text-is('search')")
+    expect(page.locator(".card > strong")).to_have_text(["deploy", "managed_read"])
 
 
 def test_answering_an_ask_while_its_call_waits(page: Page, daemon: Daemon) -> None:

@@ -102,10 +102,16 @@ def servers_page(health: Mapping[str, Any], csrf: str) -> str:
             f'{e(store.get("bytes"))} bytes</p>{servers}<h2>Manifest problems</h2>{listed}')
 
 
-def tools_page(definitions: Sequence[Any], query: str, pins: Sequence[Any] = ()) -> str:
+def tools_page(definitions: Sequence[Any], query: str, profiles: Sequence[str],
+               profile: str) -> str:
+    options = "".join(
+        f'<option value="{e(name)}"{" selected" if name == profile else ""}>{e(name)}</option>'
+        for name in profiles
+    )
+    chooser = f' profile <select name=profile>{options}</select>' if profiles else ""
     form = (f'<form method=get class=card><input name=q value="{e(query)}" '
-            f'placeholder="search names and descriptions" size=40> <button>search</button>'
-            f'</form>')
+            f'placeholder="search names and descriptions" size=40>{chooser} '
+            f'<button>search</button></form>')
     q = query.lower()
     shown = [d for d in definitions
              if not q or q in d.name.lower() or q in (d.description or "").lower()]

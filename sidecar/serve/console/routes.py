@@ -130,9 +130,15 @@ class Console:
         return _page("Server login", body, session, "servers")
 
     async def tools(self, request: Request, session: ConsoleSession) -> Response:
-        snapshot = self.location.snapshot(keep=False)
+        profiles = self.location.profiles
+        chosen = request.query_params.get("profile") or None
+        if chosen is not None and not profiles.exists(chosen):
+            raise _BadInput(f"no profile {chosen!r}; the profiles: {', '.join(profiles.names())}")
+        snapshot = self.location.snapshot(keep=False, profile=chosen)
         query = request.query_params.get("q", "")
-        return _page("Tools", pages.tools_page(snapshot.definitions, query), session, "tools")
+        body = pages.tools_page(snapshot.definitions, query, profiles.names(),
+                                chosen or profiles.default_name)
+        return _page("Tools", body, session, "tools")
 
     async def calls(self, request: Request, session: ConsoleSession) -> Response:
         history = self.location.history
