@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -339,6 +340,39 @@ def _main(argv: Sequence[str] | None) -> int:
 
         state = Path(args.state_dir) if args.state_dir else default_state_dir()
         return int(_run(cli_tokens.run(args, state)))
+    if args.command in ("stdio", "serve"):
+        # SIGTERM before the daemon's loop handles it (`sidecar.start_signals`): unwind, and
+        # stop the servers spawned ahead (`bridges.prestart`) instead of orphaning them.
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        try:
+            return _daemon_command(args)
+        finally:
+            from bridges.prestart import PRESTARTED
+
+            PRESTARTED.discard()
+    from sidecar.cli_backends import Refused, Unreachable
+
+    try:
+        return int(_run(_client(args)))
+    except Unreachable as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except Refused as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except UnsafeStateDir as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except json.JSONDecodeError as exc:
+        print(f"sidecar: --input is not valid JSON: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(EXIT_OK)
+
+
+def _daemon_command(args: argparse.Namespace) -> int:
     if args.command == "stdio":
         _configure_logging()  # stderr only: stdout carries MCP messages
         _import_daemon(args)
@@ -364,22 +398,7 @@ def _main(argv: Sequence[str] | None) -> int:
         except (UnsafeConfiguration, UnsafeStateDir) as exc:
             print(f"sidecar: {exc}", file=sys.stderr)
             return EXIT_USAGE
-    from sidecar.cli_backends import Refused, Unreachable
-
-    try:
-        return int(_run(_client(args)))
-    except Unreachable as exc:
-        print(f"sidecar: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
-    except Refused as exc:
-        print(f"sidecar: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except UnsafeStateDir as exc:
-        print(f"sidecar: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except json.JSONDecodeError as exc:
-        print(f"sidecar: --input is not valid JSON: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    raise AssertionError(args.command)
 
 
 def _daemon_exit(args: argparse.Namespace, run: Callable[[], Any]) -> int:

@@ -29,6 +29,7 @@ from typing import Any
 
 from uvicorn import Server as uvicorn_Server
 
+from bridges.child_groups import CHILD_GROUPS, reap_leftovers
 from bridges.manifest import ManifestSet
 from bridges.mcp import ServerHealth
 from bridges.prestart import PRESTARTED
@@ -55,6 +56,7 @@ from sidecar.registry import Registry, Tools, application_registry
 from sidecar.seam import Seam
 from sidecar.snapshot import Snapshot, SnapshotStore, select
 from sidecar.sqlite_wal import DEFAULT_WAL_CAP_BYTES
+from sidecar.start_signals import sigterm_cancels
 from sidecar.state_dir import prepare_state_dir, write_private_file
 from sidecar.state_usage import state_usage
 from sidecar.tokens import SqliteTokenStore, TokenStore
@@ -394,59 +396,60 @@ async def serve(
     from sidecar.serve.http_protocol import TargetKeepingHttpToolsProtocol
     from sidecar.serve.mcp_facade import mcp_http
 
-    state = Path(state_dir) if state_dir is not None else default_state_dir()
-    try:
-        token = await asyncio.to_thread(
-            _serve_token, state, host, auth=auth, allow_weak_token=allow_weak_token,
-            allow_no_auth_on_network=allow_no_auth_on_network,
-        )
-        # Bound before the Location opens: a port in use is reported before any upstream
-        # server starts, and the real port is known when port=0.
-        sock = _bind(host, port)
-    except BaseException:
-        await _stop_unclaimed()
-        raise
-    async with _closing(sock), _daemon_location(root, state, manifests) as location:
-        bound = sock.getsockname()
-        url = f"http://{host if ':' not in host else f'[{host}]'}:{bound[1]}"
-        info = state / "daemon.json"
-
-        @asynccontextmanager
-        async def announce() -> AsyncIterator[None]:
-            await asyncio.to_thread(
-                write_private_file, info, json.dumps({"url": url, "pid": os.getpid()})
-            )
-            print(f"sidecar: listening on {url}", file=sys.stderr, flush=True)
-            try:
-                yield
-            finally:
-                await asyncio.to_thread(info.unlink, missing_ok=True)
-
-        mcp_routes, mcp_lifespan = mcp_http(location)
-
-        @asynccontextmanager
-        async def lifespans() -> AsyncIterator[None]:
-            async with announce(), mcp_lifespan:
-                yield
-
-        app = build_app(
-            location, token=token, allowed_hosts=allowed_hosts, extra_routes=mcp_routes,
-            extra_lifespan=lifespans(),
-        )
-        config = uvicorn.Config(
-            app, lifespan="on", log_level="warning", timeout_graceful_shutdown=10,
-            access_log=False, http=TargetKeepingHttpToolsProtocol,
-        )
-        server = _Server(config)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            # first signal: graceful; a second one: uvicorn's force exit
-            loop.add_signal_handler(sig, server.handle_exit, sig, None)
+    async with sigterm_cancels():  # until uvicorn's handler takes over, below
+        state = Path(state_dir) if state_dir is not None else default_state_dir()
         try:
-            await server.serve(sockets=[sock])
-        finally:
+            token = await asyncio.to_thread(
+                _serve_token, state, host, auth=auth, allow_weak_token=allow_weak_token,
+                allow_no_auth_on_network=allow_no_auth_on_network,
+            )
+            # Bound before the Location opens: a port in use is reported before any upstream
+            # server starts, and the real port is known when port=0.
+            sock = _bind(host, port)
+        except BaseException:
+            await _stop_unclaimed()
+            raise
+        async with _closing(sock), _daemon_location(root, state, manifests) as location:
+            bound = sock.getsockname()
+            url = f"http://{host if ':' not in host else f'[{host}]'}:{bound[1]}"
+            info = state / "daemon.json"
+
+            @asynccontextmanager
+            async def announce() -> AsyncIterator[None]:
+                await asyncio.to_thread(
+                    write_private_file, info, json.dumps({"url": url, "pid": os.getpid()})
+                )
+                print(f"sidecar: listening on {url}", file=sys.stderr, flush=True)
+                try:
+                    yield
+                finally:
+                    await asyncio.to_thread(info.unlink, missing_ok=True)
+
+            mcp_routes, mcp_lifespan = mcp_http(location)
+
+            @asynccontextmanager
+            async def lifespans() -> AsyncIterator[None]:
+                async with announce(), mcp_lifespan:
+                    yield
+
+            app = build_app(
+                location, token=token, allowed_hosts=allowed_hosts, extra_routes=mcp_routes,
+                extra_lifespan=lifespans(),
+            )
+            config = uvicorn.Config(
+                app, lifespan="on", log_level="warning", timeout_graceful_shutdown=10,
+                access_log=False, http=TargetKeepingHttpToolsProtocol,
+            )
+            server = _Server(config)
+            loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
+                # first signal: graceful; a second one: uvicorn's force exit
+                loop.add_signal_handler(sig, server.handle_exit, sig, None)
+            try:
+                await server.serve(sockets=[sock])
+            finally:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
     # leaving the Location closed every upstream server, plugin and store before we return
 
 
@@ -523,7 +526,7 @@ async def stdio(
     from sidecar.serve.mcp_facade import serve_stdio
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
-    async with _daemon_location(root, state, manifests) as location:
+    async with sigterm_cancels(), _daemon_location(root, state, manifests) as location:
         location.profiles.resolve(profile)
         await serve_stdio(location, profile=profile)
 
@@ -540,12 +543,22 @@ async def _daemon_location(
     except ValueError as exc:
         raise SystemExit(f"sidecar: SIDECAR_RETENTION: {exc}") from None
     try:
+        await asyncio.to_thread(_record_children, state)
         async with Location.open(root, state_dir=state, manifests=manifests,
                                  retention_seconds=retention, watch=True) as location:
             await _stop_unclaimed()
             yield location
     finally:
         await _stop_unclaimed()
+        CHILD_GROUPS.stop_recording()  # every child is stopped by now
+
+
+def _record_children(state: Path) -> None:
+    """Kill what a previous daemon of `state` left running, then record our own children's
+    process groups (`bridges.child_groups`)."""
+    prepare_state_dir(state)  # or UnsafeStateDir, before anything is written there
+    reap_leftovers(state)
+    CHILD_GROUPS.record_in(state)
 
 
 async def _stop_unclaimed() -> None:
