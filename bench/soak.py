@@ -16,7 +16,8 @@ Every `--sample` seconds it records, per daemon process: RSS, open descriptors, 
 the state directory's size (total, outcome log, its WAL, managed objects). It prints the
 samples as they come, then per daemon the growth after warm-up (the first fifth of the run, at
 most 60 s) against the targets of a 10-minute run (issue 32): RSS growth under 10 %,
-descriptors and threads flat (growth <= 2), state directory under 150 MB plus the retained
+descriptors and threads flat (no upward trend: the highest count of the second half after
+warm-up at most 2 above that of the first half), state directory under 150 MB plus the retained
 objects still within retention, 0 errors. `--quick` is the smoke version CI runs (seconds,
 tiny sizes); nothing is asserted here about speed. `--write` puts the summary into
 `bench/RESULTS.md` between the soak markers (a "Soak" section; the rest is kept).
@@ -78,6 +79,7 @@ class Daemon:
     errors: int = 0
     first_errors: list[str] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
     health: dict[str, Any] = field(default_factory=dict)
 
     def error(self, what: str) -> None:
@@ -249,6 +251,7 @@ async def caller(daemon: Daemon, client: Any, names: tuple[str, str], k: int, de
     i = 0
     while time.monotonic() < deadline:
         large = opts.large_every > 0 and i % opts.large_every == opts.large_every - 1
+        began = time.perf_counter()
         try:
             if large:
                 result = await call_tool(client, big, {"nbytes": opts.large_bytes})
@@ -260,6 +263,8 @@ async def caller(daemon: Daemon, client: Any, names: tuple[str, str], k: int, de
                 daemon.error("big: the text was not retained in the managed store")
         except Exception as exc:
             daemon.error(f"{type(exc).__name__}: {exc}")
+        if not large:
+            daemon.latencies.append(time.perf_counter() - began)
         daemon.calls += 1
         daemon.large += large
         i += 1
@@ -288,6 +293,10 @@ async def sampler(daemons: list[Daemon], started: float, every: float, stop: asy
 # -- report -----------------------------------------------------------------------------------
 
 
+def pct(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+
 def verdict(ok: bool) -> str:
     return "ok" if ok else "MISSED"
 
@@ -297,20 +306,30 @@ def summary(daemon: Daemon, warmup: float, seconds: float) -> tuple[list[str], b
     after = [s for s in daemon.samples if s.at >= warmup] or daemon.samples[-1:]
     base, last = after[0], daemon.samples[-1]
     rss_growth = (last.rss - base.rss) / base.rss * 100
-    fd_growth = max(s.fds for s in after) - base.fds
-    thread_growth = max(s.threads for s in after) - base.threads
+    # Descriptors come and go with connections and object files: "flat" means no upward
+    # trend, i.e. the highest count in the second half after warm-up is no higher (+2) than
+    # the highest in the first half.
+    half = max(1, len(after) // 2)
+    first, second = after[:half], after[half:] or after[-1:]
+    fd_growth = max(s.fds for s in second) - max(s.fds for s in first)
+    thread_growth = max(s.threads for s in second) - max(s.threads for s in first)
     non_retained = max(s.state - s.managed for s in daemon.samples)
     checks = [rss_growth < 10, fd_growth <= 2, thread_growth <= 2, non_retained < STATE_TARGET,
               daemon.errors == 0]
     rate = daemon.calls / seconds if seconds else 0.0
+    lat = sorted(daemon.latencies) or [0.0]
     rows = [
         f"| {daemon.name} | calls | {daemon.calls:,} ({rate:,.0f}/s; {daemon.large:,} large) | | |",
+        f"| {daemon.name} | echo latency ms p50 / p99 / max | {pct(lat, 0.5) * 1e3:.1f} / "
+        f"{pct(lat, 0.99) * 1e3:.1f} / {lat[-1] * 1e3:.0f} | | |",
         f"| {daemon.name} | RSS MB (after warm-up → end, max) | {base.rss / MB:.1f} → {last.rss / MB:.1f}, "
         f"max {max(s.rss for s in after) / MB:.1f} | {rss_growth:+.1f} % (< 10 %) | {verdict(checks[0])} |",
-        f"| {daemon.name} | open fds (after warm-up → end, max) | {base.fds} → {last.fds}, max "
-        f"{max(s.fds for s in after)} | {fd_growth:+d} (flat) | {verdict(checks[1])} |",
-        f"| {daemon.name} | threads (after warm-up → end, max) | {base.threads} → {last.threads}, max "
-        f"{max(s.threads for s in after)} | {thread_growth:+d} (flat) | {verdict(checks[2])} |",
+        f"| {daemon.name} | open fds (after warm-up: range; max 1st half → 2nd half) | "
+        f"{min(s.fds for s in after)}–{max(s.fds for s in after)}; {max(s.fds for s in first)} → "
+        f"{max(s.fds for s in second)} | {fd_growth:+d} (flat: <= +2) | {verdict(checks[1])} |",
+        f"| {daemon.name} | threads (after warm-up: range; max 1st half → 2nd half) | "
+        f"{min(s.threads for s in after)}–{max(s.threads for s in after)}; {max(s.threads for s in first)} → "
+        f"{max(s.threads for s in second)} | {thread_growth:+d} (flat: <= +2) | {verdict(checks[2])} |",
         f"| {daemon.name} | state dir MB (end; max) | {last.state / MB:.1f}; max {max(s.state for s in daemon.samples) / MB:.1f} "
         f"| max without managed objects {non_retained / MB:.1f} (< 150) | {verdict(checks[3])} |",
         f"| {daemon.name} | outcome log / WAL MB (max) | {max(s.outcomes for s in daemon.samples) / MB:.1f} / "
@@ -395,6 +414,9 @@ async def soak(opts: argparse.Namespace) -> str:
         f"returns {opts.large_bytes:,} bytes (retained); `SIDECAR_RETENTION={opts.retention:g}s`; "
         f"samples every {opts.sample:g} s; warm-up {warmup:.0f} s",
         f"- targets (issue 32, for 10 minutes): {'all held' if all_ok else 'NOT all held'}",
+        "- baseline (issue 32, before the WAL cap and pruning): `sidecar stdio`, 16 callers, 180 s, "
+        "tiny calls only: `outcomes.sqlite-wal` 494 MB within 60 s, kept until the daemon closed; "
+        "outcome table 87 MB, never pruned",
         "",
         "| daemon | measure | value | target | |",
         "|---|---|---|---|---|",

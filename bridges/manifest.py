@@ -7,9 +7,15 @@ A Claude-Desktop/Cursor style `{"mcpServers": {...}}` file, or a VS Code style
 notes, never errors. Sidecar keys extend a server entry (`namespace`, `tools`, `timeouts`,
 `bounds`, `output_validation`, `disabled`, `permissions`, `max_result_bytes`).
 
-`${env:VAR}` in any string value is replaced by the environment variable; a missing variable is
-an error naming the file, the JSON path and the variable. Values that may hold secrets (`env`,
-`headers`) are never shown in reprs, logs or health output.
+`${env:VAR}`, `${file:PATH}` and `${keyring:SERVICE/NAME}` in any string value are replaced by
+the secret they name (`bridges.secrets`); one that cannot be resolved is an error naming the
+file, the JSON path and the reference. Values that may hold secrets (`env`, `headers`, the
+`oauth` table) are never shown in reprs, logs or health output.
+
+An HTTP server entry may say `auth = "oauth"` and carry an `oauth` table (`OAuthSettings`):
+the bridge then authorizes with OAuth 2.1 (`bridges.mcp.oauth`). Without `auth`, OAuth is used
+when the server answers 401 with a Bearer challenge and the entry sends no `Authorization`
+header of its own; `auth = "none"` turns that off.
 
 Loading never raises for bad content: every fault becomes a `ManifestProblem` (file, JSON path,
 message, hint) and the entries that are valid still load. A file that cannot be parsed at all
@@ -29,12 +35,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from bridges.manifest_oauth import OAuthSettings
 from bridges.manifest_overrides import OverrideConfig
 from bridges.manifest_profiles import PROFILE_NAME, ProfileConfig, RateLimitConfig
 
+# BoundsConfig, ManifestProblem: defined below this module and `manifest_tools.config`
+from bridges.manifest_values import BoundsConfig as BoundsConfig
+from bridges.manifest_values import ManifestProblem as ManifestProblem
+from bridges.secrets import SecretReferenceError, resolve_references
+
 MANIFEST_SUFFIXES = (".json", ".toml")
-_ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
-_SECRET_KEYS = frozenset({"env", "headers"})
+_SECRET_KEYS = frozenset({"env", "headers", "oauth"})
 
 Decision = Literal["allow", "deny", "ask"]
 
@@ -51,11 +62,6 @@ class ToolFilter(_Strict):
 class Timeouts(_Strict):
     startup: Annotated[float, Field(gt=0)] = 30.0
     call: Annotated[float, Field(gt=0)] = 600.0
-
-
-class BoundsConfig(_Strict):
-    max_bytes: Annotated[int, Field(ge=1024)] | None = None
-    max_lines: Annotated[int, Field(ge=16)] | None = None
 
 
 class AnnotationPermissions(_Strict):
@@ -101,6 +107,10 @@ class ServerConfig(BaseModel):
     protocol: Literal["auto", "legacy", "2026-07-28"] = "auto"
     """Protocol era: `auto` probes `server/discover` then falls back to `initialize`;
     `legacy` skips the probe (for servers that ignore unknown methods)."""
+    auth: Literal["oauth", "none"] | None = None
+    """`oauth`: authorize with OAuth 2.1; `none`: never; unset: OAuth when the server answers
+    401 with a Bearer challenge and `headers` has no Authorization."""
+    oauth: OAuthSettings | None = Field(default=None, repr=False)
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerConfig:
@@ -113,7 +123,22 @@ class ServerConfig(BaseModel):
             raise ValueError("type stdio needs `command`")
         if transport != "stdio" and self.url is None:
             raise ValueError(f"type {self.type} needs `url`")
+        if transport == "stdio" and (self.auth == "oauth" or self.oauth is not None):
+            raise ValueError("`auth`/`oauth` apply to HTTP servers (`url`) only")
+        if self.auth == "none" and self.oauth is not None:
+            raise ValueError("`oauth` settings with auth = \"none\"")
         return self
+
+    @property
+    def oauth_mode(self) -> Literal["oauth", "auto", "none"]:
+        """`oauth` (configured), `auto` (on a Bearer challenge) or `none`."""
+        if self.transport == "stdio" or self.auth == "none":
+            return "none"
+        if self.auth == "oauth" or self.oauth is not None:
+            return "oauth"
+        if any(name.lower() == "authorization" for name in self.headers):
+            return "none"
+        return "auto"
 
     @property
     def transport(self) -> Transport:
@@ -157,19 +182,6 @@ class ManifestFile(BaseModel):
 
 
 @dataclass(frozen=True, slots=True)
-class ManifestProblem:
-    file: str
-    path: str
-    message: str
-    hint: str = ""
-    severity: Literal["error", "note"] = "error"
-
-    def __str__(self) -> str:
-        hint = f" (hint: {self.hint})" if self.hint else ""
-        return f"{self.file}: {self.path}: {self.message}{hint}"
-
-
-@dataclass(frozen=True, slots=True)
 class Sourced:
     """A validated entry and the file it came from."""
 
@@ -196,8 +208,8 @@ class ManifestSet:
     rate_limits: dict[str, Sourced] = field(default_factory=dict)
     """Per-tool rate limits by effective name or glob (`[rate_limits."<glob>"]`)."""
     overrides: list[Sourced] = field(default_factory=list)
-    """Tool overrides in file order: `[tools.overrides."<glob>"]` (key = the glob, value =
-    the raw table) and server-level ones (key = `<server>:<glob>`)."""
+    """Tool overrides in file order: `[tools.overrides."<glob>"]` and server-level ones; key =
+    the glob, value = (server key or None, `OverrideConfig`)."""
 
     @property
     def errors(self) -> list[ManifestProblem]:
@@ -232,27 +244,19 @@ def _key_path(base: str, key: str) -> str:
     return f"{base}.{key}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", key) else f'{base}["{key}"]'
 
 
-class _Interpolation(Exception):
-    def __init__(self, path: str, var: str) -> None:
-        super().__init__(var)
-        self.path = path
-        self.var = var
-
-
-def interpolate(value: Any, path: str, environ: Mapping[str, str]) -> Any:
-    """Replace `${env:VAR}` in every string inside `value`; a missing VAR raises."""
+def interpolate(
+    value: Any, path: str, environ: Mapping[str, str], base_dir: Path | None = None
+) -> Any:
+    """Resolve `${env:...}`, `${file:...}` and `${keyring:...}` in every string inside
+    `value` (`bridges.secrets`); one that cannot be resolved raises `SecretReferenceError`.
+    Relative `${file:}` paths are relative to `base_dir`."""
     if isinstance(value, str):
-        def sub(match: re.Match[str]) -> str:
-            var = match.group(1)
-            if var not in environ:
-                raise _Interpolation(path, var)
-            return environ[var]
-
-        return _ENV_REF.sub(sub, value)
+        return resolve_references(value, path, environ, base_dir) if "${" in value else value
     if isinstance(value, dict):
-        return {k: interpolate(v, _key_path(path, k), environ) for k, v in value.items()}
+        return {k: interpolate(v, _key_path(path, k), environ, base_dir)
+                for k, v in value.items()}
     if isinstance(value, list):
-        return [interpolate(v, f"{path}[{i}]", environ) for i, v in enumerate(value)]
+        return [interpolate(v, f"{path}[{i}]", environ, base_dir) for i, v in enumerate(value)]
     return value
 
 
@@ -352,7 +356,8 @@ def _load_one(
     for key, raw in top.tools.items():
         if key == "overrides" and isinstance(raw, dict) and "kind" not in raw:
             for glob, table in raw.items():
-                _load_override(name, _key_path("$.tools.overrides", glob), glob, table, result)
+                _load_override(name, _key_path("$.tools.overrides", glob), None, glob, table,
+                               result)
             continue
         _load_tool(name, key, raw, env, result, tool_validator)
     for key, raw in top.profiles.items():
@@ -387,12 +392,10 @@ def _interpolated(
     file: str, base: str, raw: Any, env: Mapping[str, str], result: ManifestSet
 ) -> Any | None:
     try:
-        return interpolate(raw, base, env)
-    except _Interpolation as missing:
-        result.problems.append(ManifestProblem(
-            file, missing.path, f"environment variable {missing.var} is not set",
-            hint=f"export {missing.var} before starting the sidecar",
-        ))
+        return interpolate(raw, base, env, Path(file).parent)
+    except SecretReferenceError as missing:
+        result.problems.append(ManifestProblem(file, missing.path, missing.message,
+                                               hint=missing.hint))
         return None
 
 
@@ -414,7 +417,7 @@ def _load_server(
         value = dict(value)
         for glob, table in value.pop("overrides").items():
             path = _key_path(f"{base}.overrides", glob)
-            _load_override(file, path, f"{key}:{glob}", table, result)
+            _load_override(file, path, key, glob, table, result)
     try:
         config = ServerConfig.model_validate(value)
     except ValidationError as exc:
@@ -456,9 +459,12 @@ def _load_tool(
         result.tools[key] = Sourced(file, key, parsed)
 
 
-def _load_override(file: str, base: str, key: str, raw: Any, result: ManifestSet) -> None:
+def _load_override(
+    file: str, base: str, server: str | None, glob: str, raw: Any, result: ManifestSet
+) -> None:
     try:
-        result.overrides.append(Sourced(file, key, OverrideConfig.model_validate(raw)))
+        config = OverrideConfig.model_validate(raw)
+        result.overrides.append(Sourced(file, glob, (server, config)))
     except ValidationError as exc:
         result.problems.extend(_validation_problems(
             file, base, exc, hint="see docs/profiles.md for the keys of a tool override"

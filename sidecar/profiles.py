@@ -13,6 +13,10 @@ A profile picks tools and sets how they are served:
                   permission rules (the last layer: they win over every other), whether
                   upstream resources and prompts pass through.
 
+Order: Location-wide tool overrides (`sidecar.overrides`) reshape every tool first, so
+profiles pick by the names the model sees; then the profile picks; then its own overrides
+and rate limits apply to its picks.
+
 A snapshot taken through a profile captures only the profile's tools, so nothing else can be
 called through it: an unknown name fails `unknown_tool` listing the profile's tools only, and
 Code Mode's inner snapshot is built from the same entries. The name `default` (or the
@@ -40,9 +44,9 @@ HINT_DEFAULTS: Mapping[str, bool] = {
 }
 """MCP's defaults for an absent annotation hint."""
 
-EntryWrapper = Callable[[str, Entry], Entry | None]
-"""(profile name, entry) -> the entry as served through that profile (overrides, limits), or
-None to leave it out."""
+EntryWrapper = Callable[[str, Mapping[str, Entry]], Mapping[str, Entry]]
+"""(profile name, entries) -> the entries as served through that profile (overrides, rate
+limits, pins), by their served names."""
 
 
 class UnknownProfile(SidecarError):
@@ -140,8 +144,12 @@ class Profiles:
         self.default_name = DEFAULT_PROFILE
         self.explicit_default = False
         self.wrappers: list[EntryWrapper] = []
+        """Run on a profile's picks (per-profile overrides, rate limits)."""
+        self.common: list[Callable[[Mapping[str, Entry]], Mapping[str, Entry]]] = []
+        """Run on every tool before profiles pick (Location-wide overrides, pins)."""
+        self._base: tuple[Mapping[str, Entry], int, Mapping[str, Entry]] | None = None
         self.version = 0
-        self._cache: dict[str | None, tuple[Mapping[str, Entry], int, dict[str, Entry]]] = {}
+        self._cache: dict[str | None, tuple[Mapping[str, Entry], int, Mapping[str, Entry]]] = {}
         self._listeners: list[Callable[[], None]] = []
 
     def set(
@@ -157,6 +165,7 @@ class Profiles:
         """Something that shapes the served entries changed: recompute, tell listeners."""
         self.version += 1
         self._cache.clear()
+        self._base = None
         for listener in list(self._listeners):
             listener()
 
@@ -196,24 +205,22 @@ class Profiles:
         cached = self._cache.get(key)
         if cached is not None and cached[0] is effective and cached[1] == self.version:
             return cached[2]
+        base = self._base
+        if base is None or base[0] is not effective or base[1] != self.version:
+            reshaped: Mapping[str, Entry] = effective
+            for common in self.common:
+                reshaped = common(reshaped)
+            base = self._base = (effective, self.version, reshaped)
         picked = {
-            n: e for n, e in effective.items() if profile is None or profile.picks(n, e)
+            n: e for n, e in base[2].items() if profile is None or profile.picks(n, e)
         }
         if profile is not None and profile.wraps:
             picked = {
                 n: Entry(_scoped(e.tool, profile), e.key, e.definition, e.origin)
                 for n, e in picked.items()
             }
+        served: Mapping[str, Entry] = picked
         for wrap in self.wrappers:
-            picked = _rewrapped(wrap, key or self.default_name, picked)
-        self._cache[key] = (effective, self.version, picked)
-        return picked
-
-
-def _rewrapped(wrap: EntryWrapper, profile: str, entries: Mapping[str, Entry]) -> dict[str, Entry]:
-    result: dict[str, Entry] = {}
-    for entry in entries.values():
-        served = wrap(profile, entry)
-        if served is not None:
-            result[served.definition.name] = served
-    return result
+            served = wrap(key or self.default_name, served)
+        self._cache[key] = (effective, self.version, served)
+        return served

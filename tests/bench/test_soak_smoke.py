@@ -23,7 +23,7 @@ def test_soak_quick_runs_both_transports_without_errors() -> None:
     for daemon in ("sidecar stdio", "sidecar /mcp"):
         assert f"| {daemon} | errors | 0 | 0 | ok |" in out, out[-3000:]
         assert f"| {daemon} | RSS MB (after warm-up → end, max) | " in out
-        assert f"| {daemon} | open fds (after warm-up → end, max) | " in out
+        assert f"| {daemon} | open fds (after warm-up: range; max 1st half → 2nd half) | " in out
         assert f"| {daemon} | state dir MB (end; max) | " in out
         assert f"  {daemon} " in out  # live samples were printed
     # a 2-second retention over a 6-second run: the daemon pruned outcomes as it went

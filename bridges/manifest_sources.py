@@ -1,7 +1,8 @@
 """What a Location's manifests declare, applied as one: MCP servers (a `ServerPool`),
 manifest tools, permission rules, plugins and bounds; and live reload.
 
-Part of the composition root (it imports bridges; the core does not).
+The composition root passes `ManifestSources` to `Location.open` as its
+`Wiring.attach_sources` (see `sidecar.location`); the core never imports it.
 
 At open, every valid entry loads and each invalid one is reported (log, health). On a reload
 (a file changed, or `reload()`), everything is parsed and validated first; if anything is
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -32,18 +33,22 @@ from bridges.manifest import (
     load_manifests,
 )
 from bridges.manifest import manifest_files as manifest_files_of
+from bridges.manifest_overrides import OverrideConfig
 from bridges.manifest_profiles import ProfileConfig
 from bridges.manifest_tools import ManifestTools, manifest_tool_validator
 from bridges.mcp import ServerPool
-from sidecar.errors import RegistrationError
+from sidecar.errors import RegistrationError, SchemaDefinitionError
 from sidecar.events import ManifestsReloaded, ServerHealthChanged
+from sidecar.overrides import Override, OverrideError, reshape_all
 from sidecar.permission import PermissionRule
 from sidecar.plugins import entry_point_refs
 from sidecar.profiles import Profile
+from sidecar.registry import Entry
+from sidecar.token_store import FileTokenStore
 from sidecar.tool import Bounds
 
 if TYPE_CHECKING:
-    from sidecar.daemon import Location
+    from sidecar.location import Location
 
 log = logging.getLogger("sidecar.manifests")
 
@@ -77,6 +82,49 @@ def profile_of(name: str, config: ProfileConfig) -> Profile:
         else tuple(config.resources),
         prompts=config.prompts if isinstance(config.prompts, bool) else tuple(config.prompts),
     )
+
+
+def override_of(glob: str, server: str | None, config: OverrideConfig) -> Override:
+    annotations = config.annotations.model_dump(exclude_none=True) if config.annotations else {}
+    return Override(
+        match=glob, server=server, name=config.name, title=config.title,
+        description=config.description, description_append=config.description_append,
+        annotations=annotations, hidden=dict(config.hidden), defaults=dict(config.defaults),
+        enabled=config.enabled,
+    )
+
+
+def overrides_of(loaded: ManifestSet) -> tuple[list[Override], dict[str, list[Override]]]:
+    """(Location-wide overrides, overrides by profile) of the manifests."""
+    common = [override_of(s.key, *s.value) for s in loaded.overrides]
+    by_profile = {
+        key: [override_of(glob, None, c) for glob, c in sourced.value.overrides.items()]
+        for key, sourced in loaded.profiles.items()
+    }
+    return common, by_profile
+
+
+def override_problems(loaded: ManifestSet, effective: Mapping[str, Entry]) -> list[
+        ManifestProblem]:
+    """Collisions and bad names the manifests' overrides make among the tools registered now
+    (each profile's tools, and every tool for the default view)."""
+    common, by_profile = overrides_of(loaded)
+    try:
+        reshaped = reshape_all(common, effective)
+    except (OverrideError, SchemaDefinitionError, ValueError) as exc:
+        return [ManifestProblem("(tool overrides)", "$.tools.overrides", str(exc))]
+    problems = []
+    for key, sourced in loaded.profiles.items():
+        if not by_profile[key]:
+            continue
+        profile = profile_of(key, sourced.value)
+        picked = {n: e for n, e in reshaped.items() if profile.picks(n, e)}
+        try:
+            reshape_all(by_profile[key], picked)
+        except (OverrideError, SchemaDefinitionError, ValueError) as exc:
+            problems.append(ManifestProblem(
+                "(tool overrides)", f"$.profiles.{key}.overrides", f"profile {key}: {exc}"))
+    return problems
 
 
 def _report(problems: Sequence[ManifestProblem]) -> list[dict[str, Any]]:
@@ -145,6 +193,9 @@ class ManifestSources:
         except RegistrationError as exc:  # invalid manifest tools never stop the daemon
             loaded.problems.append(ManifestProblem("(manifest tools)", "$.tools", str(exc)))
             log.error("manifest tools: %s", exc)
+        for problem in override_problems(loaded, location.registry.effective()):
+            log.error("manifest: %s", problem)
+            loaded.problems.append(problem)
         self._apply_policy(loaded)
         await self._sync_plugins(loaded)
         events = location.events
@@ -153,6 +204,7 @@ class ManifestSources:
             on_health=lambda key, health: events.publish(
                 ServerHealthChanged(key, health.to_json())
             ),
+            tokens=FileTokenStore(location.state_dir),
         )
         await self.pool.__aenter__()
         location.manifests = loaded
@@ -185,6 +237,7 @@ class ManifestSources:
             location.permissions.ask_timeout = loaded.ask_timeout
         location.seam.bounds = location_bounds(loaded, self._base_bounds)
         location.codemode = loaded.codemode or self._base_codemode
+        location.overrides.set(*overrides_of(loaded))
         default = loaded.default_profile
         location.profiles.set(
             {key: profile_of(key, sourced.value) for key, sourced in loaded.profiles.items()},
@@ -202,6 +255,8 @@ class ManifestSources:
         async with self._lock:
             loaded = await self.load()
             problems = loaded.errors
+            if not problems:
+                problems = override_problems(loaded, self._location.registry.effective())
             if not problems:
                 try:
                     await self._apply_tools(loaded)
