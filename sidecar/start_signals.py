@@ -1,12 +1,12 @@
-"""SIGTERM while the daemon starts (or while `sidecar stdio` runs) stops it cleanly.
+"""SIGTERM to `sidecar stdio --standalone` (starting or serving) stops it cleanly.
 
-Until `sidecar serve` hands SIGTERM to uvicorn's graceful shutdown, the signal's default action
-would end the process at once, in the middle of opening the Location: upstream servers that
-were still starting would be orphaned (SIGINT was fine: asyncio turns it into a cancellation).
-`sigterm_cancels()` turns SIGTERM into a cancellation of the daemon's main task, so the
-Location's exit stack stops everything started so far, and the command then returns normally
-(exit status 0, as after a SIGTERM once serving). Only that cancellation is absorbed, at the
-top of the daemon command: any other one propagates.
+The signal's default action would end the process at once, maybe in the middle of opening the
+Location: upstream servers that were still starting would be orphaned (SIGINT was fine:
+asyncio turns it into a cancellation). `sigterm_cancels()` turns SIGTERM into a cancellation of
+the daemon's main task, so the Location's exit stack stops everything started so far, and the
+command then returns normally (exit status 0). Only that cancellation is absorbed, at the top
+of the daemon command: any other one propagates. (`serve` has its own handler, which hands the
+signal to uvicorn's graceful shutdown once serving.)
 """
 
 from __future__ import annotations

@@ -56,9 +56,9 @@ from bridges.mcp.redact import Redactor
 from bridges.mcp.stdio import StderrTail
 from bridges.mcp.transport_state import TransportState
 from sidecar.errors import RegistrationError
+from sidecar.grant_store import GrantStore
 from sidecar.permission import PermissionGate
 from sidecar.registry import Scope, Tools
-from sidecar.token_store import TokenStore
 
 log = logging.getLogger("bridges.mcp")
 
@@ -105,14 +105,14 @@ class Supervisor:
         on_health: HealthListener | None,
         on_tools_changed: ToolsListener | None,
         relay: Relay | None = None,
-        tokens: TokenStore | None = None,
+        grants: GrantStore | None = None,
     ) -> None:
         self.key = key
         self.relay = relay
         self.config = config
-        self._tokens = tokens
+        self._grants = grants
         self._secrets: set[str] = set()
-        self._oauth = UpstreamAuth.of(key, config, tokens, self._add_secret)
+        self._oauth = UpstreamAuth.of(key, config, grants, self._add_secret)
         self._tools = tools
         self._backoff = backoff
         self._on_health = on_health
@@ -162,7 +162,7 @@ class Supervisor:
     def reconfigure(self, config: ServerConfig) -> None:
         """Restart with a new configuration; the registration scope is kept."""
         self.config = config
-        self._oauth = UpstreamAuth.of(self.key, config, self._tokens, self._add_secret)
+        self._oauth = UpstreamAuth.of(self.key, config, self._grants, self._add_secret)
         self._redact = self._redactor(config)
         self._stderr = StderrTail(self.key, self._redact)
         self.caller.redact = self._redact

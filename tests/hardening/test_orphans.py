@@ -154,10 +154,11 @@ def test_sigterm_while_serve_starts_stops_the_server_that_is_starting(tmp_path: 
     assert processes_with(marker) == []
 
 
-def test_sigterm_to_sidecar_stdio_stops_its_servers(tmp_path: Path) -> None:
+def test_sigterm_to_a_standalone_sidecar_stdio_stops_its_servers(tmp_path: Path) -> None:
     marker = f"stdio-{uuid.uuid4().hex}"
     manifests = _slow_server_manifest(tmp_path, marker)
-    proc = subprocess.Popen([*SIDECAR, "stdio"], env=sidecar_env(tmp_path / "state", manifests),
+    proc = subprocess.Popen([*SIDECAR, "stdio", "--standalone"],
+                            env=sidecar_env(tmp_path / "state", manifests),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:

@@ -53,7 +53,7 @@ def test_every_state_file_is_private_from_creation(tmp_path: Path) -> None:
     state = tmp_path / "fresh" / "state"
     manifests = _big_output_manifest(tmp_path)
     with serving(state, manifests=manifests, umask=0) as daemon:
-        called = run_cli("call", "big", "--json", env=sidecar_env(state))
+        called = run_cli("call", "big", "--json", env=sidecar_env(state, manifests))
         assert called.returncode == 0, called.stderr
         assert '"ref"' in called.stdout or "managed_read" in called.stdout
         modes = _modes(state)  # while the daemon runs: WAL and SHM files exist
@@ -71,7 +71,8 @@ def test_a_state_dir_others_can_write_is_refused_before_anything_is_written(
     state = tmp_path / "shared"
     state.mkdir()
     state.chmod(0o777)
-    for command in (["serve", "--port", "0"], ["stdio"], ["tools"]):
+    for command in (["serve", "--port", "0"], ["stdio", "--standalone"],
+                    ["tools", "--embedded"]):
         refused = run_cli(*command, env=sidecar_env(state))
         assert refused.returncode == EXIT_USAGE, (command, refused.stderr)
         assert f"state directory {state} is writable by other users (mode 0777)" in (
@@ -106,7 +107,7 @@ def test_a_readable_state_dir_from_before_is_made_private_with_a_warning(tmp_pat
 
 def test_sidecar_stdio_creates_its_state_private_too(tmp_path: Path) -> None:
     state = tmp_path / "stdio-state"
-    done = subprocess.run([*SIDECAR, "stdio"], env=sidecar_env(state), umask=0,
+    done = subprocess.run([*SIDECAR, "stdio", "--standalone"], env=sidecar_env(state), umask=0,
                           stdin=subprocess.DEVNULL, capture_output=True, timeout=120,
                           check=False)
     assert done.returncode == 0, done.stderr
