@@ -145,6 +145,7 @@ def _tool_value(
             else None
         ),
         meta=upstream.meta or None,
+        structured_output=config.structured_output,
     )
 
 
