@@ -156,6 +156,7 @@ def _tool_value(
             else None
         ),
         meta=upstream.meta or None,
+        structured_output=config.structured_output,
     )
 
 

@@ -52,7 +52,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from bridges.mcp.framing import LineFramer, OversizedLine, drain_messages
+from bridges.mcp.framing import InvalidAnswer, LineFramer, OversizedLine, drain_messages
 from bridges.mcp.log_budget import LogBudget
 from bridges.mcp.redact import Redactor
 from bridges.mcp.transport_state import TransportState
@@ -181,13 +181,30 @@ def _last_lines(text: str, count: int, max_chars: int) -> str:
     return joined if len(joined) <= max_chars else "..." + joined[-max_chars:]
 
 
+class ConnectionLost(MCPError):
+    """Our side saw the pipe end (`CONNECTION_CLOSED`): unlike a server's own error response
+    with that code (-32000 is also what servers use for their errors), this is a lost
+    transport."""
+
+    def __init__(self) -> None:
+        super().__init__(types.CONNECTION_CLOSED, "Connection closed")
+
+
+class RequestTimedOut(MCPError):
+    """Our `read_timeout` expired (`REQUEST_TIMEOUT`): unlike a server's own -32001 error."""
+
+    def __init__(self, method: str) -> None:
+        super().__init__(types.REQUEST_TIMEOUT, f"Request {method!r} timed out")
+
+
 class DirectRequests:
     """Requests the bridge writes on the child's stdin itself; see the module docstring.
 
     Only the event loop's thread uses it. `request` returns the raw `result` object of the
     response (a dict) or raises `MCPError` like the SDK's `send_raw_request`: the server's
-    error, `REQUEST_TIMEOUT` after `read_timeout` (with a courtesy cancel), `CONNECTION_CLOSED`
-    when the pipe is gone or ends while waiting.
+    error, `RequestTimedOut` after `read_timeout` (with a courtesy cancel), `ConnectionLost`
+    when the pipe is gone or ends while waiting (both `MCPError`s with the SDK's codes, told
+    apart from a server's error response of the same code by their class).
     """
 
     __slots__ = ("_broken", "_closed", "_last_notice", "_next", "_on_log", "_pending",
@@ -252,7 +269,9 @@ class DirectRequests:
             self._progress.pop(request_id, None)
         if outcome is _EXPIRED:
             await self._cancel(request_id, f"timed out after {read_timeout}s", shield=False)
-            raise MCPError(types.REQUEST_TIMEOUT, f"Request {method!r} timed out")
+            raise RequestTimedOut(method)
+        if outcome is _CLOSED:
+            raise ConnectionLost()
         if isinstance(outcome, types.ErrorData):
             raise MCPError(outcome.code, outcome.message, outcome.data)
         return outcome
@@ -303,10 +322,9 @@ class DirectRequests:
     def close(self) -> None:
         """The pipe ended: every waiter fails with CONNECTION_CLOSED, later requests at once."""
         self._closed = True
-        closed = types.ErrorData(code=types.CONNECTION_CLOSED, message="Connection closed")
         for future in self._pending.values():
             if not future.done():
-                future.set_result(closed)
+                future.set_result(_CLOSED)
 
     def _on_progress(self, message: dict[str, Any]) -> bool:
         params = message.get("params")
@@ -351,7 +369,7 @@ class DirectRequests:
     async def _write(self, line: bytes) -> None:
         stdin = self._stdin
         if stdin is None or self._closed:
-            raise MCPError(types.CONNECTION_CLOSED, "Connection closed")
+            raise ConnectionLost()
         try:
             stdin.write(line)
             await stdin.drain()
@@ -360,7 +378,7 @@ class DirectRequests:
             self.close()
             if self._broken is not None:
                 await self._broken()
-            raise MCPError(types.CONNECTION_CLOSED, "Connection closed") from None
+            raise ConnectionLost() from None
 
     async def _cancel(self, request_id: str, reason: str, *, shield: bool) -> None:
         message = {"jsonrpc": "2.0", "method": "notifications/cancelled",
@@ -374,6 +392,7 @@ class DirectRequests:
 
 
 _EXPIRED = types.ErrorData(code=types.REQUEST_TIMEOUT, message="no answer in time")
+_CLOSED = types.ErrorData(code=types.CONNECTION_CLOSED, message="Connection closed")
 
 
 def _expire(future: asyncio.Future[dict[str, Any] | types.ErrorData]) -> None:
@@ -490,6 +509,14 @@ async def _pump_stdout(
                     if not direct.fail(request_id, error):
                         await out.send(SessionMessage(
                             types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)))
+                elif isinstance(item, InvalidAnswer):  # fail that request now, not at its timeout
+                    log.warning("[%s] invalid answer to request %r: %s", server,
+                                item.request_id, item)
+                    error = types.ErrorData(code=types.INTERNAL_ERROR, message=(
+                        f"the server's answer is not a valid JSON-RPC response: {item}"))
+                    if not direct.fail(item.request_id, error):
+                        await out.send(SessionMessage(types.JSONRPCError(
+                            jsonrpc="2.0", id=item.request_id, error=error)))
                 elif isinstance(item, ValueError):
                     log.warning("[%s] ignored a line on stdout: %s", server, item)
                 else:

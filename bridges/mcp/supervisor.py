@@ -54,6 +54,7 @@ from bridges.mcp.log_budget import LogBudget
 from bridges.mcp.oauth.upstream import UpstreamAuth
 from bridges.mcp.passthrough import InflightCall, Relay
 from bridges.mcp.redact import Redactor
+from bridges.mcp.results import is_transport_loss
 from bridges.mcp.stdio import StderrTail
 from bridges.mcp.transport_state import TransportState
 from sidecar.errors import RegistrationError
@@ -437,7 +438,7 @@ class Supervisor:
             except Exception as exc:  # a bad listing must not end the connection
                 log.warning("[%s] re-listing tools failed: %s", self.key,
                             self._redact(describe(exc)))
-                if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED:
+                if isinstance(exc, MCPError) and is_transport_loss(exc, direct=False):
                     connection.lost.set()
 
     async def _listen_loop(self, connection: Connection, listening: anyio.Event) -> None:
