@@ -365,10 +365,10 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "auth":
         return _auth(args)
     if args.command == "token":
-        from sidecar.daemon import default_state_dir
+        from sidecar.daemon import default_state_dir, open_token_store
 
         state = Path(args.state_dir) if args.state_dir else default_state_dir()
-        return int(_run(cli_tokens.run(args, state)))
+        return int(_run(cli_tokens.run(args, state, open_token_store)))
     if args.command == "stdio":
         _configure_logging()  # stderr only: stdout carries MCP messages
         _import_daemon(args)

@@ -28,7 +28,6 @@ from sidecar.outcome import Outcome
 from sidecar.permission_service import UnknownAsk
 from sidecar.serve.api_bodies import CallBody, ReplyBody, SnapshotBody
 from sidecar.serve.by_definitions import ByDefinitions
-from sidecar.serve.event_log import EventLog
 from sidecar.serve.metrics import CONTENT_TYPE, Metrics
 from sidecar.serve.replay import (
     FORMATS,
@@ -41,6 +40,7 @@ from sidecar.serve.replay import (
 )
 from sidecar.serve.security import profile_allowed
 from sidecar.snapshot import SnapshotExpired
+from sidecar.stores import EventLog
 from sidecar.tool import ToolContext
 
 if TYPE_CHECKING:
