@@ -21,7 +21,7 @@ from typing import Any
 
 from bridges.manifest import ServerConfig, load_manifests
 from bridges.mcp.oauth.login import login, logout
-from bridges.mcp.oauth.records import canonical_resource, login_command
+from bridges.mcp.oauth.records import grant_status, login_command
 from sidecar.token_store import FileTokenStore
 
 
@@ -73,33 +73,7 @@ async def _status(
     report: dict[str, dict[str, Any]] = {}
     now = time.time()
     for name in names:
-        config = servers.get(name)
-        record = await store.get(name)
-        entry: dict[str, Any] = {"configured": config is not None, "authorized": False,
-                                 "expires_at": None, "scopes": None, "needs_login": True,
-                                 "reason": None}
-        if config is not None and config.url is not None and record is not None and (
-            record.get("resource") != canonical_resource(config.url)
-        ):
-            record = None  # bound to another resource: never used
-            entry["reason"] = "the stored tokens belong to another URL"
-        tokens = (record or {}).get("tokens") or {}
-        if tokens:
-            expires_at = (record or {}).get("expires_at")
-            refreshable = bool(tokens.get("refresh_token"))
-            expired = expires_at is not None and expires_at <= now and not refreshable
-            entry.update(authorized=not expired, expires_at=expires_at,
-                         scopes=tokens.get("scope"), refreshable=refreshable)
-            entry["needs_login"] = expired or bool((record or {}).get("login_required"))
-        if record is not None and record.get("login_required"):
-            entry["reason"] = record["login_required"]
-            entry["pending_scope"] = record.get("pending_scope")
-        grant = (config.oauth.grant if config is not None and config.oauth else None)
-        if grant == "client_credentials":
-            entry["needs_login"] = False  # the daemon fetches its own tokens
-        if entry["needs_login"]:
-            entry["command"] = login_command(name)
-        report[name] = entry
+        report[name] = grant_status(name, servers.get(name), await store.get(name), now)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

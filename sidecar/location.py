@@ -61,6 +61,7 @@ from sidecar.snapshot import Snapshot, SnapshotStore, select
 from sidecar.sqlite_wal import DEFAULT_WAL_CAP_BYTES
 from sidecar.state_dir import prepare_state_dir
 from sidecar.state_usage import state_usage
+from sidecar.store_pressure import StorePressure
 from sidecar.stores import EventLog, EventLogFactory, OpenStores, StoreOptions
 from sidecar.tokens import TokenStore
 from sidecar.tool import DEFAULT_BOUNDS, Bounds
@@ -135,6 +136,7 @@ class Location:
         self.manifests: ManifestSet  # set by the sources when they attach
         self.tools = Tools(registry)
         self.snapshots = SnapshotStore()
+        self.store_pressure = StorePressure()
         self.sources: ManifestSources | None = None
         self.sandbox: Sandbox | None = None
         self.codemode: CodeModeSetting = "direct"
@@ -336,7 +338,8 @@ class Location:
             "plugins": plugins,
             "manifest_problems": problems,
             "reload_problems": reload_problems,
-            "store": {"objects": stats.count, "bytes": stats.bytes},
+            "store": {"objects": stats.count, "bytes": stats.bytes,
+                      **self.store_pressure.report(stats, self.store_quota_bytes)},
             "state": await state_usage(
                 self.state_dir, self.seam.outcomes, stats,
                 retention_seconds=self.retention_seconds, quota_bytes=self.store_quota_bytes,

@@ -34,7 +34,7 @@ from bridges.mcp.codecs import PassCodec, WarnCodec
 from bridges.mcp.health import SkippedTool
 from sidecar.codec import Codec, JsonSchemaCodec
 from sidecar.errors import RegistrationError, SchemaDefinitionError
-from sidecar.names import RESERVED_NAMES
+from sidecar.names import RESERVED_NAMES, plain_names
 from sidecar.permission import Decision
 from sidecar.registry import build_entries
 from sidecar.tool import Annotations, Bounds, CallContext, Tool
@@ -74,6 +74,8 @@ def build_catalog(
     server: str, config: ServerConfig, listing: Sequence[types.Tool], call: CallUpstream
 ) -> Catalog:
     namespace = config.effective_namespace(server)
+    plain = plain_names(
+        (upstream.name, namespace) for upstream in listing if offered(upstream.name, config))
     tools: dict[str, Tool] = {}
     skipped: list[SkippedTool] = []
     owners: dict[str, str] = {}  # effective name -> upstream name
@@ -87,7 +89,7 @@ def build_catalog(
             continue
         try:
             tool = _tool_value(server, config, upstream, call)
-            (effective,) = build_entries({upstream.name: tool}, namespace)
+            (effective,) = build_entries({upstream.name: tool}, namespace, plain=plain)
         except (SchemaDefinitionError, RegistrationError, ValueError) as exc:
             skipped.append(SkippedTool(upstream.name, _reason(upstream.name, exc)))
             continue

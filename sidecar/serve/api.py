@@ -27,6 +27,7 @@ from sidecar.json_depth import JsonTooDeep
 from sidecar.outcome import Outcome
 from sidecar.permission_service import UnknownAsk
 from sidecar.serve.api_bodies import CallBody, ReplyBody, SnapshotBody
+from sidecar.serve.auth_api import AuthApi
 from sidecar.serve.by_definitions import ByDefinitions
 from sidecar.serve.metrics import CONTENT_TYPE, Metrics
 from sidecar.serve.replay import (
@@ -153,8 +154,11 @@ class Api:
         self.metrics = metrics
         self.events = events
         self.calls = CallTracker()
+        self.auth = AuthApi(location)
         self.definitions = DefinitionsCache()
         self.max_body_bytes = max_body_bytes
+        self.health_extras: dict[str, Any] = {}
+        """Added to `GET /v1/health` (the daemon sets `daemon`: who answers, for which state)."""
         # Snapshots advertised with OpenAI strict schemas: models send null for optional
         # properties there, which the original schemas may not accept.
         self._strict: OrderedDict[str, None] = OrderedDict()
@@ -171,6 +175,7 @@ class Api:
             Route("/v1/permissions", h(self.permissions), methods=["GET"]),
             Route("/v1/permissions/{ask_id}/reply", h(self.reply), methods=["POST"]),
             Route("/v1/health", h(self.health), methods=["GET"]),
+            *self.auth.routes(h),
             Route("/v1/openapi.json", h(self.openapi), methods=["GET"]),
             Route("/metrics", h(self.prometheus), methods=["GET"]),
         ]
@@ -443,7 +448,7 @@ class Api:
         return JSONResponse({"id": ask_id, "reply": body.reply})
 
     async def health(self, request: Request) -> Response:
-        report = await self.location.health()
+        report = {**await self.location.health(), **self.health_extras}
         return JSONResponse(report, status_code=200)
 
     async def openapi(self, request: Request) -> Response:

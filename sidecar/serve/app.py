@@ -50,6 +50,7 @@ def build_app(
                 yield
         finally:
             await api.calls.aclose()
+            await api.auth.aclose()
             await events.aclose()
             location.seam.observers.remove(metrics.observe)
 

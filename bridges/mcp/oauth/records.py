@@ -217,3 +217,36 @@ def restore_metadata(record: TokenRecord, context: Any) -> None:
         return
     if record.get("auth_server_url") and context.auth_server_url is None:
         context.auth_server_url = record["auth_server_url"]
+
+
+def grant_status(
+    server: str, config: Any, record: TokenRecord | None, now: float
+) -> dict[str, Any]:
+    """What `sidecar auth status` and `GET /v1/auth/{server}` report for one server
+    (`config`: its `ServerConfig`, None when the manifests no longer name it)."""
+    entry: dict[str, Any] = {"configured": config is not None, "authorized": False,
+                             "expires_at": None, "scopes": None, "needs_login": True,
+                             "reason": None}
+    url = getattr(config, "url", None)
+    if url is not None and record is not None and record.get("resource") != (
+        canonical_resource(url)
+    ):
+        record = None  # bound to another resource: never used
+        entry["reason"] = "the stored tokens belong to another URL"
+    tokens = (record or {}).get("tokens") or {}
+    if tokens:
+        expires_at = (record or {}).get("expires_at")
+        refreshable = bool(tokens.get("refresh_token"))
+        expired = expires_at is not None and expires_at <= now and not refreshable
+        entry.update(authorized=not expired, expires_at=expires_at, scopes=tokens.get("scope"),
+                     refreshable=refreshable)
+        entry["needs_login"] = expired or bool((record or {}).get("login_required"))
+    if record is not None and record.get("login_required"):
+        entry["reason"] = record["login_required"]
+        entry["pending_scope"] = record.get("pending_scope")
+    oauth = getattr(config, "oauth", None)
+    if oauth is not None and oauth.grant != "authorization_code":
+        entry["needs_login"] = False  # the daemon fetches its own tokens
+    if entry["needs_login"]:
+        entry["command"] = login_command(server)
+    return entry

@@ -180,8 +180,7 @@ class McpFacade:
         unsubscribe = location.registry.on_change(lambda: self._changed.set())
         unsubscribe_profiles = location.profiles.on_change(lambda: self._changed.set())
         pool = location.sources.pool if location.sources is not None else None
-        if pool is not None:
-            pool.relay.target = self
+        detach = pool.relay.attach(self) if pool is not None else None
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
@@ -190,8 +189,8 @@ class McpFacade:
                 tg.cancel_scope.cancel()
         finally:
             self._tg = None
-            if pool is not None and pool.relay.target is self:
-                pool.relay.target = None
+            if detach is not None:
+                detach()
             unsubscribe()
             unsubscribe_profiles()
 
@@ -529,6 +528,10 @@ class McpFacade:
             await _quietly(session.send_notification(types.RootsListChangedNotification()))
 
     # --- the upstream relay (bridges.mcp.passthrough.RelayTarget) ------------------------
+
+    def owns(self, calls: Sequence[InflightCall]) -> bool:
+        """Whether one of these calls came from one of this facade's sessions."""
+        return any(inflight.call_id in self.sessions.calls for inflight in calls)
 
     def _callers(self, calls: Sequence[InflightCall]) -> list[DownstreamCall]:
         """The latest in-flight call of each downstream session with calls on a server."""
