@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,7 +47,7 @@ from sidecar import cli_tokens, client_config
 from sidecar.local_door import DEFAULT_IDLE_EXIT, OwnerLock
 from sidecar.serve.replay import FORMATS
 from sidecar.serve.serve_policy import UnsafeConfiguration
-from sidecar.state_dir import UnsafeStateDir
+from sidecar.state_dir import UnsafeStateDir, prepare_state_dir
 
 if TYPE_CHECKING:
     from sidecar.cli_backends import Backend
@@ -511,7 +512,15 @@ def _main(argv: Sequence[str] | None) -> int:
             print(f"sidecar: {exc}", file=sys.stderr)
             return EXIT_USAGE
     if args.command in ("stdio", "serve", "daemon"):
-        return _run_daemon(args)
+        # SIGTERM before the daemon's loop handles it (`sidecar.start_signals`): unwind, and
+        # stop the servers spawned ahead (`bridges.prestart`) instead of orphaning them.
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        try:
+            return _run_daemon(args)
+        finally:
+            from bridges.prestart import PRESTARTED
+
+            PRESTARTED.discard()
     from sidecar.cli_backends import Refused, Unreachable
     from sidecar.local_door import DoorError
 
@@ -538,6 +547,10 @@ def _main(argv: Sequence[str] | None) -> int:
         return EXIT_USAGE
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(EXIT_OK)
+
+
 def _run_daemon(args: argparse.Namespace) -> int:
     """`stdio --standalone`, `serve` and `daemon`: the daemon in this process."""
     _configure_logging()  # stderr only (for stdio: stdout carries MCP messages)
@@ -556,8 +569,15 @@ def _run_daemon(args: argparse.Namespace) -> int:
 
     serving = args.command == "serve"
     state = _state_dir(args)
-    # the lock first: a daemon that is not going to own the state starts no server
-    state.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # the lock first: a daemon that is not going to own the state starts no server; but
+    # nothing is written into a state directory that is not private (`sidecar.state_dir`)
+    try:
+        loosened = prepare_state_dir(state)
+    except UnsafeStateDir as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if loosened is not None:
+        print(f"sidecar: warning: {loosened}", file=sys.stderr)
     owner = OwnerLock.acquire(state)
     if owner is None:
         print(f"sidecar: {already_owned(state)}", file=sys.stderr)
