@@ -98,6 +98,8 @@ class ServerConfig(BaseModel):
     disabled: bool = False
     permissions: AnnotationPermissions = AnnotationPermissions()
     max_result_bytes: Annotated[int, Field(ge=1024)] = 256 * 1024 * 1024
+    pin: Literal["hold", "warn", "off"] | None = None
+    """Definition pinning (`sidecar.pins`); default `hold` for http/sse, `warn` for stdio."""
     protocol: Literal["auto", "legacy", "2026-07-28"] = "auto"
     """Protocol era: `auto` probes `server/discover` then falls back to `initialize`;
     `legacy` skips the probe (for servers that ignore unknown methods)."""

@@ -22,7 +22,7 @@ import gc
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ from sidecar.outcome_log import SqliteOutcomeLog
 from sidecar.overrides import Overrides
 from sidecar.permission import PermissionRule
 from sidecar.permission_service import PermissionService
+from sidecar.pins import Pins, SqlitePinStore
 from sidecar.plugins import PluginHost
 from sidecar.profiles import Profiles
 from sidecar.registry import Registry, Tools, application_registry
@@ -151,7 +152,10 @@ class Location:
         self.store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES
         self.profiles = Profiles()
         self.overrides = Overrides()
+        self.pins = Pins(None, events)
+        self.profiles.common.append(self.pins.reshape)
         self.profiles.common.append(self.overrides.reshape_common)
+        self.pins.on_approve = self.profiles.changed
         self.profiles.wrappers.append(self.overrides.reshape_profile)
         self.tokens: TokenStore | None = None
         """Scoped bearer tokens (`sidecar.tokens`), in `<state>/tokens.sqlite`."""
@@ -234,6 +238,13 @@ class Location:
             )
             location.tokens = await SqliteTokenStore.open(state / "tokens.sqlite")
             stack.push_async_callback(location.tokens.aclose)
+            if durable:
+                location.pins.store = await SqlitePinStore.open(state / "pins.sqlite")
+            stack.push_async_callback(location.pins.aclose)
+            await location.pins.load()
+            loop = asyncio.get_running_loop()
+            # evaluate pins as soon as an upstream's tools change, not at the next snapshot
+            registry.on_change(lambda: _call_soon(loop, location.check_definitions))
             location.sandbox = await stack.enter_async_context(Sandbox())  # workers start lazily
             location.codemode, location.codemode_limits = codemode, codemode_limits
             location.retention_seconds = retention_seconds
@@ -299,13 +310,18 @@ class Location:
         snapshot.profile = chosen.name if chosen is not None else self.profiles.default_name
         return self.snapshots.add(snapshot) if keep else snapshot
 
+    def check_definitions(self) -> None:
+        """Compare every MCP tool with its pin now (`sidecar.pins`); changes become events."""
+        self.profiles.entries(None, self.registry.effective())
+
     async def health(self) -> dict[str, Any]:
         """The truth about this Location: servers, plugins, manifest problems, store usage,
         the state directory's size by part and what pruning and eviction removed
         (`state`, see `sidecar.state_usage`).
 
         `status` is "ok" when every enabled server is ready, no plugin failed and the
-        manifests have no errors; else "degraded".
+        manifests have no errors and no tool of a `pin = "hold"` server differs from its pin;
+        else "degraded" (`definition_changes` lists every change, `warn` ones included).
         """
         servers = {name: h.to_json() for name, h in self.server_health().items()}
         plugins = {ref: s.to_json() for ref, s in self.plugins.status.items()}
@@ -323,6 +339,7 @@ class Location:
             or any(p["state"] == "failed" for p in plugins.values())
             or any(p["severity"] == "error" for p in problems)
             or bool(reload_problems)
+            or any(c.policy == "hold" for c in self.pins.held.values())
         )
         return {
             "status": "degraded" if degraded else "ok",
@@ -331,6 +348,7 @@ class Location:
             "plugins": plugins,
             "manifest_problems": problems,
             "reload_problems": reload_problems,
+            "definition_changes": [c.to_json() for c in self.pins.held.values()],
             "store": {"objects": stats.count, "bytes": stats.bytes},
             "state": await state_usage(
                 self.state_dir, self.seam.outcomes, stats,
@@ -357,6 +375,10 @@ class Location:
             return None
         return await self.seam.outcomes.get(self.name, call_id)
 
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
+    loop.call_soon(fn)
 
 
 async def _cancel_and_wait(task: asyncio.Task[None]) -> None:
