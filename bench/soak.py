@@ -79,6 +79,7 @@ class Daemon:
     errors: int = 0
     first_errors: list[str] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
     health: dict[str, Any] = field(default_factory=dict)
 
     def error(self, what: str) -> None:
@@ -250,6 +251,7 @@ async def caller(daemon: Daemon, client: Any, names: tuple[str, str], k: int, de
     i = 0
     while time.monotonic() < deadline:
         large = opts.large_every > 0 and i % opts.large_every == opts.large_every - 1
+        began = time.perf_counter()
         try:
             if large:
                 result = await call_tool(client, big, {"nbytes": opts.large_bytes})
@@ -261,6 +263,8 @@ async def caller(daemon: Daemon, client: Any, names: tuple[str, str], k: int, de
                 daemon.error("big: the text was not retained in the managed store")
         except Exception as exc:
             daemon.error(f"{type(exc).__name__}: {exc}")
+        if not large:
+            daemon.latencies.append(time.perf_counter() - began)
         daemon.calls += 1
         daemon.large += large
         i += 1
@@ -289,6 +293,10 @@ async def sampler(daemons: list[Daemon], started: float, every: float, stop: asy
 # -- report -----------------------------------------------------------------------------------
 
 
+def pct(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+
 def verdict(ok: bool) -> str:
     return "ok" if ok else "MISSED"
 
@@ -309,8 +317,11 @@ def summary(daemon: Daemon, warmup: float, seconds: float) -> tuple[list[str], b
     checks = [rss_growth < 10, fd_growth <= 2, thread_growth <= 2, non_retained < STATE_TARGET,
               daemon.errors == 0]
     rate = daemon.calls / seconds if seconds else 0.0
+    lat = sorted(daemon.latencies) or [0.0]
     rows = [
         f"| {daemon.name} | calls | {daemon.calls:,} ({rate:,.0f}/s; {daemon.large:,} large) | | |",
+        f"| {daemon.name} | echo latency ms p50 / p99 / max | {pct(lat, 0.5) * 1e3:.1f} / "
+        f"{pct(lat, 0.99) * 1e3:.1f} / {lat[-1] * 1e3:.0f} | | |",
         f"| {daemon.name} | RSS MB (after warm-up → end, max) | {base.rss / MB:.1f} → {last.rss / MB:.1f}, "
         f"max {max(s.rss for s in after) / MB:.1f} | {rss_growth:+.1f} % (< 10 %) | {verdict(checks[0])} |",
         f"| {daemon.name} | open fds (after warm-up: range; max 1st half → 2nd half) | "
@@ -403,6 +414,9 @@ async def soak(opts: argparse.Namespace) -> str:
         f"returns {opts.large_bytes:,} bytes (retained); `SIDECAR_RETENTION={opts.retention:g}s`; "
         f"samples every {opts.sample:g} s; warm-up {warmup:.0f} s",
         f"- targets (issue 32, for 10 minutes): {'all held' if all_ok else 'NOT all held'}",
+        "- baseline (issue 32, before the WAL cap and pruning): `sidecar stdio`, 16 callers, 180 s, "
+        "tiny calls only: `outcomes.sqlite-wal` 494 MB within 60 s, kept until the daemon closed; "
+        "outcome table 87 MB, never pruned",
         "",
         "| daemon | measure | value | target | |",
         "|---|---|---|---|---|",

@@ -7,9 +7,15 @@ A Claude-Desktop/Cursor style `{"mcpServers": {...}}` file, or a VS Code style
 notes, never errors. Sidecar keys extend a server entry (`namespace`, `tools`, `timeouts`,
 `bounds`, `output_validation`, `disabled`, `permissions`, `max_result_bytes`).
 
-`${env:VAR}` in any string value is replaced by the environment variable; a missing variable is
-an error naming the file, the JSON path and the variable. Values that may hold secrets (`env`,
-`headers`) are never shown in reprs, logs or health output.
+`${env:VAR}`, `${file:PATH}` and `${keyring:SERVICE/NAME}` in any string value are replaced by
+the secret they name (`bridges.secrets`); one that cannot be resolved is an error naming the
+file, the JSON path and the reference. Values that may hold secrets (`env`, `headers`, the
+`oauth` table) are never shown in reprs, logs or health output.
+
+An HTTP server entry may say `auth = "oauth"` and carry an `oauth` table (`OAuthSettings`):
+the bridge then authorizes with OAuth 2.1 (`bridges.mcp.oauth`). Without `auth`, OAuth is used
+when the server answers 401 with a Bearer challenge and the entry sends no `Authorization`
+header of its own; `auth = "none"` turns that off.
 
 Loading never raises for bad content: every fault becomes a `ManifestProblem` (file, JSON path,
 message, hint) and the entries that are valid still load. A file that cannot be parsed at all
@@ -29,12 +35,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from bridges.manifest_oauth import OAuthSettings
 from bridges.manifest_overrides import OverrideConfig
 from bridges.manifest_profiles import PROFILE_NAME, ProfileConfig, RateLimitConfig
 
+# BoundsConfig, ManifestProblem: defined below this module and `manifest_tools.config`
+from bridges.manifest_values import BoundsConfig as BoundsConfig
+from bridges.manifest_values import ManifestProblem as ManifestProblem
+from bridges.secrets import SecretReferenceError, resolve_references
+
 MANIFEST_SUFFIXES = (".json", ".toml")
-_ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
-_SECRET_KEYS = frozenset({"env", "headers"})
+_SECRET_KEYS = frozenset({"env", "headers", "oauth"})
 
 Decision = Literal["allow", "deny", "ask"]
 
@@ -51,11 +62,6 @@ class ToolFilter(_Strict):
 class Timeouts(_Strict):
     startup: Annotated[float, Field(gt=0)] = 30.0
     call: Annotated[float, Field(gt=0)] = 600.0
-
-
-class BoundsConfig(_Strict):
-    max_bytes: Annotated[int, Field(ge=1024)] | None = None
-    max_lines: Annotated[int, Field(ge=16)] | None = None
 
 
 class AnnotationPermissions(_Strict):
@@ -103,6 +109,10 @@ class ServerConfig(BaseModel):
     protocol: Literal["auto", "legacy", "2026-07-28"] = "auto"
     """Protocol era: `auto` probes `server/discover` then falls back to `initialize`;
     `legacy` skips the probe (for servers that ignore unknown methods)."""
+    auth: Literal["oauth", "none"] | None = None
+    """`oauth`: authorize with OAuth 2.1; `none`: never; unset: OAuth when the server answers
+    401 with a Bearer challenge and `headers` has no Authorization."""
+    oauth: OAuthSettings | None = Field(default=None, repr=False)
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerConfig:
@@ -115,7 +125,22 @@ class ServerConfig(BaseModel):
             raise ValueError("type stdio needs `command`")
         if transport != "stdio" and self.url is None:
             raise ValueError(f"type {self.type} needs `url`")
+        if transport == "stdio" and (self.auth == "oauth" or self.oauth is not None):
+            raise ValueError("`auth`/`oauth` apply to HTTP servers (`url`) only")
+        if self.auth == "none" and self.oauth is not None:
+            raise ValueError("`oauth` settings with auth = \"none\"")
         return self
+
+    @property
+    def oauth_mode(self) -> Literal["oauth", "auto", "none"]:
+        """`oauth` (configured), `auto` (on a Bearer challenge) or `none`."""
+        if self.transport == "stdio" or self.auth == "none":
+            return "none"
+        if self.auth == "oauth" or self.oauth is not None:
+            return "oauth"
+        if any(name.lower() == "authorization" for name in self.headers):
+            return "none"
+        return "auto"
 
     @property
     def transport(self) -> Transport:
@@ -156,19 +181,6 @@ class ManifestFile(BaseModel):
     profiles: dict[str, Any] = {}
     default_profile: str | None = None
     rate_limits: dict[str, Any] = {}
-
-
-@dataclass(frozen=True, slots=True)
-class ManifestProblem:
-    file: str
-    path: str
-    message: str
-    hint: str = ""
-    severity: Literal["error", "note"] = "error"
-
-    def __str__(self) -> str:
-        hint = f" (hint: {self.hint})" if self.hint else ""
-        return f"{self.file}: {self.path}: {self.message}{hint}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,27 +246,19 @@ def _key_path(base: str, key: str) -> str:
     return f"{base}.{key}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", key) else f'{base}["{key}"]'
 
 
-class _Interpolation(Exception):
-    def __init__(self, path: str, var: str) -> None:
-        super().__init__(var)
-        self.path = path
-        self.var = var
-
-
-def interpolate(value: Any, path: str, environ: Mapping[str, str]) -> Any:
-    """Replace `${env:VAR}` in every string inside `value`; a missing VAR raises."""
+def interpolate(
+    value: Any, path: str, environ: Mapping[str, str], base_dir: Path | None = None
+) -> Any:
+    """Resolve `${env:...}`, `${file:...}` and `${keyring:...}` in every string inside
+    `value` (`bridges.secrets`); one that cannot be resolved raises `SecretReferenceError`.
+    Relative `${file:}` paths are relative to `base_dir`."""
     if isinstance(value, str):
-        def sub(match: re.Match[str]) -> str:
-            var = match.group(1)
-            if var not in environ:
-                raise _Interpolation(path, var)
-            return environ[var]
-
-        return _ENV_REF.sub(sub, value)
+        return resolve_references(value, path, environ, base_dir) if "${" in value else value
     if isinstance(value, dict):
-        return {k: interpolate(v, _key_path(path, k), environ) for k, v in value.items()}
+        return {k: interpolate(v, _key_path(path, k), environ, base_dir)
+                for k, v in value.items()}
     if isinstance(value, list):
-        return [interpolate(v, f"{path}[{i}]", environ) for i, v in enumerate(value)]
+        return [interpolate(v, f"{path}[{i}]", environ, base_dir) for i, v in enumerate(value)]
     return value
 
 
@@ -390,12 +394,10 @@ def _interpolated(
     file: str, base: str, raw: Any, env: Mapping[str, str], result: ManifestSet
 ) -> Any | None:
     try:
-        return interpolate(raw, base, env)
-    except _Interpolation as missing:
-        result.problems.append(ManifestProblem(
-            file, missing.path, f"environment variable {missing.var} is not set",
-            hint=f"export {missing.var} before starting the sidecar",
-        ))
+        return interpolate(raw, base, env, Path(file).parent)
+    except SecretReferenceError as missing:
+        result.problems.append(ManifestProblem(file, missing.path, missing.message,
+                                               hint=missing.hint))
         return None
 
 

@@ -47,8 +47,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # Location lives in the composition root, which imports bridges; load it lazily so that
-    # bridges can import the core without a cycle.
+    # The Location class lives in the core (`sidecar.location`); the public name is the
+    # composition root's subclass that attaches the manifests' sources by default. It is
+    # loaded lazily so that `import sidecar` (and every bridge) imports the core only.
     if name == "Location":
         from sidecar.daemon import Location
 

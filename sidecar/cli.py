@@ -8,6 +8,7 @@
     sidecar managed read REF [--offset N] [--limit N] [--pattern RE] [--start C] [--length N]
     sidecar health [--json]                           per-server status
     sidecar check FILE... [--json] | --schema         validate manifests (no daemon)
+    sidecar auth login NAME [--no-browser] | status [--json] | logout NAME   OAuth logins
 
 `tools`, `call`, `managed` and `health` talk to a running daemon when one is configured
 (`--url` or `$SIDECAR_URL`, or the `daemon.json` a running `sidecar serve` wrote into the state
@@ -114,6 +115,17 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("files", nargs="*", metavar="FILE", help="manifest files or directories")
     check.add_argument("--schema", action="store_true", help="print the manifest JSON Schema")
     check.add_argument("--json", action="store_true", help="machine-readable output")
+    auth = sub.add_parser("auth", help="OAuth logins of HTTP servers (see sidecar.cli_auth)")
+    auth_sub = auth.add_subparsers(dest="auth_command", required=True)
+    login_p = auth_sub.add_parser("login", parents=[common], help="authorize one server")
+    login_p.add_argument("name")
+    login_p.add_argument("--no-browser", action="store_true",
+                         help="print the authorization URL on stdout instead of opening it")
+    status_p = auth_sub.add_parser("status", parents=[common], help="authorization per server")
+    status_p.add_argument("name", nargs="?")
+    logout_p = auth_sub.add_parser("logout", parents=[common],
+                                   help="revoke and forget one server's tokens")
+    logout_p.add_argument("name")
     return parser
 
 
@@ -256,7 +268,7 @@ def _import_daemon(args: argparse.Namespace) -> None:
 
 async def _client(args: argparse.Namespace) -> int:
     from sidecar.cli_backends import EmbeddedBackend, RemoteBackend, find_daemon
-    from sidecar.daemon import default_state_dir
+    from sidecar.daemon import Location, default_state_dir, retention_from_env
 
     state = args.state_dir or str(default_state_dir())
     url = args.url or os.environ.get("SIDECAR_URL") or (
@@ -266,7 +278,11 @@ async def _client(args: argparse.Namespace) -> int:
     if url is not None:
         backend = RemoteBackend(url, state)
     else:
-        backend = EmbeddedBackend(state, _manifests(args))
+        retention = retention_from_env()
+        backend = EmbeddedBackend(
+            state, _manifests(args),
+            lambda root, **options: Location.open(root, retention_seconds=retention, **options),
+        )
     async with backend:
         if args.command == "tools" and args.approve:
             return await _approve(backend, args)
@@ -339,6 +355,18 @@ def _run(coro: Any, *, daemon: bool = False) -> Any:
     return run(coro)
 
 
+def _auth(args: argparse.Namespace) -> int:
+    from sidecar import cli_auth
+    from sidecar.daemon import default_state_dir
+
+    logging.basicConfig(level=os.environ.get("SIDECAR_LOG_LEVEL", "WARNING").upper(),
+                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for noisy in ("httpx", "httpx2", "httpcore", "httpcore2"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    state = args.state_dir or str(default_state_dir())
+    return int(_run(cli_auth.run(args, _manifests(args), state)))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
@@ -357,6 +385,8 @@ def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "check":
         return _check(args)
+    if args.command == "auth":
+        return _auth(args)
     if args.command == "token":
         from sidecar.daemon import default_state_dir
 

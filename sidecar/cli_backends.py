@@ -6,13 +6,13 @@ import asyncio
 import json
 import os
 import sys
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sidecar.daemon import Location, retention_from_env
 from sidecar.events import CallProgress
+from sidecar.location import Location
 from sidecar.tool import ToolContext
 
 if TYPE_CHECKING:
@@ -59,17 +59,25 @@ class Backend(Protocol):
     async def health(self) -> dict[str, Any]: ...
 
 
+class OpenLocation(Protocol):
+    """`Location.open` as the CLI entry point wires it (`sidecar.daemon.Location.open`)."""
+
+    def __call__(
+        self, root: str, *, state_dir: str, manifests: list[str]
+    ) -> AbstractAsyncContextManager[Location]: ...
+
+
 class EmbeddedBackend:
-    def __init__(self, state_dir: str, manifests: list[str]) -> None:
+    def __init__(self, state_dir: str, manifests: list[str], open_location: OpenLocation) -> None:
         self._state_dir = state_dir
         self._manifests = manifests
+        self._open_location = open_location
         self._stack = AsyncExitStack()
         self.location: Location | None = None
 
     async def __aenter__(self) -> EmbeddedBackend:
         self.location = await self._stack.enter_async_context(
-            Location.open(".", state_dir=self._state_dir, manifests=self._manifests,
-                          retention_seconds=retention_from_env())
+            self._open_location(".", state_dir=self._state_dir, manifests=self._manifests)
         )
         return self
 

@@ -1,16 +1,10 @@
-"""The composition root: wires storage, the seam, the registry, permissions, plugins and the
-sources declared in manifests into a Location.
+"""The composition root: the only module that wires frontends, bridges and stores together.
 
-A `Location` is one workspace the daemon serves: a root directory, its manifests, its
-registry (over the process-wide application registry), hooks, permission policy, plugins, and
-its namespace in the managed store and the outcome log. `Location.open(...)` is an async
-context manager that owns every resource it opens and closes them in reverse order.
-
-State lives in one directory (`state_dir`, default `$SIDECAR_STATE_DIR`, else
-`$XDG_STATE_HOME/mcp-sidecar`, else `~/.local/state/mcp-sidecar`): `outcomes.sqlite`,
-`permissions.sqlite`, `tokens.sqlite` (scoped bearer tokens, hashed) and `managed/`
-(retained text). It is private: created 0700 with every file in it 0600, and refused when
-others can write it (`sidecar.state_dir`).
+It supplies the core `Location` (`sidecar.location`) with its wiring (`DEFAULT_WIRING`: the
+sources the manifests declare) and exports the wired class as `sidecar.Location`; it runs the
+daemon commands (`serve`: native API + MCP over HTTP; `stdio`: MCP over stdin/stdout) from
+startup to graceful shutdown. Nothing imports it but the CLI entry point (`sidecar.cli`) and
+the lazy `sidecar.Location` re-export (checked by `tests/test_architecture.py`).
 """
 
 from __future__ import annotations
@@ -22,48 +16,37 @@ import gc
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 from uvicorn import Server as uvicorn_Server
 
-from bridges.manifest import ManifestSet
-from bridges.mcp import ServerHealth
+from bridges.manifest_sources import ManifestSources
 from bridges.prestart import PRESTARTED
-from managed_store import ManagedStore
-from sidecar.codemode import (
-    DEFAULT_LIMITS,
-    CodeModeLimits,
-    CodeModeSetting,
-    Sandbox,
-    codemode_snapshot,
+from sidecar.location import (
+    DEFAULT_RETENTION_SECONDS,
+    DEFAULT_STORE_QUOTA_BYTES,
+    Wiring,
+    default_state_dir,
 )
-from sidecar.events import EventBus, RegistryChanged
-from sidecar.hooks import Hooks
-from sidecar.managed_read import managed_read_tool
-from sidecar.manifest_sources import ManifestSources
-from sidecar.metadata import DEFAULT_MAX_METADATA_BYTES
-from sidecar.outcome import Outcome
-from sidecar.outcome_log import SqliteOutcomeLog
-from sidecar.overrides import Overrides
-from sidecar.permission import PermissionRule
-from sidecar.permission_service import PermissionService
-from sidecar.pins import Pins, SqlitePinStore
-from sidecar.plugins import PluginHost
-from sidecar.profiles import Profiles
-from sidecar.registry import Registry, Tools, application_registry
-from sidecar.seam import Seam
-from sidecar.snapshot import Snapshot, SnapshotStore, select
-from sidecar.sqlite_wal import DEFAULT_WAL_CAP_BYTES
+from sidecar.location import Location as CoreLocation
 from sidecar.state_dir import prepare_state_dir, write_private_file
-from sidecar.state_usage import state_usage
-from sidecar.tokens import SqliteTokenStore, TokenStore
-from sidecar.tool import DEFAULT_BOUNDS, Bounds
+from sidecar.store_pressure import store_quota_from_env
 
-DEFAULT_RETENTION_SECONDS = 7 * 86400
-DEFAULT_STORE_QUOTA_BYTES = 2 * 1024**3
+__all__ = [
+    "DEFAULT_RETENTION_SECONDS",
+    "DEFAULT_STORE_QUOTA_BYTES",
+    "DEFAULT_WIRING",
+    "AddressInUse",
+    "Location",
+    "default_state_dir",
+    "freeze_startup_heap",
+    "parse_duration",
+    "retention_from_env",
+    "serve",
+    "stdio",
+]
 
 log = logging.getLogger("sidecar.daemon")
 
@@ -113,277 +96,17 @@ def retention_from_env() -> float:
         raise SystemExit(2) from None
 
 
-def default_state_dir() -> Path:
-    explicit = os.environ.get("SIDECAR_STATE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
-    return base / "mcp-sidecar"
-
-
-class Location:
-    """One workspace: registry, hooks, permissions, plugins, seam services.
-
-    Build it with `Location.open`.
-    """
-
-    def __init__(
-        self, *, name: str, root: Path, state_dir: Path, seam: Seam, registry: Registry,
-        events: EventBus, permissions: PermissionService, plugins: PluginHost,
-        manifests: ManifestSet,
-    ) -> None:
-        self.name = name
-        self.root = root
-        self.state_dir = state_dir
-        self.seam = seam
-        self.registry = registry
-        self.events = events
-        self.permissions = permissions
-        self.plugins = plugins
-        self.manifests = manifests
-        self.tools = Tools(registry)
-        self.snapshots = SnapshotStore()
-        self.sources: ManifestSources | None = None
-        self.sandbox: Sandbox | None = None
-        self.codemode: CodeModeSetting = "direct"
-        self.codemode_limits: CodeModeLimits = DEFAULT_LIMITS
-        self.retention_seconds: float = DEFAULT_RETENTION_SECONDS
-        self.store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES
-        self.profiles = Profiles()
-        self.overrides = Overrides()
-        self.pins = Pins(None, events)
-        self.profiles.common.append(self.pins.reshape)
-        self.profiles.common.append(self.overrides.reshape_common)
-        self.pins.on_approve = self.profiles.changed
-        self.profiles.wrappers.append(self.overrides.reshape_profile)
-        self.tokens: TokenStore | None = None
-        """Scoped bearer tokens (`sidecar.tokens`), in `<state>/tokens.sqlite`."""
-
-    @property
-    def hooks(self) -> Hooks:
-        return self.seam.hooks
+class Location(CoreLocation):
+    """`sidecar.Location`: the core `Location` (`sidecar.location`) with the daemon's wiring
+    as its default, so `Location.open(..., manifests=[...])` attaches the manifests' sources."""
 
     @classmethod
-    @asynccontextmanager
-    async def open(
-        cls,
-        root: str | os.PathLike[str] = ".",
-        *,
-        state_dir: str | os.PathLike[str] | None = None,
-        manifests: Sequence[str | os.PathLike[str]] = (),
-        name: str = "default",
-        bounds: Bounds = DEFAULT_BOUNDS,
-        metadata_max_bytes: int = DEFAULT_MAX_METADATA_BYTES,
-        retention_seconds: float = DEFAULT_RETENTION_SECONDS,
-        store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES,
-        wal_cap_bytes: int = DEFAULT_WAL_CAP_BYTES,
-        durable: bool = True,
-        plugins: Iterable[str] = (),
-        entry_point_plugins: bool = True,
-        permission_defaults: Iterable[PermissionRule] = (),
-        ask_timeout: float | None = None,
-        watch: bool = False,
-        codemode: CodeModeSetting = "direct",
-        codemode_limits: CodeModeLimits = DEFAULT_LIMITS,
-    ) -> AsyncIterator[Location]:
-        """Open a Location.
-
-        Invalid manifest entries are logged and kept in `location.manifests.problems`; the
-        valid ones still load. `watch=True` reloads the manifests when their files change
-        (see `sidecar.manifest_sources`). `durable=False` keeps no outcome log (benchmarks).
-        `retention_seconds` applies to retained texts and to stored outcomes alike (a call
-        id replayed after its outcome was pruned gets an `expired` error);
-        `wal_cap_bytes` caps the outcome log's write-ahead log (see `sidecar.sqlite_wal`).
-        """
-        root_dir = await asyncio.to_thread(Path(root).resolve)
-        state = Path(state_dir) if state_dir is not None else default_state_dir()
-        loosened = await asyncio.to_thread(prepare_state_dir, state)  # or UnsafeStateDir
-        if loosened is not None:
-            log.warning("%s", loosened)
-        async with AsyncExitStack() as stack:
-            store = await ManagedStore.open(
-                state / "managed", ttl_seconds=retention_seconds, quota_bytes=store_quota_bytes,
-                cleanup_interval=min(3600.0, max(1.0, retention_seconds / 10)),
-            )
-            stack.push_async_callback(store.aclose)
-            outcomes = None
-            if durable:
-                outcomes = await SqliteOutcomeLog.open(
-                    state / "outcomes.sqlite", retention_seconds=retention_seconds,
-                    wal_cap_bytes=wal_cap_bytes,
-                )
-                stack.push_async_callback(outcomes.aclose)
-            events = EventBus()
-            permissions = await PermissionService.open(
-                state / "permissions.sqlite" if durable else None,
-                location=name,
-                defaults=tuple(permission_defaults),
-                ask_timeout=ask_timeout,
-                events=events,
-            )
-            stack.push_async_callback(permissions.aclose)
-            seam = Seam(
-                store=store, outcomes=outcomes, location=name, bounds=bounds,
-                metadata_max_bytes=metadata_max_bytes, events=events,
-            )
-            registry = Registry(parent=application_registry)
-            stack.callback(registry.detach)
-            registry.on_change(lambda: events.publish(RegistryChanged(registry.version)))
-            host = PluginHost(registry)
-            stack.callback(host.close)
-            location = cls(
-                name=name, root=root_dir, state_dir=state, seam=seam, registry=registry,
-                events=events, permissions=permissions, plugins=host, manifests=ManifestSet(),
-            )
-            location.tokens = await SqliteTokenStore.open(state / "tokens.sqlite")
-            stack.push_async_callback(location.tokens.aclose)
-            if durable:
-                location.pins.store = await SqlitePinStore.open(state / "pins.sqlite")
-            stack.push_async_callback(location.pins.aclose)
-            await location.pins.load()
-            loop = asyncio.get_running_loop()
-            # evaluate pins as soon as an upstream's tools change, not at the next snapshot
-            registry.on_change(lambda: _call_soon(loop, location.check_definitions))
-            location.sandbox = await stack.enter_async_context(Sandbox())  # workers start lazily
-            location.codemode, location.codemode_limits = codemode, codemode_limits
-            location.retention_seconds = retention_seconds
-            location.store_quota_bytes = store_quota_bytes
-            registry.register(
-                {"managed_read": managed_read_tool(store, bounds)}, label="builtin", builtin=True
-            )
-            location.sources = await stack.enter_async_context(ManifestSources(
-                location, manifests, base_bounds=bounds, plugins=list(plugins),
-                entry_point_plugins=entry_point_plugins,
-            ))
-            if watch:
-                watcher = asyncio.create_task(location.sources.watch(), name="manifest-watch")
-                stack.push_async_callback(_cancel_and_wait, watcher)
-            yield location
-
-    def snapshot(
-        self,
-        *,
-        session_id: str | None = None,
-        allow: Iterable[str] | None = None,
-        deny: Iterable[str] | None = None,
-        final_step: bool = False,
-        hide_denied: bool = True,
-        codemode: CodeModeSetting | None = None,
-        keep: bool = True,
-        profile: str | None = None,
-    ) -> Snapshot:
-        """Capture the effective tools for one model request and keep it addressable by id.
-
-        `allow`/`deny` are globs over effective names; `hide_denied` leaves out tools the
-        permission policy denies outright for `session_id` (visibility, not authorization:
-        tools still ask for permission when called). `codemode` ("direct", "codemode",
-        "both"; default the Location's setting) chooses direct tools, the Code Mode
-        `execute`/`search_tools`/`describe_tools` built-ins, or both. `keep=False` returns a
-        snapshot that is not kept by id (`location.snapshots`): for a listing, or a holder that
-        keeps the snapshot itself, so that it never evicts one a caller will look up.
-        `profile` names a profile (`sidecar.profiles`; None: the default one): only its tools
-        are captured, served its way; an undeclared name raises `UnknownProfile`.
-        """
-        chosen = self.profiles.resolve(profile)
-        effective = self.profiles.entries(chosen, self.registry.effective())
-        entries = select(effective, allow, deny)
-        removed = set(effective) - set(entries)
-        if hide_denied:
-            denied = self.permissions.outright_denial(
-                session_id or "", chosen.rules if chosen is not None else ()
-            )
-            removed.update(
-                name for name, entry in entries.items()
-                if denied(entry.tool.permission_action or name)
-            )
-        for hook in self.hooks.definitions:
-            kept = tuple(e.definition for n, e in entries.items() if n not in removed)
-            removed.update(hook(session_id, kept) or ())
-        captured = {n: e for n, e in entries.items() if n not in removed}
-        mode = codemode or (chosen.codemode if chosen is not None else None) or self.codemode
-        snapshot = codemode_snapshot(
-            self.seam, captured, mode=mode, sandbox=self.sandbox,
-            limits=self.codemode_limits, session_id=session_id, final_step=final_step,
-            removed=removed,
-        )
-        snapshot.profile = chosen.name if chosen is not None else self.profiles.default_name
-        return self.snapshots.add(snapshot) if keep else snapshot
-
-    def check_definitions(self) -> None:
-        """Compare every MCP tool with its pin now (`sidecar.pins`); changes become events."""
-        self.profiles.entries(None, self.registry.effective())
-
-    async def health(self) -> dict[str, Any]:
-        """The truth about this Location: servers, plugins, manifest problems, store usage,
-        the state directory's size by part and what pruning and eviction removed
-        (`state`, see `sidecar.state_usage`).
-
-        `status` is "ok" when every enabled server is ready, no plugin failed and the
-        manifests have no errors and no tool of a `pin = "hold"` server differs from its pin;
-        else "degraded" (`definition_changes` lists every change, `warn` ones included).
-        """
-        servers = {name: h.to_json() for name, h in self.server_health().items()}
-        plugins = {ref: s.to_json() for ref, s in self.plugins.status.items()}
-        problems = [
-            {"file": p.file, "path": p.path, "message": p.message, "severity": p.severity}
-            for p in self.manifests.problems
-        ]
-        pending = self.sources.reload_problems if self.sources is not None else []
-        reload_problems = [
-            {"file": p.file, "path": p.path, "message": p.message} for p in pending
-        ]
-        stats = await self.seam.store.stats()
-        degraded = (
-            any(s["state"] not in ("ready", "disabled") for s in servers.values())
-            or any(p["state"] == "failed" for p in plugins.values())
-            or any(p["severity"] == "error" for p in problems)
-            or bool(reload_problems)
-            or any(c.policy == "hold" for c in self.pins.held.values())
-        )
-        return {
-            "status": "degraded" if degraded else "ok",
-            "location": self.name,
-            "servers": servers,
-            "plugins": plugins,
-            "manifest_problems": problems,
-            "reload_problems": reload_problems,
-            "definition_changes": [c.to_json() for c in self.pins.held.values()],
-            "store": {"objects": stats.count, "bytes": stats.bytes},
-            "state": await state_usage(
-                self.state_dir, self.seam.outcomes, stats,
-                retention_seconds=self.retention_seconds, quota_bytes=self.store_quota_bytes,
-            ),
-            "tools": len(self.registry.effective()),
-            "reserved_name_conflicts": [c.to_json() for c in self.registry.reserved_conflicts()],
-        }
-
-    def server_health(self) -> dict[str, ServerHealth]:
-        """Health of the upstream MCP servers, by manifest key."""
-        pool = self.sources.pool if self.sources is not None else None
-        return pool.health() if pool is not None else {}
-
-    async def reload_manifests(self) -> bool:
-        """Re-read and apply the manifests (all valid) or keep the last good ones (False)."""
-        if self.sources is None:
-            return False
-        return await self.sources.reload()
-
-    async def outcome(self, call_id: str) -> Outcome | None:
-        """The durable outcome of a settled call, if any."""
-        if self.seam.outcomes is None:
-            return None
-        return await self.seam.outcomes.get(self.name, call_id)
+    def default_wiring(cls) -> Wiring:
+        return DEFAULT_WIRING
 
 
+DEFAULT_WIRING = Wiring(attach_sources=ManifestSources)
 
-def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
-    loop.call_soon(fn)
-
-
-async def _cancel_and_wait(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    await asyncio.wait([task])
 
 class _Server(uvicorn_Server):
     """uvicorn's server without its own signal capture: `serve()` installs handlers that only
@@ -424,7 +147,7 @@ async def serve(
     import uvicorn
 
     from sidecar.serve.app import build_app
-    from sidecar.serve.http_protocol import TargetKeepingHttpToolsProtocol
+    from sidecar.serve.http_guard import ConnectionLimits, guarded_protocol
     from sidecar.serve.mcp_facade import mcp_http
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
@@ -468,7 +191,7 @@ async def serve(
         )
         config = uvicorn.Config(
             app, lifespan="on", log_level="warning", timeout_graceful_shutdown=10,
-            access_log=False, http=TargetKeepingHttpToolsProtocol,
+            access_log=False, http=guarded_protocol(ConnectionLimits.from_env()),
         )
         server = _Server(config)
         loop = asyncio.get_running_loop()
@@ -570,8 +293,16 @@ async def _daemon_location(
     the rest is stopped once the Location is open, or on the way out if it never opens."""
     retention = retention_from_env()
     try:
+        quota = store_quota_from_env(DEFAULT_STORE_QUOTA_BYTES)
+    except ValueError as exc:
+        import sys
+
+        print(f"sidecar: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    try:
         async with Location.open(root, state_dir=state, manifests=manifests,
-                                 retention_seconds=retention, watch=True) as location:
+                                 retention_seconds=retention, store_quota_bytes=quota,
+                                 watch=True) as location:
             await _stop_unclaimed()
             yield location
     finally:

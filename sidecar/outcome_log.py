@@ -193,7 +193,9 @@ class OutcomeLog(Protocol):
 
 
 PRUNE_BATCH = 256
-"""Outcomes pruned per transaction of the writer thread."""
+"""Outcomes pruned per transaction of the writer thread, at most."""
+PRUNE_BATCH_SECONDS = 0.01
+"""What one pruning batch should take: calls settling meanwhile wait for it."""
 
 __all__ = ["CHECKPOINT_EVERY", "OutcomeLog", "OutcomeLogError", "OutcomeLogStats",
            "SettledFilter", "SqliteOutcomeLog", "expired_outcome"]
@@ -306,6 +308,7 @@ class SqliteOutcomeLog:
         self, path: Path, *, retention_seconds: float | None = None,
         wal_cap_bytes: int = DEFAULT_WAL_CAP_BYTES, idle_seconds: float = DEFAULT_IDLE_SECONDS,
         prune_interval: float | None = None, prune_batch: int = PRUNE_BATCH,
+        prune_batch_seconds: float = PRUNE_BATCH_SECONDS,
     ) -> None:
         if retention_seconds is not None and not retention_seconds > 0:
             raise ValueError(f"retention_seconds must be > 0, got {retention_seconds}")
@@ -324,6 +327,7 @@ class SqliteOutcomeLog:
             else min(600.0, max(1.0, retention_seconds / 10))
         )
         self._prune_batch = prune_batch
+        self._prune_batch_seconds = prune_batch_seconds
         self._pruner: asyncio.Task[None] | None = None
         self._outcomes = 0
         self._expired = 0
@@ -337,6 +341,7 @@ class SqliteOutcomeLog:
         cls, path: Path, *, retention_seconds: float | None = None,
         wal_cap_bytes: int = DEFAULT_WAL_CAP_BYTES, idle_seconds: float = DEFAULT_IDLE_SECONDS,
         prune_interval: float | None = None, prune_batch: int = PRUNE_BATCH,
+        prune_batch_seconds: float = PRUNE_BATCH_SECONDS,
     ) -> SqliteOutcomeLog:
         """Open (creating if needed) the log at `path`.
 
@@ -347,7 +352,7 @@ class SqliteOutcomeLog:
         """
         log = cls(path, retention_seconds=retention_seconds, wal_cap_bytes=wal_cap_bytes,
                   idle_seconds=idle_seconds, prune_interval=prune_interval,
-                  prune_batch=prune_batch)
+                  prune_batch=prune_batch, prune_batch_seconds=prune_batch_seconds)
         try:
             await log._run(log._connect)
         except BaseException:
@@ -456,30 +461,40 @@ class SqliteOutcomeLog:
 
     async def prune(self, cutoff: float) -> int:
         """Prune every outcome settled before `cutoff` (a `time.time()`), leaving a tombstone
-        per call id; returns how many. Each batch of `prune_batch` rows is one job of the
-        writer thread, so calls recorded meanwhile wait for at most one batch."""
+        per call id; returns how many. Each batch (at most `prune_batch` rows) is one job of
+        the writer thread, so calls recorded meanwhile wait for one batch at most; batches
+        shrink while one takes longer than `prune_batch_seconds` (large outcomes: 256 rows
+        of 50 KB took 50-180 ms) and grow back when they are quick."""
         total = 0
+        limit = min(self._prune_batch, 16)  # grows while batches are quick
         while True:
-            pruned = await self._run(functools.partial(self._prune_batch_sync, cutoff))
+            pruned, took = await self._run(
+                functools.partial(self._prune_batch_sync, cutoff, limit))
             total += pruned
-            if pruned < self._prune_batch:
+            if pruned < limit:
                 return total
+            if took > self._prune_batch_seconds:
+                limit = max(1, limit // 2)
+            elif took < self._prune_batch_seconds / 4:
+                limit = min(self._prune_batch, limit * 2)
 
-    def _prune_batch_sync(self, cutoff: float) -> int:
+    def _prune_batch_sync(self, cutoff: float, limit: int) -> tuple[int, float]:
+        """In the writer thread: prune at most `limit` outcomes; (how many, seconds taken)."""
+        started = time.perf_counter()
         db = self._db()
         rows = db.execute(
             "SELECT location, call_id, tool, created_at FROM outcomes WHERE created_at < ? "
-            "ORDER BY created_at LIMIT ?", (cutoff, self._prune_batch),
+            "ORDER BY created_at LIMIT ?", (cutoff, limit),
         ).fetchall()
         if not rows:
-            return 0
+            return 0, time.perf_counter() - started
         tombstones = db.executemany("INSERT OR IGNORE INTO expired VALUES (?,?,?,?)", rows)
         db.executemany("DELETE FROM outcomes WHERE location=? AND call_id=?",
                        [(location, call_id) for location, call_id, _, _ in rows])
         self._expired += tombstones.rowcount
         self._outcomes -= len(rows)
         self._pruned += len(rows)
-        return len(rows)
+        return len(rows), time.perf_counter() - started
 
     async def _prune_forever(self) -> None:
         assert self._prune_interval is not None and self.retention_seconds is not None

@@ -19,9 +19,9 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
-from sidecar.errors import RegistrationError, SchemaDefinitionError
+from sidecar.errors import CallError, RegistrationError, SchemaDefinitionError
 from sidecar.names import RESERVED_NAMES, effective_name
 from sidecar.tool import Tool
 
@@ -67,6 +67,14 @@ class Entry:
     key: str
     definition: ToolDefinition
     origin: str = ""
+
+
+class Resolver(Protocol):
+    """What a call resolves its tool against (a `Snapshot`): the seam needs only this."""
+
+    def resolve(self, name: str) -> Entry | CallError:
+        """The captured entry for `name`, or the model-visible error a call on it gets."""
+        ...
 
 
 def _definition(name: str, key: str, tool: Tool) -> ToolDefinition:

@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from managed_store import ManagedStoreError, TextStore
 from sidecar import json_depth
@@ -45,11 +45,9 @@ from sidecar.hooks import AfterCall, BeforeCall, Hooks
 from sidecar.metadata import DEFAULT_MAX_METADATA_BYTES, bound_metadata
 from sidecar.outcome import ManagedText, Outcome
 from sidecar.outcome_log import OutcomeLog, OutcomeLogError, call_fingerprint
+from sidecar.registry import Resolver
 from sidecar.suggest import closest
 from sidecar.tool import DEFAULT_BOUNDS, Bounds, CallContext, ToolContext, ToolResponse
-
-if TYPE_CHECKING:
-    from sidecar.snapshot import Snapshot
 
 log = logging.getLogger("sidecar.seam")
 
@@ -90,7 +88,7 @@ class Seam:
     """call_id -> (fingerprint, futures of duplicate callers waiting for the first one)."""
 
     async def execute(
-        self, snapshot: Snapshot, name: str, raw_input: Any, context: ToolContext
+        self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext
     ) -> Outcome:
         call_id = context.call_id
         fingerprint = call_fingerprint(name, raw_input, context.session_id, context.agent)
@@ -116,7 +114,7 @@ class Seam:
                     waiter.set_result(outcome)
 
     async def _run(
-        self, snapshot: Snapshot, name: str, raw_input: Any, context: ToolContext,
+        self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext,
         fingerprint: str,
     ) -> Outcome:
         if self.outcomes is not None:
@@ -151,7 +149,7 @@ class Seam:
             return Outcome.failed(context.call_id, outcome.tool, failed.error)
 
     async def _settle(
-        self, snapshot: Snapshot, name: str, raw_input: Any, context: ToolContext
+        self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext
     ) -> Outcome:
         call_id = context.call_id
         if self.hooks.before:

@@ -112,18 +112,34 @@ class SnapshotExpired(SidecarError):
 
 
 class SnapshotStore:
-    """Snapshots addressable by id, with a TTL and a bounded count (oldest evicted first)."""
+    """Snapshots addressable by id, with a TTL and bounded counts.
 
-    def __init__(self, *, ttl_seconds: float = 3600.0, max_count: int = 1024) -> None:
+    A session keeps at most `max_per_session` snapshots (its own oldest goes first), and the
+    store at most `max_count`: past that, the oldest snapshot *of the session holding the
+    most* goes, so one client creating snapshots in a loop expires its own, not everyone's.
+    (Sessions are named by clients: a client inventing a new session per snapshot still
+    competes with the others once `max_count` is reached.)
+    """
+
+    def __init__(
+        self, *, ttl_seconds: float = 3600.0, max_count: int = 1024, max_per_session: int = 128
+    ) -> None:
         self.ttl_seconds = ttl_seconds
         self.max_count = max_count
+        self.max_per_session = max_per_session
         self._items: OrderedDict[str, Snapshot] = OrderedDict()
+        self._by_session: dict[str | None, OrderedDict[str, None]] = {}
 
     def add(self, snapshot: Snapshot) -> Snapshot:
         self._expire()
         self._items[snapshot.id] = snapshot
+        own = self._by_session.setdefault(snapshot.session_id, OrderedDict())
+        own[snapshot.id] = None
+        while len(own) > self.max_per_session:
+            self._drop(next(iter(own)))
         while len(self._items) > self.max_count:
-            self._items.popitem(last=False)
+            largest = max(self._by_session.values(), key=len)
+            self._drop(next(iter(largest)))
         return snapshot
 
     def get(self, snapshot_id: str) -> Snapshot:
@@ -132,12 +148,20 @@ class SnapshotStore:
         if snapshot is None:
             raise SnapshotExpired(
                 f"snapshot {snapshot_id!r} is unknown or expired (snapshots live "
-                f"{self.ttl_seconds:g} s, at most {self.max_count}); create a new one"
+                f"{self.ttl_seconds:g} s, at most {self.max_per_session} per session and "
+                f"{self.max_count} in all); create a new one"
             )
         return snapshot
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def _drop(self, snapshot_id: str) -> None:
+        snapshot = self._items.pop(snapshot_id)
+        own = self._by_session[snapshot.session_id]
+        del own[snapshot_id]
+        if not own:
+            del self._by_session[snapshot.session_id]
 
     def _expire(self) -> None:
         limit = time.monotonic() - self.ttl_seconds
@@ -145,4 +169,4 @@ class SnapshotStore:
             first = next(iter(self._items.values()))
             if first.created_at >= limit:
                 break
-            self._items.popitem(last=False)
+            self._drop(first.id)

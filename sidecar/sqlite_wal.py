@@ -9,14 +9,20 @@ commit every call of that batch waited for it (16 concurrent recorders: p99 5.8-
   into the database and never blocks the writer;
 - PASSIVE alone never shrinks the file, and under steady load it never even lets the WAL
   start over (the writer always has frames the checkpoint has not copied yet): a soak run
-  grew `outcomes.sqlite-wal` to 494 MB. So when the file is over `cap_bytes` after a PASSIVE
-  checkpoint, the writer runs `wal_checkpoint(TRUNCATE)` between two batches: only the frames
-  written since that PASSIVE are left to copy, and the file goes back to zero bytes;
+  grew `outcomes.sqlite-wal` to 494 MB. So when the file is over `cap_bytes`, the checkpoint
+  thread repeats PASSIVE rounds until one has little left to copy, then the writer runs
+  `wal_checkpoint(TRUNCATE)` between two batches: only the frames written during that last
+  short round are left to copy, and the file goes back to zero bytes;
 - when the writer has had nothing to do for `idle_seconds` after a write, it does the same, so
   an idle daemon keeps no WAL at all.
 
 `journal_size_limit` (set to the cap on the writer's connection) also truncates the file
 whenever SQLite starts the WAL over by itself.
+
+Measured (16 concurrent recorders, 40,000 records of 2 KB, 3 rounds, 2-core machine, load ~6):
+with the 64 MB cap 7-8 truncations per run, p50 0.93 ms, p99 8.96 ms, max 116 ms; without a
+cap (the WAL grows) p50 0.90 ms, p99 9.06 ms, max 26 ms. The calls that wait for a truncation
+are a few per 64 MB of WAL.
 
 Threads: `after_batch`, `idle_wait` and `on_idle` run on the writer thread; the checkpoint
 thread only runs PASSIVE checkpoints and sets a flag the writer reads.
@@ -34,6 +40,11 @@ from pathlib import Path
 
 CHECKPOINT_EVERY = 500
 """Records between two PASSIVE checkpoints (about SQLite's default 1,000 WAL pages)."""
+
+CATCH_UP_ROUNDS = 8
+CATCH_UP_FRAMES = 256
+"""Over the cap, PASSIVE rounds repeat (at most `CATCH_UP_ROUNDS`) until one copies at most
+this many frames (1 MiB of 4 KiB pages) before the writer is asked to truncate."""
 
 DEFAULT_WAL_CAP_BYTES = 64 * 1024 * 1024
 DEFAULT_IDLE_SECONDS = 1.0
@@ -79,6 +90,7 @@ class WalKeeper:
         self._last_write = 0.0
         self._truncate_due = False
         self._passive = 0
+        self._backfilled = 0  # frames the last PASSIVE checkpoint had copied (checkpoint thread)
         self._truncations = 0
         self._wake = threading.Event()
         self._stopping = False
@@ -159,12 +171,26 @@ class WalKeeper:
                 if self._truncate_due:
                     continue  # the writer truncates next; a PASSIVE now would only delay it
                 try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    copied = self._passive_checkpoint(conn)
+                    if file_size(self._wal) > self.cap_bytes:
+                        # Catch up first: each round copies what the writer added during the
+                        # one before, so once a round is short, what is left for the writer's
+                        # TRUNCATE (which the writer waits for) is short too.
+                        for _ in range(CATCH_UP_ROUNDS):
+                            if copied <= CATCH_UP_FRAMES:
+                                break
+                            copied = self._passive_checkpoint(conn)
+                        self._truncate_due = True
                 except sqlite3.Error as exc:
                     logger.warning("%s: WAL checkpoint failed: %s", self._path, exc)
-                    continue
-                self._passive += 1
-                if file_size(self._wal) > self.cap_bytes:
-                    self._truncate_due = True
         finally:
             conn.close()
+
+    def _passive_checkpoint(self, conn: sqlite3.Connection) -> int:
+        """One PASSIVE checkpoint; returns how many frames it copied."""
+        before = self._backfilled
+        backfilled = int(conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[2])
+        self._passive += 1
+        self._backfilled = backfilled
+        # After the WAL started over, `backfilled` counts from the new start.
+        return backfilled - before if backfilled >= before else max(0, backfilled)

@@ -15,6 +15,7 @@ pipe is still drained and the result says exactly how many bytes were discarded.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import signal
@@ -41,6 +42,9 @@ from sidecar.permission import PermissionGate, PermissionRequest
 from sidecar.tool import CallContext, Tool, ToolResponse
 
 SHELL = "/bin/sh"
+
+# errnos of spawning that describe the daemon's own resources, not the command
+_DAEMON_OUT_OF = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
 
 
 def command_tool(
@@ -123,6 +127,10 @@ class CommandCall:
             try:
                 running = await spawn(spec)
             except OSError as exc:
+                if exc.errno in _DAEMON_OUT_OF:
+                    # The daemon ran out of descriptors, processes or memory: a defect of the
+                    # daemon's state (operational), not something the tool did.
+                    raise
                 reason = exc.strerror or str(exc)
                 raise ToolFailure(f"{tool}: cannot start {argv[0]!r}: {reason}") from None
             exited = await supervise(running, spec, out, err, progress)

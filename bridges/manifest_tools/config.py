@@ -19,9 +19,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 
-from bridges.manifest import BoundsConfig, ManifestProblem
 from bridges.manifest_tools.shell_slots import place_slots
 from bridges.manifest_tools.templates import Template, authority_end, quoted_slots
+from bridges.manifest_values import BoundsConfig, ManifestProblem
 from sidecar.codec import make_codec
 from sidecar.errors import SchemaDefinitionError
 from sidecar.tool import Annotations, Bounds

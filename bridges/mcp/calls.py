@@ -94,6 +94,7 @@ class Caller:
         stderr_mark: Callable[[], int] = lambda: 0,
         record_latency: Callable[[float], None],
         input_request: InputRequestFnT | None = None,
+        auth_hint: Callable[[], str | None] | None = None,
     ) -> None:
         self.server = server
         self.redact = Redactor()
@@ -105,6 +106,8 @@ class Caller:
         self._stderr_mark = stderr_mark
         self._record_latency = record_latency
         self._input_request = input_request
+        self._auth_hint = auth_hint
+        """The OAuth login sentence while the server wants one (`bridges.mcp.oauth`)."""
         self.inflight: list[CallProgress] = []
 
     async def __call__(self, tool: UpstreamTool, arguments: Any, ctx: CallContext) -> Any:
@@ -183,6 +186,14 @@ class Caller:
                 answer=answer,
             )
         except MCPError as exc:
+            hint = self._auth_hint() if self._auth_hint is not None else None
+            if hint is not None:
+                raise ToolFailure(
+                    f"MCP server {self.server!r}, tool {tool!r}: the server refused the call: "
+                    f"{hint}",
+                    {"server": self.server, "tool": tool, "code": exc.code},
+                    kind=ErrorKind.UPSTREAM,
+                ) from None
             detail = ""
             if exc.code == types.CONNECTION_CLOSED:
                 detail = await self._failure_detail(mark)

@@ -300,15 +300,17 @@ async def open_connection(
     sampling: SamplingFnT | None = None,
     elicitation: ElicitationFnT | None = None,
     list_roots: ListRootsFnT | None = None,
+    auth: httpx2.Auth | None = None,
 ) -> AsyncIterator[Connection]:
     """Connect (transport + handshake); leaving the block closes everything it opened.
 
     `sampling`, `elicitation` and `list_roots` answer those server-to-client requests; each one
-    given is also advertised as a client capability (see `bridges.mcp.passthrough`)."""
+    given is also advertised as a client capability (see `bridges.mcp.passthrough`). `auth`
+    authorizes the requests of a streamable HTTP server (`bridges.mcp.oauth`)."""
     lost = anyio.Event()
     direct = DirectRequests(on_log) if config.transport == "stdio" else None
     async with AsyncExitStack() as stack:
-        transport = await _transport(stack, server, config, stderr, state, direct)
+        transport = await _transport(stack, server, config, stderr, state, direct, auth)
         client = Client(
             _watched(transport, lost),
             mode=era.mode,
@@ -333,6 +335,7 @@ async def _transport(
     stderr: StderrTail,
     state: TransportState,
     direct: DirectRequests | None,
+    auth: httpx2.Auth | None = None,
 ) -> Transport:
     # Reads on HTTP streams may legitimately stay silent for as long as a call may run.
     read_timeout = max(300.0, config.timeouts.call + 60.0)
@@ -353,6 +356,7 @@ async def _transport(
         headers=dict(config.headers),
         timeout=httpx2.Timeout(HTTP_CONNECT_TIMEOUT, read=read_timeout),
         transport=LimitedTransport(httpx2.AsyncHTTPTransport(), config.max_result_bytes),
+        auth=auth,
     )
     await stack.enter_async_context(http)
     return streamable_http_client(

@@ -9,6 +9,8 @@ States:
     starting   connecting: spawning, handshaking, listing tools (bounded by timeouts.startup)
     ready      connected; its tools are registered and callable
     backoff    the last attempt failed or the connection was lost; retrying at `retry_at`
+    needs_auth the server wants an OAuth login (`last_error` names the command to run,
+               `sidecar auth login NAME`); no retries until new tokens are stored
     failed     a fault no retry can fix (the command does not exist, a bad `protocol` value);
                nothing runs until the server's configuration changes
     disabled   `disabled = true` in the manifest; nothing was started
@@ -19,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-ServerState = Literal["starting", "ready", "backoff", "failed", "disabled"]
+ServerState = Literal["starting", "ready", "backoff", "needs_auth", "failed", "disabled"]
 
 
 @dataclass(frozen=True, slots=True)

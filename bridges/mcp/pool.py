@@ -35,6 +35,7 @@ from bridges.mcp.passthrough import Relay
 from bridges.mcp.supervisor import Supervisor
 from sidecar.permission import PermissionGate
 from sidecar.registry import Tools
+from sidecar.token_store import TokenStore
 
 
 class ServerPool:
@@ -49,6 +50,7 @@ class ServerPool:
         on_health: Callable[[str, ServerHealth], None] | None = None,
         on_tools_changed: Callable[[str], None] | None = None,
         backoff: Backoff = DEFAULT_BACKOFF,
+        tokens: TokenStore | None = None,
     ) -> None:
         self._initial = dict(servers)
         self._tools = tools
@@ -56,6 +58,8 @@ class ServerPool:
         self._on_health = on_health
         self._on_tools_changed = on_tools_changed
         self._backoff = backoff
+        self._tokens = tokens
+        """Where OAuth grants live; None: no server is authorized with OAuth."""
         self._supervisors: dict[str, Supervisor] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
         self.relay = Relay()
@@ -134,6 +138,7 @@ class ServerPool:
             on_health=self._on_health,
             on_tools_changed=self._on_tools_changed,
             relay=self.relay,
+            tokens=self._tokens,
         )
         self._supervisors[key] = sup
         self._task_group.start_soon(sup.run, name=f"mcp supervisor {key}")

@@ -1,9 +1,10 @@
 """Keep a server's secrets out of everything we show: logs, health, error messages.
 
 The secrets of a server are the values of its `env` and `headers` (after `${env:VAR}`
-interpolation), and a password or query values in its `url`. Whatever text leaves the bridge
-and may contain upstream words (stderr lines, error messages, log notifications) goes through
-the server's `Redactor` first.
+interpolation), a password or query values in its `url`, its OAuth client secret and private
+key, and the access and refresh tokens it holds (added as they are obtained). Whatever text
+leaves the bridge and may contain upstream words (stderr lines, error messages, log
+notifications) goes through the server's `Redactor` first.
 
 A header value such as `Bearer abc123...` is also redacted word by word, so the token alone is
 caught too. Values shorter than `MIN_SECRET_LENGTH` are not treated as secrets: redacting
@@ -31,11 +32,17 @@ class Redactor:
 
     @classmethod
     def for_server(
-        cls, env: Mapping[str, str], headers: Mapping[str, str], url: str | None = None
+        cls,
+        env: Mapping[str, str],
+        headers: Mapping[str, str],
+        url: str | None = None,
+        extra: Iterable[str | None] = (),
     ) -> Redactor:
+        """`extra`: more secrets (OAuth client secrets and keys, access and refresh tokens)."""
         values = [*env.values(), *headers.values()]
         words = [word for value in headers.values() for word in value.split()]
-        return cls([*values, *words, *_url_secrets(url)])
+        more = [value for value in extra if value]
+        return cls([*values, *words, *_url_secrets(url), *more])
 
     def __call__(self, text: str) -> str:
         for secret in self._secrets:

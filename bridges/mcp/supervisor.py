@@ -9,7 +9,9 @@
     │                      the connection is lost)             │
     │ failure:  backoff   (capped exponential + jitter; reset  │
     │                      after sustained uptime), or failed  │
-    │                      when retrying cannot help           │
+    │                      when retrying cannot help, or       │
+    │           needs_auth (OAuth: wait for `sidecar auth      │
+    │                      login NAME` to store tokens)        │
     └──────────────── loop until stopped ─────────────────────┘
 
 The server's tools live in one registration scope for the supervisor's whole life: the first
@@ -48,6 +50,7 @@ from bridges.mcp.connection import (
     open_connection,
 )
 from bridges.mcp.health import ServerHealth
+from bridges.mcp.oauth.upstream import UpstreamAuth
 from bridges.mcp.passthrough import InflightCall, Relay
 from bridges.mcp.redact import Redactor
 from bridges.mcp.stdio import StderrTail
@@ -55,6 +58,7 @@ from bridges.mcp.transport_state import TransportState
 from sidecar.errors import RegistrationError
 from sidecar.permission import PermissionGate
 from sidecar.registry import Scope, Tools
+from sidecar.token_store import TokenStore
 
 log = logging.getLogger("bridges.mcp")
 
@@ -85,6 +89,10 @@ class _Permanent(Exception):
     """An attempt failed in a way that retrying cannot fix."""
 
 
+class _NeedsLogin(Exception):
+    """An attempt failed because the server wants an OAuth login."""
+
+
 class Supervisor:
     def __init__(
         self,
@@ -97,15 +105,19 @@ class Supervisor:
         on_health: HealthListener | None,
         on_tools_changed: ToolsListener | None,
         relay: Relay | None = None,
+        tokens: TokenStore | None = None,
     ) -> None:
         self.key = key
         self.relay = relay
         self.config = config
+        self._tokens = tokens
+        self._secrets: set[str] = set()
+        self._oauth = UpstreamAuth.of(key, config, tokens, self._add_secret)
         self._tools = tools
         self._backoff = backoff
         self._on_health = on_health
         self._on_tools_changed = on_tools_changed
-        self._redact = Redactor.for_server(config.env, config.headers, config.url)
+        self._redact = self._redactor(config)
         self._stderr = StderrTail(key, self._redact)
         self._transport = TransportState()
         self._scope: Scope | None = None
@@ -135,6 +147,7 @@ class Supervisor:
             stderr_mark=lambda: self._stderr.mark(),
             record_latency=self._record_latency,
             input_request=self._relay_input_request,
+            auth_hint=lambda: self._oauth.hint() if self._oauth is not None else None,
         )
         self.caller.redact = self._redact
 
@@ -149,7 +162,8 @@ class Supervisor:
     def reconfigure(self, config: ServerConfig) -> None:
         """Restart with a new configuration; the registration scope is kept."""
         self.config = config
-        self._redact = Redactor.for_server(config.env, config.headers, config.url)
+        self._oauth = UpstreamAuth.of(self.key, config, self._tokens, self._add_secret)
+        self._redact = self._redactor(config)
         self._stderr = StderrTail(self.key, self._redact)
         self.caller.redact = self._redact
         self._era = None
@@ -198,6 +212,9 @@ class Supervisor:
                 continue
             try:
                 delay = await self._attempt(config)
+            except _NeedsLogin:
+                await self._wait_for_login()
+                continue
             except _Permanent as exc:
                 self._set(state="failed", last_error=self._redact(str(exc)), retry_at=None,
                           pid=None)
@@ -214,6 +231,20 @@ class Supervisor:
             self.settled.set()
             with anyio.move_on_after(delay):
                 await self._idle()
+
+    async def _wait_for_login(self) -> None:
+        """`needs_auth` until a login stores tokens (or the configuration changes)."""
+        assert self._oauth is not None
+        self._set(state="needs_auth", last_error=self._oauth.hint(), retry_at=None, pid=None)
+        self.settled.set()
+        async with anyio.create_task_group() as tg:
+            async def logged_in() -> None:
+                await self._oauth.wait_for_login()  # type: ignore[union-attr]
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(logged_in)
+            await self._idle()
+            tg.cancel_scope.cancel()
 
     async def _idle(self) -> None:
         """Wait until reconfigured (or, under move_on_after, until the backoff is over)."""
@@ -249,6 +280,7 @@ class Supervisor:
                     sampling=self._on_sampling if self.relay is not None else None,
                     elicitation=self._on_elicitation if self.relay is not None else None,
                     list_roots=self._on_list_roots if self.relay is not None else None,
+                    auth=self._oauth.auth if self._oauth is not None else None,
                 ) as connection:
                     self._set(pid=self._transport.pid)
                     await self._list_and_register(connection)
@@ -275,6 +307,9 @@ class Supervisor:
             self._era = None  # a remembered era may be what failed: probe afresh next time
         if self._restart:  # a new configuration: start over, no failure to count
             return 0.0
+        if self._oauth is not None and self._oauth.status.needs_login:
+            log.warning("[%s] %s", self.key, self._oauth.hint())
+            raise _NeedsLogin
         up_for = anyio.current_time() - connected_at if connected_at is not None else 0.0
         self._failures = 1 if up_for >= self._backoff.reset_after else self._failures + 1
         log.warning("[%s] %s", self.key, error)
@@ -286,6 +321,9 @@ class Supervisor:
         self._era = connection.era()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._relist_loop, connection)
+            if self._oauth is not None:
+                tg.start_soon(self._oauth.keep_fresh)
+                tg.start_soon(self._oauth.watch_login, self._on_login_change)
             if connection.modern:
                 # 2026-07-28 delivers list_changed only to an open listen stream: be ready
                 # only once it is acknowledged, or a change right after startup is lost.
@@ -300,6 +338,24 @@ class Supervisor:
                      self.health.tool_count)
             await connection.lost.wait()
             tg.cancel_scope.cancel()
+
+    def _on_login_change(self, hint: str | None) -> None:
+        """While connected: a step-up or a refused refresh (hint), or the login that fixed it."""
+        if hint is not None:
+            self._set(state="needs_auth", last_error=hint)
+        elif self.connection is not None:
+            self._set(state="ready", last_error=None)
+
+    def _add_secret(self, secret: str) -> None:
+        if secret not in self._secrets:
+            self._secrets.add(secret)
+            self._redact = self._redactor(self.config)
+            self.caller.redact = self._redact
+
+    def _redactor(self, config: ServerConfig) -> Redactor:
+        oauth = config.oauth
+        extra = [*self._secrets, *((oauth.client_secret, oauth.private_key) if oauth else ())]
+        return Redactor.for_server(config.env, config.headers, config.url, extra)
 
     async def _failure_detail(self, mark: int) -> str:
         """Why a call's connection ended: the transport's reason and what the server wrote to

@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic_core
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.requests import Request
+from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse as StarletteJSONResponse
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -27,6 +27,8 @@ from sidecar.json_depth import JsonTooDeep
 from sidecar.outcome import Outcome
 from sidecar.permission_service import UnknownAsk
 from sidecar.pins import NotHeld
+from sidecar.serve.api_bodies import CallBody, ReplyBody, SnapshotBody
+from sidecar.serve.auth_api import AuthApi
 from sidecar.serve.by_definitions import ByDefinitions
 from sidecar.serve.event_log import EventLog
 from sidecar.serve.metrics import CONTENT_TYPE, Metrics
@@ -44,13 +46,12 @@ from sidecar.snapshot import SnapshotExpired
 from sidecar.tool import ToolContext
 
 if TYPE_CHECKING:
-    from sidecar.daemon import Location
+    from sidecar.location import Location
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 _FINISHED_KEEP = 1024
 _FINISHED_TTL = 600.0
 
-Id = Annotated[str, Field(min_length=1, max_length=512)]
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -72,43 +73,6 @@ class ApiError(Exception):
         if self.field is not None:
             error["field"] = self.field
         return JSONResponse({"error": error}, status_code=self.status)
-
-
-class _Body(BaseModel):
-    # strict: 0 is not false and "1" is not 1; unknown fields are errors
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class SnapshotBody(_Body):
-    session_id: Id
-    allow: list[str] | None = None
-    deny: list[str] | None = None
-    final_step: bool = False
-    format: Format = "mcp"
-    strict: bool = False
-    codemode: Literal["direct", "codemode", "both"] | None = None
-    profile: Annotated[str, Field(min_length=1, max_length=64)] | None = None
-
-
-class ContextBody(_Body):
-    session_id: Id
-    agent: Id
-    message_id: Id
-    call_id: Id
-
-
-class CallBody(_Body):
-    name: Annotated[str, Field(min_length=1, max_length=256)]
-    input: dict[str, Any] | str = Field(default_factory=dict)
-    context: ContextBody
-    format: Format | None = None
-    tool_call_id: str | None = None
-
-
-class ReplyBody(_Body):
-    reply: Literal["once", "always", "reject"]
-    feedback: str | None = None
-    scope: Literal["session", "location"] = "session"
 
 
 @dataclass(slots=True)
@@ -191,6 +155,7 @@ class Api:
         self.metrics = metrics
         self.events = events
         self.calls = CallTracker()
+        self.auth = AuthApi(location)
         self.definitions = DefinitionsCache()
         self.max_body_bytes = max_body_bytes
         # Snapshots advertised with OpenAI strict schemas: models send null for optional
@@ -210,6 +175,7 @@ class Api:
             Route("/v1/permissions", h(self.permissions), methods=["GET"]),
             Route("/v1/permissions/{ask_id}/reply", h(self.reply), methods=["POST"]),
             Route("/v1/health", h(self.health), methods=["GET"]),
+            *self.auth.routes(h),
             Route("/v1/openapi.json", h(self.openapi), methods=["GET"]),
             Route("/metrics", h(self.prometheus), methods=["GET"]),
         ]
@@ -511,17 +477,8 @@ def _handled(endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:
             response: Response = await endpoint(request)
         except ApiError as exc:
             return exc.response()
+        except ClientDisconnect:  # gone (or timed out) mid-body: nobody reads an answer
+            return Response(status_code=400)
         return response
 
     return run
-
-
-def error_schema() -> Mapping[str, Any]:
-    return {
-        "type": "object",
-        "required": ["error"],
-        "properties": {"error": {"type": "object", "required": ["code", "message"],
-                                 "properties": {"code": {"type": "string"},
-                                                "message": {"type": "string"},
-                                                "field": {"type": "string"}}}},
-    }

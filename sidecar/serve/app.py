@@ -21,7 +21,7 @@ from sidecar.serve.security import SecurityMiddleware
 from sidecar.tokens import verify_token
 
 if TYPE_CHECKING:
-    from sidecar.daemon import Location
+    from sidecar.location import Location
 
 
 def build_app(
@@ -51,6 +51,7 @@ def build_app(
                 yield
         finally:
             await api.calls.aclose()
+            await api.auth.aclose()
             await events.aclose()
             location.seam.observers.remove(metrics.observe)
 

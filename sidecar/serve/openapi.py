@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from managed_store import MAX_PATTERN_CHARS
-from sidecar.serve.api import CallBody, ReplyBody, SnapshotBody, error_schema
+from sidecar.serve.api_bodies import CallBody, ReplyBody, SnapshotBody, error_schema
 from sidecar.serve.event_log import EVENT_NAMES
 from sidecar.serve.replay import FORMATS
 
@@ -148,6 +148,22 @@ def openapi_document() -> dict[str, Any]:
         "/v1/health": {"get": {
             "summary": "Per-server health, plugins, manifest problems, store usage",
             "responses": {"200": _json(_OBJECT, "Health report"), **_errors()},
+        }},
+        "/v1/auth/{server}": {"get": {
+            "summary": "A server's OAuth authorization (authorized, expiry, scopes, needs "
+                       "login, the command to run) and the state of a login started here",
+            "parameters": [_param("server", "path", {"type": "string"}, required=True)],
+            "responses": {"200": _json(_OBJECT, "Authorization state"), **_errors(404)},
+        }},
+        "/v1/auth/{server}/login": {"post": {
+            "summary": "Start an OAuth login in the daemon: 202 with `authorization_url` to "
+                       "open in a browser on the daemon's machine (the redirect comes back to "
+                       "the daemon's loopback callback), or 200 with the result when the grant "
+                       "needs no browser",
+            "parameters": [_param("server", "path", {"type": "string"}, required=True)],
+            "responses": {"200": _json(_OBJECT, "Login finished"),
+                          "202": _json(_OBJECT, "Login waiting for the browser"),
+                          **_errors(404)},
         }},
         "/v1/openapi.json": {"get": {
             "summary": "This document",

@@ -122,15 +122,17 @@ async def test_a_pruned_call_id_replays_as_expired_also_after_reopening(tmp_path
 
 
 async def test_pruning_runs_in_batches_on_the_writer_thread_and_never_blocks_the_loop(tmp_path):
-    log = await SqliteOutcomeLog.open(tmp_path / "outcomes.sqlite", prune_batch=10)
+    # a batch time target this generous keeps every batch at `prune_batch` rows
+    log = await SqliteOutcomeLog.open(tmp_path / "outcomes.sqlite", prune_batch=10,
+                                      prune_batch_seconds=3600)
     batches: list[tuple[str, int, int]] = []  # thread, rows pruned, "new" committed yet
     original = log._prune_batch_sync
 
-    def counted(cutoff: float) -> int:
-        pruned = original(cutoff)
+    def counted(cutoff: float, limit: int) -> tuple[int, float]:
+        pruned, took = original(cutoff, limit)
         new = log._db().execute("SELECT count(*) FROM outcomes WHERE call_id='new'").fetchone()
         batches.append((threading.current_thread().name, pruned, new[0]))
-        return pruned
+        return pruned, took
 
     log._prune_batch_sync = counted  # type: ignore[method-assign]
     gate = threading.Event()
@@ -221,3 +223,26 @@ async def test_the_seam_answers_a_pruned_call_id_with_expired_and_does_not_run_i
             stored = await location.outcome("c1")
             assert stored is not None and stored.error is not None
             assert stored.error.kind is ErrorKind.EXPIRED
+
+
+async def test_pruning_batches_shrink_while_they_take_longer_than_their_target(tmp_path):
+    """A target of zero seconds: every full batch is too long, so the next one is half as big,
+    down to one row, and the prune still removes everything."""
+    log = await SqliteOutcomeLog.open(tmp_path / "outcomes.sqlite", prune_batch=16,
+                                      prune_batch_seconds=0.0)
+    sizes: list[int] = []
+    original = log._prune_batch_sync
+
+    def recorded(cutoff: float, limit: int) -> tuple[int, float]:
+        sizes.append(limit)
+        return original(cutoff, limit)
+
+    log._prune_batch_sync = recorded  # type: ignore[method-assign]
+    try:
+        await record_many(log, [f"old-{i}" for i in range(40)])
+        assert await log.prune(time.time() + 1) == 40
+        assert (await log.stats()).outcomes == 0
+    finally:
+        await log.aclose()
+    assert sizes[:5] == [16, 8, 4, 2, 1]
+    assert set(sizes[5:]) == {1}

@@ -21,7 +21,7 @@ import uvicorn
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from sidecar.daemon import Location  # noqa: E402
+from sidecar import Location  # noqa: E402
 from sidecar.serve.app import build_app  # noqa: E402
 from sidecar.serve.mcp_facade import mcp_http, serve_stdio  # noqa: E402
 

@@ -65,7 +65,8 @@ class Daemon:
 
 
 def start_daemon(tmp_path: Path, *extra: str, env: dict[str, str] | None = None,
-                 manifests: dict[str, str] | None = None) -> Daemon:
+                 manifests: dict[str, str] | None = None,
+                 preexec_fn: Any = None) -> Daemon:
     state = tmp_path / "state"
     folder = tmp_path / "manifests"
     folder.mkdir(exist_ok=True)
@@ -76,7 +77,8 @@ def start_daemon(tmp_path: Path, *extra: str, env: dict[str, str] | None = None,
         full_env.pop(name, None)
     full_env.update(env or {})
     proc = subprocess.Popen([*SIDECAR, "serve", "--port", "0", *extra], env=full_env,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            preexec_fn=preexec_fn)
     assert proc.stderr is not None
     lines: list[str] = []
     url = ""

@@ -23,7 +23,7 @@ from sidecar.serve.mcp_facade.http_fastpath import HttpFastPath
 from sidecar.serve.mcp_facade.server import McpFacade
 
 if TYPE_CHECKING:
-    from sidecar.daemon import Location
+    from sidecar.location import Location
 
 Manager = Callable[[McpFacade], StreamableHTTPSessionManager]
 

@@ -69,7 +69,7 @@ from sidecar.serve.mcp_facade.sessions import (
 from sidecar.snapshot import Snapshot
 
 if TYPE_CHECKING:
-    from sidecar.daemon import Location
+    from sidecar.location import Location
 
 log = logging.getLogger("sidecar.mcp")
 

@@ -32,7 +32,7 @@ from sidecar.serve.mcp_facade.server import McpFacade, new_session_id
 from sidecar.serve.mcp_facade.stdio_pipes import pipe_wire, pipes_available
 
 if TYPE_CHECKING:
-    from sidecar.daemon import Location
+    from sidecar.location import Location
 
 MCP_PATH = "/mcp"
 

@@ -1,7 +1,8 @@
 """What a Location's manifests declare, applied as one: MCP servers (a `ServerPool`),
 manifest tools, permission rules, plugins and bounds; and live reload.
 
-Part of the composition root (it imports bridges; the core does not).
+The composition root passes `ManifestSources` to `Location.open` as its
+`Wiring.attach_sources` (see `sidecar.location`); the core never imports it.
 
 At open, every valid entry loads and each invalid one is reported (log, health). On a reload
 (a file changed, or `reload()`), everything is parsed and validated first; if anything is
@@ -44,10 +45,11 @@ from sidecar.pins import PinPolicy
 from sidecar.plugins import entry_point_refs
 from sidecar.profiles import Profile
 from sidecar.registry import Entry
+from sidecar.token_store import FileTokenStore
 from sidecar.tool import Bounds
 
 if TYPE_CHECKING:
-    from sidecar.daemon import Location
+    from sidecar.location import Location
 
 log = logging.getLogger("sidecar.manifests")
 
@@ -203,6 +205,7 @@ class ManifestSources:
             on_health=lambda key, health: events.publish(
                 ServerHealthChanged(key, health.to_json())
             ),
+            tokens=FileTokenStore(location.state_dir),
         )
         await self.pool.__aenter__()
         location.manifests = loaded

@@ -1,0 +1,21 @@
+"""OAuth 2.1 for HTTP upstreams: the SDK's providers behind our own token storage.
+
+    records.py    RecordStorage (the SDK's TokenStorage on the core TokenStore), LoginStatus
+    providers.py  build_auth: the httpx2.Auth of one server (daemon or login mode)
+    login.py      `sidecar auth login`: the loopback callback and one authorization
+    refresher.py  refreshes a server's token before it expires, off the call path
+"""
+
+from bridges.mcp.oauth.providers import Interactive, LoginRequired, SidecarAuth, build_auth
+from bridges.mcp.oauth.records import LoginStatus, RecordStorage, canonical_resource, login_command
+
+__all__ = [
+    "Interactive",
+    "LoginRequired",
+    "LoginStatus",
+    "RecordStorage",
+    "SidecarAuth",
+    "build_auth",
+    "canonical_resource",
+    "login_command",
+]

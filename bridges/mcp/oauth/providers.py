@@ -1,0 +1,435 @@
+"""The `httpx2.Auth` an OAuth-protected upstream's HTTP client carries: the `mcp` SDK's OAuth
+providers (discovery per RFC 9728 / RFC 8414 / OpenID with the 2025-03-26 fallbacks, PKCE S256,
+RFC 8707 resource indicators, CIMD, dynamic registration, refresh, client credentials with
+`client_secret_basic`/`client_secret_post`/`private_key_jwt`), wrapped by `_SidecarAuth`.
+
+What the wrapper adds, in two modes:
+
+- **daemon** (`interactive=None`): nobody is there to log in. A 401 first tries the refresh
+  token (once per request); if that cannot help, or the server answers `403 insufficient_scope`,
+  the server's `LoginStatus` records why and which scope it wants, and the response goes back
+  to the transport unchanged: that request fails, nothing loops. Discovery and registration are
+  left to `sidecar auth login`. Client-credentials grants need no person, so the SDK's flow runs
+  in full here.
+- **login** (`interactive` given): the SDK's authorization-code flow runs in full, with the
+  stored tokens ignored (a login always authorizes afresh), the scope widened by the one a
+  step-up challenge recorded, and at most one authorization per login.
+
+In both, stored tokens carry an absolute expiry (`RecordStorage`), so after a restart a token
+close to its end is refreshed before it is sent, and the discovered metadata is restored so
+the refresh goes to the right token endpoint. With `auto` (no `auth` key), a 401 without a
+Bearer challenge is not OAuth: it goes back to the transport untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import httpx2
+from mcp.client.auth import OAuthClientProvider, OAuthFlowError
+from mcp.client.auth.extensions.client_credentials import (
+    ClientCredentialsOAuthProvider,
+    PrivateKeyJWTOAuthProvider,
+    SignedJWTParameters,
+)
+from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
+from mcp.client.auth.utils import extract_field_from_www_auth, union_scopes
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata
+from pydantic import AnyUrl, ValidationError
+
+from bridges.manifest import ServerConfig
+from bridges.manifest_oauth import OAuthSettings
+from bridges.mcp.oauth.records import (
+    LoginStatus,
+    RecordStorage,
+    canonical_resource,
+    restore_metadata,
+)
+from sidecar.token_store import TokenStore
+
+log = logging.getLogger("bridges.mcp.oauth")
+
+REFRESH_MARGIN = 60.0
+"""Seconds before its expiry a token counts as expired (refreshed before it is sent)."""
+DAEMON_REDIRECT_URI = "http://127.0.0.1/callback"
+"""Placeholder: the daemon never redirects anyone (only `sidecar auth login` does)."""
+
+
+class LoginRequired(Exception):
+    """A person must authorize (raised where the SDK would send them to the browser)."""
+
+    def __init__(self, reason: str, scope: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.scope = scope
+
+
+@dataclass(frozen=True, slots=True)
+class Interactive:
+    """How `sidecar auth login` takes part in the authorization-code flow."""
+
+    redirect_uri: str
+    show: Callable[[str], Awaitable[None]]
+    """Shows the authorization URL (prints it, opens a browser)."""
+    wait: Callable[[], Awaitable[AuthorizationCodeResult]]
+    """Waits for the redirect back to `redirect_uri`."""
+
+
+def _bearer_challenge(response: httpx2.Response) -> bool:
+    return response.headers.get("www-authenticate", "").lower().startswith("bearer")
+
+
+def _insufficient_scope(response: httpx2.Response) -> bool:
+    return (response.status_code == 403
+            and extract_field_from_www_auth(response, "error") == "insufficient_scope")
+
+
+def _with_scope(url: str, scope: str | None) -> str:
+    """`url` with its `scope` parameter widened by `scope`."""
+    if not scope:
+        return url
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    current = next((v for k, v in query if k == "scope"), None)
+    widened = union_scopes(current, scope)
+    query = [(k, v) for k, v in query if k != "scope"] + [("scope", widened or scope)]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+_METADATA_PATHS = ("/.well-known/oauth-authorization-server", "/.well-known/openid-configuration")
+
+
+def _issuer_as_origin(response: httpx2.Response, server_url: str) -> httpx2.Response:
+    """`response` with the metadata's issuer replaced by the server's origin (see
+    `_legacy_metadata`): the SDK checks that issuer against the origin on this path."""
+    url = httpx2.URL(server_url)
+    metadata = dict(response.json())
+    metadata["issuer"] = f"{url.scheme}://{url.netloc.decode()}"
+    return httpx2.Response(200, json=metadata, request=response.request)
+
+
+class _SidecarAuth:
+    """Mixin over an SDK provider (see the module docstring). Must come first in the MRO."""
+
+    context: Any
+    _initialized: bool
+    status: LoginStatus
+    storage: RecordStorage
+    auto: bool
+    interactive: Interactive | None
+    fixed_client: OAuthClientInformationFull | None
+    person_needed: bool
+    """The grant needs a person (authorization code): the daemon never starts it itself."""
+    _authorized: bool
+
+    def _setup(self, storage: RecordStorage, status: LoginStatus, *, auto: bool,
+               interactive: Interactive | None,
+               fixed_client: OAuthClientInformationFull | None, person_needed: bool) -> None:
+        self.storage = storage
+        self.status = status
+        self.auto = auto
+        self.interactive = interactive
+        self.fixed_client = fixed_client
+        self.person_needed = person_needed
+        self._authorized = False
+        storage.context = lambda: self.context
+
+    def reload(self) -> None:
+        """Read the stored grant again before the next request (a login wrote a new one)."""
+        self._initialized = False
+        self.context.current_tokens = None
+        self.context.token_expiry_time = None
+
+    async def _initialize(self) -> None:
+        await super()._initialize()  # type: ignore[misc]
+        record = await self.storage.record()
+        if record is not None:
+            restore_metadata(record, self.context)
+            expires_at = record.get("expires_at")
+            if expires_at is not None:
+                lifetime = float(expires_at) - float(record.get("obtained_at") or 0)
+                margin = min(REFRESH_MARGIN, max(lifetime, 0.0) / 4)
+                self.context.token_expiry_time = float(expires_at) - margin
+            else:
+                self.context.token_expiry_time = None
+        if self.interactive is not None:
+            # A login authorizes afresh; a client registered for another redirect URI
+            # (the loopback port is ephemeral) registers again.
+            self.context.clear_tokens()
+            client = self.context.client_info
+            uris = [str(u) for u in (client.redirect_uris or [])] if client is not None else []
+            if client is not None and self.interactive.redirect_uri not in uris:
+                self.context.client_info = None
+        if self.fixed_client is not None:
+            self.context.client_info = self.fixed_client
+
+    async def _handle_refresh_response(self, response: httpx2.Response) -> bool:
+        if response.status_code != 200:
+            await response.aread()
+        ok: bool = await super()._handle_refresh_response(response)  # type: ignore[misc]
+        if not ok:
+            error = ""
+            try:
+                body = response.json()
+                error = f": {body.get('error')}" if isinstance(body, dict) else ""
+            except ValueError:
+                pass
+            self.status.require(f"refreshing the token failed (HTTP {response.status_code}"
+                                f"{error})")
+        return ok
+
+    async def _auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        if self.status.needs_login and self._initialized:
+            generation = self.storage.generation
+            record = await self.storage.record()
+            if record is not None and record.get("updated_at") != generation:
+                self.reload()
+        flow: AsyncGenerator[httpx2.Request, httpx2.Response] = super()._auth_flow(request)  # type: ignore[misc]
+        retried_refresh = False
+        try:
+            outgoing = await flow.__anext__()
+            while True:
+                response = yield outgoing
+                if outgoing is request and response.status_code in (401, 403):
+                    if response.status_code == 401 and self.auto and not _bearer_challenge(
+                        response
+                    ):
+                        return  # not an OAuth challenge: the transport sees the 401
+                    if (response.status_code == 401 and not retried_refresh
+                            and self.context.can_refresh_token()):
+                        # The server no longer takes the token: refresh once, then resend.
+                        retried_refresh = True
+                        await flow.aclose()
+                        self.context.token_expiry_time = 1.0  # long past (0 means "never")
+                        flow = super()._auth_flow(request)  # type: ignore[misc]
+                        outgoing = await flow.__anext__()
+                        continue
+                    if self._needs_person(response):
+                        await self._login_required(response)
+                        return
+                    if _insufficient_scope(response) and self._authorized:
+                        return  # one authorization per login: the caller reports it
+                elif outgoing.url.path.startswith(_METADATA_PATHS):
+                    await response.aread()
+                    if self._legacy_metadata(outgoing, response):
+                        response = _issuer_as_origin(response, self.context.server_url)
+                outgoing = await flow.asend(response)
+        except StopAsyncIteration:
+            return
+        except LoginRequired as exc:
+            await self._note(exc.reason, exc.scope)
+        except OAuthFlowError as exc:
+            await self._note(f"authorization failed: {exc}", None)
+        except (httpx2.HTTPError, ValidationError, ValueError) as exc:
+            self.status.transient = f"authorization failed: {type(exc).__name__}: {exc}"
+            log.warning("[%s] %s", self.status.server, self.status.transient)
+        finally:
+            await flow.aclose()
+        yield request  # the server's own answer goes back to the transport
+
+    def _legacy_metadata(self, outgoing: httpx2.Request, response: httpx2.Response) -> bool:
+        """Authorization server metadata fetched on the 2025-03-26 path (no protected resource
+        metadata: the MCP server's origin is the authorization server) whose issuer adds a
+        path on that same origin (`{origin}/oauth`)."""
+        if self.context.auth_server_url is not None or response.status_code != 200:
+            return False
+        server = httpx2.URL(self.context.server_url)
+        if (outgoing.url.scheme, outgoing.url.host, outgoing.url.port) != (
+            server.scheme, server.host, server.port
+        ):
+            return False
+        try:
+            issuer = httpx2.URL(str(response.json().get("issuer", "")))
+        except (ValueError, AttributeError, httpx2.InvalidURL):
+            return False
+        return (issuer.scheme, issuer.host, issuer.port) == (
+            server.scheme, server.host, server.port
+        ) and issuer.path not in ("", "/")
+
+    def _needs_person(self, response: httpx2.Response) -> bool:
+        return self.person_needed and self.interactive is None and (
+            response.status_code == 401 or _insufficient_scope(response)
+        )
+
+    async def _login_required(self, response: httpx2.Response) -> None:
+        challenged = extract_field_from_www_auth(response, "scope")
+        if response.status_code == 403:
+            granted = self.context.current_tokens.scope if self.context.current_tokens else None
+            scope = union_scopes(granted, challenged)
+            reason = f"the server asks for a broader scope ({scope})"
+        elif self.status.needs_login:
+            scope, reason = challenged, self.status.reason or ""  # e.g. the refresh failed
+        else:
+            scope = challenged
+            reason = "authorization required"
+        await self._note(reason, scope)
+
+    async def _note(self, reason: str, scope: str | None) -> None:
+        self.status.require(reason, scope)
+        log.warning("[%s] %s", self.status.server, self.status.hint())
+        try:
+            await self.storage.note_login_required(reason, scope)
+        except OSError as exc:
+            log.warning("[%s] cannot record the login state: %s", self.status.server, exc)
+
+    async def _redirect(self, url: str) -> None:
+        """The SDK's redirect handler: show the URL (login) or refuse (daemon)."""
+        if self.interactive is None:
+            scope = dict(parse_qsl(urlsplit(url).query)).get("scope")
+            raise LoginRequired("authorization required", scope)
+        record = await self.storage.record()
+        pending = record.get("pending_scope") if record else None
+        self._authorized = True
+        await self.interactive.show(_with_scope(url, pending))
+
+    async def _callback(self) -> AuthorizationCodeResult:
+        assert self.interactive is not None
+        return await self.interactive.wait()
+
+
+class AuthorizationCodeAuth(_SidecarAuth, OAuthClientProvider):
+    pass
+
+
+class ClientSecretAuth(_SidecarAuth, ClientCredentialsOAuthProvider):
+    pass
+
+
+class PrivateKeyJwtAuth(_SidecarAuth, PrivateKeyJWTOAuthProvider):
+    pass
+
+
+class CrossAppAuth(IdentityAssertionOAuthProvider):
+    """SEP-990: the SDK's jwt-bearer leg, with the ID-JAG fetched from the enterprise IdP by
+    an RFC 8693 token exchange of the configured ID token."""
+
+    def __init__(self, server_url: str, storage: RecordStorage, status: LoginStatus,
+                 settings: OAuthSettings, scope: str | None) -> None:
+        assert settings.client_id and settings.client_secret and settings.issuer
+        method = settings.token_endpoint_auth_method
+        super().__init__(
+            server_url, storage, settings.client_id, settings.client_secret, settings.issuer,
+            self._id_jag, scope=scope,
+            token_endpoint_auth_method=(
+                "client_secret_basic" if method == "client_secret_basic" else "client_secret_post"
+            ),
+        )
+        self.storage = storage
+        self.status = status
+        self.settings = settings
+
+    def reload(self) -> None:
+        self._initialized = False
+
+    async def _id_jag(self, audience: str, resource: str) -> str:
+        settings = self.settings
+        assert settings.idp_token_endpoint and settings.id_token and settings.idp_client_id
+        async with httpx2.AsyncClient(timeout=30.0) as http:
+            response = await http.post(settings.idp_token_endpoint, data={
+                "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
+                "requested_token_type": "urn:ietf:params:oauth:token-type:id-jag",
+                "audience": audience,
+                "resource": resource,
+                "subject_token": settings.id_token,
+                "subject_token_type": "urn:ietf:params:oauth:token-type:id_token",
+                "client_id": settings.idp_client_id,
+            })
+        if response.status_code != 200:
+            raise OAuthFlowError(f"the IdP refused the token exchange (HTTP "
+                                 f"{response.status_code})")
+        token = response.json().get("access_token")
+        if not isinstance(token, str):
+            raise OAuthFlowError("the IdP's token exchange answer has no access_token")
+        return token
+
+
+SidecarAuth = AuthorizationCodeAuth | ClientSecretAuth | PrivateKeyJwtAuth | CrossAppAuth
+
+
+def build_auth(
+    server: str,
+    config: ServerConfig,
+    store: TokenStore,
+    status: LoginStatus,
+    *,
+    interactive: Interactive | None = None,
+    on_secret: Callable[[str], None] | None = None,
+) -> SidecarAuth:
+    """The auth of one HTTP server entry whose `oauth_mode` is not `none`."""
+    assert config.url is not None
+    settings = config.oauth or OAuthSettings()
+    scope = " ".join(settings.scopes) if settings.scopes else None
+
+    def seen(tokens: Any) -> None:
+        if on_secret is not None:
+            for secret in (tokens.access_token, tokens.refresh_token):
+                if secret:
+                    on_secret(secret)
+
+    storage = RecordStorage(store, server, canonical_resource(config.url), on_tokens=seen,
+                            on_saved=status.clear)
+    auto = config.oauth_mode == "auto"
+    provider: SidecarAuth
+    with warnings.catch_warnings():
+        # Omitting `issuer` is deprecated in the SDK; it stays optional in the manifest.
+        warnings.simplefilter("ignore")
+        if settings.grant == "cross_app_access":
+            return CrossAppAuth(config.url, storage, status, settings, scope)
+        if settings.grant == "client_credentials":
+            assert settings.client_id is not None
+            if settings.private_key:
+                assertion = SignedJWTParameters(
+                    issuer=settings.client_id, subject=settings.client_id,
+                    signing_key=settings.private_key,
+                    signing_algorithm=settings.signing_algorithm,
+                ).create_assertion_provider()
+                provider = PrivateKeyJwtAuth(
+                    config.url, storage, settings.client_id, assertion, scope=scope,
+                    issuer=settings.issuer,
+                )
+            else:
+                assert settings.client_secret is not None
+                method = settings.token_endpoint_auth_method
+                provider = ClientSecretAuth(
+                    config.url, storage, settings.client_id, settings.client_secret,
+                    token_endpoint_auth_method=(
+                        method if method == "client_secret_post" else "client_secret_basic"
+                    ),
+                    scope=scope, issuer=settings.issuer,
+                )
+            provider._setup(storage, status, auto=auto, interactive=None, fixed_client=None,
+                            person_needed=False)
+            return provider
+        redirect_uri = (interactive.redirect_uri if interactive is not None
+                        else settings.redirect_uri or DAEMON_REDIRECT_URI)
+        metadata = OAuthClientMetadata(
+            client_name=settings.client_name,
+            redirect_uris=[AnyUrl(redirect_uri)],
+            scope=scope,
+            token_endpoint_auth_method=settings.token_endpoint_auth_method,
+        )
+        fixed = None
+        if settings.client_id:
+            fixed = OAuthClientInformationFull(
+                client_id=settings.client_id,
+                client_secret=settings.client_secret,
+                redirect_uris=[AnyUrl(redirect_uri)],
+                token_endpoint_auth_method=settings.token_endpoint_auth_method or (
+                    "client_secret_basic" if settings.client_secret else "none"
+                ),
+            )
+        code = AuthorizationCodeAuth(
+            config.url, metadata, storage, client_metadata_url=settings.client_metadata_url,
+        )
+    code._setup(storage, status, auto=auto, interactive=interactive, fixed_client=fixed,
+                person_needed=True)
+    code.context.redirect_handler = code._redirect
+    code.context.callback_handler = code._callback
+    return code

@@ -1,0 +1,90 @@
+"""`sidecar auth login|status|logout`: OAuth grants of the manifests' HTTP servers.
+
+    sidecar auth login NAME [--no-browser]   authorize NAME; exits 0 once its tokens are stored
+    sidecar auth status [NAME] [--json]      per server: authorized, expiry, scopes, needs login
+    sidecar auth logout NAME                 revoke (where supported) and forget NAME's tokens
+
+Tokens live in the state directory (`oauth-tokens.json`, mode 0600), where a running daemon
+finds them: a server waiting in `needs_auth` reconnects within a second of a login.
+`--no-browser` prints the authorization URL as the only line on stdout (for scripts and remote
+shells); otherwise the URL opens in the browser and is also printed on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import webbrowser
+from typing import Any
+
+from bridges.manifest import ServerConfig, load_manifests
+from bridges.mcp.oauth.login import login, logout
+from bridges.mcp.oauth.records import grant_status, login_command
+from sidecar.token_store import FileTokenStore
+
+
+def oauth_servers(manifests: list[str]) -> tuple[dict[str, ServerConfig], list[str]]:
+    """The manifests' servers that may use OAuth, and the manifest errors (as text)."""
+    loaded = load_manifests(manifests)
+    servers = {
+        key: sourced.value for key, sourced in loaded.servers.items()
+        if sourced.value.oauth_mode != "none"
+    }
+    return servers, [str(p) for p in loaded.errors]
+
+
+async def run(args: argparse.Namespace, manifests: list[str], state_dir: str) -> int:
+    store = FileTokenStore(state_dir)
+    servers, errors = oauth_servers(manifests)
+    if args.auth_command == "status":
+        return await _status(args, servers, store)
+    name = args.name
+    config = servers.get(name)
+    if args.auth_command == "logout":
+        print(await logout(name, config, store))
+        return 0
+    if config is None:
+        known = ", ".join(sorted(servers)) or "none"
+        print(f"sidecar auth login: no HTTP server {name!r} that may use OAuth in the manifests "
+              f"(servers that may: {known})", file=sys.stderr)
+        for error in errors:
+            print(f"  manifest: {error}", file=sys.stderr)
+        return 2
+
+    async def show(url: str) -> None:
+        if args.no_browser:
+            print(url, flush=True)
+            return
+        print(f"Opening {url}", file=sys.stderr, flush=True)
+        if not webbrowser.open(url):
+            print("No browser here: open the URL above yourself.", file=sys.stderr, flush=True)
+
+    result = await login(name, config, store, show=show)
+    print(result.message, file=sys.stderr)
+    return 0 if result.ok else 1
+
+
+async def _status(
+    args: argparse.Namespace, servers: dict[str, ServerConfig], store: FileTokenStore
+) -> int:
+    names = [args.name] if args.name else sorted(set(servers) | set(await store.servers()))
+    report: dict[str, dict[str, Any]] = {}
+    now = time.time()
+    for name in names:
+        report[name] = grant_status(name, servers.get(name), await store.get(name), now)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        if not report:
+            print("no HTTP server in the manifests uses OAuth")
+        for name, entry in report.items():
+            if entry["authorized"] and not entry["needs_login"]:
+                expiry = entry["expires_at"]
+                left = f", expires in {int(expiry - now)} s" if expiry else ""
+                print(f"{name}: authorized (scopes: {entry['scopes'] or '-'}{left})")
+            else:
+                why = f" ({entry['reason']})" if entry["reason"] else ""
+                print(f"{name}: needs login{why}: run `{login_command(name)}`")
+    return 1 if any(e["needs_login"] and e["configured"] for e in report.values()) else 0

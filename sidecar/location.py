@@ -1,0 +1,390 @@
+"""`Location`: one workspace the daemon serves, the central object of the Python API.
+
+A `Location` is a root directory, its registry (over the process-wide application registry),
+hooks, permission policy, plugins, the seam, and its namespace in the managed store and the
+outcome log. `Location.open(...)` is an async context manager that owns every resource it
+opens and closes them in reverse order.
+
+The class lives in the core and imports no bridge, frontend or composition root. What a
+Location is attached to comes in through a `Wiring`, the one seam between the core and the
+composition root:
+
+- `Wiring.attach_sources` attaches what the manifests declare (MCP servers, manifest tools,
+  plugins, policy, live reload); the composition root passes
+  `bridges.manifest_sources.ManifestSources`.
+
+`Location.open(wiring=...)` takes it explicitly. Without one it asks `default_wiring()`, which
+the core class does not have: `sidecar.Location` (the public name) is the composition root's
+subclass whose `default_wiring()` returns the daemon's defaults, so
+`from sidecar import Location; Location.open(..., manifests=[...])` attaches bridges as
+it always did, and code in the core and the frontends types against this class only.
+
+State lives in one directory (`state_dir`, default `$SIDECAR_STATE_DIR`, else
+`$XDG_STATE_HOME/mcp-sidecar`, else `~/.local/state/mcp-sidecar`): `outcomes.sqlite`,
+`permissions.sqlite`, `tokens.sqlite` (scoped bearer tokens, hashed), `pins.sqlite` (pinned
+tool definitions) and `managed/` (retained text). It is private: created 0700 with every
+file in it 0600, and refused when others can write it (`sidecar.state_dir`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, Self
+
+from managed_store import ManagedStore
+from sidecar.codemode import (
+    DEFAULT_LIMITS,
+    CodeModeLimits,
+    CodeModeSetting,
+    Sandbox,
+    codemode_snapshot,
+)
+from sidecar.errors import SidecarError
+from sidecar.events import EventBus, RegistryChanged
+from sidecar.hooks import Hooks
+from sidecar.managed_read import managed_read_tool
+from sidecar.metadata import DEFAULT_MAX_METADATA_BYTES
+from sidecar.outcome import Outcome
+from sidecar.outcome_log import SqliteOutcomeLog
+from sidecar.overrides import Overrides
+from sidecar.permission import PermissionRule
+from sidecar.permission_service import PermissionService
+from sidecar.pins import Pins, SqlitePinStore
+from sidecar.plugins import PluginHost
+from sidecar.profiles import Profiles
+from sidecar.registry import Registry, Tools, application_registry
+from sidecar.seam import Seam
+from sidecar.snapshot import Snapshot, SnapshotStore, select
+from sidecar.sqlite_wal import DEFAULT_WAL_CAP_BYTES
+from sidecar.state_dir import prepare_state_dir
+from sidecar.state_usage import state_usage
+from sidecar.store_pressure import StorePressure
+from sidecar.tokens import SqliteTokenStore, TokenStore
+from sidecar.tool import DEFAULT_BOUNDS, Bounds
+
+if TYPE_CHECKING:  # types only: the core never imports a bridge at run time
+    from bridges.manifest import ManifestSet
+    from bridges.manifest_sources import ManifestSources
+    from bridges.mcp import ServerHealth
+
+log = logging.getLogger("sidecar.location")
+
+DEFAULT_RETENTION_SECONDS = 7 * 86400
+DEFAULT_STORE_QUOTA_BYTES = 2 * 1024**3
+
+
+def default_state_dir() -> Path:
+    explicit = os.environ.get("SIDECAR_STATE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
+    return base / "mcp-sidecar"
+
+
+class AttachSources(Protocol):
+    """Attach the sources a Location's manifests declare; entering sets `location.manifests`
+    and the result becomes `location.sources`."""
+
+    def __call__(
+        self,
+        location: Location,
+        entries: Sequence[str | os.PathLike[str]],
+        *,
+        base_bounds: Bounds,
+        plugins: Sequence[str] = (),
+        entry_point_plugins: bool = True,
+    ) -> AbstractAsyncContextManager[ManifestSources]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Wiring:
+    """What the composition root supplies to `Location.open`."""
+
+    attach_sources: AttachSources
+
+
+class NotWired(SidecarError):
+    """`Location.open` was called on the core class without a `Wiring`."""
+
+
+class Location:
+    """One workspace: registry, hooks, permissions, plugins, seam services.
+
+    Build it with `Location.open`.
+    """
+
+    def __init__(
+        self, *, name: str, root: Path, state_dir: Path, seam: Seam, registry: Registry,
+        events: EventBus, permissions: PermissionService, plugins: PluginHost,
+    ) -> None:
+        self.name = name
+        self.root = root
+        self.state_dir = state_dir
+        self.seam = seam
+        self.registry = registry
+        self.events = events
+        self.permissions = permissions
+        self.plugins = plugins
+        self.manifests: ManifestSet  # set by the sources when they attach
+        self.tools = Tools(registry)
+        self.snapshots = SnapshotStore()
+        self.store_pressure = StorePressure()
+        self.sources: ManifestSources | None = None
+        self.sandbox: Sandbox | None = None
+        self.codemode: CodeModeSetting = "direct"
+        self.codemode_limits: CodeModeLimits = DEFAULT_LIMITS
+        self.retention_seconds: float = DEFAULT_RETENTION_SECONDS
+        self.store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES
+        self.profiles = Profiles()
+        self.overrides = Overrides()
+        self.pins = Pins(None, events)
+        """Definition pinning (`sidecar.pins`), in `<state>/pins.sqlite`."""
+        self.pins.on_approve = self.profiles.changed
+        self.profiles.common.append(self.pins.reshape)
+        self.profiles.common.append(self.overrides.reshape_common)
+        self.profiles.wrappers.append(self.overrides.reshape_profile)
+        self.tokens: TokenStore | None = None
+        """Scoped bearer tokens (`sidecar.tokens`), in `<state>/tokens.sqlite`."""
+
+    @classmethod
+    def default_wiring(cls) -> Wiring:
+        """The wiring `open` uses when it is given none; `sidecar.Location` supplies it."""
+        raise NotWired(
+            "sidecar.location.Location has no default wiring: use `from sidecar import "
+            "Location`, or pass `wiring=`"
+        )
+
+    @property
+    def hooks(self) -> Hooks:
+        return self.seam.hooks
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        root: str | os.PathLike[str] = ".",
+        *,
+        state_dir: str | os.PathLike[str] | None = None,
+        manifests: Sequence[str | os.PathLike[str]] = (),
+        name: str = "default",
+        bounds: Bounds = DEFAULT_BOUNDS,
+        metadata_max_bytes: int = DEFAULT_MAX_METADATA_BYTES,
+        retention_seconds: float = DEFAULT_RETENTION_SECONDS,
+        store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES,
+        wal_cap_bytes: int = DEFAULT_WAL_CAP_BYTES,
+        durable: bool = True,
+        plugins: Iterable[str] = (),
+        entry_point_plugins: bool = True,
+        permission_defaults: Iterable[PermissionRule] = (),
+        ask_timeout: float | None = None,
+        watch: bool = False,
+        codemode: CodeModeSetting = "direct",
+        codemode_limits: CodeModeLimits = DEFAULT_LIMITS,
+        wiring: Wiring | None = None,
+    ) -> AsyncIterator[Self]:
+        """Open a Location.
+
+        Invalid manifest entries are logged and kept in `location.manifests.problems`; the
+        valid ones still load. `watch=True` reloads the manifests when their files change
+        (see `bridges.manifest_sources`). `durable=False` keeps no outcome log (benchmarks).
+        `retention_seconds` applies to retained texts and to stored outcomes alike (a call
+        id replayed after its outcome was pruned gets an `expired` error);
+        `wal_cap_bytes` caps the outcome log's write-ahead log (see `sidecar.sqlite_wal`).
+        `wiring` defaults to `default_wiring()`.
+        """
+        wired = wiring if wiring is not None else cls.default_wiring()
+        root_dir = await asyncio.to_thread(Path(root).resolve)
+        state = Path(state_dir) if state_dir is not None else default_state_dir()
+        loosened = await asyncio.to_thread(prepare_state_dir, state)  # or UnsafeStateDir
+        if loosened is not None:
+            log.warning("%s", loosened)
+        async with AsyncExitStack() as stack:
+            store = await ManagedStore.open(
+                state / "managed", ttl_seconds=retention_seconds, quota_bytes=store_quota_bytes,
+                cleanup_interval=min(3600.0, max(1.0, retention_seconds / 10)),
+            )
+            stack.push_async_callback(store.aclose)
+            outcomes = None
+            if durable:
+                outcomes = await SqliteOutcomeLog.open(
+                    state / "outcomes.sqlite", retention_seconds=retention_seconds,
+                    wal_cap_bytes=wal_cap_bytes,
+                )
+                stack.push_async_callback(outcomes.aclose)
+            events = EventBus()
+            permissions = await PermissionService.open(
+                state / "permissions.sqlite" if durable else None,
+                location=name,
+                defaults=tuple(permission_defaults),
+                ask_timeout=ask_timeout,
+                events=events,
+            )
+            stack.push_async_callback(permissions.aclose)
+            seam = Seam(
+                store=store, outcomes=outcomes, location=name, bounds=bounds,
+                metadata_max_bytes=metadata_max_bytes, events=events,
+            )
+            registry = Registry(parent=application_registry)
+            stack.callback(registry.detach)
+            registry.on_change(lambda: events.publish(RegistryChanged(registry.version)))
+            host = PluginHost(registry)
+            stack.callback(host.close)
+            location = cls(
+                name=name, root=root_dir, state_dir=state, seam=seam, registry=registry,
+                events=events, permissions=permissions, plugins=host,
+            )
+            location.tokens = await SqliteTokenStore.open(state / "tokens.sqlite")
+            stack.push_async_callback(location.tokens.aclose)
+            if durable:
+                location.pins.store = await SqlitePinStore.open(state / "pins.sqlite")
+            stack.push_async_callback(location.pins.aclose)
+            await location.pins.load()
+            loop = asyncio.get_running_loop()
+            # pins are checked as soon as an upstream's tools change, not at the next snapshot
+            registry.on_change(lambda: _call_soon(loop, location.check_definitions))
+            location.sandbox = await stack.enter_async_context(Sandbox())  # workers start lazily
+            location.codemode, location.codemode_limits = codemode, codemode_limits
+            location.retention_seconds = retention_seconds
+            location.store_quota_bytes = store_quota_bytes
+            registry.register(
+                {"managed_read": managed_read_tool(store, bounds)}, label="builtin", builtin=True
+            )
+            location.sources = await stack.enter_async_context(wired.attach_sources(
+                location, manifests, base_bounds=bounds, plugins=list(plugins),
+                entry_point_plugins=entry_point_plugins,
+            ))
+            if watch:
+                watcher = asyncio.create_task(location.sources.watch(), name="manifest-watch")
+                stack.push_async_callback(_cancel_and_wait, watcher)
+            yield location
+
+    def snapshot(
+        self,
+        *,
+        session_id: str | None = None,
+        allow: Iterable[str] | None = None,
+        deny: Iterable[str] | None = None,
+        final_step: bool = False,
+        hide_denied: bool = True,
+        codemode: CodeModeSetting | None = None,
+        keep: bool = True,
+        profile: str | None = None,
+    ) -> Snapshot:
+        """Capture the effective tools for one model request and keep it addressable by id.
+
+        `allow`/`deny` are globs over effective names; `hide_denied` leaves out tools the
+        permission policy denies outright for `session_id` (visibility, not authorization:
+        tools still ask for permission when called). `codemode` ("direct", "codemode",
+        "both"; default the Location's setting) chooses direct tools, the Code Mode
+        `execute`/`search_tools`/`describe_tools` built-ins, or both. `keep=False` returns a
+        snapshot that is not kept by id (`location.snapshots`): for a listing, or a holder that
+        keeps the snapshot itself, so that it never evicts one a caller will look up.
+        `profile` names a profile (`sidecar.profiles`; None: the default one): only its tools
+        are captured, served its way; an undeclared name raises `UnknownProfile`.
+        """
+        chosen = self.profiles.resolve(profile)
+        effective = self.profiles.entries(chosen, self.registry.effective())
+        entries = select(effective, allow, deny)
+        removed = set(effective) - set(entries)
+        if hide_denied:
+            denied = self.permissions.outright_denial(
+                session_id or "", chosen.rules if chosen is not None else ()
+            )
+            removed.update(
+                name for name, entry in entries.items()
+                if denied(entry.tool.permission_action or name)
+            )
+        for hook in self.hooks.definitions:
+            kept = tuple(e.definition for n, e in entries.items() if n not in removed)
+            removed.update(hook(session_id, kept) or ())
+        captured = {n: e for n, e in entries.items() if n not in removed}
+        mode = codemode or (chosen.codemode if chosen is not None else None) or self.codemode
+        snapshot = codemode_snapshot(
+            self.seam, captured, mode=mode, sandbox=self.sandbox,
+            limits=self.codemode_limits, session_id=session_id, final_step=final_step,
+            removed=removed,
+        )
+        snapshot.profile = chosen.name if chosen is not None else self.profiles.default_name
+        return self.snapshots.add(snapshot) if keep else snapshot
+
+    def check_definitions(self) -> None:
+        """Compare every MCP tool with its pin now (`sidecar.pins`); changes become events."""
+        self.profiles.entries(None, self.registry.effective())
+
+    async def health(self) -> dict[str, Any]:
+        """The truth about this Location: servers, plugins, manifest problems, store usage,
+        the state directory's size by part and what pruning and eviction removed
+        (`state`, see `sidecar.state_usage`).
+
+        `status` is "ok" when every enabled server is ready, no plugin failed, the
+        manifests have no errors and no tool of a `pin = "hold"` server differs from its pin;
+        else "degraded" (`definition_changes` lists every change, `warn` ones included).
+        """
+        servers = {name: h.to_json() for name, h in self.server_health().items()}
+        plugins = {ref: s.to_json() for ref, s in self.plugins.status.items()}
+        problems = [
+            {"file": p.file, "path": p.path, "message": p.message, "severity": p.severity}
+            for p in self.manifests.problems
+        ]
+        pending = self.sources.reload_problems if self.sources is not None else []
+        reload_problems = [
+            {"file": p.file, "path": p.path, "message": p.message} for p in pending
+        ]
+        stats = await self.seam.store.stats()
+        degraded = (
+            any(s["state"] not in ("ready", "disabled") for s in servers.values())
+            or any(p["state"] == "failed" for p in plugins.values())
+            or any(p["severity"] == "error" for p in problems)
+            or bool(reload_problems)
+            or any(c.policy == "hold" for c in self.pins.held.values())
+        )
+        return {
+            "status": "degraded" if degraded else "ok",
+            "location": self.name,
+            "servers": servers,
+            "plugins": plugins,
+            "manifest_problems": problems,
+            "reload_problems": reload_problems,
+            "definition_changes": [c.to_json() for c in self.pins.held.values()],
+            "store": {"objects": stats.count, "bytes": stats.bytes,
+                      **self.store_pressure.report(stats, self.store_quota_bytes)},
+            "state": await state_usage(
+                self.state_dir, self.seam.outcomes, stats,
+                retention_seconds=self.retention_seconds, quota_bytes=self.store_quota_bytes,
+            ),
+            "tools": len(self.registry.effective()),
+            "reserved_name_conflicts": [c.to_json() for c in self.registry.reserved_conflicts()],
+        }
+
+    def server_health(self) -> dict[str, ServerHealth]:
+        """Health of the upstream MCP servers, by manifest key."""
+        pool = self.sources.pool if self.sources is not None else None
+        return pool.health() if pool is not None else {}
+
+    async def reload_manifests(self) -> bool:
+        """Re-read and apply the manifests (all valid) or keep the last good ones (False)."""
+        if self.sources is None:
+            return False
+        return await self.sources.reload()
+
+    async def outcome(self, call_id: str) -> Outcome | None:
+        """The durable outcome of a settled call, if any."""
+        if self.seam.outcomes is None:
+            return None
+        return await self.seam.outcomes.get(self.name, call_id)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
+    loop.call_soon(fn)
+
+
+async def _cancel_and_wait(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.wait([task])

@@ -1,0 +1,124 @@
+"""`/v1/auth/{server}`: OAuth logins of the Location's HTTP servers, started in the daemon.
+
+    GET  /v1/auth/{server}        the server's authorization (as `sidecar auth status --json`)
+                                  and the state of a login started here
+    POST /v1/auth/{server}/login  start a login: answers once the authorization URL is known
+                                  (202, `authorization_url`), or with the result when the grant
+                                  needs no browser (client credentials: 200)
+
+The daemon listens for the redirect on its own loopback callback (127.0.0.1), so the browser
+that opens the URL must run on the daemon's machine. The tokens go to the state directory,
+where the waiting server finds them (`bridges.mcp.oauth`). One login per server at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from bridges.mcp.oauth.login import login
+from bridges.mcp.oauth.records import grant_status
+from sidecar.token_store import FileTokenStore
+
+if TYPE_CHECKING:
+    from sidecar.location import Location
+
+URL_WAIT = 30.0
+"""How long `POST .../login` waits for discovery and registration to give the URL."""
+
+
+@dataclass(slots=True)
+class _Login:
+    state: str = "pending"  # pending | authorized | failed
+    authorization_url: str | None = None
+    message: str | None = None
+    started_at: float = field(default_factory=time.time)
+    url_known: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"state": self.state, "authorization_url": self.authorization_url,
+                "message": self.message, "started_at": self.started_at}
+
+
+class AuthApi:
+    def __init__(self, location: Location) -> None:
+        self.location = location
+        self.store = FileTokenStore(location.state_dir)
+        self.logins: dict[str, _Login] = {}
+
+    def routes(self, handled: Any) -> list[Route]:
+        return [
+            Route("/v1/auth/{server}", handled(self.status), methods=["GET"]),
+            Route("/v1/auth/{server}/login", handled(self.start_login), methods=["POST"]),
+        ]
+
+    def _config(self, server: str) -> Any:
+        sourced = self.location.manifests.servers.get(server)
+        config = sourced.value if sourced is not None else None
+        if config is None or config.url is None or config.oauth_mode == "none":
+            return None
+        return config
+
+    async def status(self, request: Request) -> Response:
+        server = request.path_params["server"]
+        config = self._config(server)
+        record = await self.store.get(server)
+        if config is None and record is None:
+            return _not_found(server)
+        report = grant_status(server, config, record, time.time())
+        running = self.logins.get(server)
+        report["login"] = running.to_json() if running is not None else None
+        return JSONResponse({"server": server, **report})
+
+    async def start_login(self, request: Request) -> Response:
+        server = request.path_params["server"]
+        config = self._config(server)
+        if config is None:
+            return _not_found(server)
+        running = self.logins.get(server)
+        if running is not None and running.state == "pending":
+            return JSONResponse({"server": server, **running.to_json()}, status_code=202)
+        attempt = _Login()
+        self.logins[server] = attempt
+
+        async def show(url: str) -> None:
+            attempt.authorization_url = url
+            attempt.url_known.set()
+
+        async def run() -> None:
+            try:
+                result = await login(server, config, self.store, show=show)
+                attempt.state = "authorized" if result.ok else "failed"
+                attempt.message = result.message
+            except Exception as exc:  # reported through the API, never raised into the loop
+                attempt.state, attempt.message = "failed", f"{type(exc).__name__}: {exc}"
+            finally:
+                attempt.url_known.set()
+
+        attempt.task = asyncio.create_task(run(), name=f"oauth login {server}")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(attempt.url_known.wait()), URL_WAIT)
+        status = 202 if attempt.state == "pending" else 200
+        return JSONResponse({"server": server, **attempt.to_json()}, status_code=status)
+
+    async def aclose(self) -> None:
+        for attempt in self.logins.values():
+            if attempt.task is not None and not attempt.task.done():
+                attempt.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await attempt.task
+
+
+def _not_found(server: str) -> Response:
+    return JSONResponse({"error": {
+        "code": "unknown_server", "field": "server",
+        "message": f"no HTTP server {server!r} that may use OAuth in the manifests"}},
+        status_code=404)

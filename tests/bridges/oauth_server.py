@@ -1,0 +1,138 @@
+"""An OAuth-protected MCP server for the tests: one ASGI app that is both the resource server
+(`/mcp`, a stateless `mcp` SDK server behind a Bearer check) and its authorization server
+(RFC 9728 and RFC 8414 metadata, dynamic registration, an `/authorize` that redirects straight
+back with a code, a token endpoint with refresh-token rotation, revocation).
+
+Tokens are random and expire after `expires_in` seconds; `grants` records every token
+request's grant type, `rejected` counts the MCP requests answered 401.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import secrets
+import time
+from typing import Any
+from urllib.parse import urlencode
+
+import mcp_types as types
+from mcp.server import Server
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+
+class OAuthServer:
+    def __init__(self, *, expires_in: int = 3600) -> None:
+        self.expires_in = expires_in
+        self.base = ""
+        self.access: dict[str, float] = {}
+        self.refresh: set[str] = set()
+        self.codes: dict[str, str] = {}
+        self.grants: list[str] = []
+        self.rejected = 0
+        self.revoked: list[str] = []
+        server = Server("protected", on_list_tools=self._list_tools, on_call_tool=self._call)
+        self._mcp = server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True,
+                                               json_response=True)
+        self._oauth = Starlette(routes=[
+            Route("/.well-known/oauth-protected-resource/mcp", self._resource_metadata),
+            Route("/.well-known/oauth-authorization-server", self._server_metadata),
+            Route("/authorize", self._authorize),
+            Route("/token", self._token, methods=["POST"]),
+            Route("/register", self._register, methods=["POST"]),
+            Route("/revoke", self._revoke, methods=["POST"]),
+        ])
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] != "/mcp":
+            await self._oauth(scope, receive, send)
+            return
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            token = headers.get(b"authorization", b"").decode().removeprefix("Bearer ")
+            if self.access.get(token, 0.0) < time.time():
+                self.rejected += 1
+                metadata = f"{self.base}/.well-known/oauth-protected-resource/mcp"
+                response = JSONResponse({"error": "invalid_token"}, status_code=401, headers={
+                    "WWW-Authenticate": f'Bearer resource_metadata="{metadata}"'})
+                await response(scope, receive, send)
+                return
+        await self._mcp(scope, receive, send)
+
+    # --- the MCP server ----------------------------------------------------------------
+
+    async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[types.Tool(
+            name="whoami", input_schema={"type": "object"})])
+
+    async def _call(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        return types.CallToolResult(content=[types.TextContent(text="authorized")])
+
+    # --- the authorization server ------------------------------------------------------
+
+    async def _resource_metadata(self, request: Request) -> Response:
+        return JSONResponse({"resource": f"{self.base}/mcp",
+                             "authorization_servers": [self.base]})
+
+    async def _server_metadata(self, request: Request) -> Response:
+        return JSONResponse({
+            "issuer": self.base,
+            "authorization_endpoint": f"{self.base}/authorize",
+            "token_endpoint": f"{self.base}/token",
+            "registration_endpoint": f"{self.base}/register",
+            "revocation_endpoint": f"{self.base}/revoke",
+            "response_types_supported": ["code"],
+            "grant_types_supported": ["authorization_code", "refresh_token"],
+            "code_challenge_methods_supported": ["S256"],
+            "token_endpoint_auth_methods_supported": ["none"],
+        })
+
+    async def _register(self, request: Request) -> Response:
+        body = await request.json()
+        return JSONResponse({"client_id": "client-" + secrets.token_hex(4),
+                             "redirect_uris": body.get("redirect_uris", []),
+                             "token_endpoint_auth_method": "none"}, status_code=201)
+
+    async def _authorize(self, request: Request) -> Response:
+        query = request.query_params
+        code = secrets.token_urlsafe(16)
+        self.codes[code] = query["code_challenge"]
+        target = f"{query['redirect_uri']}?{urlencode({'code': code, 'state': query['state']})}"
+        return RedirectResponse(target, status_code=302)
+
+    def _issue(self) -> dict[str, Any]:
+        access, refresh = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+        self.access[access] = time.time() + self.expires_in
+        self.refresh.add(refresh)
+        return {"access_token": access, "token_type": "Bearer", "expires_in": self.expires_in,
+                "refresh_token": refresh}
+
+    async def _token(self, request: Request) -> Response:
+        form = await request.form()
+        grant = str(form.get("grant_type"))
+        self.grants.append(grant)
+        if grant == "authorization_code":
+            challenge = self.codes.pop(str(form.get("code")), None)
+            verifier = str(form.get("code_verifier", "")).encode()
+            digest = base64.urlsafe_b64encode(hashlib.sha256(verifier).digest()).rstrip(b"=")
+            if challenge is None or digest.decode() != challenge:
+                return JSONResponse({"error": "invalid_grant"}, status_code=400)
+            return JSONResponse(self._issue())
+        if grant == "refresh_token":
+            old = str(form.get("refresh_token"))
+            if old not in self.refresh:
+                return JSONResponse({"error": "invalid_grant"}, status_code=400)
+            self.refresh.discard(old)  # rotation: a refresh token is used once
+            return JSONResponse(self._issue())
+        return JSONResponse({"error": "unsupported_grant_type"}, status_code=400)
+
+    async def _revoke(self, request: Request) -> Response:
+        form = await request.form()
+        token = str(form.get("token"))
+        self.revoked.append(token)
+        self.refresh.discard(token)
+        self.access.pop(token, None)
+        return Response(status_code=200)

@@ -1,0 +1,108 @@
+"""Issue 26 item 4: idle and half-sent connections time out, a connection cap holds before
+authentication, and a daemon out of descriptors reports `operational`, not `tool_failure`."""
+
+from __future__ import annotations
+
+import json
+import resource
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.hardening.conftest import TEXT_TOOL, Daemon, start_daemon, stop_daemon
+
+LIMITS = {"SIDECAR_HTTP_MAX_CONNECTIONS": "40", "SIDECAR_HTTP_HEADER_TIMEOUT": "2",
+          "SIDECAR_HTTP_BODY_TIMEOUT": "2"}
+
+
+@pytest.fixture
+def limited(tmp_path: Path) -> Iterator[Daemon]:
+    running = start_daemon(tmp_path, env=LIMITS, manifests={"text.toml": TEXT_TOOL})
+    try:
+        yield running
+    finally:
+        stop_daemon(running)
+
+
+def _connect(daemon: Daemon) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", daemon.port), timeout=30)
+    return sock
+
+
+def _answer(sock: socket.socket) -> tuple[int, dict[str, object]]:
+    """Read until the daemon closes: the status and the JSON body (30 s at most: generous,
+    it proves the connection was not left open forever)."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def test_idle_connections_are_capped_then_timed_out(limited: Daemon) -> None:
+    idle = [_connect(limited) for _ in range(40)]
+    try:
+        over = _connect(limited)
+        status, body = _answer(over)  # refused before a byte is read, no token needed
+        assert status == 503 and body["error"]["code"] == "too_many_connections"
+        over.close()
+        for sock in idle:
+            status, body = _answer(sock)
+            assert status == 408 and body["error"]["code"] == "request_timeout"
+    finally:
+        for sock in idle:
+            sock.close()
+    limited.health()
+
+
+def test_half_sent_headers_and_bodies_time_out(limited: Daemon) -> None:
+    headers = _connect(limited)
+    headers.sendall(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthor")
+    body = _connect(limited)
+    body.sendall(b"POST /v1/snapshots HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                 b"Authorization: Bearer " + limited.token.encode() + b"\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+                 b'{"session_')
+    try:
+        status, answer = _answer(headers)
+        assert status == 408 and "headers" in str(answer["error"])
+        status, answer = _answer(body)
+        assert status == 408 and "body" in str(answer["error"])
+    finally:
+        headers.close()
+        body.close()
+    limited.health()
+    assert "Traceback" not in limited.log()
+
+
+def _few_descriptors() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (160, 160))
+
+
+def test_a_daemon_out_of_descriptors_reports_operational(tmp_path: Path) -> None:
+    env = {"SIDECAR_HTTP_MAX_CONNECTIONS": "1000", "SIDECAR_HTTP_HEADER_TIMEOUT": "120"}
+    daemon = start_daemon(tmp_path, env=env, manifests={"text.toml": TEXT_TOOL},
+                          preexec_fn=_few_descriptors)
+    idle: list[socket.socket] = []
+    try:
+        with daemon.client() as client:  # one kept-alive connection, opened first
+            snap = client.post("/v1/snapshots", json={"session_id": "s"}).json()
+            idle.extend(_connect(daemon) for _ in range(200))  # kept as they open
+            call = client.post(f"/v1/snapshots/{snap['id']}/calls", json={
+                "name": "text", "input": {"line": "x", "count": 1},
+                "context": {"session_id": "s", "agent": "a", "message_id": "m",
+                            "call_id": "emfile"}})
+            assert call.status_code == 200, call.text
+            outcome = call.json()
+            assert outcome["error"]["kind"] == "operational", outcome
+        for sock in idle:
+            sock.close()
+        idle.clear()
+        daemon.health(timeout=30)
+        assert "Too many open files" in daemon.log()
+    finally:
+        for sock in idle:
+            sock.close()
+        stop_daemon(daemon)
