@@ -211,10 +211,10 @@ class Pins:
             raise NotHeld(f"no definition change of {name!r} is waiting (waiting: {pending})")
         pin = Pin(change.key, change.fingerprint, change.definition, time.time())
         self.pins[pin.key] = pin
+        self.held.pop(change.key, None)  # a check while the pin is written may have done it
+        self.on_approve()
         if self.store is not None:
             await self.store.put(pin)
-        del self.held[change.key]
-        self.on_approve()
         return change
 
     async def aclose(self) -> None:
