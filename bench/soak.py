@@ -357,6 +357,9 @@ def write_results(path: Path, text: str) -> None:
     if BEGIN in old and END in old:
         head, rest = old.split(BEGIN, 1)
         new = head + block + rest.split(END, 1)[1]
+    elif "\n## History" in old:  # current results come before the dated history
+        head, rest = old.split("\n## History", 1)
+        new = head.rstrip("\n") + "\n\n" + block + "\n\n## History" + rest
     else:
         new = old.rstrip("\n") + "\n\n" + block + "\n"
     path.write_text(new)

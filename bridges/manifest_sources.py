@@ -39,13 +39,13 @@ from bridges.manifest_tools import ManifestTools, manifest_tool_validator
 from bridges.mcp import ServerPool
 from sidecar.errors import RegistrationError, SchemaDefinitionError
 from sidecar.events import ManifestsReloaded, ServerHealthChanged
+from sidecar.grant_store import FileGrantStore
 from sidecar.overrides import Override, OverrideError, reshape_all
 from sidecar.permission import PermissionRule
 from sidecar.pins import PinPolicy
 from sidecar.plugins import entry_point_refs
 from sidecar.profiles import Profile
 from sidecar.registry import Entry
-from sidecar.token_store import FileTokenStore
 from sidecar.tool import Bounds
 
 if TYPE_CHECKING:
@@ -205,7 +205,7 @@ class ManifestSources:
             on_health=lambda key, health: events.publish(
                 ServerHealthChanged(key, health.to_json())
             ),
-            tokens=FileTokenStore(location.state_dir),
+            grants=FileGrantStore(location.state_dir),
         )
         await self.pool.__aenter__()
         location.manifests = loaded

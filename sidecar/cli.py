@@ -2,7 +2,9 @@
 
     sidecar serve [--host H] [--port P] [--no-auth]   the daemon over HTTP (/v1, /mcp, /metrics)
                                                       (refuses weak tokens, --no-auth off loopback)
-    sidecar stdio                                     the daemon as an MCP server on stdin/stdout
+    sidecar stdio [--standalone]                      an MCP client's door to the daemon
+    sidecar daemon [--idle-exit S]                    the daemon on its local doors only
+    sidecar client-config CLIENT [--install]          an MCP client's configuration
     sidecar tools [--format mcp|openai|anthropic|gemini] [--json]
     sidecar call NAME [--input JSON] [--json]         one call through the seam
     sidecar managed read REF [--offset N] [--limit N] [--pattern RE] [--start C] [--length N]
@@ -10,10 +12,14 @@
     sidecar check FILE... [--json] | --schema         validate manifests (no daemon)
     sidecar auth login NAME [--no-browser] | status [--json] | logout NAME   OAuth logins
 
-`tools`, `call`, `managed` and `health` talk to a running daemon when one is configured
-(`--url` or `$SIDECAR_URL`, or the `daemon.json` a running `sidecar serve` wrote into the state
-directory; token from `$SIDECAR_TOKEN` or `<state>/token`), else they run an embedded daemon
-on the state directory and the manifests.
+One daemon owns a state directory (`sidecar.local_door`). `stdio`, `tools`, `call`, `managed`
+and `health` attach to it through the Unix sockets in the state directory, and start it on
+demand when none runs (it exits after `--idle-exit` seconds without clients); `--url` or
+`$SIDECAR_URL` names a daemon over HTTP instead (token from `$SIDECAR_TOKEN` or
+`<state>/token`), `--embedded` runs the command in this process, and `stdio --standalone` serves
+its client from this process alone. Manifests: `--manifests`, else `$SIDECAR_MANIFESTS` (even
+empty), else the bundled `manifests/` directory of this checkout; a client that names
+manifests other than the running daemon's is refused.
 
 Exit codes: 0 success; 1 the call ended in an error outcome (or `check` found errors, or
 `health` is degraded); 2 usage error (or the daemon refused the request, or `serve` refused an
@@ -29,6 +35,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -36,10 +43,11 @@ from typing import TYPE_CHECKING, Any
 
 from bridges.manifest import load_manifests, manifest_json_schema
 from bridges.manifest_tools import manifest_tool_validator
-from sidecar import cli_tokens
+from sidecar import cli_tokens, client_config
+from sidecar.local_door import DEFAULT_IDLE_EXIT, OwnerLock
 from sidecar.serve.replay import FORMATS
 from sidecar.serve.serve_policy import UnsafeConfiguration
-from sidecar.state_dir import UnsafeStateDir
+from sidecar.state_dir import UnsafeStateDir, prepare_state_dir
 
 if TYPE_CHECKING:
     from sidecar.cli_backends import Backend
@@ -58,15 +66,23 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--state-dir", help="state directory (default: $SIDECAR_STATE_DIR or "
                         "$XDG_STATE_HOME/mcp-sidecar)")
     common.add_argument("--manifests", action="append", default=None, metavar="DIR",
-                        help="manifest directory or file (repeatable; default $SIDECAR_MANIFESTS)")
+                        help="manifest directory or file (repeatable; default "
+                        "$SIDECAR_MANIFESTS, else the bundled manifests/ directory)")
+    common.add_argument("--no-manifests", action="store_true",
+                        help="load no manifests (not even the bundled ones)")
     common.add_argument("--json", action="store_true", help="machine-readable output")
-    client = argparse.ArgumentParser(add_help=False, parents=[common])
+    idle = argparse.ArgumentParser(add_help=False)
+    idle.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
+                      help="a daemon started on demand exits after this long without clients "
+                      f"(default $SIDECAR_IDLE_EXIT or {DEFAULT_IDLE_EXIT:g})")
+    client = argparse.ArgumentParser(add_help=False, parents=[common, idle])
     client.add_argument("--url", default=None,
                         help="a running daemon (default $SIDECAR_URL, or the state directory's)")
     client.add_argument("--embedded", action="store_true",
                         help="run an embedded daemon even when one is running")
 
     parser = argparse.ArgumentParser(prog="sidecar", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve_p = sub.add_parser("serve", parents=[common], help="run the daemon over HTTP")
     serve_p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
@@ -80,8 +96,13 @@ def _parser() -> argparse.ArgumentParser:
                          "entropy (also $SIDECAR_ALLOW_WEAK_TOKEN=1)")
     serve_p.add_argument("--allowed-host", action="append", default=[], metavar="HOST",
                          help="an extra Host/Origin name to accept (repeatable)")
-    stdio_p = sub.add_parser("stdio", parents=[common],
-                             help="run the daemon as an MCP server over stdin/stdout")
+    stdio_p = sub.add_parser("stdio", parents=[common, idle],
+                             help="serve an MCP client on stdin/stdout from the state's daemon")
+    stdio_p.add_argument("--standalone", action="store_true",
+                         help="serve this client from this process alone (no shared daemon)")
+    daemon_p = sub.add_parser("daemon", parents=[common, idle],
+                              help="run the daemon on its local doors only (Unix sockets)")
+    daemon_p.add_argument("--no-auth", action="store_true", help=argparse.SUPPRESS)
     stdio_p.add_argument("--profile", default=os.environ.get("SIDECAR_PROFILE") or None,
                          help="serve this profile's tools (default $SIDECAR_PROFILE, else the "
                          "default profile)")
@@ -93,11 +114,14 @@ def _parser() -> argparse.ArgumentParser:
                        "needs the running daemon)")
     call = sub.add_parser("call", parents=[client], help="call one tool through the seam")
     call.add_argument("name")
-    call.add_argument("--input", default="{}", help="the tool input as JSON (default {})")
+    call.add_argument("--input", default="{}",
+                      help="the tool input as JSON (default {}); @FILE reads it from a file, "
+                      "- from stdin")
     call.add_argument("--session", default="cli", help="session id (default: cli)")
     call.add_argument("--call-id", default=None, help="call id (default: a fresh one)")
     call.add_argument("--progress", action="store_true",
-                      help="show progress snapshots on stderr even when it is not a terminal")
+                      help="show progress on stderr even when it is not a terminal (then as "
+                      "plain lines)")
     managed = sub.add_parser("managed", help="retained text")
     managed_sub = managed.add_subparsers(dest="managed_command", required=True)
     read = managed_sub.add_parser("read", parents=[client], help="read retained text")
@@ -110,6 +134,7 @@ def _parser() -> argparse.ArgumentParser:
     read.add_argument("--length", type=int, default=None,
                       help="with --start: how many characters (default: as many as fit)")
     sub.add_parser("health", parents=[client], help="per-server status")
+    client_config.add_parser(sub, [common])
     cli_tokens.add_parser(sub, common)
     check = sub.add_parser("check", help="validate manifests without starting anything")
     check.add_argument("files", nargs="*", metavar="FILE", help="manifest files or directories")
@@ -129,11 +154,65 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _manifests(args: argparse.Namespace) -> list[str]:
-    if args.manifests:
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mcp-sidecar")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+BUNDLED_MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
+"""The `manifests/` directory of the checkout the package is installed from (editable)."""
+
+
+def _explicit_manifests(args: argparse.Namespace) -> list[str] | None:
+    """The manifests the command names (`--manifests`, `--no-manifests`, or
+    `$SIDECAR_MANIFESTS` when set, even empty), else None."""
+    if getattr(args, "no_manifests", False):
+        return []
+    if getattr(args, "manifests", None):
         return list(args.manifests)
-    env = os.environ.get("SIDECAR_MANIFESTS", "")
-    return [p for p in env.split(os.pathsep) if p]
+    env = os.environ.get("SIDECAR_MANIFESTS")
+    if env is not None:
+        return [p for p in env.split(os.pathsep) if p]
+    return None
+
+
+def _manifests(args: argparse.Namespace) -> list[str]:
+    """What a daemon started by this command loads: the named manifests, else the bundled
+    directory (when this checkout has one)."""
+    explicit = _explicit_manifests(args)
+    if explicit is not None:
+        return explicit
+    return [str(BUNDLED_MANIFESTS)] if BUNDLED_MANIFESTS.is_dir() else []
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    if args.state_dir:
+        return Path(args.state_dir)
+    explicit = os.environ.get("SIDECAR_STATE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_STATE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".local" / "state") / "mcp-sidecar"
+
+
+def _idle_exit(args: argparse.Namespace) -> float:
+    from sidecar.local_door import idle_exit_default
+
+    value = getattr(args, "idle_exit", None)
+    return float(value) if value is not None else idle_exit_default()
+
+
+def _read_input(raw: str) -> str:
+    """`--input`: JSON text, `@FILE` (the file's text) or `-` (stdin)."""
+    if raw == "-":
+        return sys.stdin.read()
+    if raw.startswith("@"):
+        return Path(raw[1:]).read_text(encoding="utf-8")
+    return raw
 
 
 class Style:
@@ -216,24 +295,51 @@ def _state_line(state: dict[str, Any]) -> str:
 def _print_health(report: dict[str, Any], as_json: bool) -> int:
     if as_json:
         print(json.dumps(report, indent=2))
-    else:
-        style = Style(sys.stdout)
-        colour = "32" if report["status"] == "ok" else "33"
-        print(f"status: {style(report['status'], colour)}  tools: {report['tools']}  "
-              f"store: {report['store']['objects']} objects, {report['store']['bytes']:,} bytes")
-        if report.get("state"):
-            print(_state_line(report["state"]))
-        for name, server in sorted(report.get("servers", {}).items()):
-            state = server.get("state", "?")
-            mark = style(state, "32" if state == "ready" else "31")
-            error = f"  ({server['last_error']})" if server.get("last_error") else ""
-            print(f"  {name}: {mark}, {server.get('tool_count', 0)} tools{error}")
-        for ref, plugin in sorted(report.get("plugins", {}).items()):
-            print(f"  plugin {ref}: {plugin['state']}")
-        for problem in report.get("manifest_problems", []):
-            if problem["severity"] == "error":
-                print(f"  manifest {problem['file']}: {problem['path']}: {problem['message']}")
+        return EXIT_OK if report["status"] == "ok" else EXIT_TOOL_ERROR
+    style = Style(sys.stdout)
+    daemon = report.get("daemon")
+    if isinstance(daemon, dict):
+        manifests = ", ".join(daemon.get("manifests") or ()) or "none"
+        print(f"daemon: pid {daemon.get('pid')} ({daemon.get('started')}), state "
+              f"{daemon.get('state_dir')}, manifests: {manifests}"
+              + (f", {daemon['url']}" if daemon.get("url") else ""))
+    colour = "32" if report["status"] == "ok" else "33"
+    print(f"status: {style(report['status'], colour)}  tools: {report['tools']}  "
+          f"store: {report['store']['objects']} objects, {report['store']['bytes']:,} bytes")
+    if report.get("state"):
+        print(_state_line(report["state"]))
+    for name, server in sorted(report.get("servers", {}).items()):
+        state = server.get("state", "?")
+        mark = style(state, "32" if state == "ready" else "31")
+        error = f"  ({server['last_error']})" if server.get("last_error") else ""
+        print(f"  {name}: {mark}, {server.get('tool_count', 0)} tools{error}")
+    for ref, plugin in sorted(report.get("plugins", {}).items()):
+        print(f"  plugin {ref}: {plugin['state']}")
+    reasons = _degraded_reasons(report)
+    if reasons:
+        print("degraded because:")
+        for reason in reasons:
+            print(f"  - {reason}")
     return EXIT_OK if report["status"] == "ok" else EXIT_TOOL_ERROR
+
+
+def _degraded_reasons(report: dict[str, Any]) -> list[str]:
+    """Why `status` is "degraded", one plain sentence each."""
+    reasons = []
+    for name, server in sorted(report.get("servers", {}).items()):
+        state = server.get("state")
+        if state in ("ready", "disabled"):
+            continue
+        why = f": {server['last_error']}" if server.get("last_error") else ""
+        reasons.append(f"server {name} is {state}{why}")
+    reasons += [f"plugin {ref} failed: {plugin.get('error') or plugin.get('last_error') or ''}"
+                .rstrip(": ") for ref, plugin in sorted(report.get("plugins", {}).items())
+                if plugin.get("state") == "failed"]
+    reasons += [f"manifest {p['file']}: {p['path']}: {p['message']}"
+                for p in report.get("manifest_problems", []) if p.get("severity") == "error"]
+    reasons += [f"manifest reload rejected: {p['file']}: {p['path']}: {p['message']}"
+                for p in report.get("reload_problems", [])]
+    return reasons
 
 
 async def stdio(
@@ -246,19 +352,22 @@ async def stdio(
 
 
 async def serve(
-    *, state_dir: str | None, manifests: list[str], host: str, port: int, auth: bool,
-    allowed_hosts: list[str], allow_weak_token: bool, allow_no_auth_on_network: bool,
+    *, state_dir: str | None, manifests: list[str], host: str, port: int | None, auth: bool,
+    allowed_hosts: list[str], allow_weak_token: bool = False,
+    allow_no_auth_on_network: bool = False, idle_exit: float | None = None,
+    owner: OwnerLock | None = None,
 ) -> None:
     """`sidecar.daemon.serve`, imported when called (after `_import_daemon`)."""
     from sidecar.daemon import serve as run_serve
 
     await run_serve(state_dir=state_dir, manifests=manifests, host=host, port=port, auth=auth,
                     allowed_hosts=allowed_hosts, allow_weak_token=allow_weak_token,
-                    allow_no_auth_on_network=allow_no_auth_on_network)
+                    allow_no_auth_on_network=allow_no_auth_on_network, idle_exit=idle_exit,
+                    owner=owner)
 
 
 def _import_daemon(args: argparse.Namespace) -> None:
-    """For `serve` and `stdio`: spawn the manifests' stdio servers, then import the daemon
+    """For the daemon commands: spawn the manifests' stdio servers, then import the daemon
     while they start (`bridges.prestart`; the Location's pool adopts them)."""
     from bridges.prestart import prestart_servers
 
@@ -266,18 +375,39 @@ def _import_daemon(args: argparse.Namespace) -> None:
     import sidecar.daemon  # noqa: F401  (the imports the servers' start overlaps)
 
 
-async def _client(args: argparse.Namespace) -> int:
-    from sidecar.cli_backends import EmbeddedBackend, RemoteBackend, find_daemon
-    from sidecar.daemon import Location, default_state_dir, retention_from_env
+def _attach(args: argparse.Namespace) -> tuple[str, str]:
+    """For the client commands: (kind, where) of the daemon to talk to: ("url", URL),
+    ("socket", PATH) of the state's daemon (started on demand), or ("embedded", "")."""
+    url = args.url or os.environ.get("SIDECAR_URL")
+    if url:
+        return "url", url
+    if args.embedded:
+        return "embedded", ""
+    from sidecar.local_door import HTTP_SOCKET, ensure_daemon
 
-    state = args.state_dir or str(default_state_dir())
-    url = args.url or os.environ.get("SIDECAR_URL") or (
-        None if args.embedded else find_daemon(state)
-    )
+    state = _state_dir(args)
+    info, started = ensure_daemon(state, _explicit_manifests(args), _manifests(args),
+                                  idle_exit=_idle_exit(args))
+    if started:
+        print(f"sidecar: started the {info.describe()}; it exits after "
+              f"{info.idle_exit or 0:g} s without clients", file=sys.stderr)
+    elif sys.stderr.isatty() and not args.json:
+        print(Style(sys.stderr)(f"sidecar: using the {info.describe()}", "2"), file=sys.stderr)
+    return "socket", str(state / HTTP_SOCKET)
+
+
+async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
+    from sidecar.cli_backends import EmbeddedBackend, RemoteBackend
+
+    state = str(_state_dir(args))
     backend: Backend
-    if url is not None:
-        backend = RemoteBackend(url, state)
+    if kind == "url":
+        backend = RemoteBackend(where, state)
+    elif kind == "socket":
+        backend = RemoteBackend("http://localhost", state, uds=where)
     else:
+        from sidecar.daemon import Location, retention_from_env
+
         retention = retention_from_env()
         backend = EmbeddedBackend(
             state, _manifests(args),
@@ -388,12 +518,64 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "auth":
         return _auth(args)
     if args.command == "token":
-        from sidecar.daemon import default_state_dir
+        return int(_run(cli_tokens.run(args, _state_dir(args))))
+    if args.command == "client-config":
+        from sidecar.client_config import run as client_config
 
-        state = Path(args.state_dir) if args.state_dir else default_state_dir()
-        return int(_run(cli_tokens.run(args, state)))
+        return client_config(args, _manifests(args), _state_dir(args))
+    if args.command == "stdio" and not args.standalone:
+        from sidecar.local_door import DoorError, attach_stdio
+
+        try:
+            return attach_stdio(_state_dir(args), _explicit_manifests(args), _manifests(args),
+                                idle_exit=_idle_exit(args), profile=args.profile)
+        except DoorError as exc:
+            print(f"sidecar: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    if args.command in ("stdio", "serve", "daemon"):
+        # SIGTERM before the daemon's loop handles it (`sidecar.start_signals`): unwind, and
+        # stop the servers spawned ahead (`bridges.prestart`) instead of orphaning them.
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        try:
+            return _run_daemon(args)
+        finally:
+            from bridges.prestart import PRESTARTED
+
+            PRESTARTED.discard()
+    from sidecar.cli_backends import Refused, Unreachable
+    from sidecar.local_door import DoorError
+
+    if args.command == "call":
+        try:
+            args.input = _read_input(args.input)
+        except (OSError, UnicodeDecodeError) as exc:
+            print(f"sidecar: --input: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    try:
+        kind, where = _attach(args)
+        return int(_run(_client(args, kind, where)))
+    except DoorError as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Unreachable as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except (Refused, UnsafeStateDir) as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except json.JSONDecodeError as exc:
+        print(f"sidecar: --input is not valid JSON: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(EXIT_OK)
+
+
+def _run_daemon(args: argparse.Namespace) -> int:
+    """`stdio --standalone`, `serve` and `daemon`: the daemon in this process."""
+    _configure_logging()  # stderr only (for stdio: stdout carries MCP messages)
     if args.command == "stdio":
-        _configure_logging()  # stderr only: stdout carries MCP messages
         _import_daemon(args)
         from sidecar.profiles import UnknownProfile
 
@@ -404,48 +586,50 @@ def _main(argv: Sequence[str] | None) -> int:
         except (UnknownProfile, UnsafeStateDir) as exc:
             print(f"sidecar: {exc}", file=sys.stderr)
             return EXIT_USAGE
-    if args.command == "serve":
-        _configure_logging()
-        _import_daemon(args)
-        try:
-            return _daemon_exit(args, lambda: _run(
-                serve(state_dir=args.state_dir, manifests=_manifests(args), host=args.host,
-                      port=args.port, auth=not args.no_auth, allowed_hosts=args.allowed_host,
-                      allow_weak_token=args.allow_weak_token,
-                      allow_no_auth_on_network=args.allow_no_auth_on_network),
-                daemon=True))
-        except (UnsafeConfiguration, UnsafeStateDir) as exc:
-            print(f"sidecar: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-    from sidecar.cli_backends import Refused, Unreachable
+    from sidecar.local_door import OwnerLock, already_owned
 
+    serving = args.command == "serve"
+    state = _state_dir(args)
+    # the lock first: a daemon that is not going to own the state starts no server; but
+    # nothing is written into a state directory that is not private (`sidecar.state_dir`)
     try:
-        return int(_run(_client(args)))
-    except Unreachable as exc:
-        print(f"sidecar: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
-    except Refused as exc:
-        print(f"sidecar: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        loosened = prepare_state_dir(state)
     except UnsafeStateDir as exc:
         print(f"sidecar: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except json.JSONDecodeError as exc:
-        print(f"sidecar: --input is not valid JSON: {exc}", file=sys.stderr)
+    if loosened is not None:
+        print(f"sidecar: warning: {loosened}", file=sys.stderr)
+    owner = OwnerLock.acquire(state)
+    if owner is None:
+        print(f"sidecar: {already_owned(state)}", file=sys.stderr)
+        # a daemon started on demand that lost the race to another: that one serves
+        return EXIT_STATE_IN_USE if serving else EXIT_OK
+    _import_daemon(args)
+    try:
+        return _daemon_exit(args, lambda: _run(
+            serve(state_dir=str(state), manifests=_manifests(args),
+                  host=args.host if serving else "127.0.0.1",
+                  port=args.port if serving else None, auth=not args.no_auth,
+                  allowed_hosts=args.allowed_host if serving else [],
+                  allow_weak_token=serving and args.allow_weak_token,
+                  allow_no_auth_on_network=serving and args.allow_no_auth_on_network,
+                  idle_exit=None if serving else args.idle_exit, owner=owner),
+            daemon=True))
+    except (UnsafeConfiguration, UnsafeStateDir) as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
 
 def _daemon_exit(args: argparse.Namespace, run: Callable[[], Any]) -> int:
     """Run a daemon command; the failures a user causes by starting it twice are one line."""
     from managed_store import StoreInUse
-    from sidecar.daemon import AddressInUse, default_state_dir
+    from sidecar.daemon import AddressInUse
 
     try:
         run()
     except StoreInUse:
-        state = args.state_dir or default_state_dir()
-        print(f"sidecar: another sidecar daemon is running on {state} (one daemon per state "
-              "directory; stop it, or use another --state-dir)", file=sys.stderr)
+        print(f"sidecar: another sidecar daemon is running on {_state_dir(args)} (one daemon "
+              "per state directory; stop it, or use another --state-dir)", file=sys.stderr)
         return EXIT_STATE_IN_USE
     except AddressInUse as exc:
         print(f"sidecar: {exc.strerror}", file=sys.stderr)

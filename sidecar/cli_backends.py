@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import sys
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
@@ -39,8 +40,19 @@ def find_daemon(state_dir: str) -> str | None:
 
 
 def _show_progress(snapshot: dict[str, Any]) -> None:
-    print(f"\r\033[2K… {json.dumps(snapshot, ensure_ascii=False)[:200]}", end="",
-          file=sys.stderr, flush=True)
+    """One progress snapshot on stderr: rewritten in place on a terminal, one plain line per
+    snapshot otherwise (no escape codes into a pipe or a file)."""
+    text = json.dumps(snapshot, ensure_ascii=False)
+    if sys.stderr.isatty():
+        width = shutil.get_terminal_size().columns - 3
+        print(f"\r\033[2K… {text[:max(width, 20)]}", end="", file=sys.stderr, flush=True)
+    else:
+        print(f"progress: {text[:2000]}", file=sys.stderr, flush=True)
+
+
+def _end_progress() -> None:
+    if sys.stderr.isatty():
+        print("\r\033[2K", end="", file=sys.stderr, flush=True)
 
 
 class Backend(Protocol):
@@ -115,7 +127,7 @@ class EmbeddedBackend:
                         _show_progress(event.snapshot)
                 else:
                     waiter.cancel()
-            print("\r\033[2K", end="", file=sys.stderr)
+            _end_progress()
             return (await call).to_json()
 
     async def health(self) -> dict[str, Any]:
@@ -123,7 +135,10 @@ class EmbeddedBackend:
 
 
 class RemoteBackend:
-    def __init__(self, url: str, state_dir: str) -> None:
+    """A daemon over HTTP: at `url`, or through the Unix socket `uds` (then `url` only names
+    the Host the requests carry)."""
+
+    def __init__(self, url: str, state_dir: str, *, uds: str | None = None) -> None:
         token = os.environ.get("SIDECAR_TOKEN")
         if not token:
             try:
@@ -133,9 +148,10 @@ class RemoteBackend:
         headers = {"authorization": f"Bearer {token}"} if token else {}
         import httpx  # only a client of a running daemon needs it (`sidecar stdio` does not)
 
+        transport = httpx.AsyncHTTPTransport(uds=uds) if uds is not None else None
         self._client: httpx.AsyncClient = httpx.AsyncClient(
-            base_url=url, headers=headers, timeout=None)
-        self._url = url
+            base_url=url, headers=headers, timeout=None, transport=transport)
+        self._url = uds or url
 
     async def __aenter__(self) -> RemoteBackend:
         return self
@@ -187,7 +203,7 @@ class RemoteBackend:
         finally:
             follower.cancel()
             await asyncio.wait([follower])
-            print("\r\033[2K", end="", file=sys.stderr)
+            _end_progress()
         return result
 
     async def _follow_progress(self, call_id: str) -> None:

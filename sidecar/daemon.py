@@ -16,14 +16,18 @@ import gc
 import logging
 import os
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from uvicorn import Server as uvicorn_Server
 
+from bridges.child_groups import CHILD_GROUPS, reap_leftovers
 from bridges.manifest_sources import ManifestSources
 from bridges.prestart import PRESTARTED
+from sidecar.local_door import OwnerLock
 from sidecar.location import (
     DEFAULT_RETENTION_SECONDS,
     DEFAULT_STORE_QUOTA_BYTES,
@@ -31,8 +35,12 @@ from sidecar.location import (
     default_state_dir,
 )
 from sidecar.location import Location as CoreLocation
+from sidecar.start_signals import sigterm_cancels
 from sidecar.state_dir import prepare_state_dir, write_private_file
 from sidecar.store_pressure import store_quota_from_env
+
+if TYPE_CHECKING:
+    from sidecar.serve.door import Activity, StdioDoor
 
 __all__ = [
     "DEFAULT_RETENTION_SECONDS",
@@ -112,9 +120,26 @@ class _Server(uvicorn_Server):
     """uvicorn's server without its own signal capture: `serve()` installs handlers that only
     start a graceful shutdown, so the Location closes (children stopped) before we exit."""
 
+    sockets_to_serve: list[socket.socket]
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+class DaemonRunning(Exception):
+    """Another daemon owns the state directory (the message names it)."""
+
+
+def own_state(state: Path) -> OwnerLock:
+    """Take `<state>/daemon.lock` (blocking I/O), or raise `DaemonRunning` naming the owner."""
+    from sidecar.local_door import already_owned
+
+    state.mkdir(mode=0o700, parents=True, exist_ok=True)
+    lock = OwnerLock.acquire(state)
+    if lock is None:
+        raise DaemonRunning(already_owned(state))
+    return lock
 
 
 async def serve(
@@ -123,87 +148,190 @@ async def serve(
     state_dir: str | os.PathLike[str] | None = None,
     manifests: Sequence[str | os.PathLike[str]] = (),
     host: str = "127.0.0.1",
-    port: int = 8765,
+    port: int | None = 8765,
     auth: bool = True,
     allowed_hosts: Sequence[str] = (),
+    idle_exit: float | None = None,
+    owner: OwnerLock | None = None,
     allow_weak_token: bool = False,
     allow_no_auth_on_network: bool = False,
 ) -> None:
-    """`sidecar serve`: open the default Location, then serve HTTP until SIGINT/SIGTERM.
+    """`sidecar serve` (and, with `port=None`, `sidecar daemon`): own the state directory,
+    open the default Location, then serve until SIGINT/SIGTERM (or `idle_exit` seconds
+    without any client).
 
+    The daemon holds `<state>/daemon.lock` while it runs (a second daemon on the same state
+    directory raises `DaemonRunning`), writes `<state>/daemon.json` (`sidecar.local_door`) and
+    listens on its local doors, `<state>/daemon.sock` (HTTP: /v1, /mcp) and `<state>/stdio.sock`
+    (`sidecar stdio` clients), plus TCP on HOST:PORT unless `port` is None. Startup prints one
+    line `sidecar: listening on http://HOST:PORT` (or `on <state>/daemon.sock`) to stderr.
+    Upstream servers start in the background: the doors open at once. Shutdown is graceful:
+    in-flight requests get 10 s, then what is left is cancelled and the Location closes
+    (upstream servers stopped, stores closed). A signal during startup stops what started.
+    `owner`: the state's lock, when the caller took it already (`own_state`).
     Refuses (`UnsafeConfiguration`, before any server starts) a weak token unless
     `allow_weak_token`, and `auth=False` on an address that is not loopback unless
     `allow_no_auth_on_network` (`sidecar.serve.serve_policy`).
-
-    Startup prints one line `sidecar: listening on http://HOST:PORT` to stderr (with the
-    real port when `port=0`) and writes `<state>/daemon.json` ({url, pid}) for CLI clients.
-    Shutdown is graceful: in-flight requests get 10 s, then what is left is cancelled and the
-    Location closes (upstream servers stopped, stores closed).
     """
-    import json
     import signal
+    import sys
+
+    from sidecar.local_door import HTTP_SOCKET
+
+    state = Path(state_dir) if state_dir is not None else default_state_dir()
+    lock = owner if owner is not None else await asyncio.to_thread(own_state, state)
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    server: _Server | None = None
+    stopping = False
+
+    def stop(sig: int) -> None:
+        nonlocal stopping
+        if server is not None and server.started:
+            server.handle_exit(sig, None)  # a second signal: uvicorn's force exit
+        elif main is not None and not stopping:
+            stopping = True
+            main.cancel()  # during startup: unwind what started so far
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop, sig)
+    try:
+        try:
+            token = await asyncio.to_thread(
+                _serve_token, state, host, auth=auth, allow_weak_token=allow_weak_token,
+                allow_no_auth_on_network=allow_no_auth_on_network,
+            )
+            # Bound before the Location opens: a port in use is reported before any upstream
+            # server starts, and the real port is known when port=0.
+            sock = _bind(host, port) if port is not None else None
+        except BaseException:
+            await _stop_unclaimed()
+            raise
+        async with contextlib.AsyncExitStack() as stack:
+            if sock is not None:
+                await stack.enter_async_context(_closing(sock))
+            location = await stack.enter_async_context(
+                _daemon_location(root, state, manifests))
+            server = await _daemon_server(
+                location, state, manifests, tcp=sock, host=host, token=token,
+                allowed_hosts=allowed_hosts, idle_exit=idle_exit,
+            )
+            await server.serve(sockets=server.sockets_to_serve)
+        # leaving the Location closed every upstream server, plugin and store
+    except asyncio.CancelledError:
+        if not stopping:
+            raise
+        print("sidecar: stopped during startup", file=sys.stderr, flush=True)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await asyncio.to_thread(lock.release, state / HTTP_SOCKET)
+
+
+async def _daemon_server(
+    location: Location, state: Path, manifests: Sequence[str | os.PathLike[str]], *,
+    tcp: socket.socket | None, host: str, token: str | None, allowed_hosts: Sequence[str],
+    idle_exit: float | None,
+) -> _Server:
+    """The uvicorn server of a daemon, with its sockets bound and its lifespan (daemon.json,
+    the MCP facade, the stdio door, the idle and door watchers) ready to run."""
+    import json
     import sys
 
     import uvicorn
 
+    from sidecar.local_door import (
+        HTTP_SOCKET,
+        INFO_FILE,
+        STDIO_SOCKET,
+        DaemonInfo,
+        resolve_manifests,
+    )
     from sidecar.serve.app import build_app
+    from sidecar.serve.door import Activity, StdioDoor, bind_unix
     from sidecar.serve.http_guard import ConnectionLimits, guarded_protocol
     from sidecar.serve.mcp_facade import mcp_http
 
-    state = Path(state_dir) if state_dir is not None else default_state_dir()
-    try:
-        token = await asyncio.to_thread(
-            _serve_token, state, host, auth=auth, allow_weak_token=allow_weak_token,
-            allow_no_auth_on_network=allow_no_auth_on_network,
-        )
-        # Bound before the Location opens: a port in use is reported before any upstream
-        # server starts, and the real port is known when port=0.
-        sock = _bind(host, port)
-    except BaseException:
-        await _stop_unclaimed()
-        raise
-    async with _closing(sock), _daemon_location(root, state, manifests) as location:
-        bound = sock.getsockname()
-        url = f"http://{host if ':' not in host else f'[{host}]'}:{bound[1]}"
-        info = state / "daemon.json"
+    sockets: list[socket.socket] = []
+    url: str | None = None
+    if tcp is not None:
+        sockets.append(tcp)
+        url = f"http://{host if ':' not in host else f'[{host}]'}:{tcp.getsockname()[1]}"
+    state_path, resolved = await asyncio.to_thread(
+        lambda: (str(state.resolve()), tuple(resolve_manifests(manifests))))
+    info = DaemonInfo(
+        pid=os.getpid(), state_dir=state_path, manifests=resolved,
+        started="serve" if tcp is not None else "on demand" if idle_exit else "daemon",
+        idle_exit=idle_exit, url=url,
+    )
+    info_path = state / INFO_FILE
+    # daemon.json before the doors: whoever gets through a door finds it
+    await asyncio.to_thread(write_private_file, info_path, json.dumps(info.to_json()))
+    sockets.append(await asyncio.to_thread(bind_unix, state / HTTP_SOCKET))
+    door = StdioDoor(location, state / STDIO_SOCKET, daemon=info)
+    mcp_routes, mcp_lifespan = mcp_http(location)
+    holder: list[_Server] = []
 
-        @asynccontextmanager
-        async def announce() -> AsyncIterator[None]:
-            await asyncio.to_thread(
-                write_private_file, info, json.dumps({"url": url, "pid": os.getpid()})
-            )
-            print(f"sidecar: listening on {url}", file=sys.stderr, flush=True)
+    @asynccontextmanager
+    async def lifespans() -> AsyncIterator[None]:
+        async with mcp_lifespan, asyncio.TaskGroup() as tasks:
+            door_task = tasks.create_task(door.run(), name="stdio door")
+            watcher = tasks.create_task(
+                _watch(holder[0], door, activity, state, idle_exit), name="daemon watcher")
+            print(f"sidecar: listening on {url or state / HTTP_SOCKET}", file=sys.stderr,
+                  flush=True)
             try:
                 yield
             finally:
-                await asyncio.to_thread(info.unlink, missing_ok=True)
+                door_task.cancel()
+                watcher.cancel()
+                with contextlib.suppress(FileNotFoundError):
+                    info_path.unlink()
 
-        mcp_routes, mcp_lifespan = mcp_http(location)
+    app = build_app(
+        location, token=token, allowed_hosts=allowed_hosts, extra_routes=mcp_routes,
+        extra_lifespan=lifespans(),
+    )
+    app.state.api.health_extras["daemon"] = info.to_json()
+    activity = Activity(app)
+    config = uvicorn.Config(
+        activity, lifespan="on", log_level="warning", timeout_graceful_shutdown=10,
+        access_log=False, http=guarded_protocol(ConnectionLimits.from_env()),
+    )
+    server = _Server(config)
+    server.sockets_to_serve = sockets
+    holder.append(server)
+    return server
 
-        @asynccontextmanager
-        async def lifespans() -> AsyncIterator[None]:
-            async with announce(), mcp_lifespan:
-                yield
 
-        app = build_app(
-            location, token=token, allowed_hosts=allowed_hosts, extra_routes=mcp_routes,
-            extra_lifespan=lifespans(),
-        )
-        config = uvicorn.Config(
-            app, lifespan="on", log_level="warning", timeout_graceful_shutdown=10,
-            access_log=False, http=guarded_protocol(ConnectionLimits.from_env()),
-        )
-        server = _Server(config)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            # first signal: graceful; a second one: uvicorn's force exit
-            loop.add_signal_handler(sig, server.handle_exit, sig, None)
+async def _watch(
+    server: _Server, door: StdioDoor, activity: Activity, state: Path, idle_exit: float | None
+) -> None:
+    """Stop the daemon when it has been idle `idle_exit` seconds (no stdio session, no HTTP
+    request), or when its door is gone (the state directory was removed or taken over)."""
+    from sidecar.local_door import STDIO_SOCKET
+
+    door_path = state / STDIO_SOCKET
+    seen: int | None = None  # the door's inode, once it is open
+    while True:
+        await asyncio.sleep(1.0)
         try:
-            await server.serve(sockets=[sock])
-        finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
-    # leaving the Location closed every upstream server, plugin and store before we return
+            inode: int | None = (await asyncio.to_thread(door_path.stat)).st_ino
+        except FileNotFoundError:
+            inode = None
+        if seen is None:
+            seen = inode
+        elif inode != seen:
+            log.warning("%s is gone or replaced: stopping", door_path)
+            server.should_exit = True
+            return
+        if idle_exit is None or door.sessions or activity.inflight:
+            continue
+        idle = time.monotonic() - max(door.last_active, activity.last_active)
+        if idle >= idle_exit:
+            log.info("no client for %g s: stopping (--idle-exit)", idle_exit)
+            server.should_exit = True
+            return
 
 
 class AddressInUse(OSError):
@@ -279,7 +407,7 @@ async def stdio(
     from sidecar.serve.mcp_facade import serve_stdio
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
-    async with _daemon_location(root, state, manifests) as location:
+    async with sigterm_cancels(), _daemon_location(root, state, manifests) as location:
         location.profiles.resolve(profile)
         await serve_stdio(location, profile=profile)
 
@@ -300,6 +428,7 @@ async def _daemon_location(
         print(f"sidecar: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
     try:
+        await asyncio.to_thread(_record_children, state)
         async with Location.open(root, state_dir=state, manifests=manifests,
                                  retention_seconds=retention, store_quota_bytes=quota,
                                  watch=True) as location:
@@ -307,6 +436,15 @@ async def _daemon_location(
             yield location
     finally:
         await _stop_unclaimed()
+        CHILD_GROUPS.stop_recording()  # every child is stopped by now
+
+
+def _record_children(state: Path) -> None:
+    """Kill what a previous daemon of `state` left running, then record our own children's
+    process groups (`bridges.child_groups`)."""
+    prepare_state_dir(state)  # or UnsafeStateDir, before anything is written there
+    reap_leftovers(state)
+    CHILD_GROUPS.record_in(state)
 
 
 async def _stop_unclaimed() -> None:

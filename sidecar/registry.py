@@ -16,13 +16,13 @@ in the Location's health). It never shadows the built-in.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Protocol
 
 from sidecar.errors import CallError, RegistrationError, SchemaDefinitionError
-from sidecar.names import RESERVED_NAMES, effective_name
+from sidecar.names import RESERVED_NAMES, effective_name, plain_names
 from sidecar.tool import Tool
 
 
@@ -100,15 +100,23 @@ def _definition(name: str, key: str, tool: Tool) -> ToolDefinition:
     )
 
 
-def build_entries(mapping: Mapping[str, Tool], namespace: str | None) -> dict[str, Entry]:
-    """Validate a whole mapping and name its entries; raise `RegistrationError` on any fault."""
+def build_entries(
+    mapping: Mapping[str, Tool], namespace: str | None, *, plain: Collection[str] | None = None
+) -> dict[str, Entry]:
+    """Validate a whole mapping and name its entries; raise `RegistrationError` on any fault.
+    `plain` (default: the mapping's own) as in `sidecar.names`, rule 2."""
+    if plain is None:
+        plain = plain_names(
+            (key, tool.namespace if tool.namespace is not None else namespace)
+            for key, tool in mapping.items() if isinstance(tool, Tool) and isinstance(key, str))
     entries: dict[str, Entry] = {}
     for key, tool in mapping.items():
         if not isinstance(tool, Tool):
             raise RegistrationError(f"tool {key!r}: expected a Tool, got {type(tool).__name__}")
         if not isinstance(key, str) or not key:
             raise RegistrationError(f"tool name {key!r}: a name must be a non-empty string")
-        name = effective_name(key, tool.namespace if tool.namespace is not None else namespace)
+        name = effective_name(key, tool.namespace if tool.namespace is not None else namespace,
+                              plain=plain)
         clash = entries.get(name)
         if clash is not None:
             raise RegistrationError(

@@ -9,6 +9,7 @@ pruning/eviction counters) both read `state_usage`. Parts:
 | `managed_objects` | the retained texts (the managed store's own byte count) |
 | `managed_index` | the managed store's SQLite index (database + WAL) |
 | `permissions` | persisted permission rules (database + WAL) |
+| `tokens` | scoped bearer tokens (database + WAL) |
 | `other` | every other file directly in the state directory (token, daemon.json, ...) |
 
 Sizes come from `stat` calls on a handful of files, in a thread; the object directory is never
@@ -25,8 +26,9 @@ from typing import Any
 from managed_store import StoreStats
 from sidecar.outcome_log import OutcomeLog
 
-_KNOWN = {"outcomes.sqlite", "outcomes.sqlite-wal", "outcomes.sqlite-shm",
-          "permissions.sqlite", "permissions.sqlite-wal", "permissions.sqlite-shm"}
+_SMALL_DATABASES = {"permissions": "permissions.sqlite", "tokens": "tokens.sqlite"}
+_KNOWN = {name + suffix for name in ("outcomes.sqlite", *_SMALL_DATABASES.values())
+          for suffix in ("", "-wal", "-shm")}
 
 
 def _size(path: Path) -> int:
@@ -48,8 +50,9 @@ def _other_bytes(state_dir: Path) -> int:
     return total
 
 
-def _permissions_bytes(state_dir: Path) -> int:
-    return sum(_size(state_dir / name) for name in ("permissions.sqlite", "permissions.sqlite-wal"))
+def _small_databases(state_dir: Path) -> dict[str, int]:
+    return {part: _size(state_dir / name) + _size(state_dir / f"{name}-wal")
+            for part, name in _SMALL_DATABASES.items()}
 
 
 async def state_usage(
@@ -71,8 +74,9 @@ async def state_usage(
                   "wal_truncations": log.wal_truncations}
     parts["managed_objects"] = store.bytes
     parts["managed_index"] = store.index_bytes
-    parts["permissions"], parts["other"] = await asyncio.to_thread(
-        lambda: (_permissions_bytes(state_dir), _other_bytes(state_dir)))
+    small, parts["other"] = await asyncio.to_thread(
+        lambda: (_small_databases(state_dir), _other_bytes(state_dir)))
+    parts.update(small)
     return {
         "dir": str(state_dir),
         "bytes": parts,

@@ -1,8 +1,18 @@
-"""Shared fixtures: every async test runs on asyncio and on uvloop."""
+"""Shared fixtures: every async test runs on asyncio and on uvloop; no daemon a test started
+on demand (`sidecar stdio`, CLI commands) outlives the test session."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+
 import pytest
+
+from tests.daemons import stop_daemon
+
+# A daemon started on demand exits after this long without clients (instead of 300 s), and
+# `stop_leftover_daemons` stops the rest at the end of the session.
+os.environ.setdefault("SIDECAR_IDLE_EXIT", "10")
 
 
 @pytest.fixture(
@@ -13,3 +23,10 @@ import pytest
 )
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, bool]]:
     return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def stop_leftover_daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    yield
+    for info in tmp_path_factory.getbasetemp().rglob("daemon.json"):
+        stop_daemon(info.parent)

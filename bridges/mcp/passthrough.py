@@ -10,17 +10,24 @@ request comes with every call in flight on the server, and the target decides (i
 a JSON-RPC error that says why when it cannot tell, or the client lacks the capability);
 nothing hangs.
 
-    pool.relay.target = my_frontend          # a `RelayTarget`; None detaches it
+    detach = pool.relay.attach(my_frontend)  # a `RelayTarget`; several may be attached
+    detach()                                 # (or `pool.relay.target = x`: x alone, or none)
     pool.connection("git")                   # the live `Connection` of one server, or None
 
 Notifications that are not about tools (resources updated/list_changed, prompts list_changed)
 and log messages are handed on as they arrive, with the calls in flight on that server.
+
+A daemon serves several frontends at once (the `/mcp` facade and one facade per attached
+`sidecar stdio` client), so several targets may be attached. A request goes to the most recently
+attached target that `owns` one of the calls in flight (a target without `owns` owns nothing),
+else to the most recent target; a log message goes to the targets that own a call, else to all;
+other notifications go to every target.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -60,17 +67,43 @@ class RelayTarget(Protocol):
 
 
 class Relay:
-    """The pool's attachment point for a `RelayTarget` (one per pool, shared by its servers)."""
+    """The pool's attachment point for its `RelayTarget`s (one relay per pool, shared by its
+    servers)."""
 
-    __slots__ = ("target",)
+    __slots__ = ("_targets",)
 
     def __init__(self) -> None:
-        self.target: RelayTarget | None = None
+        self._targets: list[RelayTarget] = []
+
+    @property
+    def target(self) -> RelayTarget | None:
+        """The most recently attached target, or None."""
+        return self._targets[-1] if self._targets else None
+
+    @target.setter
+    def target(self, target: RelayTarget | None) -> None:
+        self._targets = [] if target is None else [target]
+
+    def attach(self, target: RelayTarget) -> Callable[[], None]:
+        """Add a target; the returned function removes it again."""
+        self._targets.append(target)
+
+        def detach() -> None:
+            if target in self._targets:
+                self._targets.remove(target)
+
+        return detach
+
+    def _owners(self, calls: Sequence[InflightCall]) -> list[RelayTarget]:
+        if not calls:
+            return []
+        return [t for t in self._targets if getattr(t, "owns", _owns_nothing)(calls)]
 
     async def request(
         self, server: str, calls: Sequence[InflightCall], method: str, params: Any
     ) -> Any:
-        target = self.target
+        owners = self._owners(calls)
+        target = owners[-1] if owners else self.target
         if target is None:
             return types.ErrorData(
                 code=types.INVALID_REQUEST, message=NO_CLIENT.format(method=method)
@@ -82,10 +115,15 @@ class Relay:
             return types.ErrorData(code=types.INTERNAL_ERROR, message=f"relay failed: {exc!r}")
 
     async def notify(self, server: str, calls: Sequence[InflightCall], notification: Any) -> None:
-        target = self.target
-        if target is None:
-            return
-        try:
-            await target.server_notification(server, calls, notification)
-        except Exception:
-            log.exception("[%s] relaying a notification failed", server)
+        targets = list(self._targets)
+        if isinstance(notification, types.LoggingMessageNotification):
+            targets = self._owners(calls) or targets
+        for target in targets:
+            try:
+                await target.server_notification(server, calls, notification)
+            except Exception:
+                log.exception("[%s] relaying a notification failed", server)
+
+
+def _owns_nothing(calls: Sequence[InflightCall]) -> bool:
+    return False

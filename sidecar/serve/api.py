@@ -158,6 +158,8 @@ class Api:
         self.auth = AuthApi(location)
         self.definitions = DefinitionsCache()
         self.max_body_bytes = max_body_bytes
+        self.health_extras: dict[str, Any] = {}
+        """Added to `GET /v1/health` (the daemon sets `daemon`: who answers, for which state)."""
         # Snapshots advertised with OpenAI strict schemas: models send null for optional
         # properties there, which the original schemas may not accept.
         self._strict: OrderedDict[str, None] = OrderedDict()
@@ -456,7 +458,7 @@ class Api:
         return JSONResponse({"id": ask_id, "reply": body.reply})
 
     async def health(self, request: Request) -> Response:
-        report = await self.location.health()
+        report = {**await self.location.health(), **self.health_extras}
         return JSONResponse(report, status_code=200)
 
     async def openapi(self, request: Request) -> Response:

@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from bridges.mcp.oauth.login import login
 from bridges.mcp.oauth.records import grant_status
-from sidecar.token_store import FileTokenStore
+from sidecar.grant_store import FileGrantStore
 
 if TYPE_CHECKING:
     from sidecar.location import Location
@@ -51,7 +51,7 @@ class _Login:
 class AuthApi:
     def __init__(self, location: Location) -> None:
         self.location = location
-        self.store = FileTokenStore(location.state_dir)
+        self.store = FileGrantStore(location.state_dir)
         self.logins: dict[str, _Login] = {}
 
     def routes(self, handled: Any) -> list[Route]:

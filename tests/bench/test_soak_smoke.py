@@ -4,6 +4,7 @@ every call succeeded and pruning ran."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -29,3 +30,20 @@ def test_soak_quick_runs_both_transports_without_errors() -> None:
     # a 2-second retention over a 6-second run: the daemon pruned outcomes as it went
     pruned = re.search(r"\| sidecar /mcp \| at the end \|.*outcomes_pruned ([\d,]+)", out)
     assert pruned is not None and int(pruned[1].replace(",", "")) > 0, out[-2000:]
+
+
+def test_the_soak_block_goes_before_the_history_and_is_replaced_in_place(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("bench_soak", ROOT / "bench" / "soak.py")
+    assert spec is not None and spec.loader is not None
+    soak = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = soak  # its dataclasses look their module up
+    spec.loader.exec_module(soak)
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Results\n\n## Seam\nnumbers\n\n## History (newest first)\nold runs\n")
+    soak.write_results(results, "## Soak\nrun one")
+    soak.write_results(results, "## Soak\nrun two")
+    text = results.read_text()
+    assert "run two" in text and "run one" not in text
+    assert text.index("## Seam") < text.index("## Soak") < text.index("## History")
+    assert text.endswith("## History (newest first)\nold runs\n")
+    assert text.count(soak.BEGIN) == text.count(soak.END) == 1

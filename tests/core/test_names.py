@@ -63,3 +63,30 @@ def test_is_valid_name():
     assert not is_valid_name("")
     assert not is_valid_name("a.b")
     assert not is_valid_name("x" * 65)
+
+
+def test_a_key_that_already_starts_with_the_namespace_is_not_prefixed_again():
+    assert effective_name("git_status", "git") == "git_status"
+    assert effective_name("git-log", "git") == "git-log"
+    assert effective_name("git.diff", "git") == "git_diff"  # sanitized first, then compared
+    assert effective_name("git", "git") == "git_git"  # nothing after the prefix: prefixed
+    assert effective_name("gitstatus", "git") == "git_gitstatus"  # not `git_` + something
+    assert effective_name("Git_status", "git") == "git_Git_status"  # case-sensitive
+
+
+def test_dropping_the_prefix_never_takes_a_name_another_key_gets_by_the_plain_rule():
+    from sidecar.names import plain_names
+    from sidecar.registry import build_entries
+    from sidecar.tool import Tool
+
+    plain = plain_names([("status", "git"), ("git_status", "git")])
+    assert plain == {"git_status"}
+    assert effective_name("git_status", "git", plain=plain) == "git_git_status"
+
+    def tool() -> Tool:
+        return Tool(description="d", input={"type": "object"}, execute=lambda i, c: "x")
+
+    for order in (["status", "git_status"], ["git_status", "status"]):  # either order
+        entries = build_entries({key: tool() for key in order}, "git")
+        assert {entry.key: name for name, entry in entries.items()} == {
+            "status": "git_status", "git_status": "git_git_status"}

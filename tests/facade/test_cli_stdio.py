@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from mcp import Client, StdioServerParameters, types
 
+from tests.daemons import stop_daemon
+
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,6 +24,13 @@ async def test_sidecar_stdio_lists_and_calls_tools(tmp_path, mode):
         env={"SIDECAR_STATE_DIR": str(tmp_path / "state"),
              "SIDECAR_MANIFESTS": str(ROOT / "manifests")},
     )
+    try:
+        await _lists_and_calls(params, mode)
+    finally:
+        stop_daemon(tmp_path / "state")
+
+
+async def _lists_and_calls(params: StdioServerParameters, mode: str) -> None:
     async with Client(params, mode=mode, cache=None, read_timeout_seconds=60) as client:
         names = [t.name for t in (await client.list_tools()).tools]
         assert "utc_now" in names and "managed_read" in names
@@ -40,9 +49,10 @@ async def test_sidecar_stdio_lists_and_calls_tools(tmp_path, mode):
         assert bad.is_error and "$.ref" in bad.content[0].text
 
 
-def test_sidecar_stdio_adopts_the_upstream_it_spawned_before_its_imports(tmp_path):
-    """The MCP server a manifest names is spawned before the daemon imports the SDK and is
-    the process the pool then talks to (bridges.prestart), over the CLI's real pipes."""
+def test_sidecar_stdio_standalone_adopts_the_upstream_it_spawned_before_its_imports(tmp_path):
+    """`sidecar stdio --standalone` (the daemon in the client's own process): the MCP server
+    a manifest names is spawned before the daemon imports the SDK and is the process the pool
+    then talks to (bridges.prestart), over the CLI's real pipes."""
     server = ROOT / "tests" / "bridges" / "servers" / "testserver.py"
     (tmp_path / "up.json").write_text(json.dumps(
         {"mcpServers": {"up": {"command": sys.executable, "args": [str(server)]}}}))
@@ -55,7 +65,7 @@ def test_sidecar_stdio_adopts_the_upstream_it_spawned_before_its_imports(tmp_pat
          "params": {"name": "up_echo", "arguments": {"text": "adopted"}}},
     ]
     done = subprocess.run(
-        [sys.executable, "-m", "sidecar.cli", "stdio", "--manifests", str(tmp_path),
+        [sys.executable, "-m", "sidecar.cli", "stdio", "--standalone", "--manifests", str(tmp_path),
          "--state-dir", str(tmp_path / "state")],
         input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True, text=True,
         timeout=60, cwd=ROOT, env={**os.environ, "SIDECAR_LOG_LEVEL": "DEBUG"}, check=False)

@@ -78,11 +78,11 @@ def test_wrong_token_and_unreachable_daemon_exit_codes(daemon, tmp_path):
 
 def test_embedded_mode_and_managed_read(tmp_path):
     env = {"SIDECAR_STATE_DIR": str(tmp_path / "s"), "SIDECAR_MANIFESTS": ""}
-    listing = run("tools", env=env)
+    listing = run("tools", "--embedded", env=env)
     assert listing.returncode == 0 and "managed_read" in listing.stdout
-    missing = run("managed", "read", "m_" + "b" * 26, env=env)
+    missing = run("managed", "read", "--embedded", "m_" + "b" * 26, env=env)
     assert missing.returncode == 1 and "error (tool_failure)" in missing.stderr
-    invalid = run("managed", "read", "../../etc/passwd", env=env)
+    invalid = run("managed", "read", "--embedded", "../../etc/passwd", env=env)
     assert invalid.returncode == 1
 
 
@@ -140,8 +140,12 @@ print(json.dumps({"before": before, "frozen": frozen, "left": left, "collected":
     assert found["collected"] >= 1
 
 
-@pytest.mark.parametrize("command", ["stdio", "serve"])
-def test_the_daemon_commands_freeze_the_startup_heap_before_their_loop_runs(command):
+DAEMON_COMMANDS = [(["stdio", "--standalone"], "stdio"), (["serve"], "serve"),
+                   (["daemon"], "serve")]
+
+
+@pytest.mark.parametrize(("argv", "body"), DAEMON_COMMANDS)
+def test_the_daemon_commands_freeze_the_startup_heap_before_their_loop_runs(argv, body):
     """`main` with the daemon's body replaced by one that reports what the collector sees."""
     found = _in_subprocess(f"""
 import gc, json
@@ -149,8 +153,8 @@ import sidecar.cli as cli
 seen = {{}}
 async def body(**kwargs):
     seen["frozen"] = gc.get_freeze_count()
-cli.{command} = body
-assert cli.main(["{command}"]) == cli.EXIT_OK
+cli.{body} = body
+assert cli.main({argv!r}) == cli.EXIT_OK
 print(json.dumps(seen))
 """)
     assert found["frozen"] > 50_000
@@ -182,9 +186,9 @@ print(json.dumps(seen))
     assert found["http"] == [["fetch", "managed_read"], True]
 
 
-@pytest.mark.parametrize("command", ["stdio", "serve"])
+@pytest.mark.parametrize(("argv", "body"), DAEMON_COMMANDS)
 def test_the_daemon_commands_spawn_their_stdio_servers_before_importing_the_sdk(
-    command, tmp_path
+    argv, body, tmp_path
 ):
     """So that the servers start on another core during the daemon's imports (most of its
     start); the pool adopts them (tests/bridges/test_prestart.py)."""
@@ -201,8 +205,8 @@ def prestart(manifests):
 bridges.prestart.prestart_servers = prestart
 async def body(**kwargs):
     seen["sdk_in_loop"] = "mcp" in sys.modules
-cli.{command} = body
-assert cli.main(["{command}", "--manifests", {str(tmp_path)!r}]) == cli.EXIT_OK
+cli.{body} = body
+assert cli.main({[*argv, "--manifests", str(tmp_path)]!r}) == cli.EXIT_OK
 print(json.dumps(seen))
 """)
     assert found == {"manifests": [str(tmp_path)], "sdk_at_prestart": False,
@@ -219,7 +223,7 @@ from bridges.prestart import PRESTARTED, StdioSpec
 import sidecar.cli as cli
 PRESTARTED.start([StdioSpec("sleep", ("60",), {{}}, None, 1)])
 [pid] = PRESTARTED.pids()
-code = cli.main(["stdio", "--manifests", {str(tmp_path / "manifests")!r},
+code = cli.main(["stdio", "--standalone", "--manifests", {str(tmp_path / "manifests")!r},
                  "--state-dir", {str(tmp_path / "state")!r}])
 try:
     os.kill(pid, 0)

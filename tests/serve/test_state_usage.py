@@ -10,7 +10,8 @@ from tests.serve.test_api import ctx, snapshot
 
 pytestmark = pytest.mark.anyio
 
-PARTS = {"outcomes", "outcomes_wal", "managed_objects", "managed_index", "permissions", "other"}
+PARTS = {"outcomes", "outcomes_wal", "managed_objects", "managed_index", "permissions", "tokens",
+         "other"}
 
 
 async def test_health_and_metrics_report_state_sizes_and_pruning(served):

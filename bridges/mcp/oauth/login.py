@@ -33,7 +33,7 @@ from bridges.manifest import ServerConfig
 from bridges.manifest_oauth import OAuthSettings
 from bridges.mcp.oauth.providers import Interactive, build_auth
 from bridges.mcp.oauth.records import LoginStatus, RecordStorage, canonical_resource
-from sidecar.token_store import TokenStore
+from sidecar.grant_store import GrantStore
 
 log = logging.getLogger("bridges.mcp.oauth")
 
@@ -130,7 +130,7 @@ def _callback_address(settings: OAuthSettings) -> tuple[int, str]:
 async def login(
     server: str,
     config: ServerConfig,
-    store: TokenStore,
+    store: GrantStore,
     *,
     show: Callable[[str], Awaitable[None]],
     patience: float = LOGIN_TIMEOUT,
@@ -197,7 +197,7 @@ async def _probe(config: ServerConfig, auth: httpx2.Auth, patience: float) -> st
     return None
 
 
-async def logout(server: str, config: ServerConfig | None, store: TokenStore) -> str:
+async def logout(server: str, config: ServerConfig | None, store: GrantStore) -> str:
     """Revoke (where the authorization server supports it) and forget `server`'s tokens."""
     record = await store.get(server)
     if record is None:

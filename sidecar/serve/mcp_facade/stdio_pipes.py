@@ -99,15 +99,22 @@ def _key(request_id: Any) -> Any:
 
 @asynccontextmanager
 async def pipe_wire(
-    take_raw: Callable[[Any], bool], busy: Callable[[], bool]
+    take_raw: Callable[[Any], bool], busy: Callable[[], bool],
+    *, fds: tuple[int, int] | None = None,
 ) -> AsyncIterator[PipeWire]:
-    """Serve the wire on fds 0 and 1 (check `pipes_available` first). `take_raw` is offered
-    every parsed message first; what it keeps is not passed on. `busy` says whether requests
-    `take_raw` kept are still running (see `EOF_GRACE`)."""
+    """Serve the wire on fds 0 and 1 (check `pipes_available` first), or on `fds` (a client's
+    stdin and stdout handed to the daemon over its local door; the wire owns and closes them,
+    and fds 0 and 1 are left alone). `take_raw` is offered every parsed message first; what it
+    keeps is not passed on. `busy` says whether requests `take_raw` kept are still running
+    (see `EOF_GRACE`)."""
     loop = asyncio.get_running_loop()
-    saved = (_dup(0), _dup(1))
-    wire_in, wire_out = _dup(0), _dup(1)
-    _divert()
+    saved: tuple[int, int] | None = None
+    if fds is None:
+        saved = (_dup(0), _dup(1))
+        wire_in, wire_out = _dup(0), _dup(1)
+        _divert()
+    else:
+        wire_in, wire_out = fds
     to_sdk, read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write, from_sdk = anyio.create_memory_object_stream[SessionMessage](0)
     reader = asyncio.StreamReader(limit=READ_CHUNK, loop=loop)
@@ -158,7 +165,8 @@ async def pipe_wire(
                 os.close(fd)
         for stream in (to_sdk, read, write, from_sdk):
             stream.close()
-        _restore(*saved)
+        if saved is not None:
+            _restore(*saved)
 
 
 async def _read_lines(

@@ -39,21 +39,24 @@ MCP_PATH = "/mcp"
 
 async def serve_stdio(
     location: Location, *, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None,
-    profile: str | None = None,
+    profile: str | None = None, fds: tuple[int, int] | None = None,
 ) -> None:
     """Serve one MCP client on stdin/stdout until stdin closes. Nothing else is written to
     stdout: logs belong on stderr. One session id per call (`stdio-<hex>`). `profile`: the
     profile served (`sidecar.profiles`; None: the default one).
 
     On pipes (how agents start MCP servers) the wire runs on the event loop
-    (`stdio_pipes`); otherwise, or with explicit streams, on the SDK's threaded transport."""
+    (`stdio_pipes`); otherwise, or with explicit streams, on the SDK's threaded transport.
+    `fds`: a client's own stdin and stdout (pipes or a socket), received by the daemon's local
+    door; they are served the same way, and closed at the end."""
     facade = McpFacade(location, session_id=new_session_id(), profile=profile)
-    if stdin is None and stdout is None and pipes_available():
+    if fds is not None or (stdin is None and stdout is None and pipes_available()):
         # Until `FastCalls` exists every message takes the SDK's path (the handshake does).
         calls: list[FastCalls] = []
         async with facade.attached(), pipe_wire(
             lambda value: bool(calls) and calls[0].take_raw(value),
             lambda: bool(calls) and calls[0].busy,
+            fds=fds,
         ) as wire:
             options = facade.server.create_initialization_options()
             calls.append(FastCalls(facade, wire.read, wire.write, wire.send_line))

@@ -1,12 +1,13 @@
-"""Stored OAuth grants for upstream servers: the `TokenStore` interface and its embedded
-implementation, `FileTokenStore` (one 0600 JSON file in the state directory).
+"""Stored OAuth grants for upstream servers: the `GrantStore` interface and its embedded
+implementation, `FileGrantStore` (one 0600 JSON file in the state directory). Not to be
+confused with `sidecar.tokens.TokenStore`, the daemon's own scoped bearer tokens.
 
 A record is an opaque JSON object per server key; the bridge that authorizes the server
 decides what it holds (tokens, the registered client, discovered metadata, the resource the
 tokens are bound to). The core only keeps it: `get`, `put`, `delete`, `servers`. Nothing here
 logs a record or puts one in an exception message.
 
-`FileTokenStore` is safe across processes on one machine (`sidecar auth login` writes while a
+`FileGrantStore` is safe across processes on one machine (`sidecar auth login` writes while a
 daemon reads and refreshes): every change is a read-modify-write under an advisory lock
 (`fcntl.flock` on a sibling `.lock` file), and the file is replaced atomically (temp file,
 fsync, rename), created with mode 0600. All file work runs in a thread, never on the loop.
@@ -27,24 +28,24 @@ try:
 except ImportError:  # pragma: no cover - Windows: no advisory lock, single writer assumed
     fcntl = None  # type: ignore[assignment]
 
-TokenRecord = dict[str, Any]
+GrantRecord = dict[str, Any]
 TOKENS_FILE = "oauth-tokens.json"
 
 
-class TokenStore(Protocol):
+class GrantStore(Protocol):
     """Where OAuth grants for upstream servers live (embedded file; fleet: a database)."""
 
-    async def get(self, server: str) -> TokenRecord | None:
+    async def get(self, server: str) -> GrantRecord | None:
         """The record of `server`, or None."""
         ...
 
-    async def put(self, server: str, record: TokenRecord) -> None:
+    async def put(self, server: str, record: GrantRecord) -> None:
         """Replace the record of `server`."""
         ...
 
     async def update(
-        self, server: str, change: Callable[[TokenRecord | None], TokenRecord | None]
-    ) -> TokenRecord | None:
+        self, server: str, change: Callable[[GrantRecord | None], GrantRecord | None]
+    ) -> GrantRecord | None:
         """Apply `change` to the record of `server` atomically (None deletes it); returns the
         new record."""
         ...
@@ -58,8 +59,8 @@ class TokenStore(Protocol):
         ...
 
 
-class FileTokenStore:
-    """`TokenStore` in one JSON file (mode 0600) in the state directory."""
+class FileGrantStore:
+    """`GrantStore` in one JSON file (mode 0600) in the state directory."""
 
     __slots__ = ("_lock_path", "path")
 
@@ -68,17 +69,17 @@ class FileTokenStore:
         self._lock_path = self.path.with_suffix(".lock")
 
     def __repr__(self) -> str:
-        return f"FileTokenStore({str(self.path)!r})"
+        return f"FileGrantStore({str(self.path)!r})"
 
-    async def get(self, server: str) -> TokenRecord | None:
+    async def get(self, server: str) -> GrantRecord | None:
         return (await asyncio.to_thread(self._read_all)).get(server)
 
-    async def put(self, server: str, record: TokenRecord) -> None:
+    async def put(self, server: str, record: GrantRecord) -> None:
         await self.update(server, lambda _old: record)
 
     async def update(
-        self, server: str, change: Callable[[TokenRecord | None], TokenRecord | None]
-    ) -> TokenRecord | None:
+        self, server: str, change: Callable[[GrantRecord | None], GrantRecord | None]
+    ) -> GrantRecord | None:
         return await asyncio.to_thread(self._update, server, change)
 
     async def delete(self, server: str) -> bool:
@@ -102,7 +103,7 @@ class FileTokenStore:
         finally:
             os.close(fd)  # closing releases the lock
 
-    def _read_all(self) -> dict[str, TokenRecord]:
+    def _read_all(self) -> dict[str, GrantRecord]:
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -115,8 +116,8 @@ class FileTokenStore:
         return data if isinstance(data, dict) else {}
 
     def _update(
-        self, server: str, change: Callable[[TokenRecord | None], TokenRecord | None]
-    ) -> TokenRecord | None:
+        self, server: str, change: Callable[[GrantRecord | None], GrantRecord | None]
+    ) -> GrantRecord | None:
         with self._locked():
             records = self._read_all()
             new = change(records.get(server))
@@ -129,7 +130,7 @@ class FileTokenStore:
             self._write_all(records)
             return new
 
-    def _write_all(self, records: dict[str, TokenRecord]) -> None:
+    def _write_all(self, records: dict[str, GrantRecord]) -> None:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:

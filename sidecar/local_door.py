@@ -1,0 +1,350 @@
+"""The local door of the daemon that owns a state directory, and its clients' side.
+
+One state directory has one owning daemon process (DESIGN.md, "One daemon per state"). It
+holds `<state>/daemon.lock` (an exclusive `flock`) for its whole life and listens on two Unix
+sockets in the state directory, both mode 0600:
+
+    <state>/daemon.sock   HTTP: the native API under /v1 and MCP at /mcp (`sidecar tools`,
+                          `call`, `health`, `managed read` use it, with the state's token)
+    <state>/stdio.sock    MCP sessions: `sidecar stdio` hands its client's stdin and stdout
+                          over (SCM_RIGHTS), and the daemon serves that client on them directly
+    <state>/daemon.json   who owns the state: pid, manifests, sockets, TCP url (`serve`), ...
+    <state>/daemon.log    the output of a daemon started on demand
+
+`sidecar stdio` and the CLI commands attach to the running daemon, or start one on demand
+(`sidecar daemon --idle-exit S`, detached in its own session), which exits once it has had no
+client for `idle_exit` seconds. A client that names manifests other than the running daemon's
+is refused with an error that names the daemon, its pid and its manifests.
+
+The hello on `stdio.sock` is one JSON line from the client,
+`{"mode": "fds" | "stream", "manifests": [absolute paths] | null, "pid": N, "profile": name |
+null}` (with the two
+descriptors attached in "fds" mode), answered by one JSON line, `{"ok": true, "daemon": {...}}`
+or `{"ok": false, "error": "..."}`. In "fds" mode the connection then only says when the
+session ended (the daemon closes it); in "stream" mode (stdin or stdout is not a pipe, e.g. a
+terminal) it carries the MCP bytes both ways.
+
+This module uses the standard library only: `sidecar stdio` runs it before, and instead of,
+importing the daemon.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+LOCK_FILE = "daemon.lock"
+HTTP_SOCKET = "daemon.sock"
+STDIO_SOCKET = "stdio.sock"
+INFO_FILE = "daemon.json"
+LOG_FILE = "daemon.log"
+DEFAULT_IDLE_EXIT = 300.0
+"""Seconds a daemon started on demand stays up without any client (`$SIDECAR_IDLE_EXIT`)."""
+START_TIMEOUT = 60.0
+"""How long a client waits for a daemon it started to open its door."""
+MAX_SOCKET_PATH = 104  # sun_path is 104 bytes on macOS, 108 on Linux
+
+
+class DoorError(Exception):
+    """The daemon could not be reached, started, or refused this client (the message says
+    which daemon and why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonInfo:
+    """What `<state>/daemon.json` says about the daemon that owns the state directory."""
+
+    pid: int
+    state_dir: str
+    manifests: tuple[str, ...]
+    started: str
+    """"serve" (`sidecar serve`), "daemon" (`sidecar daemon`, run by hand), or "on demand"
+    (started by `sidecar stdio` or a CLI command; it exits when idle)."""
+    idle_exit: float | None
+    url: str | None
+    """The TCP address of `sidecar serve`, else None."""
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> DaemonInfo:
+        idle = value.get("idle_exit")
+        return cls(
+            pid=int(value["pid"]), state_dir=str(value.get("state_dir", "")),
+            manifests=tuple(str(m) for m in value.get("manifests") or ()),
+            started=str(value.get("started", "serve")),
+            idle_exit=float(idle) if idle is not None else None,
+            url=value.get("url") if isinstance(value.get("url"), str) else None,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "state_dir": self.state_dir, "manifests": list(self.manifests),
+                "started": self.started, "idle_exit": self.idle_exit, "url": self.url,
+                "http_socket": str(Path(self.state_dir) / HTTP_SOCKET),
+                "stdio_socket": str(Path(self.state_dir) / STDIO_SOCKET)}
+
+    def describe(self) -> str:
+        manifests = ", ".join(self.manifests) or "no manifests"
+        how = "started on demand" if self.started == "on demand" else (
+            f"started by `sidecar {self.started}`")
+        return f"daemon pid {self.pid} on {self.state_dir} ({how}; manifests: {manifests})"
+
+
+def resolve_manifests(manifests: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """Manifest entries as absolute paths: what a daemon and its clients compare."""
+    return [str(Path(m).expanduser().resolve()) for m in manifests]
+
+
+def manifests_mismatch(info: DaemonInfo, wanted: Sequence[str] | None) -> str | None:
+    """The refusal for a client that asked for `wanted` (None: whatever runs), or None."""
+    if wanted is None or list(wanted) == list(info.manifests):
+        return None
+    asked = ", ".join(wanted) or "no manifests"
+    return (f"the {info.describe()} serves other manifests than the ones asked for ({asked}); "
+            "stop it, or use another --state-dir for these manifests")
+
+
+def read_info(state: Path) -> DaemonInfo | None:
+    """The running daemon's `daemon.json`, if its pid is alive."""
+    try:
+        info = DaemonInfo.from_json(json.loads((state / INFO_FILE).read_text()))
+        os.kill(info.pid, 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return info
+
+
+def socket_path(state: Path, name: str) -> str:
+    path = str(state / name)
+    if len(path.encode()) >= MAX_SOCKET_PATH:
+        raise DoorError(f"the state directory {state} is too long a path for a Unix socket "
+                        f"({len(path.encode())} bytes with {name!r}); use a shorter --state-dir")
+    return path
+
+
+def pipes_available() -> bool:
+    """Whether fds 0 and 1 are both pipes or sockets (what the daemon can serve directly)."""
+    try:
+        modes = (os.fstat(0).st_mode, os.fstat(1).st_mode)
+    except OSError:
+        return False
+    return all(stat.S_ISFIFO(m) or stat.S_ISSOCK(m) for m in modes)
+
+
+def idle_exit_default() -> float:
+    raw = os.environ.get("SIDECAR_IDLE_EXIT", "")
+    try:
+        return float(raw) if raw else DEFAULT_IDLE_EXIT
+    except ValueError:
+        return DEFAULT_IDLE_EXIT
+
+
+class OwnerLock:
+    """`<state>/daemon.lock`, held (flock, exclusive) by the daemon that owns the state."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    @classmethod
+    def acquire(cls, state: Path) -> OwnerLock | None:
+        """The lock, or None when another process holds it."""
+        fd = os.open(state / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return cls(fd)
+
+    def release(self, *sockets: Path) -> None:
+        """Remove the owner's sockets (while still holding the lock), then let go."""
+        for path in sockets:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        os.close(self._fd)
+
+
+def already_owned(state: Path) -> str:
+    """What a second daemon on `state` says (one line, naming the owner)."""
+    info = read_info(state)
+    return (f"another sidecar daemon is running on {state}"
+            + (f" ({info.describe()})" if info is not None else "")
+            + "; one daemon per state directory: `sidecar health` talks to it; stop it, or use "
+            "another --state-dir")
+
+
+# --- finding or starting the daemon --------------------------------------------------------
+
+
+def _connect(path: str) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except (FileNotFoundError, ConnectionRefusedError):
+        sock.close()
+        return None
+    return sock
+
+
+def start_daemon(
+    state: Path, manifests: Sequence[str], *, idle_exit: float
+) -> subprocess.Popen[bytes]:
+    """Start `sidecar daemon` on exactly `manifests` for `state`, detached (its own session,
+    output to daemon.log)."""
+    state.mkdir(mode=0o700, parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "sidecar.cli", "daemon", "--state-dir", str(state),
+               "--idle-exit", f"{idle_exit:g}"]
+    for manifest in manifests:
+        command += ["--manifests", manifest]
+    if not manifests:
+        command.append("--no-manifests")
+    fd = os.open(state / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
+                                start_new_session=True, close_fds=True)
+    finally:
+        os.close(fd)
+
+
+def connect(
+    state: Path, name: str, start_with: Sequence[str], *, idle_exit: float,
+    timeout: float = START_TIMEOUT,
+) -> tuple[socket.socket, bool]:
+    """A connection to the daemon's socket `name` (`HTTP_SOCKET` or `STDIO_SOCKET`), starting
+    the daemon on demand on the manifests `start_with`; (socket, whether this call started
+    it)."""
+    path = socket_path(state, name)
+    sock = _connect(path)
+    if sock is not None:
+        return sock, False
+    process = start_daemon(state, start_with, idle_exit=idle_exit)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sock = _connect(path)
+        if sock is not None:
+            _reap_later(process)
+            return sock, True
+        code = process.poll()
+        if code not in (None, 0):
+            raise DoorError(f"the daemon for {state} did not start (exit {code}); "
+                            f"see {state / LOG_FILE}:\n{_tail(state / LOG_FILE)}")
+        time.sleep(0.02)
+    _reap_later(process)
+    raise DoorError(f"the daemon for {state} did not open {path} within {timeout:g} s; "
+                    f"see {state / LOG_FILE}")
+
+
+def _reap_later(process: subprocess.Popen[bytes]) -> None:
+    """The daemon outlives us; a thread reaps it should it end first (no zombie)."""
+    threading.Thread(target=process.wait, daemon=True).start()
+
+
+def _tail(path: Path, lines: int = 8) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def ensure_daemon(
+    state: Path, manifests: Sequence[str] | None, start_with: Sequence[str], *, idle_exit: float
+) -> tuple[DaemonInfo, bool]:
+    """The daemon that owns `state` (started on demand on `start_with`), checked against
+    `manifests` (None: whichever it serves)."""
+    sock, started = connect(state, HTTP_SOCKET, start_with, idle_exit=idle_exit)
+    sock.close()
+    info = read_info(state)
+    if info is None:
+        raise DoorError(f"the daemon for {state} answers but {state / INFO_FILE} is missing")
+    refusal = manifests_mismatch(info, manifests)
+    if refusal is not None:
+        raise DoorError(refusal)
+    return info, started
+
+
+# --- `sidecar stdio`: hand the client to the daemon ----------------------------------------
+
+
+def _read_line(sock: socket.socket) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def attach_stdio(
+    state: Path, manifests: Sequence[str] | None, start_with: Sequence[str], *, idle_exit: float,
+    profile: str | None = None,
+) -> int:
+    """`sidecar stdio`: serve this process's MCP client from the daemon that owns `state`
+    (started on demand on `start_with`; `manifests` as in `ensure_daemon`).
+
+    On pipes the daemon receives our stdin and stdout and serves them itself (no bytes pass
+    through this process); otherwise the bytes are relayed through the socket. Returns when the
+    daemon ends the session. Raises `DoorError` when the daemon refuses or cannot start."""
+    sock, _ = connect(state, STDIO_SOCKET, start_with, idle_exit=idle_exit)
+    with sock:
+        mode = "fds" if pipes_available() else "stream"
+        hello = json.dumps({"mode": mode, "manifests": None if manifests is None
+                            else list(manifests), "pid": os.getpid(),
+                            "profile": profile}).encode() + b"\n"
+        if mode == "fds":
+            sock.sendmsg([hello], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                    array.array("i", [0, 1]))])
+        else:
+            sock.sendall(hello)
+        try:
+            reply = json.loads(_read_line(sock) or b"{}")
+        except ValueError:
+            reply = {}
+        if not reply.get("ok"):
+            raise DoorError(str(reply.get("error") or f"the daemon for {state} closed the door"))
+        if mode == "fds":
+            _let_go_of_stdio()
+            with contextlib.suppress(OSError):
+                while sock.recv(4096):  # nothing is sent; the end says the session ended
+                    pass
+            return 0
+        return _relay(sock)
+
+
+def _let_go_of_stdio() -> None:
+    """The daemon holds the client's pipes now: keep no copy, so that the client sees the end
+    of our stdout exactly when the daemon closes it."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    try:
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+    finally:
+        os.close(devnull)
+
+
+def _relay(sock: socket.socket) -> int:
+    def upstream() -> None:
+        with contextlib.suppress(OSError):
+            while chunk := os.read(0, 1 << 16):
+                sock.sendall(chunk)
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_WR)
+
+    threading.Thread(target=upstream, daemon=True).start()
+    with contextlib.suppress(OSError):
+        while chunk := sock.recv(1 << 16):
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(1, view):]
+    return 0
