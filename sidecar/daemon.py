@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from uvicorn import Server as uvicorn_Server
 
+from bridges.child_groups import CHILD_GROUPS, reap_leftovers
 from bridges.manifest_sources import ManifestSources
 from bridges.prestart import PRESTARTED
 from sidecar.local_door import OwnerLock
@@ -34,6 +35,7 @@ from sidecar.location import (
     default_state_dir,
 )
 from sidecar.location import Location as CoreLocation
+from sidecar.start_signals import sigterm_cancels
 from sidecar.state_dir import prepare_state_dir, write_private_file
 from sidecar.store_pressure import store_quota_from_env
 
@@ -405,7 +407,7 @@ async def stdio(
     from sidecar.serve.mcp_facade import serve_stdio
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
-    async with _daemon_location(root, state, manifests) as location:
+    async with sigterm_cancels(), _daemon_location(root, state, manifests) as location:
         location.profiles.resolve(profile)
         await serve_stdio(location, profile=profile)
 
@@ -426,6 +428,7 @@ async def _daemon_location(
         print(f"sidecar: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
     try:
+        await asyncio.to_thread(_record_children, state)
         async with Location.open(root, state_dir=state, manifests=manifests,
                                  retention_seconds=retention, store_quota_bytes=quota,
                                  watch=True) as location:
@@ -433,6 +436,15 @@ async def _daemon_location(
             yield location
     finally:
         await _stop_unclaimed()
+        CHILD_GROUPS.stop_recording()  # every child is stopped by now
+
+
+def _record_children(state: Path) -> None:
+    """Kill what a previous daemon of `state` left running, then record our own children's
+    process groups (`bridges.child_groups`)."""
+    prepare_state_dir(state)  # or UnsafeStateDir, before anything is written there
+    reap_leftovers(state)
+    CHILD_GROUPS.record_in(state)
 
 
 async def _stop_unclaimed() -> None:

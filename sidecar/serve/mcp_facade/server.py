@@ -75,6 +75,8 @@ log = logging.getLogger("sidecar.mcp")
 
 SERVER_NAME = "mcp-sidecar"
 PROGRESS_DRAIN_SECONDS = 2.0
+MCP_ORIGIN = "mcp:"
+"""Label prefix of an MCP server's registration (`bridges.mcp.supervisor`)."""
 CHANGE_DEBOUNCE = 0.05
 Ctx = ServerRequestContext[Any, Any]
 _REQUESTS: dict[str, tuple[Any, Any, types.ClientCapabilities]] = {
@@ -258,7 +260,7 @@ class McpFacade:
             outcome = await self._execute(snapshot, params, context, call)
         finally:
             del self.sessions.calls[call.call_id]
-        return tools.call_result(outcome, snapshot, modern=_modern(ctx))
+        return await self._result(outcome, snapshot, modern=_modern(ctx))
 
     # --- the fast paths (see `fastpath`, `http_fastpath`) -------------------------------
 
@@ -318,7 +320,27 @@ class McpFacade:
             outcome = await snapshot.execute(name, arguments, context)
         finally:
             del self.sessions.calls[call.call_id]
-        return tools.call_result_wire(outcome, snapshot, modern=False)
+        return await self._result_wire(outcome, snapshot, modern=False)
+
+    async def _result(
+        self, outcome: Any, snapshot: Snapshot, *, modern: bool
+    ) -> types.CallToolResult:
+        wire = await self._result_wire(outcome, snapshot, modern=modern)
+        return types.CallToolResult.model_validate(wire)
+
+    async def _result_wire(
+        self, outcome: Any, snapshot: Snapshot, *, modern: bool
+    ) -> dict[str, Any]:
+        """The result of a call as sent: `structuredContent` relayed by the tool's rule, and
+        the URIs in its content namespaced like listed resources (`upstream`)."""
+        seam = self.location.seam
+        wire = await tools.bounded_result_wire(outcome, snapshot, modern=modern,
+                                               store=seam.store, namespace=seam.location,
+                                               bounds=seam.bounds)
+        entry = snapshot.entry(outcome.tool)
+        if entry is not None and entry.origin.startswith(MCP_ORIGIN):
+            self.upstreams.rewrite_result_uris(wire, entry.origin.removeprefix(MCP_ORIGIN))
+        return wire
 
     async def _execute(
         self, snapshot: Snapshot, params: types.CallToolRequestParams, context: Any,
@@ -393,7 +415,7 @@ class McpFacade:
                 raise step.failure
             if step.outcome is None:
                 return tools.error_result("the call was cancelled")
-            return tools.call_result(step.outcome, execution.snapshot, modern=True)
+            return await self._result(step.outcome, execution.snapshot, modern=True)
         token = new_token()
         self._rounds[token] = execution
         if self._tg is not None:

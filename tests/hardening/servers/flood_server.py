@@ -1,0 +1,46 @@
+"""A bare MCP stdio server whose one tool, `flood`, writes `lines` log notifications and as
+many stderr lines (100 bytes each) before it answers: a server flooding the daemon's log."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def send(message: dict) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    for line in sys.stdin:
+        message = json.loads(line)
+        if "id" not in message:
+            continue
+        rid, method, params = message["id"], message["method"], message.get("params") or {}
+        if method == "initialize":
+            send({"jsonrpc": "2.0", "id": rid, "result": {
+                "protocolVersion": params["protocolVersion"],
+                "capabilities": {"tools": {}, "logging": {}},
+                "serverInfo": {"name": "flood", "version": "1"}}})
+        elif method == "tools/list":
+            send({"jsonrpc": "2.0", "id": rid, "result": {"tools": [{
+                "name": "flood", "description": "floods the log",
+                "inputSchema": {"type": "object", "properties": {"lines": {"type": "integer"}}},
+            }]}})
+        elif method == "tools/call":
+            lines = int(params["arguments"]["lines"])
+            notification = json.dumps({"jsonrpc": "2.0", "method": "notifications/message",
+                                       "params": {"level": "info", "data": "x" * 80}}) + "\n"
+            sys.stdout.write(notification * lines)
+            sys.stdout.flush()
+            sys.stderr.write(("e" * 99 + "\n") * lines)
+            sys.stderr.flush()
+            send({"jsonrpc": "2.0", "id": rid, "result": {
+                "content": [{"type": "text", "text": f"flooded {lines}"}]}})
+        else:
+            send({"jsonrpc": "2.0", "id": rid, "result": {}})
+
+
+if __name__ == "__main__":
+    main()
