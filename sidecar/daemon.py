@@ -38,6 +38,7 @@ from sidecar.location import (
 from sidecar.location import Location as CoreLocation
 from sidecar.outcome_log import SqliteOutcomeLog
 from sidecar.permission_store import SqlitePermissionStore
+from sidecar.pins import SqlitePinStore
 from sidecar.serve.event_log import MemoryEventLog
 from sidecar.start_signals import sigterm_cancels
 from sidecar.state_dir import prepare_state_dir, write_private_file
@@ -150,7 +151,12 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
             stack.push_async_callback(permissions.aclose)
         tokens = await open_token_store(state)
         stack.push_async_callback(tokens.aclose)
-        yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens)
+        pins: SqlitePinStore | None = None
+        if options.durable:
+            pins = await SqlitePinStore.open(state / "pins.sqlite")
+            stack.push_async_callback(pins.aclose)  # idempotent: `Pins.aclose` closes it too
+        yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
+                     pins=pins)
 
 
 # The one place that names store implementations. Fleet backends (PostgreSQL, S3-compatible

@@ -21,9 +21,9 @@ it always did, and code in the core and the frontends types against this class o
 
 State lives in one directory (`state_dir`, default `$SIDECAR_STATE_DIR`, else
 `$XDG_STATE_HOME/mcp-sidecar`, else `~/.local/state/mcp-sidecar`): `outcomes.sqlite`,
-`permissions.sqlite`, `tokens.sqlite` (scoped bearer tokens, hashed) and `managed/`
-(retained text). It is private: created 0700 with every file in it 0600, and refused when
-others can write it (`sidecar.state_dir`).
+`permissions.sqlite`, `tokens.sqlite` (scoped bearer tokens, hashed), `pins.sqlite` (pinned
+tool definitions) and `managed/` (retained text). It is private: created 0700 with every
+file in it 0600, and refused when others can write it (`sidecar.state_dir`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +53,7 @@ from sidecar.outcome import Outcome
 from sidecar.overrides import Overrides
 from sidecar.permission import PermissionRule
 from sidecar.permission_service import PermissionService
+from sidecar.pins import Pins
 from sidecar.plugins import PluginHost
 from sidecar.profiles import Profiles
 from sidecar.registry import Registry, Tools, application_registry
@@ -145,6 +146,10 @@ class Location:
         self.store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES
         self.profiles = Profiles()
         self.overrides = Overrides()
+        self.pins = Pins(None, events)
+        """Definition pinning (`sidecar.pins`), in `<state>/pins.sqlite`."""
+        self.pins.on_approve = self.profiles.changed
+        self.profiles.common.append(self.pins.reshape)
         self.profiles.common.append(self.overrides.reshape_common)
         self.profiles.wrappers.append(self.overrides.reshape_profile)
         self.tokens: TokenStore | None = None
@@ -241,6 +246,12 @@ class Location:
             )
             location.tokens = stores.tokens
             location.wiring = wired
+            location.pins.store = stores.pins
+            stack.push_async_callback(location.pins.aclose)
+            await location.pins.load()
+            loop = asyncio.get_running_loop()
+            # pins are checked as soon as an upstream's tools change, not at the next snapshot
+            registry.on_change(lambda: _call_soon(loop, location.check_definitions))
             location.sandbox = await stack.enter_async_context(Sandbox())  # workers start lazily
             location.codemode, location.codemode_limits = codemode, codemode_limits
             location.retention_seconds = retention_seconds
@@ -306,13 +317,18 @@ class Location:
         snapshot.profile = chosen.name if chosen is not None else self.profiles.default_name
         return self.snapshots.add(snapshot) if keep else snapshot
 
+    def check_definitions(self) -> None:
+        """Compare every MCP tool with its pin now (`sidecar.pins`); changes become events."""
+        self.profiles.entries(None, self.registry.effective())
+
     async def health(self) -> dict[str, Any]:
         """The truth about this Location: servers, plugins, manifest problems, store usage,
         the state directory's size by part and what pruning and eviction removed
         (`state`, see `sidecar.state_usage`).
 
-        `status` is "ok" when every enabled server is ready, no plugin failed and the
-        manifests have no errors; else "degraded".
+        `status` is "ok" when every enabled server is ready, no plugin failed, the
+        manifests have no errors and no tool of a `pin = "hold"` server differs from its pin;
+        else "degraded" (`definition_changes` lists every change, `warn` ones included).
         """
         servers = {name: h.to_json() for name, h in self.server_health().items()}
         plugins = {ref: s.to_json() for ref, s in self.plugins.status.items()}
@@ -330,6 +346,7 @@ class Location:
             or any(p["state"] == "failed" for p in plugins.values())
             or any(p["severity"] == "error" for p in problems)
             or bool(reload_problems)
+            or any(c.policy == "hold" for c in self.pins.held.values())
         )
         return {
             "status": "degraded" if degraded else "ok",
@@ -338,6 +355,7 @@ class Location:
             "plugins": plugins,
             "manifest_problems": problems,
             "reload_problems": reload_problems,
+            "definition_changes": [c.to_json() for c in self.pins.held.values()],
             "store": {"objects": stats.count, "bytes": stats.bytes,
                       **self.store_pressure.report(stats, self.store_quota_bytes)},
             "state": await state_usage(
@@ -364,6 +382,10 @@ class Location:
         if self.seam.outcomes is None:
             return None
         return await self.seam.outcomes.get(self.name, call_id)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
+    loop.call_soon(fn)
 
 
 async def _cancel_and_wait(task: asyncio.Task[None]) -> None:

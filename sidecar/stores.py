@@ -4,13 +4,14 @@
     PermissionStore  `always` permission replies, kept across restarts
     EventLog         a Location's events, numbered, for `/v1/events` (Server-Sent Events)
     TokenStore       scoped bearer tokens, by digest (`sidecar.tokens`)
+    PinStore         pinned tool definitions (`sidecar.pins`)
     TextStore        the managed store: retained texts, ranged reads, grep, quota and
                      eviction (`managed_store.protocol`)
 
 Code outside the composition root names only these. The embedded implementations (SQLite files
 and a directory in the state dir: `SqliteOutcomeLog`, `SqlitePermissionStore`,
-`SqliteTokenStore`, `ManagedStore`, and the in-memory `MemoryEventLog`) are chosen in
-`sidecar/daemon.py`, which hands them to `Location.open` as `Stores` through its `Wiring`
+`SqliteTokenStore`, `SqlitePinStore`, `ManagedStore`, and the in-memory `MemoryEventLog`) are
+chosen in `sidecar/daemon.py`, which hands them to `Location.open` as `Stores` through its `Wiring`
 (`OpenStores` + `EventLogFactory`). A fleet backend (PostgreSQL, S3-compatible storage)
 implements the same Protocols and passes the shared contract suites in `tests/contracts/`.
 Each Protocol is exactly what its callers use; the contract suites say what each method
@@ -29,6 +30,7 @@ from managed_store import TextStore
 from sidecar.events import EventBus
 from sidecar.outcome_log import OutcomeLog
 from sidecar.permission import PermissionRule
+from sidecar.pins import PinStore
 from sidecar.tokens import TokenStore
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "OpenStores",
     "OutcomeLog",
     "PermissionStore",
+    "PinStore",
     "StoreOptions",
     "StoredRule",
     "Stores",
@@ -147,6 +150,8 @@ class Stores:
     outcomes: OutcomeLog | None
     permissions: PermissionStore | None
     tokens: TokenStore
+    pins: PinStore | None
+    """None when not `durable`: pins are then kept in memory."""
 
 
 class OpenStores(Protocol):

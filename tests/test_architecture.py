@@ -196,6 +196,7 @@ CONCRETE_STORES = {
     "MemoryEventLog": "sidecar.serve.event_log",
     "SqliteOutcomeLog": "sidecar.outcome_log",
     "SqlitePermissionStore": "sidecar.permission_store",
+    "SqlitePinStore": "sidecar.pins",
     "SqliteTokenStore": "sidecar.tokens",
 }
 IMPLEMENTATION_MODULES = {"sidecar.permission_store"}

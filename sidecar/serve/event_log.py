@@ -21,6 +21,7 @@ from typing import Any
 from sidecar.events import (
     CallProgress,
     CallSettled,
+    DefinitionChanged,
     Event,
     EventBus,
     ManifestsReloaded,
@@ -38,6 +39,7 @@ _NAMES: dict[type[Any], str] = {
     RegistryChanged: "registry.changed",
     ServerHealthChanged: "server.health",
     ManifestsReloaded: "manifests.reloaded",
+    DefinitionChanged: "tool.definition_changed",
 }
 EVENT_NAMES: tuple[str, ...] = tuple(_NAMES.values())
 
