@@ -40,9 +40,10 @@ from bridges.mcp import ServerPool
 from sidecar.call_history import AuditSettings
 from sidecar.errors import RegistrationError, SchemaDefinitionError
 from sidecar.events import ManifestsReloaded, ServerHealthChanged
-from sidecar.grant_store import FileGrantStore
+from sidecar.grant_store import open_grant_store
 from sidecar.overrides import Override, OverrideError, reshape_all
 from sidecar.permission import PermissionRule
+from sidecar.pins import PinPolicy
 from sidecar.plugins import entry_point_refs
 from sidecar.profiles import Profile
 from sidecar.registry import Entry
@@ -205,7 +206,7 @@ class ManifestSources:
             on_health=lambda key, health: events.publish(
                 ServerHealthChanged(key, health.to_json())
             ),
-            grants=FileGrantStore(location.state_dir),
+            grants=open_grant_store(location.state_dir),
         )
         await self.pool.__aenter__()
         location.manifests = loaded
@@ -242,6 +243,16 @@ class ManifestSources:
             audit.inputs, frozenset(m.lower() for m in audit.mask))
         location.codemode = loaded.codemode or self._base_codemode
         location.overrides.set(*overrides_of(loaded))
+        servers = {key: sourced.value for key, sourced in loaded.servers.items()}
+
+        def policy(server: str) -> PinPolicy | None:
+            config = servers.get(server)
+            if config is None:
+                return None
+            pin: PinPolicy | None = config.pin
+            return pin or ("warn" if config.transport == "stdio" else "hold")
+
+        location.pins.policy = policy
         default = loaded.default_profile
         location.profiles.set(
             {key: profile_of(key, sourced.value) for key, sourced in loaded.profiles.items()},

@@ -18,7 +18,7 @@ from sidecar.permission import Reply
 from sidecar.permission_service import RuleScope, UnknownAsk
 from sidecar.serve.console import pages
 from sidecar.serve.console.auth import ConsoleSession, ConsoleSessions
-from sidecar.serve.event_log import EventLog
+from sidecar.stores import EventLog
 
 if TYPE_CHECKING:
     from sidecar.location import Location
