@@ -394,6 +394,17 @@ def summary(daemon: Daemon, warmup: float, seconds: float) -> tuple[list[str], b
     return rows, all(checks)
 
 
+def commit() -> str:
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=30, cwd=ROOT)
+    except OSError:
+        return "?"
+    return done.stdout.strip() or "?"
+
+
 def machine() -> str:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     return (f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
@@ -460,12 +471,13 @@ async def soak(opts: argparse.Namespace) -> str:
     return "\n".join([
         "## Soak (`bench/soak.py`)",
         "",
-        f"- date: {when}; command: `{command}`",
+        f"- date: {when}; commit {commit()}; command: `{command}`",
         f"- machine: {machine()}; load average before {load_before}",
         f"- {opts.callers} callers per transport for {opts.seconds:.0f} s; 1 call in {opts.large_every} "
         f"returns {opts.large_bytes:,} bytes (retained); `SIDECAR_RETENTION={opts.retention:g}s`; "
         f"samples every {opts.sample:g} s; warm-up {warmup:.0f} s",
-        f"- targets (issue 32, for 10 minutes): {'all held' if all_ok else 'NOT all held'}",
+        f"- targets (issue 32, for 10 minutes): {'all held' if all_ok else 'NOT all held'}; the "
+        "WAL cap is 64 MiB (67.1 MB); MB here are 10^6 bytes",
         "- baseline (issue 32, before the WAL cap and pruning): `sidecar stdio`, 16 callers, 180 s, "
         "tiny calls only: `outcomes.sqlite-wal` 494 MB within 60 s, kept until the daemon closed; "
         "outcome table 87 MB, never pruned",
