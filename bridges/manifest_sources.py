@@ -39,9 +39,10 @@ from bridges.manifest_tools import ManifestTools, manifest_tool_validator
 from bridges.mcp import ServerPool
 from sidecar.errors import RegistrationError, SchemaDefinitionError
 from sidecar.events import ManifestsReloaded, ServerHealthChanged
-from sidecar.grant_store import FileGrantStore
+from sidecar.grant_store import open_grant_store
 from sidecar.overrides import Override, OverrideError, reshape_all
 from sidecar.permission import PermissionRule
+from sidecar.pins import PinPolicy
 from sidecar.plugins import entry_point_refs
 from sidecar.profiles import Profile
 from sidecar.registry import Entry
@@ -204,7 +205,7 @@ class ManifestSources:
             on_health=lambda key, health: events.publish(
                 ServerHealthChanged(key, health.to_json())
             ),
-            grants=FileGrantStore(location.state_dir),
+            grants=open_grant_store(location.state_dir),
         )
         await self.pool.__aenter__()
         location.manifests = loaded
@@ -238,6 +239,16 @@ class ManifestSources:
         location.seam.bounds = location_bounds(loaded, self._base_bounds)
         location.codemode = loaded.codemode or self._base_codemode
         location.overrides.set(*overrides_of(loaded))
+        servers = {key: sourced.value for key, sourced in loaded.servers.items()}
+
+        def policy(server: str) -> PinPolicy | None:
+            config = servers.get(server)
+            if config is None:
+                return None
+            pin: PinPolicy | None = config.pin
+            return pin or ("warn" if config.transport == "stdio" else "hold")
+
+        location.pins.policy = policy
         default = loaded.default_profile
         location.profiles.set(
             {key: profile_of(key, sourced.value) for key, sourced in loaded.profiles.items()},
