@@ -39,7 +39,7 @@ from bridges.manifest_tools import ManifestTools, manifest_tool_validator
 from bridges.mcp import ServerPool
 from sidecar.errors import RegistrationError, SchemaDefinitionError
 from sidecar.events import ManifestsReloaded, ServerHealthChanged
-from sidecar.grant_store import FileGrantStore
+from sidecar.grant_store import open_grant_store
 from sidecar.overrides import Override, OverrideError, reshape_all
 from sidecar.permission import PermissionRule
 from sidecar.pins import PinPolicy
@@ -210,7 +210,7 @@ class ManifestSources:
             on_health=lambda key, health: events.publish(
                 ServerHealthChanged(key, health.to_json())
             ),
-            grants=FileGrantStore(location.state_dir),
+            grants=open_grant_store(location.state_dir),
         )
         await self.pool.__aenter__()
         location.manifests = loaded
