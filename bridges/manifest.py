@@ -6,7 +6,7 @@ A Claude-Desktop/Cursor style `{"mcpServers": {...}}` file, or a VS Code style
 `headers`, `type`) mean what they mean there, and keys we do not know are kept and reported as
 notes, never errors. Sidecar keys extend a server entry (`namespace`, `tools`, `timeouts`,
 `bounds`, `output_validation`, `structured_output`, `disabled`, `permissions`,
-`max_result_bytes`).
+`max_result_bytes`, `max_definition_bytes`).
 
 `${env:VAR}`, `${file:PATH}` and `${keyring:SERVICE/NAME}` in any string value are replaced by
 the secret they name (`bridges.secrets`); one that cannot be resolved is an error naming the
@@ -109,6 +109,11 @@ class ServerConfig(BaseModel):
     disabled: bool = False
     permissions: AnnotationPermissions = AnnotationPermissions()
     max_result_bytes: Annotated[int, Field(ge=1024)] = 256 * 1024 * 1024
+    pin: Literal["hold", "warn", "off"] | None = None
+    """Definition pinning (`sidecar.pins`); default `hold` for http/sse, `warn` for stdio."""
+    max_definition_bytes: Annotated[int, Field(ge=1024)] = 1024 * 1024
+    """The largest tool definition (as JSON: name, description, schemas, annotations) this
+    server may list; a larger tool is left out, with the reason in health."""
     protocol: Literal["auto", "legacy", "2026-07-28"] = "auto"
     """Protocol era: `auto` probes `server/discover` then falls back to `initialize`;
     `legacy` skips the probe (for servers that ignore unknown methods)."""

@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,7 +47,7 @@ from sidecar import cli_tokens, client_config
 from sidecar.local_door import DEFAULT_IDLE_EXIT, OwnerLock
 from sidecar.serve.replay import FORMATS
 from sidecar.serve.serve_policy import UnsafeConfiguration
-from sidecar.state_dir import UnsafeStateDir
+from sidecar.state_dir import UnsafeStateDir, prepare_state_dir
 
 if TYPE_CHECKING:
     from sidecar.cli_backends import Backend
@@ -108,6 +109,9 @@ def _parser() -> argparse.ArgumentParser:
     tools = sub.add_parser("tools", parents=[client], help="list the effective tools")
     tools.add_argument("--format", choices=FORMATS, default=None,
                        help="print definitions in a provider format (JSON)")
+    tools.add_argument("approve", nargs="*", metavar="approve NAME",
+                       help="accept the changed upstream definition of tool NAME (pinning; "
+                       "needs the running daemon)")
     call = sub.add_parser("call", parents=[client], help="call one tool through the seam")
     call.add_argument("name")
     call.add_argument("--input", default="{}",
@@ -410,6 +414,8 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
             lambda root, **options: Location.open(root, retention_seconds=retention, **options),
         )
     async with backend:
+        if args.command == "tools" and args.approve:
+            return await _approve(backend, args)
         if args.command == "tools":
             return _print_tools(await backend.tools(args.format), args)
         if args.command == "health":
@@ -432,6 +438,24 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
         progress = getattr(args, "progress", False) or (sys.stderr.isatty() and not args.json)
         outcome = await backend.call(name, raw_input, context, show_progress=progress)
         return _print_outcome(outcome, args.json)
+
+
+async def _approve(backend: Backend, args: argparse.Namespace) -> int:
+    from sidecar.cli_backends import RemoteBackend
+
+    if len(args.approve) != 2 or args.approve[0] != "approve":
+        print("sidecar: usage: sidecar tools approve NAME", file=sys.stderr)
+        return EXIT_USAGE
+    if not isinstance(backend, RemoteBackend):
+        print("sidecar: approving a definition needs the running daemon (it holds the "
+              "change); start `sidecar serve`, or pass --url", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    change = await backend.approve(args.approve[1])
+    if args.json:
+        print(json.dumps(change))
+    else:
+        print(f"approved {change['tool']} ({change['key']}): its new definition is pinned")
+    return EXIT_OK
 
 
 def _configure_logging() -> None:
@@ -494,7 +518,9 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "auth":
         return _auth(args)
     if args.command == "token":
-        return int(_run(cli_tokens.run(args, _state_dir(args))))
+        from sidecar.daemon import open_token_store
+
+        return int(_run(cli_tokens.run(args, _state_dir(args), open_token_store)))
     if args.command == "client-config":
         from sidecar.client_config import run as client_config
 
@@ -509,7 +535,15 @@ def _main(argv: Sequence[str] | None) -> int:
             print(f"sidecar: {exc}", file=sys.stderr)
             return EXIT_USAGE
     if args.command in ("stdio", "serve", "daemon"):
-        return _run_daemon(args)
+        # SIGTERM before the daemon's loop handles it (`sidecar.start_signals`): unwind, and
+        # stop the servers spawned ahead (`bridges.prestart`) instead of orphaning them.
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        try:
+            return _run_daemon(args)
+        finally:
+            from bridges.prestart import PRESTARTED
+
+            PRESTARTED.discard()
     from sidecar.cli_backends import Refused, Unreachable
     from sidecar.local_door import DoorError
 
@@ -536,6 +570,10 @@ def _main(argv: Sequence[str] | None) -> int:
         return EXIT_USAGE
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(EXIT_OK)
+
+
 def _run_daemon(args: argparse.Namespace) -> int:
     """`stdio --standalone`, `serve` and `daemon`: the daemon in this process."""
     _configure_logging()  # stderr only (for stdio: stdout carries MCP messages)
@@ -554,8 +592,15 @@ def _run_daemon(args: argparse.Namespace) -> int:
 
     serving = args.command == "serve"
     state = _state_dir(args)
-    # the lock first: a daemon that is not going to own the state starts no server
-    state.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # the lock first: a daemon that is not going to own the state starts no server; but
+    # nothing is written into a state directory that is not private (`sidecar.state_dir`)
+    try:
+        loosened = prepare_state_dir(state)
+    except UnsafeStateDir as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if loosened is not None:
+        print(f"sidecar: warning: {loosened}", file=sys.stderr)
     owner = OwnerLock.acquire(state)
     if owner is None:
         print(f"sidecar: {already_owned(state)}", file=sys.stderr)

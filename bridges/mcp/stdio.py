@@ -52,6 +52,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from bridges.child_groups import CHILD_GROUPS, die_with_parent
 from bridges.mcp.framing import InvalidAnswer, LineFramer, OversizedLine, drain_messages
 from bridges.mcp.log_budget import LogBudget
 from bridges.mcp.redact import Redactor
@@ -451,7 +452,9 @@ async def stdio_transport(
             cwd=spec.cwd,
             start_new_session=True,
             limit=READ_CHUNK,
+            preexec_fn=die_with_parent(),  # dies with the daemon (`bridges.child_groups`)
         )
+    CHILD_GROUPS.add(proc.pid)  # reaped at the next start if the daemon dies first
     info.pid, info.returncode = proc.pid, None
     stderr.started()
     on_spawned()
@@ -479,6 +482,7 @@ async def stdio_transport(
             if proc.returncode is None:  # the task group failed before the yield
                 await _stop(proc, UNSTARTED_GRACE)
             info.returncode = proc.returncode
+            CHILD_GROUPS.remove(proc.pid)  # `_stop` swept the whole group
             stderr.flush()
             direct.close()
             for stream in (read_writer, read_stream, write_stream, write_reader):

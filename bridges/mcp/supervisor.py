@@ -396,7 +396,10 @@ class Supervisor:
 
     async def _list_and_register(self, connection: Connection) -> None:
         listing, warning = await connection.list_tools()
-        catalog = build_catalog(self.key, self.config, listing, self.caller)
+        # Off the loop (schemas can be megabytes); a start-up timeout that fires meanwhile
+        # abandons the thread instead of waiting for it.
+        catalog = await anyio.to_thread.run_sync(
+            build_catalog, self.key, self.config, listing, self.caller, abandon_on_cancel=True)
         for skipped in catalog.skipped:
             log.warning("[%s] tool %r left out: %s", self.key, skipped.name, skipped.reason)
         if warning:
