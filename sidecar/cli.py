@@ -518,7 +518,9 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "auth":
         return _auth(args)
     if args.command == "token":
-        return int(_run(cli_tokens.run(args, _state_dir(args))))
+        from sidecar.daemon import open_token_store
+
+        return int(_run(cli_tokens.run(args, _state_dir(args), open_token_store)))
     if args.command == "client-config":
         from sidecar.client_config import run as client_config
 

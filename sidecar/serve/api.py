@@ -30,7 +30,6 @@ from sidecar.pins import NotHeld
 from sidecar.serve.api_bodies import CallBody, ReplyBody, SnapshotBody
 from sidecar.serve.auth_api import AuthApi
 from sidecar.serve.by_definitions import ByDefinitions
-from sidecar.serve.event_log import EventLog
 from sidecar.serve.metrics import CONTENT_TYPE, Metrics
 from sidecar.serve.replay import (
     FORMATS,
@@ -43,6 +42,7 @@ from sidecar.serve.replay import (
 )
 from sidecar.serve.security import profile_allowed
 from sidecar.snapshot import SnapshotExpired
+from sidecar.stores import EventLog
 from sidecar.tool import ToolContext
 
 if TYPE_CHECKING:
@@ -469,7 +469,8 @@ class Api:
     async def prometheus(self, request: Request) -> Response:
         report = await self.location.health()
         body = await self.metrics.render(self.location.seam.store.stats,
-                                         report.get("servers", {}), report.get("state"))
+                                         report.get("servers", {}), report.get("state"),
+                                         report.get("rate_limited"))
         return Response(body, media_type=CONTENT_TYPE)
 
 
