@@ -109,6 +109,8 @@ class ServerConfig(BaseModel):
     disabled: bool = False
     permissions: AnnotationPermissions = AnnotationPermissions()
     max_result_bytes: Annotated[int, Field(ge=1024)] = 256 * 1024 * 1024
+    pin: Literal["hold", "warn", "off"] | None = None
+    """Definition pinning (`sidecar.pins`); default `hold` for http/sse, `warn` for stdio."""
     max_definition_bytes: Annotated[int, Field(ge=1024)] = 1024 * 1024
     """The largest tool definition (as JSON: name, description, schemas, annotations) this
     server may list; a larger tool is left out, with the reason in health."""

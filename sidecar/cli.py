@@ -109,6 +109,9 @@ def _parser() -> argparse.ArgumentParser:
     tools = sub.add_parser("tools", parents=[client], help="list the effective tools")
     tools.add_argument("--format", choices=FORMATS, default=None,
                        help="print definitions in a provider format (JSON)")
+    tools.add_argument("approve", nargs="*", metavar="approve NAME",
+                       help="accept the changed upstream definition of tool NAME (pinning; "
+                       "needs the running daemon)")
     call = sub.add_parser("call", parents=[client], help="call one tool through the seam")
     call.add_argument("name")
     call.add_argument("--input", default="{}",
@@ -411,6 +414,8 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
             lambda root, **options: Location.open(root, retention_seconds=retention, **options),
         )
     async with backend:
+        if args.command == "tools" and args.approve:
+            return await _approve(backend, args)
         if args.command == "tools":
             return _print_tools(await backend.tools(args.format), args)
         if args.command == "health":
@@ -433,6 +438,24 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
         progress = getattr(args, "progress", False) or (sys.stderr.isatty() and not args.json)
         outcome = await backend.call(name, raw_input, context, show_progress=progress)
         return _print_outcome(outcome, args.json)
+
+
+async def _approve(backend: Backend, args: argparse.Namespace) -> int:
+    from sidecar.cli_backends import RemoteBackend
+
+    if len(args.approve) != 2 or args.approve[0] != "approve":
+        print("sidecar: usage: sidecar tools approve NAME", file=sys.stderr)
+        return EXIT_USAGE
+    if not isinstance(backend, RemoteBackend):
+        print("sidecar: approving a definition needs the running daemon (it holds the "
+              "change); start `sidecar serve`, or pass --url", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    change = await backend.approve(args.approve[1])
+    if args.json:
+        print(json.dumps(change))
+    else:
+        print(f"approved {change['tool']} ({change['key']}): its new definition is pinned")
+    return EXIT_OK
 
 
 def _configure_logging() -> None:
@@ -495,7 +518,9 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "auth":
         return _auth(args)
     if args.command == "token":
-        return int(_run(cli_tokens.run(args, _state_dir(args))))
+        from sidecar.daemon import open_token_store
+
+        return int(_run(cli_tokens.run(args, _state_dir(args), open_token_store)))
     if args.command == "client-config":
         from sidecar.client_config import run as client_config
 

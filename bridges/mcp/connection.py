@@ -351,6 +351,7 @@ async def _transport(
             read_timeout=read_timeout,
             max_event_size=config.max_result_bytes,
             state=state,
+            auth=auth,
         )
     http = httpx2.AsyncClient(
         headers=dict(config.headers),

@@ -26,10 +26,10 @@ from sidecar import json_depth
 from sidecar.json_depth import JsonTooDeep
 from sidecar.outcome import Outcome
 from sidecar.permission_service import UnknownAsk
+from sidecar.pins import NotHeld
 from sidecar.serve.api_bodies import CallBody, ReplyBody, SnapshotBody
 from sidecar.serve.auth_api import AuthApi
 from sidecar.serve.by_definitions import ByDefinitions
-from sidecar.serve.event_log import EventLog
 from sidecar.serve.metrics import CONTENT_TYPE, Metrics
 from sidecar.serve.replay import (
     FORMATS,
@@ -42,6 +42,7 @@ from sidecar.serve.replay import (
 )
 from sidecar.serve.security import profile_allowed
 from sidecar.snapshot import SnapshotExpired
+from sidecar.stores import EventLog
 from sidecar.tool import ToolContext
 
 if TYPE_CHECKING:
@@ -167,6 +168,7 @@ class Api:
         h = _handled
         return [
             Route("/v1/tools", h(self.list_tools), methods=["GET"]),
+            Route("/v1/tools/{name}/approve", h(self.approve), methods=["POST"]),
             Route("/v1/snapshots", h(self.create_snapshot), methods=["POST"]),
             Route("/v1/snapshots/{snapshot_id}/calls", h(self.call), methods=["POST"]),
             Route("/v1/calls/{call_id}", h(self.call_state), methods=["GET", "DELETE"]),
@@ -253,6 +255,14 @@ class Api:
         snapshot = self.location.snapshot(hide_denied=False, keep=False, profile=profile)
         return json_with({"format": fmt}, "tools",
                          self.definitions.encoded(fmt, snapshot.definitions))
+
+    async def approve(self, request: Request) -> Response:
+        """Accept a tool's changed upstream definition (`sidecar.pins`)."""
+        try:
+            change = await self.location.pins.approve(request.path_params["name"])
+        except NotHeld as exc:
+            raise ApiError(404, "not_held", str(exc), "name") from None
+        return JSONResponse({"approved": change.to_json()})
 
     async def create_snapshot(self, request: Request) -> Response:
         body = await self._body(request, SnapshotBody)
@@ -459,7 +469,8 @@ class Api:
     async def prometheus(self, request: Request) -> Response:
         report = await self.location.health()
         body = await self.metrics.render(self.location.seam.store.stats,
-                                         report.get("servers", {}), report.get("state"))
+                                         report.get("servers", {}), report.get("state"),
+                                         report.get("rate_limited"))
         return Response(body, media_type=CONTENT_TYPE)
 
 

@@ -15,7 +15,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 
 from sidecar.serve.api import DEFAULT_MAX_BODY_BYTES, Api
-from sidecar.serve.event_log import EventLog
 from sidecar.serve.metrics import Metrics
 from sidecar.serve.security import SecurityMiddleware
 from sidecar.tokens import verify_token
@@ -36,7 +35,7 @@ def build_app(
     """`token=None` disables authentication (`--no-auth`); Host/Origin checks always apply.
     Besides `token` (every profile), the scoped tokens of `location.tokens` are accepted."""
     metrics = Metrics()
-    events = EventLog(location.events)
+    events = location.new_event_log()
     api = Api(location, metrics=metrics, events=events, max_body_bytes=max_body_bytes)
 
     @asynccontextmanager

@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from bridges.mcp.oauth.login import login
 from bridges.mcp.oauth.records import grant_status
-from sidecar.grant_store import FileGrantStore
+from sidecar.grant_store import open_grant_store
 
 if TYPE_CHECKING:
     from sidecar.location import Location
@@ -51,7 +51,7 @@ class _Login:
 class AuthApi:
     def __init__(self, location: Location) -> None:
         self.location = location
-        self.store = FileGrantStore(location.state_dir)
+        self.store = open_grant_store(location.state_dir)
         self.logins: dict[str, _Login] = {}
 
     def routes(self, handled: Any) -> list[Route]:

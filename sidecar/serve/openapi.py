@@ -66,6 +66,12 @@ def openapi_document() -> dict[str, Any]:
             "parameters": [fmt, _param("profile", "query", {"type": "string"})],
             "responses": {"200": _json(_OBJECT, "Definitions"), **_errors(400, 404)},
         }},
+        "/v1/tools/{name}/approve": {"post": {
+            "summary": "Accept a tool's changed upstream definition (pinning): the new "
+                       "definition becomes the pin and the tool is served as it is now",
+            "parameters": [_param("name", "path", {"type": "string"})],
+            "responses": {"200": _json(_OBJECT, "The approved change"), **_errors(404)},
+        }},
         "/v1/snapshots": {"post": {
             "summary": "Capture the tools for one model request (through a profile: "
                        "`profile`, default the default profile)",

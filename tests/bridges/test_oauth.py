@@ -43,11 +43,14 @@ async def follow(url: str) -> None:
     assert response.status_code == 200
 
 
+@pytest.mark.parametrize("transport", ["http", "sse"])
 async def test_a_401_server_waits_in_needs_auth_until_a_login(
-    location: Location, protected: OAuthServer, tmp_path: Path
+    location: Location, protected: OAuthServer, tmp_path: Path, transport: str
 ) -> None:
     store = FileGrantStore(tmp_path / "state")
-    config = ServerConfig(url=f"{protected.base}/mcp", timeouts={"startup": 10})
+    path = "mcp" if transport == "http" else "sse"
+    config = ServerConfig(url=f"{protected.base}/{path}", type=transport,
+                          timeouts={"startup": 10})
     assert config.oauth_mode == "auto"
     async with ServerPool({"cloud": config}, location.tools, grants=store) as pool:
         health = pool.health()["cloud"]

@@ -51,7 +51,7 @@ class UpstreamAuth:
     @classmethod
     def of(cls, server: str, config: ServerConfig, store: GrantStore | None,
            on_secret: Callable[[str], None] | None = None) -> UpstreamAuth | None:
-        if store is None or config.transport != "http" or config.oauth_mode == "none":
+        if store is None or config.transport == "stdio" or config.oauth_mode == "none":
             return None
         return cls(server, config, store, on_secret)
 

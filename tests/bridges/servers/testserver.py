@@ -10,7 +10,8 @@ listens. `--events FILE` appends one JSON object per line for what a test wants 
 Tools: echo, add (structured), structured_only, bad_output, media, big, big_structured,
 big_resource, many_links, slow, crash, fail, rpc_error, progress, mutate (adds/removes tools),
 and with options: `broken` (an invalid inputSchema), `t000`... (`--extra-tools N`), tools of
-`--named-tool`, pages of `--page-size`.
+`--named-tool`, pages of `--page-size`, descriptions read from `--descriptions FILE` at each
+listing.
 """
 
 from __future__ import annotations
@@ -167,6 +168,10 @@ async def list_tools(
 ) -> types.ListToolsResult:
     if ctx.session not in SESSIONS:
         SESSIONS.append(ctx.session)
+    if ARGS.descriptions:
+        for tool_name, description in (await anyio.to_thread.run_sync(read_descriptions)).items():
+            if tool_name in TOOLS:
+                TOOLS[tool_name] = TOOLS[tool_name].model_copy(update={"description": description})
     names = sorted(TOOLS)
     start = int(params.cursor) if params is not None and params.cursor else 0
     size = ARGS.page_size or len(names) or 1
@@ -175,6 +180,15 @@ async def list_tools(
     if ARGS.repeat_cursor and cursor is not None:
         cursor = str(size)  # a broken paginator: page 2 forever
     return types.ListToolsResult(tools=[TOOLS[n] for n in names[start:end]], next_cursor=cursor)
+
+
+def read_descriptions() -> dict[str, str]:
+    try:
+        with open(ARGS.descriptions) as f:
+            found: dict[str, str] = json.load(f)
+            return found
+    except FileNotFoundError:
+        return {}
 
 
 def text(value: str) -> types.CallToolResult:
@@ -386,6 +400,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--hang-at-start", action="store_true")
     p.add_argument("--exit-at-start", type=int)
     p.add_argument("--secret-env")
+    p.add_argument("--descriptions", help="a JSON file {tool: description} read at each "
+                   "tools/list (tests of definition pinning)")
     return p.parse_args()
 
 
