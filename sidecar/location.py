@@ -63,6 +63,7 @@ from sidecar.permission_service import PermissionService
 from sidecar.pins import Pins
 from sidecar.plugins import PluginHost
 from sidecar.profiles import Profiles
+from sidecar.ratelimit import RateLimits
 from sidecar.registry import Registry, Tools, application_registry
 from sidecar.seam import Seam
 from sidecar.snapshot import Snapshot, SnapshotStore, select
@@ -159,6 +160,9 @@ class Location:
         self.profiles.common.append(self.pins.reshape)
         self.profiles.common.append(self.overrides.reshape_common)
         self.profiles.wrappers.append(self.overrides.reshape_profile)
+        self.rate_limits = RateLimits()
+        """Calls per minute and at once, per profile and tool (`sidecar.ratelimit`)."""
+        self.profiles.wrappers.append(self.rate_limits.reshape_profile)
         self.tokens: TokenStore | None = None
         """Scoped bearer tokens (`sidecar.tokens`), in `<state>/tokens.sqlite`."""
         self.wiring: Wiring | None = None
@@ -386,6 +390,7 @@ class Location:
             "manifest_problems": problems,
             "reload_problems": reload_problems,
             "definition_changes": [c.to_json() for c in self.pins.held.values()],
+            "rate_limited": self.rate_limits.rejected,
             "store": {"objects": stats.count, "bytes": stats.bytes,
                       **self.store_pressure.report(stats, self.store_quota_bytes)},
             "state": await state_usage(

@@ -497,7 +497,8 @@ class Api:
     async def prometheus(self, request: Request) -> Response:
         report = await self.location.health()
         body = await self.metrics.render(self.location.seam.store.stats,
-                                         report.get("servers", {}), report.get("state"))
+                                         report.get("servers", {}), report.get("state"),
+                                         report.get("rate_limited"))
         return Response(body, media_type=CONTENT_TYPE)
 
 

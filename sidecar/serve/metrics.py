@@ -9,6 +9,8 @@
 - `sidecar_store_objects`, `sidecar_store_bytes`: managed store usage (read at scrape time)
 - `sidecar_upstream_restarts{server}`, `sidecar_upstream_up{server}`: from server health
 - `sidecar_state_bytes{part}`: the state directory's size by part (see `sidecar.state_usage`)
+- `sidecar_rate_limited_total{limit}`: calls refused by a rate limit (`tool:NAME`,
+  `profile:NAME`, `profile:NAME:tool:NAME`)
 - `sidecar_outcomes_stored`, `sidecar_outcomes_expired` (tombstones of pruned outcomes);
   counters since start: `sidecar_outcomes_pruned_total`, `sidecar_store_evicted_total{reason=
   "expired"|"quota"}`, `sidecar_wal_truncations_total`
@@ -65,6 +67,8 @@ class Metrics:
 
         self.state = _StateCollector()
         self.registry.register(self.state)
+        self.rate_limited = _RateLimitCollector()
+        self.registry.register(self.rate_limited)
 
         self.call_duration = Histogram(
             "sidecar_call_duration_seconds", "Call duration by tool and server",
@@ -110,9 +114,12 @@ class Metrics:
         store_stats: Callable[[], Awaitable[Any]],
         servers: Mapping[str, Mapping[str, Any]],
         state: Mapping[str, Any] | None = None,
+        rate_limited: Mapping[str, int] | None = None,
     ) -> bytes:
-        """`state` is the health report's `state` section (`sidecar.state_usage`)."""
+        """`state` is the health report's `state` section (`sidecar.state_usage`);
+        `rate_limited` its calls refused by each rate limit (`sidecar.ratelimit`)."""
         self.state.report = state
+        self.rate_limited.counts = rate_limited or {}
         stats = await store_stats()
         self.store_objects.set(stats.count)
         self.store_bytes.set(stats.bytes)
@@ -120,6 +127,23 @@ class Metrics:
             self.restarts.labels(name).set(health.get("restarts", 0))
             self.up.labels(name).set(1 if health.get("state") == "ready" else 0)
         return generate_latest(self.registry)
+
+
+class _RateLimitCollector(Collector):
+    """`sidecar_rate_limited_total{limit}`: calls refused by each rate limit since start."""
+
+    def __init__(self) -> None:
+        self.counts: Mapping[str, int] = {}
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily("sidecar_rate_limited", "Calls refused by a rate limit",
+                                     labels=["limit"])
+        for limit, count in self.counts.items():
+            family.add_metric([limit], count)
+        yield family
 
 
 class _StateCollector(Collector):
