@@ -5,7 +5,8 @@ A Claude-Desktop/Cursor style `{"mcpServers": {...}}` file, or a VS Code style
 `{"servers": {...}}` file, loads unchanged: their keys (`command`, `args`, `env`, `cwd`, `url`,
 `headers`, `type`) mean what they mean there, and keys we do not know are kept and reported as
 notes, never errors. Sidecar keys extend a server entry (`namespace`, `tools`, `timeouts`,
-`bounds`, `output_validation`, `disabled`, `permissions`, `max_result_bytes`).
+`bounds`, `output_validation`, `structured_output`, `disabled`, `permissions`,
+`max_result_bytes`, `max_definition_bytes`).
 
 `${env:VAR}`, `${file:PATH}` and `${keyring:SERVICE/NAME}` in any string value are replaced by
 the secret they name (`bridges.secrets`); one that cannot be resolved is an error naming the
@@ -102,9 +103,18 @@ class ServerConfig(BaseModel):
     timeouts: Timeouts = Timeouts()
     bounds: BoundsConfig = BoundsConfig()
     output_validation: Literal["strict", "warn", "off"] = "strict"
+    structured_output: Literal["bounded", "full", "off"] = "bounded"
+    """How the MCP facade relays `structuredContent` (docs/mcp-facade.md): `bounded` sends it
+    only when it fits the result's bound with the text, `full` always, `off` never (and
+    advertises no `outputSchema`)."""
     disabled: bool = False
     permissions: AnnotationPermissions = AnnotationPermissions()
     max_result_bytes: Annotated[int, Field(ge=1024)] = 256 * 1024 * 1024
+    pin: Literal["hold", "warn", "off"] | None = None
+    """Definition pinning (`sidecar.pins`); default `hold` for http/sse, `warn` for stdio."""
+    max_definition_bytes: Annotated[int, Field(ge=1024)] = 1024 * 1024
+    """The largest tool definition (as JSON: name, description, schemas, annotations) this
+    server may list; a larger tool is left out, with the reason in health."""
     protocol: Literal["auto", "legacy", "2026-07-28"] = "auto"
     """Protocol era: `auto` probes `server/discover` then falls back to `initialize`;
     `legacy` skips the probe (for servers that ignore unknown methods)."""
@@ -166,6 +176,14 @@ class PermissionsConfig(_Strict):
     ask_timeout: Annotated[float, Field(gt=0)] | None = None
 
 
+class AuditConfig(_Strict):
+    """`[audit]`: what the call history keeps of each call's input."""
+
+    inputs: Literal["full", "redacted", "none"] = "redacted"
+    mask: list[str] = []
+    """Input keys masked in `redacted` mode, besides those that look like secrets."""
+
+
 class ManifestFile(BaseModel):
     """The top level of one manifest file (entries are validated one by one elsewhere)."""
 
@@ -180,6 +198,7 @@ class ManifestFile(BaseModel):
     profiles: dict[str, Any] = {}
     default_profile: str | None = None
     rate_limits: dict[str, Any] = {}
+    audit: dict[str, Any] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +227,8 @@ class ManifestSet:
     default_profile: Sourced | None = None
     rate_limits: dict[str, Sourced] = field(default_factory=dict)
     """Per-tool rate limits by effective name or glob (`[rate_limits."<glob>"]`)."""
+    audit: AuditConfig | None = None
+    """The call history's audit settings (`[audit]`; the last file that sets them wins)."""
     overrides: list[Sourced] = field(default_factory=list)
     """Tool overrides in file order: `[tools.overrides."<glob>"]` and server-level ones; key =
     the glob, value = (server key or None, `OverrideConfig`)."""
@@ -362,7 +383,7 @@ def _load_one(
                 name, f"$.{key}", "unknown top-level key, ignored", severity="note",
                 hint=did_you_mean(key, [*model_keys(ManifestFile), "servers"]) or (
                     "known keys: mcpServers (or servers), tools, permissions, plugins, bounds, "
-                    "codemode, profiles, default_profile, rate_limits"),
+                    "codemode, profiles, default_profile, rate_limits, audit"),
                 unknown_key=True,
             ))
     for key, raw in top.mcpServers.items():
@@ -385,6 +406,11 @@ def _load_one(
     if top.default_profile is not None:
         result.default_profile = Sourced(name, "default_profile", top.default_profile)
     _load_permissions(name, top.permissions, env, result)
+    if top.audit:
+        try:
+            result.audit = AuditConfig.model_validate(top.audit)
+        except ValidationError as exc:
+            result.problems.extend(_validation_problems(name, "$.audit", exc))
     for i, plugin in enumerate(top.plugins):
         if not re.fullmatch(r"[\w.]+:[\w.]+", plugin):
             result.problems.append(ManifestProblem(
@@ -580,6 +606,8 @@ def manifest_json_schema() -> dict[str, Any]:
     props["servers"] = props["mcpServers"]
     props["permissions"] = {"$ref": "#/$defs/PermissionsConfig"}
     props["bounds"] = {"$ref": "#/$defs/BoundsConfig"}
+    defs["AuditConfig"] = AuditConfig.model_json_schema()
+    props["audit"] = {"$ref": "#/$defs/AuditConfig"}
     from bridges.manifest_tools.config import tool_entry_json_schema
 
     entry = tool_entry_json_schema()

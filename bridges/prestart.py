@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bridges.child_groups import die_with_parent
 from bridges.manifest import ServerConfig, load_manifests
 
 log = logging.getLogger("bridges.prestart")
@@ -87,6 +88,7 @@ class Prestarted:
                     [spec.command, *spec.args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE, env=spec.child_environment(), cwd=spec.cwd,
                     start_new_session=True, bufsize=0,
+                    preexec_fn=die_with_parent(),  # the main thread: it lives as the daemon
                 )
             except (OSError, ValueError) as exc:  # the transport will fail and report it
                 log.debug("prestart of %s failed: %s", spec.command, exc)

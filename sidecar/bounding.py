@@ -1,10 +1,13 @@
 """Step 7 of the seam: keep model-facing text within bounds without losing any of it.
 
-Only `text` items are measured (media and embedded resources pass unchanged under their
-producer's own limit). The text items of a call are measured together, joined by `\\n`. When
-they exceed `max_bytes` (UTF-8) or `max_lines`, the joined text is retained whole in the
-managed store, and the text items are replaced by one preview item, at the place of the first
-text item: `head`, a marker, `tail`. The marker says how much was omitted, where the omission
+What a model reads as text is measured: `text` items, embedded *text* resources (a 5 MB
+embedded file is 5 MB of text to a model) and resource links (each is a line of text to a
+model; a result of ten thousand links is long). Media (images, audio, embedded blobs) pass
+unchanged under their producer's own limit. These items are measured together, each as its
+text form (`textual`), joined by `\\n`. When they exceed `max_bytes` (UTF-8) or `max_lines`,
+the joined text is retained whole in the managed store, and they are replaced by one preview
+item, at the place of the first of them: `head`, a marker, `tail`. (Within the bounds, every
+item is kept as it is.) The marker says how much was omitted, where the omission
 sits in line numbers, the managed reference, and how to read the rest with `managed_read`.
 
 Guarantees (property-tested): the preview is within both limits; `head` is a prefix and `tail` a
@@ -18,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from sidecar.content import Content, ContentItem, TextContent
+from sidecar.content import Content, ContentItem, ResourceContent, ResourceLink, TextContent
 from sidecar.outcome import ManagedText
 from sidecar.tool import Bounds
 
@@ -185,9 +188,30 @@ class BoundedContent:
     retained: ManagedText | None
 
 
+def textual(item: ContentItem) -> str | None:
+    """The text a model reads for `item` when it is measured (see the module docstring), or
+    None for media. An embedded text resource reads as a `[resource: uri, mime]` line and its
+    text; a link as one `[resource link: ...]` line (the forms providers are given)."""
+    if isinstance(item, TextContent):
+        return item.text
+    if isinstance(item, ResourceContent):
+        if item.text is None:
+            return None
+        kind = f", {item.mime_type}" if item.mime_type else ""
+        return f"[resource: {item.uri}{kind}]\n{item.text}"
+    if isinstance(item, ResourceLink):
+        fields = [item.uri] + [
+            f"{label}: {value}" for label, value in
+            (("name", item.name), ("type", item.mime_type), ("description", item.description))
+            if value
+        ]
+        return f"[resource link: {'; '.join(fields)}]"
+    return None
+
+
 def plan_bounding(content: Content, bounds: Bounds) -> tuple[str, PreviewPlan] | None:
-    """None when the text items of `content` fit; else their joined text and the cut plan."""
-    texts = [item.text for item in content if isinstance(item, TextContent)]
+    """None when the measured items of `content` fit; else their joined text and the plan."""
+    texts = [text for item in content if (text := textual(item)) is not None]
     if not texts:
         return None
     joined = texts[0] if len(texts) == 1 else "\n".join(texts)
@@ -196,11 +220,11 @@ def plan_bounding(content: Content, bounds: Bounds) -> tuple[str, PreviewPlan] |
 
 
 def apply_preview(content: Content, joined: str, plan: PreviewPlan, ref: str) -> Content:
-    """`content` with its text items replaced by one preview at the first one's place."""
+    """`content` with its measured items replaced by one preview at the first one's place."""
     preview: TextContent | None = TextContent(render_preview(joined, plan, ref))
     bounded: list[ContentItem] = []
     for item in content:
-        if not isinstance(item, TextContent):
+        if textual(item) is None:
             bounded.append(item)
         elif preview is not None:
             bounded.append(preview)

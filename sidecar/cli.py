@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -42,11 +43,11 @@ from typing import TYPE_CHECKING, Any
 
 from bridges.manifest import load_manifests, manifest_json_schema
 from bridges.manifest_tools import manifest_tool_validator
-from sidecar import cli_tokens, client_config
+from sidecar import cli_calls, cli_tokens, client_config
 from sidecar.local_door import DEFAULT_IDLE_EXIT, OwnerLock
 from sidecar.serve.replay import FORMATS
 from sidecar.serve.serve_policy import UnsafeConfiguration
-from sidecar.state_dir import UnsafeStateDir
+from sidecar.state_dir import UnsafeStateDir, prepare_state_dir
 
 if TYPE_CHECKING:
     from sidecar.cli_backends import Backend
@@ -108,6 +109,9 @@ def _parser() -> argparse.ArgumentParser:
     tools = sub.add_parser("tools", parents=[client], help="list the effective tools")
     tools.add_argument("--format", choices=FORMATS, default=None,
                        help="print definitions in a provider format (JSON)")
+    tools.add_argument("approve", nargs="*", metavar="approve NAME",
+                       help="accept the changed upstream definition of tool NAME (pinning; "
+                       "needs the running daemon)")
     call = sub.add_parser("call", parents=[client], help="call one tool through the seam")
     call.add_argument("name")
     call.add_argument("--input", default="{}",
@@ -132,6 +136,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("health", parents=[client], help="per-server status")
     client_config.add_parser(sub, [common])
     cli_tokens.add_parser(sub, common)
+    cli_calls.add_parser(sub, client)
     check = sub.add_parser("check", help="validate manifests without starting anything")
     check.add_argument("files", nargs="*", metavar="FILE", help="manifest files or directories")
     check.add_argument("--schema", action="store_true", help="print the manifest JSON Schema")
@@ -442,7 +447,12 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
             state, _manifests(args),
             lambda root, **options: Location.open(root, retention_seconds=retention, **options),
         )
+    if args.command == "calls":  # embedded: reads the history file, starts nothing
+        return await cli_calls.run(args, Path(state),
+                                   None if isinstance(backend, EmbeddedBackend) else backend)
     async with backend:
+        if args.command == "tools" and args.approve:
+            return await _approve(backend, args)
         if args.command == "health":
             return _print_health(await backend.health(), args.json)
         await _servers_started(backend)
@@ -481,6 +491,24 @@ async def _servers_started(backend: Backend) -> None:
         if not any(server.get("state") == "starting" for server in servers.values()):
             return
         await asyncio.sleep(0.1)
+
+
+async def _approve(backend: Backend, args: argparse.Namespace) -> int:
+    from sidecar.cli_backends import RemoteBackend
+
+    if len(args.approve) != 2 or args.approve[0] != "approve":
+        print("sidecar: usage: sidecar tools approve NAME", file=sys.stderr)
+        return EXIT_USAGE
+    if not isinstance(backend, RemoteBackend):
+        print("sidecar: approving a definition needs the running daemon (it holds the "
+              "change); start `sidecar serve`, or pass --url", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    change = await backend.approve(args.approve[1])
+    if args.json:
+        print(json.dumps(change))
+    else:
+        print(f"approved {change['tool']} ({change['key']}): its new definition is pinned")
+    return EXIT_OK
 
 
 def _configure_logging() -> None:
@@ -543,7 +571,9 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "auth":
         return _auth(args)
     if args.command == "token":
-        return int(_run(cli_tokens.run(args, _state_dir(args))))
+        from sidecar.daemon import open_token_store
+
+        return int(_run(cli_tokens.run(args, _state_dir(args), open_token_store)))
     if args.command == "client-config":
         from sidecar.client_config import run as client_config
 
@@ -559,7 +589,15 @@ def _main(argv: Sequence[str] | None) -> int:
             print(f"sidecar: {exc}", file=sys.stderr)
             return EXIT_USAGE
     if args.command in ("stdio", "serve", "daemon"):
-        return _run_daemon(args)
+        # SIGTERM before the daemon's loop handles it (`sidecar.start_signals`): unwind, and
+        # stop the servers spawned ahead (`bridges.prestart`) instead of orphaning them.
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        try:
+            return _run_daemon(args)
+        finally:
+            from bridges.prestart import PRESTARTED
+
+            PRESTARTED.discard()
     from sidecar.cli_backends import Refused, Unreachable
     from sidecar.local_door import DoorError
 
@@ -593,6 +631,10 @@ def _main(argv: Sequence[str] | None) -> int:
         return EXIT_USAGE
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(EXIT_OK)
+
+
 def _run_daemon(args: argparse.Namespace) -> int:
     """`stdio --standalone`, `serve` and `daemon`: the daemon in this process."""
     _configure_logging()  # stderr only (for stdio: stdout carries MCP messages)
@@ -611,12 +653,15 @@ def _run_daemon(args: argparse.Namespace) -> int:
 
     serving = args.command == "serve"
     state = _state_dir(args)
+    # the lock first: a daemon that is not going to own the state starts no server; but
+    # nothing is written into a state directory that is not private (`sidecar.state_dir`)
     try:
-        _prepare_state(state)
+        loosened = prepare_state_dir(state)
     except UnsafeStateDir as exc:
         print(f"sidecar: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    # the lock first: a daemon that is not going to own the state starts no server
+    if loosened is not None:
+        print(f"sidecar: warning: {loosened}", file=sys.stderr)
     owner = OwnerLock.acquire(state)
     if owner is None:
         print(f"sidecar: {already_owned(state)}", file=sys.stderr)
@@ -639,10 +684,13 @@ def _run_daemon(args: argparse.Namespace) -> int:
 
 
 def _daemon_exit(args: argparse.Namespace, run: Callable[[], Any]) -> int:
-    """Run a daemon command; the failures a user causes by starting it twice are one line."""
+    """Run a daemon command; the failures a user causes by starting it twice are one line.
+    Traces are exported while it runs when the `OTEL_*` variables ask for them."""
     from managed_store import StoreInUse
+    from sidecar import tracing
     from sidecar.daemon import AddressInUse
 
+    tracing.configure_from_env()
     try:
         run()
     except StoreInUse:
@@ -652,6 +700,8 @@ def _daemon_exit(args: argparse.Namespace, run: Callable[[], Any]) -> int:
     except AddressInUse as exc:
         print(f"sidecar: {exc.strerror}", file=sys.stderr)
         return EXIT_ADDRESS_IN_USE
+    finally:
+        tracing.shutdown()
     return EXIT_OK
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from bridges.manifest import ServerConfig, load_manifests
 from bridges.mcp.oauth.login import login, logout
 from bridges.mcp.oauth.records import grant_status, login_command
-from sidecar.token_store import FileTokenStore
+from sidecar.grant_store import GrantStore, GrantStoreUnavailable, open_grant_store
 
 
 def oauth_servers(manifests: list[str]) -> tuple[dict[str, ServerConfig], list[str]]:
@@ -36,7 +36,14 @@ def oauth_servers(manifests: list[str]) -> tuple[dict[str, ServerConfig], list[s
 
 
 async def run(args: argparse.Namespace, manifests: list[str], state_dir: str) -> int:
-    store = FileTokenStore(state_dir)
+    try:
+        return await _run(args, manifests, open_grant_store(state_dir))
+    except GrantStoreUnavailable as exc:
+        print(f"sidecar auth: {exc}", file=sys.stderr)
+        return 2
+
+
+async def _run(args: argparse.Namespace, manifests: list[str], store: GrantStore) -> int:
     servers, errors = oauth_servers(manifests)
     if args.auth_command == "status":
         return await _status(args, servers, store)
@@ -67,7 +74,7 @@ async def run(args: argparse.Namespace, manifests: list[str], state_dir: str) ->
 
 
 async def _status(
-    args: argparse.Namespace, servers: dict[str, ServerConfig], store: FileTokenStore
+    args: argparse.Namespace, servers: dict[str, ServerConfig], store: GrantStore
 ) -> int:
     names = [args.name] if args.name else sorted(set(servers) | set(await store.servers()))
     report: dict[str, dict[str, Any]] = {}

@@ -185,6 +185,13 @@ class RemoteBackend:
         body = await self._request("GET", "/v1/tools", params={"format": fmt or "mcp"})
         return list(body["tools"])
 
+    async def approve(self, name: str) -> dict[str, Any]:
+        """Accept a tool's changed upstream definition (`sidecar.pins`)."""
+        from urllib.parse import quote
+
+        body = await self._request("POST", f"/v1/tools/{quote(name, safe='')}/approve")
+        return dict(body["approved"])
+
     async def call(
         self, name: str, raw_input: str, context: dict[str, str], *, show_progress: bool
     ) -> dict[str, Any]:
@@ -217,4 +224,8 @@ class RemoteBackend:
 
     async def health(self) -> dict[str, Any]:
         result: dict[str, Any] = await self._request("GET", "/v1/health")
+        return result
+
+    async def history(self, params: dict[str, str]) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("GET", "/v1/calls", params=params)
         return result

@@ -41,6 +41,17 @@ class PermissionReplied:
 
 
 @dataclass(frozen=True, slots=True)
+class DefinitionChanged:
+    """An upstream tool's definition differs from its pin (`sidecar.pins`)."""
+
+    key: str
+    tool: str
+    policy: str
+    action: str
+    diff: list[str]
+
+
+@dataclass(frozen=True, slots=True)
 class RegistryChanged:
     version: int
 
@@ -66,6 +77,7 @@ Event = (
     | RegistryChanged
     | ServerHealthChanged
     | ManifestsReloaded
+    | DefinitionChanged
 )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from sidecar.codec import Codec, CodecLike, make_codec
 from sidecar.content import ContentItem
@@ -58,6 +58,9 @@ class Bounds:
 
 
 DEFAULT_BOUNDS = Bounds(DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES)
+
+StructuredOutput = Literal["bounded", "full", "off"]
+STRUCTURED_OUTPUT_MODES: tuple[StructuredOutput, ...] = ("bounded", "full", "off")
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +170,9 @@ class Tool:
     annotations: Annotations | None
     bounds: Bounds | None
     meta: Mapping[str, Any] = field(default_factory=dict)
+    structured_output: StructuredOutput | None = None
+    """How the MCP facade sends this tool's output as `structuredContent` (None: "bounded");
+    see docs/mcp-facade.md."""
 
     def __init__(
         self,
@@ -182,6 +188,7 @@ class Tool:
         annotations: Annotations | None = None,
         bounds: Bounds | None = None,
         meta: Mapping[str, Any] | None = None,
+        structured_output: StructuredOutput | None = None,
     ) -> None:
         if not callable(execute):
             raise TypeError("Tool.execute must be an async callable (input, context)")
@@ -197,6 +204,9 @@ class Tool:
         setter(self, "annotations", annotations)
         setter(self, "bounds", bounds)
         setter(self, "meta", dict(meta or {}))
+        if structured_output not in (None, *STRUCTURED_OUTPUT_MODES):
+            raise ValueError(f"structured_output must be one of {STRUCTURED_OUTPUT_MODES}")
+        setter(self, "structured_output", structured_output)
 
     def __hash__(self) -> int:
         return id(self)
@@ -214,6 +224,7 @@ def tool_with(tool: Tool, **changes: Any) -> Tool:
         "execute": tool.execute, "title": tool.title, "namespace": tool.namespace,
         "codemode": tool.codemode, "permission_action": tool.permission_action,
         "annotations": tool.annotations, "bounds": tool.bounds, "meta": tool.meta,
+        "structured_output": tool.structured_output,
     }
     fields.update(changes)
     return Tool(**fields)

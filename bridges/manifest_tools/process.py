@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from bridges.child_groups import CHILD_GROUPS, die_with_parent
 from bridges.manifest_tools.capture import OutputCapture
 from bridges.manifest_tools.progress import LineProgress
 
@@ -100,6 +101,7 @@ async def spawn(spec: ProcessSpec) -> Running:
             cwd=spec.cwd,
             env=dict(spec.env),
             start_new_session=True,
+            preexec_fn=die_with_parent(),  # dies with the daemon (`child_groups`)
         )
     except BaseException:
         for fd in (out_read, err_read):
@@ -108,6 +110,7 @@ async def spawn(spec: ProcessSpec) -> Running:
     finally:
         os.close(out_write)
         os.close(err_write)
+    CHILD_GROUPS.add(proc.pid)
     stdout: PipeChunks | None = None
     try:
         stdout = PipeChunks(STREAM_LIMIT, out_read)  # each owns its pipe from here on
@@ -119,6 +122,7 @@ async def spawn(spec: ProcessSpec) -> Running:
             stdout.close()
         os.close(err_read)
         await stop_group(proc, 0)
+        CHILD_GROUPS.remove(proc.pid)
         raise
     return Running(proc, (stdout, stderr))
 
@@ -301,6 +305,7 @@ async def supervise(
         raise
     finally:
         running.close()
+        CHILD_GROUPS.remove(proc.pid)  # the group was killed above, whichever way it ended
     return Exited(proc.pid, returncode, timed_out=False)
 
 

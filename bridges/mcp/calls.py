@@ -21,6 +21,7 @@ import anyio
 import httpx2
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
+from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
 from bridges.manifest import ServerConfig
@@ -28,7 +29,15 @@ from bridges.mcp.catalog import UpstreamTool
 from bridges.mcp.connection import Connection
 from bridges.mcp.passthrough import InflightCall
 from bridges.mcp.redact import Redactor
-from bridges.mcp.results import rpc_failure, tool_error, tool_response, transport_failure
+from bridges.mcp.results import (
+    is_our_timeout,
+    is_transport_loss,
+    rpc_failure,
+    tool_error,
+    tool_response,
+    transport_failure,
+)
+from sidecar import tracing
 from sidecar.errors import ErrorKind, ToolFailure
 from sidecar.permission import PermissionGate, PermissionRequest
 from sidecar.tool import CallContext
@@ -181,10 +190,14 @@ class Caller:
             return await relay(call, request)
 
         try:
-            return await connection.call(
-                tool, arguments, call_timeout=timeout, progress=progress.on_progress,
-                answer=answer,
-            )
+            with tracing.step(f"tools/call {tool}", SpanKind.CLIENT, {
+                "mcp.method.name": "tools/call", "gen_ai.tool.name": tool,
+                "sidecar.server": self.server,
+            }):
+                return await connection.call(
+                    tool, arguments, call_timeout=timeout, progress=progress.on_progress,
+                    answer=answer,
+                )
         except MCPError as exc:
             hint = self._auth_hint() if self._auth_hint is not None else None
             if hint is not None:
@@ -194,12 +207,14 @@ class Caller:
                     {"server": self.server, "tool": tool, "code": exc.code},
                     kind=ErrorKind.UPSTREAM,
                 ) from None
-            detail = ""
-            if exc.code == types.CONNECTION_CLOSED:
-                detail = await self._failure_detail(mark)
+            # A server's error response (any code) fails this call only; our side's loss of
+            # the transport restarts the server.
+            lost = is_transport_loss(exc, direct=connection.direct)
+            detail = await self._failure_detail(mark) if lost else ""
             failure = rpc_failure(exc, server=self.server, tool=tool, timeout=timeout,
-                                  detail=detail)
-            if exc.code == types.CONNECTION_CLOSED and "max_result_bytes" not in failure.message:
+                                  detail=detail, lost=lost,
+                                  timed_out=is_our_timeout(exc, direct=connection.direct))
+            if lost and "max_result_bytes" not in failure.message:
                 # Over HTTP a dropped stream does not always end the transport: reconnect.
                 connection.lost.set()
             raise self._redacted(failure) from None

@@ -4,7 +4,8 @@ For each upstream tool, in listing order:
 
 1. `tools.allow` / `tools.deny` globs (over upstream names) decide whether it is offered;
    filtered tools are only counted.
-2. A repeated upstream name, an invalid `inputSchema` (or one that does not describe an object),
+2. A repeated upstream name, a definition over the server's `max_definition_bytes` (as JSON;
+   1 MiB by default), an invalid `inputSchema` (or one that does not describe an object),
    an invalid `outputSchema` under `output_validation = "strict"`, an effective name already
    taken by an earlier tool of the same server, or an effective name reserved for a sidecar
    built-in (`managed_read`, `execute`, `search_tools`, `describe_tools`: possible with
@@ -17,6 +18,9 @@ For each upstream tool, in listing order:
 The permission default of a tool comes from its annotations and the server's `permissions`
 table: every hint that is true and has a decision configured contributes it, and the most
 restrictive contribution wins (deny > ask > allow); with none, `permissions.default` applies.
+
+Checking and compiling schemas is CPU work that grows with their size: `build_catalog` is
+synchronous and pure, so the supervisor runs it in a worker thread, never on the event loop.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
+import pydantic_core
 
 from bridges.manifest import AnnotationPermissions, ServerConfig
 from bridges.manifest import Decision as ManifestDecision
@@ -87,6 +92,12 @@ def build_catalog(
         if upstream.name in tools:
             skipped.append(SkippedTool(upstream.name, "the server lists this name twice"))
             continue
+        size = len(pydantic_core.to_json(upstream))
+        if size > config.max_definition_bytes:
+            skipped.append(SkippedTool(upstream.name, (
+                f"its definition is {size:,} bytes of JSON, over this server's "
+                f"max_definition_bytes ({config.max_definition_bytes:,})")))
+            continue
         try:
             tool = _tool_value(server, config, upstream, call)
             (effective,) = build_entries({upstream.name: tool}, namespace, plain=plain)
@@ -145,6 +156,7 @@ def _tool_value(
             else None
         ),
         meta=upstream.meta or None,
+        structured_output=config.structured_output,
     )
 
 

@@ -239,9 +239,20 @@ def _parse_offered(text: str, take: Callable[[Any], bool]) -> SessionMessage | V
         value = json.loads(text)
     except ValueError as exc:
         return ValueError(f"not a JSON-RPC message ({len(text):,} chars): {exc}")
+    except RecursionError:
+        return _nested_too_deep(text)
     if take(value):
         return None
     return _validated(value, len(text))
+
+
+class InvalidAnswer(ValueError):
+    """A line that is JSON but not a JSON-RPC message, and that names a request (`request_id`):
+    the reader fails that request at once instead of leaving it to its timeout."""
+
+    def __init__(self, message: str, request_id: int | str) -> None:
+        super().__init__(message)
+        self.request_id = request_id
 
 
 def _parse(text: str) -> SessionMessage | ValueError:
@@ -251,24 +262,50 @@ def _parse(text: str) -> SessionMessage | ValueError:
         else:
             return _validated(json.loads(text), len(text))
     except ValidationError as exc:
-        return _invalid(exc, len(text))
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        except RecursionError:
+            return _nested_too_deep(text)
+        return _invalid(exc, len(text), value)
     except ValueError as exc:
         return ValueError(f"not a JSON-RPC message ({len(text):,} chars): {exc}")
+    except RecursionError:
+        return _nested_too_deep(text)
     return SessionMessage(message)
+
+
+def _nested_too_deep(text: str) -> ValueError:
+    """A line nested deeper than `json.loads` can follow: an error value (an `InvalidAnswer`
+    when its id sits first or last), never a `RecursionError` that would end the reader."""
+    message = f"not a JSON-RPC message ({len(text):,} chars): nested too deeply"
+    edges = OversizedLine(len(text), text[:_EDGE_CHARS].encode("utf-8", "replace"),
+                          text[-_EDGE_CHARS:].encode("utf-8", "replace"))
+    request_id = edges.request_id()
+    return ValueError(message) if request_id is None else InvalidAnswer(message, request_id)
+
+
+_EDGE_CHARS = 256
 
 
 def _validated(value: Any, size: int) -> SessionMessage | ValueError:
     try:
         return SessionMessage(types.jsonrpc_message_adapter.validate_python(value, by_name=False))
     except ValidationError as exc:
-        return _invalid(exc, size)
+        return _invalid(exc, size, value)
 
 
-def _invalid(exc: ValidationError, size: int) -> ValueError:
+def _invalid(exc: ValidationError, size: int, value: Any = None) -> ValueError:
     # The error's message only: pydantic's full text quotes the input, which may hold
     # anything the server printed.
-    return ValueError(f"not a JSON-RPC message ({size:,} chars): "
-                      f"{exc.errors(include_input=False)[0]['msg']}")
+    message = (f"not a JSON-RPC message ({size:,} chars): "
+               f"{exc.errors(include_input=False)[0]['msg']}")
+    if isinstance(value, dict) and "method" not in value:
+        request_id = value.get("id")
+        if isinstance(request_id, int | str) and not isinstance(request_id, bool):
+            return InvalidAnswer(message, request_id)  # an answer, but not a valid one
+    return ValueError(message)
 
 
 class _StreamedLine:
@@ -377,6 +414,8 @@ class _StreamedLine:
                              self._longs)
         except ValueError as exc:
             value = ValueError(f"not a JSON-RPC message ({size:,} bytes): {exc}")
+        except RecursionError:
+            value = ValueError(f"not a JSON-RPC message ({size:,} bytes): nested too deeply")
         self._longs = []
         return ParsedLine(value=value, size=size, skeleton=skeleton)
 

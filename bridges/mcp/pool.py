@@ -36,9 +36,9 @@ from bridges.mcp.connection import Connection
 from bridges.mcp.health import ServerHealth
 from bridges.mcp.passthrough import Relay
 from bridges.mcp.supervisor import Supervisor
+from sidecar.grant_store import GrantStore
 from sidecar.permission import PermissionGate
 from sidecar.registry import Tools
-from sidecar.token_store import TokenStore
 
 
 class ServerPool:
@@ -53,7 +53,7 @@ class ServerPool:
         on_health: Callable[[str, ServerHealth], None] | None = None,
         on_tools_changed: Callable[[str], None] | None = None,
         backoff: Backoff = DEFAULT_BACKOFF,
-        tokens: TokenStore | None = None,
+        grants: GrantStore | None = None,
         wait: bool = True,
     ) -> None:
         self._initial = dict(servers)
@@ -62,7 +62,7 @@ class ServerPool:
         self._on_health = on_health
         self._on_tools_changed = on_tools_changed
         self._backoff = backoff
-        self._tokens = tokens
+        self._grants = grants
         """Where OAuth grants live; None: no server is authorized with OAuth."""
         self._supervisors: dict[str, Supervisor] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -154,7 +154,7 @@ class ServerPool:
             on_health=self._on_health,
             on_tools_changed=self._on_tools_changed,
             relay=self.relay,
-            tokens=self._tokens,
+            grants=self._grants,
         )
         self._supervisors[key] = sup
         self._task_group.start_soon(sup.run, name=f"mcp supervisor {key}")

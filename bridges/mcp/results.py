@@ -5,9 +5,15 @@
       structuredContent                    -> output (when the tool has an output codec)
       _meta                                -> metadata {"_meta": ...}
       isError                              -> ToolFailure(the tool's text)          tool_failure
-    JSON-RPC error                         -> ToolFailure(kind=upstream)
-    connection lost / transport failure    -> ToolFailure(kind=upstream)
+    JSON-RPC error (any code)              -> ToolFailure(kind=upstream), the server's message
+    an answer that is not a valid result   -> ToolFailure(kind=upstream), at once
+    connection lost / transport failure    -> ToolFailure(kind=upstream) (the server restarts)
     our call timeout                       -> ToolFailure(kind=timeout)
+
+A server's error response may carry any code, the ones the SDK uses for its own conditions
+included (-32000 "connection closed", -32001 "request timeout": servers use both for their
+own errors). Only our side's conditions (`is_transport_loss`, `is_our_timeout`) mean a lost
+transport or an expired call; an error response never restarts the server.
 
 Every message names the server and the tool. Text values are handed on as the same `str`
 objects the parser produced: a large result is never copied here.
@@ -21,7 +27,7 @@ from typing import Any
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
-from bridges.mcp.stdio import RESULT_TOO_LARGE
+from bridges.mcp.stdio import ConnectionLost, RequestTimedOut
 from sidecar.content import (
     AudioContent,
     ContentItem,
@@ -98,22 +104,46 @@ def tool_error(result: types.CallToolResult, *, server: str, tool: str) -> ToolF
     )
 
 
+_SDK_CLOSED = "Connection closed"
+
+
+def is_transport_loss(exc: MCPError, *, direct: bool) -> bool:
+    """Whether `exc` says our transport ended (not a server's error response with the same
+    code). Requests written on the pipe directly (`direct`) raise `ConnectionLost` for that;
+    the SDK's own requests raise its plain `Connection closed` error without data."""
+    if isinstance(exc, ConnectionLost):
+        return True
+    return (not direct and exc.code == types.CONNECTION_CLOSED and exc.message == _SDK_CLOSED
+            and exc.data is None)
+
+
+def is_our_timeout(exc: MCPError, *, direct: bool, method: str = "tools/call") -> bool:
+    """Whether `exc` is our own read timeout (not a server's -32001 error response)."""
+    if isinstance(exc, RequestTimedOut):
+        return True
+    return (not direct and exc.code == types.REQUEST_TIMEOUT
+            and exc.message == f"Request {method!r} timed out" and exc.data is None)
+
+
 def rpc_failure(
-    exc: MCPError, *, server: str, tool: str, timeout: float, detail: str = ""
+    exc: MCPError, *, server: str, tool: str, timeout: float, detail: str = "",
+    lost: bool = False, timed_out: bool = False,
 ) -> ToolFailure:
-    """A JSON-RPC level failure of a call."""
+    """A JSON-RPC level failure of a call; `lost` / `timed_out`: our side's condition (see
+    `is_transport_loss`, `is_our_timeout`), else the server's error response."""
     where = f"MCP server {server!r}, tool {tool!r}"
     meta: dict[str, Any] = {"server": server, "tool": tool, "code": exc.code}
-    if exc.code == types.REQUEST_TIMEOUT:
+    if timed_out:
         return ToolFailure(
             f"{where}: no result within {timeout:g} s (timeouts.call); the call was cancelled "
             "upstream",
             meta,
             kind=ErrorKind.TIMEOUT,
         )
+    # Ours name max_result_bytes (RESULT_TOO_LARGE is in the server-error range: a server may
+    # send that code for its own errors too).
     if (
-        exc.code == RESULT_TOO_LARGE
-        or "max_result_bytes" in exc.message
+        "max_result_bytes" in exc.message
         or (exc.message.startswith("SSE stream failed") and "exceeded" in exc.message)
     ):
         return ToolFailure(
@@ -122,7 +152,7 @@ def rpc_failure(
             meta,
             kind=ErrorKind.UPSTREAM,
         )
-    if exc.code == types.CONNECTION_CLOSED:
+    if lost:
         hint = f"; {detail}" if detail else ""
         return ToolFailure(
             f"{where}: the connection to the server was lost during the call ({exc.message})"

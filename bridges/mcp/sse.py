@@ -40,10 +40,11 @@ async def sse_transport(
     read_timeout: float,
     max_event_size: int,
     state: TransportState,
+    auth: httpx2.Auth | None = None,
 ) -> AsyncIterator[TransportStreams]:
     timeout = httpx2.Timeout(connect_timeout, read=read_timeout)
     async with (
-        httpx2.AsyncClient(headers=dict(headers), timeout=timeout) as client,
+        httpx2.AsyncClient(headers=dict(headers), timeout=timeout, auth=auth) as client,
         client.stream("GET", url, headers=_SSE_HEADERS) as response,
     ):
         response.raise_for_status()
@@ -100,6 +101,8 @@ def _parse(data: str) -> SessionMessage | Exception:
             message = types.jsonrpc_message_adapter.validate_python(json.loads(data), by_name=False)
     except (ValidationError, ValueError) as exc:
         return exc
+    except RecursionError:
+        return ValueError(f"not a JSON-RPC message ({len(data):,} chars): nested too deeply")
     return SessionMessage(message)
 
 

@@ -52,7 +52,9 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from bridges.mcp.framing import LineFramer, OversizedLine, drain_messages
+from bridges.child_groups import CHILD_GROUPS, die_with_parent
+from bridges.mcp.framing import InvalidAnswer, LineFramer, OversizedLine, drain_messages
+from bridges.mcp.log_budget import LogBudget
 from bridges.mcp.redact import Redactor
 from bridges.mcp.transport_state import TransportState
 from bridges.prestart import PRESTARTED, StdioSpec
@@ -89,7 +91,16 @@ CANCEL_WRITE_TIMEOUT = 2.0
 class StderrTail:
     """Keeps the last `limit` bytes a child wrote to stderr and logs each line (redacted)."""
 
-    __slots__ = ("_buffer", "_ended", "_fed", "_limit", "_partial", "_redact", "_server")
+    __slots__ = (
+        "_budget",
+        "_buffer",
+        "_ended",
+        "_fed",
+        "_limit",
+        "_partial",
+        "_redact",
+        "_server",
+    )
 
     def __init__(self, server: str, redact: Redactor, limit: int = STDERR_TAIL_BYTES) -> None:
         self._server = server
@@ -99,6 +110,7 @@ class StderrTail:
         self._partial = bytearray()
         self._fed = 0
         self._ended: anyio.Event | None = None
+        self._budget = LogBudget(server, "stderr", log)
 
     def mark(self) -> int:
         """How many bytes were fed so far: `since(mark)` later quotes what came after."""
@@ -110,6 +122,7 @@ class StderrTail:
 
     def ended(self) -> None:
         """The child's stderr reached its end (it exited or closed it)."""
+        self._budget.flush()
         if self._ended is not None:
             self._ended.set()
 
@@ -148,9 +161,11 @@ class StderrTail:
             self._partial = bytearray()
 
     def _log(self, line: bytes | bytearray) -> None:
-        text = bytes(line[:_STDERR_LINE_LIMIT]).decode("utf-8", "replace").rstrip()
-        if text:
-            log.info("[%s] %s", self._server, self._redact(text))
+        head = bytes(line[:_STDERR_LINE_LIMIT])
+        if not head.strip() or not self._budget.allow(len(line)):
+            return  # blank, or over the server's log budget (counted, summarised later)
+        text = head.decode("utf-8", "replace").rstrip()
+        log.info("[%s] %s", self._server, self._redact(text))
 
     def text(self) -> str:
         """Everything kept (at most `limit` bytes), decoded and redacted."""
@@ -178,13 +193,30 @@ def _last_lines(text: str, count: int, max_chars: int) -> str:
     return joined if len(joined) <= max_chars else "..." + joined[-max_chars:]
 
 
+class ConnectionLost(MCPError):
+    """Our side saw the pipe end (`CONNECTION_CLOSED`): unlike a server's own error response
+    with that code (-32000 is also what servers use for their errors), this is a lost
+    transport."""
+
+    def __init__(self) -> None:
+        super().__init__(types.CONNECTION_CLOSED, "Connection closed")
+
+
+class RequestTimedOut(MCPError):
+    """Our `read_timeout` expired (`REQUEST_TIMEOUT`): unlike a server's own -32001 error."""
+
+    def __init__(self, method: str) -> None:
+        super().__init__(types.REQUEST_TIMEOUT, f"Request {method!r} timed out")
+
+
 class DirectRequests:
     """Requests the bridge writes on the child's stdin itself; see the module docstring.
 
     Only the event loop's thread uses it. `request` returns the raw `result` object of the
     response (a dict) or raises `MCPError` like the SDK's `send_raw_request`: the server's
-    error, `REQUEST_TIMEOUT` after `read_timeout` (with a courtesy cancel), `CONNECTION_CLOSED`
-    when the pipe is gone or ends while waiting.
+    error, `RequestTimedOut` after `read_timeout` (with a courtesy cancel), `ConnectionLost`
+    when the pipe is gone or ends while waiting (both `MCPError`s with the SDK's codes, told
+    apart from a server's error response of the same code by their class).
     """
 
     __slots__ = ("_broken", "_closed", "_last_notice", "_next", "_on_log", "_pending",
@@ -249,7 +281,9 @@ class DirectRequests:
             self._progress.pop(request_id, None)
         if outcome is _EXPIRED:
             await self._cancel(request_id, f"timed out after {read_timeout}s", shield=False)
-            raise MCPError(types.REQUEST_TIMEOUT, f"Request {method!r} timed out")
+            raise RequestTimedOut(method)
+        if outcome is _CLOSED:
+            raise ConnectionLost()
         if isinstance(outcome, types.ErrorData):
             raise MCPError(outcome.code, outcome.message, outcome.data)
         return outcome
@@ -300,10 +334,9 @@ class DirectRequests:
     def close(self) -> None:
         """The pipe ended: every waiter fails with CONNECTION_CLOSED, later requests at once."""
         self._closed = True
-        closed = types.ErrorData(code=types.CONNECTION_CLOSED, message="Connection closed")
         for future in self._pending.values():
             if not future.done():
-                future.set_result(closed)
+                future.set_result(_CLOSED)
 
     def _on_progress(self, message: dict[str, Any]) -> bool:
         params = message.get("params")
@@ -348,7 +381,7 @@ class DirectRequests:
     async def _write(self, line: bytes) -> None:
         stdin = self._stdin
         if stdin is None or self._closed:
-            raise MCPError(types.CONNECTION_CLOSED, "Connection closed")
+            raise ConnectionLost()
         try:
             stdin.write(line)
             await stdin.drain()
@@ -357,7 +390,7 @@ class DirectRequests:
             self.close()
             if self._broken is not None:
                 await self._broken()
-            raise MCPError(types.CONNECTION_CLOSED, "Connection closed") from None
+            raise ConnectionLost() from None
 
     async def _cancel(self, request_id: str, reason: str, *, shield: bool) -> None:
         message = {"jsonrpc": "2.0", "method": "notifications/cancelled",
@@ -371,6 +404,7 @@ class DirectRequests:
 
 
 _EXPIRED = types.ErrorData(code=types.REQUEST_TIMEOUT, message="no answer in time")
+_CLOSED = types.ErrorData(code=types.CONNECTION_CLOSED, message="Connection closed")
 
 
 def _expire(future: asyncio.Future[dict[str, Any] | types.ErrorData]) -> None:
@@ -429,7 +463,9 @@ async def stdio_transport(
             cwd=spec.cwd,
             start_new_session=True,
             limit=READ_CHUNK,
+            preexec_fn=die_with_parent(),  # dies with the daemon (`bridges.child_groups`)
         )
+    CHILD_GROUPS.add(proc.pid)  # reaped at the next start if the daemon dies first
     info.pid, info.returncode = proc.pid, None
     stderr.started()
     on_spawned()
@@ -457,6 +493,7 @@ async def stdio_transport(
             if proc.returncode is None:  # the task group failed before the yield
                 await _stop(proc, UNSTARTED_GRACE)
             info.returncode = proc.returncode
+            CHILD_GROUPS.remove(proc.pid)  # `_stop` swept the whole group
             stderr.flush()
             direct.close()
             for stream in (read_writer, read_stream, write_stream, write_reader):
@@ -487,6 +524,14 @@ async def _pump_stdout(
                     if not direct.fail(request_id, error):
                         await out.send(SessionMessage(
                             types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)))
+                elif isinstance(item, InvalidAnswer):  # fail that request now, not at its timeout
+                    log.warning("[%s] invalid answer to request %r: %s", server,
+                                item.request_id, item)
+                    error = types.ErrorData(code=types.INTERNAL_ERROR, message=(
+                        f"the server's answer is not a valid JSON-RPC response: {item}"))
+                    if not direct.fail(item.request_id, error):
+                        await out.send(SessionMessage(types.JSONRPCError(
+                            jsonrpc="2.0", id=item.request_id, error=error)))
                 elif isinstance(item, ValueError):
                     log.warning("[%s] ignored a line on stdout: %s", server, item)
                 else:

@@ -53,15 +53,17 @@ from bridges.mcp.connection import (
     open_connection,
 )
 from bridges.mcp.health import ServerHealth
+from bridges.mcp.log_budget import LogBudget
 from bridges.mcp.oauth.upstream import UpstreamAuth
 from bridges.mcp.passthrough import InflightCall, Relay
 from bridges.mcp.redact import Redactor
+from bridges.mcp.results import is_transport_loss
 from bridges.mcp.stdio import StderrTail
 from bridges.mcp.transport_state import TransportState
 from sidecar.errors import RegistrationError
+from sidecar.grant_store import GrantStore
 from sidecar.permission import PermissionGate
 from sidecar.registry import Scope, Tools
-from sidecar.token_store import TokenStore
 
 log = logging.getLogger("bridges.mcp")
 
@@ -111,20 +113,21 @@ class Supervisor:
         on_health: HealthListener | None,
         on_tools_changed: ToolsListener | None,
         relay: Relay | None = None,
-        tokens: TokenStore | None = None,
+        grants: GrantStore | None = None,
     ) -> None:
         self.key = key
         self.relay = relay
         self.config = config
-        self._tokens = tokens
+        self._grants = grants
         self._secrets: set[str] = set()
-        self._oauth = UpstreamAuth.of(key, config, tokens, self._add_secret)
+        self._oauth = UpstreamAuth.of(key, config, grants, self._add_secret)
         self._tools = tools
         self._backoff = backoff
         self._on_health = on_health
         self._on_tools_changed = on_tools_changed
         self._redact = self._redactor(config)
         self._stderr = StderrTail(key, self._redact)
+        self._log_budget = LogBudget(key, "log notifications", log)
         self._transport = TransportState()
         self._scope: Scope | None = None
         self._connection: Connection | None = None
@@ -171,7 +174,7 @@ class Supervisor:
     def reconfigure(self, config: ServerConfig) -> None:
         """Restart with a new configuration; the registration scope is kept."""
         self.config = config
-        self._oauth = UpstreamAuth.of(self.key, config, self._tokens, self._add_secret)
+        self._oauth = UpstreamAuth.of(self.key, config, self._grants, self._add_secret)
         self._redact = self._redactor(config)
         self._stderr = StderrTail(self.key, self._redact)
         self.caller.redact = self._redact
@@ -421,7 +424,10 @@ class Supervisor:
 
     async def _list_and_register(self, connection: Connection) -> None:
         listing, warning = await connection.list_tools()
-        catalog = build_catalog(self.key, self.config, listing, self.caller)
+        # Off the loop (schemas can be megabytes); a start-up timeout that fires meanwhile
+        # abandons the thread instead of waiting for it.
+        catalog = await anyio.to_thread.run_sync(
+            build_catalog, self.key, self.config, listing, self.caller, abandon_on_cancel=True)
         for skipped in catalog.skipped:
             log.warning("[%s] tool %r left out: %s", self.key, skipped.name, skipped.reason)
         if warning:
@@ -460,7 +466,7 @@ class Supervisor:
             except Exception as exc:  # a bad listing must not end the connection
                 log.warning("[%s] re-listing tools failed: %s", self.key,
                             self._redact(describe(exc)))
-                if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED:
+                if isinstance(exc, MCPError) and is_transport_loss(exc, direct=False):
                     connection.lost.set()
 
     async def _listen_loop(self, connection: Connection, listening: anyio.Event) -> None:
@@ -498,6 +504,9 @@ class Supervisor:
             log.debug("[%s] transport reported: %s", self.key, self._redact(describe(message)))
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        size = len(params.data) if isinstance(params.data, str) else 0
+        if not self._log_budget.allow(size):
+            return  # a flood: not logged, shown to the call or relayed (summarised instead)
         level = _LOG_LEVELS.get(params.level, logging.ERROR)
         log.log(level, "[%s] log: %s", self.key, log_text(params, self._redact))
         self.caller.on_log(params)

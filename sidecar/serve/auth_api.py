@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from bridges.mcp.oauth.login import login
 from bridges.mcp.oauth.records import grant_status
-from sidecar.token_store import FileTokenStore
+from sidecar.grant_store import open_grant_store
 
 if TYPE_CHECKING:
     from sidecar.location import Location
@@ -51,7 +51,7 @@ class _Login:
 class AuthApi:
     def __init__(self, location: Location) -> None:
         self.location = location
-        self.store = FileTokenStore(location.state_dir)
+        self.store = open_grant_store(location.state_dir)
         self.logins: dict[str, _Login] = {}
 
     def routes(self, handled: Any) -> list[Route]:
@@ -80,12 +80,22 @@ class AuthApi:
 
     async def start_login(self, request: Request) -> Response:
         server = request.path_params["server"]
+        started = await self.begin(server)
+        if started is None:
+            return _not_found(server)
+        status = 202 if started["state"] == "pending" else 200
+        return JSONResponse({"server": server, **started}, status_code=status)
+
+    async def begin(self, server: str) -> dict[str, Any] | None:
+        """Start (or join) a login of `server`: its state once the authorization URL is known
+        (`authorization_url`), or its result when the grant needs no browser. None when the
+        manifests have no such OAuth-capable server. The console's login button uses it."""
         config = self._config(server)
         if config is None:
-            return _not_found(server)
+            return None
         running = self.logins.get(server)
         if running is not None and running.state == "pending":
-            return JSONResponse({"server": server, **running.to_json()}, status_code=202)
+            return running.to_json()
         attempt = _Login()
         self.logins[server] = attempt
 
@@ -106,8 +116,7 @@ class AuthApi:
         attempt.task = asyncio.create_task(run(), name=f"oauth login {server}")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(attempt.url_known.wait()), URL_WAIT)
-        status = 202 if attempt.state == "pending" else 200
-        return JSONResponse({"server": server, **attempt.to_json()}, status_code=status)
+        return attempt.to_json()
 
     async def aclose(self) -> None:
         for attempt in self.logins.values():

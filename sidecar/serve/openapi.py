@@ -66,6 +66,12 @@ def openapi_document() -> dict[str, Any]:
             "parameters": [fmt, _param("profile", "query", {"type": "string"})],
             "responses": {"200": _json(_OBJECT, "Definitions"), **_errors(400, 404)},
         }},
+        "/v1/tools/{name}/approve": {"post": {
+            "summary": "Accept a tool's changed upstream definition (pinning): the new "
+                       "definition becomes the pin and the tool is served as it is now",
+            "parameters": [_param("name", "path", {"type": "string"})],
+            "responses": {"200": _json(_OBJECT, "The approved change"), **_errors(404)},
+        }},
         "/v1/snapshots": {"post": {
             "summary": "Capture the tools for one model request (through a profile: "
                        "`profile`, default the default profile)",
@@ -84,6 +90,25 @@ def openapi_document() -> dict[str, Any]:
             "responses": {"200": _json(outcome, "The outcome"),
                           "202": _json(_OBJECT, "Started"),
                           **_errors(400, 404, 409, 413, 422)},
+        }},
+        "/v1/calls": {"get": {
+            "summary": "The call history, newest first: every settled or replayed call",
+            "parameters": [
+                *(_param(name, "query", {"type": "string", "maxLength": 512})
+                  for name in ("tool", "server", "status", "session", "agent", "profile")),
+                *(_param(name, "query", {"type": "number", "minimum": 0, "maximum": 1e11,
+                                         "description": "epoch seconds; an ISO 8601 date or "
+                                         "time (UTC unless it has an offset) is read too"})
+                  for name in ("since", "until")),
+                _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000}),
+                _param("cursor", "query", {"type": "string", "pattern": "^c[0-9]{1,18}$"}),
+                _param("format", "query", {"type": "string", "enum": ["json", "jsonl"]}),
+            ],
+            "responses": {"200": {"description": "`{calls, next_cursor}`, or JSON Lines",
+                                  "content": {"application/json": {"schema": _OBJECT},
+                                              "application/x-ndjson": {"schema": {
+                                                  "type": "string"}}}},
+                          **_errors(400)},
         }},
         "/v1/calls/{call_id}": {
             "get": {

@@ -1,5 +1,6 @@
 """An OAuth-protected MCP server for the tests: one ASGI app that is both the resource server
-(`/mcp`, a stateless `mcp` SDK server behind a Bearer check) and its authorization server
+(`/mcp`, a stateless `mcp` SDK server behind a Bearer check; the same server over the legacy
+SSE transport at `/sse`) and its authorization server
 (RFC 9728 and RFC 8414 metadata, dynamic registration, an `/authorize` that redirects straight
 back with a code, a token endpoint with refresh-token rotation, revocation).
 
@@ -18,10 +19,11 @@ from urllib.parse import urlencode
 
 import mcp_types as types
 from mcp.server import Server
+from mcp.server.sse import SseServerTransport
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 
 class OAuthServer:
@@ -37,8 +39,10 @@ class OAuthServer:
         server = Server("protected", on_list_tools=self._list_tools, on_call_tool=self._call)
         self._mcp = server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True,
                                                json_response=True)
+        self._sse = _sse_app(server)
         self._oauth = Starlette(routes=[
             Route("/.well-known/oauth-protected-resource/mcp", self._resource_metadata),
+            Route("/.well-known/oauth-protected-resource/sse", self._resource_metadata),
             Route("/.well-known/oauth-authorization-server", self._server_metadata),
             Route("/authorize", self._authorize),
             Route("/token", self._token, methods=["POST"]),
@@ -47,7 +51,9 @@ class OAuthServer:
         ])
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] != "/mcp":
+        sse = scope["type"] == "http" and (
+            scope["path"] == "/sse" or scope["path"].startswith("/messages/"))
+        if scope["type"] == "http" and scope["path"] != "/mcp" and not sse:
             await self._oauth(scope, receive, send)
             return
         if scope["type"] == "http":
@@ -55,12 +61,13 @@ class OAuthServer:
             token = headers.get(b"authorization", b"").decode().removeprefix("Bearer ")
             if self.access.get(token, 0.0) < time.time():
                 self.rejected += 1
-                metadata = f"{self.base}/.well-known/oauth-protected-resource/mcp"
+                resource = "sse" if sse else "mcp"
+                metadata = f"{self.base}/.well-known/oauth-protected-resource/{resource}"
                 response = JSONResponse({"error": "invalid_token"}, status_code=401, headers={
                     "WWW-Authenticate": f'Bearer resource_metadata="{metadata}"'})
                 await response(scope, receive, send)
                 return
-        await self._mcp(scope, receive, send)
+        await (self._sse if sse else self._mcp)(scope, receive, send)
 
     # --- the MCP server ----------------------------------------------------------------
 
@@ -74,7 +81,8 @@ class OAuthServer:
     # --- the authorization server ------------------------------------------------------
 
     async def _resource_metadata(self, request: Request) -> Response:
-        return JSONResponse({"resource": f"{self.base}/mcp",
+        resource = request.url.path.rsplit("/", 1)[1]
+        return JSONResponse({"resource": f"{self.base}/{resource}",
                              "authorization_servers": [self.base]})
 
     async def _server_metadata(self, request: Request) -> Response:
@@ -136,3 +144,17 @@ class OAuthServer:
         self.refresh.discard(token)
         self.access.pop(token, None)
         return Response(status_code=200)
+
+
+def _sse_app(server: Server[Any]) -> Any:
+    transport = SseServerTransport("/messages/")
+
+    async def handle_sse(request: Request) -> Response:
+        async with transport.connect_sse(request.scope, request.receive, request._send) as (r, w):
+            await server.run(r, w, server.create_initialization_options())
+        return Response()
+
+    return Starlette(routes=[
+        Route("/sse", endpoint=handle_sse, methods=["GET"]),
+        Mount("/messages/", app=transport.handle_post_message),
+    ])

@@ -48,7 +48,7 @@ async def test_list_changed_replaces_the_registration_in_place(
             names = location.snapshot().names
             assert "t_fail" not in names
             assert len(changed) > announced and set(changed) == {"t"}
-            assert pool.health()["t"].tool_count == 13 + 2 - 1
+            assert pool.health()["t"].tool_count == 16 + 2 - 1
             # replaced in place: the plugin registered later still wins the shared name
             shadowed = await location.snapshot().execute("t_extra", {}, ctx())
             assert shadowed.content == (TextContent("from the plugin"),)

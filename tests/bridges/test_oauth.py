@@ -20,7 +20,7 @@ from bridges.mcp import ServerPool
 from bridges.mcp.oauth.login import login, logout
 from sidecar import Location
 from sidecar.errors import ErrorKind
-from sidecar.token_store import FileTokenStore
+from sidecar.grant_store import FileGrantStore
 from tests.bridges.helpers import ctx, eventually
 from tests.bridges.oauth_server import OAuthServer
 from tests.live_server import live_server
@@ -43,13 +43,16 @@ async def follow(url: str) -> None:
     assert response.status_code == 200
 
 
+@pytest.mark.parametrize("transport", ["http", "sse"])
 async def test_a_401_server_waits_in_needs_auth_until_a_login(
-    location: Location, protected: OAuthServer, tmp_path: Path
+    location: Location, protected: OAuthServer, tmp_path: Path, transport: str
 ) -> None:
-    store = FileTokenStore(tmp_path / "state")
-    config = ServerConfig(url=f"{protected.base}/mcp", timeouts={"startup": 10})
+    store = FileGrantStore(tmp_path / "state")
+    path = "mcp" if transport == "http" else "sse"
+    config = ServerConfig(url=f"{protected.base}/{path}", type=transport,
+                          timeouts={"startup": 10})
     assert config.oauth_mode == "auto"
-    async with ServerPool({"cloud": config}, location.tools, tokens=store) as pool:
+    async with ServerPool({"cloud": config}, location.tools, grants=store) as pool:
         health = pool.health()["cloud"]
         assert health.state == "needs_auth"
         assert health.last_error is not None
@@ -71,10 +74,10 @@ async def test_a_401_server_waits_in_needs_auth_until_a_login(
 async def test_a_call_while_login_is_needed_names_the_command(
     location: Location, protected: OAuthServer, tmp_path: Path
 ) -> None:
-    store = FileTokenStore(tmp_path / "state")
+    store = FileGrantStore(tmp_path / "state")
     config = ServerConfig(url=f"{protected.base}/mcp", auth="oauth")
     assert (await login("cloud", config, store, show=follow)).ok
-    async with ServerPool({"cloud": config}, location.tools, tokens=store) as pool:
+    async with ServerPool({"cloud": config}, location.tools, grants=store) as pool:
         assert pool.health()["cloud"].state == "ready"
         protected.access.clear()  # the server revokes every access token
         protected.refresh.clear()  # and the refresh tokens
@@ -97,7 +100,7 @@ async def test_tokens_survive_a_restart_and_are_refreshed(
     (manifests / "cloud.json").write_text(
         f'{{"mcpServers": {{"cloud": {{"url": "{protected.base}/mcp", "auth": "oauth"}}}}}}'
     )
-    store = FileTokenStore(tmp_path / "state")
+    store = FileGrantStore(tmp_path / "state")
     config = ServerConfig(url=f"{protected.base}/mcp", auth="oauth")
     assert (await login("cloud", config, store, show=follow)).ok
     first = await store.get("cloud")
@@ -130,10 +133,10 @@ async def test_tokens_survive_a_restart_and_are_refreshed(
 async def test_the_token_is_refreshed_ahead_of_its_expiry(
     location: Location, protected: OAuthServer, tmp_path: Path
 ) -> None:
-    store = FileTokenStore(tmp_path / "state")
+    store = FileGrantStore(tmp_path / "state")
     config = ServerConfig(url=f"{protected.base}/mcp", auth="oauth")
     assert (await login("cloud", config, store, show=follow)).ok
-    async with ServerPool({"cloud": config}, location.tools, tokens=store) as pool:
+    async with ServerPool({"cloud": config}, location.tools, grants=store) as pool:
         assert pool.health()["cloud"].state == "ready"
         # No call is made: the refresh comes from the background task, before expiry.
         await eventually(lambda: "refresh_token" in protected.grants, within=8,

@@ -35,7 +35,8 @@ async def test_every_page_is_listed_and_tools_register_under_their_namespaces(
     t = health["t"]
     assert t.state == "ready" and t.last_error is None
     upstream = {"echo", "add", "structured_only", "bad_output", "plain_structured", "media",
-                "big", "slow", "crash", "fail", "rpc_error", "progress", "mutate"}
+                "big", "big_structured", "big_resource", "many_links", "slow", "crash", "fail",
+                "rpc_error", "progress", "mutate"}
     extra = {f"t{i:03d}" for i in range(6)}
     assert {f"t_{n}" for n in upstream | extra} <= names
     assert t.tool_count == len(upstream) + len(extra)
@@ -50,7 +51,7 @@ async def test_every_page_is_listed_and_tools_register_under_their_namespaces(
     assert {"echo", "add", "t000", "t002"} <= names
     assert "t001" not in names and "fail" not in names
     assert bare.tool_count == 4
-    assert bare.filtered == 16 - 4
+    assert bare.filtered == 19 - 4
 
     # a repeated cursor ends the listing with what came before it, and says so
     loop = health["loop"]

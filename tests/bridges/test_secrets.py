@@ -14,7 +14,7 @@ from keyring.backends.fail import Keyring as FailKeyring
 from keyring.backends.null import Keyring as NullKeyring
 
 from bridges.manifest import ServerConfig, load_manifests
-from sidecar.token_store import FileTokenStore
+from sidecar.grant_store import FileGrantStore
 
 
 def write(tmp_path: Path, entry: dict[str, object]) -> Path:
@@ -120,7 +120,7 @@ def test_oauth_mode_follows_auth_and_headers() -> None:
 
 @pytest.mark.anyio
 async def test_the_token_file_is_private_and_updates_atomically(tmp_path: Path) -> None:
-    store = FileTokenStore(tmp_path / "state")
+    store = FileGrantStore(tmp_path / "state")
     assert await store.get("a") is None
     await store.put("a", {"resource": "https://a.example/mcp", "tokens": {"access_token": "t"}})
     await store.update("b", lambda old: {"n": (old or {}).get("n", 0) + 1})

@@ -61,8 +61,14 @@ def test_every_client_scenario_passes_through_the_sidecar() -> None:
     auth = [s for s in scenarios if s.startswith("auth/")]
     assert len(auth) == 22 and {"initialize", "tools_call", "sse-retry",
                                 "elicitation-sep1034-client-defaults"} <= set(scenarios)
+    # `sse-retry` times the client's reconnection (500 ms, a little tolerance): it runs alone,
+    # and once more when the only fault is a late reconnection on a loaded machine.
+    timed = _run("sse-retry")
+    if timed.returncode != 0 and any("client-sse-retry-timing" in line and "WARNING" in line
+                                     for line in timed.output.splitlines()):
+        timed = _run("sse-retry")
     with ThreadPoolExecutor(PARALLEL) as pool:
-        results = list(pool.map(_run, scenarios))
+        results = [timed, *pool.map(_run, [s for s in scenarios if s != "sse-retry"])]
     failed = [r for r in results if r.returncode != 0 or r.total == 0 or r.passed != r.total]
     summary = "\n".join(f"{r.scenario}: {r.passed}/{r.total} checks, rc {r.returncode}"
                         for r in results)

@@ -38,7 +38,7 @@ async def record_many(log: SqliteOutcomeLog, ids: list[str]) -> None:
 async def test_after_a_burst_the_wal_is_truncated_under_its_cap_once_the_writer_idles(tmp_path):
     path = tmp_path / "outcomes.sqlite"
     cap = 64 * 1024
-    log = await SqliteOutcomeLog.open(path, wal_cap_bytes=cap, idle_seconds=0.5)
+    log = await SqliteOutcomeLog.open(path, wal_cap_bytes=cap, idle_seconds=2)
     gate = threading.Event()
     try:
         busy = asyncio.ensure_future(log._run(gate.wait))

@@ -38,7 +38,7 @@ class Daemon:
         return httpx.Client(base_url=self.url, timeout=timeout,
                             headers={"authorization": f"Bearer {self.token}"})
 
-    def health(self, timeout: float = 2.0) -> dict[str, Any]:
+    def health(self, timeout: float = 5.0) -> dict[str, Any]:
         """`/v1/health` on a fresh connection, answered within `timeout` seconds (generous:
         it proves the daemon is not stalled, not how fast it is)."""
         with self.client(timeout=timeout) as client:

@@ -131,7 +131,7 @@ def test_places_no_value_can_work_are_refused_by_check_and_at_load(tmp_path: Pat
     assert "placeholder {text} stands in a heredoc with a quoted delimiter" in checked.stdout
     assert "placeholder {n} stands inside arithmetic" in checked.stdout
     with serving(tmp_path / "state", manifests=manifests) as daemon:
-        env = sidecar_env(daemon.state)
+        env = sidecar_env(daemon.state, manifests)  # the manifests it serves
         names = [t["name"] for t in json.loads(run_cli("tools", "--json", env=env).stdout)]
         assert "quoted_heredoc" not in names and "arithmetic" not in names
         health = json.loads(run_cli("health", "--json", env=env).stdout)

@@ -19,12 +19,21 @@ EXIT_USAGE = 2
 
 
 def _modes(root: Path) -> dict[str, int]:
-    modes = {".": stat.S_IMODE(root.stat().st_mode)}
+    """Mode bits by path, with 0o40000 added for directories."""
+    modes = {".": stat.S_IMODE(root.stat().st_mode) | stat.S_IFDIR}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in [*dirnames, *filenames]:
-            path = Path(dirpath) / name
-            modes[str(path.relative_to(root))] = stat.S_IMODE(path.lstat().st_mode)
+            info = (Path(dirpath) / name).lstat()
+            kind = stat.S_IFDIR if stat.S_ISDIR(info.st_mode) else 0
+            modes[str((Path(dirpath) / name).relative_to(root))] = stat.S_IMODE(
+                info.st_mode) | kind
     return modes
+
+
+def _not_private(modes: dict[str, int]) -> dict[str, str]:
+    """Directories that are not 0700 and files that are not 0600."""
+    return {name: oct(mode) for name, mode in modes.items()
+            if mode not in (stat.S_IFDIR | 0o700, 0o600)}
 
 
 def _big_output_manifest(tmp_path: Path) -> Path:
@@ -44,7 +53,7 @@ def test_every_state_file_is_private_from_creation(tmp_path: Path) -> None:
     state = tmp_path / "fresh" / "state"
     manifests = _big_output_manifest(tmp_path)
     with serving(state, manifests=manifests, umask=0) as daemon:
-        called = run_cli("call", "big", "--json", env=sidecar_env(state))
+        called = run_cli("call", "big", "--json", env=sidecar_env(state, manifests))
         assert called.returncode == 0, called.stderr
         assert '"ref"' in called.stdout or "managed_read" in called.stdout
         modes = _modes(state)  # while the daemon runs: WAL and SHM files exist
@@ -53,13 +62,7 @@ def test_every_state_file_is_private_from_creation(tmp_path: Path) -> None:
                  "outcomes.sqlite-shm", "permissions.sqlite", "managed/lock"):
         assert name in modes, sorted(modes)
     assert any(name.startswith("managed/objects/") for name in modes), sorted(modes)
-    loose = {}
-    for name, mode in modes.items():
-        path = state / name
-        expected = 0o700 if path.is_dir() and not path.is_symlink() else 0o600
-        if mode != expected:
-            loose[name] = oct(mode)
-    assert loose == {}
+    assert _not_private(modes) == {}
 
 
 def test_a_state_dir_others_can_write_is_refused_before_anything_is_written(
@@ -68,7 +71,8 @@ def test_a_state_dir_others_can_write_is_refused_before_anything_is_written(
     state = tmp_path / "shared"
     state.mkdir()
     state.chmod(0o777)
-    for command in (["serve", "--port", "0"], ["stdio"], ["tools"]):
+    for command in (["serve", "--port", "0"], ["stdio", "--standalone"],
+                    ["tools", "--embedded"]):
         refused = run_cli(*command, env=sidecar_env(state))
         assert refused.returncode == EXIT_USAGE, (command, refused.stderr)
         assert f"state directory {state} is writable by other users (mode 0777)" in (
@@ -103,11 +107,10 @@ def test_a_readable_state_dir_from_before_is_made_private_with_a_warning(tmp_pat
 
 def test_sidecar_stdio_creates_its_state_private_too(tmp_path: Path) -> None:
     state = tmp_path / "stdio-state"
-    done = subprocess.run([*SIDECAR, "stdio"], env=sidecar_env(state), umask=0,
+    done = subprocess.run([*SIDECAR, "stdio", "--standalone"], env=sidecar_env(state), umask=0,
                           stdin=subprocess.DEVNULL, capture_output=True, timeout=120,
                           check=False)
     assert done.returncode == 0, done.stderr
     modes = _modes(state)
     assert "outcomes.sqlite" in modes
-    assert {name: oct(mode) for name, mode in modes.items()
-            if mode != (0o700 if (state / name).is_dir() else 0o600)} == {}
+    assert _not_private(modes) == {}

@@ -1,6 +1,6 @@
 """OAuth 2.1 for HTTP upstreams: the SDK's providers behind our own token storage.
 
-    records.py    RecordStorage (the SDK's TokenStorage on the core TokenStore), LoginStatus
+    records.py    RecordStorage (the SDK's TokenStorage on the core GrantStore), LoginStatus
     providers.py  build_auth: the httpx2.Auth of one server (daemon or login mode)
     login.py      `sidecar auth login`: the loopback callback and one authorization
     refresher.py  refreshes a server's token before it expires, off the call path

@@ -33,7 +33,9 @@ from bridges.manifest import ServerConfig
 from bridges.manifest_oauth import OAuthSettings
 from bridges.mcp.oauth.providers import Interactive, build_auth
 from bridges.mcp.oauth.records import LoginStatus, RecordStorage, canonical_resource
-from sidecar.token_store import TokenStore
+from bridges.mcp.sse import sse_transport
+from bridges.mcp.transport_state import TransportState
+from sidecar.grant_store import GrantStore
 
 log = logging.getLogger("bridges.mcp.oauth")
 
@@ -130,15 +132,15 @@ def _callback_address(settings: OAuthSettings) -> tuple[int, str]:
 async def login(
     server: str,
     config: ServerConfig,
-    store: TokenStore,
+    store: GrantStore,
     *,
     show: Callable[[str], Awaitable[None]],
     patience: float = LOGIN_TIMEOUT,
 ) -> LoginResult:
     """Authorize `server` once and store its tokens; never raises for an OAuth failure."""
-    if config.url is None or config.transport != "http" or config.oauth_mode == "none":
-        return LoginResult(False, f"server {server!r} is not a streamable HTTP server that "
-                           "uses OAuth (`url`, and no `auth = \"none\"`)")
+    if config.url is None or config.oauth_mode == "none":
+        return LoginResult(False, f"server {server!r} is not an HTTP server that may use "
+                           "OAuth (`url`, and no `auth = \"none\"`)")
     settings = config.oauth or OAuthSettings()
     started = time.time()
     status = LoginStatus(server)
@@ -180,7 +182,14 @@ async def _probe(config: ServerConfig, auth: httpx2.Auth, patience: float) -> st
                 headers=dict(config.headers), auth=auth,
                 timeout=httpx2.Timeout(PROBE_TIMEOUT, read=patience),
             ) as http:
-                transport = streamable_http_client(config.url, http_client=http)
+                transport: Any = (
+                    sse_transport(config.url, headers=config.headers,
+                                  connect_timeout=PROBE_TIMEOUT, read_timeout=patience,
+                                  max_event_size=config.max_result_bytes,
+                                  state=TransportState(), auth=auth)
+                    if config.transport == "sse"
+                    else streamable_http_client(config.url, http_client=http)
+                )
                 # The login only needs the server's 401: the handshake era skips the
                 # `server/discover` probe (a 2025 server may take long to refuse it).
                 mode = "legacy" if config.protocol == "auto" else config.protocol
@@ -197,7 +206,7 @@ async def _probe(config: ServerConfig, auth: httpx2.Auth, patience: float) -> st
     return None
 
 
-async def logout(server: str, config: ServerConfig | None, store: TokenStore) -> str:
+async def logout(server: str, config: ServerConfig | None, store: GrantStore) -> str:
     """Revoke (where the authorization server supports it) and forget `server`'s tokens."""
     record = await store.get(server)
     if record is None:

@@ -50,7 +50,7 @@ from bridges.mcp.oauth.records import (
     canonical_resource,
     restore_metadata,
 )
-from sidecar.token_store import TokenStore
+from sidecar.grant_store import GrantStore
 
 log = logging.getLogger("bridges.mcp.oauth")
 
@@ -356,7 +356,7 @@ SidecarAuth = AuthorizationCodeAuth | ClientSecretAuth | PrivateKeyJwtAuth | Cro
 def build_auth(
     server: str,
     config: ServerConfig,
-    store: TokenStore,
+    store: GrantStore,
     status: LoginStatus,
     *,
     interactive: Interactive | None = None,

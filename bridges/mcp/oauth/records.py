@@ -1,6 +1,6 @@
 """One server's stored grant, as the SDK's OAuth providers read and write it.
 
-`RecordStorage` implements the SDK's `TokenStorage` on top of the core `TokenStore`: the record
+`RecordStorage` implements the SDK's `TokenStorage` on top of the core `GrantStore`: the record
 of a server holds its tokens (with an absolute expiry, so a restarted daemon knows whether to
 refresh), the registered client, the discovered metadata (so a refresh after a restart goes to
 the right token endpoint) and the canonical resource URL the grant is bound to. A record whose
@@ -27,7 +27,7 @@ from mcp.shared.auth import (
 from mcp.shared.auth_utils import resource_url_from_server_url
 from pydantic import ValidationError
 
-from sidecar.token_store import TokenRecord, TokenStore
+from sidecar.grant_store import GrantRecord, GrantStore
 
 
 def canonical_resource(url: str) -> str:
@@ -72,11 +72,11 @@ def _dump(model: Any) -> Any:
 
 
 class RecordStorage:
-    """The SDK's `TokenStorage` for one server, on the core `TokenStore`."""
+    """The SDK's `TokenStorage` for one server, on the core `GrantStore`."""
 
     def __init__(
         self,
-        store: TokenStore,
+        store: GrantStore,
         server: str,
         resource: str,
         *,
@@ -95,7 +95,7 @@ class RecordStorage:
         self.generation: float | None = None
         """`updated_at` of the record last read or written here."""
 
-    async def record(self) -> TokenRecord | None:
+    async def record(self) -> GrantRecord | None:
         """The server's record if it is bound to this resource, else None."""
         record = await self.store.get(self.server)
         if record is None or record.get("resource") != self.resource:
@@ -121,7 +121,7 @@ class RecordStorage:
         if self._on_tokens is not None:
             self._on_tokens(tokens)
 
-        def change(old: TokenRecord | None) -> TokenRecord:
+        def change(old: GrantRecord | None) -> GrantRecord:
             record = self._base(old)
             record.update(tokens=_dump(tokens), obtained_at=now, expires_at=expires_at,
                           pending_scope=None, login_required=None)
@@ -142,7 +142,7 @@ class RecordStorage:
             return None
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        def change(old: TokenRecord | None) -> TokenRecord:
+        def change(old: GrantRecord | None) -> GrantRecord:
             record = self._base(old)
             record["client"] = _dump(client_info)
             self._add_metadata(record)
@@ -154,7 +154,7 @@ class RecordStorage:
         """Remember why a login is needed and the scope it must ask for (for `auth status`
         and for the next `sidecar auth login`, which may run in another process)."""
 
-        def change(old: TokenRecord | None) -> TokenRecord:
+        def change(old: GrantRecord | None) -> GrantRecord:
             record = self._base(old)
             record["login_required"] = reason
             if scope:
@@ -166,7 +166,7 @@ class RecordStorage:
     async def forget_tokens(self) -> None:
         """Drop the tokens (keep the registered client and metadata)."""
 
-        def change(old: TokenRecord | None) -> TokenRecord:
+        def change(old: GrantRecord | None) -> GrantRecord:
             record = self._base(old)
             record.update(tokens=None, expires_at=None, obtained_at=None)
             return record
@@ -175,12 +175,12 @@ class RecordStorage:
 
     # --- helpers -----------------------------------------------------------------------
 
-    def _base(self, old: TokenRecord | None) -> TokenRecord:
+    def _base(self, old: GrantRecord | None) -> GrantRecord:
         if old is None or old.get("resource") != self.resource:
             return {"resource": self.resource}
         return dict(old)
 
-    def _add_metadata(self, record: TokenRecord) -> None:
+    def _add_metadata(self, record: GrantRecord) -> None:
         context = self.context() if self.context is not None else None
         if context is None:
             return
@@ -191,8 +191,8 @@ class RecordStorage:
         if context.auth_server_url is not None:
             record["auth_server_url"] = context.auth_server_url
 
-    async def _update(self, change: Callable[[TokenRecord | None], TokenRecord]) -> None:
-        def stamped(old: TokenRecord | None) -> TokenRecord:
+    async def _update(self, change: Callable[[GrantRecord | None], GrantRecord]) -> None:
+        def stamped(old: GrantRecord | None) -> GrantRecord:
             record = change(old)
             # Strictly increasing, so a reader can tell this write from the one before it.
             previous = old.get("updated_at", 0.0) if old else 0.0
@@ -204,7 +204,7 @@ class RecordStorage:
             self.generation = record.get("updated_at")
 
 
-def restore_metadata(record: TokenRecord, context: Any) -> None:
+def restore_metadata(record: GrantRecord, context: Any) -> None:
     """Put the metadata a record saved back into a provider's `OAuthContext`."""
     try:
         if record.get("oauth_metadata") and context.oauth_metadata is None:
@@ -220,7 +220,7 @@ def restore_metadata(record: TokenRecord, context: Any) -> None:
 
 
 def grant_status(
-    server: str, config: Any, record: TokenRecord | None, now: float
+    server: str, config: Any, record: GrantRecord | None, now: float
 ) -> dict[str, Any]:
     """What `sidecar auth status` and `GET /v1/auth/{server}` report for one server
     (`config`: its `ServerConfig`, None when the manifests no longer name it)."""

@@ -24,7 +24,7 @@ import httpx2
 from bridges.manifest import ServerConfig
 from bridges.mcp.oauth.providers import CrossAppAuth, SidecarAuth, build_auth
 from bridges.mcp.oauth.records import LoginStatus
-from sidecar.token_store import TokenStore
+from sidecar.grant_store import GrantStore
 
 log = logging.getLogger("bridges.mcp.oauth")
 
@@ -41,7 +41,7 @@ def refresh_lead(lifetime: float) -> float:
 class UpstreamAuth:
     __slots__ = ("auth", "status", "store")
 
-    def __init__(self, server: str, config: ServerConfig, store: TokenStore,
+    def __init__(self, server: str, config: ServerConfig, store: GrantStore,
                  on_secret: Callable[[str], None] | None = None) -> None:
         self.store = store
         self.status = LoginStatus(server)
@@ -49,9 +49,9 @@ class UpstreamAuth:
                                             on_secret=on_secret)
 
     @classmethod
-    def of(cls, server: str, config: ServerConfig, store: TokenStore | None,
+    def of(cls, server: str, config: ServerConfig, store: GrantStore | None,
            on_secret: Callable[[str], None] | None = None) -> UpstreamAuth | None:
-        if store is None or config.transport != "http" or config.oauth_mode == "none":
+        if store is None or config.transport == "stdio" or config.oauth_mode == "none":
             return None
         return cls(server, config, store, on_secret)
 

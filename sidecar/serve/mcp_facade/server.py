@@ -49,6 +49,7 @@ from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from bridges.mcp.passthrough import InflightCall
+from sidecar import tracing
 from sidecar.events import CallProgress, CallSettled
 from sidecar.profiles import UnknownProfile
 from sidecar.serve.by_definitions import ByDefinitions
@@ -75,6 +76,8 @@ log = logging.getLogger("sidecar.mcp")
 
 SERVER_NAME = "mcp-sidecar"
 PROGRESS_DRAIN_SECONDS = 2.0
+MCP_ORIGIN = "mcp:"
+"""Label prefix of an MCP server's registration (`bridges.mcp.supervisor`)."""
 CHANGE_DEBOUNCE = 0.05
 Ctx = ServerRequestContext[Any, Any]
 _REQUESTS: dict[str, tuple[Any, Any, types.ClientCapabilities]] = {
@@ -284,7 +287,7 @@ class McpFacade:
             outcome = await self._execute(snapshot, params, context, call)
         finally:
             del self.sessions.calls[call.call_id]
-        return tools.call_result(outcome, snapshot, modern=_modern(ctx))
+        return await self._result(outcome, snapshot, modern=_modern(ctx))
 
     # --- the fast paths (see `fastpath`, `http_fastpath`) -------------------------------
 
@@ -347,18 +350,40 @@ class McpFacade:
         call = DownstreamCall(context.call_id, state, state.session, request_id, None, channel)
         self.sessions.calls[call.call_id] = call
         try:
-            outcome = await snapshot.execute(name, arguments, context)
+            with tracing.continued(meta):  # a client's `_meta.traceparent`
+                outcome = await snapshot.execute(name, arguments, context)
         finally:
             del self.sessions.calls[call.call_id]
-        return tools.call_result_wire(outcome, snapshot, modern=False)
+        return await self._result_wire(outcome, snapshot, modern=False)
+
+    async def _result(
+        self, outcome: Any, snapshot: Snapshot, *, modern: bool
+    ) -> types.CallToolResult:
+        wire = await self._result_wire(outcome, snapshot, modern=modern)
+        return types.CallToolResult.model_validate(wire)
+
+    async def _result_wire(
+        self, outcome: Any, snapshot: Snapshot, *, modern: bool
+    ) -> dict[str, Any]:
+        """The result of a call as sent: `structuredContent` relayed by the tool's rule, and
+        the URIs in its content namespaced like listed resources (`upstream`)."""
+        seam = self.location.seam
+        wire = await tools.bounded_result_wire(outcome, snapshot, modern=modern,
+                                               store=seam.store, namespace=seam.location,
+                                               bounds=seam.bounds)
+        entry = snapshot.entry(outcome.tool)
+        if entry is not None and entry.origin.startswith(MCP_ORIGIN):
+            self.upstreams.rewrite_result_uris(wire, entry.origin.removeprefix(MCP_ORIGIN))
+        return wire
 
     async def _execute(
         self, snapshot: Snapshot, params: types.CallToolRequestParams, context: Any,
         call: DownstreamCall,
     ) -> Any:
-        if call.progress_token is None:
-            return await snapshot.execute(params.name, params.arguments or {}, context)
-        return await self._execute_with_progress(snapshot, params, context, call)
+        with tracing.continued(params.meta):  # a client's `_meta.traceparent`
+            if call.progress_token is None:
+                return await snapshot.execute(params.name, params.arguments or {}, context)
+            return await self._execute_with_progress(snapshot, params, context, call)
 
     # --- 2026-07-28 calls that need the client's input (see `rounds`) --------------------
 
@@ -425,7 +450,7 @@ class McpFacade:
                 raise step.failure
             if step.outcome is None:
                 return tools.error_result("the call was cancelled")
-            return tools.call_result(step.outcome, execution.snapshot, modern=True)
+            return await self._result(step.outcome, execution.snapshot, modern=True)
         token = new_token()
         self._rounds[token] = execution
         if self._tg is not None:

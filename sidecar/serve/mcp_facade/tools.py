@@ -9,8 +9,9 @@ Runner context of a call (`ToolContext`), from the request:
   `mcp-client`.
 
 Results are `result_for("mcp", outcome, ...)`: bounded content, `structuredContent` (wrapped as
-`{"result": ...}` for 2025-era sessions when not an object), `isError` for every failure
-(operational ones show only their error id).
+`{"result": ...}` for 2025-era sessions when not an object; relayed by the tool's
+`structured_output` rule, see `structured`), `isError` for every failure (operational ones
+show only their error id).
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from typing import Any
 
 import mcp_types as types
 
+from managed_store import TextStore
 from sidecar.outcome import Outcome
+from sidecar.serve.mcp_facade.structured import bound_structured, strip_output_schemas
 from sidecar.serve.replay import definitions_for, result_for
 from sidecar.snapshot import Snapshot
-from sidecar.tool import ToolContext
+from sidecar.tool import Bounds, ToolContext
 
 log = logging.getLogger("sidecar.mcp")
 
@@ -39,6 +42,7 @@ DEFAULT_AGENT = "mcp-client"
 
 def tool_list(snapshot: Snapshot, *, modern: bool) -> types.ListToolsResult:
     wire = definitions_for("mcp", snapshot.definitions, wrap_structured=not modern)
+    strip_output_schemas(wire, snapshot)
     return types.ListToolsResult(tools=[types.Tool.model_validate(d) for d in wire])
 
 
@@ -64,8 +68,15 @@ def call_context(
     )
 
 
-def call_result(outcome: Outcome, snapshot: Snapshot, *, modern: bool) -> types.CallToolResult:
-    return types.CallToolResult.model_validate(call_result_wire(outcome, snapshot, modern=modern))
+async def bounded_result_wire(
+    outcome: Outcome, snapshot: Snapshot, *, modern: bool, store: TextStore, namespace: str,
+    bounds: Bounds,
+) -> dict[str, Any]:
+    """`call_result_wire` with `structuredContent` relayed by the tool's `structured_output`
+    rule (see `structured`)."""
+    wire = call_result_wire(outcome, snapshot, modern=modern)
+    return await bound_structured(wire, outcome, snapshot, store=store, namespace=namespace,
+                                  bounds=bounds)
 
 
 def call_result_wire(outcome: Outcome, snapshot: Snapshot, *, modern: bool) -> dict[str, Any]:

@@ -10,6 +10,10 @@ Reversal: the longest namespace `ns` for which the value starts with `ns+` (URIs
 (prompt names) names the server; a value that matches none goes to the server whose namespace
 is "" (if any), unchanged.
 
+URIs in tool results (resource links, embedded resources) are rewritten the same way, for the
+server whose tool produced them (`rewrite_result_uris`), so that `resources/read` of a link a
+tool returned reaches that server.
+
 Listings merge every ready server that advertises the capability, in configuration order, in
 one page. A server that is down is left out of listings; a request aimed at it fails with a
 JSON-RPC error naming it.
@@ -96,6 +100,26 @@ class Upstreams:
         if bare:
             return bare[0], value
         raise MCPError(types.INVALID_PARAMS, f"{value!r} names no configured server")
+
+    def uri_out(self, key: str, uri: str) -> str:
+        """`uri` of server `key` as clients see it (prefixed by the rule above)."""
+        namespaces = self._namespaces()
+        namespace = namespaces.get(key)
+        if namespace and len(namespaces) > 1:
+            return f"{namespace}{URI_SEP}{uri}"
+        return uri
+
+    def rewrite_result_uris(self, wire: dict[str, Any], key: str) -> None:
+        """The URIs of the resource links and embedded resources in a `CallToolResult` (wire
+        form, in place) produced by server `key`, as clients see them."""
+        for item in wire.get("content", ()):
+            kind = item.get("type")
+            if kind == "resource_link" and isinstance(item.get("uri"), str):
+                item["uri"] = self.uri_out(key, item["uri"])
+            elif kind == "resource" and isinstance(item.get("resource"), dict):
+                resource = item["resource"]
+                if isinstance(resource.get("uri"), str):
+                    resource["uri"] = self.uri_out(key, resource["uri"])
 
     def resolve_uri(self, uri: str) -> tuple[Upstream, str]:
         key, original = self._resolve(uri, URI_SEP)

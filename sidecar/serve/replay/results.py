@@ -188,6 +188,11 @@ def _mcp(
     return result
 
 
+def mcp_content(content: Content) -> list[dict[str, Any]]:
+    """Content items in MCP wire form (camelCase keys)."""
+    return [_mcp_item(item) for item in content]
+
+
 def _mcp_item(item: ContentItem) -> dict[str, Any]:
     if isinstance(item, TextContent):
         return {"type": "text", "text": item.text}

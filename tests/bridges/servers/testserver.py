@@ -7,9 +7,11 @@ listens. `--events FILE` appends one JSON object per line for what a test wants 
 (start, ready, a handler cancelled, ...). Every handshake-era session and every 2026-era
 `subscriptions/listen` stream hears `list_changed` when the tool set changes.
 
-Tools: echo, add (structured), structured_only, bad_output, media, big, slow, crash, fail,
-rpc_error, progress, mutate (adds/removes tools), and with options: `broken` (an invalid
-inputSchema), `t000`... (`--extra-tools N`), pages of `--page-size`.
+Tools: echo, add (structured), structured_only, bad_output, media, big, big_structured,
+big_resource, many_links, slow, crash, fail, rpc_error, progress, mutate (adds/removes tools),
+and with options: `broken` (an invalid inputSchema), `t000`... (`--extra-tools N`), tools of
+`--named-tool`, pages of `--page-size`, descriptions read from `--descriptions FILE` at each
+listing.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from mcp.server.subscriptions import (  # noqa: E402
     ListenHandler,
     ToolsListChanged,
 )
+from mcp.shared.exceptions import MCPError  # noqa: E402
 
 warnings.simplefilter("ignore")  # deprecation notes about logging would only clutter stderr
 
@@ -103,6 +106,20 @@ TOOLS: dict[str, types.Tool] = {
         name="big", description="A large text result",
         input_schema=obj({"bytes": {"type": "integer"}, "line": {"type": "integer"}}, ["bytes"]),
     ),
+    "big_structured": types.Tool(
+        name="big_structured", description="A file read: text + the same as structuredContent",
+        input_schema=obj({"bytes": {"type": "integer"}}, ["bytes"]),
+        output_schema={"type": "object", "properties": {"content": {"type": "string"}},
+                       "required": ["content"]},
+    ),
+    "big_resource": types.Tool(
+        name="big_resource", description="A large embedded text resource",
+        input_schema=obj({"bytes": {"type": "integer"}}, ["bytes"]),
+    ),
+    "many_links": types.Tool(
+        name="many_links", description="Many resource links",
+        input_schema=obj({"count": {"type": "integer"}}, ["count"]),
+    ),
     "slow": types.Tool(
         name="slow", description="Sleep, reporting progress",
         input_schema=obj({"seconds": {"type": "number"}, "tag": {"type": "string"}}),
@@ -113,7 +130,10 @@ TOOLS: dict[str, types.Tool] = {
         annotations=types.ToolAnnotations(destructive_hint=True),
     ),
     "fail": types.Tool(name="fail", description="isError result", input_schema=obj()),
-    "rpc_error": types.Tool(name="rpc_error", description="A JSON-RPC error", input_schema=obj()),
+    "rpc_error": types.Tool(
+        name="rpc_error", description="A JSON-RPC error (of `code`, when given)",
+        input_schema=obj({"code": {"type": "integer"}}),
+    ),
     "progress": types.Tool(
         name="progress", description="Progress and log notifications",
         input_schema=obj({"steps": {"type": "integer"}}),
@@ -148,6 +168,10 @@ async def list_tools(
 ) -> types.ListToolsResult:
     if ctx.session not in SESSIONS:
         SESSIONS.append(ctx.session)
+    if ARGS.descriptions:
+        for tool_name, description in (await anyio.to_thread.run_sync(read_descriptions)).items():
+            if tool_name in TOOLS:
+                TOOLS[tool_name] = TOOLS[tool_name].model_copy(update={"description": description})
     names = sorted(TOOLS)
     start = int(params.cursor) if params is not None and params.cursor else 0
     size = ARGS.page_size or len(names) or 1
@@ -158,6 +182,15 @@ async def list_tools(
     return types.ListToolsResult(tools=[TOOLS[n] for n in names[start:end]], next_cursor=cursor)
 
 
+def read_descriptions() -> dict[str, str]:
+    try:
+        with open(ARGS.descriptions) as f:
+            found: dict[str, str] = json.load(f)
+            return found
+    except FileNotFoundError:
+        return {}
+
+
 def text(value: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=value)])
 
@@ -165,7 +198,7 @@ def text(value: str) -> types.CallToolResult:
 async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
     args = params.arguments or {}
     name = params.name
-    event("call", tool=name)
+    event("call", tool=name, meta=dict(params.meta or {}))
     if name in ARGS.named_tool:
         return text(f"upstream {name}")
     if name == "echo":
@@ -196,6 +229,23 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         ])
     if name == "big":
         return text(make_text(args["bytes"], args.get("line", 100)))
+    if name == "big_structured":
+        body = make_text(args["bytes"], 100)
+        return types.CallToolResult(content=[types.TextContent(text=body)],
+                                    structured_content={"content": body})
+    if name == "big_resource":
+        return types.CallToolResult(content=[
+            types.TextContent(text="the file:"),
+            types.EmbeddedResource(resource=types.TextResourceContents(
+                uri="test://big.txt", mime_type="text/plain",
+                text=make_text(args["bytes"], 100))),
+        ])
+    if name == "many_links":
+        return types.CallToolResult(content=[
+            types.ResourceLink(uri=f"test://file/{i}", name=f"file {i}",
+                               description="a linked file", mime_type="text/plain")
+            for i in range(args["count"])
+        ])
     if name == "slow":
         return await slow(ctx, float(args.get("seconds", 30)), str(args.get("tag", "")))
     if name == "crash":
@@ -211,6 +261,8 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         os._exit(3)
     if name == "fail":
         return types.CallToolResult(content=[types.TextContent(text="it failed")], is_error=True)
+    if name == "rpc_error" and "code" in args:
+        raise MCPError(int(args["code"]), f"server error {args['code']}: the database is locked")
     if name == "rpc_error":
         raise RuntimeError("boom from the server")
     if name == "progress":
@@ -348,6 +400,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--hang-at-start", action="store_true")
     p.add_argument("--exit-at-start", type=int)
     p.add_argument("--secret-env")
+    p.add_argument("--descriptions", help="a JSON file {tool: description} read at each "
+                   "tools/list (tests of definition pinning)")
     return p.parse_args()
 
 

@@ -1,0 +1,276 @@
+"""Definition pinning: a tool's definition cannot change behind the model's back.
+
+Each MCP server tool's definition (description, title, schemas, annotations) is fingerprinted
+(SHA-256 of its canonical JSON) when first seen and pinned in the state directory, keyed by
+`<server>/<upstream name>`. The first listing of a server pins all its tools (trust on first
+use). After that, a changed definition, or a new tool on a server that has pins, is a change,
+handled by the server's policy:
+
+    hold  (default for HTTP/SSE servers)  a changed description, title or annotations: the tool
+          keeps being served with its pinned ones; a changed schema (or a new tool): the tool
+          is withdrawn. Either way until someone approves.
+    warn  (default for stdio servers)     the new definition is served.
+    off                                    nothing is pinned.
+
+Every change publishes a `DefinitionChanged` event with a diff once, and stays a health
+problem until `approve(name)` (`sidecar tools approve NAME`, `POST /v1/tools/NAME/approve`)
+pins the new definition. `PinStore` is the small interface; `SqlitePinStore` the default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import hashlib
+import json
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal, Protocol, TypeVar
+
+from sidecar.errors import SidecarError
+from sidecar.events import DefinitionChanged, EventSink
+from sidecar.registry import Entry, ToolDefinition
+from sidecar.state_dir import PRIVATE_DIR_MODE, create_private_file
+from sidecar.tool import tool_with
+
+T = TypeVar("T")
+PinPolicy = Literal["hold", "warn", "off"]
+log = logging.getLogger("sidecar.pins")
+_MAX_DIFF_LINES = 60
+
+
+class NotHeld(SidecarError):
+    """`approve` named a tool with no pending definition change."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    key: str
+    fingerprint: str
+    definition: Mapping[str, Any]
+    pinned_at: float
+
+
+class PinStore(Protocol):
+    async def load(self) -> list[Pin]: ...
+
+    async def put(self, pin: Pin) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+def definition_json(definition: ToolDefinition) -> dict[str, Any]:
+    """What is pinned of a definition (the name is the pin's key, not part of it)."""
+    return {
+        "description": definition.description, "title": definition.title,
+        "input_schema": dict(definition.input_schema),
+        "output_schema": dict(definition.output_schema) if definition.output_schema else None,
+        "annotations": dict(definition.annotations) if definition.annotations else None,
+    }
+
+
+def fingerprint(data: Mapping[str, Any]) -> str:
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def definition_diff(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> list[str]:
+    """A unified diff of the two definitions as indented JSON (at most 60 lines)."""
+    old = json.dumps(before, indent=1, sort_keys=True).splitlines() if before else []
+    new = json.dumps(after, indent=1, sort_keys=True).splitlines()
+    lines = [line.rstrip("\n") for line in difflib.unified_diff(
+        old, new, "pinned" if before else "(not pinned)", "upstream now", n=1, lineterm="")]
+    if len(lines) > _MAX_DIFF_LINES:
+        lines = [*lines[:_MAX_DIFF_LINES], f"... {len(lines) - _MAX_DIFF_LINES} more lines"]
+    return lines
+
+
+@dataclass(frozen=True, slots=True)
+class HeldChange:
+    """A definition that differs from its pin, waiting for approval."""
+
+    key: str
+    name: str
+    policy: PinPolicy
+    action: Literal["kept_pinned", "withdrawn", "served"]
+    diff: tuple[str, ...]
+    fingerprint: str
+    definition: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "tool": self.name, "policy": self.policy,
+                "action": self.action, "diff": list(self.diff)}
+
+
+class Pins:
+    """The pins of a Location; `reshape` is the profiles' common entry wrapper."""
+
+    def __init__(self, store: PinStore | None, events: EventSink | None = None) -> None:
+        self.store = store
+        self.events = events
+        self.policy: Callable[[str], PinPolicy | None] = lambda server: None
+        """Server key -> its policy (None: not a known MCP server: nothing pinned)."""
+        self.pins: dict[str, Pin] = {}
+        self.held: dict[str, HeldChange] = {}
+        self.on_approve: Callable[[], None] = lambda: None
+        self._writes: set[asyncio.Task[None]] = set()
+        self._prints: dict[str, tuple[ToolDefinition, dict[str, Any], str]] = {}
+
+    async def load(self) -> None:
+        if self.store is not None:
+            self.pins = {pin.key: pin for pin in await self.store.load()}
+
+    def reshape(self, entries: Mapping[str, Entry]) -> Mapping[str, Entry]:
+        pinned_servers = {key.split("/", 1)[0] for key in self.pins}
+        result: dict[str, Entry] = {}
+        for name, entry in entries.items():
+            server = entry.origin[4:] if entry.origin.startswith("mcp:") else None
+            policy = self.policy(server) if server is not None else None
+            if server is None or policy is None or policy == "off":
+                result[name] = entry
+                continue
+            served = self._check(f"{server}/{entry.key}", name, entry, policy,
+                                 server in pinned_servers)
+            if served is not None:
+                result[name] = served
+        return result
+
+    def _check(
+        self, key: str, name: str, entry: Entry, policy: PinPolicy, server_pinned: bool
+    ) -> Entry | None:
+        known = self._prints.get(key)
+        if known is not None and known[0] is entry.definition:
+            now, print_ = known[1], known[2]
+        else:  # each listing makes new definitions: fingerprint once per listing, not per view
+            now = definition_json(entry.definition)
+            print_ = fingerprint(now)
+            self._prints[key] = (entry.definition, now, print_)
+        pin = self.pins.get(key)
+        if pin is None and not server_pinned:
+            self._pin(Pin(key, print_, now, time.time()))
+            return entry
+        if pin is not None and pin.fingerprint == print_:
+            self.held.pop(key, None)
+            return entry
+        same_schemas = pin is not None and all(
+            pin.definition.get(k) == now[k] for k in ("input_schema", "output_schema"))
+        action: Literal["kept_pinned", "withdrawn", "served"] = (
+            "served" if policy == "warn" else "kept_pinned" if same_schemas else "withdrawn")
+        held = self.held.get(key)
+        if held is None or held.fingerprint != print_:
+            change = HeldChange(key, name, policy, action,
+                                tuple(definition_diff(pin.definition if pin else None, now)),
+                                print_, now)
+            self.held[key] = change
+            log.warning("tool %s (%s) changed upstream; %s until approved (sidecar tools "
+                        "approve %s):\n%s", name, key, action.replace("_", " "), name,
+                        "\n".join(change.diff))
+            if self.events is not None:
+                self.events.publish(DefinitionChanged(key, name, policy, action,
+                                                      list(change.diff)))
+        if action == "served":
+            return entry
+        if action == "withdrawn" or pin is None:
+            return None
+        old = pin.definition
+        tool = tool_with(entry.tool, description=old["description"], title=old["title"])
+        definition = replace(entry.definition, description=old["description"],
+                             title=old["title"], annotations=old["annotations"])
+        return Entry(tool, entry.key, definition, entry.origin)
+
+    def _pin(self, pin: Pin) -> None:
+        self.pins[pin.key] = pin
+        if self.store is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a snapshot taken outside a loop: pinned until restart
+            return
+        task = loop.create_task(self._write(pin))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def _write(self, pin: Pin) -> None:
+        assert self.store is not None
+        try:
+            await self.store.put(pin)
+        except Exception:
+            log.exception("recording the pin of %s failed (it holds until restart)", pin.key)
+
+    async def approve(self, name: str) -> HeldChange:
+        """Pin the held definition of tool `name` (effective name or `<server>/<tool>` key)."""
+        change = self.held.get(name) or next(
+            (c for c in self.held.values() if c.name == name), None)
+        if change is None:
+            pending = ", ".join(sorted(c.name for c in self.held.values())) or "none"
+            raise NotHeld(f"no definition change of {name!r} is waiting (waiting: {pending})")
+        pin = Pin(change.key, change.fingerprint, change.definition, time.time())
+        self.pins[pin.key] = pin
+        self.held.pop(change.key, None)  # a check while the pin is written may have done it
+        self.on_approve()
+        if self.store is not None:
+            await self.store.put(pin)
+        return change
+
+    async def aclose(self) -> None:
+        if self._writes:
+            await asyncio.wait(list(self._writes))
+        if self.store is not None:
+            await self.store.aclose()
+
+
+class SqlitePinStore:
+    """`PinStore` in one SQLite file, used from one worker thread."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pins")
+        self._conn: sqlite3.Connection | None = None
+
+    @classmethod
+    async def open(cls, path: Path) -> SqlitePinStore:
+        store = cls(path)
+        try:
+            await store._run(store._connect)
+        except BaseException:
+            await store.aclose()
+            raise
+        return store
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    def _connect(self) -> None:
+        self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        create_private_file(self._path)
+        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE IF NOT EXISTS pins (key TEXT PRIMARY KEY, fingerprint TEXT "
+                     "NOT NULL, definition TEXT NOT NULL, pinned_at REAL NOT NULL)")
+        self._conn = conn
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise SidecarError("the pin store is closed")
+        return self._conn
+
+    async def load(self) -> list[Pin]:
+        rows = await self._run(lambda: self._db().execute(
+            "SELECT key, fingerprint, definition, pinned_at FROM pins").fetchall())
+        return [Pin(k, f, json.loads(d), t) for k, f, d, t in rows]
+
+    async def put(self, pin: Pin) -> None:
+        row = (pin.key, pin.fingerprint, json.dumps(pin.definition), pin.pinned_at)
+        await self._run(lambda: self._db().execute(
+            "INSERT OR REPLACE INTO pins VALUES (?,?,?,?)", row))
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await self._run(conn.close)
+        self._executor.shutdown(wait=False)
