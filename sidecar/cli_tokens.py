@@ -10,12 +10,17 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from sidecar.state_dir import UnsafeStateDir, prepare_state_dir
-from sidecar.tokens import SqliteTokenStore, TokenError, create_token
+from sidecar.tokens import TokenError, TokenStore, create_token
 
 TOKENS_FILE = "tokens.sqlite"
+
+OpenTokenStore = Callable[[Path], Awaitable[TokenStore]]
+"""The state directory's token store, as the composition root chooses it
+(`sidecar.daemon.open_token_store`)."""
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
@@ -32,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     revoke.add_argument("id", help="the token id (tok_...)")
 
 
-async def run(args: argparse.Namespace, state: Path) -> int:
+async def run(args: argparse.Namespace, state: Path, open_store: OpenTokenStore) -> int:
     """Exit code 0 on success, 1 for an unknown id, 2 for a bad request or an unsafe state
     directory."""
     try:
@@ -42,7 +47,7 @@ async def run(args: argparse.Namespace, state: Path) -> int:
         return 2
     if warning:
         print(f"sidecar: {warning}", file=sys.stderr)
-    store = await SqliteTokenStore.open(state / TOKENS_FILE)
+    store = await open_store(state)
     try:
         if args.token_command == "create":
             try:

@@ -18,7 +18,7 @@ import os
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,8 @@ from uvicorn import Server as uvicorn_Server
 from bridges.child_groups import CHILD_GROUPS, reap_leftovers
 from bridges.manifest_sources import ManifestSources
 from bridges.prestart import PRESTARTED
+from managed_store import ManagedStore
+from sidecar.call_history import SqliteCallHistory
 from sidecar.local_door import OwnerLock
 from sidecar.location import (
     DEFAULT_RETENTION_SECONDS,
@@ -35,9 +37,15 @@ from sidecar.location import (
     default_state_dir,
 )
 from sidecar.location import Location as CoreLocation
+from sidecar.outcome_log import SqliteOutcomeLog
+from sidecar.permission_store import SqlitePermissionStore
+from sidecar.pins import SqlitePinStore
+from sidecar.serve.event_log import MemoryEventLog
 from sidecar.start_signals import sigterm_cancels
 from sidecar.state_dir import prepare_state_dir, write_private_file
 from sidecar.store_pressure import store_quota_from_env
+from sidecar.stores import StoreOptions, Stores
+from sidecar.tokens import SqliteTokenStore, TokenStore
 
 if TYPE_CHECKING:
     from sidecar.serve.door import Activity, StdioDoor
@@ -50,6 +58,8 @@ __all__ = [
     "Location",
     "default_state_dir",
     "freeze_startup_heap",
+    "open_local_stores",
+    "open_token_store",
     "parse_duration",
     "retention_from_env",
     "serve",
@@ -113,7 +123,54 @@ class Location(CoreLocation):
         return DEFAULT_WIRING
 
 
-DEFAULT_WIRING = Wiring(attach_sources=ManifestSources)
+async def open_token_store(state: Path) -> TokenStore:
+    """The state directory's token store (`sidecar token ...` opens it without a daemon)."""
+    return await SqliteTokenStore.open(state / "tokens.sqlite")
+
+
+@asynccontextmanager
+async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
+    """The embedded stores, in the state directory: `managed/` (retained texts),
+    `outcomes.sqlite`, `permissions.sqlite`, `pins.sqlite`, `history.sqlite` (only when
+    `durable`) and `tokens.sqlite`.
+    Closed in reverse order on exit."""
+    state, retention = options.state_dir, options.retention_seconds
+    async with AsyncExitStack() as stack:
+        managed = await ManagedStore.open(
+            state / "managed", ttl_seconds=retention, quota_bytes=options.store_quota_bytes,
+            cleanup_interval=min(3600.0, max(1.0, retention / 10)),
+        )
+        stack.push_async_callback(managed.aclose)
+        outcomes: SqliteOutcomeLog | None = None
+        permissions: SqlitePermissionStore | None = None
+        if options.durable:
+            outcomes = await SqliteOutcomeLog.open(
+                state / "outcomes.sqlite", retention_seconds=retention,
+                wal_cap_bytes=options.wal_cap_bytes,
+            )
+            stack.push_async_callback(outcomes.aclose)
+            permissions = await SqlitePermissionStore.open(state / "permissions.sqlite")
+            stack.push_async_callback(permissions.aclose)
+        tokens = await open_token_store(state)
+        stack.push_async_callback(tokens.aclose)
+        pins: SqlitePinStore | None = None
+        if options.durable:
+            pins = await SqlitePinStore.open(state / "pins.sqlite")
+            stack.push_async_callback(pins.aclose)  # idempotent: `Pins.aclose` closes it too
+        history: SqliteCallHistory | None = None
+        if options.durable:
+            history = await SqliteCallHistory.open(state / "history.sqlite",
+                                                   retention_seconds=retention)
+            stack.push_async_callback(history.aclose)
+        yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
+                     pins=pins, history=history)
+
+
+# The one place that names store implementations. Fleet backends (PostgreSQL, S3-compatible
+# storage; `SIDECAR_DATABASE_URL`, `SIDECAR_OBJECT_STORE`) will be chosen here.
+DEFAULT_WIRING = Wiring(
+    open_stores=open_local_stores, event_log=MemoryEventLog, attach_sources=ManifestSources
+)
 
 
 class _Server(uvicorn_Server):

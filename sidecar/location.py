@@ -37,7 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
-from managed_store import ManagedStore
+from sidecar.call_history import (
+    AuditSettings,
+    CallHistory,
+    CallRecord,
+    SettledCall,
+    record_of,
+)
 from sidecar.codemode import (
     DEFAULT_LIMITS,
     CodeModeLimits,
@@ -51,13 +57,13 @@ from sidecar.hooks import Hooks
 from sidecar.managed_read import managed_read_tool
 from sidecar.metadata import DEFAULT_MAX_METADATA_BYTES
 from sidecar.outcome import Outcome
-from sidecar.outcome_log import SqliteOutcomeLog
 from sidecar.overrides import Overrides
 from sidecar.permission import PermissionRule
 from sidecar.permission_service import PermissionService
-from sidecar.pins import Pins, SqlitePinStore
+from sidecar.pins import Pins
 from sidecar.plugins import PluginHost
 from sidecar.profiles import Profiles
+from sidecar.ratelimit import RateLimits
 from sidecar.registry import Registry, Tools, application_registry
 from sidecar.seam import Seam
 from sidecar.snapshot import Snapshot, SnapshotStore, select
@@ -65,7 +71,8 @@ from sidecar.sqlite_wal import DEFAULT_WAL_CAP_BYTES
 from sidecar.state_dir import prepare_state_dir
 from sidecar.state_usage import state_usage
 from sidecar.store_pressure import StorePressure
-from sidecar.tokens import SqliteTokenStore, TokenStore
+from sidecar.stores import EventLog, EventLogFactory, OpenStores, StoreOptions
+from sidecar.tokens import TokenStore
 from sidecar.tool import DEFAULT_BOUNDS, Bounds
 
 if TYPE_CHECKING:  # types only: the core never imports a bridge at run time
@@ -105,8 +112,11 @@ class AttachSources(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Wiring:
-    """What the composition root supplies to `Location.open`."""
+    """What the composition root supplies to `Location.open`: the store implementations and
+    the sources. Code below the root sees only the interfaces (`sidecar.stores`)."""
 
+    open_stores: OpenStores
+    event_log: EventLogFactory
     attach_sources: AttachSources
 
 
@@ -150,8 +160,34 @@ class Location:
         self.profiles.common.append(self.pins.reshape)
         self.profiles.common.append(self.overrides.reshape_common)
         self.profiles.wrappers.append(self.overrides.reshape_profile)
+        self.rate_limits = RateLimits()
+        """Calls per minute and at once, per profile and tool (`sidecar.ratelimit`)."""
+        self.profiles.wrappers.append(self.rate_limits.reshape_profile)
         self.tokens: TokenStore | None = None
         """Scoped bearer tokens (`sidecar.tokens`), in `<state>/tokens.sqlite`."""
+        self.wiring: Wiring | None = None
+        """What `Location.open` was wired with (the root's store and source choices)."""
+        self.history: CallHistory | None = None
+        """Every settled call (`GET /v1/calls`, `sidecar calls`); None when not durable."""
+        self.audit = AuditSettings()
+        """What the history keeps of inputs (manifest `[audit]`)."""
+        self.call_listeners: list[Callable[[CallRecord], None]] = []
+        """Told of every settled call with its history row (the HTTP app's metrics)."""
+
+    def record_call(self, call: SettledCall) -> None:
+        """The seam's audit hook: one history row for a settled or replayed call, also handed
+        to `call_listeners` (metrics)."""
+        record = record_of(call, self.audit, self._server_of)
+        if self.history is not None:
+            self.history.add(record)
+        for listener in self.call_listeners:
+            listener(record)
+
+    def _server_of(self, name: str) -> str | None:
+        label = self.registry.source_of(name)
+        if label is None or label == "builtin":
+            return None
+        return label.removeprefix("mcp:")
 
     @classmethod
     def default_wiring(cls) -> Wiring:
@@ -160,6 +196,12 @@ class Location:
             "sidecar.location.Location has no default wiring: use `from sidecar import "
             "Location`, or pass `wiring=`"
         )
+
+    def new_event_log(self) -> EventLog:
+        """An event log over this Location's events, not started (`/v1/events` starts it)."""
+        if self.wiring is None:
+            raise NotWired("this Location was not opened with `Location.open`")
+        return self.wiring.event_log(self.events)
 
     @property
     def hooks(self) -> Hooks:
@@ -206,21 +248,15 @@ class Location:
         if loosened is not None:
             log.warning("%s", loosened)
         async with AsyncExitStack() as stack:
-            store = await ManagedStore.open(
-                state / "managed", ttl_seconds=retention_seconds, quota_bytes=store_quota_bytes,
-                cleanup_interval=min(3600.0, max(1.0, retention_seconds / 10)),
-            )
-            stack.push_async_callback(store.aclose)
-            outcomes = None
-            if durable:
-                outcomes = await SqliteOutcomeLog.open(
-                    state / "outcomes.sqlite", retention_seconds=retention_seconds,
-                    wal_cap_bytes=wal_cap_bytes,
-                )
-                stack.push_async_callback(outcomes.aclose)
+            stores = await stack.enter_async_context(wired.open_stores(StoreOptions(
+                state_dir=state, location=name, durable=durable,
+                retention_seconds=retention_seconds, store_quota_bytes=store_quota_bytes,
+                wal_cap_bytes=wal_cap_bytes,
+            )))
+            store, outcomes = stores.managed, stores.outcomes
             events = EventBus()
             permissions = await PermissionService.open(
-                state / "permissions.sqlite" if durable else None,
+                stores.permissions,
                 location=name,
                 defaults=tuple(permission_defaults),
                 ask_timeout=ask_timeout,
@@ -240,10 +276,11 @@ class Location:
                 name=name, root=root_dir, state_dir=state, seam=seam, registry=registry,
                 events=events, permissions=permissions, plugins=host,
             )
-            location.tokens = await SqliteTokenStore.open(state / "tokens.sqlite")
-            stack.push_async_callback(location.tokens.aclose)
-            if durable:
-                location.pins.store = await SqlitePinStore.open(state / "pins.sqlite")
+            location.history = stores.history
+            seam.audit = location.record_call
+            location.tokens = stores.tokens
+            location.wiring = wired
+            location.pins.store = stores.pins
             stack.push_async_callback(location.pins.aclose)
             await location.pins.load()
             loop = asyncio.get_running_loop()
@@ -353,6 +390,7 @@ class Location:
             "manifest_problems": problems,
             "reload_problems": reload_problems,
             "definition_changes": [c.to_json() for c in self.pins.held.values()],
+            "rate_limited": self.rate_limits.rejected,
             "store": {"objects": stats.count, "bytes": stats.bytes,
                       **self.store_pressure.report(stats, self.store_quota_bytes)},
             "state": await state_usage(

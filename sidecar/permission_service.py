@@ -1,21 +1,20 @@
 """The permission service of a Location: rule layers, pending asks, replies, persistence.
 
-See `sidecar.permission` for the model. `always` replies are stored in SQLite
-(`<state>/permissions.sqlite`) as session rules (the default) or Location rules, and loaded
-again when the Location opens, so they survive a restart.
+See `sidecar.permission` for the model. `always` replies are kept in the Location's
+`PermissionStore` (`sidecar.stores`; embedded: `<state>/permissions.sqlite`) as session rules
+(the default) or Location rules, and loaded again when the Location opens, so they survive a
+restart.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Literal
 
+from sidecar import tracing
 from sidecar.errors import SidecarError, ToolFailure
 from sidecar.events import EventSink, PermissionAsked, PermissionReplied
 from sidecar.permission import (
@@ -30,22 +29,9 @@ from sidecar.permission import (
     denied,
     new_ask_id,
 )
-from sidecar.state_dir import PRIVATE_DIR_MODE, create_private_file
+from sidecar.stores import PermissionStore
 
-T = TypeVar("T")
 RuleScope = Literal["session", "location"]
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS always_rules (
-    location   TEXT NOT NULL,
-    session_id TEXT NOT NULL,   -- '' for a Location-wide rule
-    action     TEXT NOT NULL,
-    resource   TEXT,
-    decision   TEXT NOT NULL,
-    created_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS always_rules_location ON always_rules (location);
-"""
 
 
 class UnknownAsk(SidecarError):
@@ -63,14 +49,14 @@ class PermissionService:
 
     def __init__(
         self,
-        path: Path | None,
+        store: PermissionStore | None,
         *,
         location: str = "default",
         defaults: Sequence[PermissionRule] = (),
         ask_timeout: float | None = None,
         events: EventSink | None = None,
     ) -> None:
-        self._path = path
+        self._store = store
         self._location = location
         self.defaults: tuple[PermissionRule, ...] = tuple(defaults)
         self.location_rules: tuple[PermissionRule, ...] = ()
@@ -80,18 +66,20 @@ class PermissionService:
         self._always_session: dict[str, list[PermissionRule]] = {}
         self._session_rules: dict[str, tuple[PermissionRule, ...]] = {}
         self._pending: dict[str, _Waiting] = {}
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="permissions")
-        self._conn: sqlite3.Connection | None = None
 
     @classmethod
-    async def open(cls, path: Path | None, **options: object) -> PermissionService:
-        service = cls(path, **options)  # type: ignore[arg-type]
-        if path is not None:
-            try:
-                await service._run(service._connect)
-            except BaseException:
-                await service.aclose()
-                raise
+    async def open(cls, store: PermissionStore | None, **options: object) -> PermissionService:
+        """A service whose `always` rules are loaded from, and kept in, `store` (None: kept in
+        memory only). The store stays its owner's to close."""
+        service = cls(store, **options)  # type: ignore[arg-type]
+        if store is not None:
+            for stored in await store.rules(service._location):
+                if stored.session_id:
+                    service._always_session.setdefault(stored.session_id, []).append(
+                        stored.rule
+                    )
+                else:
+                    service._always_location.append(stored.rule)
         return service
 
     # --- rules ---------------------------------------------------------------------------
@@ -151,8 +139,9 @@ class PermissionService:
         if self._events is not None:
             self._events.publish(PermissionAsked(waiting.ask.to_json()))
         try:
-            async with asyncio.timeout(self.ask_timeout):
-                await asyncio.shield(waiting.future)
+            with tracing.step("permission_wait", attributes={"sidecar.action": request.action}):
+                async with asyncio.timeout(self.ask_timeout):
+                    await asyncio.shield(waiting.future)
         except TimeoutError:
             if waiting.future.done() and waiting.future.exception() is None:
                 return
@@ -162,9 +151,12 @@ class PermissionService:
             self._pending.pop(waiting.ask.id, None)
 
     def pending(self, session_id: str | None = None) -> list[PendingAsk]:
+        """Asks still waiting for an answer (an answered one leaves at once, before its
+        caller has woken up)."""
         return [
             w.ask for w in self._pending.values()
-            if session_id is None or w.ask.request.session_id == session_id
+            if not w.future.done()
+            and (session_id is None or w.ask.request.session_id == session_id)
         ]
 
     async def reply(
@@ -222,42 +214,13 @@ class PermissionService:
 
     # --- persistence ---------------------------------------------------------------------
 
-    async def _run(self, fn: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
-
-    def _connect(self) -> None:
-        assert self._path is not None
-        self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
-        create_private_file(self._path)  # 0600 from the start; SQLite's -wal/-shm follow it
-        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA journal_size_limit=1048576")  # rare writes: keep no big WAL
-        conn.executescript(_SCHEMA)
-        rows = conn.execute(
-            "SELECT session_id, action, resource, decision FROM always_rules "
-            "WHERE location=? ORDER BY created_at",
-            (self._location,),
-        ).fetchall()
-        for session_id, action, resource, decision in rows:
-            rule = PermissionRule(action, decision, resource)
-            if session_id:
-                self._always_session.setdefault(session_id, []).append(rule)
-            else:
-                self._always_location.append(rule)
-        self._conn = conn
-
     async def _persist(self, rule: PermissionRule, session_id: str) -> None:
         if session_id:
             self._always_session.setdefault(session_id, []).append(rule)
         else:
             self._always_location.append(rule)
-        conn = self._conn
-        if conn is None:
-            return
-        row = (self._location, session_id, rule.action, rule.resource, rule.decision, time.time())
-        await self._run(
-            lambda: conn.execute("INSERT INTO always_rules VALUES (?,?,?,?,?,?)", row)
-        )
+        if self._store is not None:
+            await self._store.add(self._location, session_id, rule)
 
     async def aclose(self) -> None:
         for waiting in list(self._pending.values()):
@@ -265,7 +228,3 @@ class PermissionService:
                 waiting.future.set_exception(
                     declined(waiting.ask.request.action, "the sidecar is shutting down")
                 )
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await self._run(conn.close)
-        self._executor.shutdown(wait=False)

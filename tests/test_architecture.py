@@ -38,6 +38,8 @@ class Import:
     target: str
     kind: Kind
     line: int
+    name: str = ""
+    """The imported name (`from target import name`), if one."""
 
     def __str__(self) -> str:
         return f"{self.source} -> {self.target} (line {self.line}, {self.kind} level)"
@@ -89,8 +91,10 @@ def imports(base: Path) -> list[Import]:
 
         def walk_stmt(node: ast.AST, kind: Kind, module: str, package: str) -> None:
             names: list[str] = []
+            imported: list[str] = []
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
+                imported = ["" for _ in names]
             elif isinstance(node, ast.ImportFrom):
                 if node.level:
                     anchor = package.split(".")
@@ -99,10 +103,11 @@ def imports(base: Path) -> list[Import]:
                 else:
                     origin = node.module or ""
                 names = [f"{origin}.{alias.name}" for alias in node.names]
-            for name in names:
+                imported = [alias.name for alias in node.names]
+            for name, what in zip(names, imported, strict=True):
                 target = resolve(name)
                 if target is not None and target != module:
-                    found.append(Import(module, target, kind, getattr(node, "lineno", 0)))
+                    found.append(Import(module, target, kind, getattr(node, "lineno", 0), what))
             walk(node, kind)
 
         walk(ast.parse(path.read_text(), str(path)), "module")
@@ -184,6 +189,35 @@ def layer_violations(edges: list[Import]) -> list[Import]:
     return bad
 
 
+# The store implementations (`sidecar.stores` lists their interfaces), by class name and
+# defining module. Only the composition root chooses them.
+CONCRETE_STORES = {
+    "ManagedStore": "managed_store.store",
+    "MemoryEventLog": "sidecar.serve.event_log",
+    "SqliteOutcomeLog": "sidecar.outcome_log",
+    "SqlitePermissionStore": "sidecar.permission_store",
+    "SqlitePinStore": "sidecar.pins",
+    "SqliteTokenStore": "sidecar.tokens",
+}
+IMPLEMENTATION_MODULES = {"sidecar.permission_store"}
+COMPOSITION_ROOT = {ROOT_MODULE, CLI_ENTRY_POINT}
+
+
+def concrete_store_imports(edges: list[Import]) -> list[Import]:
+    """Imports of a store implementation outside the composition root: by class name, or of
+    a module that holds nothing else. `managed_store` is exempt: it is the library that
+    defines `ManagedStore` (its `__init__` re-exports it)."""
+
+    def names_one(e: Import) -> bool:
+        return e.name in CONCRETE_STORES or e.target in IMPLEMENTATION_MODULES
+
+    return [
+        e for e in edges
+        if names_one(e) and e.source not in COMPOSITION_ROOT
+        and not e.source.startswith("managed_store")
+    ]
+
+
 def _describe(bad: list[Import]) -> str:
     lines = (f"  {e}  [{layer(e.source)} -> {layer(e.target)}]" for e in bad)
     return "\n".join(dict.fromkeys(lines))
@@ -213,6 +247,20 @@ def test_only_the_cli_imports_the_composition_root(edges: list[Import]) -> None:
 def test_layers(edges: list[Import]) -> None:
     bad = layer_violations(edges)
     assert not bad, "imports against the layers of DESIGN.md:\n" + _describe(bad)
+
+
+def test_only_the_composition_root_names_a_store_implementation(edges: list[Import]) -> None:
+    bad = concrete_store_imports(edges)
+    assert not bad, (
+        "store implementations named outside the composition root (use the interfaces in "
+        "sidecar.stores):\n" + _describe(bad)
+    )
+
+
+def test_every_store_implementation_is_where_the_test_looks(edges: list[Import]) -> None:
+    for name, module in CONCRETE_STORES.items():
+        path = modules(REPO)[module]
+        assert f"class {name}" in path.read_text(), f"{name} is not defined in {module}"
 
 
 def test_the_layers_are_all_present(edges: list[Import]) -> None:
@@ -279,6 +327,20 @@ def test_an_import_of_the_root_is_found_even_for_types(tmp_path: Path) -> None:
     }))
     assert [(e.source, e.kind) for e in root_violations(edges)] == [
         ("sidecar.serve.app", "type_checking")
+    ]
+
+
+def test_a_store_implementation_outside_the_root_is_found(tmp_path: Path) -> None:
+    edges = imports(_tree(tmp_path, {
+        "sidecar/daemon.py": "from sidecar.outcome_log import SqliteOutcomeLog\n",
+        "sidecar/outcome_log.py": "class SqliteOutcomeLog: ...\nclass OutcomeLog: ...\n",
+        "sidecar/seam.py": "from sidecar.outcome_log import OutcomeLog\n",
+        "sidecar/location.py": "def f():\n    from sidecar.outcome_log import SqliteOutcomeLog\n",
+        "managed_store/__init__.py": "from managed_store.store import ManagedStore\n",
+        "managed_store/store.py": "class ManagedStore: ...\n",
+    }))
+    assert [(e.source, e.name) for e in concrete_store_imports(edges)] == [
+        ("sidecar.location", "SqliteOutcomeLog")
     ]
 
 

@@ -4,6 +4,9 @@ One background task drains the Location's event bus into a ring buffer; every ev
 increasing id. A reader resumes after `Last-Event-ID` when that id is still in the buffer;
 when it is older than the buffer, the reader first gets a `stream.reset` event saying how
 many events it missed.
+
+`MemoryEventLog` is the embedded `EventLog`; the composition root hands it to the Location
+(`location.new_event_log()`), and the frontends see only the interface.
 """
 
 from __future__ import annotations
@@ -77,7 +80,9 @@ def encode_event(event: Event) -> tuple[str, str]:
     return _NAMES[type(event)], json.dumps(asdict(event), ensure_ascii=False)
 
 
-class EventLog:
+class MemoryEventLog:
+    """Implements `EventLog` (`sidecar.stores`) in memory: the newest `capacity` events."""
+
     def __init__(self, bus: EventBus, *, capacity: int = 2048) -> None:
         self._bus = bus
         self._buffer: deque[LoggedEvent] = deque(maxlen=capacity)

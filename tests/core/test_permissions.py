@@ -12,6 +12,7 @@ from sidecar.errors import ErrorKind, ToolFailure
 from sidecar.events import PermissionAsked
 from sidecar.permission import PermissionRequest, PermissionRule, decide
 from sidecar.permission_service import PermissionService, UnknownAsk
+from sidecar.permission_store import SqlitePermissionStore
 
 pytestmark = pytest.mark.anyio
 
@@ -62,9 +63,8 @@ async def ask_in_background(service, request):
 
 
 async def test_ask_once_always_reject_and_cascade(tmp_path):
-    service = await PermissionService.open(
-        tmp_path / "p.sqlite", defaults=[PermissionRule("*", "ask")]
-    )
+    store = await SqlitePermissionStore.open(tmp_path / "p.sqlite")
+    service = await PermissionService.open(store, defaults=[PermissionRule("*", "ask")])
     try:
         task, pending = await ask_in_background(service, req("deploy"))
         await service.reply(pending.id, "once")
@@ -92,6 +92,7 @@ async def test_ask_once_always_reject_and_cascade(tmp_path):
             await service.reply(p4.id, "once")
     finally:
         await service.aclose()
+        await store.aclose()
 
 
 async def test_rejecting_one_request_rejects_the_sessions_other_pending_ones():
@@ -140,7 +141,8 @@ async def test_cancelled_ask_leaves_nothing_pending():
 
 async def test_always_survives_a_restart(tmp_path):
     path = tmp_path / "p.sqlite"
-    service = await PermissionService.open(path, defaults=[PermissionRule("*", "ask")])
+    store = await SqlitePermissionStore.open(path)
+    service = await PermissionService.open(store, defaults=[PermissionRule("*", "ask")])
     task, pending = await ask_in_background(service, req("deploy", session="s1"))
     await service.reply(pending.id, "always")
     await task
@@ -148,7 +150,9 @@ async def test_always_survives_a_restart(tmp_path):
     await service.reply(p2.id, "always", scope="location")
     await t2
     await service.aclose()
-    service = await PermissionService.open(path, defaults=[PermissionRule("*", "ask")])
+    await store.aclose()
+    store = await SqlitePermissionStore.open(path)
+    service = await PermissionService.open(store, defaults=[PermissionRule("*", "ask")])
     try:
         await asyncio.wait_for(service.ask(req("deploy", session="s1")), 1)
         await asyncio.wait_for(service.ask(req("publish", session="s9")), 1)  # location-wide
@@ -157,6 +161,7 @@ async def test_always_survives_a_restart(tmp_path):
         await task
     finally:
         await service.aclose()
+        await store.aclose()
 
 
 class In(BaseModel):

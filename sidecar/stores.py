@@ -1,0 +1,165 @@
+"""The store interfaces: every piece of state the core and the frontends keep, as a `Protocol`.
+
+    OutcomeLog       durable terminal outcomes, one per call id (`sidecar.outcome_log`)
+    PermissionStore  `always` permission replies, kept across restarts
+    EventLog         a Location's events, numbered, for `/v1/events` (Server-Sent Events)
+    TokenStore       scoped bearer tokens, by digest (`sidecar.tokens`)
+    PinStore         pinned tool definitions (`sidecar.pins`)
+    CallHistory      every settled call, for audit (`sidecar.call_history`)
+    TextStore        the managed store: retained texts, ranged reads, grep, quota and
+                     eviction (`managed_store.protocol`)
+
+Code outside the composition root names only these. The embedded implementations (SQLite files
+and a directory in the state dir: `SqliteOutcomeLog`, `SqlitePermissionStore`,
+`SqliteTokenStore`, `SqlitePinStore`, `ManagedStore`, and the in-memory `MemoryEventLog`) are
+chosen in `sidecar/daemon.py`, which hands them to `Location.open` as `Stores` through its `Wiring`
+(`OpenStores` + `EventLogFactory`). A fleet backend (PostgreSQL, S3-compatible storage)
+implements the same Protocols and passes the shared contract suites in `tests/contracts/`.
+Each Protocol is exactly what its callers use; the contract suites say what each method
+promises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from managed_store import TextStore
+from sidecar.call_history import CallHistory
+from sidecar.events import EventBus
+from sidecar.outcome_log import OutcomeLog
+from sidecar.permission import PermissionRule
+from sidecar.pins import PinStore
+from sidecar.tokens import TokenStore
+
+__all__ = [
+    "CallHistory",
+    "EventLog",
+    "EventLogFactory",
+    "NumberedEvent",
+    "OpenStores",
+    "OutcomeLog",
+    "PermissionStore",
+    "PinStore",
+    "StoreOptions",
+    "StoredRule",
+    "Stores",
+    "TextStore",
+    "TokenStore",
+]
+
+
+# --- permissions -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRule:
+    """One persisted `always` reply: a session rule, or a Location rule (`session_id` "")."""
+
+    session_id: str
+    rule: PermissionRule
+
+
+class PermissionStore(Protocol):
+    """Where `always` replies outlive the process, per Location."""
+
+    async def rules(self, location: str) -> list[StoredRule]:
+        """Every rule stored for `location`, oldest first."""
+        ...
+
+    async def add(self, location: str, session_id: str, rule: PermissionRule) -> None:
+        """Store one rule; it is returned by every later `rules(location)`, after the older
+        ones."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+# --- events ----------------------------------------------------------------------------------
+
+
+class NumberedEvent(Protocol):
+    """One event of an `EventLog`, ready for Server-Sent Events."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def data(self) -> str:
+        """JSON."""
+        ...
+
+    def sse(self) -> str:
+        """The event as one Server-Sent Events message (`id`, `event`, `data`)."""
+        ...
+
+
+class EventLog(Protocol):
+    """A Location's events, each with an increasing id, for readers that resume by id."""
+
+    async def start(self) -> None:
+        """Begin logging the bus's events; every event published after this returns is kept."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+    @property
+    def last_id(self) -> int:
+        """The id of the newest event (0: none yet)."""
+        ...
+
+    def after(self, last_id: int) -> tuple[Sequence[NumberedEvent], int]:
+        """The kept events after `last_id`, oldest first, and how many events after it are
+        no longer kept."""
+        ...
+
+    def follow(self, last_id: int | None) -> AsyncIterator[NumberedEvent]:
+        """Events after `last_id` (None: only new ones), forever; a `stream.reset` event
+        first when some after `last_id` are no longer kept."""
+        ...
+
+
+EventLogFactory = Callable[[EventBus], EventLog]
+"""Builds a Location's event log over its bus (not started: a frontend starts it)."""
+
+
+# --- what the composition root opens for a Location -----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoreOptions:
+    """What a Location asks of its stores (from `Location.open`'s arguments)."""
+
+    state_dir: Path
+    location: str
+    durable: bool
+    """False: no outcome log and no permission store (benchmarks, throw-away Locations)."""
+    retention_seconds: float
+    store_quota_bytes: int
+    wal_cap_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Stores:
+    """A Location's open stores. `OpenStores` closes them when its context exits."""
+
+    managed: TextStore
+    outcomes: OutcomeLog | None
+    permissions: PermissionStore | None
+    tokens: TokenStore
+    pins: PinStore | None
+    """None when not `durable`: pins are then kept in memory."""
+    history: CallHistory | None = None
+    """The call history; None when not `durable` (no audit trail is kept)."""
+
+
+class OpenStores(Protocol):
+    """Open every store a Location needs, and close them on exit."""
+
+    def __call__(self, options: StoreOptions) -> AbstractAsyncContextManager[Stores]: ...

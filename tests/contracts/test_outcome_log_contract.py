@@ -1,0 +1,143 @@
+"""`OutcomeLog` contract: one durable outcome per (Location, call id), idempotent, fingerprinted,
+surviving a restart, pruned to tombstones that replay as `expired`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from sidecar.content import TextContent
+from sidecar.errors import CallError, CallIdConflict, ErrorKind
+from sidecar.outcome import Outcome
+from sidecar.outcome_log import SqliteOutcomeLog
+from sidecar.stores import OutcomeLog
+from sidecar.tool import ToolContext
+
+pytestmark = pytest.mark.anyio
+
+OpenLog = Callable[[], Awaitable[OutcomeLog]]
+
+
+async def _sqlite(tmp_path: Path) -> OpenLog:
+    return lambda: SqliteOutcomeLog.open(tmp_path / "outcomes.sqlite")
+
+
+IMPLEMENTATIONS = [pytest.param(_sqlite, id="sqlite")]
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+async def open_log(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[OpenLog]:
+    """Opens the same log anew on each call; every log opened is closed at the end."""
+    make = await request.param(tmp_path)
+    opened: list[OutcomeLog] = []
+
+    async def open_one() -> OutcomeLog:
+        log = await make()
+        opened.append(log)
+        return log
+
+    yield open_one
+    for log in opened:
+        await log.aclose()
+
+
+def completed(call_id: str, text: str, tool: str = "echo") -> Outcome:
+    return Outcome(call_id=call_id, tool=tool, status="completed", content=(TextContent(text),))
+
+
+def context(call_id: str, session: str = "s1") -> ToolContext:
+    return ToolContext(session_id=session, agent="a", message_id="m", call_id=call_id)
+
+
+async def test_record_then_get_returns_the_stored_representation(open_log: OpenLog) -> None:
+    log = await open_log()
+    stored = await log.record("loc", completed("c1", "hello"), context("c1"))
+    assert stored.content == (TextContent("hello"),) and stored.status == "completed"
+    got = await log.get("loc", "c1")
+    assert got is not None
+    assert (got.call_id, got.tool, got.status, got.content) == ("c1", "echo", "completed",
+                                                                 (TextContent("hello"),))
+    assert got.replayed
+
+
+async def test_an_unknown_call_id_is_none(open_log: OpenLog) -> None:
+    log = await open_log()
+    assert await log.get("loc", "never-ran") is None
+
+
+async def test_recording_a_settled_call_again_keeps_the_first_outcome(open_log: OpenLog) -> None:
+    log = await open_log()
+    await log.record("loc", completed("c1", "first"), context("c1"), "fp")
+    second = await log.record("loc", completed("c1", "second"), context("c1"), "fp")
+    assert second.content == (TextContent("first"),)
+    got = await log.get("loc", "c1", "fp")
+    assert got is not None and got.content == (TextContent("first"),)
+
+
+async def test_another_call_under_a_used_id_conflicts(open_log: OpenLog) -> None:
+    log = await open_log()
+    await log.record("loc", completed("c1", "first"), context("c1"), "fingerprint-a")
+    with pytest.raises(CallIdConflict):
+        await log.get("loc", "c1", "fingerprint-b")
+    with pytest.raises(CallIdConflict):
+        await log.record("loc", completed("c1", "other"), context("c1"), "fingerprint-b")
+    got = await log.get("loc", "c1", "fingerprint-a")
+    assert got is not None and got.content == (TextContent("first"),)
+
+
+async def test_locations_do_not_share_call_ids(open_log: OpenLog) -> None:
+    log = await open_log()
+    await log.record("loc-a", completed("c1", "in a"), context("c1"))
+    assert await log.get("loc-b", "c1") is None
+    await log.record("loc-b", completed("c1", "in b"), context("c1"))
+    a, b = await log.get("loc-a", "c1"), await log.get("loc-b", "c1")
+    assert a is not None and b is not None
+    assert (a.content, b.content) == ((TextContent("in a"),), (TextContent("in b"),))
+
+
+async def test_an_error_outcome_keeps_its_error_and_partial(open_log: OpenLog) -> None:
+    log = await open_log()
+    failed = Outcome.failed("c9", "echo", CallError(ErrorKind.TOOL_FAILURE, "it broke"),
+                            {"text": "half", "omitted_bytes": 10})
+    await log.record("loc", failed, context("c9"))
+    got = await log.get("loc", "c9")
+    assert got is not None and got.status == "error" and got.error is not None
+    assert (got.error.kind, got.error.message) == (ErrorKind.TOOL_FAILURE, "it broke")
+    assert got.partial == {"text": "half", "omitted_bytes": 10}
+
+
+async def test_outcomes_survive_a_restart(open_log: OpenLog) -> None:
+    log = await open_log()
+    for i in range(20):
+        await log.record("loc", completed(f"c{i}", f"text {i}"), context(f"c{i}"))
+    await log.aclose()
+    reopened = await open_log()
+    for i in range(20):
+        got = await reopened.get("loc", f"c{i}")
+        assert got is not None and got.content == (TextContent(f"text {i}"),)
+
+
+async def test_pruned_outcomes_replay_as_expired_and_never_run_again(
+    open_log: OpenLog,
+) -> None:
+    log = await open_log()
+    await log.record("loc", completed("old", "x"), context("old"))
+    assert await log.prune(time.time() + 1) == 1
+    got = await log.get("loc", "old")
+    assert got is not None and got.status == "error" and got.error is not None
+    assert got.error.kind is ErrorKind.EXPIRED
+    stats = await log.stats()
+    assert (stats.outcomes, stats.expired) == (0, 1)
+    assert await log.prune(time.time() + 1) == 0
+
+
+async def test_stats_count_what_is_stored(open_log: OpenLog) -> None:
+    log = await open_log()
+    assert (await log.stats()).outcomes == 0
+    for i in range(3):
+        await log.record("loc", completed(f"c{i}", "x"), context(f"c{i}"))
+    await log.record("loc", completed("c0", "again"), context("c0"))  # no second row
+    assert (await log.stats()).outcomes == 3
