@@ -28,6 +28,7 @@ from bridges.child_groups import CHILD_GROUPS, reap_leftovers
 from bridges.manifest_sources import ManifestSources
 from bridges.prestart import PRESTARTED
 from managed_store import ManagedStore
+from sidecar.call_history import SqliteCallHistory
 from sidecar.local_door import OwnerLock
 from sidecar.location import (
     DEFAULT_RETENTION_SECONDS,
@@ -130,7 +131,8 @@ async def open_token_store(state: Path) -> TokenStore:
 @asynccontextmanager
 async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
     """The embedded stores, in the state directory: `managed/` (retained texts),
-    `outcomes.sqlite`, `permissions.sqlite` (both only when `durable`) and `tokens.sqlite`.
+    `outcomes.sqlite`, `permissions.sqlite`, `pins.sqlite`, `history.sqlite` (only when
+    `durable`) and `tokens.sqlite`.
     Closed in reverse order on exit."""
     state, retention = options.state_dir, options.retention_seconds
     async with AsyncExitStack() as stack:
@@ -155,8 +157,13 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
         if options.durable:
             pins = await SqlitePinStore.open(state / "pins.sqlite")
             stack.push_async_callback(pins.aclose)  # idempotent: `Pins.aclose` closes it too
+        history: SqliteCallHistory | None = None
+        if options.durable:
+            history = await SqliteCallHistory.open(state / "history.sqlite",
+                                                   retention_seconds=retention)
+            stack.push_async_callback(history.aclose)
         yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
-                     pins=pins)
+                     pins=pins, history=history)
 
 
 # The one place that names store implementations. Fleet backends (PostgreSQL, S3-compatible
