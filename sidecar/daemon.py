@@ -276,7 +276,7 @@ async def serve(
         try:
             token = await asyncio.to_thread(
                 _serve_token, state, host, auth=auth, allow_weak_token=allow_weak_token,
-                allow_no_auth_on_network=allow_no_auth_on_network,
+                allow_no_auth_on_network=allow_no_auth_on_network, tcp=port is not None,
             )
             # Bound before the Location opens: a port in use is reported before any upstream
             # server starts, and the real port is known when port=0.
@@ -436,10 +436,12 @@ async def _closing(sock: socket.socket) -> AsyncIterator[socket.socket]:
 
 def _serve_token(
     state: Path, host: str, *, auth: bool, allow_weak_token: bool,
-    allow_no_auth_on_network: bool,
+    allow_no_auth_on_network: bool, tcp: bool = True,
 ) -> str | None:
     """The bearer token `serve` requires (None: `--no-auth`), after the checks of
-    `serve_policy`; warnings and a newly created token are printed to stderr."""
+    `serve_policy`; warnings and a newly created token are printed to stderr. Without `tcp`
+    (`sidecar daemon`: only the 0600 sockets in the private state directory) a weak token is
+    accepted: no other user can reach those doors."""
     import sys
 
     from sidecar.serve.security import TOKEN_FILE, load_or_create_token
@@ -464,7 +466,7 @@ def _serve_token(
         return token
     from_env = bool(os.environ.get("SIDECAR_TOKEN"))
     check_token(token, "SIDECAR_TOKEN" if from_env else str(state / TOKEN_FILE),
-                allow_weak=weak_tokens_allowed(allow_weak_token))
+                allow_weak=weak_tokens_allowed(allow_weak_token) or not tcp)
     loose = None if from_env else token_file_warning(state / TOKEN_FILE)
     if loose is not None:
         print(f"sidecar: {loose}", file=sys.stderr, flush=True)
