@@ -100,7 +100,8 @@ class ServerPool:
 
     def starting(self) -> list[str]:
         """The servers that have not settled their first attempt yet, by key."""
-        return [key for key, sup in self._supervisors.items() if not sup.settled.is_set()]
+        return [key for key, sup in self._supervisors.items()
+                if not sup.settled.is_set() and sup.health.state == "starting"]
 
     async def settled(self) -> None:
         """Wait until every server has settled its first attempt (bound it with a cancel
