@@ -30,7 +30,6 @@ from bridges.prestart import PRESTARTED
 from managed_store import ManagedStore
 from sidecar.local_door import OwnerLock
 from sidecar.location import (
-    DEFAULT_RETENTION_SECONDS,
     DEFAULT_STORE_QUOTA_BYTES,
     Wiring,
     default_state_dir,
@@ -39,6 +38,7 @@ from sidecar.location import Location as CoreLocation
 from sidecar.outcome_log import SqliteOutcomeLog
 from sidecar.permission_store import SqlitePermissionStore
 from sidecar.pins import SqlitePinStore
+from sidecar.retention import DEFAULT_RETENTION_SECONDS, parse_duration, retention_from_env
 from sidecar.serve.event_log import MemoryEventLog
 from sidecar.start_signals import sigterm_cancels
 from sidecar.state_dir import prepare_state_dir, write_private_file
@@ -81,36 +81,6 @@ def freeze_startup_heap() -> None:
     calls it.
     """
     gc.freeze()
-
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from "604800", "90s", "30m", "12h" or "7d"; ValueError otherwise."""
-    value = text.strip().lower()
-    scale = _UNITS.get(value[-1:], None)
-    number = value[:-1] if scale is not None else value
-    try:
-        seconds = float(number) * (scale or 1)
-    except ValueError:
-        raise ValueError(f"not a duration: {text!r} (use seconds, or 90s, 30m, 12h, 7d)") from None
-    if not 0 < seconds < float("inf"):
-        raise ValueError(f"a duration must be positive and finite, got {text!r}")
-    return seconds
-
-
-def retention_from_env() -> float:
-    """`$SIDECAR_RETENTION` (see `parse_duration`) for the CLI's Locations, else 7 days. A bad
-    value ends the command with a one-line message and exit status 2 (a usage error)."""
-    text = os.environ.get("SIDECAR_RETENTION", "").strip()
-    try:
-        return parse_duration(text) if text else DEFAULT_RETENTION_SECONDS
-    except ValueError as exc:
-        import sys
-
-        print(f"sidecar: SIDECAR_RETENTION: {exc}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
 
 
 class Location(CoreLocation):
