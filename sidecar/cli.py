@@ -517,6 +517,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
+    if os.environ.get("SIDECAR_RETENTION", "").strip():
+        from sidecar.retention import retention_from_env
+
+        retention_from_env()  # a bad value: one line, exit 2, before any daemon starts
     if args.command == "check":
         return _check(args)
     if args.command == "auth":
