@@ -37,6 +37,7 @@ from bridges.manifest_overrides import OverrideConfig
 from bridges.manifest_profiles import ProfileConfig, RateLimitConfig
 from bridges.manifest_tools import ManifestTools, manifest_tool_validator
 from bridges.mcp import ServerPool
+from sidecar.call_history import AuditSettings
 from sidecar.errors import RegistrationError, SchemaDefinitionError
 from sidecar.events import ManifestsReloaded, ServerHealthChanged
 from sidecar.grant_store import open_grant_store
@@ -242,6 +243,9 @@ class ManifestSources:
         if loaded.ask_timeout is not None:
             location.permissions.ask_timeout = loaded.ask_timeout
         location.seam.bounds = location_bounds(loaded, self._base_bounds)
+        audit = loaded.audit
+        location.audit = AuditSettings() if audit is None else AuditSettings(
+            audit.inputs, frozenset(m.lower() for m in audit.mask))
         location.codemode = loaded.codemode or self._base_codemode
         location.overrides.set(*overrides_of(loaded))
         location.rate_limits.set(

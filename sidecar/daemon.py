@@ -28,9 +28,9 @@ from bridges.child_groups import CHILD_GROUPS, reap_leftovers
 from bridges.manifest_sources import ManifestSources
 from bridges.prestart import PRESTARTED
 from managed_store import ManagedStore
+from sidecar.call_history import SqliteCallHistory
 from sidecar.local_door import OwnerLock
 from sidecar.location import (
-    DEFAULT_RETENTION_SECONDS,
     DEFAULT_STORE_QUOTA_BYTES,
     Wiring,
     default_state_dir,
@@ -39,6 +39,7 @@ from sidecar.location import Location as CoreLocation
 from sidecar.outcome_log import SqliteOutcomeLog
 from sidecar.permission_store import SqlitePermissionStore
 from sidecar.pins import SqlitePinStore
+from sidecar.retention import DEFAULT_RETENTION_SECONDS, parse_duration, retention_from_env
 from sidecar.serve.event_log import MemoryEventLog
 from sidecar.start_signals import sigterm_cancels
 from sidecar.state_dir import prepare_state_dir, write_private_file
@@ -83,36 +84,6 @@ def freeze_startup_heap() -> None:
     gc.freeze()
 
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from "604800", "90s", "30m", "12h" or "7d"; ValueError otherwise."""
-    value = text.strip().lower()
-    scale = _UNITS.get(value[-1:], None)
-    number = value[:-1] if scale is not None else value
-    try:
-        seconds = float(number) * (scale or 1)
-    except ValueError:
-        raise ValueError(f"not a duration: {text!r} (use seconds, or 90s, 30m, 12h, 7d)") from None
-    if not 0 < seconds < float("inf"):
-        raise ValueError(f"a duration must be positive and finite, got {text!r}")
-    return seconds
-
-
-def retention_from_env() -> float:
-    """`$SIDECAR_RETENTION` (see `parse_duration`) for the CLI's Locations, else 7 days. A bad
-    value ends the command with a one-line message and exit status 2 (a usage error)."""
-    text = os.environ.get("SIDECAR_RETENTION", "").strip()
-    try:
-        return parse_duration(text) if text else DEFAULT_RETENTION_SECONDS
-    except ValueError as exc:
-        import sys
-
-        print(f"sidecar: SIDECAR_RETENTION: {exc}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
-
-
 class Location(CoreLocation):
     """`sidecar.Location`: the core `Location` (`sidecar.location`) with the daemon's wiring
     as its default, so `Location.open(..., manifests=[...])` attaches the manifests' sources."""
@@ -130,7 +101,8 @@ async def open_token_store(state: Path) -> TokenStore:
 @asynccontextmanager
 async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
     """The embedded stores, in the state directory: `managed/` (retained texts),
-    `outcomes.sqlite`, `permissions.sqlite` (both only when `durable`) and `tokens.sqlite`.
+    `outcomes.sqlite`, `permissions.sqlite`, `pins.sqlite`, `history.sqlite` (only when
+    `durable`) and `tokens.sqlite`.
     Closed in reverse order on exit."""
     state, retention = options.state_dir, options.retention_seconds
     async with AsyncExitStack() as stack:
@@ -155,8 +127,13 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
         if options.durable:
             pins = await SqlitePinStore.open(state / "pins.sqlite")
             stack.push_async_callback(pins.aclose)  # idempotent: `Pins.aclose` closes it too
+        history: SqliteCallHistory | None = None
+        if options.durable:
+            history = await SqliteCallHistory.open(state / "history.sqlite",
+                                                   retention_seconds=retention)
+            stack.push_async_callback(history.aclose)
         yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
-                     pins=pins)
+                     pins=pins, history=history)
 
 
 # The one place that names store implementations. Fleet backends (PostgreSQL, S3-compatible
@@ -249,7 +226,7 @@ async def serve(
         try:
             token = await asyncio.to_thread(
                 _serve_token, state, host, auth=auth, allow_weak_token=allow_weak_token,
-                allow_no_auth_on_network=allow_no_auth_on_network,
+                allow_no_auth_on_network=allow_no_auth_on_network, tcp=port is not None,
             )
             # Bound before the Location opens: a port in use is reported before any upstream
             # server starts, and the real port is known when port=0.
@@ -409,10 +386,12 @@ async def _closing(sock: socket.socket) -> AsyncIterator[socket.socket]:
 
 def _serve_token(
     state: Path, host: str, *, auth: bool, allow_weak_token: bool,
-    allow_no_auth_on_network: bool,
+    allow_no_auth_on_network: bool, tcp: bool = True,
 ) -> str | None:
     """The bearer token `serve` requires (None: `--no-auth`), after the checks of
-    `serve_policy`; warnings and a newly created token are printed to stderr."""
+    `serve_policy`; warnings and a newly created token are printed to stderr. Without `tcp`
+    (`sidecar daemon`: only the 0600 sockets in the private state directory) a weak token is
+    accepted: no other user can reach those doors."""
     import sys
 
     from sidecar.serve.security import TOKEN_FILE, load_or_create_token
@@ -437,7 +416,7 @@ def _serve_token(
         return token
     from_env = bool(os.environ.get("SIDECAR_TOKEN"))
     check_token(token, "SIDECAR_TOKEN" if from_env else str(state / TOKEN_FILE),
-                allow_weak=weak_tokens_allowed(allow_weak_token))
+                allow_weak=weak_tokens_allowed(allow_weak_token) or not tcp)
     loose = None if from_env else token_file_warning(state / TOKEN_FILE)
     if loose is not None:
         print(f"sidecar: {loose}", file=sys.stderr, flush=True)

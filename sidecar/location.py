@@ -37,6 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
+from sidecar.call_history import (
+    AuditSettings,
+    CallHistory,
+    CallRecord,
+    SettledCall,
+    record_of,
+)
 from sidecar.codemode import (
     DEFAULT_LIMITS,
     CodeModeLimits,
@@ -58,6 +65,7 @@ from sidecar.plugins import PluginHost
 from sidecar.profiles import Profiles
 from sidecar.ratelimit import RateLimits
 from sidecar.registry import Registry, Tools, application_registry
+from sidecar.retention import DEFAULT_RETENTION_SECONDS
 from sidecar.seam import Seam
 from sidecar.snapshot import Snapshot, SnapshotStore, select
 from sidecar.sqlite_wal import DEFAULT_WAL_CAP_BYTES
@@ -75,7 +83,6 @@ if TYPE_CHECKING:  # types only: the core never imports a bridge at run time
 
 log = logging.getLogger("sidecar.location")
 
-DEFAULT_RETENTION_SECONDS = 7 * 86400
 DEFAULT_STORE_QUOTA_BYTES = 2 * 1024**3
 
 
@@ -160,6 +167,27 @@ class Location:
         """Scoped bearer tokens (`sidecar.tokens`), in `<state>/tokens.sqlite`."""
         self.wiring: Wiring | None = None
         """What `Location.open` was wired with (the root's store and source choices)."""
+        self.history: CallHistory | None = None
+        """Every settled call (`GET /v1/calls`, `sidecar calls`); None when not durable."""
+        self.audit = AuditSettings()
+        """What the history keeps of inputs (manifest `[audit]`)."""
+        self.call_listeners: list[Callable[[CallRecord], None]] = []
+        """Told of every settled call with its history row (the HTTP app's metrics)."""
+
+    def record_call(self, call: SettledCall) -> None:
+        """The seam's audit hook: one history row for a settled or replayed call, also handed
+        to `call_listeners` (metrics)."""
+        record = record_of(call, self.audit, self._server_of)
+        if self.history is not None:
+            self.history.add(record)
+        for listener in self.call_listeners:
+            listener(record)
+
+    def _server_of(self, name: str) -> str | None:
+        label = self.registry.source_of(name)
+        if label is None or label == "builtin":
+            return None
+        return label.removeprefix("mcp:")
 
     @classmethod
     def default_wiring(cls) -> Wiring:
@@ -248,6 +276,8 @@ class Location:
                 name=name, root=root_dir, state_dir=state, seam=seam, registry=registry,
                 events=events, permissions=permissions, plugins=host,
             )
+            location.history = stores.history
+            seam.audit = location.record_call
             location.tokens = stores.tokens
             location.wiring = wired
             location.pins.store = stores.pins

@@ -3,6 +3,7 @@ surviving a restart, pruned to tombstones that replay as `expired`."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -141,3 +142,30 @@ async def test_stats_count_what_is_stored(open_log: OpenLog) -> None:
         await log.record("loc", completed(f"c{i}", "x"), context(f"c{i}"))
     await log.record("loc", completed("c0", "again"), context("c0"))  # no second row
     assert (await log.stats()).outcomes == 3
+
+
+async def test_pruning_keeps_what_settled_after_the_cutoff(open_log: OpenLog) -> None:
+    log = await open_log()
+    await log.record("loc", completed("old", "x"), context("old"))
+    cutoff = time.time()
+    await asyncio.sleep(0.01)  # the next record settles after the cutoff
+    await log.record("loc", completed("young", "y"), context("young"))
+    assert await log.prune(cutoff) == 1
+    young = await log.get("loc", "young")
+    assert young is not None and young.content == (TextContent("y"),)
+    assert (await log.stats()).pruned == 1
+
+
+async def test_a_pruned_call_id_still_replays_as_expired_after_a_restart(
+    open_log: OpenLog,
+) -> None:
+    log = await open_log()
+    await log.record("loc", completed("old", "x", tool="t"), context("old"))
+    assert await log.prune(time.time() + 1) == 1
+    await log.aclose()
+    reopened = await open_log()
+    got = await reopened.get("loc", "old")
+    assert got is not None and got.error is not None and got.error.kind is ErrorKind.EXPIRED
+    assert got.tool == "t" and got.replayed
+    assert await reopened.get("other-location", "old") is None
+    assert (await reopened.stats()).expired == 1

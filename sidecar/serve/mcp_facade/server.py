@@ -49,6 +49,7 @@ from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from bridges.mcp.passthrough import InflightCall
+from sidecar import tracing
 from sidecar.events import CallProgress, CallSettled
 from sidecar.profiles import UnknownProfile
 from sidecar.serve.by_definitions import ByDefinitions
@@ -317,7 +318,8 @@ class McpFacade:
         call = DownstreamCall(context.call_id, state, state.session, request_id, None, channel)
         self.sessions.calls[call.call_id] = call
         try:
-            outcome = await snapshot.execute(name, arguments, context)
+            with tracing.continued(meta):  # a client's `_meta.traceparent`
+                outcome = await snapshot.execute(name, arguments, context)
         finally:
             del self.sessions.calls[call.call_id]
         return await self._result_wire(outcome, snapshot, modern=False)
@@ -346,9 +348,10 @@ class McpFacade:
         self, snapshot: Snapshot, params: types.CallToolRequestParams, context: Any,
         call: DownstreamCall,
     ) -> Any:
-        if call.progress_token is None:
-            return await snapshot.execute(params.name, params.arguments or {}, context)
-        return await self._execute_with_progress(snapshot, params, context, call)
+        with tracing.continued(params.meta):  # a client's `_meta.traceparent`
+            if call.progress_token is None:
+                return await snapshot.execute(params.name, params.arguments or {}, context)
+            return await self._execute_with_progress(snapshot, params, context, call)
 
     # --- 2026-07-28 calls that need the client's input (see `rounds`) --------------------
 

@@ -198,7 +198,7 @@ def text(value: str) -> types.CallToolResult:
 async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
     args = params.arguments or {}
     name = params.name
-    event("call", tool=name)
+    event("call", tool=name, meta=dict(params.meta or {}))
     if name in ARGS.named_tool:
         return text(f"upstream {name}")
     if name == "echo":
