@@ -44,7 +44,7 @@ from sidecar.serve.event_log import MemoryEventLog
 from sidecar.start_signals import sigterm_cancels
 from sidecar.state_dir import prepare_state_dir, write_private_file
 from sidecar.store_pressure import store_quota_from_env
-from sidecar.stores import StoreOptions, Stores
+from sidecar.stores import OutcomeLog, StoreOptions, Stores
 from sidecar.tokens import SqliteTokenStore, TokenStore
 
 if TYPE_CHECKING:
@@ -111,14 +111,23 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
             cleanup_interval=min(3600.0, max(1.0, retention / 10)),
         )
         stack.push_async_callback(managed.aclose)
-        outcomes: SqliteOutcomeLog | None = None
+        outcomes: OutcomeLog | None = None
         permissions: SqlitePermissionStore | None = None
-        if options.durable:
+        database_url = os.environ.get("SIDECAR_DATABASE_URL", "").strip()
+        if options.durable and database_url:
+            # fleet mode, so far for the outcome log only: one outcome per call id for every
+            # replica on the database (the other stores stay in the state directory)
+            from sidecar.postgres_outcome_log import PostgresOutcomeLog
+
+            outcomes = await PostgresOutcomeLog.open(database_url, retention_seconds=retention)
+            stack.push_async_callback(outcomes.aclose)
+        elif options.durable:
             outcomes = await SqliteOutcomeLog.open(
                 state / "outcomes.sqlite", retention_seconds=retention,
                 wal_cap_bytes=options.wal_cap_bytes,
             )
             stack.push_async_callback(outcomes.aclose)
+        if options.durable:
             permissions = await SqlitePermissionStore.open(state / "permissions.sqlite")
             stack.push_async_callback(permissions.aclose)
         tokens = await open_token_store(state)
@@ -136,8 +145,9 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
                      pins=pins, history=history)
 
 
-# The one place that names store implementations. Fleet backends (PostgreSQL, S3-compatible
-# storage; `SIDECAR_DATABASE_URL`, `SIDECAR_OBJECT_STORE`) will be chosen here.
+# The one place that names store implementations. Fleet backends are chosen here:
+# `SIDECAR_DATABASE_URL` (PostgreSQL) holds the outcome log so far; the other stores and
+# `SIDECAR_OBJECT_STORE` (S3-compatible storage) are still to come (docs/fleet.md).
 DEFAULT_WIRING = Wiring(
     open_stores=open_local_stores, event_log=MemoryEventLog, attach_sources=ManifestSources
 )
