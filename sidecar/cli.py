@@ -49,7 +49,7 @@ from sidecar.serve.serve_policy import UnsafeConfiguration
 from sidecar.state_dir import UnsafeStateDir
 
 if TYPE_CHECKING:
-    from sidecar.cli_backends import Backend
+    from sidecar.cli_targets import Backend
 
 # The daemon (`sidecar.daemon`, with the `mcp` SDK: most of a start) is imported by the
 # commands that need it, after `serve` and `stdio` have spawned their stdio servers
@@ -393,7 +393,7 @@ def _attach(args: argparse.Namespace) -> tuple[str, str]:
 
 
 async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
-    from sidecar.cli_backends import EmbeddedBackend, RemoteBackend
+    from sidecar.cli_targets import EmbeddedBackend, RemoteBackend
 
     state = str(_state_dir(args))
     backend: Backend
@@ -512,7 +512,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return EXIT_USAGE
     if args.command in ("stdio", "serve", "daemon"):
         return _run_daemon(args)
-    from sidecar.cli_backends import Refused, Unreachable
+    from sidecar.cli_targets import Refused, Unreachable
     from sidecar.local_door import DoorError
 
     if args.command == "call":

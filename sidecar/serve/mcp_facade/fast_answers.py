@@ -41,7 +41,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types.methods import serialize_server_result
 
-from sidecar.serve.by_definitions import ByDefinitions
+from sidecar.serve.listing_cache import ListingCache
 from sidecar.serve.mcp_facade import tools
 from sidecar.serve.mcp_facade.sessions import (
     CallChannel,
@@ -93,8 +93,8 @@ class FastAnswers:
     """The facade's answers on the fast routes (mixed into `McpFacade`)."""
 
     sessions: Sessions
-    _listings: ByDefinitions[types.ListToolsResult]
-    _wire_listings: ByDefinitions[dict[str, Any]]
+    _listings: ListingCache[types.ListToolsResult]
+    _wire_listings: ListingCache[dict[str, Any]]
 
     def snapshot(self, session_id: str) -> Snapshot:
         raise NotImplementedError  # `McpFacade.snapshot`

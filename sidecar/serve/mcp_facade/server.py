@@ -50,7 +50,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from sidecar.events import CallProgress, CallSettled
 from sidecar.profiles import UnknownProfile
-from sidecar.serve.by_definitions import ByDefinitions
+from sidecar.serve.listing_cache import ListingCache
 from sidecar.serve.mcp_facade import tools, upstream
 from sidecar.serve.mcp_facade.fast_answers import FastAnswers
 from sidecar.serve.mcp_facade.relays import UpstreamRelay, quietly
@@ -92,8 +92,8 @@ class McpFacade(FastAnswers, UpstreamRelay):
         """The profile served (`sidecar.profiles`; None: the default one)."""
         self.sessions = Sessions(session_id)
         self.bus = InMemorySubscriptionBus()
-        self._listings = ByDefinitions[types.ListToolsResult](4)
-        self._wire_listings = ByDefinitions[dict[str, Any]](4)
+        self._listings = ListingCache[types.ListToolsResult](4)
+        self._wire_listings = ListingCache[dict[str, Any]](4)
         self._subscribers: dict[tuple[str, str], set[str]] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._running: dict[str, Execution] = {}  # by call id
