@@ -6,7 +6,8 @@
 
 Starts one daemon per transport, each on its own state directory, in front of the same
 upstream (`bench/upstream.py`, 2025 handshake): `sidecar stdio` (one MCP session over its
-pipes) and `sidecar serve` (one MCP session on `/mcp`). `--callers` concurrent callers per
+pipes; where `sidecar stdio` relays to a background daemon, that daemon is the process
+sampled, and it is stopped at the end) and `sidecar serve` (one MCP session on `/mcp`). `--callers` concurrent callers per
 transport call for `--seconds`: mostly tiny `echo` calls, and every `--large-every`-th call a
 `big` call whose `--large-bytes` of text are retained in the managed store (over the 50 KiB
 bound). Both daemons run with `SIDECAR_RETENTION` = `--retention`, so outcome pruning and
@@ -160,14 +161,57 @@ async def mcp_session(target: Any, headers: dict[str, str] | None = None) -> Asy
             yield client
 
 
-def daemon_child(state: Path) -> int:
-    """The `sidecar stdio` child of this process that owns `state`."""
+def stdio_child(state: Path) -> int:
+    """The `sidecar stdio` child of this process that serves `state`."""
     for child in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
             cmd = child.cmdline()
             if "stdio" in cmd and str(state) in cmd:
                 return child.pid
     raise RuntimeError(f"no sidecar stdio child for {state}")
+
+
+async def daemon_pid(state: Path) -> int:
+    """The process that owns `state`: the daemon `sidecar stdio` relays to (its pid is in
+    `<state>/daemon.json`), else the `sidecar stdio` child itself (an embedded daemon)."""
+    relay = stdio_child(state)
+    for _ in range(100):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            pid = int(json.loads((state / "daemon.json").read_text())["pid"])
+            if pid != relay and psutil.pid_exists(pid):
+                return pid
+        await asyncio.sleep(0.1)
+    return relay
+
+
+async def stop_pid(pid: int) -> None:
+    """Stop a process we started (a daemon `sidecar stdio` left running), by PID."""
+    try:
+        proc = psutil.Process(pid)
+        proc.terminate()
+        await asyncio.to_thread(proc.wait, 30)
+    except psutil.TimeoutExpired:
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).kill()
+    except psutil.Error:
+        pass
+
+
+async def daemon_health(state: Path) -> dict[str, Any]:
+    """The `state` section of the daemon's health, through its Unix socket when it has one."""
+    import httpx2
+
+    try:
+        info = json.loads((state / "daemon.json").read_text())
+        token = (state / "token").read_text().strip()
+        transport = httpx2.AsyncHTTPTransport(uds=info["http_socket"])
+        async with httpx2.AsyncClient(transport=transport, timeout=60,
+                                      headers={"authorization": f"Bearer {token}"}) as http:
+            report = (await http.get("http://localhost/v1/health")).json()
+    except Exception:
+        return {}
+    state_report: dict[str, Any] = report.get("state", {})
+    return state_report
 
 
 @contextlib.asynccontextmanager
@@ -178,9 +222,14 @@ async def stdio_daemon(tmp: Path, manifests: Path, env: dict[str, str]) -> Async
     params = StdioServerParameters(
         command=str(SIDECAR), args=["stdio", "--manifests", str(manifests), "--state-dir", str(daemon.state_dir)],
         env={**os.environ, **env}, cwd=str(ROOT))
-    async with mcp_session(params) as client:
-        daemon.pid = daemon_child(daemon.state_dir)
-        yield daemon, client
+    try:
+        async with mcp_session(params) as client:
+            daemon.pid = await daemon_pid(daemon.state_dir)
+            yield daemon, client
+            daemon.health = await daemon_health(daemon.state_dir)
+    finally:
+        if daemon.pid and psutil.pid_exists(daemon.pid):
+            await stop_pid(daemon.pid)
 
 
 @contextlib.asynccontextmanager
@@ -345,6 +394,17 @@ def summary(daemon: Daemon, warmup: float, seconds: float) -> tuple[list[str], b
     return rows, all(checks)
 
 
+def commit() -> str:
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=30, cwd=ROOT)
+    except OSError:
+        return "?"
+    return done.stdout.strip() or "?"
+
+
 def machine() -> str:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     return (f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
@@ -411,12 +471,13 @@ async def soak(opts: argparse.Namespace) -> str:
     return "\n".join([
         "## Soak (`bench/soak.py`)",
         "",
-        f"- date: {when}; command: `{command}`",
+        f"- date: {when}; commit {commit()}; command: `{command}`",
         f"- machine: {machine()}; load average before {load_before}",
         f"- {opts.callers} callers per transport for {opts.seconds:.0f} s; 1 call in {opts.large_every} "
         f"returns {opts.large_bytes:,} bytes (retained); `SIDECAR_RETENTION={opts.retention:g}s`; "
         f"samples every {opts.sample:g} s; warm-up {warmup:.0f} s",
-        f"- targets (issue 32, for 10 minutes): {'all held' if all_ok else 'NOT all held'}",
+        f"- targets (issue 32, for 10 minutes): {'all held' if all_ok else 'NOT all held'}; the "
+        "WAL cap is 64 MiB (67.1 MB); MB here are 10^6 bytes",
         "- baseline (issue 32, before the WAL cap and pruning): `sidecar stdio`, 16 callers, 180 s, "
         "tiny calls only: `outcomes.sqlite-wal` 494 MB within 60 s, kept until the daemon closed; "
         "outcome table 87 MB, never pruned",

@@ -175,6 +175,14 @@ class PermissionsConfig(_Strict):
     ask_timeout: Annotated[float, Field(gt=0)] | None = None
 
 
+class AuditConfig(_Strict):
+    """`[audit]`: what the call history keeps of each call's input."""
+
+    inputs: Literal["full", "redacted", "none"] = "redacted"
+    mask: list[str] = []
+    """Input keys masked in `redacted` mode, besides those that look like secrets."""
+
+
 class ManifestFile(BaseModel):
     """The top level of one manifest file (entries are validated one by one elsewhere)."""
 
@@ -189,6 +197,7 @@ class ManifestFile(BaseModel):
     profiles: dict[str, Any] = {}
     default_profile: str | None = None
     rate_limits: dict[str, Any] = {}
+    audit: dict[str, Any] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +226,8 @@ class ManifestSet:
     default_profile: Sourced | None = None
     rate_limits: dict[str, Sourced] = field(default_factory=dict)
     """Per-tool rate limits by effective name or glob (`[rate_limits."<glob>"]`)."""
+    audit: AuditConfig | None = None
+    """The call history's audit settings (`[audit]`; the last file that sets them wins)."""
     overrides: list[Sourced] = field(default_factory=list)
     """Tool overrides in file order: `[tools.overrides."<glob>"]` and server-level ones; key =
     the glob, value = (server key or None, `OverrideConfig`)."""
@@ -359,7 +370,7 @@ def _load_one(
             result.problems.append(ManifestProblem(
                 name, f"$.{key}", "unknown top-level key, ignored", severity="note",
                 hint="known keys: mcpServers (or servers), tools, permissions, plugins, bounds, "
-                "codemode, profiles, default_profile, rate_limits",
+                "codemode, profiles, default_profile, rate_limits, audit",
             ))
     for key, raw in top.mcpServers.items():
         _load_server(name, key, raw, env, result)
@@ -381,6 +392,11 @@ def _load_one(
     if top.default_profile is not None:
         result.default_profile = Sourced(name, "default_profile", top.default_profile)
     _load_permissions(name, top.permissions, env, result)
+    if top.audit:
+        try:
+            result.audit = AuditConfig.model_validate(top.audit)
+        except ValidationError as exc:
+            result.problems.extend(_validation_problems(name, "$.audit", exc))
     for i, plugin in enumerate(top.plugins):
         if not re.fullmatch(r"[\w.]+:[\w.]+", plugin):
             result.problems.append(ManifestProblem(
@@ -575,6 +591,8 @@ def manifest_json_schema() -> dict[str, Any]:
     props["servers"] = props["mcpServers"]
     props["permissions"] = {"$ref": "#/$defs/PermissionsConfig"}
     props["bounds"] = {"$ref": "#/$defs/BoundsConfig"}
+    defs["AuditConfig"] = AuditConfig.model_json_schema()
+    props["audit"] = {"$ref": "#/$defs/AuditConfig"}
     from bridges.manifest_tools.config import tool_entry_json_schema
 
     entry = tool_entry_json_schema()

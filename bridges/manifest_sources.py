@@ -34,9 +34,10 @@ from bridges.manifest import (
 )
 from bridges.manifest import manifest_files as manifest_files_of
 from bridges.manifest_overrides import OverrideConfig
-from bridges.manifest_profiles import ProfileConfig
+from bridges.manifest_profiles import ProfileConfig, RateLimitConfig
 from bridges.manifest_tools import ManifestTools, manifest_tool_validator
 from bridges.mcp import ServerPool
+from sidecar.call_history import AuditSettings
 from sidecar.errors import RegistrationError, SchemaDefinitionError
 from sidecar.events import ManifestsReloaded, ServerHealthChanged
 from sidecar.grant_store import open_grant_store
@@ -45,6 +46,7 @@ from sidecar.permission import PermissionRule
 from sidecar.pins import PinPolicy
 from sidecar.plugins import entry_point_refs
 from sidecar.profiles import Profile
+from sidecar.ratelimit import RateLimit
 from sidecar.registry import Entry
 from sidecar.tool import Bounds
 
@@ -83,6 +85,10 @@ def profile_of(name: str, config: ProfileConfig) -> Profile:
         else tuple(config.resources),
         prompts=config.prompts if isinstance(config.prompts, bool) else tuple(config.prompts),
     )
+
+
+def limit_of(config: RateLimitConfig) -> RateLimit:
+    return RateLimit(config.calls_per_minute, config.burst, config.concurrency)
 
 
 def override_of(glob: str, server: str | None, config: OverrideConfig) -> Override:
@@ -237,8 +243,18 @@ class ManifestSources:
         if loaded.ask_timeout is not None:
             location.permissions.ask_timeout = loaded.ask_timeout
         location.seam.bounds = location_bounds(loaded, self._base_bounds)
+        audit = loaded.audit
+        location.audit = AuditSettings() if audit is None else AuditSettings(
+            audit.inputs, frozenset(m.lower() for m in audit.mask))
         location.codemode = loaded.codemode or self._base_codemode
         location.overrides.set(*overrides_of(loaded))
+        location.rate_limits.set(
+            {glob: limit_of(s.value) for glob, s in loaded.rate_limits.items()},
+            {key: limit_of(s.value.rate_limit) for key, s in loaded.profiles.items()
+             if s.value.rate_limit is not None},
+            {key: {glob: limit_of(c) for glob, c in s.value.tool_rate_limits.items()}
+             for key, s in loaded.profiles.items()},
+        )
         servers = {key: sourced.value for key, sourced in loaded.servers.items()}
 
         def policy(server: str) -> PinPolicy | None:

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from bridges.manifest import load_manifests, manifest_json_schema
 from bridges.manifest_tools import manifest_tool_validator
-from sidecar import cli_tokens, client_config
+from sidecar import cli_calls, cli_tokens, client_config
 from sidecar.local_door import DEFAULT_IDLE_EXIT, OwnerLock
 from sidecar.serve.replay import FORMATS
 from sidecar.serve.serve_policy import UnsafeConfiguration
@@ -136,6 +136,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("health", parents=[client], help="per-server status")
     client_config.add_parser(sub, [common])
     cli_tokens.add_parser(sub, common)
+    cli_calls.add_parser(sub, client)
     check = sub.add_parser("check", help="validate manifests without starting anything")
     check.add_argument("files", nargs="*", metavar="FILE", help="manifest files or directories")
     check.add_argument("--schema", action="store_true", help="print the manifest JSON Schema")
@@ -413,6 +414,9 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
             state, _manifests(args),
             lambda root, **options: Location.open(root, retention_seconds=retention, **options),
         )
+    if args.command == "calls":  # embedded: reads the history file, starts nothing
+        return await cli_calls.run(args, Path(state),
+                                   None if isinstance(backend, EmbeddedBackend) else backend)
     async with backend:
         if args.command == "tools" and args.approve:
             return await _approve(backend, args)
@@ -623,10 +627,13 @@ def _run_daemon(args: argparse.Namespace) -> int:
 
 
 def _daemon_exit(args: argparse.Namespace, run: Callable[[], Any]) -> int:
-    """Run a daemon command; the failures a user causes by starting it twice are one line."""
+    """Run a daemon command; the failures a user causes by starting it twice are one line.
+    Traces are exported while it runs when the `OTEL_*` variables ask for them."""
     from managed_store import StoreInUse
+    from sidecar import tracing
     from sidecar.daemon import AddressInUse
 
+    tracing.configure_from_env()
     try:
         run()
     except StoreInUse:
@@ -636,6 +643,8 @@ def _daemon_exit(args: argparse.Namespace, run: Callable[[], Any]) -> int:
     except AddressInUse as exc:
         print(f"sidecar: {exc.strerror}", file=sys.stderr)
         return EXIT_ADDRESS_IN_USE
+    finally:
+        tracing.shutdown()
     return EXIT_OK
 
 

@@ -220,3 +220,7 @@ class RemoteBackend:
     async def health(self) -> dict[str, Any]:
         result: dict[str, Any] = await self._request("GET", "/v1/health")
         return result
+
+    async def history(self, params: dict[str, str]) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("GET", "/v1/calls", params=params)
+        return result

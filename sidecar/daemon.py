@@ -28,6 +28,7 @@ from bridges.child_groups import CHILD_GROUPS, reap_leftovers
 from bridges.manifest_sources import ManifestSources
 from bridges.prestart import PRESTARTED
 from managed_store import ManagedStore
+from sidecar.call_history import SqliteCallHistory
 from sidecar.local_door import OwnerLock
 from sidecar.location import (
     DEFAULT_RETENTION_SECONDS,
@@ -130,7 +131,8 @@ async def open_token_store(state: Path) -> TokenStore:
 @asynccontextmanager
 async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
     """The embedded stores, in the state directory: `managed/` (retained texts),
-    `outcomes.sqlite`, `permissions.sqlite` (both only when `durable`) and `tokens.sqlite`.
+    `outcomes.sqlite`, `permissions.sqlite`, `pins.sqlite`, `history.sqlite` (only when
+    `durable`) and `tokens.sqlite`.
     Closed in reverse order on exit."""
     state, retention = options.state_dir, options.retention_seconds
     async with AsyncExitStack() as stack:
@@ -155,8 +157,13 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
         if options.durable:
             pins = await SqlitePinStore.open(state / "pins.sqlite")
             stack.push_async_callback(pins.aclose)  # idempotent: `Pins.aclose` closes it too
+        history: SqliteCallHistory | None = None
+        if options.durable:
+            history = await SqliteCallHistory.open(state / "history.sqlite",
+                                                   retention_seconds=retention)
+            stack.push_async_callback(history.aclose)
         yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
-                     pins=pins)
+                     pins=pins, history=history)
 
 
 # The one place that names store implementations. Fleet backends (PostgreSQL, S3-compatible
@@ -249,7 +256,7 @@ async def serve(
         try:
             token = await asyncio.to_thread(
                 _serve_token, state, host, auth=auth, allow_weak_token=allow_weak_token,
-                allow_no_auth_on_network=allow_no_auth_on_network,
+                allow_no_auth_on_network=allow_no_auth_on_network, tcp=port is not None,
             )
             # Bound before the Location opens: a port in use is reported before any upstream
             # server starts, and the real port is known when port=0.
@@ -409,10 +416,12 @@ async def _closing(sock: socket.socket) -> AsyncIterator[socket.socket]:
 
 def _serve_token(
     state: Path, host: str, *, auth: bool, allow_weak_token: bool,
-    allow_no_auth_on_network: bool,
+    allow_no_auth_on_network: bool, tcp: bool = True,
 ) -> str | None:
     """The bearer token `serve` requires (None: `--no-auth`), after the checks of
-    `serve_policy`; warnings and a newly created token are printed to stderr."""
+    `serve_policy`; warnings and a newly created token are printed to stderr. Without `tcp`
+    (`sidecar daemon`: only the 0600 sockets in the private state directory) a weak token is
+    accepted: no other user can reach those doors."""
     import sys
 
     from sidecar.serve.security import TOKEN_FILE, load_or_create_token
@@ -437,7 +446,7 @@ def _serve_token(
         return token
     from_env = bool(os.environ.get("SIDECAR_TOKEN"))
     check_token(token, "SIDECAR_TOKEN" if from_env else str(state / TOKEN_FILE),
-                allow_weak=weak_tokens_allowed(allow_weak_token))
+                allow_weak=weak_tokens_allowed(allow_weak_token) or not tcp)
     loose = None if from_env else token_file_warning(state / TOKEN_FILE)
     if loose is not None:
         print(f"sidecar: {loose}", file=sys.stderr, flush=True)

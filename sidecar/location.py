@@ -37,6 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
+from sidecar.call_history import (
+    AuditSettings,
+    CallHistory,
+    CallRecord,
+    SettledCall,
+    record_of,
+)
 from sidecar.codemode import (
     DEFAULT_LIMITS,
     CodeModeLimits,
@@ -56,6 +63,7 @@ from sidecar.permission_service import PermissionService
 from sidecar.pins import Pins
 from sidecar.plugins import PluginHost
 from sidecar.profiles import Profiles
+from sidecar.ratelimit import RateLimits
 from sidecar.registry import Registry, Tools, application_registry
 from sidecar.seam import Seam
 from sidecar.snapshot import Snapshot, SnapshotStore, select
@@ -152,10 +160,34 @@ class Location:
         self.profiles.common.append(self.pins.reshape)
         self.profiles.common.append(self.overrides.reshape_common)
         self.profiles.wrappers.append(self.overrides.reshape_profile)
+        self.rate_limits = RateLimits()
+        """Calls per minute and at once, per profile and tool (`sidecar.ratelimit`)."""
+        self.profiles.wrappers.append(self.rate_limits.reshape_profile)
         self.tokens: TokenStore | None = None
         """Scoped bearer tokens (`sidecar.tokens`), in `<state>/tokens.sqlite`."""
         self.wiring: Wiring | None = None
         """What `Location.open` was wired with (the root's store and source choices)."""
+        self.history: CallHistory | None = None
+        """Every settled call (`GET /v1/calls`, `sidecar calls`); None when not durable."""
+        self.audit = AuditSettings()
+        """What the history keeps of inputs (manifest `[audit]`)."""
+        self.call_listeners: list[Callable[[CallRecord], None]] = []
+        """Told of every settled call with its history row (the HTTP app's metrics)."""
+
+    def record_call(self, call: SettledCall) -> None:
+        """The seam's audit hook: one history row for a settled or replayed call, also handed
+        to `call_listeners` (metrics)."""
+        record = record_of(call, self.audit, self._server_of)
+        if self.history is not None:
+            self.history.add(record)
+        for listener in self.call_listeners:
+            listener(record)
+
+    def _server_of(self, name: str) -> str | None:
+        label = self.registry.source_of(name)
+        if label is None or label == "builtin":
+            return None
+        return label.removeprefix("mcp:")
 
     @classmethod
     def default_wiring(cls) -> Wiring:
@@ -244,6 +276,8 @@ class Location:
                 name=name, root=root_dir, state_dir=state, seam=seam, registry=registry,
                 events=events, permissions=permissions, plugins=host,
             )
+            location.history = stores.history
+            seam.audit = location.record_call
             location.tokens = stores.tokens
             location.wiring = wired
             location.pins.store = stores.pins
@@ -356,6 +390,7 @@ class Location:
             "manifest_problems": problems,
             "reload_problems": reload_problems,
             "definition_changes": [c.to_json() for c in self.pins.held.values()],
+            "rate_limited": self.rate_limits.rejected,
             "store": {"objects": stats.count, "bytes": stats.bytes,
                       **self.store_pressure.report(stats, self.store_quota_bytes)},
             "state": await state_usage(

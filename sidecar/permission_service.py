@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from sidecar import tracing
 from sidecar.errors import SidecarError, ToolFailure
 from sidecar.events import EventSink, PermissionAsked, PermissionReplied
 from sidecar.permission import (
@@ -138,8 +139,9 @@ class PermissionService:
         if self._events is not None:
             self._events.publish(PermissionAsked(waiting.ask.to_json()))
         try:
-            async with asyncio.timeout(self.ask_timeout):
-                await asyncio.shield(waiting.future)
+            with tracing.step("permission_wait", attributes={"sidecar.action": request.action}):
+                async with asyncio.timeout(self.ask_timeout):
+                    await asyncio.shield(waiting.future)
         except TimeoutError:
             if waiting.future.done() and waiting.future.exception() is None:
                 return
@@ -149,9 +151,12 @@ class PermissionService:
             self._pending.pop(waiting.ask.id, None)
 
     def pending(self, session_id: str | None = None) -> list[PendingAsk]:
+        """Asks still waiting for an answer (an answered one leaves at once, before its
+        caller has woken up)."""
         return [
             w.ask for w in self._pending.values()
-            if session_id is None or w.ask.request.session_id == session_id
+            if not w.future.done()
+            and (session_id is None or w.ask.request.session_id == session_id)
         ]
 
     async def reply(

@@ -261,6 +261,14 @@ class Registry:
             self._effective_at = (self.version, parent_version)
         return self._effective
 
+    def source_of(self, name: str) -> str | None:
+        """The label of the registration that provides the effective tool `name` (for an MCP
+        server `mcp:<server>`), or None when no tool has that name."""
+        for registration in reversed(self._registrations):
+            if name in registration.entries:
+                return registration.label
+        return self._parent.source_of(name) if self._parent is not None else None
+
     def detach(self) -> None:
         """Stop listening to the parent (when the Location closes)."""
         if self._parent is not None:

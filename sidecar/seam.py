@@ -21,6 +21,7 @@ captured entries and a few services.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -28,8 +29,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from managed_store import ManagedStoreError, TextStore
-from sidecar import json_depth
+from sidecar import json_depth, tracing
 from sidecar.bounding import apply_preview, plan_bounding, scrub_surrogates
+from sidecar.call_history import SettledCall
 from sidecar.codec import Codec
 from sidecar.content import Content, TextContent, content_from_json, content_from_output
 from sidecar.errors import (
@@ -83,6 +85,8 @@ class Seam:
     events: EventSink | None = None
     observers: list[Callable[[Outcome, float], None]] = field(default_factory=list)
     """Called with every executed outcome and its duration in seconds (metrics)."""
+    audit: Callable[[SettledCall], None] | None = None
+    """Called with every settled or replayed call once it is recorded (the call history)."""
     _inflight: dict[str, tuple[str, list[asyncio.Future[Outcome | None]]]] = field(
         default_factory=dict)
     """call_id -> (fingerprint, futures of duplicate callers waiting for the first one)."""
@@ -104,14 +108,39 @@ class Seam:
         waiters: list[asyncio.Future[Outcome | None]] = []
         self._inflight[call_id] = (fingerprint, waiters)
         outcome: Outcome | None = None
+        started_at, started = time.time(), time.perf_counter()
         try:
-            outcome = await self._run(snapshot, name, raw_input, context, fingerprint)
+            if tracing.enabled():
+                outcome = await self._traced(snapshot, name, raw_input, context, fingerprint)
+            else:
+                outcome = await self._run(snapshot, name, raw_input, context, fingerprint)
+            if self.audit is not None:
+                self.audit(SettledCall(
+                    name, raw_input, context, outcome, started_at,
+                    time.perf_counter() - started, outcome.replayed,
+                    getattr(snapshot, "profile", None),
+                ))
             return outcome
         finally:
             del self._inflight[call_id]
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(outcome)
+
+    async def _traced(
+        self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext,
+        fingerprint: str,
+    ) -> Outcome:
+        """`_run` inside the call's span (see `sidecar.tracing`)."""
+        with tracing.tracer().start_as_current_span(f"execute_tool {name}", attributes={
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
+            "gen_ai.tool.call.id": context.call_id, "mcp.method.name": "tools/call",
+            "mcp.session.id": context.session_id, "sidecar.agent": context.agent,
+            "sidecar.location": self.location, "sidecar.bytes_in": _input_bytes(raw_input),
+        }) as span:
+            outcome = await self._run(snapshot, name, raw_input, context, fingerprint)
+            tracing.describe_outcome(span, outcome)
+            return outcome
 
     async def _run(
         self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext,
@@ -141,7 +170,8 @@ class Seam:
         if self.outcomes is None:
             return outcome
         try:
-            return await self.outcomes.record(self.location, outcome, context, fingerprint)
+            with tracing.step("record_outcome"):
+                return await self.outcomes.record(self.location, outcome, context, fingerprint)
         except CallIdConflict:  # settled meanwhile by another process's different call
             return _conflict(context.call_id, name)
         except OutcomeLogError as exc:
@@ -163,7 +193,8 @@ class Seam:
             if isinstance(entry, CallError):
                 raise _Failed(entry)
             bounds = entry.tool.bounds.over(self.bounds) if entry.tool.bounds else self.bounds
-            value = _decode(entry.tool.input, raw_input, name)
+            with tracing.step("validate_input"):
+                value = _decode(entry.tool.input, raw_input, name)
             ctx = CallContext(context, name, self._publish_progress)
             outcome = await self._invoke(entry.tool, value, ctx, bounds)
         except _Failed as failed:
@@ -204,7 +235,8 @@ class Seam:
             value, content_value, metadata = result, None, None
         output = _encode(tool.output, value, name)
         content = _normalize(content_value, tool.output is not None, output, name)
-        content, retained = await self._bound(content, bounds, name, call_id)
+        with tracing.step("bound_content"):
+            content, retained = await self._bound(content, bounds, name, call_id)
         return Outcome(
             call_id=call_id,
             tool=name,
@@ -259,7 +291,8 @@ class Seam:
             partial = self._bound_meta(changed.partial, name, call_id, "partial snapshot")
             return replace(changed, content=(), output=None, metadata=None, partial=partial)
         content = _normalize(changed.content, before.output is not None, changed.output, name)
-        content, retained = await self._bound(content, bounds, name, call_id)
+        with tracing.step("bound_content"):
+            content, retained = await self._bound(content, bounds, name, call_id)
         return replace(
             changed,
             content=content,
@@ -285,6 +318,13 @@ def _conflict(call_id: str, name: str) -> Outcome:
         f"session or agent); {name} was not run. Send a new call id for a new call; reuse an "
         "id only to retry the very same call.",
     ))
+
+
+def _input_bytes(raw_input: Any) -> int:
+    try:
+        return len(json.dumps(raw_input, ensure_ascii=False, default=str).encode())
+    except ValueError:
+        return 0
 
 
 def _decode(codec: Codec, raw: Any, name: str) -> Any:

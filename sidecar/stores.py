@@ -5,6 +5,7 @@
     EventLog         a Location's events, numbered, for `/v1/events` (Server-Sent Events)
     TokenStore       scoped bearer tokens, by digest (`sidecar.tokens`)
     PinStore         pinned tool definitions (`sidecar.pins`)
+    CallHistory      every settled call, for audit (`sidecar.call_history`)
     TextStore        the managed store: retained texts, ranged reads, grep, quota and
                      eviction (`managed_store.protocol`)
 
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Protocol
 
 from managed_store import TextStore
+from sidecar.call_history import CallHistory
 from sidecar.events import EventBus
 from sidecar.outcome_log import OutcomeLog
 from sidecar.permission import PermissionRule
@@ -34,6 +36,7 @@ from sidecar.pins import PinStore
 from sidecar.tokens import TokenStore
 
 __all__ = [
+    "CallHistory",
     "EventLog",
     "EventLogFactory",
     "NumberedEvent",
@@ -152,6 +155,8 @@ class Stores:
     tokens: TokenStore
     pins: PinStore | None
     """None when not `durable`: pins are then kept in memory."""
+    history: CallHistory | None = None
+    """The call history; None when not `durable` (no audit trail is kept)."""
 
 
 class OpenStores(Protocol):

@@ -31,6 +31,7 @@ from bridges.manifest_tools.templates import (
     value_text,
 )
 from managed_store import TextStore
+from sidecar import tracing
 from sidecar.content import AudioContent, ContentItem, ImageContent
 from sidecar.errors import ErrorKind, ToolFailure
 from sidecar.permission import PermissionGate, PermissionRequest
@@ -141,6 +142,7 @@ class HttpCall:
             raise ToolFailure(f"{tool}: {exc}") from None
         if not any(h.lower() == "accept-encoding" for h in headers):
             headers["Accept-Encoding"] = "identity"
+        tracing.inject_into(headers)  # W3C traceparent, when tracing is on
         params: dict[str, str | list[str]] = {}
         for param, name in self._request.query.items():
             value = args.get(name)

@@ -21,6 +21,7 @@ import anyio
 import httpx2
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
+from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
 from bridges.manifest import ServerConfig
@@ -36,6 +37,7 @@ from bridges.mcp.results import (
     tool_response,
     transport_failure,
 )
+from sidecar import tracing
 from sidecar.errors import ErrorKind, ToolFailure
 from sidecar.permission import PermissionGate, PermissionRequest
 from sidecar.tool import CallContext
@@ -188,10 +190,14 @@ class Caller:
             return await relay(call, request)
 
         try:
-            return await connection.call(
-                tool, arguments, call_timeout=timeout, progress=progress.on_progress,
-                answer=answer,
-            )
+            with tracing.step(f"tools/call {tool}", SpanKind.CLIENT, {
+                "mcp.method.name": "tools/call", "gen_ai.tool.name": tool,
+                "sidecar.server": self.server,
+            }):
+                return await connection.call(
+                    tool, arguments, call_timeout=timeout, progress=progress.on_progress,
+                    answer=answer,
+                )
         except MCPError as exc:
             hint = self._auth_hint() if self._auth_hint is not None else None
             if hint is not None:

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType, UnionType
-from typing import Annotated, Any, Self, get_args
+from typing import Annotated, Any, Self, cast, get_args
 
 import anyio
 import httpx2
@@ -54,6 +54,7 @@ from bridges.mcp.sse import sse_transport
 from bridges.mcp.stdio import DirectRequests, StderrTail, stdio_transport
 from bridges.mcp.transport_state import TransportState
 from bridges.prestart import StdioSpec
+from sidecar import tracing
 
 log = logging.getLogger("bridges.mcp")
 
@@ -159,9 +160,12 @@ class Connection:
         input_responses: types.InputResponses | None = None
         request_state: str | None = None
         for _ in range(MAX_INPUT_ROUNDS + 1):
+            meta: dict[str, Any] = {}
+            tracing.inject_into(meta)  # W3C traceparent for the server, when tracing is on
             request = types.CallToolRequest(params=types.CallToolRequestParams(
                 name=name, arguments=arguments,
                 input_responses=input_responses, request_state=request_state,
+                _meta=cast("types.RequestParamsMeta", meta) if meta else None,
             ))
             if self._direct is not None:
                 result = await self._direct_call(request, call_timeout, progress)
@@ -194,6 +198,7 @@ class Connection:
         data: dict[str, Any] = {"method": "tools/call", "params": (
             {"name": params.name, "arguments": params.arguments}
             if params.input_responses is None and params.request_state is None
+            and params.meta is None
             else params.model_dump(by_alias=True, mode="json", exclude_none=True)
         )}
         stamp(data, {})

@@ -239,6 +239,8 @@ def _parse_offered(text: str, take: Callable[[Any], bool]) -> SessionMessage | V
         value = json.loads(text)
     except ValueError as exc:
         return ValueError(f"not a JSON-RPC message ({len(text):,} chars): {exc}")
+    except RecursionError:
+        return _nested_too_deep(text)
     if take(value):
         return None
     return _validated(value, len(text))
@@ -264,10 +266,27 @@ def _parse(text: str) -> SessionMessage | ValueError:
             value = json.loads(text)
         except ValueError:
             value = None
+        except RecursionError:
+            return _nested_too_deep(text)
         return _invalid(exc, len(text), value)
     except ValueError as exc:
         return ValueError(f"not a JSON-RPC message ({len(text):,} chars): {exc}")
+    except RecursionError:
+        return _nested_too_deep(text)
     return SessionMessage(message)
+
+
+def _nested_too_deep(text: str) -> ValueError:
+    """A line nested deeper than `json.loads` can follow: an error value (an `InvalidAnswer`
+    when its id sits first or last), never a `RecursionError` that would end the reader."""
+    message = f"not a JSON-RPC message ({len(text):,} chars): nested too deeply"
+    edges = OversizedLine(len(text), text[:_EDGE_CHARS].encode("utf-8", "replace"),
+                          text[-_EDGE_CHARS:].encode("utf-8", "replace"))
+    request_id = edges.request_id()
+    return ValueError(message) if request_id is None else InvalidAnswer(message, request_id)
+
+
+_EDGE_CHARS = 256
 
 
 def _validated(value: Any, size: int) -> SessionMessage | ValueError:
@@ -395,6 +414,8 @@ class _StreamedLine:
                              self._longs)
         except ValueError as exc:
             value = ValueError(f"not a JSON-RPC message ({size:,} bytes): {exc}")
+        except RecursionError:
+            value = ValueError(f"not a JSON-RPC message ({size:,} bytes): nested too deeply")
         self._longs = []
         return ParsedLine(value=value, size=size, skeleton=skeleton)
 

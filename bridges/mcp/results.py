@@ -27,7 +27,7 @@ from typing import Any
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
-from bridges.mcp.stdio import RESULT_TOO_LARGE, ConnectionLost, RequestTimedOut
+from bridges.mcp.stdio import ConnectionLost, RequestTimedOut
 from sidecar.content import (
     AudioContent,
     ContentItem,
@@ -140,9 +140,10 @@ def rpc_failure(
             meta,
             kind=ErrorKind.TIMEOUT,
         )
+    # Ours name max_result_bytes (RESULT_TOO_LARGE is in the server-error range: a server may
+    # send that code for its own errors too).
     if (
-        exc.code == RESULT_TOO_LARGE
-        or "max_result_bytes" in exc.message
+        "max_result_bytes" in exc.message
         or (exc.message.startswith("SSE stream failed") and "exceeded" in exc.message)
     ):
         return ToolFailure(

@@ -101,6 +101,8 @@ def _parse(data: str) -> SessionMessage | Exception:
             message = types.jsonrpc_message_adapter.validate_python(json.loads(data), by_name=False)
     except (ValidationError, ValueError) as exc:
         return exc
+    except RecursionError:
+        return ValueError(f"not a JSON-RPC message ({len(data):,} chars): nested too deeply")
     return SessionMessage(message)
 
 

@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic_core
@@ -22,7 +22,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from managed_store import InvalidPattern, InvalidRef, ManagedNotFound, SearchTimeout
-from sidecar import json_depth
+from sidecar import json_depth, tracing
+from sidecar.call_history import CallQuery, InvalidQuery
 from sidecar.json_depth import JsonTooDeep
 from sidecar.outcome import Outcome
 from sidecar.permission_service import UnknownAsk
@@ -171,6 +172,7 @@ class Api:
             Route("/v1/tools/{name}/approve", h(self.approve), methods=["POST"]),
             Route("/v1/snapshots", h(self.create_snapshot), methods=["POST"]),
             Route("/v1/snapshots/{snapshot_id}/calls", h(self.call), methods=["POST"]),
+            Route("/v1/calls", h(self.call_history), methods=["GET"]),
             Route("/v1/calls/{call_id}", h(self.call_state), methods=["GET", "DELETE"]),
             Route("/v1/managed/{ref}", h(self.managed), methods=["GET"]),
             Route("/v1/events", h(self.event_stream), methods=["GET"]),
@@ -305,9 +307,10 @@ class Api:
                 except ValueError:
                     pass  # the seam reports invalid JSON as invalid_input
             raw_input = input_from_strict(entry.definition.input_schema, raw_input)
-        task = self.calls.start(
-            c.call_id, lambda: snapshot.execute(body.name, raw_input, context)
-        )
+        with tracing.continued(request.headers):  # the call's task starts in the client's trace
+            task = self.calls.start(
+                c.call_id, lambda: snapshot.execute(body.name, raw_input, context)
+            )
         if "respond-async" in request.headers.get("prefer", ""):
             return JSONResponse(
                 {"call_id": c.call_id, "status": "running"},
@@ -335,6 +338,31 @@ class Api:
                 tool_call_id = "" if fmt == "gemini" else outcome.call_id
             data["wire"] = result_for(fmt, outcome, tool_call_id=tool_call_id)
         return data
+
+    async def call_history(self, request: Request) -> Response:
+        history = self.location.history
+        if history is None:
+            raise ApiError(404, "no_history", "this daemon keeps no call history")
+        fmt = request.query_params.get("format", "json")
+        if fmt not in ("json", "jsonl"):
+            raise ApiError(400, "invalid_parameter", "format must be json or jsonl", "format")
+        try:
+            query = CallQuery.from_params(request.query_params)
+        except InvalidQuery as exc:
+            raise ApiError(400, "invalid_parameter", str(exc), exc.field) from None
+        if fmt == "json":
+            rows, cursor = await history.query(query)
+            return JSONResponse({"calls": [r.to_json() for r in rows], "next_cursor": cursor})
+
+        async def lines() -> AsyncIterator[bytes]:
+            page: CallQuery | None = query
+            while page is not None:
+                rows, cursor = await history.query(page)
+                for row in rows:
+                    yield pydantic_core.to_json(row.to_json()) + b"\n"
+                page = None if cursor is None else replace(page, cursor=cursor)
+
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
 
     async def call_state(self, request: Request) -> Response:
         """One route for both methods, so a 405 names both in `Allow`."""
@@ -469,7 +497,8 @@ class Api:
     async def prometheus(self, request: Request) -> Response:
         report = await self.location.health()
         body = await self.metrics.render(self.location.seam.store.stats,
-                                         report.get("servers", {}), report.get("state"))
+                                         report.get("servers", {}), report.get("state"),
+                                         report.get("rate_limited"))
         return Response(body, media_type=CONTENT_TYPE)
 
 

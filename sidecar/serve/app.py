@@ -1,5 +1,6 @@
-"""The HTTP application of `sidecar serve`: the native API under `/v1`, `/metrics`, and (when
-the MCP facade is mounted) `/mcp`, all behind one `SecurityMiddleware`."""
+"""The HTTP application of `sidecar serve`: the native API under `/v1`, `/metrics`, the web
+console under `/ui`, and (when the MCP facade is mounted) `/mcp`, all behind one
+`SecurityMiddleware` (the console authenticates with its own login cookie)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 
 from sidecar.serve.api import DEFAULT_MAX_BODY_BYTES, Api
+from sidecar.serve.console import console_routes
 from sidecar.serve.metrics import Metrics
 from sidecar.serve.security import SecurityMiddleware
 from sidecar.tokens import verify_token
@@ -41,6 +43,7 @@ def build_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         location.seam.observers.append(metrics.observe)
+        location.call_listeners.append(metrics.observe_record)
         await events.start()
         try:
             if extra_lifespan is not None:
@@ -53,6 +56,7 @@ def build_app(
             await api.auth.aclose()
             await events.aclose()
             location.seam.observers.remove(metrics.observe)
+            location.call_listeners.remove(metrics.observe_record)
 
     async def scoped(secret: str) -> frozenset[str] | None:
         if location.tokens is None:
@@ -61,10 +65,11 @@ def build_app(
         return frozenset(record.profiles) if record is not None else None
 
     app = Starlette(
-        routes=[*api.routes(), *extra_routes],
+        routes=[*api.routes(), *console_routes(location, events, token, api.auth.begin),
+                *extra_routes],
         middleware=[Middleware(
             SecurityMiddleware, token=token, allowed_hosts=allowed_hosts, scoped=scoped,
-            default_profile=lambda: location.profiles.default_name,
+            default_profile=lambda: location.profiles.default_name, own_auth_prefix="/ui",
         )],
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error, Exception: _server_error},

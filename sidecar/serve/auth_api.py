@@ -80,12 +80,22 @@ class AuthApi:
 
     async def start_login(self, request: Request) -> Response:
         server = request.path_params["server"]
+        started = await self.begin(server)
+        if started is None:
+            return _not_found(server)
+        status = 202 if started["state"] == "pending" else 200
+        return JSONResponse({"server": server, **started}, status_code=status)
+
+    async def begin(self, server: str) -> dict[str, Any] | None:
+        """Start (or join) a login of `server`: its state once the authorization URL is known
+        (`authorization_url`), or its result when the grant needs no browser. None when the
+        manifests have no such OAuth-capable server. The console's login button uses it."""
         config = self._config(server)
         if config is None:
-            return _not_found(server)
+            return None
         running = self.logins.get(server)
         if running is not None and running.state == "pending":
-            return JSONResponse({"server": server, **running.to_json()}, status_code=202)
+            return running.to_json()
         attempt = _Login()
         self.logins[server] = attempt
 
@@ -106,8 +116,7 @@ class AuthApi:
         attempt.task = asyncio.create_task(run(), name=f"oauth login {server}")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(attempt.url_known.wait()), URL_WAIT)
-        status = 202 if attempt.state == "pending" else 200
-        return JSONResponse({"server": server, **attempt.to_json()}, status_code=status)
+        return attempt.to_json()
 
     async def aclose(self) -> None:
         for attempt in self.logins.values():

@@ -1,11 +1,16 @@
 """Prometheus metrics of one daemon, on a private registry (`GET /metrics`).
 
 - `sidecar_calls_total{tool,status,error_kind}` and `sidecar_call_seconds{tool}` (histogram)
+- `sidecar_call_duration_seconds{tool,server}`, `sidecar_call_input_bytes{tool,server}`,
+  `sidecar_call_output_bytes{tool,server}` (histograms from the call history's rows; at most
+  `MAX_LABELSETS` (tool, server) pairs, later ones counted under `tool="other"`)
 - `sidecar_text_bytes_total{kind="bounded"|"retained"}`: model-facing text after bounding,
   and text retained whole in the managed store
 - `sidecar_store_objects`, `sidecar_store_bytes`: managed store usage (read at scrape time)
 - `sidecar_upstream_restarts{server}`, `sidecar_upstream_up{server}`: from server health
 - `sidecar_state_bytes{part}`: the state directory's size by part (see `sidecar.state_usage`)
+- `sidecar_rate_limited_total{limit}`: calls refused by a rate limit (`tool:NAME`,
+  `profile:NAME`, `profile:NAME:tool:NAME`)
 - `sidecar_outcomes_stored`, `sidecar_outcomes_expired` (tombstones of pruned outcomes);
   counters since start: `sidecar_outcomes_pruned_total`, `sidecar_store_evicted_total{reason=
   "expired"|"quota"}`, `sidecar_wal_truncations_total`
@@ -20,10 +25,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from sidecar.call_history import CallRecord
 from sidecar.content import TextContent
 from sidecar.outcome import Outcome
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+MAX_LABELSETS = 500
+_SIZE_BUCKETS = (64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216)
 
 
 class Metrics:
@@ -59,6 +67,37 @@ class Metrics:
 
         self.state = _StateCollector()
         self.registry.register(self.state)
+        self.rate_limited = _RateLimitCollector()
+        self.registry.register(self.rate_limited)
+
+        self.call_duration = Histogram(
+            "sidecar_call_duration_seconds", "Call duration by tool and server",
+            ["tool", "server"], registry=self.registry,
+            buckets=(0.001, 0.005, 0.025, 0.1, 0.5, 2.5, 10, 60, 300),
+        )
+        self.input_bytes = Histogram(
+            "sidecar_call_input_bytes", "Input size (JSON bytes) by tool and server",
+            ["tool", "server"], registry=self.registry, buckets=_SIZE_BUCKETS,
+        )
+        self.output_bytes = Histogram(
+            "sidecar_call_output_bytes", "Model-visible text bytes by tool and server",
+            ["tool", "server"], registry=self.registry, buckets=_SIZE_BUCKETS,
+        )
+        self._labelsets: set[tuple[str, str]] = set()
+
+    def observe_record(self, record: CallRecord) -> None:
+        """A settled call's history row (replays are not counted again)."""
+        if record.replayed:
+            return
+        labels = (record.tool, record.server or "")
+        if labels not in self._labelsets:
+            if len(self._labelsets) >= MAX_LABELSETS:
+                labels = ("other", "other")
+            else:
+                self._labelsets.add(labels)
+        self.call_duration.labels(*labels).observe(record.duration_ms / 1000)
+        self.input_bytes.labels(*labels).observe(record.input_bytes)
+        self.output_bytes.labels(*labels).observe(record.content_bytes)
 
     def observe(self, outcome: Outcome, seconds: float) -> None:
         kind = outcome.error.kind.value if outcome.error is not None else ""
@@ -75,9 +114,12 @@ class Metrics:
         store_stats: Callable[[], Awaitable[Any]],
         servers: Mapping[str, Mapping[str, Any]],
         state: Mapping[str, Any] | None = None,
+        rate_limited: Mapping[str, int] | None = None,
     ) -> bytes:
-        """`state` is the health report's `state` section (`sidecar.state_usage`)."""
+        """`state` is the health report's `state` section (`sidecar.state_usage`);
+        `rate_limited` its calls refused by each rate limit (`sidecar.ratelimit`)."""
         self.state.report = state
+        self.rate_limited.counts = rate_limited or {}
         stats = await store_stats()
         self.store_objects.set(stats.count)
         self.store_bytes.set(stats.bytes)
@@ -85,6 +127,23 @@ class Metrics:
             self.restarts.labels(name).set(health.get("restarts", 0))
             self.up.labels(name).set(1 if health.get("state") == "ready" else 0)
         return generate_latest(self.registry)
+
+
+class _RateLimitCollector(Collector):
+    """`sidecar_rate_limited_total{limit}`: calls refused by each rate limit since start."""
+
+    def __init__(self) -> None:
+        self.counts: Mapping[str, int] = {}
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily("sidecar_rate_limited", "Calls refused by a rate limit",
+                                     labels=["limit"])
+        for limit, count in self.counts.items():
+            family.add_metric([limit], count)
+        yield family
 
 
 class _StateCollector(Collector):

@@ -91,6 +91,25 @@ def openapi_document() -> dict[str, Any]:
                           "202": _json(_OBJECT, "Started"),
                           **_errors(400, 404, 409, 413, 422)},
         }},
+        "/v1/calls": {"get": {
+            "summary": "The call history, newest first: every settled or replayed call",
+            "parameters": [
+                *(_param(name, "query", {"type": "string", "maxLength": 512})
+                  for name in ("tool", "server", "status", "session", "agent", "profile")),
+                *(_param(name, "query", {"type": "number", "minimum": 0, "maximum": 1e11,
+                                         "description": "epoch seconds; an ISO 8601 date or "
+                                         "time (UTC unless it has an offset) is read too"})
+                  for name in ("since", "until")),
+                _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000}),
+                _param("cursor", "query", {"type": "string", "pattern": "^c[0-9]{1,18}$"}),
+                _param("format", "query", {"type": "string", "enum": ["json", "jsonl"]}),
+            ],
+            "responses": {"200": {"description": "`{calls, next_cursor}`, or JSON Lines",
+                                  "content": {"application/json": {"schema": _OBJECT},
+                                              "application/x-ndjson": {"schema": {
+                                                  "type": "string"}}}},
+                          **_errors(400)},
+        }},
         "/v1/calls/{call_id}": {
             "get": {
                 "summary": "A call's durable outcome, or its in-flight state",

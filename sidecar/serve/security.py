@@ -159,6 +159,7 @@ class SecurityMiddleware:
         open_paths: Iterable[str] = (),
         scoped: Verifier | None = None,
         default_profile: Callable[[], str] = lambda: "default",
+        own_auth_prefix: str | None = None,
     ) -> None:
         self.app = app
         self._token = token.encode() if token else None
@@ -166,6 +167,8 @@ class SecurityMiddleware:
         self._default_profile = default_profile
         self._extra = frozenset(h.lower() for h in allowed_hosts)
         self._open = frozenset(open_paths)
+        # routes under this prefix (the console, `/ui`) check their own login cookie
+        self._own_auth = own_auth_prefix
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -182,7 +185,10 @@ class SecurityMiddleware:
         if not origin_allowed(headers.get("origin"), self._extra):
             await _refuse(send, 403, "forbidden_origin", "the Origin is not a local origin")
             return
-        if self._token is not None and scope["path"] not in self._open:
+        path = scope["path"]
+        own = self._own_auth is not None and (
+            path == self._own_auth or path.startswith(self._own_auth + "/"))
+        if self._token is not None and path not in self._open and not own:
             given = headers.get("authorization", "")
             scheme, _, value = given.partition(" ")
             value = value.strip()

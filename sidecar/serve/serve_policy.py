@@ -5,7 +5,9 @@
   barrier, and any client that is not a browser passes it by sending `Host: localhost`. A
   warning is printed whenever `--no-auth` is used, on any address.
 - A weak bearer token (`SIDECAR_TOKEN=x`, or a short `<state>/token` written by hand):
-  refused unless `--allow-weak-token` (or `SIDECAR_ALLOW_WEAK_TOKEN=1`). Strength is estimated
+  refused unless `--allow-weak-token` (or `SIDECAR_ALLOW_WEAK_TOKEN=1`), when the daemon
+  listens on TCP (`sidecar serve`); `sidecar daemon` serves only 0600 sockets in the private
+  state directory and accepts it. Strength is estimated
   as length x bits per character of the smallest usual alphabet that holds the token (hex 4,
   base64/base64url 6, anything else 6.5); 256 bits (32 random bytes) are needed, and a token of
   fewer than 8 distinct characters is weak whatever its length. The token the daemon creates

@@ -27,9 +27,10 @@ def test_soak_quick_runs_both_transports_without_errors() -> None:
         assert f"| {daemon} | open fds (after warm-up: range; max 1st half → 2nd half) | " in out
         assert f"| {daemon} | state dir MB (end; max) | " in out
         assert f"  {daemon} " in out  # live samples were printed
-    # a 2-second retention over a 6-second run: the daemon pruned outcomes as it went
-    pruned = re.search(r"\| sidecar /mcp \| at the end \|.*outcomes_pruned ([\d,]+)", out)
-    assert pruned is not None and int(pruned[1].replace(",", "")) > 0, out[-2000:]
+    # a 2-second retention over a 6-second run: each daemon pruned outcomes as it went
+    for daemon in ("stdio", "/mcp"):
+        pruned = re.search(rf"\| sidecar {daemon} \| at the end \|.*outcomes_pruned ([\d,]+)", out)
+        assert pruned is not None and int(pruned[1].replace(",", "")) > 0, out[-2000:]
 
 
 def test_the_soak_block_goes_before_the_history_and_is_replaced_in_place(tmp_path: Path) -> None:

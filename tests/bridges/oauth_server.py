@@ -17,6 +17,7 @@ import time
 from typing import Any
 from urllib.parse import urlencode
 
+import anyio
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.sse import SseServerTransport
@@ -36,6 +37,8 @@ class OAuthServer:
         self.grants: list[str] = []
         self.rejected = 0
         self.revoked: list[str] = []
+        self.meeting = 0
+        self.met = anyio.Event()
         server = Server("protected", on_list_tools=self._list_tools, on_call_tool=self._call)
         self._mcp = server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True,
                                                json_response=True)
@@ -72,10 +75,20 @@ class OAuthServer:
     # --- the MCP server ----------------------------------------------------------------
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[types.Tool(
-            name="whoami", input_schema={"type": "object"})])
+        return types.ListToolsResult(tools=[
+            types.Tool(name="whoami", input_schema={"type": "object"}),
+            types.Tool(name="meet", input_schema={"type": "object"}),
+        ])
 
     async def _call(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        if params.name == "meet":  # answers once two calls are in flight at the same time
+            self.meeting += 1
+            if self.meeting % 2 == 0:
+                self.met.set()
+            with anyio.move_on_after(10):
+                await self.met.wait()
+            return types.CallToolResult(content=[types.TextContent(
+                text="met" if self.met.is_set() else "alone")])
         return types.CallToolResult(content=[types.TextContent(text="authorized")])
 
     # --- the authorization server ------------------------------------------------------

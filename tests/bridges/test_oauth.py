@@ -145,3 +145,27 @@ async def test_the_token_is_refreshed_ahead_of_its_expiry(
         outcome = await location.snapshot().execute("cloud_whoami", {}, ctx())
         assert outcome.status == "completed", outcome.error
         assert protected.rejected == rejected
+
+
+async def test_calls_on_an_authorized_server_run_concurrently(
+    location: Location, protected: OAuthServer, tmp_path: Path
+) -> None:
+    """The server answers with plain JSON when a call ends; were requests serialized while
+    one waits for its answer, the two calls would never meet (each says "alone")."""
+    store = FileGrantStore(tmp_path / "state")
+    config = ServerConfig(url=f"{protected.base}/mcp", auth="oauth")
+    assert (await login("cloud", config, store, show=follow)).ok
+    async with ServerPool({"cloud": config}, location.tools, grants=store) as pool:
+        assert pool.health()["cloud"].state == "ready"
+        snapshot = location.snapshot()
+        texts: list[str] = []
+
+        async def meet(session: str) -> None:
+            outcome = await snapshot.execute("cloud_meet", {}, ctx(session))
+            assert outcome.status == "completed", outcome.error
+            texts.append(outcome.content[0].text)  # type: ignore[union-attr]
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(meet, "c1")
+            tg.start_soon(meet, "c2")
+        assert texts == ["met", "met"]

@@ -12,7 +12,7 @@ from bridges.manifest import ServerConfig
 from bridges.mcp import ServerPool
 from sidecar import Location
 from sidecar.errors import ErrorKind
-from tests.bridges.helpers import SERVERS, ctx
+from tests.bridges.helpers import SERVERS, SharedServer, ctx
 
 pytestmark = pytest.mark.anyio
 
@@ -72,3 +72,21 @@ async def test_an_invalid_tools_list_answer_fails_the_start_promptly(
             health = pool.health()["r"]
     assert health.state in ("backoff", "failed")
     assert health.last_error is not None and said in health.last_error, health.last_error
+
+
+@pytest.mark.parametrize("code", [-32000, -32001, -32099, 7])
+async def test_error_responses_over_http_are_errors_of_their_call(
+    location: Location, shared_http_server: SharedServer, code: int
+) -> None:
+    config = ServerConfig(url=shared_http_server.url, timeouts={"call": 60})
+    async with ServerPool({"h": config}, location.tools) as pool:
+        assert pool.health()["h"].state == "ready", pool.health()["h"].last_error
+        snapshot = location.snapshot()
+        with anyio.fail_after(10):
+            failed = await snapshot.execute("h_rpc_error", {"code": code}, ctx())
+            after = await snapshot.execute("h_echo", {"text": "still here"}, ctx())
+        health = pool.health()["h"]
+    assert failed.error is not None and failed.error.kind is ErrorKind.UPSTREAM
+    assert "the database is locked" in failed.error.message, failed.error.message
+    assert f"JSON-RPC code {code}" in failed.error.message
+    assert after.status == "completed" and health.restarts == 0

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 from sidecar.json_depth import MAX_JSON_DEPTH
-from tests.hardening.conftest import SIDECAR, Daemon
+from tests.hardening.conftest import SIDECAR, Daemon, start_daemon, stop_daemon
 
 MCP_HEADERS = {"content-type": "application/json",
                "accept": "application/json, text/event-stream"}
@@ -115,3 +116,24 @@ def test_stdio_answers_deep_and_malformed_lines_and_lives_on(tmp_path: Path) -> 
         proc.stdin.close()
         assert proc.wait(timeout=30) == 0
         proc.stdout.close()
+
+
+FLOOD_SERVER = Path(__file__).parent / "servers" / "flood_server.py"
+
+
+def test_an_upstream_answering_with_deep_json_fails_that_call_only(tmp_path: Path) -> None:
+    manifest = {"mcpServers": {"deep": {"command": sys.executable, "args": [str(FLOOD_SERVER)]}}}
+    daemon = start_daemon(tmp_path, manifests={"deep.json": json.dumps(manifest)})
+    try:
+        for _ in range(100):
+            if daemon.health(timeout=30)["servers"].get("deep", {}).get("state") == "ready":
+                break
+        for index, depth in enumerate((1000, 100_000)):
+            outcome = daemon.call("deep_deep", {"depth": depth}, f"deep-{index}")
+            assert outcome["error"]["kind"] == "upstream", outcome
+            assert "nested too deeply" in outcome["error"]["message"]
+        again = daemon.call("deep_flood", {"lines": 1}, "after")
+        assert again["status"] == "completed", again  # the same connection serves on
+        assert daemon.health()["servers"]["deep"]["restarts"] == 0
+    finally:
+        stop_daemon(daemon)

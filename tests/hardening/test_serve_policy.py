@@ -4,11 +4,14 @@ tried on a real `sidecar serve` process."""
 from __future__ import annotations
 
 import secrets
+import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 from tests.hardening.daemon_process import (
+    SIDECAR,
     processes_with,
     raw_request,
     run_cli,
@@ -115,3 +118,21 @@ def test_no_auth_prints_a_warning_on_loopback_and_off_it(tmp_path: Path) -> None
         assert any("warning: --no-auth on 0.0.0.0, which is not a loopback" in line
                    for line in daemon.stderr)
         assert _health(daemon.port, None) == 200
+
+
+def test_a_weak_token_is_accepted_by_a_daemon_without_tcp(tmp_path: Path) -> None:
+    """`sidecar stdio` starts `sidecar daemon` on demand: it serves only the 0600 sockets in the
+    private state directory, which no other user can reach, so the token's strength does not
+    matter there."""
+    state = tmp_path / "state"
+    hello = ('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":'
+             '"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}\n')
+    done = subprocess.run([*SIDECAR, "stdio", "--idle-exit", "1"], input=hello, text=True,
+                          capture_output=True, env=sidecar_env(state, SIDECAR_TOKEN="x"),
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert '"id":1,"result"' in done.stdout.replace(" ", "")
+    end = time.monotonic() + 60  # the on-demand daemon leaves after a second without clients
+    while (state / "daemon.json").exists():
+        assert time.monotonic() < end, "the on-demand daemon did not leave"
+        time.sleep(0.1)

@@ -191,6 +191,17 @@ class _SidecarAuth:
             record = await self.storage.record()
             if record is not None and record.get("updated_at") != generation:
                 self.reload()
+        if self._settled():
+            # The common case: no lock held while the request runs (the SDK's flow holds its
+            # lock until the response headers arrive, which would serialize concurrent calls
+            # to a server that answers with plain JSON at the end of each call).
+            tokens = self.context.current_tokens
+            if tokens is not None:
+                request.headers["Authorization"] = f"Bearer {tokens.access_token}"
+            response = yield request
+            if not self._challenge(response):
+                return
+            # Challenged: the SDK's flow sends the request again and handles the answer.
         flow: AsyncGenerator[httpx2.Request, httpx2.Response] = super()._auth_flow(request)  # type: ignore[misc]
         retried_refresh = False
         try:
@@ -233,6 +244,21 @@ class _SidecarAuth:
         finally:
             await flow.aclose()
         yield request  # the server's own answer goes back to the transport
+
+    def _settled(self) -> bool:
+        """Whether a request can go out as it is: initialized, no login pending, and a token
+        that is valid (or, before any OAuth challenge, none at all)."""
+        if not self._initialized or self.status.needs_login or self.interactive is not None:
+            return False
+        if self.context.current_tokens is None:
+            return self.auto
+        return bool(self.context.is_token_valid())
+
+    def _challenge(self, response: httpx2.Response) -> bool:
+        """Whether `response` asks for (more) authorization."""
+        if response.status_code == 401:
+            return not self.auto or _bearer_challenge(response)
+        return _insufficient_scope(response)
 
     def _legacy_metadata(self, outgoing: httpx2.Request, response: httpx2.Response) -> bool:
         """Authorization server metadata fetched on the 2025-03-26 path (no protected resource

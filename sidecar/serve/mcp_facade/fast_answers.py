@@ -41,6 +41,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types.methods import serialize_server_result
 
+from sidecar import tracing
 from sidecar.serve.listing_cache import ListingCache
 from sidecar.serve.mcp_facade import tools
 from sidecar.serve.mcp_facade.sessions import (
@@ -157,7 +158,8 @@ class FastAnswers:
         call = DownstreamCall(context.call_id, state, state.session, request_id, None, channel)
         self.sessions.calls[call.call_id] = call
         try:
-            outcome = await snapshot.execute(name, arguments, context)
+            with tracing.continued(meta):  # a client's `_meta.traceparent`
+                outcome = await snapshot.execute(name, arguments, context)
         finally:
             del self.sessions.calls[call.call_id]
         return await self._result_wire(outcome, snapshot, modern=False)

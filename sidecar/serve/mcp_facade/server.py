@@ -48,6 +48,7 @@ from mcp.server.subscriptions import (
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from sidecar import tracing
 from sidecar.events import CallProgress, CallSettled
 from sidecar.profiles import UnknownProfile
 from sidecar.serve.listing_cache import ListingCache
@@ -272,9 +273,10 @@ class McpFacade(FastAnswers, UpstreamRelay):
         self, snapshot: Snapshot, params: types.CallToolRequestParams, context: Any,
         call: DownstreamCall,
     ) -> Any:
-        if call.progress_token is None:
-            return await snapshot.execute(params.name, params.arguments or {}, context)
-        return await self._execute_with_progress(snapshot, params, context, call)
+        with tracing.continued(params.meta):  # a client's `_meta.traceparent`
+            if call.progress_token is None:
+                return await snapshot.execute(params.name, params.arguments or {}, context)
+            return await self._execute_with_progress(snapshot, params, context, call)
 
     # --- 2026-07-28 calls that need the client's input (see `rounds`) --------------------
 

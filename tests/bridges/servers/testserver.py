@@ -47,6 +47,7 @@ from mcp.server.subscriptions import (  # noqa: E402
     ListenHandler,
     ToolsListChanged,
 )
+from mcp.shared.exceptions import MCPError  # noqa: E402
 
 warnings.simplefilter("ignore")  # deprecation notes about logging would only clutter stderr
 
@@ -129,7 +130,10 @@ TOOLS: dict[str, types.Tool] = {
         annotations=types.ToolAnnotations(destructive_hint=True),
     ),
     "fail": types.Tool(name="fail", description="isError result", input_schema=obj()),
-    "rpc_error": types.Tool(name="rpc_error", description="A JSON-RPC error", input_schema=obj()),
+    "rpc_error": types.Tool(
+        name="rpc_error", description="A JSON-RPC error (of `code`, when given)",
+        input_schema=obj({"code": {"type": "integer"}}),
+    ),
     "progress": types.Tool(
         name="progress", description="Progress and log notifications",
         input_schema=obj({"steps": {"type": "integer"}}),
@@ -194,7 +198,7 @@ def text(value: str) -> types.CallToolResult:
 async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
     args = params.arguments or {}
     name = params.name
-    event("call", tool=name)
+    event("call", tool=name, meta=dict(params.meta or {}))
     if name in ARGS.named_tool:
         return text(f"upstream {name}")
     if name == "echo":
@@ -257,6 +261,8 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         os._exit(3)
     if name == "fail":
         return types.CallToolResult(content=[types.TextContent(text="it failed")], is_error=True)
+    if name == "rpc_error" and "code" in args:
+        raise MCPError(int(args["code"]), f"server error {args['code']}: the database is locked")
     if name == "rpc_error":
         raise RuntimeError("boom from the server")
     if name == "progress":

@@ -1,5 +1,7 @@
-"""A bare MCP stdio server whose one tool, `flood`, writes `lines` log notifications and as
-many stderr lines (100 bytes each) before it answers: a server flooding the daemon's log."""
+"""A bare MCP stdio server whose tool `flood` writes `lines` log notifications and as many
+stderr lines (100 bytes each) before it answers: a server flooding the daemon's log. Its tool
+`deep` answers with a result nested `depth` arrays deep: a server sending JSON the daemon's
+parser cannot follow."""
 
 from __future__ import annotations
 
@@ -27,7 +29,15 @@ def main() -> None:
             send({"jsonrpc": "2.0", "id": rid, "result": {"tools": [{
                 "name": "flood", "description": "floods the log",
                 "inputSchema": {"type": "object", "properties": {"lines": {"type": "integer"}}},
+            }, {
+                "name": "deep", "description": "answers with deeply nested JSON",
+                "inputSchema": {"type": "object", "properties": {"depth": {"type": "integer"}}},
             }]}})
+        elif method == "tools/call" and params["name"] == "deep":
+            depth = int(params["arguments"]["depth"])
+            sys.stdout.write('{"jsonrpc": "2.0", "id": ' + json.dumps(rid) + ', "result": '
+                             '{"content": ' + "[" * depth + "]" * depth + "}}\n")
+            sys.stdout.flush()
         elif method == "tools/call":
             lines = int(params["arguments"]["lines"])
             notification = json.dumps({"jsonrpc": "2.0", "method": "notifications/message",

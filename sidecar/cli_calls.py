@@ -1,0 +1,111 @@
+"""`sidecar calls [filters] [--json | --jsonl]`: the call history (`sidecar.call_history`).
+
+Like the other client commands it asks the state directory's daemon (`GET /v1/calls`, over the
+local socket or `--url`); with `--embedded` it reads the state directory's `history.sqlite`
+itself and starts nothing. `--jsonl` prints every matching row (all pages) as JSON Lines,
+for export; `--json` prints one page with its `next_cursor`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sidecar.call_history import CallQuery, CallRecord, InvalidQuery, SqliteCallHistory
+
+if TYPE_CHECKING:
+    from sidecar.cli_targets import RemoteBackend
+
+FILTERS = ("tool", "server", "status", "session", "agent", "profile", "since", "until",
+           "limit", "cursor")
+HISTORY_FILE = "history.sqlite"
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+               client: argparse.ArgumentParser) -> None:
+    calls = sub.add_parser("calls", parents=[client], help="the call history (newest first)")
+    for name in FILTERS:
+        calls.add_argument(f"--{name}", default=None, help={
+            "since": "from this time (ISO 8601, UTC unless an offset is given, or epoch s)",
+            "until": "before this time", "limit": "rows per page (1-1000, default 50)",
+            "cursor": "the next page (printed after a page)",
+        }.get(name, f"only calls with this {name}"))
+    calls.add_argument("--jsonl", action="store_true",
+                       help="every matching row as JSON Lines (an export)")
+
+
+def _params(args: argparse.Namespace) -> dict[str, str]:
+    params = {name: str(getattr(args, name)) for name in FILTERS
+              if getattr(args, name) is not None}
+    params.setdefault("limit", "50")
+    return params
+
+
+def _line(row: dict[str, Any]) -> str:
+    status = row["status"] + (f" {row['error_kind']}" if row.get("error_kind") else "")
+    status += " (replayed)" if row.get("replayed") else ""
+    refs = " " + " ".join(row["retained"]) if row.get("retained") else ""
+    where = f"{row['server']}/" if row.get("server") else ""
+    return (f"{row['started_at']}  {row['call_id']}  {where}{row['tool']}  {status}  "
+            f"{row['duration_ms']:.1f} ms  session {row['session_id']}  agent {row['agent']}"
+            f"{refs}")
+
+
+async def _local_pages(state: Path, query: CallQuery, every: bool
+                       ) -> tuple[list[dict[str, Any]], str | None]:
+    path = state / HISTORY_FILE
+    if not path.exists():
+        return [], None
+    history = await SqliteCallHistory.open(path)
+    try:
+        rows: list[CallRecord] = []
+        page: CallQuery | None = query
+        cursor: str | None = None
+        while page is not None:
+            found, cursor = await history.query(page)
+            rows += found
+            page = replace(page, cursor=cursor) if every and cursor is not None else None
+        return [r.to_json() for r in rows], cursor
+    finally:
+        await history.aclose()
+
+
+async def run(args: argparse.Namespace, state: Path, remote: RemoteBackend | None) -> int:
+    """Exit code 0, or 2 for a bad filter or a refused request."""
+    params = _params(args)
+    try:
+        query = CallQuery.from_params(params)
+    except InvalidQuery as exc:
+        print(f"sidecar calls: {exc}", file=sys.stderr)
+        return 2
+    if remote is not None:
+        async with remote:
+            rows: list[dict[str, Any]] = []
+            cursor: str | None = None
+            while True:
+                page = await remote.history({**params, **({"cursor": cursor} if cursor else {})})
+                rows += page["calls"]
+                cursor = page["next_cursor"]
+                if not args.jsonl or cursor is None:
+                    break
+    else:
+        rows, cursor = await _local_pages(state, query, args.jsonl)
+    if args.jsonl:
+        for row in rows:
+            print(json.dumps(row, ensure_ascii=False))
+    elif args.json:
+        print(json.dumps({"calls": rows, "next_cursor": cursor}, indent=2, ensure_ascii=False))
+    else:
+        for row in rows:
+            print(_line(row))
+        if not rows:
+            print("no calls match", file=sys.stderr)
+        if cursor is not None:
+            more = " ".join(f"--{k} {v}" for k, v in params.items() if k != "cursor")
+            print(f"more: sidecar calls {more} --cursor {cursor}".replace("  ", " "),
+                  file=sys.stderr)
+    return 0

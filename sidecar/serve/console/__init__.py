@@ -1,0 +1,16 @@
+"""The web console at `/ui`: servers, tools, live calls and call history, permission asks,
+managed text. Server-rendered HTML with a little plain JavaScript (no build step, nothing
+fetched at run time).
+
+Owns: `console_routes(...)` and the console's login sessions. May import the core (`sidecar`),
+`managed_store` and `sidecar.serve` helpers; nothing imports it but the HTTP app.
+
+Security: the bearer token is typed once into a login form; the console then uses an
+HttpOnly, SameSite=Strict cookie scoped to `/ui`. Every state-changing request is a POST that
+carries the session's CSRF token and, when the browser sends one, a local `Origin` (the
+`SecurityMiddleware` checks Host and Origin before the console runs).
+"""
+
+from sidecar.serve.console.routes import console_routes
+
+__all__ = ["console_routes"]

@@ -1,0 +1,232 @@
+"""HTML of the console's pages: plain functions from data to markup, every value escaped."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from html import escape
+from typing import Any
+from urllib.parse import urlencode
+
+NAV = (("servers", "/ui"), ("tools", "/ui/tools"), ("calls", "/ui/calls"),
+       ("asks", "/ui/asks"), ("managed", "/ui/managed"))
+
+STYLE = """
+body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2430;background:#f6f7f9}
+header{background:#1d2430;color:#fff;padding:.6em 1.2em;display:flex;gap:1.2em;align-items:center}
+header a{color:#cfd8e6;text-decoration:none}header a.on{color:#fff;font-weight:600}
+header form{margin-left:auto}main{padding:1em 1.4em;max-width:1200px}
+table{border-collapse:collapse;width:100%;background:#fff}
+th,td{border-bottom:1px solid #e3e6ea;padding:.35em .5em;text-align:left;vertical-align:top}
+th{background:#eef1f5;font-weight:600}pre{background:#fff;border:1px solid #e3e6ea;
+padding:.6em;overflow:auto;max-height:60vh;white-space:pre-wrap;word-break:break-all}
+.ok{color:#11712f}.bad{color:#b3261e}.warn{color:#8a5a00}.muted{color:#6b7480}
+form.inline{display:inline}input,select,button{font:inherit;padding:.2em .4em}
+fieldset{border:1px solid #e3e6ea;background:#fff;margin:.6em 0}
+.card{background:#fff;border:1px solid #e3e6ea;padding:.6em .8em;margin:.6em 0}
+"""
+
+
+def e(value: Any) -> str:
+    return escape("" if value is None else str(value), quote=True)
+
+
+def when(epoch: float | None) -> str:
+    if not epoch:
+        return ""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(epoch)) + " UTC"
+
+
+def layout(title: str, body: str, *, csrf: str | None, active: str = "",
+           script: str = "") -> str:
+    nav = "".join(
+        f'<a href="{href}" class="{"on" if name == active else ""}">{name}</a>'
+        for name, href in NAV
+    )
+    logout = (f'<form method="post" action="/ui/logout"><input type="hidden" name="csrf" '
+              f'value="{e(csrf)}"><button>log out</button></form>' if csrf else "")
+    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{e(title)} · "
+            f"mcp-sidecar</title><meta name=viewport content='width=device-width'>"
+            f"<style>{STYLE}</style></head><body><header><strong>mcp-sidecar</strong>{nav}"
+            f"{logout}</header><main><h1>{e(title)}</h1>{body}</main>{script}</body></html>")
+
+
+def login_page(error: str | None) -> str:
+    message = f'<p class="bad">{e(error)}</p>' if error else ""
+    body = (f"{message}<form method=post action=/ui/login class=card><label>Token "
+            f"<input type=password name=token autocomplete=current-password autofocus "
+            f"size=48></label> <button>log in</button><p class=muted>The bearer token is in "
+            f"<code>&lt;state dir&gt;/token</code> or <code>$SIDECAR_TOKEN</code>.</p></form>")
+    return layout("Log in", body, csrf=None)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, empty: str) -> str:
+    rows = list(rows)
+    if not rows:
+        return f'<p class="muted">{e(empty)}</p>'
+    head = "".join(f"<th>{e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def state_class(state: str) -> str:
+    return {"ready": "ok", "disabled": "muted", "starting": "warn"}.get(state, "bad")
+
+
+def servers_page(health: Mapping[str, Any], csrf: str) -> str:
+    status = health.get("status", "")
+    rows = []
+    for name, s in sorted(health.get("servers", {}).items()):
+        action = ""
+        if s.get("state") == "needs_auth":
+            action = (f'<form class=inline method=post action="/ui/servers/{e(name)}/login">'
+                      f'<input type=hidden name=csrf value="{e(csrf)}"><button>log in</button>'
+                      f'</form> <span class=muted>or run <code>sidecar auth login {e(name)}'
+                      f'</code></span>')
+        rows.append([
+            f"<strong>{e(name)}</strong>",
+            f'<span class="{state_class(str(s.get("state")))}">{e(s.get("state"))}</span>',
+            e(s.get("transport")), e(s.get("protocol_version")), e(s.get("tool_count")),
+            e(s.get("restarts")), e(s.get("last_error")), action,
+        ])
+    servers = table(["server", "state", "transport", "era", "tools", "restarts", "last error",
+                     ""], rows, empty="No MCP servers are configured.")
+    problems = [*health.get("manifest_problems", []), *health.get("reload_problems", [])]
+    listed = table(["file", "path", "problem"], (
+        [e(p.get("file")), e(p.get("path")), e(p.get("message"))] for p in problems
+    ), empty="No manifest problems.")
+    store = health.get("store", {})
+    return (f'<p>Status: <strong class="{"ok" if status == "ok" else "bad"}">{e(status)}'
+            f'</strong> · managed store: {e(store.get("objects"))} objects, '
+            f'{e(store.get("bytes"))} bytes</p>{servers}<h2>Manifest problems</h2>{listed}')
+
+
+def tools_page(definitions: Sequence[Any], query: str, profiles: Sequence[str],
+               profile: str) -> str:
+    options = "".join(
+        f'<option value="{e(name)}"{" selected" if name == profile else ""}>{e(name)}</option>'
+        for name in profiles
+    )
+    chooser = f' profile <select name=profile>{options}</select>' if profiles else ""
+    form = (f'<form method=get class=card><input name=q value="{e(query)}" '
+            f'placeholder="search names and descriptions" size=40>{chooser} '
+            f'<button>search</button></form>')
+    q = query.lower()
+    shown = [d for d in definitions
+             if not q or q in d.name.lower() or q in (d.description or "").lower()]
+    cards = "".join(
+        f'<div class=card><strong>{e(d.name)}</strong> <span class=muted>'
+        f'{e(d.title or "")}</span><p>{e(d.description)}</p><details><summary>input schema'
+        f'</summary><pre>{e(json.dumps(d.input_schema, indent=2))}</pre></details></div>'
+        for d in shown
+    )
+    return f"{form}<p>{len(shown)} of {len(definitions)} tools</p>{cards}"
+
+
+def asks_page(asks: Sequence[Any], csrf: str) -> str:
+    if not asks:
+        return '<p class="muted">No permission request is waiting.</p>'
+    cards = []
+    for ask in asks:
+        r = ask.request
+        cards.append(
+            f'<form method=post action="/ui/asks/{e(ask.id)}" class=card data-ask="{e(ask.id)}">'
+            f'<input type=hidden name=csrf value="{e(csrf)}"><p><strong>{e(r.action)}</strong>'
+            f' asked by <code>{e(r.agent)}</code> in session <code>{e(r.session_id)}</code>'
+            f' (call <code>{e(r.call_id)}</code>)</p>'
+            f'<p class=muted>resources: {e(", ".join(r.resources) or "none")}</p>'
+            f'<label>feedback <input name=feedback size=50></label> '
+            f'<select name=scope><option value=session>this session</option>'
+            f'<option value=location>every session</option></select> '
+            f'<button name=reply value=once>allow once</button> '
+            f'<button name=reply value=always>allow always</button> '
+            f'<button name=reply value=reject>reject</button></form>'
+        )
+    return "".join(cards)
+
+
+HISTORY_FILTERS = ("tool", "server", "status", "session", "agent", "since", "until")
+
+
+def calls_page(rows: Sequence[Any], filters: Mapping[str, str], next_cursor: str | None) -> str:
+    inputs = "".join(
+        f'<label>{name} <input name={name} value="{e(filters.get(name, ""))}" size=14></label> '
+        for name in HISTORY_FILTERS
+    )
+    form = f"<form method=get class=card id=filters>{inputs}<button>filter</button></form>"
+    live = ('<h2>Live</h2><table id=live><thead><tr><th>time</th><th>event</th><th>call</th>'
+            '<th>tool</th><th>status</th></tr></thead><tbody></tbody></table>')
+    body = table(
+        ["started", "call", "tool", "server", "session", "agent", "status", "ms", "in B",
+         "out B", "retained", "input"],
+        [history_row(r) for r in rows], empty="No calls match.",
+    )
+    query = {k: v for k, v in filters.items() if v}
+    more = (f'<p><a href="/ui/calls?{e(urlencode({**query, "cursor": next_cursor}))}">older '
+            f"calls</a></p>" if next_cursor else "")
+    export = f'<p><a href="/ui/calls.jsonl?{e(urlencode(query))}">export as JSON Lines</a></p>'
+    return f"{live}<h2>History</h2>{form}{body}{more}{export}"
+
+
+def history_row(r: Any) -> list[str]:
+    status = (f'<span class="{"ok" if r.status == "completed" else "bad"}">{e(r.status)}'
+              f'{" " + e(r.error_kind) if r.error_kind else ""}'
+              f'{" (replayed)" if r.replayed else ""}</span>')
+    refs = " ".join(f'<a href="/ui/managed?ref={e(ref)}">{e(ref)}</a>' for ref in r.retained)
+    shown = json.dumps(r.input, ensure_ascii=False)
+    return [e(r.to_json()["started_at"]), f"<code>{e(r.call_id)}</code>", e(r.tool),
+            e(r.server), e(r.session_id), e(r.agent), status, e(r.duration_ms),
+            e(r.input_bytes), e(r.content_bytes), refs, f"<code>{e(shown[:300])}</code>"]
+
+
+LIVE_SCRIPT = """<script>
+const live = document.querySelector('#live tbody');
+const source = new EventSource('/ui/events');
+function row(kind, data) {
+  const tr = document.createElement('tr');
+  for (const v of [new Date().toISOString().slice(11, 19), kind, data.call_id || '',
+                   data.tool || '', data.status || data.message || '']) {
+    const td = document.createElement('td'); td.textContent = v; tr.appendChild(td);
+  }
+  live.prepend(tr);
+  while (live.children.length > 50) live.lastChild.remove();
+}
+for (const kind of ['call.settled', 'call.progress', 'permission.asked']) {
+  source.addEventListener(kind, (ev) => row(kind, JSON.parse(ev.data)));
+}
+</script>"""
+
+
+ASKS_SCRIPT = """<script>
+// reload when the set of asks changes: a new one, or one answered elsewhere
+// (not while feedback is being typed)
+const shown = () => new Set([...document.querySelectorAll('form[data-ask]')]
+                            .map((f) => f.dataset.ask));
+const asks = new EventSource('/ui/events');
+function changed(present) {
+  const typing = document.activeElement && document.activeElement.name === 'feedback';
+  if (present !== undefined && !typing) location.reload();
+}
+asks.addEventListener('permission.asked', (ev) => {
+  const id = JSON.parse(ev.data).ask.id;
+  changed(shown().has(id) ? undefined : id);
+});
+asks.addEventListener('permission.replied', (ev) => {
+  const id = JSON.parse(ev.data).ask_id;
+  changed(shown().has(id) ? id : undefined);
+});
+</script>"""
+
+
+def managed_page(params: Mapping[str, str], result: str, ref_info: str) -> str:
+    def field(name: str, size: int = 10) -> str:
+        return f'<label>{name} <input name={name} value="{e(params.get(name, ""))}" size={size}>'
+
+    form = (f"<form method=get class=card>{field('ref', 34)}</label> {field('offset')}</label> "
+            f"{field('limit', 6)}</label> {field('pattern', 20)}</label> "
+            f"<button>read</button></form>")
+    ref = params.get("ref")
+    download = (f'<p><a href="/ui/managed/{e(ref)}/download">download the whole text</a></p>'
+                if ref else "")
+    return f"{form}{ref_info}{download}{result}"

@@ -1,0 +1,277 @@
+"""The console's routes (`/ui/...`): each handler gathers data from the Location and renders it."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
+from managed_store import InvalidRef, ManagedNotFound
+from sidecar.call_history import CallQuery, InvalidQuery
+from sidecar.permission import Reply
+from sidecar.permission_service import RuleScope, UnknownAsk
+from sidecar.serve.console import pages
+from sidecar.serve.console.auth import ConsoleSession, ConsoleSessions
+from sidecar.stores import EventLog
+
+if TYPE_CHECKING:
+    from sidecar.location import Location
+
+Handler = Callable[[Request, ConsoleSession], Awaitable[Response]]
+BeginLogin = Callable[[str], Awaitable[dict[str, Any] | None]]
+DOWNLOAD_CHUNK = 1024 * 1024
+_REPLIES: dict[str, Reply] = {"once": "once", "always": "always", "reject": "reject"}
+_SCOPES: dict[str, RuleScope] = {"session": "session", "location": "location"}
+EXPORT_ROWS = 100_000
+
+
+class _BadInput(Exception):
+    pass
+
+
+def _page(title: str, body: str, session: ConsoleSession, active: str, script: str = "",
+          status: int = 200) -> HTMLResponse:
+    return HTMLResponse(pages.layout(title, body, csrf=session.csrf, active=active,
+                                     script=script), status_code=status,
+                        headers={"cache-control": "no-store"})
+
+
+def _events_url(events: EventLog) -> str:
+    return f"/ui/events?after={events.last_id}"
+
+
+class Console:
+    def __init__(self, location: Location, events: EventLog, token: str | None,
+                 begin_login: BeginLogin | None = None) -> None:
+        self.location = location
+        self.events = events
+        self.sessions = ConsoleSessions(token)
+        self.begin_login = begin_login
+
+    def routes(self) -> list[BaseRoute]:
+        g = self._guarded
+        return [
+            Route("/ui/login", self.login, methods=["GET", "POST"]),
+            Route("/ui/logout", g(self.logout), methods=["POST"]),
+            Route("/ui", g(self.servers), methods=["GET"]),
+            Route("/ui/servers/{name}/login", g(self.server_login), methods=["POST"]),
+            Route("/ui/tools", g(self.tools), methods=["GET"]),
+            Route("/ui/calls", g(self.calls), methods=["GET"]),
+            Route("/ui/calls.jsonl", g(self.export), methods=["GET"]),
+            Route("/ui/events", g(self.live), methods=["GET"]),
+            Route("/ui/asks", g(self.asks), methods=["GET"]),
+            Route("/ui/asks/{ask_id}", g(self.reply), methods=["POST"]),
+            Route("/ui/managed", g(self.managed), methods=["GET"]),
+            Route("/ui/managed/{ref}/download", g(self.download), methods=["GET"]),
+        ]
+
+    def _guarded(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def run(request: Request) -> Response:
+            session = self.sessions.session(request)
+            if session is None:
+                if request.method == "GET" and request.url.path != "/ui/events":
+                    return RedirectResponse("/ui/login", status_code=303)
+                return Response("log in first", status_code=401)
+            if request.method == "POST":
+                form = await request.form()
+                given = form.get("csrf")
+                if not self.sessions.csrf_ok(session, given if isinstance(given, str) else None):
+                    return Response("the form is stale or forged: reload the page",
+                                    status_code=403)
+            try:
+                return await handler(request, session)
+            except _BadInput as exc:
+                return _page("Bad request", f'<p class="bad">{pages.e(exc)}</p>', session, "",
+                             status=400)
+        return run
+
+    async def login(self, request: Request) -> Response:
+        if request.method == "GET":
+            if self.sessions.session(request) is not None:
+                return RedirectResponse("/ui", status_code=303)
+            return HTMLResponse(pages.login_page(None))
+        form = await request.form()
+        token = form.get("token")
+        if not isinstance(token, str) or not self.sessions.token_ok(token):
+            return HTMLResponse(pages.login_page("That token is not this daemon's."),
+                                status_code=401)
+        response = RedirectResponse("/ui", status_code=303)
+        self.sessions.start(response)
+        return response
+
+    async def logout(self, request: Request, session: ConsoleSession) -> Response:
+        response = RedirectResponse("/ui/login", status_code=303)
+        self.sessions.end(request, response)
+        return response
+
+    async def servers(self, request: Request, session: ConsoleSession) -> Response:
+        health = await self.location.health()
+        return _page("Servers", pages.servers_page(health, session.csrf), session, "servers")
+
+    async def server_login(self, request: Request, session: ConsoleSession) -> Response:
+        """Start the server's OAuth login in the daemon and send the browser to the
+        authorization page (the redirect comes back to the daemon's loopback callback)."""
+        name = request.path_params["name"]
+        started = await self.begin_login(name) if self.begin_login is not None else None
+        if started is None:
+            raise _BadInput(f"{name} is not an HTTP server that logs in with OAuth")
+        url = started.get("authorization_url")
+        if started.get("state") == "pending" and isinstance(url, str):
+            return RedirectResponse(url, status_code=303)
+        message = started.get("message") or started.get("state")
+        body = (f"<p>Login of <strong>{pages.e(name)}</strong>: {pages.e(message)}</p>"
+                f'<p><a href="/ui">back to the servers</a></p>')
+        return _page("Server login", body, session, "servers")
+
+    async def tools(self, request: Request, session: ConsoleSession) -> Response:
+        profiles = self.location.profiles
+        chosen = request.query_params.get("profile") or None
+        if chosen is not None and not profiles.exists(chosen):
+            raise _BadInput(f"no profile {chosen!r}; the profiles: {', '.join(profiles.names())}")
+        snapshot = self.location.snapshot(keep=False, profile=chosen)
+        query = request.query_params.get("q", "")
+        body = pages.tools_page(snapshot.definitions, query, profiles.names(),
+                                chosen or profiles.default_name)
+        return _page("Tools", body, session, "tools")
+
+    async def calls(self, request: Request, session: ConsoleSession) -> Response:
+        history = self.location.history
+        filters = {k: request.query_params.get(k, "") for k in pages.HISTORY_FILTERS}
+        if history is None:
+            body = '<p class="muted">This daemon keeps no call history.</p>'
+        else:
+            try:
+                rows, cursor = await history.query(CallQuery.from_params(request.query_params))
+            except InvalidQuery as exc:
+                raise _BadInput(str(exc)) from None
+            body = pages.calls_page(rows, filters, cursor)
+        return _page("Calls", body, session, "calls",
+                     script=pages.LIVE_SCRIPT.replace("/ui/events", _events_url(self.events)))
+
+    async def export(self, request: Request, session: ConsoleSession) -> Response:
+        history = self.location.history
+        if history is None:
+            raise _BadInput("this daemon keeps no call history")
+        try:
+            query = CallQuery.from_params(request.query_params, limit=1000)
+        except InvalidQuery as exc:
+            raise _BadInput(str(exc)) from None
+
+        async def lines() -> AsyncIterator[str]:
+            cursor, sent = query.cursor, 0
+            while sent < EXPORT_ROWS:
+                rows, cursor = await history.query(replace(query, cursor=cursor))
+                for row in rows:
+                    yield json.dumps(row.to_json(), ensure_ascii=False) + "\n"
+                sent += len(rows)
+                if cursor is None:
+                    return
+
+        return StreamingResponse(lines(), media_type="application/x-ndjson", headers={
+            "content-disposition": f'attachment; filename="calls-{int(time.time())}.jsonl"'})
+
+    async def live(self, request: Request, session: ConsoleSession) -> Response:
+        # `after`: the event id the page was rendered at, so nothing between the render and
+        # this stream's start is missed
+        raw = request.query_params.get("after", "")
+        after = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 18 else None
+        start = self.events.last_id if after is None else min(after, self.events.last_id)
+
+        async def stream() -> AsyncIterator[str]:
+            yield ": mcp-sidecar console\n\n"
+            async for event in self.events.follow(start):
+                yield event.sse()
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"cache-control": "no-store"})
+
+    async def asks(self, request: Request, session: ConsoleSession) -> Response:
+        pending = self.location.permissions.pending()
+        return _page("Permission asks", pages.asks_page(pending, session.csrf), session, "asks",
+                     script=pages.ASKS_SCRIPT.replace("/ui/events", _events_url(self.events)))
+
+    async def reply(self, request: Request, session: ConsoleSession) -> Response:
+        form = await request.form()
+        reply = _REPLIES.get(str(form.get("reply")))
+        scope = _SCOPES.get(str(form.get("scope", "session")))
+        feedback = form.get("feedback")
+        if reply is None or scope is None:
+            raise _BadInput("reply must be once, always or reject; scope session or location")
+        try:
+            await self.location.permissions.reply(
+                request.path_params["ask_id"], reply,
+                feedback=feedback if isinstance(feedback, str) and feedback else None,
+                scope=scope,
+            )
+        except UnknownAsk as exc:
+            raise _BadInput(str(exc)) from None
+        return RedirectResponse("/ui/asks", status_code=303)
+
+    async def managed(self, request: Request, session: ConsoleSession) -> Response:
+        params = {k: request.query_params.get(k, "") for k in ("ref", "offset", "limit",
+                                                               "pattern")}
+        ref = params["ref"].strip()
+        if not ref:
+            return _page("Managed text", pages.managed_page(params, "", ""), session, "managed")
+        store = self.location.seam.store
+        try:
+            info = await store.stat(ref)
+            ref_info = (f"<p><code>{pages.e(ref)}</code>: {info.size_bytes} bytes, "
+                        f"{info.lines} lines</p>")
+            if params["pattern"]:
+                found = await store.grep(ref, params["pattern"], max_matches=_number(
+                    params["limit"], "limit", 100, 10_000))
+                text = "\n".join(f"{m.line}: {m.text}" for m in found.matches)
+                if not found.matches:
+                    text = "(no line matches)"
+            else:
+                part = await store.read_lines(
+                    ref, offset=_number(params["offset"], "offset", 1, 2**62),
+                    limit=_number(params["limit"], "limit", 200, 10_000))
+                text = part.text
+                ref_info += (f"<p class=muted>lines {part.first_line}-{part.last_line} of "
+                             f"{info.lines}</p>")
+        except (InvalidRef, ManagedNotFound, ValueError) as exc:
+            raise _BadInput(str(exc)) from None
+        result = f"<pre id=text>{pages.e(text)}</pre>"
+        return _page("Managed text", pages.managed_page(params, result, ref_info), session,
+                     "managed")
+
+    async def download(self, request: Request, session: ConsoleSession) -> Response:
+        ref = request.path_params["ref"]
+        store = self.location.seam.store
+        try:
+            info = await store.stat(ref)
+        except (InvalidRef, ManagedNotFound) as exc:
+            raise _BadInput(str(exc)) from None
+
+        async def chunks() -> AsyncIterator[bytes]:
+            offset = 0
+            while offset < info.size_bytes:
+                part = await store.read_bytes(ref, offset=offset, limit=DOWNLOAD_CHUNK)
+                if part.end_bytes <= offset:
+                    return
+                yield part.text.encode()
+                offset = part.end_bytes
+
+        return StreamingResponse(chunks(), media_type="text/plain; charset=utf-8", headers={
+            "content-disposition": f'attachment; filename="{ref}.txt"'})
+
+
+def _number(raw: str, name: str, default: int, maximum: int) -> int:
+    if not raw:
+        return default
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= maximum:
+        raise _BadInput(f"{name}: a whole number from 1 to {maximum}")
+    return int(raw)
+
+
+def console_routes(location: Location, events: EventLog, token: str | None,
+                   begin_login: BeginLogin | None = None) -> list[BaseRoute]:
+    return Console(location, events, token, begin_login).routes()

@@ -1,0 +1,167 @@
+"""OpenTelemetry traces of calls: one span per call through the seam, child spans for its steps.
+
+    execute_tool NAME                 (the seam; attributes below)
+      ├─ validate_input               (decoding against the input schema)
+      ├─ permission_wait              (an `ask` waiting for its answer)
+      ├─ tools/call NAME              (the upstream round trip; kind CLIENT; `traceparent` sent
+      │                                in `_meta` to MCP servers and as a header over HTTP)
+      ├─ bound_content                (bounding, retention in the managed store)
+      └─ record_outcome               (the durable outcome record)
+
+The code depends on `opentelemetry-api` only. Tracing is off, and costs one check per call,
+until a tracer provider is configured: by an application that embeds `Location.open`, or by
+`configure_from_env()` (the CLI calls it), which follows the standard variables: with
+`OTEL_TRACES_EXPORTER` (`otlp`, `console` or `none`) or an `OTEL_EXPORTER_OTLP_ENDPOINT` /
+`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` set, it installs the SDK's provider with a batch
+processor and the OTLP/HTTP exporter (`pip install 'mcp-sidecar[otel]'`); the exporter reads
+its own `OTEL_EXPORTER_OTLP_*` settings and `OTEL_SERVICE_NAME` names the service
+(default `mcp-sidecar`).
+
+A client continues its trace by sending W3C `traceparent` (and `tracestate`) in the MCP
+request's `_meta` or as HTTP headers on `/v1` and `/mcp`: `continued(carrier)` makes that the
+parent of the call's span.
+
+Attributes follow the GenAI and MCP semantic conventions where they exist
+(`gen_ai.operation.name`, `gen_ai.tool.name`, `gen_ai.tool.call.id`, `mcp.method.name`,
+`mcp.session.id`, `error.type`) and use `sidecar.*` for the rest (server, status, bytes in and
+out, retained bytes, replayed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator, Mapping, MutableMapping
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.propagate import extract, inject
+from opentelemetry.trace import (
+    NoOpTracerProvider,
+    ProxyTracerProvider,
+    Span,
+    SpanKind,
+    Status,
+    StatusCode,
+)
+
+log = logging.getLogger("sidecar.tracing")
+
+TRACER_NAME = "mcp-sidecar"
+_NOOP_PROVIDERS = (ProxyTracerProvider, NoOpTracerProvider)
+
+
+def enabled() -> bool:
+    """True when a real tracer provider is installed (spans are then recorded)."""
+    return not isinstance(trace.get_tracer_provider(), _NOOP_PROVIDERS)
+
+
+def tracer() -> trace.Tracer:
+    return trace.get_tracer(TRACER_NAME)
+
+
+def configure_from_env(environ: Mapping[str, str] | None = None) -> bool:
+    """Install the SDK's tracer provider when the `OTEL_*` variables ask for traces.
+
+    Returns True when tracing is on afterwards. Never raises: a missing SDK or a bad setting
+    is logged and tracing stays off.
+    """
+    env = os.environ if environ is None else environ
+    if enabled():
+        return True
+    exporter_name = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT")
+    if exporter_name == "none" or env.get("OTEL_SDK_DISABLED", "").lower() == "true":
+        return False
+    if not exporter_name and not endpoint:
+        return False
+    try:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            ConsoleSpanExporter,
+            SpanExporter,
+        )
+    except ImportError:
+        log.warning("OTEL_* variables ask for traces but the OpenTelemetry SDK is not "
+                    "installed: pip install 'mcp-sidecar[otel]'")
+        return False
+    exporter: SpanExporter
+    if exporter_name == "console":
+        exporter = ConsoleSpanExporter()
+    else:
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError:
+            log.warning("OTLP trace export needs opentelemetry-exporter-otlp-proto-http: "
+                        "pip install 'mcp-sidecar[otel]'")
+            return False
+        exporter = OTLPSpanExporter()
+    service = env.get("OTEL_SERVICE_NAME") or "mcp-sidecar"
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    log.info("traces are exported (%s)", exporter_name or "otlp")
+    return True
+
+
+def shutdown() -> None:
+    """Flush and stop the provider `configure_from_env` installed (at daemon exit)."""
+    provider = trace.get_tracer_provider()
+    stop = getattr(provider, "shutdown", None)
+    if callable(stop):
+        with contextlib.suppress(Exception):
+            stop()
+
+
+@contextlib.contextmanager
+def continued(carrier: Mapping[str, Any] | None) -> Iterator[None]:
+    """Make a client's W3C trace context (`traceparent`, `tracestate` keys) the current
+    context, so the spans started inside are its children. A no-op without one."""
+    if not carrier or not enabled():
+        yield
+        return
+    headers = {k: v for k, v in carrier.items()
+               if k in ("traceparent", "tracestate") and isinstance(v, str)}
+    if "traceparent" not in headers:
+        yield
+        return
+    token = otel_context.attach(extract(headers))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
+def inject_into(carrier: MutableMapping[str, Any]) -> None:
+    """Add the current span's `traceparent` (and `tracestate`) to an outgoing `_meta` or
+    header mapping; nothing when tracing is off."""
+    if enabled():
+        inject(carrier)
+
+
+def describe_outcome(span: Span, outcome: Any) -> None:
+    """Set the call span's result attributes from an `Outcome`."""
+    shown = sum(len(getattr(i, "text", "").encode()) for i in outcome.content)
+    span.set_attribute("sidecar.status", outcome.status)
+    span.set_attribute("sidecar.bytes_out", shown)
+    span.set_attribute("sidecar.retained_bytes", sum(m.size_bytes for m in outcome.managed))
+    span.set_attribute("sidecar.replayed", bool(outcome.replayed))
+    if outcome.error is not None:
+        span.set_attribute("error.type", outcome.error.kind.value)
+        span.set_status(Status(StatusCode.ERROR, outcome.error.message[:200]))
+
+
+@contextlib.contextmanager
+def step(name: str, kind: SpanKind = SpanKind.INTERNAL,
+         attributes: Mapping[str, Any] | None = None) -> Iterator[Span | None]:
+    """A child span of the current one, or nothing when tracing is off."""
+    if not enabled():
+        yield None
+        return
+    with tracer().start_as_current_span(name, kind=kind, attributes=attributes) as span:
+        yield span

@@ -1,0 +1,141 @@
+"""The call history store on a real SQLite file: rows, filters, cursors, redaction, pruning."""
+
+from __future__ import annotations
+
+import asyncio
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from sidecar.call_history import (
+    MASK,
+    AuditSettings,
+    CallQuery,
+    CallRecord,
+    InvalidQuery,
+    SqliteCallHistory,
+    parse_time,
+    redact,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def row(i: int, **over: object) -> CallRecord:
+    values: dict[str, object] = {
+        "call_id": f"c{i}", "tool": "echo" if i % 2 else "grep",
+        "server": "up" if i % 3 else None, "profile": None, "session_id": f"s{i % 2}",
+        "agent": "a", "message_id": "m", "status": "completed", "error_kind": None,
+        "started_at": 1_000_000.0 + i, "duration_ms": 1.5, "input_bytes": 10,
+        "input": {"text": "x"}, "content_bytes": 3, "retained": (), "replayed": False,
+    }
+    values.update(over)
+    return CallRecord(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def history(tmp_path: Path):
+    h = await SqliteCallHistory.open(tmp_path / "history.sqlite")
+    yield h
+    await h.aclose()
+
+
+async def test_rows_come_back_newest_first_with_every_field(history: SqliteCallHistory) -> None:
+    history.add(row(1, retained=("m_abc",), error_kind="upstream", status="error",
+                    replayed=True))
+    history.add(row(2))
+    rows, cursor = await history.query(CallQuery())
+    assert [r.call_id for r in rows] == ["c2", "c1"] and cursor is None
+    first = rows[1]
+    assert (first.retained, first.error_kind, first.status, first.replayed) == (
+        ("m_abc",), "upstream", "error", True)
+    assert first.input == {"text": "x"}
+    assert first.to_json()["started_at"].endswith("Z")
+
+
+async def test_filters_and_cursor_pages(history: SqliteCallHistory) -> None:
+    for i in range(1, 26):
+        history.add(row(i))
+    echo, _ = await history.query(CallQuery(tool="echo", limit=1000))
+    assert {r.tool for r in echo} == {"echo"} and len(echo) == 13
+    session, _ = await history.query(CallQuery(session="s0", server="up"))
+    assert all(r.session_id == "s0" and r.server == "up" for r in session) and session
+    window, _ = await history.query(CallQuery(since=1_000_010.0, until=1_000_015.0))
+    assert [r.call_id for r in window] == ["c14", "c13", "c12", "c11", "c10"]
+    seen: list[str] = []
+    cursor: str | None = None
+    while True:
+        page, cursor = await history.query(CallQuery(limit=10, cursor=cursor))
+        seen += [r.call_id for r in page]
+        if cursor is None:
+            break
+    assert seen == [f"c{i}" for i in range(25, 0, -1)]
+
+
+async def test_a_forged_cursor_is_a_clear_error(history: SqliteCallHistory) -> None:
+    with pytest.raises(InvalidQuery, match="cursor"):
+        await history.query(CallQuery(cursor="not-ours"))
+    with pytest.raises(InvalidQuery, match="limit"):
+        CallQuery.from_params({"limit": "0"})
+    with pytest.raises(InvalidQuery, match="since"):
+        CallQuery.from_params({"since": "yesterday"})
+
+
+def test_times_parse_as_iso_or_epoch() -> None:
+    assert parse_time("1970-01-02", "since") == 86400.0
+    assert parse_time("1970-01-01T01:00:00+01:00", "since") == 0.0
+    assert parse_time("12.5", "since") == 12.5
+
+
+async def test_prune_deletes_old_rows_in_batches(history: SqliteCallHistory) -> None:
+    for i in range(1, 1201):
+        history.add(row(i))
+    assert await history.prune(1_000_000.0 + 1101, batch=100) == 1100
+    rows, _ = await history.query(CallQuery(limit=1000))
+    assert len(rows) == 100 and rows[-1].call_id == "c1101"
+
+
+async def test_the_file_is_private(tmp_path: Path) -> None:
+    h = await SqliteCallHistory.open(tmp_path / "state" / "history.sqlite")
+    h.add(row(1))
+    await h.query(CallQuery())
+    await h.aclose()
+    assert stat.S_IMODE((tmp_path / "state" / "history.sqlite").stat().st_mode) == 0o600
+
+
+def test_redaction_masks_secrets_and_configured_fields_and_cuts_long_strings() -> None:
+    value = {"Password": "p", "api_key": "k", "nested": [{"auth_token": "t", "q": "ok"}],
+             "body": "x" * 1000, "customer": "Ada"}
+    out = redact(value, frozenset({"customer"}))
+    assert out["Password"] == out["api_key"] == out["customer"] == MASK
+    assert out["nested"] == [{"auth_token": MASK, "q": "ok"}]
+    assert out["body"].startswith("x" * 256) and out["body"].endswith("(1000 characters)")
+
+
+def test_audit_modes() -> None:
+    value = {"token": "secret", "n": 1}
+    assert AuditSettings("full").keep(value) == (24, value)
+    assert AuditSettings("redacted").keep(value) == (24, {"token": MASK, "n": 1})
+    assert AuditSettings("none").keep(value) == (24, None)
+    big = {"blob": "y" * 100_000}
+    size, kept = AuditSettings("full").keep(big)
+    assert size > 100_000 and "_omitted" in kept
+
+
+async def test_rows_past_the_retention_are_pruned_in_the_background(tmp_path: Path) -> None:
+    h = await SqliteCallHistory.open(tmp_path / "h.sqlite", retention_seconds=60,
+                                     prune_interval=0.05)
+    try:
+        now = time.time()
+        h.add(row(1, started_at=now - 3600))
+        h.add(row(2, started_at=now))
+        for _ in range(200):
+            rows, _ = await h.query(CallQuery())
+            if len(rows) == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert [r.call_id for r in rows] == ["c2"] and h.pruned == 1
+    finally:
+        await h.aclose()
