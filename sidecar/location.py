@@ -65,6 +65,7 @@ from sidecar.plugins import PluginHost
 from sidecar.profiles import Profiles
 from sidecar.ratelimit import RateLimits
 from sidecar.registry import Registry, Tools, application_registry
+from sidecar.retention import DEFAULT_RETENTION_SECONDS
 from sidecar.seam import Seam
 from sidecar.snapshot import Snapshot, SnapshotStore, select
 from sidecar.sqlite_wal import DEFAULT_WAL_CAP_BYTES
@@ -82,7 +83,6 @@ if TYPE_CHECKING:  # types only: the core never imports a bridge at run time
 
 log = logging.getLogger("sidecar.location")
 
-DEFAULT_RETENTION_SECONDS = 7 * 86400
 DEFAULT_STORE_QUOTA_BYTES = 2 * 1024**3
 
 

@@ -3,6 +3,7 @@ surviving a restart, pruned to tombstones that replay as `expired`."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -13,25 +14,34 @@ from sidecar.content import TextContent
 from sidecar.errors import CallError, CallIdConflict, ErrorKind
 from sidecar.outcome import Outcome
 from sidecar.outcome_log import SqliteOutcomeLog
+from sidecar.postgres_outcome_log import PostgresOutcomeLog
 from sidecar.stores import OutcomeLog
 from sidecar.tool import ToolContext
+from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio
 
 OpenLog = Callable[[], Awaitable[OutcomeLog]]
 
 
-async def _sqlite(tmp_path: Path) -> OpenLog:
+async def _sqlite(tmp_path: Path, request: pytest.FixtureRequest) -> OpenLog:
     return lambda: SqliteOutcomeLog.open(tmp_path / "outcomes.sqlite")
 
 
-IMPLEMENTATIONS = [pytest.param(_sqlite, id="sqlite")]
+async def _postgres(tmp_path: Path, request: pytest.FixtureRequest) -> OpenLog:
+    """A fresh database on the session's real PostgreSQL server (tests/fleet/postgres.py)."""
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    dsn = await server.new_database()
+    return lambda: PostgresOutcomeLog.open(dsn)
+
+
+IMPLEMENTATIONS = [pytest.param(_sqlite, id="sqlite"), pytest.param(_postgres, id="postgres")]
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
 async def open_log(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[OpenLog]:
     """Opens the same log anew on each call; every log opened is closed at the end."""
-    make = await request.param(tmp_path)
+    make = await request.param(tmp_path, request)
     opened: list[OutcomeLog] = []
 
     async def open_one() -> OutcomeLog:
@@ -141,3 +151,30 @@ async def test_stats_count_what_is_stored(open_log: OpenLog) -> None:
         await log.record("loc", completed(f"c{i}", "x"), context(f"c{i}"))
     await log.record("loc", completed("c0", "again"), context("c0"))  # no second row
     assert (await log.stats()).outcomes == 3
+
+
+async def test_pruning_keeps_what_settled_after_the_cutoff(open_log: OpenLog) -> None:
+    log = await open_log()
+    await log.record("loc", completed("old", "x"), context("old"))
+    cutoff = time.time()
+    await asyncio.sleep(0.01)  # the next record settles after the cutoff
+    await log.record("loc", completed("young", "y"), context("young"))
+    assert await log.prune(cutoff) == 1
+    young = await log.get("loc", "young")
+    assert young is not None and young.content == (TextContent("y"),)
+    assert (await log.stats()).pruned == 1
+
+
+async def test_a_pruned_call_id_still_replays_as_expired_after_a_restart(
+    open_log: OpenLog,
+) -> None:
+    log = await open_log()
+    await log.record("loc", completed("old", "x", tool="t"), context("old"))
+    assert await log.prune(time.time() + 1) == 1
+    await log.aclose()
+    reopened = await open_log()
+    got = await reopened.get("loc", "old")
+    assert got is not None and got.error is not None and got.error.kind is ErrorKind.EXPIRED
+    assert got.tool == "t" and got.replayed
+    assert await reopened.get("other-location", "old") is None
+    assert (await reopened.stats()).expired == 1

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.daemon import parse_duration
+from sidecar.retention import parse_duration
 
 
 @pytest.mark.parametrize(("text", "seconds"), [

@@ -105,6 +105,12 @@ class FastAnswers:
     ) -> dict[str, Any]:
         raise NotImplementedError  # `McpFacade._result_wire`
 
+    def starting(self) -> list[str]:
+        raise NotImplementedError  # `McpFacade.starting`
+
+    async def _settled_snapshot(self, state: SessionState, name: str) -> Snapshot | None:
+        raise NotImplementedError  # `McpFacade._settled_snapshot`
+
     def fast_session(self, *, listed: bool = True) -> SessionState | None:
         """The stdio session, when its requests may bypass the SDK's runner: handshake era and
         (for `tools/call`, `listed`) tools listed, so the session has a snapshot."""
@@ -135,7 +141,11 @@ class FastAnswers:
             dumped = listing.model_dump(by_alias=True, mode="json", exclude_none=True)
             return serialize_server_result("tools/list", version, dumped)
 
-        return self._wire_listings.get(version, snapshot.definitions, build)
+        result = self._wire_listings.get(version, snapshot.definitions, build)
+        starting = self.starting()
+        if starting:
+            return {**result, "_meta": {**result.get("_meta", {}), tools.STARTING_KEY: starting}}
+        return result
 
     async def fast_call(
         self, state: SessionState, request_id: types.RequestId, name: str,
@@ -145,6 +155,8 @@ class FastAnswers:
         where the call's server-to-client requests and logs go (stdio: `requester`)."""
         snapshot = state.snapshot
         assert snapshot is not None  # `fast_session` (listed) said so
+        if snapshot.entry(name) is None:
+            snapshot = await self._settled_snapshot(state, name) or snapshot
         client = state.session.client_params
         try:
             context = tools.call_context(

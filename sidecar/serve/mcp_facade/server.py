@@ -214,8 +214,32 @@ class McpFacade(FastAnswers, UpstreamRelay):
         state = self.sessions.state(ctx)
         snapshot = state.snapshot = self.snapshot(state.id)
         modern = _modern(ctx)
-        return self._listings.get(modern, snapshot.definitions,
-                                  lambda: tools.tool_list(snapshot, modern=modern))
+        listing = self._listings.get(modern, snapshot.definitions,
+                                     lambda: tools.tool_list(snapshot, modern=modern))
+        starting = self.starting()
+        if starting:
+            meta = {**(listing.meta or {}), tools.STARTING_KEY: starting}
+            return listing.model_copy(update={"meta": meta})
+        return listing
+
+    def starting(self) -> list[str]:
+        """The upstream servers still on their first attempt (the daemon starts them in the
+        background): their tools are not listed yet."""
+        sources = self.location.sources
+        pool = sources.pool if sources is not None else None
+        return pool.starting() if pool is not None else []
+
+    async def _settled_snapshot(self, state: SessionState, name: str) -> Snapshot | None:
+        """For a call of a name the session's snapshot lacks while servers are still starting
+        (a client that remembers a tool from before): a fresh snapshot once they have settled
+        their first attempts; None when nothing is starting."""
+        sources = self.location.sources
+        pool = sources.pool if sources is not None else None
+        if pool is None or not pool.starting():
+            return None
+        await pool.settled()  # each first attempt is bounded by the server's timeouts.startup
+        state.snapshot = self.snapshot(state.id)
+        return state.snapshot
 
     async def _call_tool(
         self, ctx: Ctx, params: types.CallToolRequestParams
@@ -226,6 +250,8 @@ class McpFacade(FastAnswers, UpstreamRelay):
         snapshot = state.snapshot
         if snapshot is None:
             snapshot = state.snapshot = self.snapshot(state.id)
+        if snapshot.entry(params.name) is None:
+            snapshot = await self._settled_snapshot(state, params.name) or snapshot
         meta: dict[str, Any] = dict(params.meta) if params.meta is not None else {}
         client = ctx.session.client_params
         try:
