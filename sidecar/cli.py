@@ -141,6 +141,8 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("files", nargs="*", metavar="FILE", help="manifest files or directories")
     check.add_argument("--schema", action="store_true", help="print the manifest JSON Schema")
     check.add_argument("--json", action="store_true", help="machine-readable output")
+    check.add_argument("--allow-unknown", action="store_true",
+                       help="do not fail on keys mcp-sidecar does not know (they are ignored)")
     auth = sub.add_parser("auth", help="OAuth logins of HTTP servers (see sidecar.cli_auth)")
     auth_sub = auth.add_subparsers(dest="auth_command", required=True)
     login_p = auth_sub.add_parser("login", parents=[common], help="authorize one server")
@@ -181,6 +183,18 @@ def _explicit_manifests(args: argparse.Namespace) -> list[str] | None:
     return None
 
 
+def _wanted_manifests(args: argparse.Namespace) -> list[str] | None:
+    """The manifests a running daemon must serve for this command to use it: the named ones,
+    as absolute paths; None (any daemon) when the command names none (no flag, and
+    `$SIDECAR_MANIFESTS` unset or empty)."""
+    from sidecar.local_door import resolve_manifests
+
+    if not getattr(args, "no_manifests", False) and not getattr(args, "manifests", None) \
+            and not os.environ.get("SIDECAR_MANIFESTS"):
+        return None
+    return resolve_manifests(_explicit_manifests(args) or [])
+
+
 def _manifests(args: argparse.Namespace) -> list[str]:
     """What a daemon started by this command loads: the named manifests, else the bundled
     directory (when this checkout has one)."""
@@ -198,6 +212,16 @@ def _state_dir(args: argparse.Namespace) -> Path:
         return Path(explicit)
     xdg = os.environ.get("XDG_STATE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".local" / "state") / "mcp-sidecar"
+
+
+def _prepare_state(state: Path) -> None:
+    """Create the state directory 0700, or check it (`UnsafeStateDir`), before anything is
+    written into it; a loosened mode that was tightened is said once."""
+    from sidecar.state_dir import prepare_state_dir
+
+    warning = prepare_state_dir(state)
+    if warning:
+        print(f"sidecar: warning: {warning}", file=sys.stderr)
 
 
 def _idle_exit(args: argparse.Namespace) -> float:
@@ -239,16 +263,24 @@ def _check(args: argparse.Namespace) -> int:
             "tools": sorted(loaded.tools),
             "problems": [
                 {"file": p.file, "path": p.path, "message": p.message, "hint": p.hint,
-                 "severity": p.severity}
+                 "severity": p.severity, "unknown_key": p.unknown_key}
                 for p in loaded.problems
             ],
         }, indent=2))
-    else:
+    unknown = [p for p in loaded.problems if p.unknown_key and p.severity != "error"]
+    if not args.json:
         for problem in loaded.problems:
             print(f"{problem.severity}: {problem}")
         print(f"{len(loaded.files)} file(s), {len(loaded.servers)} server(s), "
-              f"{len(loaded.tools)} tool(s), {len(loaded.errors)} error(s)")
-    return EXIT_TOOL_ERROR if loaded.errors else EXIT_OK
+              f"{len(loaded.tools)} tool(s), {len(loaded.errors)} error(s), "
+              f"{len(unknown)} unknown key(s)"
+              + (" (allowed)" if unknown and args.allow_unknown else ""))
+        if unknown and not args.allow_unknown:
+            print("unknown keys fail the check: fix them, or pass --allow-unknown (keys other "
+                  "MCP clients use are kept as they are)")
+    if loaded.errors or (unknown and not args.allow_unknown):
+        return EXIT_TOOL_ERROR
+    return EXIT_OK
 
 
 def _print_outcome(outcome: dict[str, Any], as_json: bool) -> int:
@@ -387,7 +419,8 @@ def _attach(args: argparse.Namespace) -> tuple[str, str]:
     from sidecar.local_door import HTTP_SOCKET, ensure_daemon
 
     state = _state_dir(args)
-    info, started = ensure_daemon(state, _explicit_manifests(args), _manifests(args),
+    _prepare_state(state)
+    info, started = ensure_daemon(state, _wanted_manifests(args), _manifests(args),
                                   idle_exit=_idle_exit(args))
     if started:
         print(f"sidecar: started the {info.describe()}; it exits after "
@@ -420,10 +453,11 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
     async with backend:
         if args.command == "tools" and args.approve:
             return await _approve(backend, args)
-        if args.command == "tools":
-            return _print_tools(await backend.tools(args.format), args)
         if args.command == "health":
             return _print_health(await backend.health(), args.json)
+        await _servers_started(backend)
+        if args.command == "tools":
+            return _print_tools(await backend.tools(args.format), args)
         if args.command == "call":
             name, raw_input = args.name, args.input
         else:
@@ -442,6 +476,21 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
         progress = getattr(args, "progress", False) or (sys.stderr.isatty() and not args.json)
         outcome = await backend.call(name, raw_input, context, show_progress=progress)
         return _print_outcome(outcome, args.json)
+
+
+STARTUP_WAIT = 120.0
+"""How long `tools`, `call` and `managed read` wait for a daemon's servers still starting."""
+
+
+async def _servers_started(backend: Backend) -> None:
+    """Wait until no upstream server of the daemon is still on its first attempt (a daemon
+    starts them in the background), so that the command sees their tools."""
+    deadline = asyncio.get_running_loop().time() + STARTUP_WAIT
+    while asyncio.get_running_loop().time() < deadline:
+        servers = (await backend.health()).get("servers", {})
+        if not any(server.get("state") == "starting" for server in servers.values()):
+            return
+        await asyncio.sleep(0.1)
 
 
 async def _approve(backend: Backend, args: argparse.Namespace) -> int:
@@ -537,9 +586,10 @@ def _main(argv: Sequence[str] | None) -> int:
         from sidecar.local_door import DoorError, attach_stdio
 
         try:
-            return attach_stdio(_state_dir(args), _explicit_manifests(args), _manifests(args),
+            _prepare_state(_state_dir(args))
+            return attach_stdio(_state_dir(args), _wanted_manifests(args), _manifests(args),
                                 idle_exit=_idle_exit(args), profile=args.profile)
-        except DoorError as exc:
+        except (DoorError, UnsafeStateDir) as exc:
             print(f"sidecar: {exc}", file=sys.stderr)
             return EXIT_USAGE
     if args.command in ("stdio", "serve", "daemon"):
@@ -563,7 +613,14 @@ def _main(argv: Sequence[str] | None) -> int:
             return EXIT_USAGE
     try:
         kind, where = _attach(args)
-        return int(_run(_client(args, kind, where)))
+        try:
+            return int(_run(_client(args, kind, where)))
+        except Unreachable as exc:
+            if kind != "socket" or not exc.refused:
+                raise
+            # the daemon went away just then (its --idle-exit): find or start one again
+            kind, where = _attach(args)
+            return int(_run(_client(args, kind, where)))
     except DoorError as exc:
         print(f"sidecar: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -236,7 +236,12 @@ def connect(
             _reap_later(process)
             return sock, True
         code = process.poll()
-        if code not in (None, 0):
+        if code == 0:
+            # it found the state owned by another daemon, which is still starting or was
+            # just exiting (idle): try again shortly
+            time.sleep(0.2)
+            process = start_daemon(state, start_with, idle_exit=idle_exit)
+        elif code is not None:
             raise DoorError(f"the daemon for {state} did not start (exit {code}); "
                             f"see {state / LOG_FILE}:\n{_tail(state / LOG_FILE)}")
         time.sleep(0.02)

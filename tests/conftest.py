@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.daemons import stop_daemon
+from tests.fleet.postgres import PostgresServer
 
 # A daemon started on demand exits after this long without clients (instead of 300 s), and
 # `stop_leftover_daemons` stops the rest at the end of the session.
@@ -30,3 +31,14 @@ def stop_leftover_daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     yield
     for info in tmp_path_factory.getbasetemp().rglob("daemon.json"):
         stop_daemon(info.parent)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server for the session (tests/fleet/postgres.py); tests take a
+    database each (`await postgres_server.new_database()`)."""
+    server = PostgresServer.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -177,8 +177,19 @@ class StderrTail:
 
 
 def _last_lines(text: str, count: int, max_chars: int) -> str:
-    lines = [line for line in text.splitlines() if line.strip()][-count:]
-    joined = " | ".join(line.strip() for line in lines)
+    """The last `count` distinct runs of non-empty lines, a line repeated in a row shown once
+    with its count (`line (x12)`), joined with " | " and cut to `max_chars` from the end."""
+    runs: list[list[Any]] = []  # [line, times]
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if runs and runs[-1][0] == line:
+            runs[-1][1] += 1
+        else:
+            runs.append([line, 1])
+    joined = " | ".join(line if times == 1 else f"{line} (x{times})"
+                        for line, times in runs[-count:])
     return joined if len(joined) <= max_chars else "..." + joined[-max_chars:]
 
 

@@ -14,25 +14,34 @@ from sidecar.content import TextContent
 from sidecar.errors import CallError, CallIdConflict, ErrorKind
 from sidecar.outcome import Outcome
 from sidecar.outcome_log import SqliteOutcomeLog
+from sidecar.postgres_outcome_log import PostgresOutcomeLog
 from sidecar.stores import OutcomeLog
 from sidecar.tool import ToolContext
+from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio
 
 OpenLog = Callable[[], Awaitable[OutcomeLog]]
 
 
-async def _sqlite(tmp_path: Path) -> OpenLog:
+async def _sqlite(tmp_path: Path, request: pytest.FixtureRequest) -> OpenLog:
     return lambda: SqliteOutcomeLog.open(tmp_path / "outcomes.sqlite")
 
 
-IMPLEMENTATIONS = [pytest.param(_sqlite, id="sqlite")]
+async def _postgres(tmp_path: Path, request: pytest.FixtureRequest) -> OpenLog:
+    """A fresh database on the session's real PostgreSQL server (tests/fleet/postgres.py)."""
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    dsn = await server.new_database()
+    return lambda: PostgresOutcomeLog.open(dsn)
+
+
+IMPLEMENTATIONS = [pytest.param(_sqlite, id="sqlite"), pytest.param(_postgres, id="postgres")]
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
 async def open_log(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[OpenLog]:
     """Opens the same log anew on each call; every log opened is closed at the end."""
-    make = await request.param(tmp_path)
+    make = await request.param(tmp_path, request)
     opened: list[OutcomeLog] = []
 
     async def open_one() -> OutcomeLog:

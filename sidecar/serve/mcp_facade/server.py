@@ -228,8 +228,32 @@ class McpFacade:
         state = self.sessions.state(ctx)
         snapshot = state.snapshot = self.snapshot(state.id)
         modern = _modern(ctx)
-        return self._listings.get(modern, snapshot.definitions,
-                                  lambda: tools.tool_list(snapshot, modern=modern))
+        listing = self._listings.get(modern, snapshot.definitions,
+                                     lambda: tools.tool_list(snapshot, modern=modern))
+        starting = self.starting()
+        if starting:
+            meta = {**(listing.meta or {}), tools.STARTING_KEY: starting}
+            return listing.model_copy(update={"meta": meta})
+        return listing
+
+    def starting(self) -> list[str]:
+        """The upstream servers still on their first attempt (the daemon starts them in the
+        background): their tools are not listed yet."""
+        sources = self.location.sources
+        pool = sources.pool if sources is not None else None
+        return pool.starting() if pool is not None else []
+
+    async def _settled_snapshot(self, state: SessionState, name: str) -> Snapshot | None:
+        """For a call of a name the session's snapshot lacks while servers are still starting
+        (a client that remembers a tool from before): a fresh snapshot once they have settled
+        their first attempts; None when nothing is starting."""
+        sources = self.location.sources
+        pool = sources.pool if sources is not None else None
+        if pool is None or not pool.starting():
+            return None
+        await pool.settled()  # each first attempt is bounded by the server's timeouts.startup
+        state.snapshot = self.snapshot(state.id)
+        return state.snapshot
 
     async def _call_tool(
         self, ctx: Ctx, params: types.CallToolRequestParams
@@ -240,6 +264,8 @@ class McpFacade:
         snapshot = state.snapshot
         if snapshot is None:
             snapshot = state.snapshot = self.snapshot(state.id)
+        if snapshot.entry(params.name) is None:
+            snapshot = await self._settled_snapshot(state, params.name) or snapshot
         meta: dict[str, Any] = dict(params.meta) if params.meta is not None else {}
         client = ctx.session.client_params
         try:
@@ -295,7 +321,11 @@ class McpFacade:
             dumped = listing.model_dump(by_alias=True, mode="json", exclude_none=True)
             return serialize_server_result("tools/list", version, dumped)
 
-        return self._wire_listings.get(version, snapshot.definitions, build)
+        result = self._wire_listings.get(version, snapshot.definitions, build)
+        starting = self.starting()
+        if starting:
+            return {**result, "_meta": {**result.get("_meta", {}), tools.STARTING_KEY: starting}}
+        return result
 
     async def fast_call(
         self, state: SessionState, request_id: types.RequestId, name: str,
@@ -305,6 +335,8 @@ class McpFacade:
         where the call's server-to-client requests and logs go (stdio: `requester`)."""
         snapshot = state.snapshot
         assert snapshot is not None  # `fast_session` (listed) said so
+        if snapshot.entry(name) is None:
+            snapshot = await self._settled_snapshot(state, name) or snapshot
         client = state.session.client_params
         try:
             context = tools.call_context(

@@ -1,0 +1,219 @@
+"""The outcome log on PostgreSQL (`asyncpg`): one durable outcome per (Location, call id),
+shared by every replica of a fleet.
+
+It implements `sidecar.stores.OutcomeLog` with the embedded log's semantics (see
+`sidecar.outcome_log`): `record` inserts if absent (`INSERT ... ON CONFLICT DO NOTHING`), so
+when two replicas settle the same call id only the first outcome is kept and both return it;
+a different call under a used id (another fingerprint) is a `CallIdConflict`; pruned outcomes
+leave tombstones that replay as `expired`.
+
+Pruning runs on at most one replica at a time (a transaction-level advisory lock: a replica
+that does not get it skips that round), in batches. The schema is versioned: `open` applies
+the migrations this code knows, in one transaction, and refuses a database whose schema is
+newer than it knows (`OutcomeLogError`), so an old replica never writes a newer layout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+import asyncpg
+
+from sidecar.outcome import Outcome
+from sidecar.outcome_log import (
+    OutcomeLogError,
+    OutcomeLogStats,
+    _replayed,
+    expired_outcome,
+)
+from sidecar.tool import ToolContext
+
+log = logging.getLogger("sidecar.postgres_outcome_log")
+
+SCHEMA_VERSION = 1
+MIGRATIONS: dict[int, str] = {
+    1: """
+CREATE TABLE sidecar_outcomes (
+    location    TEXT NOT NULL,
+    call_id     TEXT NOT NULL,
+    session_id  TEXT NOT NULL,
+    agent       TEXT NOT NULL,
+    message_id  TEXT NOT NULL,
+    tool        TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    body        TEXT NOT NULL,
+    created_at  DOUBLE PRECISION NOT NULL,
+    fingerprint TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (location, call_id)
+);
+CREATE INDEX sidecar_outcomes_by_age ON sidecar_outcomes (created_at);
+CREATE TABLE sidecar_expired (
+    location   TEXT NOT NULL,
+    call_id    TEXT NOT NULL,
+    tool       TEXT NOT NULL,
+    settled_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (location, call_id)
+);
+""",
+}
+_VERSIONS = """
+CREATE TABLE IF NOT EXISTS sidecar_schema (
+    component TEXT PRIMARY KEY,
+    version   INTEGER NOT NULL
+)
+"""
+COMPONENT = "outcome_log"
+PRUNE_LOCK = 0x51DECA2_0001
+"""The advisory lock key the replicas take to prune (one at a time)."""
+PRUNE_BATCH = 500
+
+
+async def migrate(conn: Any, component: str, migrations: dict[int, str],
+                  newest: int) -> int:
+    """Apply `migrations` above the stored version of `component`, in one transaction and
+    under a lock (replicas starting together migrate once). Returns the version."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", PRUNE_LOCK - 1)
+        await conn.execute(_VERSIONS)
+        current = await conn.fetchval(
+            "SELECT version FROM sidecar_schema WHERE component = $1", component) or 0
+        if current > newest:
+            raise OutcomeLogError(
+                f"the database's {component} schema is version {current}, newer than this "
+                f"sidecar knows ({newest}): upgrade the sidecar, or use another database")
+        for version in range(current + 1, newest + 1):
+            await conn.execute(migrations[version])
+        if current < newest:
+            await conn.execute(
+                "INSERT INTO sidecar_schema VALUES ($1, $2) ON CONFLICT (component) "
+                "DO UPDATE SET version = EXCLUDED.version", component, newest)
+        return newest
+
+
+class PostgresOutcomeLog:
+    """See the module docstring. Build it with `await PostgresOutcomeLog.open(dsn)`."""
+
+    def __init__(self, pool: asyncpg.Pool, retention_seconds: float | None) -> None:
+        self._pool = pool
+        self.retention_seconds = retention_seconds
+        self._pruned = 0
+        self._pruner: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(cls, dsn: str, *, retention_seconds: float | None = None,
+                   prune_interval: float | None = None, min_size: int = 1,
+                   max_size: int = 10) -> PostgresOutcomeLog:
+        try:
+            pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size)
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise OutcomeLogError(f"cannot reach the outcome database: {exc}") from exc
+        try:
+            async with pool.acquire() as conn:
+                await migrate(conn, COMPONENT, MIGRATIONS, SCHEMA_VERSION)
+        except BaseException:
+            await pool.close()
+            raise
+        log_ = cls(pool, retention_seconds)
+        if retention_seconds is not None:
+            interval = prune_interval or min(600.0, max(1.0, retention_seconds / 10))
+            log_._pruner = asyncio.create_task(log_._prune_forever(interval),
+                                               name="outcome-log-prune")
+        return log_
+
+    async def record(
+        self, location: str, outcome: Outcome, context: ToolContext, fingerprint: str = ""
+    ) -> Outcome:
+        body = json.dumps(outcome.to_json(include_output=False), ensure_ascii=False)
+        try:
+            async with self._pool.acquire() as conn:
+                inserted = await conn.fetchval(
+                    "INSERT INTO sidecar_outcomes (location, call_id, session_id, agent, "
+                    "message_id, tool, status, body, created_at, fingerprint) VALUES "
+                    "($1,$2,$3,$4,$5,$6,$7,$8,$9,$10) ON CONFLICT (location, call_id) "
+                    "DO NOTHING RETURNING 1",
+                    location, outcome.call_id, context.session_id, context.agent,
+                    context.message_id, outcome.tool, outcome.status, body, time.time(),
+                    fingerprint,
+                )
+                if inserted:
+                    return outcome
+                found = await conn.fetchrow(
+                    "SELECT body, fingerprint FROM sidecar_outcomes WHERE location = $1 AND "
+                    "call_id = $2", location, outcome.call_id)
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise OutcomeLogError(f"recording the outcome of {outcome.call_id!r}: {exc}") from exc
+        if found is None:  # pruned between the two statements: the first outcome is gone
+            return expired_outcome(outcome.call_id, outcome.tool, time.time(),
+                                   self.retention_seconds)
+        return _replayed(outcome.call_id, (found["body"], found["fingerprint"]), fingerprint)
+
+    async def get(self, location: str, call_id: str, fingerprint: str = "") -> Outcome | None:
+        try:
+            async with self._pool.acquire() as conn:
+                found = await conn.fetchrow(
+                    "SELECT body, fingerprint FROM sidecar_outcomes WHERE location = $1 AND "
+                    "call_id = $2", location, call_id)
+                if found is not None:
+                    return _replayed(call_id, (found["body"], found["fingerprint"]), fingerprint)
+                gone = await conn.fetchrow(
+                    "SELECT tool, settled_at FROM sidecar_expired WHERE location = $1 AND "
+                    "call_id = $2", location, call_id)
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise OutcomeLogError(f"reading the outcome of {call_id!r}: {exc}") from exc
+        if gone is None:
+            return None
+        return expired_outcome(call_id, gone["tool"], gone["settled_at"],
+                               self.retention_seconds)
+
+    async def prune(self, cutoff: float, batch: int = PRUNE_BATCH) -> int:
+        """Prune outcomes settled before `cutoff`, keeping tombstones, in batches; 0 when
+        another replica holds the pruning lock."""
+        total = 0
+        while True:
+            try:
+                async with self._pool.acquire() as conn, conn.transaction():
+                    if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)",
+                                               PRUNE_LOCK):
+                        return total
+                    moved = await conn.fetch(
+                        "WITH gone AS (DELETE FROM sidecar_outcomes WHERE (location, call_id) "
+                        "IN (SELECT location, call_id FROM sidecar_outcomes WHERE created_at "
+                        "< $1 ORDER BY created_at LIMIT $2) RETURNING location, call_id, tool, "
+                        "created_at) INSERT INTO sidecar_expired SELECT * FROM gone "
+                        "ON CONFLICT DO NOTHING RETURNING 1", cutoff, batch)
+            except (OSError, asyncpg.PostgresError) as exc:
+                raise OutcomeLogError(f"pruning the outcome log: {exc}") from exc
+            total += len(moved)
+            self._pruned += len(moved)
+            if len(moved) < batch:
+                return total
+
+    async def _prune_forever(self, interval: float) -> None:
+        assert self.retention_seconds is not None
+        while True:
+            try:
+                await self.prune(time.time() - self.retention_seconds)
+            except OutcomeLogError as exc:
+                log.warning("pruning the outcome log failed (retrying in %ss): %s", interval,
+                            exc)
+            await asyncio.sleep(interval)
+
+    async def stats(self) -> OutcomeLogStats:
+        async with self._pool.acquire() as conn:
+            row: Any = await conn.fetchrow(
+                "SELECT (SELECT count(*) FROM sidecar_outcomes) AS outcomes, "
+                "(SELECT count(*) FROM sidecar_expired) AS expired, "
+                "pg_total_relation_size('sidecar_outcomes') + "
+                "pg_total_relation_size('sidecar_expired') AS bytes")
+        return OutcomeLogStats(outcomes=int(row["outcomes"]), expired=int(row["expired"]),
+                               pruned=self._pruned, disk_bytes={"outcomes": int(row["bytes"])})
+
+    async def aclose(self) -> None:
+        if self._pruner is not None:
+            self._pruner.cancel()
+            await asyncio.wait([self._pruner])
+        await self._pool.close()
