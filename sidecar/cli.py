@@ -51,7 +51,7 @@ from sidecar.serve.serve_policy import UnsafeConfiguration
 from sidecar.state_dir import UnsafeStateDir, prepare_state_dir
 
 if TYPE_CHECKING:
-    from sidecar.cli_backends import Backend
+    from sidecar.cli_targets import Backend
 
 # The daemon (`sidecar.daemon`, with the `mcp` SDK: most of a start) is imported by the
 # commands that need it, after `serve` and `stdio` have spawned their stdio servers
@@ -434,7 +434,7 @@ def _attach(args: argparse.Namespace) -> tuple[str, str]:
 
 
 async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
-    from sidecar.cli_backends import EmbeddedBackend, RemoteBackend
+    from sidecar.cli_targets import EmbeddedBackend, RemoteBackend
 
     state = str(_state_dir(args))
     backend: Backend
@@ -497,7 +497,7 @@ async def _servers_started(backend: Backend) -> None:
 
 
 async def _approve(backend: Backend, args: argparse.Namespace) -> int:
-    from sidecar.cli_backends import RemoteBackend
+    from sidecar.cli_targets import RemoteBackend
 
     if len(args.approve) != 2 or args.approve[0] != "approve":
         print("sidecar: usage: sidecar tools approve NAME", file=sys.stderr)
@@ -607,7 +607,7 @@ def _main(argv: Sequence[str] | None) -> int:
             from bridges.prestart import PRESTARTED
 
             PRESTARTED.discard()
-    from sidecar.cli_backends import Refused, Unreachable
+    from sidecar.cli_targets import Refused, Unreachable
     from sidecar.local_door import DoorError
 
     if args.command == "call":

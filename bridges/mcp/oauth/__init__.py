@@ -4,6 +4,9 @@
     providers.py  build_auth: the httpx2.Auth of one server (daemon or login mode)
     login.py      `sidecar auth login`: the loopback callback and one authorization
     refresher.py  refreshes a server's token before it expires, off the call path
+
+May import: the core (its `TokenStore` interface, never an implementation), `managed_store`
+and the rest of `bridges`.
 """
 
 from bridges.mcp.oauth.providers import Interactive, LoginRequired, SidecarAuth, build_auth

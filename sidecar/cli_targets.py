@@ -1,4 +1,5 @@
-"""Where CLI commands run: an embedded Location, or a running daemon over `/v1`."""
+"""Where a CLI command runs (its target): an embedded Location, or a running daemon over `/v1`
+(`sidecar.cli` picks one; `Backend` is what both offer)."""
 
 from __future__ import annotations
 
