@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from bridges.manifest import load_manifests, manifest_json_schema
 from bridges.manifest_tools import manifest_tool_validator
 from sidecar import cli_calls, cli_tokens, client_config
+from sidecar.cli_output import Style, print_health, print_outcome, print_tools
 from sidecar.local_door import DEFAULT_IDLE_EXIT, OwnerLock
 from sidecar.serve.replay import FORMATS
 from sidecar.serve.serve_policy import UnsafeConfiguration
@@ -243,14 +244,6 @@ def _read_input(raw: str) -> str:
     return raw
 
 
-class Style:
-    def __init__(self, stream: Any) -> None:
-        self.on = bool(getattr(stream, "isatty", lambda: False)()) and "NO_COLOR" not in os.environ
-
-    def __call__(self, text: str, code: str) -> str:
-        return f"\033[{code}m{text}\033[0m" if self.on else text
-
-
 def _check(args: argparse.Namespace) -> int:
     if args.schema:
         print(json.dumps(manifest_json_schema(), indent=2, sort_keys=True))
@@ -284,98 +277,6 @@ def _check(args: argparse.Namespace) -> int:
     if loaded.errors or (unknown and not args.allow_unknown):
         return EXIT_TOOL_ERROR
     return EXIT_OK
-
-
-def _print_outcome(outcome: dict[str, Any], as_json: bool) -> int:
-    style = Style(sys.stdout)
-    if as_json:
-        print(json.dumps(outcome, ensure_ascii=False, indent=2))
-    elif outcome["status"] == "completed":
-        for item in outcome["content"]:
-            if item["type"] == "text":
-                print(item["text"], end="" if item["text"].endswith("\n") else "\n")
-            else:
-                shown = {k: v for k, v in item.items() if k not in ("data", "blob")}
-                print(style(f"[{item['type']}: {json.dumps(shown)}]", "2"))
-    else:
-        error = outcome["error"]
-        line = f"error ({error['kind']}): {error['message']}"
-        print(Style(sys.stderr)(line, "31"), file=sys.stderr)
-    return EXIT_OK if outcome["status"] == "completed" else EXIT_TOOL_ERROR
-
-
-def _print_tools(tools: list[dict[str, Any]], args: argparse.Namespace) -> int:
-    if args.json or args.format:
-        print(json.dumps(tools, indent=2, ensure_ascii=False))
-        return EXIT_OK
-    style = Style(sys.stdout)
-    width = max((len(t["name"]) for t in tools), default=0)
-    for tool in tools:
-        summary = (tool.get("description") or "").strip().splitlines()
-        print(f"{style(tool['name'].ljust(width), '1')}  {summary[0] if summary else ''}")
-    return EXIT_OK
-
-
-def _state_line(state: dict[str, Any]) -> str:
-    """The state directory's size by part, then what pruning and eviction removed."""
-    parts = ", ".join(f"{part} {size / 1e6:.1f} MB" for part, size in state["bytes"].items())
-    up = state.get("upkeep", {})
-    return (f"state: {state['total_bytes'] / 1e6:.1f} MB ({parts})\n"
-            f"  since start: {up.get('outcomes_pruned', 0)} outcomes pruned "
-            f"({up.get('outcomes_expired', 0)} expired call ids kept), "
-            f"{up.get('managed_evicted_expired', 0)} managed objects expired, "
-            f"{up.get('managed_evicted_quota', 0)} evicted over quota, "
-            f"{up.get('wal_truncations', 0)} WAL truncations")
-
-
-def _print_health(report: dict[str, Any], as_json: bool) -> int:
-    if as_json:
-        print(json.dumps(report, indent=2))
-        return EXIT_OK if report["status"] == "ok" else EXIT_TOOL_ERROR
-    style = Style(sys.stdout)
-    daemon = report.get("daemon")
-    if isinstance(daemon, dict):
-        manifests = ", ".join(daemon.get("manifests") or ()) or "none"
-        print(f"daemon: pid {daemon.get('pid')} ({daemon.get('started')}), state "
-              f"{daemon.get('state_dir')}, manifests: {manifests}"
-              + (f", {daemon['url']}" if daemon.get("url") else ""))
-    colour = "32" if report["status"] == "ok" else "33"
-    print(f"status: {style(report['status'], colour)}  tools: {report['tools']}  "
-          f"store: {report['store']['objects']} objects, {report['store']['bytes']:,} bytes")
-    if report.get("state"):
-        print(_state_line(report["state"]))
-    for name, server in sorted(report.get("servers", {}).items()):
-        state = server.get("state", "?")
-        mark = style(state, "32" if state == "ready" else "31")
-        error = f"  ({server['last_error']})" if server.get("last_error") else ""
-        print(f"  {name}: {mark}, {server.get('tool_count', 0)} tools{error}")
-    for ref, plugin in sorted(report.get("plugins", {}).items()):
-        print(f"  plugin {ref}: {plugin['state']}")
-    reasons = _degraded_reasons(report)
-    if reasons:
-        print("degraded because:")
-        for reason in reasons:
-            print(f"  - {reason}")
-    return EXIT_OK if report["status"] == "ok" else EXIT_TOOL_ERROR
-
-
-def _degraded_reasons(report: dict[str, Any]) -> list[str]:
-    """Why `status` is "degraded", one plain sentence each."""
-    reasons = []
-    for name, server in sorted(report.get("servers", {}).items()):
-        state = server.get("state")
-        if state in ("ready", "disabled"):
-            continue
-        why = f": {server['last_error']}" if server.get("last_error") else ""
-        reasons.append(f"server {name} is {state}{why}")
-    reasons += [f"plugin {ref} failed: {plugin.get('error') or plugin.get('last_error') or ''}"
-                .rstrip(": ") for ref, plugin in sorted(report.get("plugins", {}).items())
-                if plugin.get("state") == "failed"]
-    reasons += [f"manifest {p['file']}: {p['path']}: {p['message']}"
-                for p in report.get("manifest_problems", []) if p.get("severity") == "error"]
-    reasons += [f"manifest reload rejected: {p['file']}: {p['path']}: {p['message']}"
-                for p in report.get("reload_problems", [])]
-    return reasons
 
 
 async def stdio(
@@ -457,10 +358,10 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
         if args.command == "tools" and args.approve:
             return await _approve(backend, args)
         if args.command == "health":
-            return _print_health(await backend.health(), args.json)
+            return print_health(await backend.health(), args.json)
         await _servers_started(backend)
         if args.command == "tools":
-            return _print_tools(await backend.tools(args.format), args)
+            return print_tools(await backend.tools(args.format), args)
         if args.command == "call":
             name, raw_input = args.name, args.input
         else:
@@ -478,7 +379,7 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
                    "message_id": call_id, "call_id": call_id}
         progress = getattr(args, "progress", False) or (sys.stderr.isatty() and not args.json)
         outcome = await backend.call(name, raw_input, context, show_progress=progress)
-        return _print_outcome(outcome, args.json)
+        return print_outcome(outcome, args.json)
 
 
 STARTUP_WAIT = 120.0
