@@ -387,8 +387,8 @@ async def stdio_listing(location: Any) -> tuple[list[float], list[float]]:
     from mcp.client.session import ClientSession
     from mcp.shared.memory import create_client_server_memory_streams
 
-    from sidecar.serve.mcp_facade.fastpath import FastCalls
     from sidecar.serve.mcp_facade.server import McpFacade
+    from sidecar.serve.mcp_facade.stdio_fastpath import FastCalls
 
     facade = McpFacade(location, session_id="stdio-bench")
     times: list[float] = []

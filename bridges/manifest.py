@@ -43,6 +43,7 @@ from bridges.manifest_profiles import PROFILE_NAME, ProfileConfig, RateLimitConf
 # BoundsConfig, ManifestProblem: defined below this module and `manifest_tools.config`
 from bridges.manifest_values import BoundsConfig as BoundsConfig
 from bridges.manifest_values import ManifestProblem as ManifestProblem
+from bridges.manifest_values import did_you_mean, model_keys
 from bridges.secrets import SecretReferenceError, resolve_references
 
 MANIFEST_SUFFIXES = (".json", ".toml")
@@ -313,8 +314,19 @@ def _validation_problems(
     for err in exc.errors(include_url=False):
         loc = [p for p in err["loc"] if p not in ("function-after[_one_transport()]",)]
         message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden" and loc:
+            problems.append(ManifestProblem(
+                file, _json_path(base, loc), "unknown key",
+                did_you_mean(str(loc[-1]), _known_keys()) or hint, unknown_key=True))
+            continue
         problems.append(ManifestProblem(file, _json_path(base, loc), message, hint))
     return problems
+
+
+def _known_keys() -> set[str]:
+    """Every key of the manifest format (for "did you mean ...?")."""
+    return model_keys(ServerConfig, ToolFilter, Timeouts, AnnotationPermissions, Rule,
+                      PermissionsConfig, ManifestFile, BoundsConfig)
 
 
 ToolValidator = Callable[[str, str, Any], tuple[Any, list[ManifestProblem]]]
@@ -369,8 +381,10 @@ def _load_one(
         if key != "inputs":
             result.problems.append(ManifestProblem(
                 name, f"$.{key}", "unknown top-level key, ignored", severity="note",
-                hint="known keys: mcpServers (or servers), tools, permissions, plugins, bounds, "
-                "codemode, profiles, default_profile, rate_limits, audit",
+                hint=did_you_mean(key, [*model_keys(ManifestFile), "servers"]) or (
+                    "known keys: mcpServers (or servers), tools, permissions, plugins, bounds, "
+                    "codemode, profiles, default_profile, rate_limits, audit"),
+                unknown_key=True,
             ))
     for key, raw in top.mcpServers.items():
         _load_server(name, key, raw, env, result)
@@ -454,6 +468,7 @@ def _load_server(
     for extra in config.unknown_keys:
         result.problems.append(ManifestProblem(
             file, f"{base}.{extra}", "key not used by mcp-sidecar, kept as is", severity="note",
+            hint=did_you_mean(extra, model_keys(ServerConfig)), unknown_key=True,
         ))
     result.servers[key] = Sourced(file, key, config)
 

@@ -151,8 +151,12 @@ class ManifestSources:
         base_bounds: Bounds,
         plugins: Sequence[str] = (),
         entry_point_plugins: bool = True,
+        servers_in_background: bool = False,
     ) -> None:
+        """`servers_in_background`: entering does not wait for the MCP servers' first attempts
+        (the daemon commands: they answer at once, and tools appear as servers get ready)."""
         self._location = location
+        self._background = servers_in_background
         self._entries = [Path(e) for e in entries]
         self._base_bounds = base_bounds
         self._plugins = list(plugins)
@@ -211,7 +215,7 @@ class ManifestSources:
             on_health=lambda key, health: events.publish(
                 ServerHealthChanged(key, health.to_json())
             ),
-            grants=open_grant_store(location.state_dir),
+            grants=open_grant_store(location.state_dir), wait=not self._background,
         )
         await self.pool.__aenter__()
         location.manifests = loaded

@@ -6,6 +6,8 @@ use them; they live here, below both, so that neither imports the other to get t
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -30,7 +32,26 @@ class ManifestProblem:
     message: str
     hint: str = ""
     severity: Literal["error", "note"] = "error"
+    unknown_key: bool = False
+    """A key mcp-sidecar does not know (`sidecar check` fails on it unless --allow-unknown)."""
 
     def __str__(self) -> str:
         hint = f" (hint: {self.hint})" if self.hint else ""
         return f"{self.file}: {self.path}: {self.message}{hint}"
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """A hint naming the known keys closest to a misspelt one ("" when none is close)."""
+    close = difflib.get_close_matches(name, sorted(set(known)), n=2, cutoff=0.6)
+    return ("did you mean " + " or ".join(repr(c) for c in close) + "?") if close else ""
+
+
+def model_keys(*models: type[BaseModel]) -> set[str]:
+    """The keys (field names and aliases) of pydantic models."""
+    keys: set[str] = set()
+    for model in models:
+        for name, field in model.model_fields.items():
+            keys.add(name)
+            if field.alias:
+                keys.add(field.alias)
+    return keys

@@ -1,6 +1,7 @@
 """managed_store: complete texts too big for a model's context, kept on disk by opaque id.
 
-A standalone library: it knows nothing of tools, MCP or the seam. See
+A standalone library: it knows nothing of tools, MCP or the seam, and imports nothing of this
+project (`tests/test_architecture.py`); the core codes against `TextStore` (`protocol`). See
 `docs/managed-store-contract.md` for the contract the core codes against.
 
     store = await ManagedStore.open(root)

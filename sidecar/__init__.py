@@ -1,6 +1,13 @@
 """mcp-sidecar: many MCP servers and manifest tools behind one validated, bounded seam.
 
     from sidecar import Tool, ToolResponse, ToolFailure, ToolContext, Location
+
+This package is the core: tool, codec, names, content and bounding, metadata, registry,
+snapshot, seam, hooks, permissions, events, outcomes, `Location` (`location`) and the store
+interfaces (`stores`). The core may import only itself and `managed_store`. Beside it, in the
+same package: the frontends (`serve`, `cli*`) and the composition root (`daemon`), the one
+module that picks store implementations and attaches `bridges`; nothing imports the root but
+`cli` and the lazy `Location` export below (`tests/test_architecture.py`).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@
     sidecar stdio [--standalone]                      an MCP client's door to the daemon
     sidecar daemon [--idle-exit S]                    the daemon on its local doors only
     sidecar client-config CLIENT [--install]          an MCP client's configuration
+    sidecar stop                                      stop the state directory's daemon
     sidecar tools [--format mcp|openai|anthropic|gemini] [--json]
     sidecar call NAME [--input JSON] [--json]         one call through the seam
     sidecar managed read REF [--offset N] [--limit N] [--pattern RE] [--start C] [--length N]
@@ -50,7 +51,7 @@ from sidecar.serve.serve_policy import UnsafeConfiguration
 from sidecar.state_dir import UnsafeStateDir, prepare_state_dir
 
 if TYPE_CHECKING:
-    from sidecar.cli_backends import Backend
+    from sidecar.cli_targets import Backend
 
 # The daemon (`sidecar.daemon`, with the `mcp` SDK: most of a start) is imported by the
 # commands that need it, after `serve` and `stdio` have spawned their stdio servers
@@ -135,12 +136,16 @@ def _parser() -> argparse.ArgumentParser:
                       help="with --start: how many characters (default: as many as fit)")
     sub.add_parser("health", parents=[client], help="per-server status")
     client_config.add_parser(sub, [common])
+    sub.add_parser("stop", parents=[common],
+                   help="stop the daemon that owns the state directory (and its servers)")
     cli_tokens.add_parser(sub, common)
     cli_calls.add_parser(sub, client)
     check = sub.add_parser("check", help="validate manifests without starting anything")
     check.add_argument("files", nargs="*", metavar="FILE", help="manifest files or directories")
     check.add_argument("--schema", action="store_true", help="print the manifest JSON Schema")
     check.add_argument("--json", action="store_true", help="machine-readable output")
+    check.add_argument("--allow-unknown", action="store_true",
+                       help="do not fail on keys mcp-sidecar does not know (they are ignored)")
     auth = sub.add_parser("auth", help="OAuth logins of HTTP servers (see sidecar.cli_auth)")
     auth_sub = auth.add_subparsers(dest="auth_command", required=True)
     login_p = auth_sub.add_parser("login", parents=[common], help="authorize one server")
@@ -181,6 +186,18 @@ def _explicit_manifests(args: argparse.Namespace) -> list[str] | None:
     return None
 
 
+def _wanted_manifests(args: argparse.Namespace) -> list[str] | None:
+    """The manifests a running daemon must serve for this command to use it: the named ones,
+    as absolute paths; None (any daemon) when the command names none (no flag, and
+    `$SIDECAR_MANIFESTS` unset or empty)."""
+    from sidecar.local_door import resolve_manifests
+
+    if not getattr(args, "no_manifests", False) and not getattr(args, "manifests", None) \
+            and not os.environ.get("SIDECAR_MANIFESTS"):
+        return None
+    return resolve_manifests(_explicit_manifests(args) or [])
+
+
 def _manifests(args: argparse.Namespace) -> list[str]:
     """What a daemon started by this command loads: the named manifests, else the bundled
     directory (when this checkout has one)."""
@@ -198,6 +215,16 @@ def _state_dir(args: argparse.Namespace) -> Path:
         return Path(explicit)
     xdg = os.environ.get("XDG_STATE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".local" / "state") / "mcp-sidecar"
+
+
+def _prepare_state(state: Path) -> None:
+    """Create the state directory 0700, or check it (`UnsafeStateDir`), before anything is
+    written into it; a loosened mode that was tightened is said once."""
+    from sidecar.state_dir import prepare_state_dir
+
+    warning = prepare_state_dir(state)
+    if warning:
+        print(f"sidecar: warning: {warning}", file=sys.stderr)
 
 
 def _idle_exit(args: argparse.Namespace) -> float:
@@ -239,16 +266,24 @@ def _check(args: argparse.Namespace) -> int:
             "tools": sorted(loaded.tools),
             "problems": [
                 {"file": p.file, "path": p.path, "message": p.message, "hint": p.hint,
-                 "severity": p.severity}
+                 "severity": p.severity, "unknown_key": p.unknown_key}
                 for p in loaded.problems
             ],
         }, indent=2))
-    else:
+    unknown = [p for p in loaded.problems if p.unknown_key and p.severity != "error"]
+    if not args.json:
         for problem in loaded.problems:
             print(f"{problem.severity}: {problem}")
         print(f"{len(loaded.files)} file(s), {len(loaded.servers)} server(s), "
-              f"{len(loaded.tools)} tool(s), {len(loaded.errors)} error(s)")
-    return EXIT_TOOL_ERROR if loaded.errors else EXIT_OK
+              f"{len(loaded.tools)} tool(s), {len(loaded.errors)} error(s), "
+              f"{len(unknown)} unknown key(s)"
+              + (" (allowed)" if unknown and args.allow_unknown else ""))
+        if unknown and not args.allow_unknown:
+            print("unknown keys fail the check: fix them, or pass --allow-unknown (keys other "
+                  "MCP clients use are kept as they are)")
+    if loaded.errors or (unknown and not args.allow_unknown):
+        return EXIT_TOOL_ERROR
+    return EXIT_OK
 
 
 def _print_outcome(outcome: dict[str, Any], as_json: bool) -> int:
@@ -387,7 +422,8 @@ def _attach(args: argparse.Namespace) -> tuple[str, str]:
     from sidecar.local_door import HTTP_SOCKET, ensure_daemon
 
     state = _state_dir(args)
-    info, started = ensure_daemon(state, _explicit_manifests(args), _manifests(args),
+    _prepare_state(state)
+    info, started = ensure_daemon(state, _wanted_manifests(args), _manifests(args),
                                   idle_exit=_idle_exit(args))
     if started:
         print(f"sidecar: started the {info.describe()}; it exits after "
@@ -398,7 +434,7 @@ def _attach(args: argparse.Namespace) -> tuple[str, str]:
 
 
 async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
-    from sidecar.cli_backends import EmbeddedBackend, RemoteBackend
+    from sidecar.cli_targets import EmbeddedBackend, RemoteBackend
 
     state = str(_state_dir(args))
     backend: Backend
@@ -420,10 +456,11 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
     async with backend:
         if args.command == "tools" and args.approve:
             return await _approve(backend, args)
-        if args.command == "tools":
-            return _print_tools(await backend.tools(args.format), args)
         if args.command == "health":
             return _print_health(await backend.health(), args.json)
+        await _servers_started(backend)
+        if args.command == "tools":
+            return _print_tools(await backend.tools(args.format), args)
         if args.command == "call":
             name, raw_input = args.name, args.input
         else:
@@ -444,8 +481,23 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
         return _print_outcome(outcome, args.json)
 
 
+STARTUP_WAIT = 120.0
+"""How long `tools`, `call` and `managed read` wait for a daemon's servers still starting."""
+
+
+async def _servers_started(backend: Backend) -> None:
+    """Wait until no upstream server of the daemon is still on its first attempt (a daemon
+    starts them in the background), so that the command sees their tools."""
+    deadline = asyncio.get_running_loop().time() + STARTUP_WAIT
+    while asyncio.get_running_loop().time() < deadline:
+        servers = (await backend.health()).get("servers", {})
+        if not any(server.get("state") == "starting" for server in servers.values()):
+            return
+        await asyncio.sleep(0.1)
+
+
 async def _approve(backend: Backend, args: argparse.Namespace) -> int:
-    from sidecar.cli_backends import RemoteBackend
+    from sidecar.cli_targets import RemoteBackend
 
     if len(args.approve) != 2 or args.approve[0] != "approve":
         print("sidecar: usage: sidecar tools approve NAME", file=sys.stderr)
@@ -529,6 +581,8 @@ def _main(argv: Sequence[str] | None) -> int:
         from sidecar.daemon import open_token_store
 
         return int(_run(cli_tokens.run(args, _state_dir(args), open_token_store)))
+    if args.command == "stop":
+        return _stop(args)
     if args.command == "client-config":
         from sidecar.client_config import run as client_config
 
@@ -537,9 +591,10 @@ def _main(argv: Sequence[str] | None) -> int:
         from sidecar.local_door import DoorError, attach_stdio
 
         try:
-            return attach_stdio(_state_dir(args), _explicit_manifests(args), _manifests(args),
+            _prepare_state(_state_dir(args))
+            return attach_stdio(_state_dir(args), _wanted_manifests(args), _manifests(args),
                                 idle_exit=_idle_exit(args), profile=args.profile)
-        except DoorError as exc:
+        except (DoorError, UnsafeStateDir) as exc:
             print(f"sidecar: {exc}", file=sys.stderr)
             return EXIT_USAGE
     if args.command in ("stdio", "serve", "daemon"):
@@ -552,7 +607,7 @@ def _main(argv: Sequence[str] | None) -> int:
             from bridges.prestart import PRESTARTED
 
             PRESTARTED.discard()
-    from sidecar.cli_backends import Refused, Unreachable
+    from sidecar.cli_targets import Refused, Unreachable
     from sidecar.local_door import DoorError
 
     if args.command == "call":
@@ -563,7 +618,14 @@ def _main(argv: Sequence[str] | None) -> int:
             return EXIT_USAGE
     try:
         kind, where = _attach(args)
-        return int(_run(_client(args, kind, where)))
+        try:
+            return int(_run(_client(args, kind, where)))
+        except Unreachable as exc:
+            if kind != "socket" or not exc.refused:
+                raise
+            # the daemon went away just then (its --idle-exit): find or start one again
+            kind, where = _attach(args)
+            return int(_run(_client(args, kind, where)))
     except DoorError as exc:
         print(f"sidecar: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -580,6 +642,20 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(EXIT_OK)
+
+
+def _stop(args: argparse.Namespace) -> int:
+    from sidecar.local_door import DoorError, stop_daemon
+
+    state = _state_dir(args)
+    try:
+        info = stop_daemon(state)
+    except DoorError as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return EXIT_TOOL_ERROR
+    print(f"sidecar: stopped the {info.describe()}" if info is not None
+          else f"sidecar: no daemon runs on {state}", file=sys.stderr)
+    return EXIT_OK
 
 
 def _run_daemon(args: argparse.Namespace) -> int:

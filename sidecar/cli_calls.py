@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sidecar.call_history import CallQuery, CallRecord, InvalidQuery, SqliteCallHistory
 
 if TYPE_CHECKING:
-    from sidecar.cli_backends import RemoteBackend
+    from sidecar.cli_targets import RemoteBackend
 
 FILTERS = ("tool", "server", "status", "session", "agent", "profile", "since", "until",
            "limit", "cursor")

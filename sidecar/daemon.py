@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import gc
 import logging
@@ -22,6 +23,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import anyio
 from uvicorn import Server as uvicorn_Server
 
 from bridges.child_groups import CHILD_GROUPS, reap_leftovers
@@ -46,6 +48,7 @@ from sidecar.state_dir import prepare_state_dir, write_private_file
 from sidecar.store_pressure import store_quota_from_env
 from sidecar.stores import OutcomeLog, StoreOptions, Stores
 from sidecar.tokens import SqliteTokenStore, TokenStore
+from sidecar.tool import Bounds
 
 if TYPE_CHECKING:
     from sidecar.serve.door import Activity, StdioDoor
@@ -67,6 +70,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("sidecar.daemon")
+
+STARTUP_SETTLE_LIMIT = 600.0
+"""How long unclaimed prestarted servers may wait for the others' first attempts to settle."""
 
 
 def freeze_startup_heap() -> None:
@@ -151,6 +157,20 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
 DEFAULT_WIRING = Wiring(
     open_stores=open_local_stores, event_log=MemoryEventLog, attach_sources=ManifestSources
 )
+
+
+def _sources_in_background(
+    location: CoreLocation, entries: Sequence[str | os.PathLike[str]], *, base_bounds: Bounds,
+    plugins: Sequence[str] = (), entry_point_plugins: bool = True,
+) -> ManifestSources:
+    return ManifestSources(location, entries, base_bounds=base_bounds, plugins=plugins,
+                           entry_point_plugins=entry_point_plugins, servers_in_background=True)
+
+
+DAEMON_WIRING = dataclasses.replace(DEFAULT_WIRING, attach_sources=_sources_in_background)
+"""The daemon commands' wiring: MCP servers come up in the background, so `serve` listens and
+`stdio` answers `initialize` at once; their tools appear (with `list_changed`) as each server
+gets ready."""
 
 
 class _Server(uvicorn_Server):
@@ -470,9 +490,26 @@ async def _daemon_location(
         await asyncio.to_thread(_record_children, state)
         async with Location.open(root, state_dir=state, manifests=manifests,
                                  retention_seconds=retention, store_quota_bytes=quota,
-                                 watch=True) as location:
-            await _stop_unclaimed()
-            yield location
+                                 watch=True, wiring=DAEMON_WIRING) as location:
+            pool = location.sources.pool if location.sources is not None else None
+            if pool is None:
+                await _stop_unclaimed()
+                yield location
+                return
+            # the servers start in the background: each claims its prestarted process on its
+            # first attempt, so what is unclaimed once they all settled is nobody's
+            async def stop_unclaimed_once_settled() -> None:
+                with anyio.move_on_after(STARTUP_SETTLE_LIMIT):
+                    await pool.settled()
+                await _stop_unclaimed()
+
+            sweeper = asyncio.create_task(stop_unclaimed_once_settled(),
+                                          name="stop unclaimed prestarted servers")
+            try:
+                yield location
+            finally:
+                sweeper.cancel()
+                await asyncio.wait([sweeper])
     finally:
         await _stop_unclaimed()
         CHILD_GROUPS.stop_recording()  # every child is stopped by now

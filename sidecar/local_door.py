@@ -35,6 +35,7 @@ import contextlib
 import fcntl
 import json
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -184,6 +185,27 @@ def already_owned(state: Path) -> str:
             "another --state-dir")
 
 
+def stop_daemon(state: Path, timeout: float = 30.0) -> DaemonInfo | None:
+    """`sidecar stop`: SIGTERM the daemon that owns `state` and wait until it has exited
+    (it stops its upstream servers first); the daemon it stopped, None when none ran. Raises
+    `DoorError` when it is still running after `timeout` seconds."""
+    info = read_info(state)
+    if info is None:
+        return None
+    try:
+        os.kill(info.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return info
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(info.pid, 0)
+        except ProcessLookupError:
+            return info
+        time.sleep(0.05)
+    raise DoorError(f"the {info.describe()} is still running {timeout:g} s after SIGTERM")
+
+
 # --- finding or starting the daemon --------------------------------------------------------
 
 
@@ -236,7 +258,12 @@ def connect(
             _reap_later(process)
             return sock, True
         code = process.poll()
-        if code not in (None, 0):
+        if code == 0:
+            # it found the state owned by another daemon, which is still starting or was
+            # just exiting (idle): try again shortly
+            time.sleep(0.2)
+            process = start_daemon(state, start_with, idle_exit=idle_exit)
+        elif code is not None:
             raise DoorError(f"the daemon for {state} did not start (exit {code}); "
                             f"see {state / LOG_FILE}:\n{_tail(state / LOG_FILE)}")
         time.sleep(0.02)

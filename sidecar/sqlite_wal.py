@@ -72,6 +72,10 @@ class WalStats:
 
 
 class WalKeeper:
+    """Keeps one database's WAL under `cap_bytes` for the thread that writes it (see the module
+    docstring): the writer calls `configure` once, then `after_batch`, `idle_wait` and
+    `on_idle`; `stop` ends the checkpoint thread."""
+
     def __init__(
         self, path: Path, *, cap_bytes: int = DEFAULT_WAL_CAP_BYTES,
         idle_seconds: float = DEFAULT_IDLE_SECONDS, name: str,

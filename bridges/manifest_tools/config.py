@@ -21,7 +21,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter,
 
 from bridges.manifest_tools.shell_slots import place_slots
 from bridges.manifest_tools.templates import Template, authority_end, quoted_slots
-from bridges.manifest_values import BoundsConfig, ManifestProblem
+from bridges.manifest_values import BoundsConfig, ManifestProblem, did_you_mean, model_keys
 from sidecar.codec import make_codec
 from sidecar.errors import SchemaDefinitionError
 from sidecar.tool import Annotations, Bounds
@@ -212,13 +212,16 @@ def _validate(
     kind = raw.get("kind")
     model = _MODELS.get(kind) if isinstance(kind, str) else None
     if model is None:
-        got = "missing" if kind is None else f"{kind!r} is not a manifest tool kind"
-        report.error(f"{path}.kind", f"kind is {got}", 'write kind = "http" or kind = "command"')
+        message = "kind is missing" if kind is None else f"{kind!r} is not a manifest tool kind"
+        suggestion = did_you_mean(kind, _MODELS) if isinstance(kind, str) else ""
+        report.error(f"{path}.kind", message,
+                     suggestion or 'write kind = "http" or kind = "command"')
         return None, report.problems
     try:
         config = model.model_validate(raw)
     except ValidationError as exc:
-        report.pydantic(path, exc, f"see the {kind} keys in bridges/manifest_tools/README.md")
+        report.pydantic(path, exc, f"see the {kind} keys in bridges/manifest_tools/README.md",
+                        known=model_keys(model))
         return None, report.problems
     properties = _check_schemas(config, path, report)
     if properties is None:  # placeholders cannot be checked against an unusable schema
@@ -239,21 +242,29 @@ class _Report:
     def failed(self) -> bool:
         return any(p.severity == "error" for p in self.problems)
 
-    def error(self, path: str, message: str, hint: str = "") -> None:
-        self.problems.append(ManifestProblem(self.file, path, message, hint))
+    def error(self, path: str, message: str, hint: str = "", *, unknown_key: bool = False) -> None:
+        self.problems.append(ManifestProblem(self.file, path, message, hint,
+                                             unknown_key=unknown_key))
 
-    def pydantic(self, base: str, exc: ValidationError, hint: str) -> None:
+    def pydantic(
+        self, base: str, exc: ValidationError, hint: str, *, known: Iterable[str] = ()
+    ) -> None:
         grouped: dict[str, list[str]] = {}
+        hints: dict[str, str] = {}
         for err in exc.errors(include_url=False):
             loc = [p for p in err["loc"] if not _is_union_tag(p)]
-            messages = grouped.setdefault(_json_path(base, loc), [])
+            path = _json_path(base, loc)
+            messages = grouped.setdefault(path, [])
             message = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 message = "unknown key"
+                if loc and (suggestion := did_you_mean(str(loc[-1]), known)):
+                    hints[path] = suggestion
             if message not in messages:
                 messages.append(message)
         for path, messages in grouped.items():
-            self.error(path, " or ".join(messages), hint)
+            self.error(path, " or ".join(messages), hints.get(path, hint),
+                       unknown_key="unknown key" in messages)
 
     def unknown_field(self, path: str, what: str, name: str, properties: Iterable[str]) -> None:
         known = ", ".join(sorted(properties)) or "(none)"

@@ -11,6 +11,8 @@ Modules, in the order a call meets them: `pool` (all servers) -> `supervisor` (o
 life) -> `connection` (one session, any transport) -> `stdio` + `framing` (our own stdio
 transport, linear framing) -> `catalog` (listings -> tool values, codecs in `codecs`) ->
 `calls` (one tool call) -> `results` (upstream results and errors -> the core's terms).
+`stdio` uses `direct_requests` (tool calls without the SDK's session) and `stderr_tail`.
+May import: the core, `managed_store` and the rest of `bridges`.
 """
 
 from bridges.mcp.backoff import Backoff

@@ -11,8 +11,9 @@ States:
     backoff    the last attempt failed or the connection was lost; retrying at `retry_at`
     needs_auth the server wants an OAuth login (`last_error` names the command to run,
                `sidecar auth login NAME`); no retries until new tokens are stored
-    failed     a fault no retry can fix (the command does not exist, a bad `protocol` value);
-               nothing runs until the server's configuration changes
+    failed     a fault no retry can fix (the command does not exist, a bad `protocol` value,
+               the same start-up failure 5 times in a row); nothing runs until the server's
+               configuration changes
     disabled   `disabled = true` in the manifest; nothing was started
 """
 

@@ -7,7 +7,10 @@
 
 Entering starts one supervisor task per server, concurrently, and returns once each server has
 settled its first attempt (ready, backoff, failed or disabled): twenty servers are ready in
-about the time of the slowest, and a server that fails never makes entering fail. Leaving
+about the time of the slowest, and a server that fails never makes entering fail. With
+`wait=False` entering returns at once and the servers come up in the background (their tools
+register as each becomes ready; `starting()` names those still on their first attempt, and
+`settled()` waits for them). Leaving
 stops every supervisor: connections closed, child processes stopped and reaped, registrations
 removed.
 
@@ -52,6 +55,7 @@ class ServerPool:
         on_tools_changed: Callable[[str], None] | None = None,
         backoff: Backoff = DEFAULT_BACKOFF,
         grants: GrantStore | None = None,
+        wait: bool = True,
     ) -> None:
         self._initial = dict(servers)
         self._tools = tools
@@ -63,6 +67,7 @@ class ServerPool:
         """Where OAuth grants live; None: no server is authorized with OAuth."""
         self._supervisors: dict[str, Supervisor] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._wait = wait
         self.relay = Relay()
         """Where server-to-client requests and notifications go (`bridges.mcp.passthrough`)."""
         self.logins = Logins(grants) if grants is not None else None
@@ -75,7 +80,9 @@ class ServerPool:
         await task_group.__aenter__()
         self._task_group = task_group
         try:
-            await self._settle([self._start(key, config) for key, config in self._initial.items()])
+            started = [self._start(key, config) for key, config in self._initial.items()]
+            if self._wait:
+                await self._settle(started)
         except BaseException:
             await self._close()
             raise
@@ -93,6 +100,16 @@ class ServerPool:
     def health(self) -> dict[str, ServerHealth]:
         """The current health of every server, by key."""
         return {key: sup.health for key, sup in self._supervisors.items()}
+
+    def starting(self) -> list[str]:
+        """The servers that have not settled their first attempt yet, by key."""
+        return [key for key, sup in self._supervisors.items()
+                if not sup.settled.is_set() and sup.health.state == "starting"]
+
+    async def settled(self) -> None:
+        """Wait until every server has settled its first attempt (bound it with a cancel
+        scope: a server's first attempt lasts up to its `timeouts.startup`)."""
+        await self._settle(list(self._supervisors.values()))
 
     def connection(self, key: str) -> Connection | None:
         """The live connection of one server, or None (unknown, starting, down)."""

@@ -9,7 +9,9 @@
     │                      the connection is lost)             │
     │ failure:  backoff   (capped exponential + jitter; reset  │
     │                      after sustained uptime), or failed  │
-    │                      when retrying cannot help, or       │
+    │                      when retrying cannot help (also:    │
+    │                      the same start-up failure 5 times   │
+    │                      in a row), or                       │
     │           needs_auth (OAuth: wait for `sidecar auth      │
     │                      login NAME` to store tokens)        │
     └──────────────── loop until stopped ─────────────────────┘
@@ -28,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -63,6 +66,9 @@ from sidecar.permission import PermissionGate
 from sidecar.registry import Scope, Tools
 
 log = logging.getLogger("bridges.mcp")
+
+SAME_FAILURE_LIMIT = 5
+"""Start-up failures alike in a row after which a server is `failed` instead of retried."""
 
 RELIST_DEBOUNCE = 0.1
 LISTEN_RETRY = 1.0
@@ -128,6 +134,9 @@ class Supervisor:
         self._state_changed = anyio.Event()
         self._era: Era | None = None
         self._failures = 0
+        self._last_failure: str | None = None
+        self._same_failures = 0
+        self._stderr_mark = 0
         self._attempts = 0
         self._relist = anyio.Event()
         self._wake = anyio.Event()
@@ -171,6 +180,7 @@ class Supervisor:
         self.caller.redact = self._redact
         self._era = None
         self._failures = 0
+        self._last_failure, self._same_failures = None, 0
         self._restart = True
         self.settled = anyio.Event()
         if self._attempt_scope is not None:
@@ -266,6 +276,7 @@ class Supervisor:
             self._set(restarts=self.health.restarts + 1)
         self._attempts += 1
         self._set(state="starting", retry_at=None)
+        self._stderr_mark = self._stderr.mark()  # errors quote this attempt's stderr only
         self._transport.reset()
         connected_at: float | None = None
         error = ""
@@ -317,7 +328,24 @@ class Supervisor:
         self._failures = 1 if up_for >= self._backoff.reset_after else self._failures + 1
         log.warning("[%s] %s", self.key, error)
         self._set(last_error=error)
+        self._count_same_failure(error if connected_at is None else None)
         return self._backoff.delay(self._failures)
+
+    def _count_same_failure(self, error: str | None) -> None:
+        """A server that fails to start the same way `SAME_FAILURE_LIMIT` times in a row will
+        not start by retrying: it goes to `failed` with the reason. A different failure, or a
+        server that came up, is transient: backoff goes on. Numbers (pids, ports, times) do
+        not make a failure different."""
+        shape = re.sub(r"\d+", "#", error) if error is not None else None
+        if shape is None or shape != self._last_failure:
+            self._last_failure, self._same_failures = shape, (0 if shape is None else 1)
+            return
+        self._same_failures += 1
+        if self._same_failures >= SAME_FAILURE_LIMIT:
+            self._last_failure, self._same_failures = None, 0
+            raise _Permanent(
+                f"{error} (the same failure {SAME_FAILURE_LIMIT} times in a row: not retried "
+                "until its manifest entry changes or the daemon restarts)")
 
     async def _serve(self, connection: Connection) -> None:
         self._connection = connection
@@ -387,7 +415,7 @@ class Supervisor:
             parts.append(self._transport.closing_reason)
         if self._transport.returncode is not None:
             parts.append(f"the server process exited with code {self._transport.returncode}")
-        stderr = self._stderr.last_lines()
+        stderr = self._stderr.since(self._stderr_mark, count=5, max_chars=600)
         if stderr:
             parts.append(f"last stderr: {stderr}")
         return self._redact("; ".join(parts))

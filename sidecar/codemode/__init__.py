@@ -24,7 +24,8 @@ Inside a program (a Python subset run by pydantic-monty in a worker process):
 Modules: `snapshot` (what a request advertises) · `builtins` (the three tools) · `sandbox`
 (the worker pool, limits, cancellation) · `nested` (tool calls through the seam, derived call
 ids) · `catalog` (Python paths) · `search` (ranking) · `stubs` (JSON Schema -> Python) ·
-`program` (run results and errors) · `limits`.
+`program` (run results and errors) · `limits`. Part of the core: may import the core and
+`managed_store` only.
 """
 
 from __future__ import annotations

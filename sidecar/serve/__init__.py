@@ -1,1 +1,7 @@
-"""Frontends: the MCP facade, the native HTTP API, the CLI, and provider replay."""
+"""Frontends: the native HTTP API (`api`, `app`, `/v1`), the MCP facade (`mcp_facade`, `/mcp`
+and stdio), provider replay (`replay`), security and metrics.
+
+May import: the core (`sidecar`), `bridges` (the facade relays upstream MCP traffic) and
+`managed_store`; never the composition root (`sidecar.daemon`): frontends take a
+`sidecar.location.Location` and the store interfaces of `sidecar.stores`.
+"""

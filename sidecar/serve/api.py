@@ -30,7 +30,7 @@ from sidecar.permission_service import UnknownAsk
 from sidecar.pins import NotHeld
 from sidecar.serve.api_bodies import CallBody, ReplyBody, SnapshotBody
 from sidecar.serve.auth_api import AuthApi
-from sidecar.serve.by_definitions import ByDefinitions
+from sidecar.serve.listing_cache import ListingCache
 from sidecar.serve.metrics import CONTENT_TYPE, Metrics
 from sidecar.serve.replay import (
     FORMATS,
@@ -120,11 +120,11 @@ class CallTracker:
 
 
 class DefinitionsCache:
-    """Provider definitions of recent snapshots as JSON (see `by_definitions`): converting
+    """Provider definitions of recent snapshots as JSON (see `listing_cache`): converting
     5,000 schemas, then encoding them (~9 ms here), happens once per registry state."""
 
     def __init__(self, size: int = 32) -> None:
-        self._encoded = ByDefinitions[bytes](size)
+        self._encoded = ListingCache[bytes](size)
 
     def encoded(self, fmt: Format, definitions: Any, *, strict: bool = False) -> bytes:
         """`definitions` in `fmt` as compact JSON."""

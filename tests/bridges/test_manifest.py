@@ -169,3 +169,73 @@ def test_sidecar_check_reports_file_path_and_hint(tmp_path):
     assert "hint:" in res.stdout
     usage = subprocess.run(run, capture_output=True, text=True, check=False)
     assert usage.returncode == 2
+
+
+def test_sidecar_check_fails_on_unknown_keys_with_a_suggestion_unless_allowed(tmp_path):
+    typos = write(tmp_path, "typos.toml", """
+[mcpServer.x]
+command = "y"
+
+[mcpServers.git]
+command = "python"
+argz = ["-m", "mcp_server_git"]
+""")
+    run = [sys.executable, "-m", "sidecar.cli", "check"]
+    strict = subprocess.run([*run, str(typos)], capture_output=True, text=True, check=False)
+    assert strict.returncode == 1, strict.stdout
+    assert (f"note: {typos}: $.mcpServer: unknown top-level key, ignored "
+            "(hint: did you mean 'mcpServers' or 'servers'?)") in strict.stdout
+    assert f"{typos}: $.mcpServers.git.argz: key not used by mcp-sidecar, kept as is " \
+        "(hint: did you mean 'args'?)" in strict.stdout
+    assert "0 error(s), 2 unknown key(s)" in strict.stdout
+    assert "--allow-unknown" in strict.stdout
+    allowed = subprocess.run([*run, "--allow-unknown", str(typos)], capture_output=True,
+                             text=True, check=False)
+    assert allowed.returncode == 0, allowed.stdout
+    assert "2 unknown key(s) (allowed)" in allowed.stdout
+    as_json = subprocess.run([*run, "--json", str(typos)], capture_output=True, text=True,
+                             check=False)
+    assert as_json.returncode == 1
+    assert [p["unknown_key"] for p in json.loads(as_json.stdout)["problems"]] == [True, True]
+    # the daemon still loads the server (a Claude Desktop file's own keys must not stop it)
+    loaded = load_manifests([typos])
+    assert list(loaded.servers) == ["git"] and not loaded.errors
+
+
+def test_misspelt_tool_kind_and_keys_are_errors_that_suggest_the_right_word(tmp_path):
+    typos = write(tmp_path, "tools.toml", """
+[mcpServers.s]
+command = "x"
+timeouts = { startup = 30, cal = 5 }
+
+[tools.shell]
+kind = "shell"
+
+[tools.comand]
+kind = "comand"
+
+[tools.missing]
+description = "no kind"
+
+[tools.v]
+kind = "command"
+description = "d"
+input = { type = "object", properties = {} }
+argv = ["true"]
+progres = true
+""")
+    done = subprocess.run([sys.executable, "-m", "sidecar.cli", "check", str(typos)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    assert f"error: {typos}: $.mcpServers.s.timeouts.cal: unknown key (hint: did you mean " \
+        "'call'?)" in lines
+    assert f"error: {typos}: $.tools.shell.kind: 'shell' is not a manifest tool kind (hint: " \
+        'write kind = "http" or kind = "command")' in lines
+    assert f"error: {typos}: $.tools.comand.kind: 'comand' is not a manifest tool kind " \
+        "(hint: did you mean 'command'?)" in lines
+    assert any(line.startswith(f"error: {typos}: $.tools.missing.kind: kind is missing")
+               for line in lines)
+    assert f"error: {typos}: $.tools.v.progres: unknown key (hint: did you mean " \
+        "'progress'?)" in lines
+    assert "kind is '" not in done.stdout

@@ -183,3 +183,28 @@ async def test_stopping_kills_a_server_that_ignores_its_closed_stdin(
     with anyio.fail_after(5):
         while processes_mentioning(marker):  # noqa: ASYNC110 (polling another process)
             await anyio.sleep(0.05)
+
+
+REPEATING = ("import sys\n"
+             "for _ in range(12): print('config file not found', file=sys.stderr)\n"
+             "print('pid', __import__('os').getpid(), file=sys.stderr)\n"
+             "sys.exit(3)")
+
+
+async def test_the_same_startup_failure_five_times_in_a_row_is_failed(location: Location) -> None:
+    """Backoff is for transient faults: a server that fails the same way again and again
+    (numbers such as its pid aside) goes to `failed` with the reason; its repeated stderr line
+    is shown once with a count."""
+    servers = {"broken": ServerConfig(command=sys.executable, args=["-c", REPEATING])}
+    async with ServerPool(servers, location.tools, backoff=Backoff(initial=0.05, cap=0.1)) \
+            as pool:
+        first = pool.health()["broken"]
+        assert first.state in ("backoff", "starting")
+        assert first.last_error is not None
+        assert "config file not found (x12) | pid " in first.last_error, first.last_error
+        await eventually(lambda: pool.health()["broken"].state == "failed", what="failed")
+        failed = pool.health()["broken"]
+        assert failed.last_error is not None
+        assert "exited with code 3" in failed.last_error
+        assert "the same failure 5 times in a row" in failed.last_error
+        assert failed.restarts == 4  # five attempts, then no more

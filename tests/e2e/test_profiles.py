@@ -228,7 +228,12 @@ async def test_sidecar_stdio_serves_the_named_profile(tmp_path: Path) -> None:
         cwd=str(ROOT),
     )
     async with Client(params, mode="legacy", cache=None, read_timeout_seconds=60) as client:
-        names = await names_of(client)
+        with anyio.fail_after(60):  # the daemon starts its servers in the background
+            for _ in range(100_000):
+                names = await names_of(client)
+                if "alpha_echo" in names:
+                    break
+                await anyio.sleep(0.1)
         assert "alpha_echo" in names and not any(n.startswith("beta_") for n in names)
         guessed = await call(client, "beta_echo", {"text": "x"})
         assert guessed.is_error and "Unknown tool: beta_echo" in guessed.content[0].text

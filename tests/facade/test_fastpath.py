@@ -1,4 +1,4 @@
-"""The stdio fast path (`sidecar.serve.mcp_facade.fastpath`) in-process: which calls it takes,
+"""The stdio fast path (`sidecar.serve.mcp_facade.stdio_fastpath`) in-process: which calls it takes,
 and that its answers are the ones the SDK's path gives."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.memory import create_client_server_memory_streams
 
 from sidecar import Location
-from sidecar.serve.mcp_facade.fastpath import FastCalls
 from sidecar.serve.mcp_facade.server import McpFacade
+from sidecar.serve.mcp_facade.stdio_fastpath import FastCalls
 from tests.facade.conftest import local_tools
 
 pytestmark = pytest.mark.anyio

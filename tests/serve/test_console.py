@@ -210,6 +210,17 @@ def test_reading_a_retained_output_and_filtering_the_history(page: Page, daemon:
     page.fill("input[name=pattern]", "^7777[0-9]$")
     page.click("button:text-is('read')")
     expect(page.locator("pre#text")).to_contain_text("77779")
+    page.fill("input[name=pattern]", "")
+    page.fill("input[name=offset]", "12345")
+    page.fill("input[name=start]", "2")
+    page.fill("input[name=length]", "2")
+    page.click("button:text-is('read')")
+    expect(page.locator("pre#text")).to_have_text("34")  # characters 2-3 of line "12345"
+    expect(page.locator("text=read on from start=4")).to_be_visible()
+    page.fill("input[name=start]", "")
+    page.fill("input[name=length]", "")
+    page.fill("input[name=pattern]", "^7777[0-9]$")
+    page.click("button:text-is('read')")
     shot(page, "managed")
     with page.expect_download() as download:
         page.click("text=download the whole text")

@@ -5,6 +5,9 @@
     login.py      `sidecar auth login`: the loopback callback and one authorization
     attempts.py   logins started inside the daemon (`/v1/auth`, the MCP facade), one per server
     refresher.py  refreshes a server's token before it expires, off the call path
+
+May import: the core (its `TokenStore` interface, never an implementation), `managed_store`
+and the rest of `bridges`.
 """
 
 from bridges.mcp.oauth.providers import Interactive, LoginRequired, SidecarAuth, build_auth

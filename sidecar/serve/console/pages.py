@@ -124,6 +124,21 @@ def tools_page(definitions: Sequence[Any], query: str, profiles: Sequence[str],
     return f"{form}<p>{len(shown)} of {len(definitions)} tools</p>{cards}"
 
 
+def held_changes(changes: Sequence[Any], csrf: str) -> str:
+    """Definition changes held by pinning, each with its diff and an approve button."""
+    if not changes:
+        return ""
+    cards = "".join(
+        f'<form method=post action="/ui/tools/{e(c.name)}/approve" class=card data-held='
+        f'"{e(c.name)}"><input type=hidden name=csrf value="{e(csrf)}"><strong>{e(c.name)}'
+        f'</strong> changed upstream ({e(c.action.replace("_", " "))}, policy {e(c.policy)})'
+        f'<pre>{e(chr(10).join(c.diff))}</pre><button>approve the new definition</button>'
+        f'</form>'
+        for c in changes
+    )
+    return f"<h2>Definition changes waiting for approval</h2>{cards}<h2>Tools</h2>"
+
+
 def asks_page(asks: Sequence[Any], csrf: str) -> str:
     if not asks:
         return '<p class="muted">No permission request is waiting.</p>'
@@ -225,7 +240,10 @@ def managed_page(params: Mapping[str, str], result: str, ref_info: str) -> str:
 
     form = (f"<form method=get class=card>{field('ref', 34)}</label> {field('offset')}</label> "
             f"{field('limit', 6)}</label> {field('pattern', 20)}</label> "
-            f"<button>read</button></form>")
+            f"{field('start', 8)}</label> {field('length', 8)}</label> "
+            f"<button>read</button><p class=muted>by lines: offset (first line) and limit; "
+            f"inside a long line: offset (the line), start and length in characters; or a "
+            f"pattern (RE2)</p></form>")
     ref = params.get("ref")
     download = (f'<p><a href="/ui/managed/{e(ref)}/download">download the whole text</a></p>'
                 if ref else "")

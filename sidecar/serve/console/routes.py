@@ -16,6 +16,7 @@ from managed_store import InvalidRef, ManagedNotFound
 from sidecar.call_history import CallQuery, InvalidQuery
 from sidecar.permission import Reply
 from sidecar.permission_service import RuleScope, UnknownAsk
+from sidecar.pins import NotHeld
 from sidecar.serve.console import pages
 from sidecar.serve.console.auth import ConsoleSession, ConsoleSessions
 from sidecar.stores import EventLog
@@ -62,6 +63,7 @@ class Console:
             Route("/ui", g(self.servers), methods=["GET"]),
             Route("/ui/servers/{name}/login", g(self.server_login), methods=["POST"]),
             Route("/ui/tools", g(self.tools), methods=["GET"]),
+            Route("/ui/tools/{name}/approve", g(self.approve), methods=["POST"]),
             Route("/ui/calls", g(self.calls), methods=["GET"]),
             Route("/ui/calls.jsonl", g(self.export), methods=["GET"]),
             Route("/ui/events", g(self.live), methods=["GET"]),
@@ -138,7 +140,15 @@ class Console:
         query = request.query_params.get("q", "")
         body = pages.tools_page(snapshot.definitions, query, profiles.names(),
                                 chosen or profiles.default_name)
-        return _page("Tools", body, session, "tools")
+        held = pages.held_changes(list(self.location.pins.held.values()), session.csrf)
+        return _page("Tools", held + body, session, "tools")
+
+    async def approve(self, request: Request, session: ConsoleSession) -> Response:
+        try:
+            await self.location.pins.approve(request.path_params["name"])
+        except NotHeld as exc:
+            raise _BadInput(str(exc)) from None
+        return RedirectResponse("/ui/tools", status_code=303)
 
     async def calls(self, request: Request, session: ConsoleSession) -> Response:
         history = self.location.history
@@ -215,7 +225,7 @@ class Console:
 
     async def managed(self, request: Request, session: ConsoleSession) -> Response:
         params = {k: request.query_params.get(k, "") for k in ("ref", "offset", "limit",
-                                                               "pattern")}
+                                                               "pattern", "start", "length")}
         ref = params["ref"].strip()
         if not ref:
             return _page("Managed text", pages.managed_page(params, "", ""), session, "managed")
@@ -224,7 +234,18 @@ class Console:
             info = await store.stat(ref)
             ref_info = (f"<p><code>{pages.e(ref)}</code>: {info.size_bytes} bytes, "
                         f"{info.lines} lines</p>")
-            if params["pattern"]:
+            if params["start"]:  # characters inside line `offset` (a long line)
+                line = _number(params["offset"], "offset", 1, 2**62)
+                start = _number(params["start"], "start", 0, 2**62, minimum=0)
+                chars = await store.read_chars(
+                    ref, line=line, start=start,
+                    length=_number(params["length"], "length", 20_000, 1_000_000))
+                text = chars.text
+                more = ("end of the line" if chars.end_of_line
+                        else f"read on from start={chars.next_start}")
+                ref_info += (f"<p class=muted>line {line}, characters {start}-"
+                             f"{start + len(text) - 1} ({more})</p>")
+            elif params["pattern"]:
                 found = await store.grep(ref, params["pattern"], max_matches=_number(
                     params["limit"], "limit", 100, 10_000))
                 text = "\n".join(f"{m.line}: {m.text}" for m in found.matches)
@@ -264,11 +285,11 @@ class Console:
             "content-disposition": f'attachment; filename="{ref}.txt"'})
 
 
-def _number(raw: str, name: str, default: int, maximum: int) -> int:
+def _number(raw: str, name: str, default: int, maximum: int, minimum: int = 1) -> int:
     if not raw:
         return default
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= maximum:
-        raise _BadInput(f"{name}: a whole number from 1 to {maximum}")
+    if not (raw.isascii() and raw.isdigit()) or not minimum <= int(raw) <= maximum:
+        raise _BadInput(f"{name}: a whole number from {minimum} to {maximum}")
     return int(raw)
 
 

@@ -4,7 +4,11 @@
     routes, lifespan = mcp_http(location)             # `/mcp` of `sidecar serve`
     build_app(location, token=..., extra_routes=routes, extra_lifespan=lifespan)
 
-See `server` (the facade and its relays), `tools`, `upstream`, `sessions`, `transports`.
+See `server` (the SDK route), `fast_answers` (the requests answered without the SDK, and
+which), `stdio_fastpath` + `stdio_pipes` and `http_fastpath` (the fast route on each
+transport), `relays` (upstream servers' traffic to the sessions), `tools`, `upstream`,
+`sessions`, `rounds`, `profile_routes`, `transports`. May import: the core, `bridges.mcp` (MCP
+types of the relayed upstreams) and the rest of `sidecar.serve`.
 """
 
 from sidecar.serve.mcp_facade.server import McpFacade

@@ -1,11 +1,14 @@
-"""`tools/call` and `tools/list` on /mcp without the SDK's streamable HTTP machinery.
+"""On /mcp, the fast route: plain `tools/call` and later `tools/list` answered with one JSON
+body, without the SDK's streamable HTTP machinery. Which route a request takes: the table in
+`fast_answers` (`fast_request` decides, as over stdio); everything not listed below goes to the
+SDK's session manager unchanged.
 
 For one plain `tools/call`, the SDK's stateful transport and runner cost about 6.9 ms of CPU
 (our seam and bridge about 1.7): an SSE response with its own task group, two memory streams
 and a message router per POST, then the JSON-RPC dispatcher, the protocol model validation and
 the result's dump and re-validation. Most of that buys nothing for a call that sends its
 client nothing but its result, so such a call is answered here, as the spec allows, with one
-`application/json` body. The decisions are the stdio fast path's (`fastpath`): the same
+`application/json` body. The decisions are the stdio fast path's (`fast_answers`): the same
 eligibility, the same facade code (`McpFacade.fast_call`, `fast_list`), the same cancellation.
 
 Taken, on a session of the handshake era that has listed tools, from a POST whose
@@ -43,12 +46,14 @@ from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from sidecar import json_depth
-from sidecar.serve.mcp_facade.fastpath import (
+from sidecar.serve.mcp_facade.fast_answers import (
     Asks,
+    FastCall,
+    FastList,
     InFlight,
     ListingJson,
-    call_params,
     cancels,
+    fast_request,
     json_bytes,
     notification_message,
     plain_request,
@@ -69,6 +74,8 @@ class HttpFastPath:
         self.facade = facade
         self.installed = False
         self.handled = 0  # requests answered here
+        self.enabled = True
+        """False: every request takes the SDK's route (to compare the two routes)."""
 
     def install(self, manager: Any) -> None:
         admit = getattr(manager, "_admit_session", None)
@@ -112,7 +119,8 @@ class _Session:
         self._listing = ListingJson()
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["method"] != "POST" or self._transport.is_terminated or not _plain_post(scope):
+        if (not self._path.enabled or scope["method"] != "POST"
+                or self._transport.is_terminated or not _plain_post(scope)):
             await self._sdk(scope, receive, send)
             return
         message = await receive()
@@ -138,30 +146,28 @@ class _Session:
         if request is None:
             return False
         request_id, method, params = request
-        if method == "tools/list":
-            return await self._list(request_id, params, send)
-        state = self._facade.fast_http_session(self._id) if method == "tools/call" else None
-        call = call_params(params) if state is not None else None
-        if state is None or call is None or request_id in self._inflight.tasks:
-            return False  # an id still in flight, reused: the SDK's path answers it
+        facade = self._facade
+        taken = fast_request(
+            facade, lambda listed: facade.fast_http_session(self._id, listed=listed),
+            request_id, method, params, self._inflight)
+        if isinstance(taken, FastList):
+            return await self._list(request_id, taken, send)
+        if not isinstance(taken, FastCall):
+            return False
         self._path.handled += 1
         reply = _Reply(send, self._id, self._asks)
         task = asyncio.current_task()
         assert task is not None
         self._inflight.tasks[request_id] = task
-        work = self._facade.fast_call(state, request_id, *call, channel=reply)
+        work = facade.fast_call(taken.state, request_id, taken.name, taken.arguments,
+                                taken.meta, channel=reply)
         result = await self._inflight.run(request_id, work, reply.fail)
         if result is not None:
             await reply.answer(request_id, result)
         return True
 
-    async def _list(
-        self, request_id: types.RequestId, params: dict[str, Any] | None, send: Send
-    ) -> bool:
-        state = self._facade.fast_http_session(self._id, listed=False)
-        if state is None or (params and set(params) - {"cursor"}):
-            return False
-        body = self._listing.response(request_id, self._facade.fast_list(state))
+    async def _list(self, request_id: types.RequestId, taken: FastList, send: Send) -> bool:
+        body = self._listing.response(request_id, self._facade.fast_list(taken.state))
         if body is None:
             return False
         self._path.handled += 1

@@ -1,8 +1,13 @@
 """`McpFacade`: the Location's registry and upstream servers as one lowlevel MCP `Server`.
 
 One facade serves any number of downstream sessions (stdio: one; HTTP: one per
-`Mcp-Session-Id`), in both protocol eras. See `tools` (tool list/call and the `_meta` keys),
-`upstream` (resources, prompts, completion, namespacing) and `sessions`.
+`Mcp-Session-Id`), in both protocol eras.
+
+Route: this is the SDK's route: every request the fast route does not take (see
+`fast_answers`) arrives here through the SDK server's handlers (`_list_tools`,
+`_call_tool`, ...). The fast route's answers (`FastAnswers`) and the upstream relay
+(`UpstreamRelay`, `relays`) are mixed in from their own modules. See `tools` (tool list/call
+and the `_meta` keys), `upstream` (resources, prompts, completion, namespacing) and `sessions`.
 
 Server-to-client traffic of upstream servers (`bridges.mcp.passthrough`):
 - sampling, elicitation or roots requests. A 2026-07-28 upstream embeds them in an
@@ -27,7 +32,7 @@ from __future__ import annotations
 import logging
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -40,22 +45,19 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
     ListenHandler,
-    PromptsListChanged,
-    ResourcesListChanged,
-    ResourceUpdated,
     ToolsListChanged,
 )
 from mcp.shared.exceptions import MCPError
-from mcp.shared.message import ServerMessageMetadata
-from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from bridges.mcp.passthrough import InflightCall
 from sidecar import tracing
 from sidecar.events import CallProgress, CallSettled
 from sidecar.profiles import UnknownProfile
-from sidecar.serve.by_definitions import ByDefinitions
+from sidecar.serve.listing_cache import ListingCache
 from sidecar.serve.mcp_facade import login_ask, tools, upstream
+from sidecar.serve.mcp_facade.fast_answers import FastAnswers
+from sidecar.serve.mcp_facade.relays import UpstreamRelay, quietly
 from sidecar.serve.mcp_facade.rounds import (
     ROUND_TTL,
     Execution,
@@ -64,7 +66,6 @@ from sidecar.serve.mcp_facade.rounds import (
     request_digest,
 )
 from sidecar.serve.mcp_facade.sessions import (
-    CallChannel,
     DownstreamCall,
     Sessions,
     SessionState,
@@ -82,23 +83,9 @@ MCP_ORIGIN = "mcp:"
 """Label prefix of an MCP server's registration (`bridges.mcp.supervisor`)."""
 CHANGE_DEBOUNCE = 0.05
 Ctx = ServerRequestContext[Any, Any]
-_REQUESTS: dict[str, tuple[Any, Any, types.ClientCapabilities]] = {
-    "sampling/createMessage": (
-        types.CreateMessageRequest, types.CreateMessageResult,
-        types.ClientCapabilities(sampling=types.SamplingCapability()),
-    ),
-    "elicitation/create": (
-        types.ElicitRequest, types.ElicitResult,
-        types.ClientCapabilities(elicitation=types.ElicitationCapability()),
-    ),
-    "roots/list": (
-        types.ListRootsRequest, types.ListRootsResult,
-        types.ClientCapabilities(roots=types.RootsCapability()),
-    ),
-}
 
 
-class McpFacade:
+class McpFacade(FastAnswers, UpstreamRelay):
     """Build with a Location; `server` is the SDK server to run on any transport. Use
     `async with facade.attached():` around serving so registry changes and upstream traffic
     reach the sessions."""
@@ -111,8 +98,8 @@ class McpFacade:
         """The profile served (`sidecar.profiles`; None: the default one)."""
         self.sessions = Sessions(session_id)
         self.bus = InMemorySubscriptionBus()
-        self._listings = ByDefinitions[types.ListToolsResult](4)
-        self._wire_listings = ByDefinitions[dict[str, Any]](4)
+        self._listings = ListingCache[types.ListToolsResult](4)
+        self._wire_listings = ListingCache[dict[str, Any]](4)
         self._subscribers: dict[tuple[str, str], set[str]] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._running: dict[str, Execution] = {}  # by call id
@@ -230,8 +217,32 @@ class McpFacade:
         state = self.sessions.state(ctx)
         snapshot = state.snapshot = self.snapshot(state.id)
         modern = _modern(ctx)
-        return self._listings.get(modern, snapshot.definitions,
-                                  lambda: tools.tool_list(snapshot, modern=modern))
+        listing = self._listings.get(modern, snapshot.definitions,
+                                     lambda: tools.tool_list(snapshot, modern=modern))
+        starting = self.starting()
+        if starting:
+            meta = {**(listing.meta or {}), tools.STARTING_KEY: starting}
+            return listing.model_copy(update={"meta": meta})
+        return listing
+
+    def starting(self) -> list[str]:
+        """The upstream servers still on their first attempt (the daemon starts them in the
+        background): their tools are not listed yet."""
+        sources = self.location.sources
+        pool = sources.pool if sources is not None else None
+        return pool.starting() if pool is not None else []
+
+    async def _settled_snapshot(self, state: SessionState, name: str) -> Snapshot | None:
+        """For a call of a name the session's snapshot lacks while servers are still starting
+        (a client that remembers a tool from before): a fresh snapshot once they have settled
+        their first attempts; None when nothing is starting."""
+        sources = self.location.sources
+        pool = sources.pool if sources is not None else None
+        if pool is None or not pool.starting():
+            return None
+        await pool.settled()  # each first attempt is bounded by the server's timeouts.startup
+        state.snapshot = self.snapshot(state.id)
+        return state.snapshot
 
     async def _call_tool(
         self, ctx: Ctx, params: types.CallToolRequestParams
@@ -242,6 +253,8 @@ class McpFacade:
         snapshot = state.snapshot
         if snapshot is None:
             snapshot = state.snapshot = self.snapshot(state.id)
+        if snapshot.entry(params.name) is None:
+            snapshot = await self._settled_snapshot(state, params.name) or snapshot
         meta: dict[str, Any] = dict(params.meta) if params.meta is not None else {}
         client = ctx.session.client_params
         try:
@@ -264,68 +277,6 @@ class McpFacade:
         finally:
             del self.sessions.calls[call.call_id]
         return await self._result(outcome, snapshot, modern=_modern(ctx))
-
-    # --- the fast paths (see `fastpath`, `http_fastpath`) -------------------------------
-
-    def fast_session(self, *, listed: bool = True) -> SessionState | None:
-        """The stdio session, when its requests may bypass the SDK's runner: handshake era and
-        (for `tools/call`, `listed`) tools listed, so the session has a snapshot."""
-        if not self.sessions.fixed:
-            return None
-        return self._fast(self.sessions.single(), listed)
-
-    def fast_http_session(self, header_id: str, *, listed: bool = True) -> SessionState | None:
-        """`fast_session` for the /mcp session with that `Mcp-Session-Id`."""
-        return self._fast(self.sessions.find(f"mcp-{header_id}"), listed)
-
-    def _fast(self, state: SessionState | None, listed: bool) -> SessionState | None:
-        if state is None or state.modern or state.protocol_version is None:
-            return None
-        if listed and state.snapshot is None:
-            return None
-        return state
-
-    def fast_list(self, state: SessionState) -> dict[str, Any]:
-        """`_list_tools` as the wire result the SDK's runner would send (the same dump and
-        the same protocol-version sieve), cached per registry state and version."""
-        snapshot = state.snapshot = self.snapshot(state.id)
-        version = state.protocol_version or "2025-11-25"
-
-        def build() -> dict[str, Any]:
-            listing = self._listings.get(False, snapshot.definitions,
-                                         lambda: tools.tool_list(snapshot, modern=False))
-            dumped = listing.model_dump(by_alias=True, mode="json", exclude_none=True)
-            return serialize_server_result("tools/list", version, dumped)
-
-        return self._wire_listings.get(version, snapshot.definitions, build)
-
-    async def fast_call(
-        self, state: SessionState, request_id: types.RequestId, name: str,
-        arguments: dict[str, Any], meta: dict[str, Any], channel: CallChannel | None = None,
-    ) -> dict[str, Any]:
-        """`_call_tool` for a plain handshake-era call, answered as the wire result; `channel`:
-        where the call's server-to-client requests and logs go (stdio: `requester`)."""
-        snapshot = state.snapshot
-        assert snapshot is not None  # `fast_session` (listed) said so
-        client = state.session.client_params
-        try:
-            context = tools.call_context(
-                session_id=state.id, request_id=request_id, meta=meta,
-                client_name=client.client_info.name if client is not None else None,
-            )
-        except ValueError as exc:
-            return tools.error_wire(str(exc))
-        if context.call_id in self.sessions.calls:
-            return tools.error_wire(f"call id {context.call_id!r} is already in flight")
-        call = DownstreamCall(context.call_id, state, state.session, request_id, None, channel)
-        self.sessions.calls[call.call_id] = call
-        try:
-            await self._login_first(snapshot, name, call)
-            with tracing.continued(meta):  # a client's `_meta.traceparent`
-                outcome = await snapshot.execute(name, arguments, context)
-        finally:
-            del self.sessions.calls[call.call_id]
-        return await self._result_wire(outcome, snapshot, modern=False)
 
     async def _result(
         self, outcome: Any, snapshot: Snapshot, *, modern: bool
@@ -478,7 +429,7 @@ class McpFacade:
                     now = self.sessions.calls.get(call.call_id, call)
                     if now.progress_token is None:
                         continue
-                    await _quietly(now.session.send_progress_notification(
+                    await quietly(now.session.send_progress_notification(
                         now.progress_token,
                         step,
                         total if isinstance(total, int | float) else None,
@@ -563,156 +514,17 @@ class McpFacade:
         self.sessions.state(ctx)
         for up in self.upstreams.all():
             session = up.connection.client.session
-            await _quietly(session.send_notification(types.RootsListChangedNotification()))
-
-    # --- the upstream relay (bridges.mcp.passthrough.RelayTarget) ------------------------
-
-    def owns(self, calls: Sequence[InflightCall]) -> bool:
-        """Whether one of these calls came from one of this facade's sessions."""
-        return any(inflight.call_id in self.sessions.calls for inflight in calls)
-
-    def _callers(self, calls: Sequence[InflightCall]) -> list[DownstreamCall]:
-        """The latest in-flight call of each downstream session with calls on a server."""
-        latest: dict[str, DownstreamCall] = {}
-        for inflight in calls:
-            call = self.sessions.calls.get(inflight.call_id)
-            if call is not None:
-                latest[call.state.id] = call
-        return list(latest.values())
-
-    async def server_request(
-        self, server: str, calls: Sequence[InflightCall], method: str, params: Any
-    ) -> Any:
-        callers = self._callers(calls)
-        request_type, result_type, capability = _REQUESTS[method]
-        request = request_type(params=params) if params is not None else request_type()
-        if not callers and method == "roots/list":
-            return await self._roots_outside_calls(server, request, capability)
-        if len(callers) != 1:
-            return types.ErrorData(code=types.INVALID_REQUEST, message=(
-                f"{method} from MCP server {server!r} cannot be relayed: "
-                + ("no client session has a call in flight on that server" if not callers else
-                   f"{len(callers)} client sessions have calls in flight on that server, and a "
-                   "2025-era request does not say which one it belongs to")))
-        call = callers[0]
-        if not call.session.check_client_capability(capability):
-            return types.ErrorData(code=types.INVALID_REQUEST, message=(
-                f"{method} from MCP server {server!r}: the client does not support it"))
-        if call.state.modern:  # no server-to-client requests: an input_required round
-            execution = self._running.get(call.call_id)
-            if execution is None:
-                return types.ErrorData(code=types.INVALID_REQUEST, message=(
-                    f"{method} from MCP server {server!r}: the call is not running"))
-            return await execution.ask(request)
-        try:
-            if call.channel is not None:
-                return await call.channel.request(request, result_type)
-            if self.requester is not None:
-                return await self.requester(request, result_type)
-            return await call.session.send_request(
-                request, result_type,
-                metadata=ServerMessageMetadata(related_request_id=call.request_id),
-            )
-        except MCPError as exc:
-            return types.ErrorData(code=exc.code, message=exc.message)
-
-    async def _roots_outside_calls(self, server: str, request: Any, capability: Any) -> Any:
-        """`roots/list` with no call in flight (servers ask at start and after a change): the
-        most recent handshake-era session that has roots answers."""
-        for state in reversed(self.sessions.live()):
-            if not state.modern and state.session.check_client_capability(capability):
-                try:
-                    if self.requester is not None:
-                        return await self.requester(request, types.ListRootsResult)
-                    return await state.session.send_request(request, types.ListRootsResult)
-                except MCPError as exc:
-                    return types.ErrorData(code=exc.code, message=exc.message)
-        return types.ErrorData(code=types.INVALID_REQUEST, message=(
-            f"roots/list from MCP server {server!r}: no connected client has roots"))
-
-    async def server_notification(
-        self, server: str, calls: Sequence[InflightCall], notification: Any
-    ) -> None:
-        if isinstance(notification, types.LoggingMessageNotification):
-            await self._relay_log(calls, notification)
-        elif isinstance(notification, types.ResourceUpdatedNotification):
-            await self._resource_updated(server, str(notification.params.uri))
-        elif isinstance(notification, types.ResourceListChangedNotification):
-            await self._broadcast(types.ResourceListChangedNotification(), ResourcesListChanged())
-        elif isinstance(notification, types.PromptListChangedNotification):
-            await self._broadcast(types.PromptListChangedNotification(), PromptsListChanged())
-
-    async def _relay_log(
-        self, calls: Sequence[InflightCall], notification: types.LoggingMessageNotification
-    ) -> None:
-        """A log line goes to every session with a call in flight on that server (on that
-        call's stream); with none, to the handshake-era sessions that set a log level."""
-        level = notification.params.level
-        callers = self._callers(calls)
-        for call in callers:
-            if not call.state.wants_log(level):
-                continue
-            scoped = call.state.modern or call.request_id is not None
-            if call.channel is not None:
-                await _quietly(call.channel.notify(notification))
-            elif not call.state.modern or _log_opted_in(call, level):
-                await self._note(call.session, notification,
-                                 call.request_id if scoped else None, modern=call.state.modern)
-        if callers:
-            return
-        for state in self.sessions.live():
-            if not state.modern and state.log_level is not None and state.wants_log(level):
-                await self._note(state.session, notification)
-
-    async def _resource_updated(self, server: str, uri: str) -> None:
-        holders = self._subscribers.get((server, uri), set())
-        up = self.upstreams.by_key(server)
-        outward = up.uri_out(uri) if up is not None else uri
-        for state in self.sessions.live():
-            if state.id in holders and not state.modern:
-                await self._note(state.session, types.ResourceUpdatedNotification(
-                    params=types.ResourceUpdatedNotificationParams(uri=outward)))
-        await self.bus.publish(ResourceUpdated(uri=outward))
-
-    async def _broadcast(self, notification: Any, event: Any) -> None:
-        for state in self.sessions.live():
-            if not state.modern:
-                await self._note(state.session, notification)
-        await self.bus.publish(event)
-
-    async def _note(
-        self, session: Any, notification: Any, related: types.RequestId | None = None, *,
-        modern: bool = False,
-    ) -> None:
-        """A notification to a client; to a handshake-era client on stdio through the transport
-        wrapper (the SDK's per-request sessions stop writing once their request is answered)."""
-        if self.notifier is not None and not modern:
-            await _quietly(self.notifier(notification))
-        else:
-            await _quietly(session.send_notification(notification, related_request_id=related))
+            await quietly(session.send_notification(types.RootsListChangedNotification()))
 
 
 def _modern(ctx: Ctx) -> bool:
     return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
 
 
-def _log_opted_in(call: DownstreamCall, level: str) -> bool:
-    allowed: frozenset[str] = getattr(call.session, "_allowed_log_levels", frozenset())
-    return level in allowed
-
-
 def _compact(value: Any) -> str:
     import json
 
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
-
-
-async def _quietly(awaitable: Any) -> None:
-    """A push to a client that may be gone: failures are logged, never raised."""
-    try:
-        await awaitable
-    except Exception as exc:
-        log.debug("could not notify an MCP client: %r", exc)
 
 
 def new_session_id() -> str:

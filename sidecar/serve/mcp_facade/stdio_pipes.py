@@ -5,7 +5,8 @@ message written is a round trip to a worker thread, which cost the facade more C
 than the whole seam. When stdin and stdout are pipes or sockets (how an agent spawns an MCP
 server), this transport reads and writes them on the event loop instead:
 
-    stdin  --LineFramer--> JSON --(FastCalls.take_raw)--> fast path, answered as raw JSON lines
+    stdin  --LineFramer--> JSON --(FastCalls.take_raw)--> fast route (which requests: see
+                                 \\                      `fast_answers`), answered as JSON lines
                                  \\-> JSON-RPC model --memory stream--> the SDK server
     stdout <--one line per write-- fast answers, and the SDK server's messages (model dump)
 

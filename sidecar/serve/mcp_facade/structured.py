@@ -67,8 +67,7 @@ async def bound_structured(
     if entry is not None and entry.tool.bounds is not None:
         bounds = entry.tool.bounds.over(bounds)
     encoded = pydantic_core.to_json(value).decode()
-    text_bytes = sum(utf8_length(t.get("text", "")) + utf8_length(
-        t.get("resource", {}).get("text", "")) for t in wire["content"])
+    text_bytes = sum(_visible_bytes(item) for item in wire["content"])
     if text_bytes + len(encoded.encode()) <= bounds.bytes_limit:
         wire["structuredContent"] = value
         return wire
@@ -108,6 +107,19 @@ async def _bound_again(
     managed = wire.setdefault("_meta", {}).setdefault(f"{META_PREFIX}managed", [])
     managed.append({"ref": ref.id, "size_bytes": ref.size_bytes, "lines": ref.lines})
     return mcp_content(apply_preview(content, joined, plan, ref.id))
+
+
+def _visible_bytes(item: dict[str, Any]) -> int:
+    """Bytes of a wire content item a model reads as text (media: none)."""
+    kind = item.get("type")
+    if kind == "text":
+        return utf8_length(item.get("text", ""))
+    if kind == "resource":
+        return utf8_length(item.get("resource", {}).get("text", "") or "")
+    if kind == "resource_link":
+        return sum(utf8_length(str(item.get(key) or ""))
+                   for key in ("uri", "name", "description", "mimeType")) + 24
+    return 0
 
 
 def _ours(item: dict[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,9 @@ log = logging.getLogger("sidecar.mcp")
 CALL_ID_KEY = "io.mcp-sidecar/call_id"
 MESSAGE_ID_KEY = "io.mcp-sidecar/message_id"
 AGENT_KEY = "io.mcp-sidecar/agent"
+STARTING_KEY = "io.mcp-sidecar/starting"
+"""In a `tools/list` result's `_meta`: the upstream servers still starting (their tools are not
+listed yet; a `list_changed` follows when each is ready)."""
 DEFAULT_AGENT = "mcp-client"
 
 

@@ -2,7 +2,13 @@
 
 HTTP is stateful streamable HTTP with SSE responses (progress and server-to-client requests
 ride the call's own stream; `tools/list_changed` the session's GET stream); plain tool calls
-and listings are answered with JSON bodies by `http_fastpath`. Security (bearer
+and listings are answered with JSON bodies by `http_fastpath`.
+
+Which route a request takes, on both transports: plain `tools/call` (once tools are listed) and
+later `tools/list` of a 2025-era session take the fast route (`fast_answers`: the table and the
+reasons; stdio: `stdio_fastpath`, HTTP: `http_fastpath`); every other request takes the SDK's
+route into `McpFacade` (`server`). Both give the same bytes
+(`tests/facade/test_fast_answers_contract.py`). Security (bearer
 token, Host/Origin) is the app's `SecurityMiddleware`: the SDK's own DNS-rebinding check is off
 so that one policy applies to every route.
 """
@@ -25,10 +31,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sidecar import json_depth
 from sidecar.json_depth import JsonTooDeep
-from sidecar.serve.mcp_facade.fastpath import FastCalls
 from sidecar.serve.mcp_facade.http_fastpath import HttpFastPath
 from sidecar.serve.mcp_facade.profile_routes import ProfileEndpoints, http_manager
 from sidecar.serve.mcp_facade.server import McpFacade, new_session_id
+from sidecar.serve.mcp_facade.stdio_fastpath import FastCalls
 from sidecar.serve.mcp_facade.stdio_pipes import pipe_wire, pipes_available
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ Wire values are derived here, at this one boundary, from the canonical definitio
 
 Modules: `definitions` and `results` (one function per format each), `gemini_schema` (Gemini's
 OpenAPI subset), `openai_strict` (OpenAI strict mode and its inverse for call arguments),
-`schema_refs` (local `$ref` resolution shared by both).
+`schema_refs` (local `$ref` resolution shared by both). May import: the core only.
 """
 
 from sidecar.serve.replay.definitions import definitions_for, mcp_output_schema

@@ -1,4 +1,5 @@
-"""Where CLI commands run: an embedded Location, or a running daemon over `/v1`."""
+"""Where a CLI command runs (its target): an embedded Location, or a running daemon over `/v1`
+(`sidecar.cli` picks one; `Backend` is what both offer)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,12 @@ if TYPE_CHECKING:
 
 
 class Unreachable(Exception):
-    """The configured daemon does not answer."""
+    """The configured daemon does not answer. `refused`: nothing was listening (no request
+    reached it), so asking again, of another daemon, is safe."""
+
+    def __init__(self, message: str, *, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 class Refused(Exception):
@@ -165,7 +171,8 @@ class RemoteBackend:
         try:
             response = await self._client.request(method, path, **kwargs)
         except httpx.TransportError as exc:
-            raise Unreachable(f"the daemon at {self._url} is unreachable: {exc}") from None
+            raise Unreachable(f"the daemon at {self._url} is unreachable: {exc}",
+                              refused=isinstance(exc, httpx.ConnectError)) from None
         if response.status_code >= 400:
             try:
                 error = response.json()["error"]

@@ -5,7 +5,7 @@ unchanged, so the identities of a snapshot's definitions (kept alive in the entr
 computed from them: provider listings for `/v1`, the MCP facade's `tools/list`. Converting
 5,000 schemas on every request was most of a listing's time.
 
-    cache = ByDefinitions[list[dict]]()
+    cache = ListingCache[list[dict]]()
     wire = cache.get(("openai", False), snapshot.definitions, lambda: convert(...))
 """
 
@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 T = TypeVar("T")
 
 
-class ByDefinitions(Generic[T]):
+class ListingCache(Generic[T]):
     """The last `size` values, each keyed by a tag and its definitions' identities. Cached
     values are shared: callers only serialize them, never change them."""
 
