@@ -5,6 +5,7 @@
     sidecar stdio [--standalone]                      an MCP client's door to the daemon
     sidecar daemon [--idle-exit S]                    the daemon on its local doors only
     sidecar client-config CLIENT [--install]          an MCP client's configuration
+    sidecar stop                                      stop the state directory's daemon
     sidecar tools [--format mcp|openai|anthropic|gemini] [--json]
     sidecar call NAME [--input JSON] [--json]         one call through the seam
     sidecar managed read REF [--offset N] [--limit N] [--pattern RE] [--start C] [--length N]
@@ -380,6 +381,8 @@ def _main(argv: Sequence[str] | None) -> int:
         from sidecar.daemon import open_token_store
 
         return int(_run(cli_tokens.run(args, _state_dir(args), open_token_store)))
+    if args.command == "stop":
+        return _stop(args)
     if args.command == "client-config":
         from sidecar.client_config import run as client_config
 
@@ -439,6 +442,20 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(EXIT_OK)
+
+
+def _stop(args: argparse.Namespace) -> int:
+    from sidecar.local_door import DoorError, stop_daemon
+
+    state = _state_dir(args)
+    try:
+        info = stop_daemon(state)
+    except DoorError as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return EXIT_TOOL_ERROR
+    print(f"sidecar: stopped the {info.describe()}" if info is not None
+          else f"sidecar: no daemon runs on {state}", file=sys.stderr)
+    return EXIT_OK
 
 
 def _run_daemon(args: argparse.Namespace) -> int:

@@ -88,6 +88,8 @@ def build_parser(description: str) -> argparse.ArgumentParser:
                       help="with --start: how many characters (default: as many as fit)")
     sub.add_parser("health", parents=[client], help="per-server status")
     client_config.add_parser(sub, [common])
+    sub.add_parser("stop", parents=[common],
+                   help="stop the daemon that owns the state directory (and its servers)")
     cli_tokens.add_parser(sub, common)
     cli_calls.add_parser(sub, client)
     check = sub.add_parser("check", help="validate manifests without starting anything")

@@ -4,8 +4,10 @@ authentication, and a daemon out of descriptors reports `operational`, not `tool
 from __future__ import annotations
 
 import json
+import os
 import resource
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,8 +79,20 @@ def test_half_sent_headers_and_bodies_time_out(limited: Daemon) -> None:
     assert "Traceback" not in limited.log()
 
 
+LOW_FILES = 160
+
+
 def _few_descriptors() -> None:
-    resource.setrlimit(resource.RLIMIT_NOFILE, (160, 160))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (LOW_FILES, LOW_FILES))
+
+
+def _wait_for_descriptors(pid: int, count: int) -> None:
+    """Until the daemon holds `count` descriptors: the kernel completes connections before
+    the daemon accepts them, and the call must come after they are accepted."""
+    deadline = time.monotonic() + 60
+    while len(os.listdir(f"/proc/{pid}/fd")) < count:
+        assert time.monotonic() < deadline, len(os.listdir(f"/proc/{pid}/fd"))
+        time.sleep(0.05)
 
 
 def test_a_daemon_out_of_descriptors_reports_operational(tmp_path: Path) -> None:
@@ -90,6 +104,7 @@ def test_a_daemon_out_of_descriptors_reports_operational(tmp_path: Path) -> None
         with daemon.client() as client:  # one kept-alive connection, opened first
             snap = client.post("/v1/snapshots", json={"session_id": "s"}).json()
             idle.extend(_connect(daemon) for _ in range(200))  # kept as they open
+            _wait_for_descriptors(daemon.proc.pid, LOW_FILES - 5)
             call = client.post(f"/v1/snapshots/{snap['id']}/calls", json={
                 "name": "text", "input": {"line": "x", "count": 1},
                 "context": {"session_id": "s", "agent": "a", "message_id": "m",
