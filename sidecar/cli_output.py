@@ -1,5 +1,7 @@
-"""How `sidecar` commands print: outcomes, tool lists and health (plain text on a terminal,
-with colour unless `NO_COLOR`; `--json` prints the value itself)."""
+"""What CLI commands print, and the exit status they end with (part of the CLI's contract;
+`sidecar.cli` re-exports the statuses): an outcome, a tool list, a health report, in colour on
+a terminal (`Style`, off with `NO_COLOR`) or as JSON with `--json`.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ import os
 import sys
 from typing import Any
 
-EXIT_OK, EXIT_TOOL_ERROR = 0, 1
+EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_STATE_IN_USE, EXIT_ADDRESS_IN_USE = 4, 5
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a process killed by SIGPIPE (128 + 13)
 
 
 class Style:
@@ -50,7 +54,7 @@ def print_tools(tools: list[dict[str, Any]], args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _state_line(state: dict[str, Any]) -> str:
+def state_line(state: dict[str, Any]) -> str:
     """The state directory's size by part, then what pruning and eviction removed."""
     parts = ", ".join(f"{part} {size / 1e6:.1f} MB" for part, size in state["bytes"].items())
     up = state.get("upkeep", {})
@@ -77,7 +81,7 @@ def print_health(report: dict[str, Any], as_json: bool) -> int:
     print(f"status: {style(report['status'], colour)}  tools: {report['tools']}  "
           f"store: {report['store']['objects']} objects, {report['store']['bytes']:,} bytes")
     if report.get("state"):
-        print(_state_line(report["state"]))
+        print(state_line(report["state"]))
     for name, server in sorted(report.get("servers", {}).items()):
         state = server.get("state", "?")
         mark = style(state, "32" if state == "ready" else "31")
@@ -85,7 +89,7 @@ def print_health(report: dict[str, Any], as_json: bool) -> int:
         print(f"  {name}: {mark}, {server.get('tool_count', 0)} tools{error}")
     for ref, plugin in sorted(report.get("plugins", {}).items()):
         print(f"  plugin {ref}: {plugin['state']}")
-    reasons = _degraded_reasons(report)
+    reasons = degraded_reasons(report)
     if reasons:
         print("degraded because:")
         for reason in reasons:
@@ -93,7 +97,7 @@ def print_health(report: dict[str, Any], as_json: bool) -> int:
     return EXIT_OK if report["status"] == "ok" else EXIT_TOOL_ERROR
 
 
-def _degraded_reasons(report: dict[str, Any]) -> list[str]:
+def degraded_reasons(report: dict[str, Any]) -> list[str]:
     """Why `status` is "degraded", one plain sentence each."""
     reasons = []
     for name, server in sorted(report.get("servers", {}).items()):
