@@ -42,7 +42,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bridges.manifest import load_manifests, manifest_json_schema
+from bridges.manifest import load_manifests
+from bridges.manifest_schema import manifest_json_schema
 from bridges.manifest_tools import manifest_tool_validator
 from sidecar import cli_calls, cli_tokens
 from sidecar.cli_output import (  # the exit statuses are part of the CLI's contract
