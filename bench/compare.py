@@ -192,19 +192,25 @@ async def mcp_client(target: Any, *, http_headers: dict[str, str] | None = None)
             yield client
 
 
-async def find_tool(client: Any, suffix: str) -> str:
-    tools: list[str] = []
-    cursor = None
+async def find_tool(client: Any, suffix: str, patience: float = 120.0) -> str:
+    """The listed tool named `suffix` or `*_suffix`; a sidecar daemon starts its servers in
+    the background, so this lists again (for up to `patience` s) until it appears."""
+    deadline = time.monotonic() + patience
     while True:
-        page = await client.list_tools(cursor=cursor)
-        tools += [t.name for t in page.tools]
-        cursor = page.next_cursor
-        if cursor is None:
-            break
-    for name in tools:
-        if name == suffix or name.endswith("_" + suffix) or name.endswith("-" + suffix):
-            return name
-    raise RuntimeError(f"no tool *{suffix} in {tools[:10]}")
+        tools: list[str] = []
+        cursor = None
+        while True:
+            page = await client.list_tools(cursor=cursor)
+            tools += [t.name for t in page.tools]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        for name in tools:
+            if name == suffix or name.endswith("_" + suffix) or name.endswith("-" + suffix):
+                return name
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no tool *{suffix} in {tools[:10]}")
+        await asyncio.sleep(0.1)
 
 
 async def call(client: Any, name: str, arguments: dict[str, Any]) -> Any:

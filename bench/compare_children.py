@@ -288,8 +288,9 @@ async def startup(servers: int, upstream: str) -> None:
 
 async def launch_seconds(tree: Path, manifests: Path, state: Path, servers: int) -> float:
     """Seconds from starting `python -P -m sidecar.cli stdio` from source tree `tree` (on
-    `PYTHONPATH`; this venv's packages) until its `tools/list` answer, over its stdin/stdout,
-    lists the `echo` of each of the `servers` upstreams `write_manifest` named."""
+    `PYTHONPATH`; this venv's packages) until a `tools/list` answer, over its stdin/stdout,
+    lists the `echo` of each of the `servers` upstreams `write_manifest` named (the daemon
+    starts them in the background: it lists again after each `list_changed`)."""
     requests = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {},
@@ -306,18 +307,26 @@ async def launch_seconds(tree: Path, manifests: Path, state: Path, servers: int)
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(b"".join(json.dumps(r).encode() + b"\n" for r in requests))
     await proc.stdin.drain()
-    while True:
+    keys = ["up"] if servers == 1 else [f"up{i:02d}" for i in range(servers)]
+    asked = 2
+    while True:  # servers start in the background: list again on each list_changed
         line = await proc.stdout.readline()
         if not line:
             raise SystemExit(f"sidecar stdio from {tree} exited before answering tools/list")
         message = json.loads(line)
-        if message.get("id") == 2:
-            break
+        if message.get("method") == "notifications/tools/list_changed":
+            asked += 1
+            proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": asked,
+                                         "method": "tools/list"}).encode() + b"\n")
+            await proc.stdin.drain()
+        elif message.get("id") == asked:
+            names = {tool["name"] for tool in message.get("result", {}).get("tools", [])}
+            if all(f"{key}_echo" in names for key in keys) or not message.get(
+                    "result", {}).get("_meta", {}).get("io.mcp-sidecar/starting"):
+                break
     ready = time.perf_counter() - start
     proc.stdin.close()
     await proc.wait()
-    names = {tool["name"] for tool in message.get("result", {}).get("tools", [])}
-    keys = ["up"] if servers == 1 else [f"up{i:02d}" for i in range(servers)]
     missing = [key for key in keys if f"{key}_echo" not in names]
     if missing:
         raise SystemExit(f"tools/list lacks the echo of {missing}: {sorted(names)[:5]}")

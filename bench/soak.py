@@ -288,10 +288,11 @@ async def call_tool(client: Any, name: str, arguments: dict[str, Any]) -> Any:
 
 
 async def tool_names(client: Any) -> tuple[str, str]:
-    names = [t.name for t in (await client.list_tools()).tools]
-    echo = next(n for n in names if n.endswith("echo"))
-    big = next(n for n in names if n.endswith("big"))
-    return echo, big
+    """The upstream's echo and big (listed again until they appear: the daemon starts its
+    servers in the background)."""
+    from compare import find_tool
+
+    return await find_tool(client, "echo"), await find_tool(client, "big")
 
 
 async def caller(daemon: Daemon, client: Any, names: tuple[str, str], k: int, deadline: float,
