@@ -24,7 +24,6 @@ import asyncio
 import json
 import logging
 import math
-import os
 import queue
 import sqlite3
 import threading
@@ -37,6 +36,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from sidecar.content import TextContent
 from sidecar.outcome import Outcome
+from sidecar.state_dir import PRIVATE_DIR_MODE, create_private_file
 from sidecar.tool import ToolContext
 
 T = TypeVar("T")
@@ -345,9 +345,8 @@ class SqliteCallHistory:
             await asyncio.sleep(interval)
 
     def _connect(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        if not self._path.exists():
-            os.close(os.open(self._path, os.O_CREAT | os.O_WRONLY, 0o600))
+        self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        create_private_file(self._path)  # 0600 from the start; SQLite's -wal/-shm follow it
         db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")

@@ -35,6 +35,7 @@ import contextlib
 import fcntl
 import json
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -182,6 +183,27 @@ def already_owned(state: Path) -> str:
             + (f" ({info.describe()})" if info is not None else "")
             + "; one daemon per state directory: `sidecar health` talks to it; stop it, or use "
             "another --state-dir")
+
+
+def stop_daemon(state: Path, timeout: float = 30.0) -> DaemonInfo | None:
+    """`sidecar stop`: SIGTERM the daemon that owns `state` and wait until it has exited
+    (it stops its upstream servers first); the daemon it stopped, None when none ran. Raises
+    `DoorError` when it is still running after `timeout` seconds."""
+    info = read_info(state)
+    if info is None:
+        return None
+    try:
+        os.kill(info.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return info
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(info.pid, 0)
+        except ProcessLookupError:
+            return info
+        time.sleep(0.05)
+    raise DoorError(f"the {info.describe()} is still running {timeout:g} s after SIGTERM")
 
 
 # --- finding or starting the daemon --------------------------------------------------------

@@ -198,3 +198,14 @@ def test_sigterm_stops_an_on_demand_daemon_and_its_upstream(setup):
     while _alive([pid]) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive([pid]) and not _alive(spawned(setup["events"]))
+
+
+def test_sidecar_stop_stops_the_daemon_and_its_upstream_and_says_which(setup):
+    assert cli("tools", env=setup["env"]).returncode == 0
+    pid = daemon_pid(setup["state"])
+    stopped = cli("stop", env=setup["env"])
+    assert stopped.returncode == 0
+    assert f"sidecar: stopped the daemon pid {pid} on " in stopped.stderr, stopped.stderr
+    assert not _alive([pid]) and not _alive(spawned(setup["events"]))  # gone when it returns
+    again = cli("stop", env=setup["env"])
+    assert again.returncode == 0 and "no daemon runs on" in again.stderr

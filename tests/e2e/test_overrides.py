@@ -124,3 +124,35 @@ async def test_a_rename_that_collides_fails_the_reload_naming_both(tmp_path: Pat
         # the last good overrides keep serving
         names = loc.snapshot().names
         assert "say" in names and "alpha_fail" in names
+
+
+EVERYTHING = (Path(__file__).resolve().parents[2] / ".deps" / "npm" / "node_modules" /
+              "@modelcontextprotocol" / "server-everything" / "dist" / "index.js")
+
+
+async def test_an_override_reshapes_a_published_server_tool(tmp_path: Path) -> None:
+    """server-everything (npm): its echo renamed, its only argument fixed."""
+    assert EVERYTHING.exists(), "run scripts/bootstrap-servers first"
+    directory = tmp_path / "m"
+    directory.mkdir()
+    (directory / "ev.toml").write_text(f"""
+[mcpServers.ev]
+command = "node"
+args = [{json.dumps(str(EVERYTHING))}, "stdio"]
+
+[tools.overrides."ev_echo"]
+name = "shout"
+description = "Say the fixed line."
+hidden = {{ message = "fixed by the override" }}
+""")
+    async with Location.open(tmp_path, state_dir=tmp_path / "s", manifests=[directory]) as loc:
+        with anyio.fail_after(60):
+            while "shout" not in loc.snapshot(keep=False).names:  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        shout = next(d for d in loc.snapshot().definitions if d.name == "shout")
+        assert shout.description == "Say the fixed line."
+        assert "message" not in shout.input_schema.get("properties", {})
+        done = await loc.snapshot().execute("shout", {}, ctx("ev1"))
+        assert done.status == "completed", done
+        assert done.content[0].text == "Echo: fixed by the override"
+        assert "ev_echo" not in loc.snapshot().names

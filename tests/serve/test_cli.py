@@ -115,6 +115,9 @@ progress = true
     assert call.returncode == 0, call.stderr
     assert "tick 3" in call.stdout
     assert '"line"' in call.stderr and "tick" in call.stderr  # progress snapshots were shown
+    # not a terminal: one plain line per snapshot, no escape codes
+    assert "\x1b" not in call.stderr and "\r" not in call.stderr
+    assert any(line.startswith("progress: {") for line in call.stderr.splitlines())
 
 
 def _in_subprocess(script: str, stdin: int | None = None) -> dict[str, Any]:
