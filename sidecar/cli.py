@@ -42,11 +42,22 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bridges.manifest import load_manifests, manifest_json_schema
+from bridges.manifest import load_manifests
+from bridges.manifest_schema import manifest_json_schema
 from bridges.manifest_tools import manifest_tool_validator
-from sidecar import cli_calls, cli_tokens, client_config
-from sidecar.local_door import DEFAULT_IDLE_EXIT, OwnerLock
-from sidecar.serve.replay import FORMATS
+from sidecar import cli_calls, cli_tokens
+from sidecar.cli_output import (  # the exit statuses are part of the CLI's contract
+    EXIT_ADDRESS_IN_USE as EXIT_ADDRESS_IN_USE,
+)
+from sidecar.cli_output import EXIT_BROKEN_PIPE as EXIT_BROKEN_PIPE
+from sidecar.cli_output import EXIT_OK as EXIT_OK
+from sidecar.cli_output import EXIT_STATE_IN_USE as EXIT_STATE_IN_USE
+from sidecar.cli_output import EXIT_TOOL_ERROR as EXIT_TOOL_ERROR
+from sidecar.cli_output import EXIT_UNREACHABLE as EXIT_UNREACHABLE
+from sidecar.cli_output import EXIT_USAGE as EXIT_USAGE
+from sidecar.cli_output import Style, print_health, print_outcome, print_tools
+from sidecar.cli_parser import build_parser
+from sidecar.local_door import OwnerLock
 from sidecar.serve.serve_policy import UnsafeConfiguration
 from sidecar.state_dir import UnsafeStateDir, prepare_state_dir
 
@@ -57,116 +68,6 @@ if TYPE_CHECKING:
 # commands that need it, after `serve` and `stdio` have spawned their stdio servers
 # (`_import_daemon`): those start on another core while the imports run.
 
-EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
-EXIT_STATE_IN_USE, EXIT_ADDRESS_IN_USE = 4, 5
-EXIT_BROKEN_PIPE = 141  # what a shell reports for a process killed by SIGPIPE (128 + 13)
-
-
-def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--state-dir", help="state directory (default: $SIDECAR_STATE_DIR or "
-                        "$XDG_STATE_HOME/mcp-sidecar)")
-    common.add_argument("--manifests", action="append", default=None, metavar="DIR",
-                        help="manifest directory or file (repeatable; default "
-                        "$SIDECAR_MANIFESTS, else the bundled manifests/ directory)")
-    common.add_argument("--no-manifests", action="store_true",
-                        help="load no manifests (not even the bundled ones)")
-    common.add_argument("--json", action="store_true", help="machine-readable output")
-    idle = argparse.ArgumentParser(add_help=False)
-    idle.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
-                      help="a daemon started on demand exits after this long without clients "
-                      f"(default $SIDECAR_IDLE_EXIT or {DEFAULT_IDLE_EXIT:g})")
-    client = argparse.ArgumentParser(add_help=False, parents=[common, idle])
-    client.add_argument("--url", default=None,
-                        help="a running daemon (default $SIDECAR_URL, or the state directory's)")
-    client.add_argument("--embedded", action="store_true",
-                        help="run an embedded daemon even when one is running")
-
-    parser = argparse.ArgumentParser(prog="sidecar", description=__doc__.split("\n")[0])
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve_p = sub.add_parser("serve", parents=[common], help="run the daemon over HTTP")
-    serve_p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    serve_p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any)")
-    serve_p.add_argument("--no-auth", action="store_true",
-                         help="serve without a bearer token (explicitly insecure)")
-    serve_p.add_argument("--allow-no-auth-on-network", action="store_true",
-                         help="accept --no-auth on an address that is not loopback")
-    serve_p.add_argument("--allow-weak-token", action="store_true",
-                         help="accept a bearer token of less than 256 bits of estimated "
-                         "entropy (also $SIDECAR_ALLOW_WEAK_TOKEN=1)")
-    serve_p.add_argument("--allowed-host", action="append", default=[], metavar="HOST",
-                         help="an extra Host/Origin name to accept (repeatable)")
-    stdio_p = sub.add_parser("stdio", parents=[common, idle],
-                             help="serve an MCP client on stdin/stdout from the state's daemon")
-    stdio_p.add_argument("--standalone", action="store_true",
-                         help="serve this client from this process alone (no shared daemon)")
-    daemon_p = sub.add_parser("daemon", parents=[common, idle],
-                              help="run the daemon on its local doors only (Unix sockets)")
-    daemon_p.add_argument("--no-auth", action="store_true", help=argparse.SUPPRESS)
-    stdio_p.add_argument("--profile", default=os.environ.get("SIDECAR_PROFILE") or None,
-                         help="serve this profile's tools (default $SIDECAR_PROFILE, else the "
-                         "default profile)")
-    tools = sub.add_parser("tools", parents=[client], help="list the effective tools")
-    tools.add_argument("--format", choices=FORMATS, default=None,
-                       help="print definitions in a provider format (JSON)")
-    tools.add_argument("approve", nargs="*", metavar="approve NAME",
-                       help="accept the changed upstream definition of tool NAME (pinning; "
-                       "needs the running daemon)")
-    call = sub.add_parser("call", parents=[client], help="call one tool through the seam")
-    call.add_argument("name")
-    call.add_argument("--input", default="{}",
-                      help="the tool input as JSON (default {}); @FILE reads it from a file, "
-                      "- from stdin")
-    call.add_argument("--session", default="cli", help="session id (default: cli)")
-    call.add_argument("--call-id", default=None, help="call id (default: a fresh one)")
-    call.add_argument("--progress", action="store_true",
-                      help="show progress on stderr even when it is not a terminal (then as "
-                      "plain lines)")
-    managed = sub.add_parser("managed", help="retained text")
-    managed_sub = managed.add_subparsers(dest="managed_command", required=True)
-    read = managed_sub.add_parser("read", parents=[client], help="read retained text")
-    read.add_argument("ref")
-    read.add_argument("--offset", type=int, default=1, help="first line, 1-based")
-    read.add_argument("--limit", type=int, default=200, help="number of lines")
-    read.add_argument("--pattern", default=None, help="regular expression to search for")
-    read.add_argument("--start", type=int, default=None,
-                      help="read inside line --offset from this character (0-based)")
-    read.add_argument("--length", type=int, default=None,
-                      help="with --start: how many characters (default: as many as fit)")
-    sub.add_parser("health", parents=[client], help="per-server status")
-    client_config.add_parser(sub, [common])
-    sub.add_parser("stop", parents=[common],
-                   help="stop the daemon that owns the state directory (and its servers)")
-    cli_tokens.add_parser(sub, common)
-    cli_calls.add_parser(sub, client)
-    check = sub.add_parser("check", help="validate manifests without starting anything")
-    check.add_argument("files", nargs="*", metavar="FILE", help="manifest files or directories")
-    check.add_argument("--schema", action="store_true", help="print the manifest JSON Schema")
-    check.add_argument("--json", action="store_true", help="machine-readable output")
-    check.add_argument("--allow-unknown", action="store_true",
-                       help="do not fail on keys mcp-sidecar does not know (they are ignored)")
-    auth = sub.add_parser("auth", help="OAuth logins of HTTP servers (see sidecar.cli_auth)")
-    auth_sub = auth.add_subparsers(dest="auth_command", required=True)
-    login_p = auth_sub.add_parser("login", parents=[common], help="authorize one server")
-    login_p.add_argument("name")
-    login_p.add_argument("--no-browser", action="store_true",
-                         help="print the authorization URL on stdout instead of opening it")
-    status_p = auth_sub.add_parser("status", parents=[common], help="authorization per server")
-    status_p.add_argument("name", nargs="?")
-    logout_p = auth_sub.add_parser("logout", parents=[common],
-                                   help="revoke and forget one server's tokens")
-    logout_p.add_argument("name")
-    return parser
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("mcp-sidecar")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 BUNDLED_MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
@@ -243,14 +144,6 @@ def _read_input(raw: str) -> str:
     return raw
 
 
-class Style:
-    def __init__(self, stream: Any) -> None:
-        self.on = bool(getattr(stream, "isatty", lambda: False)()) and "NO_COLOR" not in os.environ
-
-    def __call__(self, text: str, code: str) -> str:
-        return f"\033[{code}m{text}\033[0m" if self.on else text
-
-
 def _check(args: argparse.Namespace) -> int:
     if args.schema:
         print(json.dumps(manifest_json_schema(), indent=2, sort_keys=True))
@@ -284,98 +177,6 @@ def _check(args: argparse.Namespace) -> int:
     if loaded.errors or (unknown and not args.allow_unknown):
         return EXIT_TOOL_ERROR
     return EXIT_OK
-
-
-def _print_outcome(outcome: dict[str, Any], as_json: bool) -> int:
-    style = Style(sys.stdout)
-    if as_json:
-        print(json.dumps(outcome, ensure_ascii=False, indent=2))
-    elif outcome["status"] == "completed":
-        for item in outcome["content"]:
-            if item["type"] == "text":
-                print(item["text"], end="" if item["text"].endswith("\n") else "\n")
-            else:
-                shown = {k: v for k, v in item.items() if k not in ("data", "blob")}
-                print(style(f"[{item['type']}: {json.dumps(shown)}]", "2"))
-    else:
-        error = outcome["error"]
-        line = f"error ({error['kind']}): {error['message']}"
-        print(Style(sys.stderr)(line, "31"), file=sys.stderr)
-    return EXIT_OK if outcome["status"] == "completed" else EXIT_TOOL_ERROR
-
-
-def _print_tools(tools: list[dict[str, Any]], args: argparse.Namespace) -> int:
-    if args.json or args.format:
-        print(json.dumps(tools, indent=2, ensure_ascii=False))
-        return EXIT_OK
-    style = Style(sys.stdout)
-    width = max((len(t["name"]) for t in tools), default=0)
-    for tool in tools:
-        summary = (tool.get("description") or "").strip().splitlines()
-        print(f"{style(tool['name'].ljust(width), '1')}  {summary[0] if summary else ''}")
-    return EXIT_OK
-
-
-def _state_line(state: dict[str, Any]) -> str:
-    """The state directory's size by part, then what pruning and eviction removed."""
-    parts = ", ".join(f"{part} {size / 1e6:.1f} MB" for part, size in state["bytes"].items())
-    up = state.get("upkeep", {})
-    return (f"state: {state['total_bytes'] / 1e6:.1f} MB ({parts})\n"
-            f"  since start: {up.get('outcomes_pruned', 0)} outcomes pruned "
-            f"({up.get('outcomes_expired', 0)} expired call ids kept), "
-            f"{up.get('managed_evicted_expired', 0)} managed objects expired, "
-            f"{up.get('managed_evicted_quota', 0)} evicted over quota, "
-            f"{up.get('wal_truncations', 0)} WAL truncations")
-
-
-def _print_health(report: dict[str, Any], as_json: bool) -> int:
-    if as_json:
-        print(json.dumps(report, indent=2))
-        return EXIT_OK if report["status"] == "ok" else EXIT_TOOL_ERROR
-    style = Style(sys.stdout)
-    daemon = report.get("daemon")
-    if isinstance(daemon, dict):
-        manifests = ", ".join(daemon.get("manifests") or ()) or "none"
-        print(f"daemon: pid {daemon.get('pid')} ({daemon.get('started')}), state "
-              f"{daemon.get('state_dir')}, manifests: {manifests}"
-              + (f", {daemon['url']}" if daemon.get("url") else ""))
-    colour = "32" if report["status"] == "ok" else "33"
-    print(f"status: {style(report['status'], colour)}  tools: {report['tools']}  "
-          f"store: {report['store']['objects']} objects, {report['store']['bytes']:,} bytes")
-    if report.get("state"):
-        print(_state_line(report["state"]))
-    for name, server in sorted(report.get("servers", {}).items()):
-        state = server.get("state", "?")
-        mark = style(state, "32" if state == "ready" else "31")
-        error = f"  ({server['last_error']})" if server.get("last_error") else ""
-        print(f"  {name}: {mark}, {server.get('tool_count', 0)} tools{error}")
-    for ref, plugin in sorted(report.get("plugins", {}).items()):
-        print(f"  plugin {ref}: {plugin['state']}")
-    reasons = _degraded_reasons(report)
-    if reasons:
-        print("degraded because:")
-        for reason in reasons:
-            print(f"  - {reason}")
-    return EXIT_OK if report["status"] == "ok" else EXIT_TOOL_ERROR
-
-
-def _degraded_reasons(report: dict[str, Any]) -> list[str]:
-    """Why `status` is "degraded", one plain sentence each."""
-    reasons = []
-    for name, server in sorted(report.get("servers", {}).items()):
-        state = server.get("state")
-        if state in ("ready", "disabled"):
-            continue
-        why = f": {server['last_error']}" if server.get("last_error") else ""
-        reasons.append(f"server {name} is {state}{why}")
-    reasons += [f"plugin {ref} failed: {plugin.get('error') or plugin.get('last_error') or ''}"
-                .rstrip(": ") for ref, plugin in sorted(report.get("plugins", {}).items())
-                if plugin.get("state") == "failed"]
-    reasons += [f"manifest {p['file']}: {p['path']}: {p['message']}"
-                for p in report.get("manifest_problems", []) if p.get("severity") == "error"]
-    reasons += [f"manifest reload rejected: {p['file']}: {p['path']}: {p['message']}"
-                for p in report.get("reload_problems", [])]
-    return reasons
 
 
 async def stdio(
@@ -457,10 +258,10 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
         if args.command == "tools" and args.approve:
             return await _approve(backend, args)
         if args.command == "health":
-            return _print_health(await backend.health(), args.json)
+            return print_health(await backend.health(), args.json)
         await _servers_started(backend)
         if args.command == "tools":
-            return _print_tools(await backend.tools(args.format), args)
+            return print_tools(await backend.tools(args.format), args)
         if args.command == "call":
             name, raw_input = args.name, args.input
         else:
@@ -478,7 +279,7 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
                    "message_id": call_id, "call_id": call_id}
         progress = getattr(args, "progress", False) or (sys.stderr.isatty() and not args.json)
         outcome = await backend.call(name, raw_input, context, show_progress=progress)
-        return _print_outcome(outcome, args.json)
+        return print_outcome(outcome, args.json)
 
 
 STARTUP_WAIT = 120.0
@@ -568,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser((__doc__ or "").split("\n")[0]).parse_args(argv)
     if os.environ.get("SIDECAR_RETENTION", "").strip():
         from sidecar.retention import retention_from_env
 

@@ -34,6 +34,7 @@ from bridges.manifest import ServerConfig
 from bridges.mcp.backoff import DEFAULT_BACKOFF, Backoff
 from bridges.mcp.connection import Connection
 from bridges.mcp.health import ServerHealth
+from bridges.mcp.oauth.attempts import Logins
 from bridges.mcp.passthrough import Relay
 from bridges.mcp.supervisor import Supervisor
 from sidecar.grant_store import GrantStore
@@ -69,6 +70,8 @@ class ServerPool:
         self._wait = wait
         self.relay = Relay()
         """Where server-to-client requests and notifications go (`bridges.mcp.passthrough`)."""
+        self.logins = Logins(grants) if grants is not None else None
+        """OAuth logins started inside the daemon (`/v1/auth`, the MCP facade)."""
 
     async def __aenter__(self) -> ServerPool:
         if self._task_group is not None:
@@ -112,6 +115,11 @@ class ServerPool:
         """The live connection of one server, or None (unknown, starting, down)."""
         sup = self._supervisors.get(key)
         return sup.connection if sup is not None else None
+
+    def config(self, key: str) -> ServerConfig | None:
+        """The current configuration of one server, or None."""
+        sup = self._supervisors.get(key)
+        return sup.config if sup is not None else None
 
     def namespaces(self) -> dict[str, str]:
         """Each enabled server's effective namespace, by key, in configuration order."""
@@ -170,6 +178,8 @@ class ServerPool:
         task_group, self._task_group = self._task_group, None
         if task_group is None:
             return
+        if self.logins is not None:
+            await self.logins.aclose()
         supervisors = list(self._supervisors.values())
         self._supervisors.clear()
         for sup in supervisors:

@@ -13,46 +13,33 @@ where the waiting server finds them (`bridges.mcp.oauth`). One login per server 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from bridges.mcp.oauth.login import login
+from bridges.mcp.oauth.attempts import Logins
 from bridges.mcp.oauth.records import grant_status
 from sidecar.grant_store import open_grant_store
 
 if TYPE_CHECKING:
     from sidecar.location import Location
 
-URL_WAIT = 30.0
-"""How long `POST .../login` waits for discovery and registration to give the URL."""
-
-
-@dataclass(slots=True)
-class _Login:
-    state: str = "pending"  # pending | authorized | failed
-    authorization_url: str | None = None
-    message: str | None = None
-    started_at: float = field(default_factory=time.time)
-    url_known: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"state": self.state, "authorization_url": self.authorization_url,
-                "message": self.message, "started_at": self.started_at}
-
 
 class AuthApi:
     def __init__(self, location: Location) -> None:
         self.location = location
         self.store = open_grant_store(location.state_dir)
-        self.logins: dict[str, _Login] = {}
+        self._own = Logins(self.store)
+
+    @property
+    def logins(self) -> Logins:
+        """The daemon's logins: the server pool's (shared with the MCP facade, which starts a
+        login for a client that can open a URL), else this API's own."""
+        pool = self.location.sources.pool if self.location.sources is not None else None
+        return pool.logins if pool is not None and pool.logins is not None else self._own
 
     def routes(self, handled: Any) -> list[Route]:
         return [
@@ -93,37 +80,10 @@ class AuthApi:
         config = self._config(server)
         if config is None:
             return None
-        running = self.logins.get(server)
-        if running is not None and running.state == "pending":
-            return running.to_json()
-        attempt = _Login()
-        self.logins[server] = attempt
-
-        async def show(url: str) -> None:
-            attempt.authorization_url = url
-            attempt.url_known.set()
-
-        async def run() -> None:
-            try:
-                result = await login(server, config, self.store, show=show)
-                attempt.state = "authorized" if result.ok else "failed"
-                attempt.message = result.message
-            except Exception as exc:  # reported through the API, never raised into the loop
-                attempt.state, attempt.message = "failed", f"{type(exc).__name__}: {exc}"
-            finally:
-                attempt.url_known.set()
-
-        attempt.task = asyncio.create_task(run(), name=f"oauth login {server}")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(attempt.url_known.wait()), URL_WAIT)
-        return attempt.to_json()
+        return (await self.logins.begin(server, config)).to_json()
 
     async def aclose(self) -> None:
-        for attempt in self.logins.values():
-            if attempt.task is not None and not attempt.task.done():
-                attempt.task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await attempt.task
+        await self._own.aclose()
 
 
 def _not_found(server: str) -> Response:

@@ -111,6 +111,9 @@ class FastAnswers:
     async def _settled_snapshot(self, state: SessionState, name: str) -> Snapshot | None:
         raise NotImplementedError  # `McpFacade._settled_snapshot`
 
+    async def _login_first(self, snapshot: Snapshot, tool: str, call: DownstreamCall) -> None:
+        raise NotImplementedError  # `McpFacade._login_first`
+
     def fast_session(self, *, listed: bool = True) -> SessionState | None:
         """The stdio session, when its requests may bypass the SDK's runner: handshake era and
         (for `tools/call`, `listed`) tools listed, so the session has a snapshot."""
@@ -170,6 +173,7 @@ class FastAnswers:
         call = DownstreamCall(context.call_id, state, state.session, request_id, None, channel)
         self.sessions.calls[call.call_id] = call
         try:
+            await self._login_first(snapshot, name, call)
             with tracing.continued(meta):  # a client's `_meta.traceparent`
                 outcome = await snapshot.execute(name, arguments, context)
         finally:

@@ -23,6 +23,8 @@ Server-to-client traffic of upstream servers (`bridges.mcp.passthrough`):
 - progress: every `CallProgress` event of a call (from any tool, upstream progress included)
   becomes `notifications/progress` when the client sent a `progressToken`.
 A client's `notifications/roots/list_changed` is forwarded to every upstream server.
+A call to a tool of a server that waits for an OAuth login, from a client with URL-mode
+elicitation, first asks the client to open the authorization URL (`login_ask`).
 """
 
 from __future__ import annotations
@@ -48,11 +50,12 @@ from mcp.server.subscriptions import (
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from bridges.mcp.passthrough import InflightCall
 from sidecar import tracing
 from sidecar.events import CallProgress, CallSettled
 from sidecar.profiles import UnknownProfile
 from sidecar.serve.listing_cache import ListingCache
-from sidecar.serve.mcp_facade import tools, upstream
+from sidecar.serve.mcp_facade import login_ask, tools, upstream
 from sidecar.serve.mcp_facade.fast_answers import FastAnswers
 from sidecar.serve.mcp_facade.relays import UpstreamRelay, quietly
 from sidecar.serve.mcp_facade.rounds import (
@@ -299,10 +302,20 @@ class McpFacade(FastAnswers, UpstreamRelay):
         self, snapshot: Snapshot, params: types.CallToolRequestParams, context: Any,
         call: DownstreamCall,
     ) -> Any:
+        await self._login_first(snapshot, params.name, call)
         with tracing.continued(params.meta):  # a client's `_meta.traceparent`
             if call.progress_token is None:
                 return await snapshot.execute(params.name, params.arguments or {}, context)
             return await self._execute_with_progress(snapshot, params, context, call)
+
+    async def _login_first(self, snapshot: Snapshot, tool: str, call: DownstreamCall) -> None:
+        """A tool of a server that waits for an OAuth login, called by a client that can open
+        a URL: that login first (`login_ask`; the URL goes out like an upstream's request)."""
+        async def ask(server: str, params: types.ElicitRequestURLParams) -> Any:
+            inflight = [InflightCall(call.state.id, call.call_id)]
+            return await self.server_request(server, inflight, "elicitation/create", params)
+
+        await login_ask.log_in_first(self.location, snapshot, tool, call.session, ask)
 
     # --- 2026-07-28 calls that need the client's input (see `rounds`) --------------------
 

@@ -1,0 +1,95 @@
+"""Logins started inside the daemon: `POST /v1/auth/{server}/login`, the console's button, and
+a downstream MCP client asked to open the authorization URL (URL-mode elicitation).
+
+    attempt = await logins.begin(server, config)   # once the authorization URL is known
+    attempt.authorization_url                       # what to open in a browser
+    await attempt.finished(within)                  # True once the login ended (any result)
+
+One login per server at a time: a second `begin` while one is pending joins it. The login
+itself is `login.login` (loopback callback on the daemon's machine, tokens to the grant store,
+where the waiting server finds them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridges.manifest import ServerConfig
+from bridges.mcp.oauth.login import login
+from sidecar.grant_store import GrantStore
+
+URL_WAIT = 30.0
+"""How long `begin` waits for discovery and registration to give the URL."""
+
+
+@dataclass(slots=True)
+class LoginAttempt:
+    state: str = "pending"  # pending | authorized | failed
+    authorization_url: str | None = None
+    message: str | None = None
+    started_at: float = field(default_factory=time.time)
+    url_known: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"state": self.state, "authorization_url": self.authorization_url,
+                "message": self.message, "started_at": self.started_at}
+
+    async def finished(self, within: float) -> bool:
+        """Wait up to `within` seconds for the login to end; whether it did."""
+        if self.task is None or self.task.done():
+            return True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.task), within)
+        return self.task.done()
+
+
+class Logins:
+    """The daemon's logins, by server."""
+
+    def __init__(self, store: GrantStore) -> None:
+        self.store = store
+        self._attempts: dict[str, LoginAttempt] = {}
+
+    def get(self, server: str) -> LoginAttempt | None:
+        return self._attempts.get(server)
+
+    async def begin(self, server: str, config: ServerConfig) -> LoginAttempt:
+        """Start (or join) a login of `server`; returns once the authorization URL is known
+        (`authorization_url`), the login ended (a grant that needs no browser), or `URL_WAIT`
+        passed."""
+        running = self._attempts.get(server)
+        if running is not None and running.state == "pending":
+            return running
+        attempt = LoginAttempt()
+        self._attempts[server] = attempt
+
+        async def show(url: str) -> None:
+            attempt.authorization_url = url
+            attempt.url_known.set()
+
+        async def run() -> None:
+            try:
+                result = await login(server, config, self.store, show=show)
+                attempt.state = "authorized" if result.ok else "failed"
+                attempt.message = result.message
+            except Exception as exc:  # reported to whoever asks, never raised into the loop
+                attempt.state, attempt.message = "failed", f"{type(exc).__name__}: {exc}"
+            finally:
+                attempt.url_known.set()
+
+        attempt.task = asyncio.create_task(run(), name=f"oauth login {server}")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(attempt.url_known.wait()), URL_WAIT)
+        return attempt
+
+    async def aclose(self) -> None:
+        running = [a.task for a in self._attempts.values() if a.task is not None]
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running)

@@ -1,0 +1,121 @@
+"""`sidecar`'s argument parser: every command, its flags and their defaults (a contract: extend,
+never rename). `sidecar.cli` runs what it parses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from sidecar import cli_calls, cli_tokens, client_config
+from sidecar.local_door import DEFAULT_IDLE_EXIT
+from sidecar.serve.replay import FORMATS
+
+
+def build_parser(description: str) -> argparse.ArgumentParser:
+    """`sidecar`'s commands and flags (`sidecar.cli` runs them); `description`: the first
+    line of `--help`."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--state-dir", help="state directory (default: $SIDECAR_STATE_DIR or "
+                        "$XDG_STATE_HOME/mcp-sidecar)")
+    common.add_argument("--manifests", action="append", default=None, metavar="DIR",
+                        help="manifest directory or file (repeatable; default "
+                        "$SIDECAR_MANIFESTS, else the bundled manifests/ directory)")
+    common.add_argument("--no-manifests", action="store_true",
+                        help="load no manifests (not even the bundled ones)")
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    idle = argparse.ArgumentParser(add_help=False)
+    idle.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
+                      help="a daemon started on demand exits after this long without clients "
+                      f"(default $SIDECAR_IDLE_EXIT or {DEFAULT_IDLE_EXIT:g})")
+    client = argparse.ArgumentParser(add_help=False, parents=[common, idle])
+    client.add_argument("--url", default=None,
+                        help="a running daemon (default $SIDECAR_URL, or the state directory's)")
+    client.add_argument("--embedded", action="store_true",
+                        help="run an embedded daemon even when one is running")
+
+    parser = argparse.ArgumentParser(prog="sidecar", description=description)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve_p = sub.add_parser("serve", parents=[common], help="run the daemon over HTTP")
+    serve_p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    serve_p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any)")
+    serve_p.add_argument("--no-auth", action="store_true",
+                         help="serve without a bearer token (explicitly insecure)")
+    serve_p.add_argument("--allow-no-auth-on-network", action="store_true",
+                         help="accept --no-auth on an address that is not loopback")
+    serve_p.add_argument("--allow-weak-token", action="store_true",
+                         help="accept a bearer token of less than 256 bits of estimated "
+                         "entropy (also $SIDECAR_ALLOW_WEAK_TOKEN=1)")
+    serve_p.add_argument("--allowed-host", action="append", default=[], metavar="HOST",
+                         help="an extra Host/Origin name to accept (repeatable)")
+    stdio_p = sub.add_parser("stdio", parents=[common, idle],
+                             help="serve an MCP client on stdin/stdout from the state's daemon")
+    stdio_p.add_argument("--standalone", action="store_true",
+                         help="serve this client from this process alone (no shared daemon)")
+    daemon_p = sub.add_parser("daemon", parents=[common, idle],
+                              help="run the daemon on its local doors only (Unix sockets)")
+    daemon_p.add_argument("--no-auth", action="store_true", help=argparse.SUPPRESS)
+    stdio_p.add_argument("--profile", default=os.environ.get("SIDECAR_PROFILE") or None,
+                         help="serve this profile's tools (default $SIDECAR_PROFILE, else the "
+                         "default profile)")
+    tools = sub.add_parser("tools", parents=[client], help="list the effective tools")
+    tools.add_argument("--format", choices=FORMATS, default=None,
+                       help="print definitions in a provider format (JSON)")
+    tools.add_argument("approve", nargs="*", metavar="approve NAME",
+                       help="accept the changed upstream definition of tool NAME (pinning; "
+                       "needs the running daemon)")
+    call = sub.add_parser("call", parents=[client], help="call one tool through the seam")
+    call.add_argument("name")
+    call.add_argument("--input", default="{}",
+                      help="the tool input as JSON (default {}); @FILE reads it from a file, "
+                      "- from stdin")
+    call.add_argument("--session", default="cli", help="session id (default: cli)")
+    call.add_argument("--call-id", default=None, help="call id (default: a fresh one)")
+    call.add_argument("--progress", action="store_true",
+                      help="show progress on stderr even when it is not a terminal (then as "
+                      "plain lines)")
+    managed = sub.add_parser("managed", help="retained text")
+    managed_sub = managed.add_subparsers(dest="managed_command", required=True)
+    read = managed_sub.add_parser("read", parents=[client], help="read retained text")
+    read.add_argument("ref")
+    read.add_argument("--offset", type=int, default=1, help="first line, 1-based")
+    read.add_argument("--limit", type=int, default=200, help="number of lines")
+    read.add_argument("--pattern", default=None, help="regular expression to search for")
+    read.add_argument("--start", type=int, default=None,
+                      help="read inside line --offset from this character (0-based)")
+    read.add_argument("--length", type=int, default=None,
+                      help="with --start: how many characters (default: as many as fit)")
+    sub.add_parser("health", parents=[client], help="per-server status")
+    client_config.add_parser(sub, [common])
+    sub.add_parser("stop", parents=[common],
+                   help="stop the daemon that owns the state directory (and its servers)")
+    cli_tokens.add_parser(sub, common)
+    cli_calls.add_parser(sub, client)
+    check = sub.add_parser("check", help="validate manifests without starting anything")
+    check.add_argument("files", nargs="*", metavar="FILE", help="manifest files or directories")
+    check.add_argument("--schema", action="store_true", help="print the manifest JSON Schema")
+    check.add_argument("--json", action="store_true", help="machine-readable output")
+    check.add_argument("--allow-unknown", action="store_true",
+                       help="do not fail on keys mcp-sidecar does not know (they are ignored)")
+    auth = sub.add_parser("auth", help="OAuth logins of HTTP servers (see sidecar.cli_auth)")
+    auth_sub = auth.add_subparsers(dest="auth_command", required=True)
+    login_p = auth_sub.add_parser("login", parents=[common], help="authorize one server")
+    login_p.add_argument("name")
+    login_p.add_argument("--no-browser", action="store_true",
+                         help="print the authorization URL on stdout instead of opening it")
+    status_p = auth_sub.add_parser("status", parents=[common], help="authorization per server")
+    status_p.add_argument("name", nargs="?")
+    logout_p = auth_sub.add_parser("logout", parents=[common],
+                                   help="revoke and forget one server's tokens")
+    logout_p.add_argument("name")
+    return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mcp-sidecar")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
