@@ -94,4 +94,8 @@ def test_readme_tour_runs_as_written(tmp_path: Path) -> None:
     assert re.search(r"^50001$", step('sidecar managed read "$REF" --offset'), re.MULTILINE)
     found = step('sidecar managed read "$REF" --pattern')
     assert "77770" in found and "77779" in found
-    assert "everything" in step("sidecar health")
+    health = step("sidecar health")
+    assert "everything" in health and "daemon: pid" in health
+    config = step("sidecar client-config claude-desktop")
+    assert '"mcpServers"' in config and str(tmp_path) in config  # its state dir, absolute
+    assert "stopped the daemon" in step("sidecar stop")
