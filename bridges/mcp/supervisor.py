@@ -38,7 +38,6 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp.client.session import ClientRequestContext, IncomingMessage
-from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 
 from bridges.manifest import ServerConfig
@@ -53,6 +52,7 @@ from bridges.mcp.connection import (
     open_connection,
 )
 from bridges.mcp.health import ServerHealth
+from bridges.mcp.listening import describe, listen_for_changes
 from bridges.mcp.log_budget import LogBudget
 from bridges.mcp.oauth.upstream import UpstreamAuth
 from bridges.mcp.passthrough import InflightCall, Relay
@@ -71,7 +71,6 @@ SAME_FAILURE_LIMIT = 5
 """Start-up failures alike in a row after which a server is `failed` instead of retried."""
 
 RELIST_DEBOUNCE = 0.1
-LISTEN_RETRY = 1.0
 LISTEN_ACK_WAIT = 5.0
 """How long a 2026-07-28 connection waits for its listen stream before it is reported ready."""
 STDERR_SETTLE = 1.0
@@ -359,7 +358,8 @@ class Supervisor:
                 # 2026-07-28 delivers list_changed only to an open listen stream: be ready
                 # only once it is acknowledged, or a change right after startup is lost.
                 listening = anyio.Event()
-                tg.start_soon(self._listen_loop, connection, listening)
+                tg.start_soon(listen_for_changes, connection, self._ask_relist, listening,
+                              self.key)
                 with anyio.move_on_after(LISTEN_ACK_WAIT):
                     await listening.wait()
             self._set(state="ready", protocol_version=connection.protocol_version,
@@ -469,31 +469,8 @@ class Supervisor:
                 if isinstance(exc, MCPError) and is_transport_loss(exc, direct=False):
                     connection.lost.set()
 
-    async def _listen_loop(self, connection: Connection, listening: anyio.Event) -> None:
-        """2026-07-28: list_changed only arrives while a `subscriptions/listen` is open.
-
-        `listening` is set once the stream is acknowledged (or refused). There is no replay,
-        so every acknowledgement (the first one too: the initial listing came before it) is
-        followed by one re-list that catches what changed in between."""
-        try:
-            while not connection.lost.is_set():
-                try:
-                    async with connection.client.listen(tools_list_changed=True) as subscription:
-                        listening.set()
-                        self._relist.set()
-                        async for _event in subscription:
-                            self._relist.set()
-                    return
-                except ListenNotSupportedError:
-                    return
-                except MCPError as exc:
-                    if exc.code != types.CONNECTION_CLOSED:
-                        log.info("[%s] subscriptions/listen refused: %s", self.key, exc.message)
-                    return
-                except SubscriptionLost:
-                    await anyio.sleep(LISTEN_RETRY)
-        finally:
-            listening.set()
+    def _ask_relist(self) -> None:
+        self._relist.set()
 
     async def _on_message(self, message: IncomingMessage) -> None:
         if isinstance(message, types.ToolListChangedNotification):
@@ -609,17 +586,3 @@ class Supervisor:
                 self._on_tools_changed(self.key)
             except Exception:
                 log.exception("[%s] on_tools_changed callback raised", self.key)
-
-
-def describe(exc: BaseException) -> str:
-    """A one-line description of an exception (the first leaf of an exception group)."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    if isinstance(exc, MCPError):
-        return f"{exc.message} (JSON-RPC code {exc.code})"
-    if isinstance(exc, OSError) and exc.strerror:
-        return f"{type(exc).__name__}: {exc.strerror}"
-    text = str(exc).strip().splitlines()
-    detail = text[0] if text else ""
-    detail = detail if len(detail) <= 300 else detail[:300] + "..."
-    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
