@@ -129,6 +129,9 @@ async def elicit(context: ClientRequestContext, params: Any) -> types.ElicitResu
     return types.ElicitResult(action="accept", content=content)
 
 
+STARTING_META = "io.mcp-sidecar/starting"
+
+
 async def drive(scenario: str, common: list[str], grant_needs_login: bool) -> int:
     logins = 0
     if grant_needs_login:
@@ -142,7 +145,7 @@ async def drive(scenario: str, common: list[str], grant_needs_login: bool) -> in
     async with Client(params, mode="legacy", cache=None, read_timeout_seconds=25,
                       elicitation_callback=elicit) as client:
         while True:
-            listed = [t.name for t in (await client.list_tools()).tools]
+            listed = await settled_listing(client)
             log("tools:", listed)
             if scenario == "initialize":
                 return 0
@@ -162,7 +165,21 @@ async def drive(scenario: str, common: list[str], grant_needs_login: bool) -> in
             logins += 1
             if not await login(common):
                 return 1
+            # the daemon looks for new tokens about once a second: give it that time
+            await asyncio.sleep(2.0)
             await wait_for_tool(client, name)
+
+
+async def settled_listing(client: Client) -> list[str]:
+    """The tool names once no server is still starting (the daemon answers at once and starts
+    its servers in the background; a listing says which are still starting in `_meta`)."""
+    for _ in range(240):
+        listing = await client.list_tools()
+        starting = (listing.meta or {}).get(STARTING_META)
+        if not starting:
+            break
+        await asyncio.sleep(0.25)
+    return [t.name for t in listing.tools]
 
 
 async def status_text(common: list[str]) -> str:
