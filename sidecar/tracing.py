@@ -53,12 +53,26 @@ TRACER_NAME = "mcp-sidecar"
 _NOOP_PROVIDERS = (ProxyTracerProvider, NoOpTracerProvider)
 
 
+_own_provider: trace.TracerProvider | None = None
+
+
+def use_provider(provider: trace.TracerProvider | None) -> None:
+    """Record the daemon's spans with `provider` instead of OpenTelemetry's global one (None:
+    the global one again). For tests and embedders that must not install a global provider:
+    the global one is also what the `mcp` SDK's own instrumentation uses."""
+    global _own_provider
+    _own_provider = provider
+
+
 def enabled() -> bool:
     """True when a real tracer provider is installed (spans are then recorded)."""
-    return not isinstance(trace.get_tracer_provider(), _NOOP_PROVIDERS)
+    return _own_provider is not None or not isinstance(trace.get_tracer_provider(),
+                                                       _NOOP_PROVIDERS)
 
 
 def tracer() -> trace.Tracer:
+    if _own_provider is not None:
+        return _own_provider.get_tracer(TRACER_NAME)
     return trace.get_tracer(TRACER_NAME)
 
 

@@ -14,7 +14,6 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.util._once import Once
 
 from bridges.manifest import AnnotationPermissions
 from bridges.mcp import ServerPool
@@ -26,17 +25,19 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
+    """Spans of this process's daemon code, in memory. The provider is the daemon's own
+    (`tracing.use_provider`), not OpenTelemetry's global one: the `mcp` SDK's instrumentation
+    caches the global one's tracers, and a global provider set here would go on stamping
+    `_meta` of every later SDK client request in the test run."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    trace._TRACER_PROVIDER_SET_ONCE = Once()
-    trace.set_tracer_provider(provider)
+    tracing.use_provider(provider)
     try:
         yield exporter
     finally:
+        tracing.use_provider(None)
         provider.shutdown()
-        trace._TRACER_PROVIDER = None
-        trace._TRACER_PROVIDER_SET_ONCE = Once()
 
 
 def by_name(finished: tuple[ReadableSpan, ...]) -> dict[str, ReadableSpan]:
