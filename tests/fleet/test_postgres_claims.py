@@ -56,7 +56,7 @@ async def claim_rows(dsn: str) -> list[dict[str, Any]]:
 
 async def waiting(log: PostgresOutcomeLog, task: asyncio.Task[Any]) -> None:
     """Until `task` (a duplicate's `claim` on `log`) waits for a notification."""
-    while not log.claims._waiting and not task.done():
+    while not log.claims._waiting and not task.done():  # noqa: ASYNC110
         await asyncio.sleep(0.01)
     assert not task.done(), task
 
@@ -136,7 +136,7 @@ async def test_live_claims_are_renewed(dsn: str) -> None:
     try:
         assert await a.claim("loc", "c1", "fp") is None
         [first] = await claim_rows(dsn)
-        while (await claim_rows(dsn))[0]["expires_at"] == first["expires_at"]:
+        while (await claim_rows(dsn))[0]["expires_at"] == first["expires_at"]:  # noqa: ASYNC110
             await asyncio.sleep(0.05)  # the renewal runs every TTL/3
         [renewed] = await claim_rows(dsn)
         assert renewed["replica"] == "a" and renewed["claimed_at"] == first["claimed_at"]
