@@ -15,6 +15,8 @@ import asyncpg
 
 __all__ = [
     "LOCK_MIGRATE",
+    "LOCK_PRUNE_ASKS",
+    "LOCK_PRUNE_EVENTS",
     "LOCK_PRUNE_OUTCOMES",
     "DatabaseError",
     "migrate",
@@ -27,6 +29,10 @@ migrate once."""
 LOCK_PRUNE_OUTCOMES = 0x51DECA2_0001
 """Held by the one replica pruning the outcome log."""
 # Further keys: 0x51DECA2_0002 and up, one per job that must run on one replica at a time.
+LOCK_PRUNE_EVENTS = 0x51DECA2_0010
+"""Held by the one replica deleting events older than the kept ones (`sidecar_events`)."""
+LOCK_PRUNE_ASKS = 0x51DECA2_0011
+"""Held by the one replica deleting asks whose replica stopped refreshing them."""
 
 _VERSIONS = """
 CREATE TABLE IF NOT EXISTS sidecar_schema (
