@@ -185,7 +185,15 @@ async def _open_outcomes(o: _Opening) -> OutcomeLog | None:
 async def _open_permissions(o: _Opening) -> PermissionStore | None:
     if not o.options.durable:
         return None
-    permissions = await SqlitePermissionStore.open(o.options.state_dir / "permissions.sqlite")
+    permissions: PermissionStore
+    if o.pool is not None:
+        # an `always` reply given through one replica applies on every replica
+        from sidecar.postgres_permission_store import PostgresPermissionStore
+
+        permissions = await PostgresPermissionStore.on_pool(o.pool)
+    else:
+        permissions = await SqlitePermissionStore.open(
+            o.options.state_dir / "permissions.sqlite")
     o.stack.push_async_callback(permissions.aclose)
     return permissions
 

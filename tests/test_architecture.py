@@ -196,13 +196,14 @@ CONCRETE_STORES = {
     "MemoryEventLog": "sidecar.serve.event_log",
     "PostgresEventLog": "sidecar.serve.postgres_event_log",
     "PostgresOutcomeLog": "sidecar.postgres_outcome_log",
+    "PostgresPermissionStore": "sidecar.postgres_permission_store",
     "SqliteOutcomeLog": "sidecar.outcome_log",
     "SqlitePermissionStore": "sidecar.permission_store",
     "SqlitePinStore": "sidecar.pins",
     "SqliteTokenStore": "sidecar.tokens",
 }
 IMPLEMENTATION_MODULES = {"sidecar.permission_store", "sidecar.postgres_outcome_log",
-                          "sidecar.serve.postgres_event_log"}
+                          "sidecar.postgres_permission_store", "sidecar.serve.postgres_event_log"}
 COMPOSITION_ROOT = {ROOT_MODULE, CLI_ENTRY_POINT}
 
 
