@@ -61,7 +61,7 @@ def test_each_replica_gets_the_fleet_configuration_under_names_the_daemon_reads(
         env: dict[str, str] = fleet[name]["environment"]
         assert set(env) <= known, set(env) - known
         assert FLEET_CONTRACT_ENV <= set(env), FLEET_CONTRACT_ENV - set(env)
-        # the bearer token comes from the file the README has the reader create, shared
+        # the bearer token comes from the file the README's fleet section creates, shared
         # with the load balancer's health checks
         assert fleet[name]["env_file"] == "sidecar.env" == fleet["lb"]["env_file"]
         ids.add(env["SIDECAR_REPLICA_ID"])
@@ -142,3 +142,12 @@ def test_the_image_installs_the_fleet_extra_only_when_asked() -> None:
     assert re.search(r"(?m)^ARG SIDECAR_EXTRAS=$", dockerfile)  # default: the daemon alone
     assert 'RUN SIDECAR_EXTRAS="$SIDECAR_EXTRAS" scripts/bootstrap' in dockerfile
     assert "docker compose --profile fleet up" in COMPOSE.read_text()
+
+
+def test_the_readme_shows_how_to_start_the_fleet() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Running a fleet\n"):]
+    section = section[:section.index("\n## ", 1)]
+    assert "docker compose --profile fleet up" in section
+    assert "> sidecar.env" in section  # the token the replicas and the load balancer share
+    assert "[docs/fleet.md](docs/fleet.md)" in section
