@@ -14,6 +14,9 @@ from dataclasses import dataclass
 
 import pytest
 
+REPLICA = "sidecar-1"
+"""The replica id the daemon is given, as compose.yaml names its first replica."""
+
 
 @dataclass(frozen=True)
 class RealDaemon:
@@ -28,7 +31,7 @@ def real_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealDaemon
     token = secrets.token_urlsafe(32)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
     env.update(SIDECAR_STATE_DIR=str(root / "state"), SIDECAR_MANIFESTS=str(root / "manifests"),
-               SIDECAR_TOKEN=token)
+               SIDECAR_TOKEN=token, SIDECAR_REPLICA_ID=REPLICA)
     proc = subprocess.Popen([sys.executable, "-m", "sidecar.cli", "serve", "--port", "0"],
                             env=env, text=True, stderr=subprocess.PIPE)
     try:

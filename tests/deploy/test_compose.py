@@ -1,16 +1,21 @@
-"""compose.yaml's `fleet` profile, checked without a Docker engine (none runs here): the five
-roles, the fleet configuration on both replicas (names the daemon reads, values that point at
-the other services), health checks and start order, and deploy/haproxy/haproxy.cfg checked by
-the real HAProxy (`haproxy -c`). tests/deploy/test_probes.py runs the health checks."""
+"""compose.yaml's `fleet` profile, checked without a Docker engine (none runs here): the whole
+file against the Compose Specification (the strict `compose_spec` parser), the five roles, the
+fleet configuration on both replicas (names the daemon reads, values that point at the other
+services), health checks and start order, and deploy/haproxy/haproxy.cfg checked by the real
+HAProxy (`haproxy -c`). tests/deploy/test_probes.py runs the health checks."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import tomllib
 from typing import Any
 from urllib.parse import urlsplit
+
+import pytest
+from compose_spec import PyCompose
 
 from tests.deploy.daemon_facts import (
     FLEET_CONTRACT_ENV,
@@ -23,6 +28,16 @@ from tests.deploy.files import COMPOSE, HAPROXY_CFG, ROOT, compose, fleet_servic
 from tests.deploy.test_probes import HAPROXY
 
 REPLICAS = ("sidecar-1", "sidecar-2")
+
+
+def test_the_file_follows_the_compose_specification() -> None:
+    # YAML anchors and merge keys resolved first (Compose resolves them; the parser does not)
+    parsed = PyCompose.from_json(json.dumps(compose()))
+    assert set(parsed.service_names()) == set(compose()["services"])
+    typo = json.loads(json.dumps(compose()))
+    typo["services"]["lb"]["healthcheck"]["start_perod"] = "5s"
+    with pytest.raises(ValueError, match="start_perod"):
+        PyCompose.from_json(json.dumps(typo))
 
 
 def test_plain_compose_up_still_starts_only_the_sidecar_and_its_example_server() -> None:
@@ -61,7 +76,7 @@ def test_each_replica_gets_the_fleet_configuration_under_names_the_daemon_reads(
         env: dict[str, str] = fleet[name]["environment"]
         assert set(env) <= known, set(env) - known
         assert FLEET_CONTRACT_ENV <= set(env), FLEET_CONTRACT_ENV - set(env)
-        # the bearer token comes from the file the README has the reader create, shared
+        # the bearer token comes from the file the README's fleet section creates, shared
         # with the load balancer's health checks
         assert fleet[name]["env_file"] == "sidecar.env" == fleet["lb"]["env_file"]
         ids.add(env["SIDECAR_REPLICA_ID"])
@@ -142,3 +157,12 @@ def test_the_image_installs_the_fleet_extra_only_when_asked() -> None:
     assert re.search(r"(?m)^ARG SIDECAR_EXTRAS=$", dockerfile)  # default: the daemon alone
     assert 'RUN SIDECAR_EXTRAS="$SIDECAR_EXTRAS" scripts/bootstrap' in dockerfile
     assert "docker compose --profile fleet up" in COMPOSE.read_text()
+
+
+def test_the_readme_shows_how_to_start_the_fleet() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Running a fleet\n"):]
+    section = section[:section.index("\n## ", 1)]
+    assert "docker compose --profile fleet up" in section
+    assert "> sidecar.env" in section  # the token the replicas and the load balancer share
+    assert "[docs/fleet.md](docs/fleet.md)" in section

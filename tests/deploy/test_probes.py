@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.deploy.conftest import RealDaemon
+from tests.deploy.conftest import REPLICA, RealDaemon
 from tests.deploy.daemon_facts import health_probe_url
 from tests.deploy.files import HAPROXY_CFG, fleet_services, health_commands
 
@@ -133,7 +133,8 @@ def test_haproxy_checks_replicas_with_the_token_and_forwards_requests(
             "sidecar-1": ("L7OK", "200"), "sidecar-2": ("L7OK", "200")}
         headers = {"Authorization": f"Bearer {real_daemon.token}"}
         response = httpx.get(f"http://127.0.0.1:{front}/v1/health", headers=headers)
-        assert response.status_code == 200 and "daemon" in response.json()
+        assert response.status_code == 200 and response.json()["replica"] == REPLICA
+        assert response.headers["Sidecar-Replica"] == REPLICA  # who answered, through the LB
         assert httpx.get(f"http://127.0.0.1:{front}/v1/health").status_code == 401
         assert httpx.get(f"http://127.0.0.1:{monitor}/healthz").status_code == 200
         assert run_lb_healthcheck(monitor) == 0
