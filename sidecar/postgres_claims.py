@@ -187,6 +187,7 @@ class PostgresClaims:
                        fingerprint: str) -> Outcome | float | None:
         """One look: the outcome, None (claimed), or seconds until the holder's claim
         expires (0.0: look again at once)."""
+        previous: str | None = None
         try:
             async with self._pool.acquire() as conn:
                 previous = await conn.fetchval(_CLAIM, location, call_id, fingerprint,
@@ -195,7 +196,7 @@ class PostgresClaims:
                     self._live.add((location, call_id))
                 row: Any = await conn.fetchrow(_STATE, location, call_id)
         except BaseException:
-            if (location, call_id) in self._live:
+            if previous is not None:  # claimed, then failed or cancelled: give it back
                 await self.release(location, call_id)
             raise
         won = previous is not None

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
 
+from sidecar import Location, Tool, ToolResponse
 from sidecar.content import TextContent
 from sidecar.errors import CallIdConflict
 from sidecar.outcome import Outcome
 from sidecar.postgres_outcome_log import PostgresOutcomeLog
+from sidecar.seam import Seam
 from sidecar.tool import ToolContext
 from tests.fleet.postgres import PostgresServer
 
@@ -165,4 +168,44 @@ async def test_the_same_call_on_both_replicas_runs_once(
         assert first.content == second.content
         assert sorted((first.replayed, second.replayed)) == [False, True]
     assert all(len(ran) == 1 for ran in runs.values()) and len(runs) == 30
+    assert await claim_rows(dsn) == []
+
+
+# --- through the seam: two seams on one database, each with its replica's log -------------
+
+
+async def test_a_cancelled_call_lets_the_other_replica_run_it_at_once(
+    replicas: tuple[PostgresOutcomeLog, PostgresOutcomeLog], dsn: str, tmp_path: Path,
+) -> None:
+    a, b = replicas
+    started: list[str] = []
+    proceed = asyncio.Event()
+
+    async def run(args: dict[str, Any], context: Any) -> ToolResponse:
+        started.append(context.call_id)
+        await proceed.wait()
+        return ToolResponse(content=[{"type": "text", "text": args["text"]}])
+
+    tool = Tool(description="Wait, then echo", execute=run, input={
+        "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+    async with Location.open(tmp_path, state_dir=tmp_path / "state") as location:
+        seam_a = Seam(store=location.seam.store, outcomes=a)
+        seam_b = Seam(store=location.seam.store, outcomes=b)
+        async with location.tools.register({"wait": tool}):
+            snapshot = location.snapshot()
+            on_a = asyncio.create_task(seam_a.execute(snapshot, "wait", {"text": "t"}, ctx("c1")))
+            while not started:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+            on_b = asyncio.create_task(seam_b.execute(snapshot, "wait", {"text": "t"}, ctx("c1")))
+            await waiting(b, on_b)
+            assert started == ["c1"]  # b waits for a's run
+            on_a.cancel()  # a's client went away: its claim is released, b runs the call
+            with pytest.raises(asyncio.CancelledError):
+                await on_a
+            while len(started) < 2:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+            proceed.set()
+            outcome = await on_b
+    assert outcome.status == "completed" and not outcome.replayed
+    assert outcome.content == (TextContent("t"),)
     assert await claim_rows(dsn) == []
