@@ -296,6 +296,18 @@ async def timed(make: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
     return time.perf_counter() - start, result
 
 
+async def spool_timed(spools: dict[str, list[float]], cpu: dict[str, list[tuple[float, float]]],
+                      s3_pid: int, name: str, make: Callable[[], Awaitable[Any]]) -> Any:
+    """Time one spool, with the CPU this process and the S3 server spent on it."""
+    me = psutil.Process()
+    mine, theirs = sum(me.cpu_times()[:2]), process_cpu(s3_pid)
+    took, result = await timed(make)
+    spools.setdefault(name, []).append(took)
+    cpu.setdefault(name, []).append((sum(me.cpu_times()[:2]) - mine,
+                                     process_cpu(s3_pid) - theirs))
+    return result
+
+
 async def spool_into(store: Any, chunks: list[bytes], namespace: str) -> Any:
     async with store.open_spool(namespace=namespace) as spool:
         for chunk in chunks:
@@ -334,6 +346,7 @@ async def section_objects(opts: argparse.Namespace, pg: PostgresServer, s3: Seaw
     size = sum(len(c) for c in chunks)
     raw_store = s3.object_store()
     spools: dict[str, list[float]] = {}
+    cpu: dict[str, list[tuple[float, float]]] = {}  # (this process, SeaweedFS) per spool
     first: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="sidecar-fleet-") as tmp:
         async with contextlib.AsyncExitStack() as stack:
@@ -351,18 +364,16 @@ async def section_objects(opts: argparse.Namespace, pg: PostgresServer, s3: Seaw
             if s3_engine:
                 stores[f"S3 ({engine})"] = remote
             refs: dict[str, Any] = {}
+            spooled = functools.partial(spool_timed, spools, cpu, s3.process.pid)
             for r in range(opts.rounds):
                 names = list(stores)
                 for name in names[r % 2:] + names[:r % 2]:
-                    took, refs[name] = await timed(functools.partial(
+                    refs[name] = await spooled(name, functools.partial(
                         spool_into, stores[name].seam.store, chunks, "bench"))
-                    spools.setdefault(name, []).append(took)
-                took, _ = await timed(functools.partial(
+                await spooled("local file: write + fsync (floor)", functools.partial(
                     asyncio.to_thread, write_file, Path(tmp) / "plain", chunks))
-                spools.setdefault("local file: write + fsync (floor)", []).append(took)
-                took, _ = await timed(functools.partial(
-                    obstore_writer, raw_store, f"raw/{r}", chunks))
-                spools.setdefault("S3 raw: obstore multipart writer, 8 MiB parts", []).append(took)
+                await spooled("S3 raw: obstore multipart writer, 8 MiB parts",
+                              functools.partial(obstore_writer, raw_store, f"raw/{r}", chunks))
             # first byte: the built-in `managed_read` through the seam (first line of the
             # text), the store's read_bytes at the start and in the middle, a ranged GET
             middle = f"{size // 2 // MB} MB"
@@ -393,7 +404,9 @@ async def section_objects(opts: argparse.Namespace, pg: PostgresServer, s3: Seaw
     for name, times in spools.items():
         ratio = statistics.median(times) / statistics.median(spools[local_name])
         rows.append([name, f"{statistics.median(times):.2f}", f"{min(times):.2f}",
-                     f"{size / MB / statistics.median(times):,.0f}", f"{ratio:.2f}x"])
+                     f"{size / MB / statistics.median(times):,.0f}", f"{ratio:.2f}x",
+                     f"{statistics.median(c[0] for c in cpu[name]):.2f}",
+                     f"{statistics.median(c[1] for c in cpu[name]):.2f}"])
     s3_row = next((n for n in spools if n.startswith("S3 (")),
                   "S3 raw: obstore multipart writer, 8 MiB parts")
     s3_ratio = statistics.median(spools[s3_row]) / statistics.median(spools[local_name])
@@ -414,7 +427,8 @@ async def section_objects(opts: argparse.Namespace, pg: PostgresServer, s3: Seaw
         "round. Text: random base64 lines of 99 characters. SeaweedFS `weed mini` runs on "
         "this machine and writes to the same disk. " + engine_note,
         "",
-        table(["spool", "median s", "best s", "MB/s", "vs local directory"], rows),
+        table(["spool", "median s", "best s", "MB/s", "vs local directory",
+               "cpu s (this process)", "cpu s (SeaweedFS)"], rows),
         "",
         f"First byte ({opts.reads} reads each, taking turns; the first read is the cold one):",
         "",
