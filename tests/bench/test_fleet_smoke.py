@@ -22,7 +22,8 @@ def test_fleet_quick_runs_every_section() -> None:
     for heading in ("## Fleet backends (`bench/fleet.py`)", "### 1. Durable calls",
                     "### 2. Two replicas vs one behind HAProxy", "### 3. Managed objects"):
         assert heading in out, heading
-    for row in ("| SQLite (state dir", "| PostgreSQL (fsync, synchronous_commit=on",
+    for row in ("| SQLite (state dir", "| PostgreSQL, fsync=off (commits reach the kernel",
+                "| PostgreSQL, defaults (fsync",
                 "| one replica (PostgreSQL) behind HAProxy |", "| one replica (SQLite), no proxy |",
                 "| local directory (TextStore) |", "| S3 raw: ranged GET 64 KiB at 0 |"):
         assert row in out, row
