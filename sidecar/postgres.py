@@ -93,6 +93,8 @@ async def migrate(conn: Any, component: str, migrations: dict[int, str], newest:
             message = (f"the database's {component} schema is version {current}, newer than "
                        f"this sidecar knows ({newest}): upgrade the sidecar, or use another "
                        "database")
+            if error is DatabaseError:
+                raise SchemaTooNew(message)
             if issubclass(error, DatabaseError):
                 raise error(message)
             raise error(message) from SchemaTooNew(message)
