@@ -16,7 +16,9 @@ if TYPE_CHECKING:  # asyncpg is the `fleet` extra: importing this module must no
 
 __all__ = [
     "LOCK_MIGRATE",
+    "LOCK_PRUNE_ASKS",
     "LOCK_PRUNE_CALLS",
+    "LOCK_PRUNE_EVENTS",
     "LOCK_PRUNE_OUTCOMES",
     "DatabaseError",
     "PostgresStore",
@@ -33,7 +35,12 @@ LOCK_PRUNE_OUTCOMES = 0x51DECA2_0001
 """Held by the one replica pruning the outcome log."""
 LOCK_PRUNE_CALLS = 0x51DECA2_0002
 """Held by the one replica pruning the call history."""
-# Further keys: 0x51DECA2_0003 and up, one per job that must run on one replica at a time.
+# Further keys: 0x51DECA2_0003 and up, one per job that must run on one replica at a time
+# (0x51DECA2_0010 and 0x51DECA2_0011 are taken below).
+LOCK_PRUNE_EVENTS = 0x51DECA2_0010
+"""Held by the one replica deleting events older than the kept ones (`sidecar_events`)."""
+LOCK_PRUNE_ASKS = 0x51DECA2_0011
+"""Held by the one replica deleting asks whose replica stopped refreshing them."""
 
 CONNECT_TIMEOUT = 10.0
 """Seconds a replica waits for each connection to the database (asyncpg's default is 60)."""
