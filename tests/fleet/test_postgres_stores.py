@@ -123,7 +123,7 @@ async def test_a_token_revoked_elsewhere_stops_verifying_once_the_cache_is_stale
         assert await verify_token(replica, secret) == record  # now cached
         assert await cli.revoke(record.id)
         with anyio.fail_after(10):
-            while await verify_token(replica, secret) is not None:
+            while await verify_token(replica, secret) is not None:  # noqa: ASYNC110
                 await anyio.sleep(0.05)
     finally:
         await replica.aclose()

@@ -180,7 +180,8 @@ async def _call(replica: Replica, headers: dict[str, str], call_id: str,
 async def _answer_on(replica: Replica, headers: dict[str, str], reply: dict[str, str]) -> None:
     async with httpx.AsyncClient(base_url=replica.url, headers=headers, timeout=30) as client:
         with anyio.fail_after(WAIT):
-            while not (pending := (await client.get("/v1/permissions")).json()["pending"]):
+            while not (pending := (await client.get("/v1/permissions")).json()[  # noqa: ASYNC110
+                    "pending"]):
                 await asyncio.sleep(0.05)
         answered = await client.post(f"/v1/permissions/{pending[0]['id']}/reply", json=reply)
         answered.raise_for_status()
