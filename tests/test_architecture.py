@@ -194,6 +194,7 @@ def layer_violations(edges: list[Import]) -> list[Import]:
 CONCRETE_STORES = {
     "ManagedStore": "managed_store.store",
     "MemoryEventLog": "sidecar.serve.event_log",
+    "PostgresAsks": "sidecar.postgres_asks",
     "PostgresEventLog": "sidecar.serve.postgres_event_log",
     "PostgresOutcomeLog": "sidecar.postgres_outcome_log",
     "PostgresPermissionStore": "sidecar.postgres_permission_store",
@@ -203,7 +204,8 @@ CONCRETE_STORES = {
     "SqliteTokenStore": "sidecar.tokens",
 }
 IMPLEMENTATION_MODULES = {"sidecar.permission_store", "sidecar.postgres_outcome_log",
-                          "sidecar.postgres_permission_store", "sidecar.serve.postgres_event_log"}
+                          "sidecar.postgres_permission_store", "sidecar.serve.postgres_event_log",
+                          "sidecar.postgres_asks"}
 COMPOSITION_ROOT = {ROOT_MODULE, CLI_ENTRY_POINT}
 
 
