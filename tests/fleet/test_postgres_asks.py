@@ -119,9 +119,11 @@ async def test_always_on_b_allows_the_session_on_every_replica(fleet: Fleet) -> 
     try:
         on_a = asyncio.ensure_future(a.ask(req("deploy")))
         waiting_on_b = asyncio.ensure_future(b.ask(req("deploy")))
-        await listed_on(b, "deploy")
-        await listed_on(a, "deploy")
-        assert len(await a.listed()) == 2
+        for _ in range(500):  # both asks listed on A (the bound is a hang guard)
+            if len(await a.listed()) == 2:
+                break
+            await asyncio.sleep(0.02)
+        assert len(await b.listed()) == 2
         await b.reply(a.pending()[0].id, "always")
         async with asyncio.timeout(10):
             await on_a
@@ -131,8 +133,13 @@ async def test_always_on_b_allows_the_session_on_every_replica(fleet: Fleet) -> 
         await b.ask(req("deploy"))
         assert a.decision("s2", "deploy") == "ask"
         rules = await PostgresPermissionStore.on_pool(fleet.pool)
-        stored = await rules.rules("default")
-        assert [(r.session_id, r.rule) for r in stored] == [
+        for _ in range(500):  # A stores the rule after its call went on (a hang guard)
+            stored = await rules.rules("default")
+            if stored:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)  # time enough for a second row, were one written
+        assert [(r.session_id, r.rule) for r in await rules.rules("default")] == [
             ("s1", PermissionRule("deploy", "allow"))]  # stored once, by A
     finally:
         await a.aclose()
