@@ -11,7 +11,7 @@ import pytest
 from mcp.shared.message import SessionMessage
 
 from bridges.mcp import framing
-from bridges.mcp.framing import LineFramer, OversizedLine, ParsedLine, drain_messages
+from bridges.mcp.framing import LargeLine, LineFramer, OversizedLine, drain_messages
 from bridges.mcp.redact import Redactor
 
 
@@ -140,8 +140,8 @@ def test_a_streamed_line_parses_as_json_loads_does_whatever_the_pieces(monkeypat
         _feed_line(line, framer, rnd)
         parsed = framer.pop()
         if len(line) > stream_at:
-            assert isinstance(parsed, ParsedLine)
-            assert parsed.value == message, line[:300]
+            assert isinstance(parsed, LargeLine)
+            assert parsed.decode() == message, line[:300]
             assert parsed.size == len(line)
         else:  # never past stream_at: buffered as before
             assert isinstance(parsed, bytes) and json.loads(parsed) == message
@@ -189,7 +189,7 @@ def test_a_long_string_is_decoded_in_slices_that_grow_with_it(monkeypatch):
     _feed_line(json.dumps({"id": 1, "text": text}).encode(), framer, random.Random(4),
                most=65536)
     parsed = framer.pop()
-    assert isinstance(parsed, ParsedLine) and parsed.value == {"id": 1, "text": text}
+    assert isinstance(parsed, LargeLine) and parsed.decode() == {"id": 1, "text": text}
     assert len(slices) < 250  # 1 KiB slices: ~8,000
     assert max(slices) > 100_000  # about a 32nd of the text by the end
 
