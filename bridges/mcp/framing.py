@@ -111,7 +111,10 @@ class LargeLine:
         when it is not JSON-RPC."""
         value = self.decode()
         if isinstance(value, ValueError):
-            return None, value
+            request_id = self.edges().request_id() if "nested too deeply" in str(value) else None
+            # Too deep for the parser, as for a whole line (`_nested_too_deep`): when the id
+            # is found, its request fails at once instead of at its timeout.
+            return None, value if request_id is None else InvalidAnswer(str(value), request_id)
         if not validate:
             return value, None
         return None, _validated(value, self.size)

@@ -240,3 +240,20 @@ def test_a_streamed_text_is_held_about_once():
 
     assert peak(None) > 1.9  # a copy of the line's bytes, or of its text, besides the value
     assert peak(1_000_000) < 1.15
+
+
+def test_a_large_line_too_deep_to_parse_names_its_request():
+    """A line over `PARSE_OFF_LOOP_AT` nested deeper than the parser follows is an
+    `InvalidAnswer` naming its id (first in the object), as a short one is: the call fails at
+    once, not at its timeout."""
+    padding = "x" * framing.PARSE_OFF_LOOP_AT
+    line = ('{"jsonrpc": "2.0", "id": "mcp-sidecar/9", "result": {"pad": "' + padding
+            + '", "deep": ' + "[" * 5000 + "]" * 5000 + "}}").encode()
+    framer = LineFramer(10**9)
+    framer.feed(line + b"\n" + message(2))
+    deferred = list(drain_messages(framer, defer_large=True))
+    assert isinstance(deferred[0], LargeLine)
+    framer.feed(line + b"\n")
+    [error] = list(drain_messages(framer))
+    assert isinstance(error, framing.InvalidAnswer) and error.request_id == "mcp-sidecar/9"
+    assert "nested too deeply" in str(error)
