@@ -33,10 +33,10 @@ from managed_store.refs import ManagedRef
 LOCK_MIGRATE = 0x51DECA2_0000
 """The key every fleet component migrates under (`sidecar.postgres.LOCK_MIGRATE`): kept equal
 here because this library imports nothing of the daemon."""
-LOCK_MANAGED_QUOTA = 0x51DECA2_0002
+LOCK_MANAGED_QUOTA = 0x51DECA2_0003
 """Held (per transaction) while a replica commits an object or evicts: one quota check at a
 time for the fleet."""
-LOCK_MANAGED_CLEANUP = 0x51DECA2_0003
+LOCK_MANAGED_CLEANUP = 0x51DECA2_0004
 """Held by the one replica running retention and quota eviction (and the sweep)."""
 
 COMPONENT = "managed_store"
