@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import functools
 import gc
 import logging
 import os
@@ -48,6 +49,7 @@ from sidecar.state_dir import prepare_state_dir, write_private_file
 from sidecar.store_pressure import store_quota_from_env
 from sidecar.stores import (
     CallHistory,
+    EventLogFactory,
     OutcomeLog,
     PermissionStore,
     PinStore,
@@ -183,7 +185,15 @@ async def _open_outcomes(o: _Opening) -> OutcomeLog | None:
 async def _open_permissions(o: _Opening) -> PermissionStore | None:
     if not o.options.durable:
         return None
-    permissions = await SqlitePermissionStore.open(o.options.state_dir / "permissions.sqlite")
+    permissions: PermissionStore
+    if o.pool is not None:
+        # an `always` reply given through one replica applies on every replica
+        from sidecar.postgres_permission_store import PostgresPermissionStore
+
+        permissions = await PostgresPermissionStore.on_pool(o.pool)
+    else:
+        permissions = await SqlitePermissionStore.open(
+            o.options.state_dir / "permissions.sqlite")
     o.stack.push_async_callback(permissions.aclose)
     return permissions
 
@@ -211,6 +221,15 @@ async def _open_history(o: _Opening) -> CallHistory | None:
     return history
 
 
+def _open_events(o: _Opening) -> EventLogFactory | None:
+    if o.pool is None:
+        return None  # the wiring's (in memory, per process)
+    # one numbering of a Location's events for every replica on the database
+    from sidecar.serve.postgres_event_log import PostgresEventLog
+
+    return functools.partial(PostgresEventLog, pool=o.pool, location=o.options.location)
+
+
 @asynccontextmanager
 async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
     """A Location's stores. Embedded by default, in the state directory: `managed/`
@@ -228,7 +247,7 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
         pins = await _open_pins(o)
         history = await _open_history(o)
         yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
-                     pins=pins, history=history)
+                     pins=pins, history=history, events=_open_events(o))
 
 
 # The one place that names store implementations; fleet backends are chosen by the openers

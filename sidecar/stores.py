@@ -157,6 +157,9 @@ class Stores:
     """None when not `durable`: pins are then kept in memory."""
     history: CallHistory | None = None
     """The call history; None when not `durable` (no audit trail is kept)."""
+    events: EventLogFactory | None = None
+    """The Location's event log when the stores choose it (fleet: on the shared database);
+    None: the `Wiring`'s."""
 
 
 class OpenStores(Protocol):

@@ -194,13 +194,16 @@ def layer_violations(edges: list[Import]) -> list[Import]:
 CONCRETE_STORES = {
     "ManagedStore": "managed_store.store",
     "MemoryEventLog": "sidecar.serve.event_log",
+    "PostgresEventLog": "sidecar.serve.postgres_event_log",
     "PostgresOutcomeLog": "sidecar.postgres_outcome_log",
+    "PostgresPermissionStore": "sidecar.postgres_permission_store",
     "SqliteOutcomeLog": "sidecar.outcome_log",
     "SqlitePermissionStore": "sidecar.permission_store",
     "SqlitePinStore": "sidecar.pins",
     "SqliteTokenStore": "sidecar.tokens",
 }
-IMPLEMENTATION_MODULES = {"sidecar.permission_store", "sidecar.postgres_outcome_log"}
+IMPLEMENTATION_MODULES = {"sidecar.permission_store", "sidecar.postgres_outcome_log",
+                          "sidecar.postgres_permission_store", "sidecar.serve.postgres_event_log"}
 COMPOSITION_ROOT = {ROOT_MODULE, CLI_ENTRY_POINT}
 
 
