@@ -29,7 +29,8 @@ BIG = f"""
 kind = "command"
 description = "Print many numbered rows"
 input = {{ type = "object", properties = {{}} }}
-argv = ["awk", "BEGIN {{ for (i = 1; i <= {ROWS}; i++) printf \\"row %d of the output\\\\n\\", i }}"]
+argv = ["awk",
+        "BEGIN {{ for (i = 1; i <= {ROWS}; i++) printf \\"row %d of the output\\\\n\\", i }}"]
 """
 
 
@@ -144,9 +145,12 @@ async def _expire(fleet: Fleet) -> None:
         conn = await asyncpg.connect(fleet.dsn)
         try:
             async with asyncio.timeout(60):  # a hang guard: both replicas clean every second
-                while await conn.fetchval(
+                while True:
+                    indexed = await conn.fetchval(
                         "SELECT (SELECT count(*) FROM sidecar_managed_objects)"
-                        " + (SELECT count(*) FROM sidecar_managed_pending)"):
+                        " + (SELECT count(*) FROM sidecar_managed_pending)")
+                    if not indexed:
+                        break
                     await asyncio.sleep(0.1)
             assert await conn.fetchval("SELECT count(*) FROM sidecar_managed_marks") == 0
         finally:
