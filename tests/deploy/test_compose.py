@@ -1,16 +1,21 @@
-"""compose.yaml's `fleet` profile, checked without a Docker engine (none runs here): the five
-roles, the fleet configuration on both replicas (names the daemon reads, values that point at
-the other services), health checks and start order, and deploy/haproxy/haproxy.cfg checked by
-the real HAProxy (`haproxy -c`). tests/deploy/test_probes.py runs the health checks."""
+"""compose.yaml's `fleet` profile, checked without a Docker engine (none runs here): the whole
+file against the Compose Specification (the strict `compose_spec` parser), the five roles, the
+fleet configuration on both replicas (names the daemon reads, values that point at the other
+services), health checks and start order, and deploy/haproxy/haproxy.cfg checked by the real
+HAProxy (`haproxy -c`). tests/deploy/test_probes.py runs the health checks."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import tomllib
 from typing import Any
 from urllib.parse import urlsplit
+
+import pytest
+from compose_spec import PyCompose
 
 from tests.deploy.daemon_facts import (
     FLEET_CONTRACT_ENV,
@@ -23,6 +28,16 @@ from tests.deploy.files import COMPOSE, HAPROXY_CFG, ROOT, compose, fleet_servic
 from tests.deploy.test_probes import HAPROXY
 
 REPLICAS = ("sidecar-1", "sidecar-2")
+
+
+def test_the_file_follows_the_compose_specification() -> None:
+    # YAML anchors and merge keys resolved first (Compose resolves them; the parser does not)
+    parsed = PyCompose.from_json(json.dumps(compose()))
+    assert set(parsed.service_names()) == set(compose()["services"])
+    typo = json.loads(json.dumps(compose()))
+    typo["services"]["lb"]["healthcheck"]["start_perod"] = "5s"
+    with pytest.raises(ValueError, match="start_perod"):
+        PyCompose.from_json(json.dumps(typo))
 
 
 def test_plain_compose_up_still_starts_only_the_sidecar_and_its_example_server() -> None:
