@@ -73,6 +73,7 @@ __all__ = [
     "Location",
     "default_state_dir",
     "freeze_startup_heap",
+    "open_call_history",
     "open_local_stores",
     "open_token_store",
     "parse_duration",
@@ -112,8 +113,29 @@ class Location(CoreLocation):
 
 
 async def open_token_store(state: Path) -> TokenStore:
-    """The state directory's token store (`sidecar token ...` opens it without a daemon)."""
+    """The token store `sidecar token ...` opens without a daemon: the fleet database's when
+    `SIDECAR_DATABASE_URL` (or `--store`) names one, else the state directory's."""
+    database_url = Backends.from_env().database_url
+    if database_url:
+        from sidecar.postgres_tokens import PostgresTokenStore
+
+        return await PostgresTokenStore.open(database_url)
     return await SqliteTokenStore.open(state / "tokens.sqlite")
+
+
+async def open_call_history(state: Path) -> CallHistory | None:
+    """The call history `sidecar calls --embedded` reads without a daemon: the fleet
+    database's when `SIDECAR_DATABASE_URL` (or `--store`) names one, else the state
+    directory's `history.sqlite` (None when there is none yet)."""
+    database_url = Backends.from_env().database_url
+    if database_url:
+        from sidecar.postgres_call_history import PostgresCallHistory
+
+        return await PostgresCallHistory.open(database_url)
+    path = state / "history.sqlite"
+    if not await asyncio.to_thread(path.exists):
+        return None
+    return await SqliteCallHistory.open(path)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -214,7 +236,14 @@ async def _open_permissions(o: _Opening) -> PermissionStore | None:
 
 
 async def _open_tokens(o: _Opening) -> TokenStore:
-    tokens = await open_token_store(o.options.state_dir)
+    tokens: TokenStore
+    if o.pool is not None:
+        # a token made or revoked anywhere (any replica, the CLI) counts on every replica
+        from sidecar.postgres_tokens import PostgresTokenStore
+
+        tokens = await PostgresTokenStore.on_pool(o.pool)
+    else:
+        tokens = await SqliteTokenStore.open(o.options.state_dir / "tokens.sqlite")
     o.stack.push_async_callback(tokens.aclose)
     return tokens
 
@@ -222,7 +251,14 @@ async def _open_tokens(o: _Opening) -> TokenStore:
 async def _open_pins(o: _Opening) -> PinStore | None:
     if not o.options.durable:
         return None
-    pins = await SqlitePinStore.open(o.options.state_dir / "pins.sqlite")
+    pins: PinStore
+    if o.pool is not None:
+        # a replica holds changed definitions against the pins any replica made
+        from sidecar.postgres_pins import PostgresPinStore
+
+        pins = await PostgresPinStore.on_pool(o.pool, location=o.options.location)
+    else:
+        pins = await SqlitePinStore.open(o.options.state_dir / "pins.sqlite")
     o.stack.push_async_callback(pins.aclose)  # idempotent: `Pins.aclose` closes it too
     return pins
 
@@ -230,8 +266,17 @@ async def _open_pins(o: _Opening) -> PinStore | None:
 async def _open_history(o: _Opening) -> CallHistory | None:
     if not o.options.durable:
         return None
-    history = await SqliteCallHistory.open(o.options.state_dir / "history.sqlite",
-                                           retention_seconds=o.options.retention_seconds)
+    history: CallHistory
+    if o.pool is not None:
+        # `GET /v1/calls` on any replica lists the calls of every replica
+        from sidecar.postgres_call_history import PostgresCallHistory
+
+        history = await PostgresCallHistory.on_pool(
+            o.pool, location=o.options.location,
+            retention_seconds=o.options.retention_seconds)
+    else:
+        history = await SqliteCallHistory.open(o.options.state_dir / "history.sqlite",
+                                               retention_seconds=o.options.retention_seconds)
     o.stack.push_async_callback(history.aclose)
     return history
 

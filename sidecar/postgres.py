@@ -102,6 +102,8 @@ async def migrate(conn: Any, component: str, migrations: dict[int, str], newest:
             message = (f"the database's {component} schema is version {current}, newer than "
                        f"this sidecar knows ({newest}): upgrade the sidecar, or use another "
                        "database")
+            if error is DatabaseError:
+                raise SchemaTooNew(message)
             if issubclass(error, DatabaseError):
                 raise error(message)
             raise error(message) from SchemaTooNew(message)
@@ -117,31 +119,35 @@ async def migrate(conn: Any, component: str, migrations: dict[int, str], newest:
 class PostgresStore:
     """What every simple PostgreSQL store shares: the pool (the replica's, or its own), its
     component's migrations applied at open, and closing. A subclass names `COMPONENT`,
-    `MIGRATIONS` and `SCHEMA_VERSION`."""
+    `MIGRATIONS` and `SCHEMA_VERSION`; `location` is the Location a store keyed by Location
+    serves (its rows carry it, so Locations on one database stay apart)."""
 
     COMPONENT: ClassVar[str]
     MIGRATIONS: ClassVar[dict[int, str]]
     SCHEMA_VERSION: ClassVar[int]
 
-    def __init__(self, pool: asyncpg.Pool, *, owns_pool: bool = False) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, owns_pool: bool = False,
+                 location: str = "default") -> None:
         self._pool = pool
         self._owns_pool = owns_pool
+        self.location = location
 
     @classmethod
-    async def on_pool(cls, pool: asyncpg.Pool, *, owns_pool: bool = False) -> Self:
+    async def on_pool(cls, pool: asyncpg.Pool, *, owns_pool: bool = False,
+                      location: str = "default") -> Self:
         """A store on the replica's shared pool (`open_pool`), which stays open when the
         store closes unless `owns_pool`. `DatabaseError` when the database's schema is newer
         than this code knows."""
         async with pool.acquire() as conn:
             await migrate(conn, cls.COMPONENT, cls.MIGRATIONS, cls.SCHEMA_VERSION)
-        return cls(pool, owns_pool=owns_pool)
+        return cls(pool, owns_pool=owns_pool, location=location)
 
     @classmethod
-    async def open(cls, dsn: str, *, max_size: int = 2) -> Self:
+    async def open(cls, dsn: str, *, location: str = "default", max_size: int = 2) -> Self:
         """A store on a small pool of its own, closed with it (the CLI, tests)."""
         pool = await open_pool(dsn, min_size=1, max_size=max_size)
         try:
-            return await cls.on_pool(pool, owns_pool=True)
+            return await cls.on_pool(pool, owns_pool=True, location=location)
         except BaseException:
             await pool.close()
             raise

@@ -197,14 +197,20 @@ CONCRETE_STORES = {
     "MemoryEventLog": "sidecar.serve.event_log",
     "PostgresEventLog": "sidecar.serve.postgres_event_log",
     "PostgresOutcomeLog": "sidecar.postgres_outcome_log",
+    "PostgresCallHistory": "sidecar.postgres_call_history",
     "PostgresPermissionStore": "sidecar.postgres_permission_store",
+    "PostgresPinStore": "sidecar.postgres_pins",
+    "PostgresTokenStore": "sidecar.postgres_tokens",
+    "SqliteCallHistory": "sidecar.call_history",
     "SqliteOutcomeLog": "sidecar.outcome_log",
     "SqlitePermissionStore": "sidecar.permission_store",
     "SqlitePinStore": "sidecar.pins",
     "SqliteTokenStore": "sidecar.tokens",
 }
 IMPLEMENTATION_MODULES = {"sidecar.permission_store", "sidecar.postgres_outcome_log",
-                          "sidecar.postgres_permission_store", "sidecar.serve.postgres_event_log"}
+                          "sidecar.postgres_permission_store", "sidecar.postgres_tokens",
+                          "sidecar.postgres_pins", "sidecar.postgres_call_history",
+                          "sidecar.serve.postgres_event_log"}
 COMPOSITION_ROOT = {ROOT_MODULE, CLI_ENTRY_POINT}
 
 

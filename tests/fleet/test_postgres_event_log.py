@@ -100,7 +100,7 @@ async def test_a_replica_started_later_resumes_the_fleet_numbering(pool: asyncpg
         bus.publish(RegistryChanged(version))
     await _until(first, 30)
     async with asyncio.timeout(10):  # pruned to `capacity` after the batch (a hang guard)
-        while await pool.fetchval("SELECT count(*) FROM sidecar_events") > 8:
+        while await pool.fetchval("SELECT count(*) FROM sidecar_events") > 8:  # noqa: ASYNC110
             await asyncio.sleep(0.02)
     await first.aclose()
 
