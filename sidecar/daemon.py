@@ -53,6 +53,7 @@ from sidecar.stores import (
     OutcomeLog,
     PermissionStore,
     PinStore,
+    SharedAsks,
     StoreOptions,
     Stores,
     TextStore,
@@ -290,6 +291,17 @@ def _open_events(o: _Opening) -> EventLogFactory | None:
     return functools.partial(PostgresEventLog, pool=o.pool, location=o.options.location)
 
 
+async def _open_asks(o: _Opening) -> SharedAsks | None:
+    if o.pool is None:
+        return None  # asks wait in the process that raised them
+    # an ask raised on one replica is listed and answered on any
+    from sidecar.postgres_asks import PostgresAsks
+
+    asks = await PostgresAsks.on_pool(o.pool, o.options.location)
+    o.stack.push_async_callback(asks.aclose)
+    return asks
+
+
 @asynccontextmanager
 async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
     """A Location's stores. Embedded by default, in the state directory: `managed/`
@@ -306,8 +318,9 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
         tokens = await _open_tokens(o)
         pins = await _open_pins(o)
         history = await _open_history(o)
+        asks = await _open_asks(o)
         yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
-                     pins=pins, history=history, events=_open_events(o))
+                     pins=pins, history=history, events=_open_events(o), asks=asks)
 
 
 # The one place that names store implementations; fleet backends are chosen by the openers
