@@ -53,6 +53,7 @@ from sidecar.stores import (
     OutcomeLog,
     PermissionStore,
     PinStore,
+    SharedAsks,
     StoreOptions,
     Stores,
     TextStore,
@@ -176,11 +177,26 @@ async def _open_pool(o: _Opening) -> None:
 
 async def _open_managed(o: _Opening) -> TextStore:
     retention = o.options.retention_seconds
-    managed = await ManagedStore.open(
-        o.options.state_dir / "managed", ttl_seconds=retention,
-        quota_bytes=o.options.store_quota_bytes,
-        cleanup_interval=min(3600.0, max(1.0, retention / 10)),
-    )
+    cleanup_interval = min(3600.0, max(1.0, retention / 10))
+    managed: TextStore
+    if o.backends.object_store and o.pool is None and not o.backends.database_url:
+        from sidecar.postgres import DatabaseError
+
+        raise DatabaseError("SIDECAR_OBJECT_STORE needs SIDECAR_DATABASE_URL: the index of "
+                            "the managed objects is kept in the fleet database")
+    if o.backends.object_store and o.pool is not None:
+        # managed texts in the bucket, indexed in the fleet database: any replica reads them
+        from managed_store.s3 import S3Settings, S3TextStore
+
+        managed = await S3TextStore.open(
+            o.pool, S3Settings.from_url(o.backends.object_store, os.environ),
+            ttl_seconds=retention, quota_bytes=o.options.store_quota_bytes,
+            cleanup_interval=cleanup_interval)
+    else:
+        managed = await ManagedStore.open(
+            o.options.state_dir / "managed", ttl_seconds=retention,
+            quota_bytes=o.options.store_quota_bytes, cleanup_interval=cleanup_interval,
+        )
     o.stack.push_async_callback(managed.aclose)
     return managed
 
@@ -275,6 +291,17 @@ def _open_events(o: _Opening) -> EventLogFactory | None:
     return functools.partial(PostgresEventLog, pool=o.pool, location=o.options.location)
 
 
+async def _open_asks(o: _Opening) -> SharedAsks | None:
+    if o.pool is None:
+        return None  # asks wait in the process that raised them
+    # an ask raised on one replica is listed and answered on any
+    from sidecar.postgres_asks import PostgresAsks
+
+    asks = await PostgresAsks.on_pool(o.pool, o.options.location)
+    o.stack.push_async_callback(asks.aclose)
+    return asks
+
+
 @asynccontextmanager
 async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
     """A Location's stores. Embedded by default, in the state directory: `managed/`
@@ -291,8 +318,9 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
         tokens = await _open_tokens(o)
         pins = await _open_pins(o)
         history = await _open_history(o)
+        asks = await _open_asks(o)
         yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
-                     pins=pins, history=history, events=_open_events(o))
+                     pins=pins, history=history, events=_open_events(o), asks=asks)
 
 
 # The one place that names store implementations; fleet backends are chosen by the openers

@@ -9,10 +9,14 @@ newer than this code knows is refused, so an old replica never writes a newer la
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+import asyncio
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 if TYPE_CHECKING:  # asyncpg is the `fleet` extra: importing this module must not need it
     import asyncpg
+
+T = TypeVar("T")
 
 __all__ = [
     "LOCK_MIGRATE",
@@ -20,6 +24,7 @@ __all__ = [
     "LOCK_PRUNE_CALLS",
     "LOCK_PRUNE_EVENTS",
     "LOCK_PRUNE_OUTCOMES",
+    "Carried",
     "DatabaseError",
     "PostgresStore",
     "SchemaTooNew",
@@ -35,8 +40,10 @@ LOCK_PRUNE_OUTCOMES = 0x51DECA2_0001
 """Held by the one replica pruning the outcome log."""
 LOCK_PRUNE_CALLS = 0x51DECA2_0002
 """Held by the one replica pruning the call history."""
-# Further keys: 0x51DECA2_0003 and up, one per job that must run on one replica at a time
-# (0x51DECA2_0010 and 0x51DECA2_0011 are taken below).
+# 0x51DECA2_0003 (LOCK_MANAGED_QUOTA) and 0x51DECA2_0004 (LOCK_MANAGED_CLEANUP) belong to the
+# managed objects on S3, defined in managed_store/s3/index.py (a library: it imports nothing
+# of the daemon). Further keys: 0x51DECA2_0005 and up, one per job that must run on one
+# replica at a time (0x51DECA2_0010 and 0x51DECA2_0011 are taken below).
 LOCK_PRUNE_EVENTS = 0x51DECA2_0010
 """Held by the one replica deleting events older than the kept ones (`sidecar_events`)."""
 LOCK_PRUNE_ASKS = 0x51DECA2_0011
@@ -154,3 +161,28 @@ class PostgresStore:
         if self._owns_pool:
             self._owns_pool = False
             await self._pool.close()
+
+
+class Carried:
+    """Database operations of background tasks, carried to their end when such a task is
+    cancelled (the task itself still ends with `CancelledError` at once). Cancelling an asyncpg
+    query mid-flight resets its connection, and when the pool closes at that moment the
+    query's waiter fails with a `ConnectionError` that nobody reads. A store's `aclose`
+    cancels its tasks, then awaits `drain()`."""
+
+    def __init__(self) -> None:
+        self._running: set[asyncio.Future[Any]] = set()
+
+    async def run(self, operation: Awaitable[T]) -> T:
+        task = asyncio.ensure_future(operation)
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        return await asyncio.shield(task)
+
+    async def drain(self) -> None:
+        running = list(self._running)
+        if running:
+            await asyncio.wait(running)
+        for task in running:  # read, so a failure after its task was cancelled is not logged
+            if not task.cancelled():
+                task.exception()

@@ -193,7 +193,9 @@ def layer_violations(edges: list[Import]) -> list[Import]:
 # defining module. Only the composition root chooses them.
 CONCRETE_STORES = {
     "ManagedStore": "managed_store.store",
+    "S3TextStore": "managed_store.s3.store",
     "MemoryEventLog": "sidecar.serve.event_log",
+    "PostgresAsks": "sidecar.postgres_asks",
     "PostgresEventLog": "sidecar.serve.postgres_event_log",
     "PostgresOutcomeLog": "sidecar.postgres_outcome_log",
     "PostgresCallHistory": "sidecar.postgres_call_history",
@@ -209,7 +211,7 @@ CONCRETE_STORES = {
 IMPLEMENTATION_MODULES = {"sidecar.permission_store", "sidecar.postgres_outcome_log",
                           "sidecar.postgres_permission_store", "sidecar.postgres_tokens",
                           "sidecar.postgres_pins", "sidecar.postgres_call_history",
-                          "sidecar.serve.postgres_event_log"}
+                          "sidecar.serve.postgres_event_log", "sidecar.postgres_asks"}
 COMPOSITION_ROOT = {ROOT_MODULE, CLI_ENTRY_POINT}
 
 
