@@ -30,6 +30,7 @@ from sidecar.outcome_log import (
     _replayed,
     expired_outcome,
 )
+from sidecar.postgres import LOCK_PRUNE_OUTCOMES, DatabaseError, migrate, open_pool
 from sidecar.tool import ToolContext
 
 log = logging.getLogger("sidecar.postgres_outcome_log")
@@ -60,45 +61,19 @@ CREATE TABLE sidecar_expired (
 );
 """,
 }
-_VERSIONS = """
-CREATE TABLE IF NOT EXISTS sidecar_schema (
-    component TEXT PRIMARY KEY,
-    version   INTEGER NOT NULL
-)
-"""
 COMPONENT = "outcome_log"
-PRUNE_LOCK = 0x51DECA2_0001
+PRUNE_LOCK = LOCK_PRUNE_OUTCOMES
 """The advisory lock key the replicas take to prune (one at a time)."""
 PRUNE_BATCH = 500
-
-
-async def migrate(conn: Any, component: str, migrations: dict[int, str],
-                  newest: int) -> int:
-    """Apply `migrations` above the stored version of `component`, in one transaction and
-    under a lock (replicas starting together migrate once). Returns the version."""
-    async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", PRUNE_LOCK - 1)
-        await conn.execute(_VERSIONS)
-        current = await conn.fetchval(
-            "SELECT version FROM sidecar_schema WHERE component = $1", component) or 0
-        if current > newest:
-            raise OutcomeLogError(
-                f"the database's {component} schema is version {current}, newer than this "
-                f"sidecar knows ({newest}): upgrade the sidecar, or use another database")
-        for version in range(current + 1, newest + 1):
-            await conn.execute(migrations[version])
-        if current < newest:
-            await conn.execute(
-                "INSERT INTO sidecar_schema VALUES ($1, $2) ON CONFLICT (component) "
-                "DO UPDATE SET version = EXCLUDED.version", component, newest)
-        return newest
 
 
 class PostgresOutcomeLog:
     """See the module docstring. Build it with `await PostgresOutcomeLog.open(dsn)`."""
 
-    def __init__(self, pool: asyncpg.Pool, retention_seconds: float | None) -> None:
+    def __init__(self, pool: asyncpg.Pool, retention_seconds: float | None, *,
+                 owns_pool: bool) -> None:
         self._pool = pool
+        self._owns_pool = owns_pool
         self.retention_seconds = retention_seconds
         self._pruned = 0
         self._pruner: asyncio.Task[None] | None = None
@@ -107,17 +82,27 @@ class PostgresOutcomeLog:
     async def open(cls, dsn: str, *, retention_seconds: float | None = None,
                    prune_interval: float | None = None, min_size: int = 1,
                    max_size: int = 10) -> PostgresOutcomeLog:
+        """A log on a pool of its own (closed with the log)."""
         try:
-            pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size)
-        except (OSError, asyncpg.PostgresError) as exc:
-            raise OutcomeLogError(f"cannot reach the outcome database: {exc}") from exc
+            pool = await open_pool(dsn, min_size=min_size, max_size=max_size)
+        except DatabaseError as exc:
+            raise OutcomeLogError(f"cannot reach the outcome database: {exc.__cause__}") from exc
         try:
-            async with pool.acquire() as conn:
-                await migrate(conn, COMPONENT, MIGRATIONS, SCHEMA_VERSION)
+            return await cls.on_pool(pool, retention_seconds=retention_seconds,
+                                     prune_interval=prune_interval, owns_pool=True)
         except BaseException:
             await pool.close()
             raise
-        log_ = cls(pool, retention_seconds)
+
+    @classmethod
+    async def on_pool(cls, pool: asyncpg.Pool, *, retention_seconds: float | None = None,
+                      prune_interval: float | None = None,
+                      owns_pool: bool = False) -> PostgresOutcomeLog:
+        """A log on the replica's shared pool (`sidecar.postgres.open_pool`); the pool stays
+        open when the log closes unless `owns_pool`."""
+        async with pool.acquire() as conn:
+            await migrate(conn, COMPONENT, MIGRATIONS, SCHEMA_VERSION, error=OutcomeLogError)
+        log_ = cls(pool, retention_seconds, owns_pool=owns_pool)
         if retention_seconds is not None:
             interval = prune_interval or min(600.0, max(1.0, retention_seconds / 10))
             log_._pruner = asyncio.create_task(log_._prune_forever(interval),
@@ -216,4 +201,5 @@ class PostgresOutcomeLog:
         if self._pruner is not None:
             self._pruner.cancel()
             await asyncio.wait([self._pruner])
-        await self._pool.close()
+        if self._owns_pool:
+            await self._pool.close()

@@ -28,6 +28,7 @@ from sidecar.json_depth import JsonTooDeep
 from sidecar.outcome import Outcome
 from sidecar.permission_service import UnknownAsk
 from sidecar.pins import NotHeld
+from sidecar.replica import replica_id
 from sidecar.serve.api_bodies import CallBody, ReplyBody, SnapshotBody
 from sidecar.serve.auth_api import AuthApi
 from sidecar.serve.listing_cache import ListingCache
@@ -471,7 +472,7 @@ class Api:
 
     async def permissions(self, request: Request) -> Response:
         session = request.query_params.get("session_id")
-        pending = self.location.permissions.pending(session)
+        pending = await self.location.permissions.listed(session)
         return JSONResponse({"pending": [p.to_json() for p in pending]})
 
     async def reply(self, request: Request) -> Response:
@@ -486,7 +487,8 @@ class Api:
         return JSONResponse({"id": ask_id, "reply": body.reply})
 
     async def health(self, request: Request) -> Response:
-        report = {**await self.location.health(), **self.health_extras}
+        report = {**await self.location.health(), "replica": replica_id(),
+                  **self.health_extras}
         return JSONResponse(report, status_code=200)
 
     async def openapi(self, request: Request) -> Response:

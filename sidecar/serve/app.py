@@ -14,7 +14,9 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sidecar.replica import REPLICA_HEADER, replica_id
 from sidecar.serve.api import DEFAULT_MAX_BODY_BYTES, Api
 from sidecar.serve.console import console_routes
 from sidecar.serve.metrics import Metrics
@@ -67,7 +69,7 @@ def build_app(
     app = Starlette(
         routes=[*api.routes(), *console_routes(location, events, token, api.auth.begin),
                 *extra_routes],
-        middleware=[Middleware(
+        middleware=[Middleware(ReplicaHeader), Middleware(
             SecurityMiddleware, token=token, allowed_hosts=allowed_hosts, scoped=scoped,
             default_profile=lambda: location.profiles.default_name, own_auth_prefix="/ui",
         )],
@@ -76,6 +78,27 @@ def build_app(
     )
     app.state.api = api
     return app
+
+
+class ReplicaHeader:
+    """Every HTTP answer says which replica gave it (`Sidecar-Replica`), refusals included:
+    behind a load balancer that is how a client or an operator sees where a request went."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.header = (REPLICA_HEADER.lower().encode(), replica_id().encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def stamped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), self.header]}
+            await send(message)
+
+        await self.app(scope, receive, stamped)
 
 
 _CODES = {404: "not_found", 405: "method_not_allowed"}

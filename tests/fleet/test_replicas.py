@@ -30,14 +30,18 @@ argv = ["sh", "-c", "echo \\"$1\\" >> \\"$2\\"; echo \\"$1\\"", "stamp", "{line}
 """
 
 
-def start_replica(root: Path, dsn: str, token: str, runs: Path) -> tuple[subprocess.Popen[str],
-                                                                       str]:
+def start_replica(root: Path, dsn: str, token: str, runs: Path, *, name: str | None = None,
+                  env_extra: dict[str, str] | None = None, port: int = 0,
+                  ) -> tuple[subprocess.Popen[str], str]:
     (root / "manifests").mkdir(parents=True)
     (root / "manifests" / "tools.toml").write_text(MANIFEST.replace("RUNS", str(runs)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
     env.update(SIDECAR_STATE_DIR=str(root / "state"), SIDECAR_MANIFESTS=str(root / "manifests"),
                SIDECAR_TOKEN=token, SIDECAR_DATABASE_URL=dsn)
-    proc = subprocess.Popen([*SIDECAR, "serve", "--port", "0"], env=env, text=True,
+    if name is not None:
+        env["SIDECAR_REPLICA_ID"] = name
+    env.update(env_extra or {})
+    proc = subprocess.Popen([*SIDECAR, "serve", "--port", str(port)], env=env, text=True,
                             stderr=subprocess.PIPE)
     assert proc.stderr is not None
     lines = []
@@ -58,9 +62,9 @@ def replicas(tmp_path: Path, postgres_server: PostgresServer) -> Iterator[tuple[
     dsn = anyio.run(postgres_server.new_database)
     token = secrets.token_urlsafe(32)
     runs = tmp_path / "runs.txt"
-    a, url_a = start_replica(tmp_path / "a", dsn, token, runs)
+    a, url_a = start_replica(tmp_path / "a", dsn, token, runs, name="replica-a")
     try:
-        b, url_b = start_replica(tmp_path / "b", dsn, token, runs)
+        b, url_b = start_replica(tmp_path / "b", dsn, token, runs, name="replica-b")
         try:
             yield url_a, url_b, token, runs
         finally:
@@ -84,6 +88,16 @@ async def call(url: str, token: str, call_id: str, line: str) -> dict[str, Any]:
             "name": "stamp", "input": {"line": line},
             "context": {"session_id": "s", "agent": "a", "message_id": "m", "call_id": call_id}})
         return dict(response.json())
+
+
+def test_health_and_every_answer_name_the_replica(replicas: tuple[str, str, str, Path]) -> None:
+    url_a, url_b, token, _ = replicas
+    for url, name in ((url_a, "replica-a"), (url_b, "replica-b")):
+        health = httpx.get(f"{url}/v1/health", headers={"authorization": f"Bearer {token}"})
+        assert health.json()["replica"] == name
+        assert health.headers["sidecar-replica"] == name
+        refused = httpx.get(f"{url}/v1/health")  # no token: refused, still named
+        assert refused.status_code == 401 and refused.headers["sidecar-replica"] == name
 
 
 def test_a_call_settled_on_one_replica_replays_on_the_other(
