@@ -288,6 +288,11 @@ async def test_the_daemon_keeps_managed_texts_on_s3_only_with_the_database(
         async with open_local_stores(options):
             pass
     monkeypatch.setenv("SIDECAR_DATABASE_URL", place.dsn)
+    monkeypatch.setenv("SIDECAR_OBJECT_STORE", "s3:/bucket")
+    with pytest.raises(DatabaseError, match="SIDECAR_OBJECT_STORE: object store 's3:/bucket'"):
+        async with open_local_stores(options):
+            pass
+    monkeypatch.setenv("SIDECAR_OBJECT_STORE", location)
     async with open_local_stores(options) as stores:
         ref = await stores.managed.put("kept in the bucket\n")
         assert place.keys() == [place.settings.key(ref.id)]
