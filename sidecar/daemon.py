@@ -177,11 +177,26 @@ async def _open_pool(o: _Opening) -> None:
 
 async def _open_managed(o: _Opening) -> TextStore:
     retention = o.options.retention_seconds
-    managed = await ManagedStore.open(
-        o.options.state_dir / "managed", ttl_seconds=retention,
-        quota_bytes=o.options.store_quota_bytes,
-        cleanup_interval=min(3600.0, max(1.0, retention / 10)),
-    )
+    cleanup_interval = min(3600.0, max(1.0, retention / 10))
+    managed: TextStore
+    if o.backends.object_store and o.pool is None and not o.backends.database_url:
+        from sidecar.postgres import DatabaseError
+
+        raise DatabaseError("SIDECAR_OBJECT_STORE needs SIDECAR_DATABASE_URL: the index of "
+                            "the managed objects is kept in the fleet database")
+    if o.backends.object_store and o.pool is not None:
+        # managed texts in the bucket, indexed in the fleet database: any replica reads them
+        from managed_store.s3 import S3Settings, S3TextStore
+
+        managed = await S3TextStore.open(
+            o.pool, S3Settings.from_url(o.backends.object_store, os.environ),
+            ttl_seconds=retention, quota_bytes=o.options.store_quota_bytes,
+            cleanup_interval=cleanup_interval)
+    else:
+        managed = await ManagedStore.open(
+            o.options.state_dir / "managed", ttl_seconds=retention,
+            quota_bytes=o.options.store_quota_bytes, cleanup_interval=cleanup_interval,
+        )
     o.stack.push_async_callback(managed.aclose)
     return managed
 

@@ -40,8 +40,10 @@ LOCK_PRUNE_OUTCOMES = 0x51DECA2_0001
 """Held by the one replica pruning the outcome log."""
 LOCK_PRUNE_CALLS = 0x51DECA2_0002
 """Held by the one replica pruning the call history."""
-# Further keys: 0x51DECA2_0003 and up, one per job that must run on one replica at a time
-# (0x51DECA2_0010 and 0x51DECA2_0011 are taken below).
+# 0x51DECA2_0003 (LOCK_MANAGED_QUOTA) and 0x51DECA2_0004 (LOCK_MANAGED_CLEANUP) belong to the
+# managed objects on S3, defined in managed_store/s3/index.py (a library: it imports nothing
+# of the daemon). Further keys: 0x51DECA2_0005 and up, one per job that must run on one
+# replica at a time (0x51DECA2_0010 and 0x51DECA2_0011 are taken below).
 LOCK_PRUNE_EVENTS = 0x51DECA2_0010
 """Held by the one replica deleting events older than the kept ones (`sidecar_events`)."""
 LOCK_PRUNE_ASKS = 0x51DECA2_0011

@@ -193,6 +193,7 @@ def layer_violations(edges: list[Import]) -> list[Import]:
 # defining module. Only the composition root chooses them.
 CONCRETE_STORES = {
     "ManagedStore": "managed_store.store",
+    "S3TextStore": "managed_store.s3.store",
     "MemoryEventLog": "sidecar.serve.event_log",
     "PostgresAsks": "sidecar.postgres_asks",
     "PostgresEventLog": "sidecar.serve.postgres_event_log",
