@@ -451,8 +451,9 @@ async def section_objects(opts: argparse.Namespace, pg: PostgresServer, s3: Seaw
         f"{verdict(s3_ratio <= 2.0)} (target <= 2x)"
         + ("" if s3_engine else " (raw path; the engine is not measured yet)") + ". The S3 "
         f"server alone spent {server_cpu:.2f} CPU-s on it, {server_cpu / local_time:.1f}x the "
-        f"local spool's {local_time:.2f} s: on these shared cores the object store's own work "
-        "decides the ratio; a remote S3 puts that work on other machines.",
+        f"local spool's {local_time:.2f} s"
+        + (": on these shared cores the object store's own work decides the ratio; a remote "
+           "S3 puts that work on other machines." if server_cpu > 2 * local_time else "."),
     ])
 
 
