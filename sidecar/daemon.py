@@ -51,6 +51,7 @@ from sidecar.stores import (
     OutcomeLog,
     PermissionStore,
     PinStore,
+    SnapshotRecords,
     StoreOptions,
     Stores,
     TextStore,
@@ -211,6 +212,14 @@ async def _open_history(o: _Opening) -> CallHistory | None:
     return history
 
 
+async def _open_snapshots(o: _Opening) -> SnapshotRecords | None:
+    if o.pool is None:
+        return None  # embedded: kept snapshots live in this process's memory
+    from sidecar.postgres_snapshots import PostgresSnapshotRecords
+
+    return await PostgresSnapshotRecords.on_pool(o.pool)  # any replica serves any snapshot id
+
+
 @asynccontextmanager
 async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
     """A Location's stores. Embedded by default, in the state directory: `managed/`
@@ -227,8 +236,9 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
         tokens = await _open_tokens(o)
         pins = await _open_pins(o)
         history = await _open_history(o)
+        snapshots = await _open_snapshots(o)
         yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
-                     pins=pins, history=history)
+                     pins=pins, history=history, snapshots=snapshots)
 
 
 # The one place that names store implementations; fleet backends are chosen by the openers

@@ -16,6 +16,7 @@ import asyncpg
 __all__ = [
     "LOCK_MIGRATE",
     "LOCK_PRUNE_OUTCOMES",
+    "LOCK_SNAPSHOTS",
     "DatabaseError",
     "migrate",
     "open_pool",
@@ -26,6 +27,8 @@ LOCK_MIGRATE = 0x51DECA2_0000
 migrate once."""
 LOCK_PRUNE_OUTCOMES = 0x51DECA2_0001
 """Held by the one replica pruning the outcome log."""
+LOCK_SNAPSHOTS = 0x51DECA2_0020
+"""Held (per transaction) while a replica adds a snapshot and applies the fleet's caps."""
 # Further keys: 0x51DECA2_0002 and up, one per job that must run on one replica at a time.
 
 _VERSIONS = """

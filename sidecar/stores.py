@@ -8,6 +8,8 @@
     CallHistory      every settled call, for audit (`sidecar.call_history`)
     TextStore        the managed store: retained texts, ranged reads, grep, quota and
                      eviction (`managed_store.protocol`)
+    SnapshotRecords  kept snapshots' recipes, so any replica serves any snapshot id
+                     (`sidecar.snapshot_records`; fleet only)
 
 Code outside the composition root names only these. The embedded implementations (SQLite files
 and a directory in the state dir: `SqliteOutcomeLog`, `SqlitePermissionStore`,
@@ -33,6 +35,7 @@ from sidecar.events import EventBus
 from sidecar.outcome_log import OutcomeLog
 from sidecar.permission import PermissionRule
 from sidecar.pins import PinStore
+from sidecar.snapshot_records import SnapshotRecords
 from sidecar.tokens import TokenStore
 
 __all__ = [
@@ -44,6 +47,7 @@ __all__ = [
     "OutcomeLog",
     "PermissionStore",
     "PinStore",
+    "SnapshotRecords",
     "StoreOptions",
     "StoredRule",
     "Stores",
@@ -157,6 +161,8 @@ class Stores:
     """None when not `durable`: pins are then kept in memory."""
     history: CallHistory | None = None
     """The call history; None when not `durable` (no audit trail is kept)."""
+    snapshots: SnapshotRecords | None = None
+    """Kept snapshots shared by the replicas of a fleet; None: in this process's memory."""
 
 
 class OpenStores(Protocol):

@@ -193,14 +193,17 @@ def layer_violations(edges: list[Import]) -> list[Import]:
 # defining module. Only the composition root chooses them.
 CONCRETE_STORES = {
     "ManagedStore": "managed_store.store",
+    "MemorySnapshotRecords": "sidecar.snapshot_records",
     "MemoryEventLog": "sidecar.serve.event_log",
     "PostgresOutcomeLog": "sidecar.postgres_outcome_log",
+    "PostgresSnapshotRecords": "sidecar.postgres_snapshots",
     "SqliteOutcomeLog": "sidecar.outcome_log",
     "SqlitePermissionStore": "sidecar.permission_store",
     "SqlitePinStore": "sidecar.pins",
     "SqliteTokenStore": "sidecar.tokens",
 }
-IMPLEMENTATION_MODULES = {"sidecar.permission_store", "sidecar.postgres_outcome_log"}
+IMPLEMENTATION_MODULES = {"sidecar.permission_store", "sidecar.postgres_outcome_log",
+                          "sidecar.postgres_snapshots"}
 COMPOSITION_ROOT = {ROOT_MODULE, CLI_ENTRY_POINT}
 
 
