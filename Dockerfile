@@ -1,5 +1,8 @@
 # mcp-sidecar: the daemon alone (no test tools), installed with the README's bootstrap script.
+# `--build-arg SIDECAR_EXTRAS=fleet` adds the fleet backends (asyncpg, obstore: PostgreSQL and
+# S3-compatible storage), as compose.yaml's `fleet` profile does; the default installs neither.
 FROM python:3.11-slim
+ARG SIDECAR_EXTRAS=
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY scripts ./scripts
@@ -7,7 +10,7 @@ COPY sidecar ./sidecar
 COPY bridges ./bridges
 COPY managed_store ./managed_store
 COPY manifests ./manifests
-RUN SIDECAR_EXTRAS= scripts/bootstrap
+RUN SIDECAR_EXTRAS="$SIDECAR_EXTRAS" scripts/bootstrap
 ENV SIDECAR_STATE_DIR=/state SIDECAR_MANIFESTS=/manifests
 VOLUME ["/state"]
 EXPOSE 8765

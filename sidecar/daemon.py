@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import functools
 import gc
 import logging
 import os
@@ -48,6 +49,7 @@ from sidecar.state_dir import prepare_state_dir, write_private_file
 from sidecar.store_pressure import store_quota_from_env
 from sidecar.stores import (
     CallHistory,
+    EventLogFactory,
     OutcomeLog,
     PermissionStore,
     PinStore,
@@ -184,7 +186,15 @@ async def _open_outcomes(o: _Opening) -> OutcomeLog | None:
 async def _open_permissions(o: _Opening) -> PermissionStore | None:
     if not o.options.durable:
         return None
-    permissions = await SqlitePermissionStore.open(o.options.state_dir / "permissions.sqlite")
+    permissions: PermissionStore
+    if o.pool is not None:
+        # an `always` reply given through one replica applies on every replica
+        from sidecar.postgres_permission_store import PostgresPermissionStore
+
+        permissions = await PostgresPermissionStore.on_pool(o.pool)
+    else:
+        permissions = await SqlitePermissionStore.open(
+            o.options.state_dir / "permissions.sqlite")
     o.stack.push_async_callback(permissions.aclose)
     return permissions
 
@@ -220,6 +230,15 @@ async def _open_snapshots(o: _Opening) -> SnapshotRecords | None:
     return await PostgresSnapshotRecords.on_pool(o.pool)  # any replica serves any snapshot id
 
 
+def _open_events(o: _Opening) -> EventLogFactory | None:
+    if o.pool is None:
+        return None  # the wiring's (in memory, per process)
+    # one numbering of a Location's events for every replica on the database
+    from sidecar.serve.postgres_event_log import PostgresEventLog
+
+    return functools.partial(PostgresEventLog, pool=o.pool, location=o.options.location)
+
+
 @asynccontextmanager
 async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
     """A Location's stores. Embedded by default, in the state directory: `managed/`
@@ -238,7 +257,8 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
         history = await _open_history(o)
         snapshots = await _open_snapshots(o)
         yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
-                     pins=pins, history=history, snapshots=snapshots)
+                     pins=pins, history=history, events=_open_events(o),
+                     snapshots=snapshots)
 
 
 # The one place that names store implementations; fleet backends are chosen by the openers

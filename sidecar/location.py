@@ -176,6 +176,9 @@ class Location:
         """What the history keeps of inputs (manifest `[audit]`)."""
         self.call_listeners: list[Callable[[CallRecord], None]] = []
         """Told of every settled call with its history row (the HTTP app's metrics)."""
+        self.event_log_factory: EventLogFactory | None = None
+        """The stores' event log (`Stores.events`), used by `new_event_log` over the
+        wiring's."""
 
     def record_call(self, call: SettledCall) -> None:
         """The seam's audit hook: one history row for a settled or replayed call, also handed
@@ -201,7 +204,10 @@ class Location:
         )
 
     def new_event_log(self) -> EventLog:
-        """An event log over this Location's events, not started (`/v1/events` starts it)."""
+        """An event log over this Location's events, not started (`/v1/events` starts it):
+        the stores' when they chose one (fleet mode), else the wiring's."""
+        if self.event_log_factory is not None:
+            return self.event_log_factory(self.events)
         if self.wiring is None:
             raise NotWired("this Location was not opened with `Location.open`")
         return self.wiring.event_log(self.events)
@@ -284,6 +290,7 @@ class Location:
             seam.audit = location.record_call
             location.tokens = stores.tokens
             location.wiring = wired
+            location.event_log_factory = stores.events
             location.pins.store = stores.pins
             stack.push_async_callback(location.pins.aclose)
             await location.pins.load()

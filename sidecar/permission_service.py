@@ -3,12 +3,14 @@
 See `sidecar.permission` for the model. `always` replies are kept in the Location's
 `PermissionStore` (`sidecar.stores`; embedded: `<state>/permissions.sqlite`) as session rules
 (the default) or Location rules, and loaded again when the Location opens, so they survive a
-restart.
+restart. Before it raises an ask the service reads the store again: an `always` reply given
+through another replica of a fleet (a shared PostgreSQL store) then applies here too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ from sidecar.permission import (
 from sidecar.stores import PermissionStore
 
 RuleScope = Literal["session", "location"]
+log = logging.getLogger("sidecar.permission_service")
 
 
 class UnknownAsk(SidecarError):
@@ -72,15 +75,19 @@ class PermissionService:
         """A service whose `always` rules are loaded from, and kept in, `store` (None: kept in
         memory only). The store stays its owner's to close."""
         service = cls(store, **options)  # type: ignore[arg-type]
-        if store is not None:
-            for stored in await store.rules(service._location):
-                if stored.session_id:
-                    service._always_session.setdefault(stored.session_id, []).append(
-                        stored.rule
-                    )
-                else:
-                    service._always_location.append(stored.rule)
+        await service._load()
         return service
+
+    async def _load(self) -> None:
+        """Take in the store's `always` rules this service does not hold yet (on open, and
+        those another replica of a fleet stored since)."""
+        if self._store is None:
+            return
+        for stored in await self._store.rules(self._location):
+            held = (self._always_session.setdefault(stored.session_id, [])
+                    if stored.session_id else self._always_location)
+            if stored.rule not in held:
+                held.append(stored.rule)
 
     # --- rules ---------------------------------------------------------------------------
 
@@ -127,6 +134,14 @@ class PermissionService:
         decision = self.decision(
             request.session_id, request.action, request.resources, request.default
         )
+        if decision == "ask" and self._store is not None:
+            try:
+                await self._load()
+            except Exception as exc:  # ask on what is known here
+                log.warning("reading the stored permission rules failed: %s", exc)
+            decision = self.decision(
+                request.session_id, request.action, request.resources, request.default
+            )
         if decision == "allow":
             return
         if decision == "deny":

@@ -9,15 +9,22 @@ newer than this code knows is refused, so an old replica never writes a newer la
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-import asyncpg
+if TYPE_CHECKING:  # asyncpg is the `fleet` extra: importing this module must not need it
+    import asyncpg
 
 __all__ = [
     "LOCK_MIGRATE",
+    "LOCK_PRUNE_ASKS",
+    "LOCK_PRUNE_CALLS",
+    "LOCK_PRUNE_EVENTS",
     "LOCK_PRUNE_OUTCOMES",
     "LOCK_SNAPSHOTS",
     "DatabaseError",
+    "PostgresStore",
+    "SchemaTooNew",
+    "database_error_in",
     "migrate",
     "open_pool",
 ]
@@ -27,9 +34,19 @@ LOCK_MIGRATE = 0x51DECA2_0000
 migrate once."""
 LOCK_PRUNE_OUTCOMES = 0x51DECA2_0001
 """Held by the one replica pruning the outcome log."""
+LOCK_PRUNE_CALLS = 0x51DECA2_0002
+"""Held by the one replica pruning the call history."""
+# Further keys: 0x51DECA2_0003 and up, one per job that must run on one replica at a time
+# (0x51DECA2_0010, 0x51DECA2_0011 and 0x51DECA2_0020 are taken below).
+LOCK_PRUNE_EVENTS = 0x51DECA2_0010
+"""Held by the one replica deleting events older than the kept ones (`sidecar_events`)."""
+LOCK_PRUNE_ASKS = 0x51DECA2_0011
+"""Held by the one replica deleting asks whose replica stopped refreshing them."""
 LOCK_SNAPSHOTS = 0x51DECA2_0020
 """Held (per transaction) while a replica adds a snapshot and applies the fleet's caps."""
-# Further keys: 0x51DECA2_0002 and up, one per job that must run on one replica at a time.
+
+CONNECT_TIMEOUT = 10.0
+"""Seconds a replica waits for each connection to the database (asyncpg's default is 60)."""
 
 _VERSIONS = """
 CREATE TABLE IF NOT EXISTS sidecar_schema (
@@ -43,28 +60,52 @@ class DatabaseError(Exception):
     """The fleet database is unreachable, or its schema is one this sidecar cannot use."""
 
 
+class SchemaTooNew(DatabaseError):
+    """The database holds a component's schema newer than this sidecar knows."""
+
+
+def database_error_in(exc: BaseException) -> DatabaseError | None:
+    """The `DatabaseError` that `exc` is or was raised from (a store may wrap it in its own
+    error, e.g. `OutcomeLogError`), or None: what the CLI reports as one line."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, DatabaseError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
 async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
     """A pool on `dsn`; `DatabaseError` naming the cause when the server cannot be reached."""
+    import asyncpg
+
     try:
-        return await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size)
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        return await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size,
+                                         timeout=CONNECT_TIMEOUT)
+    except (OSError, TimeoutError, ValueError, asyncpg.PostgresError,
+            asyncpg.InterfaceError) as exc:
         raise DatabaseError(f"cannot reach the fleet database: {exc}") from exc
 
 
 async def migrate(conn: Any, component: str, migrations: dict[int, str], newest: int, *,
                   error: type[Exception] = DatabaseError) -> int:
     """Apply `migrations` above the stored version of `component`, in one transaction and
-    under `LOCK_MIGRATE`. Returns the version; raises `error` when the database's version is
-    newer than `newest`."""
+    under `LOCK_MIGRATE`. Returns the version; raises `error` (raised from a `SchemaTooNew`)
+    when the database's version is newer than `newest`."""
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", LOCK_MIGRATE)
         await conn.execute(_VERSIONS)
         current = await conn.fetchval(
             "SELECT version FROM sidecar_schema WHERE component = $1", component) or 0
         if current > newest:
-            raise error(
-                f"the database's {component} schema is version {current}, newer than this "
-                f"sidecar knows ({newest}): upgrade the sidecar, or use another database")
+            message = (f"the database's {component} schema is version {current}, newer than "
+                       f"this sidecar knows ({newest}): upgrade the sidecar, or use another "
+                       "database")
+            if issubclass(error, DatabaseError):
+                raise error(message)
+            raise error(message) from SchemaTooNew(message)
         for version in range(current + 1, newest + 1):
             await conn.execute(migrations[version])
         if current < newest:
@@ -72,3 +113,41 @@ async def migrate(conn: Any, component: str, migrations: dict[int, str], newest:
                 "INSERT INTO sidecar_schema VALUES ($1, $2) ON CONFLICT (component) "
                 "DO UPDATE SET version = EXCLUDED.version", component, newest)
         return newest
+
+
+class PostgresStore:
+    """What every simple PostgreSQL store shares: the pool (the replica's, or its own), its
+    component's migrations applied at open, and closing. A subclass names `COMPONENT`,
+    `MIGRATIONS` and `SCHEMA_VERSION`."""
+
+    COMPONENT: ClassVar[str]
+    MIGRATIONS: ClassVar[dict[int, str]]
+    SCHEMA_VERSION: ClassVar[int]
+
+    def __init__(self, pool: asyncpg.Pool, *, owns_pool: bool = False) -> None:
+        self._pool = pool
+        self._owns_pool = owns_pool
+
+    @classmethod
+    async def on_pool(cls, pool: asyncpg.Pool, *, owns_pool: bool = False) -> Self:
+        """A store on the replica's shared pool (`open_pool`), which stays open when the
+        store closes unless `owns_pool`. `DatabaseError` when the database's schema is newer
+        than this code knows."""
+        async with pool.acquire() as conn:
+            await migrate(conn, cls.COMPONENT, cls.MIGRATIONS, cls.SCHEMA_VERSION)
+        return cls(pool, owns_pool=owns_pool)
+
+    @classmethod
+    async def open(cls, dsn: str, *, max_size: int = 2) -> Self:
+        """A store on a small pool of its own, closed with it (the CLI, tests)."""
+        pool = await open_pool(dsn, min_size=1, max_size=max_size)
+        try:
+            return await cls.on_pool(pool, owns_pool=True)
+        except BaseException:
+            await pool.close()
+            raise
+
+    async def aclose(self) -> None:
+        if self._owns_pool:
+            self._owns_pool = False
+            await self._pool.close()

@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 
-from sidecar.postgres import LOCK_SNAPSHOTS, migrate
+from sidecar.postgres import LOCK_SNAPSHOTS, PostgresStore
 from sidecar.snapshot_records import (
     SnapshotLimits,
     SnapshotRecipe,
@@ -68,19 +68,13 @@ def _recipe(text: str) -> SnapshotRecipe:
     )
 
 
-class PostgresSnapshotRecords:
-    """See the module docstring. Build it with `await PostgresSnapshotRecords.on_pool(pool)`."""
+class PostgresSnapshotRecords(PostgresStore):
+    """See the module docstring. Build it with `await PostgresSnapshotRecords.on_pool(pool)`
+    (the replica's pool) or `.open(dsn)`."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
-        self._pool = pool
-
-    @classmethod
-    async def on_pool(cls, pool: asyncpg.Pool) -> PostgresSnapshotRecords:
-        """Records on the replica's shared pool (`sidecar.postgres.open_pool`), which stays
-        open when they close."""
-        async with pool.acquire() as conn:
-            await migrate(conn, COMPONENT, MIGRATIONS, SCHEMA_VERSION)
-        return cls(pool)
+    COMPONENT = COMPONENT
+    MIGRATIONS = MIGRATIONS
+    SCHEMA_VERSION = SCHEMA_VERSION
 
     async def put(self, location: str, snapshot_id: str, recipe: SnapshotRecipe, digest: str,
                   limits: SnapshotLimits) -> None:
@@ -123,6 +117,3 @@ class PostgresSnapshotRecords:
             return None
         return StoredSnapshot(snapshot_id, _recipe(row["recipe"]), row["digest"],
                               float(row["left_s"]))
-
-    async def aclose(self) -> None:
-        """Nothing of its own to close: the pool is the replica's."""

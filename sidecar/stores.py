@@ -161,6 +161,9 @@ class Stores:
     """None when not `durable`: pins are then kept in memory."""
     history: CallHistory | None = None
     """The call history; None when not `durable` (no audit trail is kept)."""
+    events: EventLogFactory | None = None
+    """The Location's event log when the stores choose it (fleet: on the shared database);
+    None: the `Wiring`'s."""
     snapshots: SnapshotRecords | None = None
     """Kept snapshots shared by the replicas of a fleet; None: in this process's memory."""
 

@@ -195,7 +195,9 @@ CONCRETE_STORES = {
     "ManagedStore": "managed_store.store",
     "MemorySnapshotRecords": "sidecar.snapshot_records",
     "MemoryEventLog": "sidecar.serve.event_log",
+    "PostgresEventLog": "sidecar.serve.postgres_event_log",
     "PostgresOutcomeLog": "sidecar.postgres_outcome_log",
+    "PostgresPermissionStore": "sidecar.postgres_permission_store",
     "PostgresSnapshotRecords": "sidecar.postgres_snapshots",
     "SqliteOutcomeLog": "sidecar.outcome_log",
     "SqlitePermissionStore": "sidecar.permission_store",
@@ -203,6 +205,7 @@ CONCRETE_STORES = {
     "SqliteTokenStore": "sidecar.tokens",
 }
 IMPLEMENTATION_MODULES = {"sidecar.permission_store", "sidecar.postgres_outcome_log",
+                          "sidecar.postgres_permission_store", "sidecar.serve.postgres_event_log",
                           "sidecar.postgres_snapshots"}
 COMPOSITION_ROOT = {ROOT_MODULE, CLI_ENTRY_POINT}
 

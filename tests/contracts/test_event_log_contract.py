@@ -10,22 +10,31 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from sidecar.events import CallSettled, EventBus, RegistryChanged
+from sidecar.postgres import open_pool
 from sidecar.serve.event_log import MemoryEventLog
+from sidecar.serve.postgres_event_log import PostgresEventLog
 from sidecar.stores import EventLog, NumberedEvent
+from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio
 
 # (bus, how many events it must keep at least) -> an event log, not started
 MakeLog = Callable[[EventBus, int], EventLog]
 
-IMPLEMENTATIONS = [
-    pytest.param(lambda bus, keep: MemoryEventLog(bus, capacity=keep), id="memory"),
-]
 
-
-@pytest.fixture(params=IMPLEMENTATIONS)
-def make_log(request: pytest.FixtureRequest) -> MakeLog:
-    return request.param  # type: ignore[no-any-return]
+@pytest.fixture(params=["memory", "postgres"])
+async def make_log(request: pytest.FixtureRequest) -> AsyncIterator[MakeLog]:
+    if request.param == "memory":
+        yield lambda bus, keep: MemoryEventLog(bus, capacity=keep)
+        return
+    # a fresh database on the session's real PostgreSQL server (tests/fleet/postgres.py)
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    pool = await open_pool(await server.new_database(), max_size=4)
+    try:
+        yield lambda bus, keep: PostgresEventLog(bus, pool=pool, location="default",
+                                                 capacity=keep)
+    finally:
+        await pool.close()
 
 
 @pytest.fixture

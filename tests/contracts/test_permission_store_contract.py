@@ -12,24 +12,34 @@ import pytest
 from sidecar.permission import PermissionRequest, PermissionRule
 from sidecar.permission_service import PermissionService
 from sidecar.permission_store import SqlitePermissionStore
+from sidecar.postgres_permission_store import PostgresPermissionStore
 from sidecar.stores import PermissionStore, StoredRule
+from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio
 
 OpenStore = Callable[[], Awaitable[PermissionStore]]
 
 
-async def _sqlite(tmp_path: Path) -> OpenStore:
+async def _sqlite(tmp_path: Path, request: pytest.FixtureRequest) -> OpenStore:
     return lambda: SqlitePermissionStore.open(tmp_path / "permissions.sqlite")
 
 
-IMPLEMENTATIONS = [pytest.param(_sqlite, id="sqlite")]
+async def _postgres(tmp_path: Path, request: pytest.FixtureRequest) -> OpenStore:
+    """A fresh database on the session's real PostgreSQL server; each open has a pool of its
+    own, as a restarted replica would."""
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    dsn = await server.new_database()
+    return lambda: PostgresPermissionStore.open(dsn)
+
+
+IMPLEMENTATIONS = [pytest.param(_sqlite, id="sqlite"), pytest.param(_postgres, id="postgres")]
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
 async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[OpenStore]:
     """Opens the same store anew on each call; every store opened is closed at the end."""
-    make = await request.param(tmp_path)
+    make = await request.param(tmp_path, request)
     opened: list[PermissionStore] = []
 
     async def open_one() -> PermissionStore:
@@ -89,8 +99,8 @@ def _request(action: str, session: str) -> PermissionRequest:
 async def _answer(service: PermissionService, request: PermissionRequest, reply: str,
                   scope: str = "session") -> None:
     task = asyncio.create_task(service.ask(request))
-    for _ in range(100):
-        await asyncio.sleep(0)
+    for _ in range(500):  # the ask reads the store first (a round trip to a database server)
+        await asyncio.sleep(0.01)
         pending = [p for p in service.pending() if p.request is request]
         if pending:
             await service.reply(pending[0].id, reply, scope=scope)  # type: ignore[arg-type]
@@ -119,3 +129,23 @@ async def test_always_answers_are_asked_once_across_restarts(open_store: OpenSto
     finally:
         await service.aclose()
     assert [r.rule.action for r in await store.rules("default")] == ["deploy", "publish"]
+
+
+async def test_an_always_rule_stored_elsewhere_applies_before_asking(
+    open_store: OpenStore,
+) -> None:
+    """Two services on one storage (two replicas of a fleet on one database): a rule stored
+    through the first applies on the second, which opened before it was stored."""
+    ask_everything = [PermissionRule("*", "ask")]
+    first = await PermissionService.open(await open_store(), location="default",
+                                         defaults=ask_everything)
+    second = await PermissionService.open(await open_store(), location="default",
+                                          defaults=ask_everything)
+    try:
+        await _answer(first, _request("deploy", "s1"), "always")
+        await asyncio.wait_for(second.ask(_request("deploy", "s1")), 5)  # no ask
+        assert second.pending() == []
+        assert second.decision("s2", "deploy") == "ask"
+    finally:
+        await first.aclose()
+        await second.aclose()

@@ -55,8 +55,8 @@ async def test_allow_deny_and_default_from_the_request():
 
 async def ask_in_background(service, request):
     task = asyncio.create_task(service.ask(request))
-    for _ in range(100):
-        await asyncio.sleep(0)
+    for _ in range(500):  # an ask reads the store first (a worker thread, or a database)
+        await asyncio.sleep(0.01)
         if [p for p in service.pending() if p.request is request]:
             return task, next(p for p in service.pending() if p.request is request)
     raise AssertionError("the ask never became pending")

@@ -39,7 +39,8 @@ def test_compose_structure():
 def test_dockerfile_uses_the_readme_install_command():
     dockerfile = (ROOT / "Dockerfile").read_text()
     runs = re.findall(r"^RUN (.+)$", dockerfile, flags=re.M)
-    assert runs == ["SIDECAR_EXTRAS= scripts/bootstrap"]
+    assert runs == ['SIDECAR_EXTRAS="$SIDECAR_EXTRAS" scripts/bootstrap']
+    assert re.search(r"(?m)^ARG SIDECAR_EXTRAS=$", dockerfile)  # by default no extras
     readme = (ROOT / "README.md").read_text()
     assert "./scripts/run" in readme.split("\n\n")[1]  # the README's first command bootstraps
     assert "scripts/bootstrap" in (ROOT / "scripts" / "run").read_text()
