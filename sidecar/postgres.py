@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from sidecar.replica import replica_id
+
 if TYPE_CHECKING:  # asyncpg is the `fleet` extra: importing this module must not need it
     import asyncpg
 
@@ -78,12 +80,15 @@ def database_error_in(exc: BaseException) -> DatabaseError | None:
 
 
 async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
-    """A pool on `dsn`; `DatabaseError` naming the cause when the server cannot be reached."""
+    """A pool on `dsn`, its connections named `sidecar <replica id>` (`application_name`);
+    `DatabaseError` naming the cause when the server cannot be reached."""
     import asyncpg
 
     try:
-        return await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size,
-                                         timeout=CONNECT_TIMEOUT)
+        return await asyncpg.create_pool(
+            dsn, min_size=min_size, max_size=max_size, timeout=CONNECT_TIMEOUT,
+            # pg_stat_activity (and so pg_locks) name the replica holding a connection
+            server_settings={"application_name": f"sidecar {replica_id()}"[:63]})
     except (OSError, TimeoutError, ValueError, asyncpg.PostgresError,
             asyncpg.InterfaceError) as exc:
         raise DatabaseError(f"cannot reach the fleet database: {exc}") from exc
