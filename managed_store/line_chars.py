@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from managed_store.index import LineMark
-from managed_store.reading import READ_BUFFER, _skip_newlines
+from managed_store.reading import READ_BUFFER, ObjectReader, _skip_newlines
 from managed_store.refs import ManagedRef
 
 _BLOCK = 256 * 1024
@@ -45,29 +45,38 @@ def read_line_chars(
     """`mark` must come from `Index.mark_for_line(line)`."""
     if line > ref.lines:
         return LineChars(ref, line, start, "", True)
+    with path.open("rb", buffering=READ_BUFFER) as file:
+        return line_chars_in(file, ref, mark, line, start, length)
+
+
+def line_chars_in(
+    file: ObjectReader, ref: ManagedRef, mark: LineMark, line: int, start: int, length: int
+) -> LineChars:
+    """`read_line_chars` on an open object."""
+    if line > ref.lines:
+        return LineChars(ref, line, start, "", True)
     decoder = codecs.getincrementaldecoder("utf-8")()
     skipped = 0
     taken: list[str] = []
     count = 0
-    with path.open("rb", buffering=READ_BUFFER) as file:
-        file.seek(_skip_newlines(file, mark.byte_offset, line - 1 - mark.newlines))
-        while True:
-            block = file.read(_BLOCK)
-            newline = block.find(b"\n")
-            last = not block or newline != -1
-            chars = decoder.decode(block if newline == -1 else block[:newline], final=last)
-            if skipped < start:
-                drop = min(start - skipped, len(chars))
-                skipped += drop
-                chars = chars[drop:]
-            room = length - count
-            if len(chars) > room:
-                taken.append(chars[:room])
-                return LineChars(ref, line, start, "".join(taken), False)
-            taken.append(chars)
-            count += len(chars)
-            if last:
-                return LineChars(ref, line, start, "".join(taken), True)
-            if count == length:  # full: is the line over right here?
-                peek = file.read(1)
-                return LineChars(ref, line, start, "".join(taken), peek in (b"", b"\n"))
+    file.seek(_skip_newlines(file, mark.byte_offset, line - 1 - mark.newlines))
+    while True:
+        block = file.read(_BLOCK)
+        newline = block.find(b"\n")
+        last = not block or newline != -1
+        chars = decoder.decode(block if newline == -1 else block[:newline], final=last)
+        if skipped < start:
+            drop = min(start - skipped, len(chars))
+            skipped += drop
+            chars = chars[drop:]
+        room = length - count
+        if len(chars) > room:
+            taken.append(chars[:room])
+            return LineChars(ref, line, start, "".join(taken), False)
+        taken.append(chars)
+        count += len(chars)
+        if last:
+            return LineChars(ref, line, start, "".join(taken), True)
+        if count == length:  # full: is the line over right here?
+            peek = file.read(1)
+            return LineChars(ref, line, start, "".join(taken), peek in (b"", b"\n"))

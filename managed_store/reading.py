@@ -3,6 +3,9 @@
 The functions here are synchronous and run in worker threads. Each starts from a `LineMark`
 the index gave it, so it scans at most `MARK_BYTES` before reaching the requested position.
 Objects are valid UTF-8 (checked when written) and lines are separated by `\\n` only.
+
+Each reader comes twice: on a path (the local store opens the file) and `..._in` on an open
+`ObjectReader` (any engine that can seek and read its objects, e.g. by ranged GETs).
 """
 
 from __future__ import annotations
@@ -10,9 +13,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Protocol
 
 from managed_store.errors import SearchTimeout
 from managed_store.index import LineMark
@@ -27,6 +31,19 @@ GREP_LINE_BYTES = 64 * 1024
 # One refill per MiB leaves the regular 5 ms switch interval in charge.
 READ_BUFFER = 1024 * 1024
 _STOP_POLL_LINES = 1024
+
+
+class ObjectReader(Protocol):
+    """What the readers need of a stored object: what a binary file opened for reading has
+    (absolute byte positions; `read` and `readline` return `b""` at the end)."""
+
+    def seek(self, offset: int, whence: int = 0, /) -> int: ...
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def readline(self, size: int = -1, /) -> bytes: ...
+
+    def __iter__(self) -> Iterator[bytes]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,16 +92,26 @@ def read_line_range(
 ) -> TextSlice:
     """Lines `offset..offset+limit-1`; `mark` must come from `Index.mark_for_line(offset)`."""
     if offset > ref.lines:
-        return TextSlice(ref, "", offset, offset - 1, ref.size_bytes, ref.size_bytes, True)
-    lines: list[bytes] = []
+        return _past_the_end(ref, offset)
     with path.open("rb", buffering=READ_BUFFER) as file:
-        start = _skip_newlines(file, mark.byte_offset, offset - 1 - mark.newlines)
-        file.seek(start)
-        for _ in range(limit):
-            line = file.readline()
-            if not line:
-                break
-            lines.append(line)
+        return line_range_in(file, ref, mark, offset, limit)
+
+
+def line_range_in(
+    file: ObjectReader, ref: ManagedRef, mark: LineMark, offset: int, limit: int
+) -> TextSlice:
+    """`read_line_range` on an open object. Reads at most from `mark` to the start of line
+    `offset + limit` (or the end)."""
+    if offset > ref.lines:
+        return _past_the_end(ref, offset)
+    lines: list[bytes] = []
+    start = _skip_newlines(file, mark.byte_offset, offset - 1 - mark.newlines)
+    file.seek(start)
+    for _ in range(limit):
+        line = file.readline()
+        if not line:
+            break
+        lines.append(line)
     data = b"".join(lines)
     end = start + len(data)
     return TextSlice(
@@ -98,26 +125,38 @@ def read_line_range(
     )
 
 
+def _past_the_end(ref: ManagedRef, offset: int) -> TextSlice:
+    return TextSlice(ref, "", offset, offset - 1, ref.size_bytes, ref.size_bytes, True)
+
+
 def read_byte_range(
     path: Path, ref: ManagedRef, mark: LineMark, offset: int, limit: int
 ) -> TextSlice:
     """Whole characters within bytes `offset..offset+limit`; `mark` must come from
     `Index.mark_for_offset(offset)`. A character cut by either edge is left out, so a `limit`
     under 4 can return nothing even before the end."""
-    base = min(offset, ref.size_bytes)
     with path.open("rb") as file:
-        file.seek(base)
-        # 3 bytes more than the window, to see where a character cut by the start ends.
-        data = file.read(limit + 3)
-        # A start inside a character moves forward to the next character …
-        skip = 0
-        while skip < min(3, len(data)) and _is_continuation(data[skip]):
-            skip += 1
-        start = base + skip
-        # … and an end inside one moves back to where that character starts.
-        window = data[:limit]
-        data = window[skip : _whole_characters_length(window, skip)] if skip < limit else b""
-        newlines = mark.newlines + _count_newlines(file, mark.byte_offset, start)
+        return byte_range_in(file, ref, mark, offset, limit)
+
+
+def byte_range_in(
+    file: ObjectReader, ref: ManagedRef, mark: LineMark, offset: int, limit: int
+) -> TextSlice:
+    """`read_byte_range` on an open object. Reads bytes `offset..offset+limit+3` first, then
+    `mark..offset` (to count lines)."""
+    base = min(offset, ref.size_bytes)
+    file.seek(base)
+    # 3 bytes more than the window, to see where a character cut by the start ends.
+    data = file.read(limit + 3)
+    # A start inside a character moves forward to the next character …
+    skip = 0
+    while skip < min(3, len(data)) and _is_continuation(data[skip]):
+        skip += 1
+    start = base + skip
+    # … and an end inside one moves back to where that character starts.
+    window = data[:limit]
+    data = window[skip : _whole_characters_length(window, skip)] if skip < limit else b""
+    newlines = mark.newlines + _count_newlines(file, mark.byte_offset, start)
     text = data.decode("utf-8")
     end = start + len(data)
     first_line = newlines + 1
@@ -143,44 +182,59 @@ def grep_lines(
     result truncated, or when `stop` is set (the caller was cancelled; the result is then
     thrown away). Raises `SearchTimeout` after `time_limit` seconds.
     """
+    with path.open("rb", buffering=READ_BUFFER) as file:
+        return grep_in(file, ref, pattern, max_matches=max_matches, context=context, stop=stop,
+                       time_limit=time_limit)
+
+
+def grep_in(
+    file: ObjectReader,
+    ref: ManagedRef,
+    pattern: LinePattern,
+    *,
+    max_matches: int,
+    context: int,
+    stop: threading.Event,
+    time_limit: float,
+) -> GrepResult:
+    """`grep_lines` on an open object, read from its start."""
     before: deque[str] = deque(maxlen=context)
     found: list[_Found] = []
     waiting: deque[_Found] = deque()  # matches still collecting their `after` lines
     truncated = False
     search, stopped = pattern.matches, stop.is_set
     deadline = time.monotonic() + time_limit
-    with path.open("rb", buffering=READ_BUFFER) as file:
-        for number, raw in enumerate(file, start=1):
-            if number % _STOP_POLL_LINES == 0 or len(raw) > GREP_LINE_BYTES:
-                if stopped():
-                    break
-                if time.monotonic() > deadline:
-                    raise SearchTimeout(
-                        f"the search of {ref.id} stopped after {time_limit:g} s at line "
-                        f"{number:,}: narrow the pattern or read the text in ranges"
-                    )
-            # Editors treat CRLF as one line ending; a regex anchored with `$` should too.
-            raw = raw.rstrip(b"\n").removesuffix(b"\r")
-            matched = not truncated and search(raw)
-            if not matched and not context:
-                continue  # the common case, kept cheap
-            line = raw.decode("utf-8")
-            if matched and len(found) == max_matches:
-                truncated, matched = True, False
-                if not waiting:
-                    break
-            shown = _shown(raw, line)
-            for item in waiting:
-                item.after.append(shown)
-            while waiting and len(waiting[0].after) >= context:
-                waiting.popleft()
-            if matched:
-                found.append(_Found(number, shown, tuple(before)))
-                if context:
-                    waiting.append(found[-1])
-            elif truncated and not waiting:
+    for number, raw in enumerate(file, start=1):
+        if number % _STOP_POLL_LINES == 0 or len(raw) > GREP_LINE_BYTES:
+            if stopped():
                 break
-            before.append(shown)
+            if time.monotonic() > deadline:
+                raise SearchTimeout(
+                    f"the search of {ref.id} stopped after {time_limit:g} s at line "
+                    f"{number:,}: narrow the pattern or read the text in ranges"
+                )
+        # Editors treat CRLF as one line ending; a regex anchored with `$` should too.
+        raw = raw.rstrip(b"\n").removesuffix(b"\r")
+        matched = not truncated and search(raw)
+        if not matched and not context:
+            continue  # the common case, kept cheap
+        line = raw.decode("utf-8")
+        if matched and len(found) == max_matches:
+            truncated, matched = True, False
+            if not waiting:
+                break
+        shown = _shown(raw, line)
+        for item in waiting:
+            item.after.append(shown)
+        while waiting and len(waiting[0].after) >= context:
+            waiting.popleft()
+        if matched:
+            found.append(_Found(number, shown, tuple(before)))
+            if context:
+                waiting.append(found[-1])
+        elif truncated and not waiting:
+            break
+        before.append(shown)
     matches = tuple(GrepMatch(f.line, f.text, f.before, tuple(f.after)) for f in found)
     return GrepResult(ref, matches, truncated)
 
@@ -219,7 +273,7 @@ def _whole_characters_length(data: bytes, start: int) -> int:
     return end if lead + width <= end else lead
 
 
-def _skip_newlines(file: BinaryIO, start: int, count: int) -> int:
+def _skip_newlines(file: ObjectReader, start: int, count: int) -> int:
     """Offset just after the `count`-th `\\n` at or after `start` (or the end of the file)."""
     position = start
     file.seek(start)
@@ -239,7 +293,7 @@ def _skip_newlines(file: BinaryIO, start: int, count: int) -> int:
     return position
 
 
-def _count_newlines(file: BinaryIO, start: int, stop: int) -> int:
+def _count_newlines(file: ObjectReader, start: int, stop: int) -> int:
     file.seek(start)
     count = 0
     remaining = stop - start

@@ -1,12 +1,15 @@
 """Writing one object: a temp file filled chunk by chunk, then committed or discarded.
 
 `TempObject` is the synchronous half, run in worker threads; `SpoolWriter` is the async
-facade a caller holds. Input is handled in windows of `WINDOW` bytes (or characters, for `str`),
+facade a caller holds. Where the bytes go is the `ObjectSink` the engine gives: a temp file
+(`FileSink`, the local store) or an upload (the S3 engine); the checks, counting and line marks
+are the same for both. Input is handled in windows of `WINDOW` bytes (or characters, for `str`),
 one worker-thread call each, so memory stays O(window) whatever the chunk size and a
 cancellation takes effect between windows.
 
-Ownership of the temp file is always with exactly one party: the spool (and its `TempObject`)
-until it passes the finished file to the store's commit, which then renames or removes it.
+Ownership of the temp file (or upload) is always with exactly one party: the spool (and its
+`TempObject`) until it passes the finished object to the store's commit, which then makes it
+visible or removes it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO, ParamSpec, Self, TypeVar
+from typing import BinaryIO, ParamSpec, Protocol, Self, TypeVar
 
 from managed_store.errors import ManagedStoreError, RetentionError, StoreClosed
 from managed_store.index import MARK_BYTES, LineMark
@@ -49,12 +52,86 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True, slots=True)
 class WrittenObject:
-    """A complete, fsynced temp file, handed from the spool to the store's commit."""
+    """A complete object (a fsynced temp file, a finished upload), handed from the spool to the
+    store's commit. `path` is the temp file's, or None when the sink is not a local file."""
 
-    path: Path
+    path: Path | None
     size_bytes: int
     lines: int
     marks: tuple[LineMark, ...]
+
+
+class ObjectSink(Protocol):
+    """Where a spool's bytes go. Called from worker threads, one call at a time (under the
+    `TempObject`'s lock): `create` once, `write` any number of times, then `finish` (the bytes
+    are complete and durable) or `discard` (remove whatever was written, quietly; called after
+    a failed `write` or `finish` too, never after a failed `create`). Failures raise
+    `RetentionError` (an `OSError` is turned into one)."""
+
+    @property
+    def path(self) -> Path | None: ...
+
+    def create(self) -> None: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def finish(self) -> None: ...
+
+    def discard(self) -> None: ...
+
+
+class FileSink:
+    """A private temp file, written back to disk as it grows and fsynced at `finish`."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._file: BinaryIO | None = None
+        self._size = 0
+        self._written_back = 0
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    def create(self) -> None:
+        try:
+            self._file = open(self._path, "xb", opener=private_opener)
+        except OSError as exc:
+            raise RetentionError(f"could not create a temp file: {describe_os_error(exc)}") from exc
+
+    def write(self, data: bytes) -> None:
+        file = self._opened()
+        try:
+            file.write(data)
+        except OSError as exc:
+            raise RetentionError(f"could not write the object: {describe_os_error(exc)}") from exc
+        self._size += len(data)
+        if self._size - self._written_back >= WRITEBACK_BYTES:
+            _start_writeback(file, self._written_back, self._size)
+            self._written_back = self._size
+
+    def finish(self) -> None:
+        file = self._opened()
+        try:
+            file.flush()
+            os.fsync(file.fileno())
+            file.close()
+        except OSError as exc:
+            raise RetentionError(f"could not write the object: {describe_os_error(exc)}") from exc
+        self._file = None
+
+    def discard(self) -> None:
+        if self._file is not None:
+            # Closing flushes, which fails again after ENOSPC; the fd is released regardless.
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = None
+        unlink_quietly(self._path)
+
+    def _opened(self) -> BinaryIO:
+        if self._file is None:
+            raise StoreClosed("the temp file is closed")
+        return self._file
 
 
 @dataclass(slots=True)
@@ -86,18 +163,18 @@ class _TempState(enum.Enum):
 
 
 class TempObject:
-    """A temp file being filled. Thread-safe: every method holds one lock.
+    """An object being filled through its sink. Thread-safe: every method holds one lock.
 
-    Any failure raises `RetentionError` and discards the file before returning, so a failed
-    write never leaves a temp file behind, even if the caller forgets to abort.
+    Any failure raises `RetentionError` and discards the sink's bytes before returning, so a
+    failed write never leaves a temp file (or upload) behind, even if the caller forgets to
+    abort.
     """
 
-    def __init__(self, path: Path, *, max_bytes: int) -> None:
+    def __init__(self, sink: ObjectSink, *, max_bytes: int) -> None:
         self._lock = threading.Lock()
-        self._path = path
+        self._sink = sink
         self._max_bytes = max_bytes
         self._state = _TempState.PENDING
-        self._file: BinaryIO | None = None
         # Validates bytes input as a whole, so a character may straddle two chunks.
         self._decoder = codecs.getincrementaldecoder("utf-8")()
         self._size = 0
@@ -105,19 +182,16 @@ class TempObject:
         self._ends_with_newline = False
         self._next_mark = MARK_BYTES
         self._marks: list[LineMark] = []
-        self._written_back = 0
 
     def create_file(self) -> None:
         with self._lock:
             if self._state is not _TempState.PENDING:
                 return  # discarded before this job ran: it must not resurrect the file
             try:
-                self._file = open(self._path, "xb", opener=private_opener)
-            except OSError as exc:
-                self._state = _TempState.DISCARDED
-                raise RetentionError(
-                    f"could not create a temp file: {describe_os_error(exc)}"
-                ) from exc
+                self._sink.create()
+            except BaseException:
+                self._state = _TempState.DISCARDED  # nothing was created: nothing to remove
+                raise
             self._state = _TempState.OPEN
 
     def write(self, chunk: str | bytes, start: int, stop: int) -> None:
@@ -128,17 +202,17 @@ class TempObject:
             self.write_bytes(chunk, start, stop)
 
     def write_text(self, text: str, start: int, stop: int) -> None:
-        with self._lock, self._discard_on_failure() as file:
+        with self._lock, self._discard_on_failure():
             if self._decoder.getstate()[0]:
                 raise RetentionError("a str chunk follows bytes that end inside a UTF-8 character")
             try:
                 data = text[start:stop].encode("utf-8")
             except UnicodeEncodeError as exc:
                 raise RetentionError(f"text is not encodable as UTF-8: {exc.reason}") from exc
-            self._append(file, data)
+            self._append(data)
 
     def write_bytes(self, chunk: bytes, start: int, stop: int) -> None:
-        with self._lock, self._discard_on_failure() as file:
+        with self._lock, self._discard_on_failure():
             data = chunk[start:stop]
             try:
                 # ASCII with no character open from earlier bytes is valid as it is; decoding
@@ -149,7 +223,7 @@ class TempObject:
                 raise RetentionError(
                     f"bytes are not valid UTF-8 ({exc.reason}) near byte {self._size}"
                 ) from exc
-            self._append(file, data)
+            self._append(data)
 
     def append_from(self, fd: int, wake: int, drained: Drained) -> None:
         """Append what `fd` yields until its end, until `wake` is readable, or until its bytes
@@ -181,8 +255,8 @@ class TempObject:
                     if failed:
                         continue  # only drained, so that the reader never blocks on `put`
                     try:
-                        with self._lock, self._discard_on_failure() as file:
-                            self._append(file, data)
+                        with self._lock, self._discard_on_failure():
+                            self._append(data)
                     except BaseException as exc:  # raised in the reading thread, below
                         failed.append(exc)
                         os.write(halt, b"\0")
@@ -237,59 +311,52 @@ class TempObject:
         return carry
 
     def finish(self) -> WrittenObject:
-        """Flush, fsync and close. The file stays until the caller renames it or `discard()`s."""
-        with self._lock, self._discard_on_failure() as file:
+        """Complete the object (flush, fsync and close a file; finish an upload). It stays
+        until the caller's commit makes it visible or removes it, or `discard()`s it."""
+        with self._lock, self._discard_on_failure():
             try:
                 self._decoder.decode(b"", final=True)
             except UnicodeDecodeError as exc:
                 raise RetentionError("text ends inside a UTF-8 character") from exc
             try:
-                file.flush()
-                os.fsync(file.fileno())
-                file.close()
+                self._sink.finish()
             except OSError as exc:
                 raise RetentionError(
                     f"could not write the object: {describe_os_error(exc)}"
                 ) from exc
-            self._file = None
             self._state = _TempState.FINISHED
             lines = self._newlines + (1 if self._size and not self._ends_with_newline else 0)
-            return WrittenObject(self._path, self._size, lines, tuple(self._marks))
+            return WrittenObject(self._sink.path, self._size, lines, tuple(self._marks))
 
     def discard(self) -> None:
-        """Close and remove the temp file; a no-op if it was already discarded."""
+        """Remove what was written; a no-op if it was already discarded."""
         with self._lock:
             self._discard_locked()
 
     def _discard_locked(self) -> None:
         if self._state is _TempState.DISCARDED:
             return
-        if self._file is not None:
-            # Closing flushes, which fails again after ENOSPC; the fd is released regardless.
-            with contextlib.suppress(OSError):
-                self._file.close()
-            self._file = None
         if self._state in (_TempState.OPEN, _TempState.FINISHED):
-            unlink_quietly(self._path)
+            self._sink.discard()
         self._state = _TempState.DISCARDED
 
     @contextlib.contextmanager
-    def _discard_on_failure(self) -> Iterator[BinaryIO]:
-        if self._state is not _TempState.OPEN or self._file is None:
+    def _discard_on_failure(self) -> Iterator[None]:
+        if self._state is not _TempState.OPEN:
             raise StoreClosed(f"the temp file is {self._state.value}")
         try:
-            yield self._file
+            yield
         except BaseException:
             self._discard_locked()
             raise
 
-    def _append(self, file: BinaryIO, data: bytes) -> None:
+    def _append(self, data: bytes) -> None:
         start = self._size
         end = start + len(data)
         if end > self._max_bytes:
             raise RetentionError(f"object exceeds the store quota of {self._max_bytes} bytes")
         try:
-            file.write(data)
+            self._sink.write(data)
         except OSError as exc:
             raise RetentionError(f"could not write the object: {describe_os_error(exc)}") from exc
         marks = range(self._next_mark, end + 1, MARK_BYTES)
@@ -303,9 +370,6 @@ class TempObject:
         self._size = end
         if data:
             self._ends_with_newline = data.endswith(b"\n")
-        if end - self._written_back >= WRITEBACK_BYTES:
-            _start_writeback(file, self._written_back, end)
-            self._written_back = end
 
 
 def _start_writeback(file: BinaryIO, start: int, stop: int) -> None:
@@ -360,14 +424,16 @@ class SpoolWriter:
 
     def __init__(
         self,
-        temp_path: Path,
+        temp: Path | ObjectSink,
         *,
         namespace: str,
         max_bytes: int,
         commit: CommitFn,
         live: set[SpoolWriter],
     ) -> None:
-        self._temp = TempObject(temp_path, max_bytes=max_bytes)
+        # A path is a temp file (`FileSink`), as the local store always had it.
+        sink = FileSink(temp) if isinstance(temp, Path) else temp
+        self._temp = TempObject(sink, max_bytes=max_bytes)
         self._namespace = namespace
         self._commit = commit
         # The store's set of entered spools, so closing the store can abort them.

@@ -190,7 +190,8 @@ class ManagedStore:
         try:
             job = loop.run_in_executor(self._executor, self._commit_sync, written, namespace)
         except RuntimeError:  # executor shut down: the store closed while the spool ran
-            await asyncio.to_thread(unlink_quietly, written.path)
+            if written.path is not None:
+                await asyncio.to_thread(unlink_quietly, written.path)
             raise StoreClosed("managed store is closed") from None
         # Shielded: once started, a commit runs to its end so the index and the files agree;
         # a cancelled caller just never learns the id (the object ages out like any other).
@@ -394,6 +395,9 @@ class ManagedStore:
 
     def _commit_sync(self, written: WrittenObject, namespace: str) -> ManagedRef:
         index = self._index
+        # This store's spools always write a temp file (`FileSink`).
+        temp = written.path
+        assert temp is not None
         try:
             if index is None:
                 raise StoreClosed("managed store is closed")
@@ -402,9 +406,9 @@ class ManagedStore:
                 index, self._policy.over_quota(index, written.size_bytes))
             ref_id = new_ref_id()
             final = self._layout.object_path(ref_id)
-            os.rename(written.path, final)
+            os.rename(temp, final)
         except BaseException as exc:
-            unlink_quietly(written.path)
+            unlink_quietly(temp)
             _raise_as_retention_error(exc)
         try:
             fsync_dir(self._layout.objects_dir)

@@ -25,7 +25,9 @@ manifests other than the running daemon's is refused.
 Exit codes: 0 success; 1 the call ended in an error outcome (or `check` found errors, or
 `health` is degraded); 2 usage error (or the daemon refused the request, or `serve` refused an
 unsafe configuration: see `sidecar.serve.serve_policy`); 3 the configured
-daemon is unreachable.
+daemon is unreachable; 4 the state directory has a daemon already; 5 the port is in use; 6 the
+fleet database (`--store`, `$SIDECAR_DATABASE_URL`) is unreachable or its schema is newer
+than this sidecar knows.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from sidecar.cli_output import (  # the exit statuses are part of the CLI's cont
     EXIT_ADDRESS_IN_USE as EXIT_ADDRESS_IN_USE,
 )
 from sidecar.cli_output import EXIT_BROKEN_PIPE as EXIT_BROKEN_PIPE
+from sidecar.cli_output import EXIT_DATABASE as EXIT_DATABASE
 from sidecar.cli_output import EXIT_OK as EXIT_OK
 from sidecar.cli_output import EXIT_STATE_IN_USE as EXIT_STATE_IN_USE
 from sidecar.cli_output import EXIT_TOOL_ERROR as EXIT_TOOL_ERROR
@@ -252,8 +255,11 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
             lambda root, **options: Location.open(root, retention_seconds=retention, **options),
         )
     if args.command == "calls":  # embedded: reads the history file, starts nothing
+        from sidecar.daemon import open_call_history
+
         return await cli_calls.run(args, Path(state),
-                                   None if isinstance(backend, EmbeddedBackend) else backend)
+                                   None if isinstance(backend, EmbeddedBackend) else backend,
+                                   open_call_history)
     async with backend:
         if args.command == "tools" and args.approve:
             return await _approve(backend, args)
@@ -374,6 +380,10 @@ def _main(argv: Sequence[str] | None) -> int:
         from sidecar.retention import retention_from_env
 
         retention_from_env()  # a bad value: one line, exit 2, before any daemon starts
+    store_error = _use_store(args)
+    if store_error is not None:
+        print(f"sidecar: {store_error}", file=sys.stderr)
+        return EXIT_USAGE
     if args.command == "check":
         return _check(args)
     if args.command == "auth":
@@ -397,7 +407,7 @@ def _main(argv: Sequence[str] | None) -> int:
                                 idle_exit=_idle_exit(args), profile=args.profile)
         except (DoorError, UnsafeStateDir) as exc:
             print(f"sidecar: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+            return _door_exit(exc)
     if args.command in ("stdio", "serve", "daemon"):
         # SIGTERM before the daemon's loop handles it (`sidecar.start_signals`): unwind, and
         # stop the servers spawned ahead (`bridges.prestart`) instead of orphaning them.
@@ -429,7 +439,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return int(_run(_client(args, kind, where)))
     except DoorError as exc:
         print(f"sidecar: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _door_exit(exc)
     except Unreachable as exc:
         print(f"sidecar: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
@@ -439,6 +449,30 @@ def _main(argv: Sequence[str] | None) -> int:
     except json.JSONDecodeError as exc:
         print(f"sidecar: --input is not valid JSON: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+STORE_SCHEMES = ("postgres://", "postgresql://")
+
+
+def _door_exit(exc: Exception) -> int:
+    """A daemon started on demand that could not use the fleet database: that status;
+    otherwise a usage error."""
+    return EXIT_DATABASE if getattr(exc, "daemon_exit", None) == EXIT_DATABASE else EXIT_USAGE
+
+
+def _use_store(args: argparse.Namespace) -> str | None:
+    """`--store URL` wins over `$SIDECAR_DATABASE_URL`: it is put there, so that the stores,
+    `sidecar token` and a daemon this command starts on demand all use it. The problem with
+    the URL, or None."""
+    flag = getattr(args, "store", None)
+    if flag is not None:
+        os.environ["SIDECAR_DATABASE_URL"] = flag.strip()
+    url = os.environ.get("SIDECAR_DATABASE_URL", "").strip()
+    if url and not url.startswith(STORE_SCHEMES):
+        where = "--store" if flag is not None else "$SIDECAR_DATABASE_URL"
+        return (f"{where}: the fleet database is a postgres:// or postgresql:// URL, not "
+                f"{url.split(':', 1)[0]!r}")
+    return None
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
@@ -524,6 +558,14 @@ def _daemon_exit(args: argparse.Namespace, run: Callable[[], Any]) -> int:
     except AddressInUse as exc:
         print(f"sidecar: {exc.strerror}", file=sys.stderr)
         return EXIT_ADDRESS_IN_USE
+    except Exception as exc:
+        from sidecar.postgres import database_error_in
+
+        database = database_error_in(exc)
+        if database is None:
+            raise
+        print(f"sidecar: {database}", file=sys.stderr)
+        return EXIT_DATABASE
     finally:
         tracing.shutdown()
     return EXIT_OK

@@ -1,8 +1,9 @@
 """`sidecar calls [filters] [--json | --jsonl]`: the call history (`sidecar.call_history`).
 
 Like the other client commands it asks the state directory's daemon (`GET /v1/calls`, over the
-local socket or `--url`); with `--embedded` it reads the state directory's `history.sqlite`
-itself and starts nothing. `--jsonl` prints every matching row (all pages) as JSON Lines,
+local socket or `--url`); with `--embedded` it reads the history itself and starts nothing:
+the state directory's `history.sqlite`, or the fleet database's (`--store`,
+`SIDECAR_DATABASE_URL`). `--jsonl` prints every matching row (all pages) as JSON Lines,
 for export; `--json` prints one page with its `next_cursor`.
 """
 
@@ -11,18 +12,23 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sidecar.call_history import CallQuery, CallRecord, InvalidQuery, SqliteCallHistory
+from sidecar.call_history import CallHistory, CallQuery, CallRecord, InvalidQuery
+from sidecar.cli_output import EXIT_DATABASE
+from sidecar.postgres import DatabaseError
 
 if TYPE_CHECKING:
     from sidecar.cli_targets import RemoteBackend
 
 FILTERS = ("tool", "server", "status", "session", "agent", "profile", "since", "until",
            "limit", "cursor")
-HISTORY_FILE = "history.sqlite"
+OpenCallHistory = Callable[[Path], Awaitable[CallHistory | None]]
+"""The history `--embedded` reads, as the composition root chooses it
+(`sidecar.daemon.open_call_history`; None: there is none yet)."""
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
@@ -55,12 +61,10 @@ def _line(row: dict[str, Any]) -> str:
             f"{refs}")
 
 
-async def _local_pages(state: Path, query: CallQuery, every: bool
+async def _local_pages(history: CallHistory | None, query: CallQuery, every: bool
                        ) -> tuple[list[dict[str, Any]], str | None]:
-    path = state / HISTORY_FILE
-    if not path.exists():
+    if history is None:
         return [], None
-    history = await SqliteCallHistory.open(path)
     try:
         rows: list[CallRecord] = []
         page: CallQuery | None = query
@@ -74,8 +78,10 @@ async def _local_pages(state: Path, query: CallQuery, every: bool
         await history.aclose()
 
 
-async def run(args: argparse.Namespace, state: Path, remote: RemoteBackend | None) -> int:
-    """Exit code 0, or 2 for a bad filter or a refused request."""
+async def run(args: argparse.Namespace, state: Path, remote: RemoteBackend | None,
+              open_history: OpenCallHistory) -> int:
+    """Exit code 0, or 2 for a bad filter or a refused request, or 6 when the fleet database
+    cannot be used."""
     params = _params(args)
     try:
         query = CallQuery.from_params(params)
@@ -93,7 +99,12 @@ async def run(args: argparse.Namespace, state: Path, remote: RemoteBackend | Non
                 if not args.jsonl or cursor is None:
                     break
     else:
-        rows, cursor = await _local_pages(state, query, args.jsonl)
+        try:
+            history = await open_history(state)
+        except DatabaseError as exc:
+            print(f"sidecar: {exc}", file=sys.stderr)
+            return EXIT_DATABASE
+        rows, cursor = await _local_pages(history, query, args.jsonl)
     if args.jsonl:
         for row in rows:
             print(json.dumps(row, ensure_ascii=False))

@@ -13,6 +13,9 @@ from typing import Any
 
 EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 EXIT_STATE_IN_USE, EXIT_ADDRESS_IN_USE = 4, 5
+EXIT_DATABASE = 6
+"""The fleet database (`--store`, `SIDECAR_DATABASE_URL`) cannot be reached, or its schema is
+newer than this sidecar knows."""
 EXIT_BROKEN_PIPE = 141  # what a shell reports for a process killed by SIGPIPE (128 + 13)
 
 

@@ -28,7 +28,11 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     idle.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
                       help="a daemon started on demand exits after this long without clients "
                       f"(default $SIDECAR_IDLE_EXIT or {DEFAULT_IDLE_EXIT:g})")
-    client = argparse.ArgumentParser(add_help=False, parents=[common, idle])
+    store = argparse.ArgumentParser(add_help=False)
+    store.add_argument("--store", default=None, metavar="URL",
+                       help="the fleet database, postgres://... or postgresql://... (default "
+                       "$SIDECAR_DATABASE_URL; none: the state directory alone)")
+    client = argparse.ArgumentParser(add_help=False, parents=[common, idle, store])
     client.add_argument("--url", default=None,
                         help="a running daemon (default $SIDECAR_URL, or the state directory's)")
     client.add_argument("--embedded", action="store_true",
@@ -37,7 +41,7 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sidecar", description=description)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    serve_p = sub.add_parser("serve", parents=[common], help="run the daemon over HTTP")
+    serve_p = sub.add_parser("serve", parents=[common, store], help="run the daemon over HTTP")
     serve_p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve_p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any)")
     serve_p.add_argument("--no-auth", action="store_true",
@@ -49,11 +53,11 @@ def build_parser(description: str) -> argparse.ArgumentParser:
                          "entropy (also $SIDECAR_ALLOW_WEAK_TOKEN=1)")
     serve_p.add_argument("--allowed-host", action="append", default=[], metavar="HOST",
                          help="an extra Host/Origin name to accept (repeatable)")
-    stdio_p = sub.add_parser("stdio", parents=[common, idle],
+    stdio_p = sub.add_parser("stdio", parents=[common, idle, store],
                              help="serve an MCP client on stdin/stdout from the state's daemon")
     stdio_p.add_argument("--standalone", action="store_true",
                          help="serve this client from this process alone (no shared daemon)")
-    daemon_p = sub.add_parser("daemon", parents=[common, idle],
+    daemon_p = sub.add_parser("daemon", parents=[common, idle, store],
                               help="run the daemon on its local doors only (Unix sockets)")
     daemon_p.add_argument("--no-auth", action="store_true", help=argparse.SUPPRESS)
     stdio_p.add_argument("--profile", default=os.environ.get("SIDECAR_PROFILE") or None,
@@ -90,7 +94,8 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     client_config.add_parser(sub, [common])
     sub.add_parser("stop", parents=[common],
                    help="stop the daemon that owns the state directory (and its servers)")
-    cli_tokens.add_parser(sub, common)
+    cli_tokens.add_parser(sub, argparse.ArgumentParser(add_help=False,
+                                                       parents=[common, store]))
     cli_calls.add_parser(sub, client)
     check = sub.add_parser("check", help="validate manifests without starting anything")
     check.add_argument("files", nargs="*", metavar="FILE", help="manifest files or directories")

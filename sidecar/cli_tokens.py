@@ -1,7 +1,9 @@
 """`sidecar token create|list|revoke`: scoped bearer tokens (`sidecar.tokens`).
 
-They work on the state directory's token store directly, so they need no running daemon; a
-running daemon sees a new or revoked token at its next request.
+They work on the token store directly, so they need no running daemon: the state
+directory's, or with `--store`/`SIDECAR_DATABASE_URL` the fleet database's. A running daemon
+sees a new token at its next request, and a revoked one at once (the state directory) or
+within 2 seconds (every replica on the database, `sidecar.postgres_tokens`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from sidecar.cli_output import EXIT_DATABASE
+from sidecar.postgres import DatabaseError
 from sidecar.state_dir import UnsafeStateDir, prepare_state_dir
 from sidecar.tokens import TokenError, TokenStore, create_token
 
@@ -39,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
 
 async def run(args: argparse.Namespace, state: Path, open_store: OpenTokenStore) -> int:
     """Exit code 0 on success, 1 for an unknown id, 2 for a bad request or an unsafe state
-    directory."""
+    directory, 6 when the fleet database cannot be used."""
     try:
         warning = prepare_state_dir(state)
     except UnsafeStateDir as exc:
@@ -47,7 +51,11 @@ async def run(args: argparse.Namespace, state: Path, open_store: OpenTokenStore)
         return 2
     if warning:
         print(f"sidecar: {warning}", file=sys.stderr)
-    store = await open_store(state)
+    try:
+        store = await open_store(state)
+    except DatabaseError as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return EXIT_DATABASE
     try:
         if args.token_command == "create":
             try:

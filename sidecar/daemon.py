@@ -53,6 +53,7 @@ from sidecar.stores import (
     OutcomeLog,
     PermissionStore,
     PinStore,
+    SharedAsks,
     SnapshotRecords,
     StoreOptions,
     Stores,
@@ -74,6 +75,7 @@ __all__ = [
     "Location",
     "default_state_dir",
     "freeze_startup_heap",
+    "open_call_history",
     "open_local_stores",
     "open_token_store",
     "parse_duration",
@@ -113,8 +115,29 @@ class Location(CoreLocation):
 
 
 async def open_token_store(state: Path) -> TokenStore:
-    """The state directory's token store (`sidecar token ...` opens it without a daemon)."""
+    """The token store `sidecar token ...` opens without a daemon: the fleet database's when
+    `SIDECAR_DATABASE_URL` (or `--store`) names one, else the state directory's."""
+    database_url = Backends.from_env().database_url
+    if database_url:
+        from sidecar.postgres_tokens import PostgresTokenStore
+
+        return await PostgresTokenStore.open(database_url)
     return await SqliteTokenStore.open(state / "tokens.sqlite")
+
+
+async def open_call_history(state: Path) -> CallHistory | None:
+    """The call history `sidecar calls --embedded` reads without a daemon: the fleet
+    database's when `SIDECAR_DATABASE_URL` (or `--store`) names one, else the state
+    directory's `history.sqlite` (None when there is none yet)."""
+    database_url = Backends.from_env().database_url
+    if database_url:
+        from sidecar.postgres_call_history import PostgresCallHistory
+
+        return await PostgresCallHistory.open(database_url)
+    path = state / "history.sqlite"
+    if not await asyncio.to_thread(path.exists):
+        return None
+    return await SqliteCallHistory.open(path)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -155,11 +178,26 @@ async def _open_pool(o: _Opening) -> None:
 
 async def _open_managed(o: _Opening) -> TextStore:
     retention = o.options.retention_seconds
-    managed = await ManagedStore.open(
-        o.options.state_dir / "managed", ttl_seconds=retention,
-        quota_bytes=o.options.store_quota_bytes,
-        cleanup_interval=min(3600.0, max(1.0, retention / 10)),
-    )
+    cleanup_interval = min(3600.0, max(1.0, retention / 10))
+    managed: TextStore
+    if o.backends.object_store and o.pool is None and not o.backends.database_url:
+        from sidecar.postgres import DatabaseError
+
+        raise DatabaseError("SIDECAR_OBJECT_STORE needs SIDECAR_DATABASE_URL: the index of "
+                            "the managed objects is kept in the fleet database")
+    if o.backends.object_store and o.pool is not None:
+        # managed texts in the bucket, indexed in the fleet database: any replica reads them
+        from managed_store.s3 import S3Settings, S3TextStore
+
+        managed = await S3TextStore.open(
+            o.pool, S3Settings.from_url(o.backends.object_store, os.environ),
+            ttl_seconds=retention, quota_bytes=o.options.store_quota_bytes,
+            cleanup_interval=cleanup_interval)
+    else:
+        managed = await ManagedStore.open(
+            o.options.state_dir / "managed", ttl_seconds=retention,
+            quota_bytes=o.options.store_quota_bytes, cleanup_interval=cleanup_interval,
+        )
     o.stack.push_async_callback(managed.aclose)
     return managed
 
@@ -200,7 +238,14 @@ async def _open_permissions(o: _Opening) -> PermissionStore | None:
 
 
 async def _open_tokens(o: _Opening) -> TokenStore:
-    tokens = await open_token_store(o.options.state_dir)
+    tokens: TokenStore
+    if o.pool is not None:
+        # a token made or revoked anywhere (any replica, the CLI) counts on every replica
+        from sidecar.postgres_tokens import PostgresTokenStore
+
+        tokens = await PostgresTokenStore.on_pool(o.pool)
+    else:
+        tokens = await SqliteTokenStore.open(o.options.state_dir / "tokens.sqlite")
     o.stack.push_async_callback(tokens.aclose)
     return tokens
 
@@ -208,7 +253,14 @@ async def _open_tokens(o: _Opening) -> TokenStore:
 async def _open_pins(o: _Opening) -> PinStore | None:
     if not o.options.durable:
         return None
-    pins = await SqlitePinStore.open(o.options.state_dir / "pins.sqlite")
+    pins: PinStore
+    if o.pool is not None:
+        # a replica holds changed definitions against the pins any replica made
+        from sidecar.postgres_pins import PostgresPinStore
+
+        pins = await PostgresPinStore.on_pool(o.pool, location=o.options.location)
+    else:
+        pins = await SqlitePinStore.open(o.options.state_dir / "pins.sqlite")
     o.stack.push_async_callback(pins.aclose)  # idempotent: `Pins.aclose` closes it too
     return pins
 
@@ -216,8 +268,17 @@ async def _open_pins(o: _Opening) -> PinStore | None:
 async def _open_history(o: _Opening) -> CallHistory | None:
     if not o.options.durable:
         return None
-    history = await SqliteCallHistory.open(o.options.state_dir / "history.sqlite",
-                                           retention_seconds=o.options.retention_seconds)
+    history: CallHistory
+    if o.pool is not None:
+        # `GET /v1/calls` on any replica lists the calls of every replica
+        from sidecar.postgres_call_history import PostgresCallHistory
+
+        history = await PostgresCallHistory.on_pool(
+            o.pool, location=o.options.location,
+            retention_seconds=o.options.retention_seconds)
+    else:
+        history = await SqliteCallHistory.open(o.options.state_dir / "history.sqlite",
+                                               retention_seconds=o.options.retention_seconds)
     o.stack.push_async_callback(history.aclose)
     return history
 
@@ -239,6 +300,17 @@ def _open_events(o: _Opening) -> EventLogFactory | None:
     return functools.partial(PostgresEventLog, pool=o.pool, location=o.options.location)
 
 
+async def _open_asks(o: _Opening) -> SharedAsks | None:
+    if o.pool is None:
+        return None  # asks wait in the process that raised them
+    # an ask raised on one replica is listed and answered on any
+    from sidecar.postgres_asks import PostgresAsks
+
+    asks = await PostgresAsks.on_pool(o.pool, o.options.location)
+    o.stack.push_async_callback(asks.aclose)
+    return asks
+
+
 @asynccontextmanager
 async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
     """A Location's stores. Embedded by default, in the state directory: `managed/`
@@ -255,9 +327,10 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
         tokens = await _open_tokens(o)
         pins = await _open_pins(o)
         history = await _open_history(o)
+        asks = await _open_asks(o)
         snapshots = await _open_snapshots(o)
         yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
-                     pins=pins, history=history, events=_open_events(o),
+                     pins=pins, history=history, events=_open_events(o), asks=asks,
                      snapshots=snapshots)
 
 

@@ -61,7 +61,11 @@ MAX_SOCKET_PATH = 104  # sun_path is 104 bytes on macOS, 108 on Linux
 
 class DoorError(Exception):
     """The daemon could not be reached, started, or refused this client (the message says
-    which daemon and why)."""
+    which daemon and why). `daemon_exit`: the exit status of a daemon that did not start."""
+
+    def __init__(self, message: str, *, daemon_exit: int | None = None) -> None:
+        super().__init__(message)
+        self.daemon_exit = daemon_exit
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +269,8 @@ def connect(
             process = start_daemon(state, start_with, idle_exit=idle_exit)
         elif code is not None:
             raise DoorError(f"the daemon for {state} did not start (exit {code}); "
-                            f"see {state / LOG_FILE}:\n{_tail(state / LOG_FILE)}")
+                            f"see {state / LOG_FILE}:\n{_tail(state / LOG_FILE)}",
+                            daemon_exit=code)
         time.sleep(0.02)
     _reap_later(process)
     raise DoorError(f"the daemon for {state} did not open {path} within {timeout:g} s; "

@@ -270,6 +270,7 @@ class Location:
                 defaults=tuple(permission_defaults),
                 ask_timeout=ask_timeout,
                 events=events,
+                shared=stores.asks,
             )
             stack.push_async_callback(permissions.aclose)
             seam = Seam(

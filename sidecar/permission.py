@@ -83,6 +83,23 @@ class PendingAsk:
             "created_at": self.created_at,
         }
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PendingAsk:
+        """The ask `to_json` described (the request's `default` is not part of it: it was
+        used when the ask was raised)."""
+        source = data.get("source") or {}
+        return cls(
+            id=str(data["id"]),
+            request=PermissionRequest(
+                session_id=str(data["session_id"]), agent=str(data["agent"]),
+                action=str(data["action"]), message_id=str(source.get("message_id", "")),
+                call_id=str(source.get("call_id", "")),
+                resources=tuple(str(r) for r in data.get("resources", ())),
+                metadata=dict(data.get("metadata") or {}),
+            ),
+            created_at=float(data["created_at"]),
+        )
+
 
 SCOPE_RULES: ContextVar[tuple[PermissionRule, ...]] = ContextVar("SCOPE_RULES", default=())
 """The permission rules of the profile a call was made through (`sidecar.profiles` sets it

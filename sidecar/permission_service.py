@@ -5,6 +5,11 @@ See `sidecar.permission` for the model. `always` replies are kept in the Locatio
 (the default) or Location rules, and loaded again when the Location opens, so they survive a
 restart. Before it raises an ask the service reads the store again: an `always` reply given
 through another replica of a fleet (a shared PostgreSQL store) then applies here too.
+
+Pending asks live in this process (the embedded default). Given a `SharedAsks` (fleet mode),
+each ask is also listed for every replica (`listed`), may be answered on any (`reply` stores
+the first answer there), and the answer reaches the replica whose call waits; the other
+replicas apply what it means for their own asks (an `always` rule, a session's rejection).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from sidecar.permission import (
     denied,
     new_ask_id,
 )
-from sidecar.stores import PermissionStore
+from sidecar.stores import PermissionStore, SharedAnswer, SharedAsks
 
 RuleScope = Literal["session", "location"]
 log = logging.getLogger("sidecar.permission_service")
@@ -45,6 +50,8 @@ class UnknownAsk(SidecarError):
 class _Waiting:
     ask: PendingAsk
     future: asyncio.Future[None]
+    shared: bool = False
+    """Listed for the fleet (`SharedAsks.raised` succeeded): answered through it only."""
 
 
 class PermissionService:
@@ -58,8 +65,11 @@ class PermissionService:
         defaults: Sequence[PermissionRule] = (),
         ask_timeout: float | None = None,
         events: EventSink | None = None,
+        shared: SharedAsks | None = None,
     ) -> None:
         self._store = store
+        self._shared = shared
+        self._applying: set[asyncio.Task[None]] = set()
         self._location = location
         self.defaults: tuple[PermissionRule, ...] = tuple(defaults)
         self.location_rules: tuple[PermissionRule, ...] = ()
@@ -76,6 +86,8 @@ class PermissionService:
         memory only). The store stays its owner's to close."""
         service = cls(store, **options)  # type: ignore[arg-type]
         await service._load()
+        if service._shared is not None:
+            await service._shared.start(service._answered)
         return service
 
     async def _load(self) -> None:
@@ -151,6 +163,12 @@ class PermissionService:
             asyncio.get_running_loop().create_future(),
         )
         self._pending[waiting.ask.id] = waiting
+        if self._shared is not None:
+            try:
+                await self._shared.raised(waiting.ask, self.ask_timeout)
+                waiting.shared = True
+            except Exception as exc:  # still answerable on this replica
+                log.warning("could not list the ask %s for the fleet: %s", waiting.ask.id, exc)
         if self._events is not None:
             self._events.publish(PermissionAsked(waiting.ask.to_json()))
         try:
@@ -164,6 +182,15 @@ class PermissionService:
                            f"{self.ask_timeout:g} s") from None
         finally:
             self._pending.pop(waiting.ask.id, None)
+            if waiting.shared:
+                await self._unlist(waiting.ask.id)
+
+    async def _unlist(self, ask_id: str) -> None:
+        assert self._shared is not None
+        try:
+            await self._shared.finished(ask_id)
+        except Exception as exc:  # the row expires with this replica's heartbeat
+            log.warning("could not unlist the ask %s: %s", ask_id, exc)
 
     def pending(self, session_id: str | None = None) -> list[PendingAsk]:
         """Asks still waiting for an answer (an answered one leaves at once, before its
@@ -174,6 +201,16 @@ class PermissionService:
             and (session_id is None or w.ask.request.session_id == session_id)
         ]
 
+    async def listed(self, session_id: str | None = None) -> list[PendingAsk]:
+        """`pending`, and with `SharedAsks` every replica's asks too (oldest first)."""
+        local = self.pending(session_id)
+        if self._shared is None:
+            return local
+        shared = await self._shared.pending(session_id)
+        ids = {a.id for a in shared}
+        return sorted([*shared, *(a for a in local if a.id not in ids)],
+                      key=lambda a: a.created_at)
+
     async def reply(
         self,
         ask_id: str,
@@ -183,8 +220,20 @@ class PermissionService:
         scope: RuleScope = "session",
     ) -> None:
         waiting = self._pending.get(ask_id)
-        if waiting is None or waiting.future.done():
+        if self._shared is not None and (waiting is None or waiting.shared):
+            # the first answer stored for the fleet wins; the replica whose call waits
+            # (perhaps this one) resolves it
+            answer = await self._shared.answer(ask_id, reply, scope=scope, feedback=feedback)
+            if answer is None:
+                raise UnknownAsk(f"no pending permission request {ask_id!r}")
+            if waiting is None or waiting.future.done():  # resolved where it waits
+                return
+        elif waiting is None or waiting.future.done():
             raise UnknownAsk(f"no pending permission request {ask_id!r}")
+        await self._resolve(waiting, reply, feedback, scope)
+
+    async def _resolve(self, waiting: _Waiting, reply: Reply, feedback: str | None,
+                       scope: str) -> None:
         request = waiting.ask.request
         if reply == "reject":
             self._reject_session(request.session_id, waiting, feedback)
@@ -195,6 +244,37 @@ class PermissionService:
                 await self._persist(rule, request.session_id if scope == "session" else "")
                 self._release_now_allowed(request.session_id)
         self._publish_reply(waiting.ask, reply)
+
+    def _answered(self, answer: SharedAnswer) -> None:
+        """`SharedAsks` delivers an answer given on any replica (maybe more than once)."""
+        task = asyncio.get_running_loop().create_task(self._apply(answer))
+        self._applying.add(task)
+        task.add_done_callback(self._applying.discard)
+
+    async def _apply(self, answer: SharedAnswer) -> None:
+        waiting = self._pending.get(answer.ask_id)
+        if waiting is not None:  # raised here: this replica's call waits for it
+            if not waiting.future.done():
+                await self._resolve(waiting, answer.reply, answer.feedback, answer.scope)
+            return
+        if answer.mine:
+            return  # no longer waiting here
+        # another replica's ask: what the answer means for this replica's asks
+        if answer.reply == "reject":
+            for other in list(self._pending.values()):
+                if other.future.done() or other.ask.request.session_id != answer.session_id:
+                    continue
+                other.future.set_exception(declined(
+                    other.ask.request.action, "another request of this session was rejected"))
+                self._publish_reply(other.ask, "reject")
+        elif answer.reply == "always":
+            # the asking replica stores the rule; held here at once, without storing it twice
+            rule = PermissionRule(answer.action, "allow")
+            held = (self._always_session.setdefault(answer.session_id, [])
+                    if answer.scope == "session" else self._always_location)
+            if rule not in held:
+                held.append(rule)
+            self._release_now_allowed(answer.session_id)
 
     def _reject_session(
         self, session_id: str, first: _Waiting, feedback: str | None
@@ -238,6 +318,13 @@ class PermissionService:
             await self._store.add(self._location, session_id, rule)
 
     async def aclose(self) -> None:
+        applying = list(self._applying)
+        if applying:  # answers being applied finish (their rules are stored), or stop
+            _, unfinished = await asyncio.wait(applying, timeout=5)
+            for task in unfinished:
+                task.cancel()
+            if unfinished:
+                await asyncio.wait(unfinished)
         for waiting in list(self._pending.values()):
             if not waiting.future.done():
                 waiting.future.set_exception(

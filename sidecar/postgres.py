@@ -9,12 +9,16 @@ newer than this code knows is refused, so an old replica never writes a newer la
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+import asyncio
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 from sidecar.replica import replica_id
 
 if TYPE_CHECKING:  # asyncpg is the `fleet` extra: importing this module must not need it
     import asyncpg
+
+T = TypeVar("T")
 
 __all__ = [
     "LOCK_MIGRATE",
@@ -23,6 +27,7 @@ __all__ = [
     "LOCK_PRUNE_EVENTS",
     "LOCK_PRUNE_OUTCOMES",
     "LOCK_SNAPSHOTS",
+    "Carried",
     "DatabaseError",
     "PostgresStore",
     "SchemaTooNew",
@@ -38,8 +43,10 @@ LOCK_PRUNE_OUTCOMES = 0x51DECA2_0001
 """Held by the one replica pruning the outcome log."""
 LOCK_PRUNE_CALLS = 0x51DECA2_0002
 """Held by the one replica pruning the call history."""
-# Further keys: 0x51DECA2_0003 and up, one per job that must run on one replica at a time
-# (0x51DECA2_0010, 0x51DECA2_0011 and 0x51DECA2_0020 are taken below).
+# 0x51DECA2_0003 (LOCK_MANAGED_QUOTA) and 0x51DECA2_0004 (LOCK_MANAGED_CLEANUP) belong to the
+# managed objects on S3, defined in managed_store/s3/index.py (a library: it imports nothing
+# of the daemon). Further keys: 0x51DECA2_0005 and up, one per job that must run on one
+# replica at a time (0x51DECA2_0010, 0x51DECA2_0011 and 0x51DECA2_0020 are taken below).
 LOCK_PRUNE_EVENTS = 0x51DECA2_0010
 """Held by the one replica deleting events older than the kept ones (`sidecar_events`)."""
 LOCK_PRUNE_ASKS = 0x51DECA2_0011
@@ -108,6 +115,8 @@ async def migrate(conn: Any, component: str, migrations: dict[int, str], newest:
             message = (f"the database's {component} schema is version {current}, newer than "
                        f"this sidecar knows ({newest}): upgrade the sidecar, or use another "
                        "database")
+            if error is DatabaseError:
+                raise SchemaTooNew(message)
             if issubclass(error, DatabaseError):
                 raise error(message)
             raise error(message) from SchemaTooNew(message)
@@ -123,31 +132,35 @@ async def migrate(conn: Any, component: str, migrations: dict[int, str], newest:
 class PostgresStore:
     """What every simple PostgreSQL store shares: the pool (the replica's, or its own), its
     component's migrations applied at open, and closing. A subclass names `COMPONENT`,
-    `MIGRATIONS` and `SCHEMA_VERSION`."""
+    `MIGRATIONS` and `SCHEMA_VERSION`; `location` is the Location a store keyed by Location
+    serves (its rows carry it, so Locations on one database stay apart)."""
 
     COMPONENT: ClassVar[str]
     MIGRATIONS: ClassVar[dict[int, str]]
     SCHEMA_VERSION: ClassVar[int]
 
-    def __init__(self, pool: asyncpg.Pool, *, owns_pool: bool = False) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, owns_pool: bool = False,
+                 location: str = "default") -> None:
         self._pool = pool
         self._owns_pool = owns_pool
+        self.location = location
 
     @classmethod
-    async def on_pool(cls, pool: asyncpg.Pool, *, owns_pool: bool = False) -> Self:
+    async def on_pool(cls, pool: asyncpg.Pool, *, owns_pool: bool = False,
+                      location: str = "default") -> Self:
         """A store on the replica's shared pool (`open_pool`), which stays open when the
         store closes unless `owns_pool`. `DatabaseError` when the database's schema is newer
         than this code knows."""
         async with pool.acquire() as conn:
             await migrate(conn, cls.COMPONENT, cls.MIGRATIONS, cls.SCHEMA_VERSION)
-        return cls(pool, owns_pool=owns_pool)
+        return cls(pool, owns_pool=owns_pool, location=location)
 
     @classmethod
-    async def open(cls, dsn: str, *, max_size: int = 2) -> Self:
+    async def open(cls, dsn: str, *, location: str = "default", max_size: int = 2) -> Self:
         """A store on a small pool of its own, closed with it (the CLI, tests)."""
         pool = await open_pool(dsn, min_size=1, max_size=max_size)
         try:
-            return await cls.on_pool(pool, owns_pool=True)
+            return await cls.on_pool(pool, owns_pool=True, location=location)
         except BaseException:
             await pool.close()
             raise
@@ -156,3 +169,28 @@ class PostgresStore:
         if self._owns_pool:
             self._owns_pool = False
             await self._pool.close()
+
+
+class Carried:
+    """Database operations of background tasks, carried to their end when such a task is
+    cancelled (the task itself still ends with `CancelledError` at once). Cancelling an asyncpg
+    query mid-flight resets its connection, and when the pool closes at that moment the
+    query's waiter fails with a `ConnectionError` that nobody reads. A store's `aclose`
+    cancels its tasks, then awaits `drain()`."""
+
+    def __init__(self) -> None:
+        self._running: set[asyncio.Future[Any]] = set()
+
+    async def run(self, operation: Awaitable[T]) -> T:
+        task = asyncio.ensure_future(operation)
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        return await asyncio.shield(task)
+
+    async def drain(self) -> None:
+        running = list(self._running)
+        if running:
+            await asyncio.wait(running)
+        for task in running:  # read, so a failure after its task was cancelled is not logged
+            if not task.cancelled():
+                task.exception()

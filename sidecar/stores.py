@@ -2,6 +2,7 @@
 
     OutcomeLog       durable terminal outcomes, one per call id (`sidecar.outcome_log`)
     PermissionStore  `always` permission replies, kept across restarts
+    SharedAsks       pending permission asks every replica of a fleet lists and answers
     EventLog         a Location's events, numbered, for `/v1/events` (Server-Sent Events)
     TokenStore       scoped bearer tokens, by digest (`sidecar.tokens`)
     PinStore         pinned tool definitions (`sidecar.pins`)
@@ -33,7 +34,7 @@ from managed_store import TextStore
 from sidecar.call_history import CallHistory
 from sidecar.events import EventBus
 from sidecar.outcome_log import OutcomeLog
-from sidecar.permission import PermissionRule
+from sidecar.permission import PendingAsk, PermissionRule, Reply
 from sidecar.pins import PinStore
 from sidecar.snapshot_records import SnapshotRecords
 from sidecar.tokens import TokenStore
@@ -47,6 +48,8 @@ __all__ = [
     "OutcomeLog",
     "PermissionStore",
     "PinStore",
+    "SharedAnswer",
+    "SharedAsks",
     "SnapshotRecords",
     "StoreOptions",
     "StoredRule",
@@ -77,6 +80,53 @@ class PermissionStore(Protocol):
     async def add(self, location: str, session_id: str, rule: PermissionRule) -> None:
         """Store one rule; it is returned by every later `rules(location)`, after the older
         ones."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SharedAnswer:
+    """A reply to a shared ask, as one replica stored it for the fleet."""
+
+    ask_id: str
+    session_id: str
+    action: str
+    reply: Reply
+    scope: str
+    """"session" or "location": where an `always` rule applies."""
+    feedback: str | None
+    mine: bool
+    """The ask was raised by this replica (it resolves the waiting call)."""
+
+
+class SharedAsks(Protocol):
+    """The pending permission asks of one Location, shared by the replicas of a fleet: an ask
+    raised on one is listed and answered on any, and the answer reaches the one waiting.
+    Without it (the embedded default) asks live in the process that raised them."""
+
+    async def start(self, answered: Callable[[SharedAnswer], None]) -> None:
+        """Begin handing every answer to the Location's asks (any replica's, given on any
+        replica) to `answered`; an answer may be handed over more than once."""
+        ...
+
+    async def raised(self, ask: PendingAsk, expires_in: float | None) -> None:
+        """List `ask` for the fleet until `finished`, or `expires_in` seconds (None: no limit),
+        or until this replica stops keeping it alive."""
+        ...
+
+    async def finished(self, ask_id: str) -> None:
+        """The ask raised here no longer waits (answered, timed out, cancelled)."""
+        ...
+
+    async def pending(self, session_id: str | None = None) -> list[PendingAsk]:
+        """Every replica's unanswered asks (of `session_id`, when given), oldest first."""
+        ...
+
+    async def answer(self, ask_id: str, reply: Reply, *, scope: str,
+                     feedback: str | None) -> SharedAnswer | None:
+        """Store the first answer to a listed, unanswered ask and tell the replicas; None when
+        the ask is not listed or already answered."""
         ...
 
     async def aclose(self) -> None: ...
@@ -164,6 +214,9 @@ class Stores:
     events: EventLogFactory | None = None
     """The Location's event log when the stores choose it (fleet: on the shared database);
     None: the `Wiring`'s."""
+    asks: SharedAsks | None = None
+    """Pending asks shared by a fleet's replicas; None: kept by the process that raised
+    them."""
     snapshots: SnapshotRecords | None = None
     """Kept snapshots shared by the replicas of a fleet; None: in this process's memory."""
 

@@ -10,6 +10,7 @@ import pytest
 
 from tests.daemons import stop_daemon
 from tests.fleet.postgres import PostgresServer
+from tests.fleet.s3 import S3Server
 
 # A daemon started on demand exits after this long without clients (instead of 300 s), and
 # `stop_leftover_daemons` stops the rest at the end of the session.
@@ -38,6 +39,17 @@ def postgres_server() -> Iterator[PostgresServer]:
     """One real PostgreSQL server for the session (tests/fleet/postgres.py); tests take a
     database each (`await postgres_server.new_database()`)."""
     server = PostgresServer.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """One real S3-compatible server for the session (SeaweedFS `weed mini`, tests/fleet/s3.py);
+    tests take a prefix each (`s3_server.new_location()`)."""
+    server = S3Server.start()
     try:
         yield server
     finally:

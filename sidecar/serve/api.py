@@ -474,7 +474,7 @@ class Api:
 
     async def permissions(self, request: Request) -> Response:
         session = request.query_params.get("session_id")
-        pending = self.location.permissions.pending(session)
+        pending = await self.location.permissions.listed(session)
         return JSONResponse({"pending": [p.to_json() for p in pending]})
 
     async def reply(self, request: Request) -> Response:

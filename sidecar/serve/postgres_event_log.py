@@ -34,7 +34,7 @@ from typing import Any
 import asyncpg
 
 from sidecar.events import Event, EventBus
-from sidecar.postgres import LOCK_PRUNE_EVENTS, migrate
+from sidecar.postgres import LOCK_PRUNE_EVENTS, Carried, migrate
 from sidecar.serve.event_log import LoggedEvent, encode_event
 
 log = logging.getLogger("sidecar.postgres_event_log")
@@ -80,6 +80,7 @@ class PostgresEventLog:
         self._ready = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._listener: Any = None
+        self._carried = Carried()
         self.lost = 0
         """Events that could not be written (the database failed); each failure is logged."""
 
@@ -102,6 +103,7 @@ class PostgresEventLog:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks)  # waits without re-raising the tasks' cancellation
+        await self._carried.drain()
         await self._unlisten()
 
     # --- the EventLog reading side (from the mirror) -------------------------------------
@@ -166,7 +168,7 @@ class PostgresEventLog:
                     batch.append(sub.queue.get_nowait())
                 encoded = [encode_event(e) for e in batch]
                 try:
-                    first = await self._insert(encoded)
+                    first = await self._carried.run(self._insert(encoded))
                 except _FAILURES as exc:
                     self.lost += len(batch)
                     log.warning("could not write %d event(s) of %s to the database: %s",
@@ -174,7 +176,7 @@ class PostgresEventLog:
                     continue
                 newest, every = first + len(batch) - 1, max(1, self._capacity // 4)
                 if newest // every != (first - 1) // every:
-                    await self._prune(newest)
+                    await self._carried.run(self._prune(newest))
                 if first == self._last_id + 1:  # nothing from other replicas in between
                     await self._extend([(first + i, name, data)
                                         for i, (name, data) in enumerate(encoded)])
@@ -218,9 +220,8 @@ class PostgresEventLog:
             self._wake.clear()
             try:
                 if self._listener is None or self._listener.is_closed():
-                    await self._unlisten()
-                    await self._listen()
-                await self._fetch_new()
+                    await self._carried.run(self._relisten())
+                await self._carried.run(self._fetch_new())
             except _FAILURES as exc:
                 log.warning("reading the events of %s failed (retrying): %s",
                             self._location, exc)
@@ -249,6 +250,10 @@ class PostgresEventLog:
     def _notified(self, conn: Any, pid: int, channel: str, payload: object) -> None:
         if payload == self._location:
             self._wake.set()
+
+    async def _relisten(self) -> None:
+        await self._unlisten()
+        await self._listen()
 
     async def _listen(self) -> None:
         try:

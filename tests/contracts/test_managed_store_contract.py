@@ -4,8 +4,10 @@ oldest first under the quota and after the retention period; bad ids are errors,
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager as AsyncContextManager
 from pathlib import Path
 from typing import Protocol
 
@@ -14,6 +16,8 @@ import pytest
 
 from managed_store import InvalidRef, ManagedNotFound, ManagedStore, StoreStats
 from sidecar.stores import TextStore
+from tests.fleet.postgres import PostgresServer
+from tests.fleet.s3 import S3Server
 
 pytestmark = pytest.mark.anyio
 
@@ -24,33 +28,62 @@ class OpenStore(Protocol):
     ) -> Awaitable[TextStore]: ...
 
 
-def _directory(tmp_path: Path) -> OpenStore:
+@contextlib.asynccontextmanager
+async def _directory(tmp_path: Path, request: pytest.FixtureRequest
+                     ) -> AsyncIterator[OpenStore]:
     def open_store(*, ttl_seconds: float = math.inf, quota_bytes: int = 1 << 30
                    ) -> Awaitable[TextStore]:
         return ManagedStore.open(tmp_path / "managed", ttl_seconds=ttl_seconds,
                                  quota_bytes=quota_bytes, cleanup_interval=math.inf)
-    return open_store
+    yield open_store
 
 
-IMPLEMENTATIONS: list[object] = [pytest.param(_directory, id="directory")]
+@contextlib.asynccontextmanager
+async def _s3(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[OpenStore]:
+    """A fresh prefix on the session's SeaweedFS (tests/fleet/s3.py), indexed in a fresh
+    database on the session's PostgreSQL (tests/fleet/postgres.py)."""
+    import asyncpg
+
+    from managed_store.s3 import S3Settings, S3TextStore
+
+    postgres: PostgresServer = request.getfixturevalue("postgres_server")
+    s3: S3Server = request.getfixturevalue("s3_server")
+    settings = S3Settings.from_url(s3.new_location(), s3.env(""))
+    pool = await asyncpg.create_pool(await postgres.new_database(), min_size=1, max_size=4)
+
+    def open_store(*, ttl_seconds: float = math.inf, quota_bytes: int = 1 << 30
+                   ) -> Awaitable[TextStore]:
+        return S3TextStore.open(pool, settings, ttl_seconds=ttl_seconds,
+                                quota_bytes=quota_bytes, cleanup_interval=math.inf)
+    try:
+        yield open_store
+    finally:
+        await pool.close()
+
+
+IMPLEMENTATIONS: list[object] = [pytest.param(_directory, id="directory"),
+                                 pytest.param(_s3, id="s3")]
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
 async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[OpenStore]:
     """Opens the same store anew on each call (one open at a time); all closed at the end."""
-    make: Callable[[Path], OpenStore] = request.param
-    inner = make(tmp_path)
+    make: Callable[[Path, pytest.FixtureRequest], AsyncContextManager[OpenStore]] = (
+        request.param)
     opened: list[TextStore] = []
+    async with make(tmp_path, request) as inner:
 
-    async def open_one(*, ttl_seconds: float = math.inf, quota_bytes: int = 1 << 30
-                       ) -> TextStore:
-        store = await inner(ttl_seconds=ttl_seconds, quota_bytes=quota_bytes)
-        opened.append(store)
-        return store
+        async def open_one(*, ttl_seconds: float = math.inf, quota_bytes: int = 1 << 30
+                           ) -> TextStore:
+            store = await inner(ttl_seconds=ttl_seconds, quota_bytes=quota_bytes)
+            opened.append(store)
+            return store
 
-    yield open_one  # type: ignore[misc]
-    for store in opened:
-        await store.aclose()
+        try:
+            yield open_one  # type: ignore[misc]
+        finally:
+            for store in opened:
+                await store.aclose()
 
 
 TEXT = "".join(f"line {i} of the log\n" for i in range(1, 101))

@@ -8,24 +8,33 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.postgres_tokens import PostgresTokenStore
 from sidecar.stores import TokenStore
 from sidecar.tokens import SqliteTokenStore, TokenRecord, create_token, verify_token
+from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio
 
 OpenStore = Callable[[], Awaitable[TokenStore]]
 
 
-async def _sqlite(tmp_path: Path) -> OpenStore:
+async def _sqlite(tmp_path: Path, request: pytest.FixtureRequest) -> OpenStore:
     return lambda: SqliteTokenStore.open(tmp_path / "tokens.sqlite")
 
 
-IMPLEMENTATIONS = [pytest.param(_sqlite, id="sqlite")]
+async def _postgres(tmp_path: Path, request: pytest.FixtureRequest) -> OpenStore:
+    """A fresh database on the session's real PostgreSQL server (a pool per open)."""
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    dsn = await server.new_database()
+    return lambda: PostgresTokenStore.open(dsn)
+
+
+IMPLEMENTATIONS = [pytest.param(_sqlite, id="sqlite"), pytest.param(_postgres, id="postgres")]
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
 async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[OpenStore]:
-    make = await request.param(tmp_path)
+    make = await request.param(tmp_path, request)
     opened: list[TokenStore] = []
 
     async def open_one() -> TokenStore:
@@ -69,3 +78,19 @@ async def test_tokens_survive_a_restart_and_verify_by_secret(open_store: OpenSto
     assert await verify_token(reopened, secret) == record
     assert await verify_token(reopened, secret + "x") is None
     assert all(secret not in repr(r) for r in await reopened.list())
+
+
+async def test_a_token_made_through_one_store_is_found_by_another(
+    open_store: OpenStore,
+) -> None:
+    """Two stores on one storage (the CLI and a daemon, or two replicas): a token made
+    through one verifies through the other at once, and one revoked through the other
+    stops verifying through the first, at once where it was revoked."""
+    daemon = await open_store()
+    cli = await open_store()
+    assert await verify_token(daemon, "sct_" + "x" * 43) is None  # unknown: nothing cached
+    secret, record = await create_token(cli, profiles=["coding"])
+    assert await verify_token(daemon, secret) == record
+    assert await daemon.revoke(record.id) is True
+    assert await verify_token(daemon, secret) is None
+    assert await verify_token(cli, secret) is None

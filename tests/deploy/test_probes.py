@@ -115,10 +115,12 @@ def wait_for_checks(stats: Path, expected: tuple[str, str]) -> dict[str, tuple[s
     deadline = time.monotonic() + 10
     checks: dict[str, tuple[str, str]] = {}
     while time.monotonic() < deadline:
-        if stats.exists():
+        try:
             checks = server_checks(stats)
-            if checks and all(check == expected for check in checks.values()):
-                break
+        except (FileNotFoundError, ConnectionRefusedError):
+            checks = {}  # HAProxy is still starting
+        if checks and all(check == expected for check in checks.values()):
+            break
         time.sleep(0.05)
     return checks
 

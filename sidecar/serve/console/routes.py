@@ -202,7 +202,7 @@ class Console:
                                  headers={"cache-control": "no-store"})
 
     async def asks(self, request: Request, session: ConsoleSession) -> Response:
-        pending = self.location.permissions.pending()
+        pending = await self.location.permissions.listed()
         return _page("Permission asks", pages.asks_page(pending, session.csrf), session, "asks",
                      script=pages.ASKS_SCRIPT.replace("/ui/events", _events_url(self.events)))
 

