@@ -14,7 +14,10 @@ handled by the server's policy:
 
 Every change publishes a `DefinitionChanged` event with a diff once, and stays a health
 problem until `approve(name)` (`sidecar tools approve NAME`, `POST /v1/tools/NAME/approve`)
-pins the new definition. `PinStore` is the small interface; `SqlitePinStore` the default.
+pins the new definition. While a change is held, the store is read again every
+`APPROVAL_POLL_SECONDS`: an approval made through another process on the same store (another
+replica of a fleet on one database) releases it here too. `PinStore` is the small interface;
+`SqlitePinStore` the default.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ T = TypeVar("T")
 PinPolicy = Literal["hold", "warn", "off"]
 log = logging.getLogger("sidecar.pins")
 _MAX_DIFF_LINES = 60
+APPROVAL_POLL_SECONDS = 2.0
 
 
 class NotHeld(SidecarError):
@@ -72,6 +76,16 @@ def definition_json(definition: ToolDefinition) -> dict[str, Any]:
         "output_schema": dict(definition.output_schema) if definition.output_schema else None,
         "annotations": dict(definition.annotations) if definition.annotations else None,
     }
+
+
+def _fingerprints(
+    todo: list[tuple[str, ToolDefinition]],
+) -> dict[str, tuple[ToolDefinition, dict[str, Any], str]]:
+    prints: dict[str, tuple[ToolDefinition, dict[str, Any], str]] = {}
+    for key, definition in todo:
+        now = definition_json(definition)
+        prints[key] = (definition, now, fingerprint(now))
+    return prints
 
 
 def fingerprint(data: Mapping[str, Any]) -> str:
@@ -119,11 +133,23 @@ class Pins:
         self.held: dict[str, HeldChange] = {}
         self.on_approve: Callable[[], None] = lambda: None
         self._writes: set[asyncio.Task[None]] = set()
+        self._approvals: asyncio.Task[None] | None = None
         self._prints: dict[str, tuple[ToolDefinition, dict[str, Any], str]] = {}
 
     async def load(self) -> None:
         if self.store is not None:
             self.pins = {pin.key: pin for pin in await self.store.load()}
+
+    async def fingerprint_new(self, entries: Mapping[str, Entry]) -> None:
+        """Fingerprint, in a worker thread, the MCP definitions `reshape` has not seen yet: a
+        listing of thousands of tools is megabytes of JSON to serialize (about 1 s for 50 MB),
+        which `reshape` would otherwise do on the event loop."""
+        todo = [(f"{e.origin[4:]}/{e.key}", e.definition) for e in entries.values()
+                if e.origin.startswith("mcp:")]
+        todo = [(key, d) for key, d in todo
+                if (known := self._prints.get(key)) is None or known[0] is not d]
+        if todo:
+            self._prints.update(await asyncio.to_thread(_fingerprints, todo))
 
     def reshape(self, entries: Mapping[str, Entry]) -> Mapping[str, Entry]:
         pinned_servers = {key.split("/", 1)[0] for key in self.pins}
@@ -167,6 +193,7 @@ class Pins:
                                 tuple(definition_diff(pin.definition if pin else None, now)),
                                 print_, now)
             self.held[key] = change
+            self._follow_approvals()
             log.warning("tool %s (%s) changed upstream; %s until approved (sidecar tools "
                         "approve %s):\n%s", name, key, action.replace("_", " "), name,
                         "\n".join(change.diff))
@@ -195,6 +222,35 @@ class Pins:
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 
+    def _follow_approvals(self) -> None:
+        if self.store is None or (self._approvals is not None and not self._approvals.done()):
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a snapshot taken outside a loop: approve here
+            return
+        self._approvals = loop.create_task(self._approved_elsewhere(), name="pin-approvals")
+
+    async def _approved_elsewhere(self) -> None:
+        """While changes are held: take in the pins another process stored for them."""
+        assert self.store is not None
+        while self.held:
+            await asyncio.sleep(APPROVAL_POLL_SECONDS)
+            try:
+                stored = {pin.key: pin for pin in await self.store.load()}
+            except Exception as exc:  # the store may answer at the next round
+                log.warning("reading the pins failed: %s", exc)
+                continue
+            approved = [c for c in self.held.values() if (pin := stored.get(c.key)) is not None
+                        and pin.fingerprint == c.fingerprint]
+            for change in approved:
+                self.pins[change.key] = stored[change.key]
+                self.held.pop(change.key, None)
+            if approved:
+                log.info("definition change(s) approved elsewhere: %s",
+                         ", ".join(c.name for c in approved))
+                self.on_approve()
+
     async def _write(self, pin: Pin) -> None:
         assert self.store is not None
         try:
@@ -218,6 +274,9 @@ class Pins:
         return change
 
     async def aclose(self) -> None:
+        if self._approvals is not None:
+            self._approvals.cancel()
+            await asyncio.wait([self._approvals])  # never swallows our own cancellation
         if self._writes:
             await asyncio.wait(list(self._writes))
         if self.store is not None:
@@ -265,9 +324,10 @@ class SqlitePinStore:
         return [Pin(k, f, json.loads(d), t) for k, f, d, t in rows]
 
     async def put(self, pin: Pin) -> None:
-        row = (pin.key, pin.fingerprint, json.dumps(pin.definition), pin.pinned_at)
+        # Serialized in the store's thread: thousands of pins at a listing are megabytes.
         await self._run(lambda: self._db().execute(
-            "INSERT OR REPLACE INTO pins VALUES (?,?,?,?)", row))
+            "INSERT OR REPLACE INTO pins VALUES (?,?,?,?)",
+            (pin.key, pin.fingerprint, json.dumps(pin.definition), pin.pinned_at)))
 
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+import anyio
 import pytest
 
 from sidecar.pins import Pin, Pins, SqlitePinStore, definition_json, fingerprint
@@ -57,6 +58,13 @@ async def _echo(value: object) -> object:
     return value
 
 
+def _entry(description: str) -> Entry:
+    definition = ToolDefinition(name="alpha_echo", description=description,
+                                input_schema={"type": "object"})
+    tool = Tool(description=description, input={"type": "object"}, execute=_echo)
+    return Entry(tool=tool, key="echo", definition=definition, origin="mcp:alpha")
+
+
 def pin(key: str, description: str = "Echo", at: float = 1.0) -> Pin:
     definition = {**DEFINITION, "description": description}
     return Pin(key, fingerprint(definition), definition, at)
@@ -86,12 +94,7 @@ async def test_a_pin_made_by_one_holds_a_change_in_another(open_store: OpenStore
     """The first `Pins` trusts its first listing and pins it; a second one opened later on
     the same storage (a restart, or another replica of a fleet) holds a changed description
     against that pin instead of pinning what it sees first."""
-    def entry(description: str) -> Entry:
-        definition = ToolDefinition(name="alpha_echo", description=description,
-                                    input_schema={"type": "object"})
-        tool = Tool(description=description, input={"type": "object"}, execute=_echo)
-        return Entry(tool=tool, key="echo", definition=definition, origin="mcp:alpha")
-
+    entry = _entry
     first = Pins(await open_store())
     first.policy = lambda server: "hold"
     await first.load()
@@ -105,3 +108,37 @@ async def test_a_pin_made_by_one_holds_a_change_in_another(open_store: OpenStore
     assert served["alpha_echo"].definition.description == "Echo"
     assert list(second.held) == ["alpha/echo"]
     await second.aclose()
+
+
+async def test_an_approval_through_another_releases_a_held_change(
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both hold the same change (two replicas of a fleet on one database); approving it
+    through one releases it in the other at its next look at the store."""
+    import sidecar.pins
+
+    monkeypatch.setattr(sidecar.pins, "APPROVAL_POLL_SECONDS", 0.02)
+    both = [Pins(await open_store()), Pins(await open_store())]
+    for pins in both:
+        pins.policy = lambda server: "hold"
+        await pins.load()
+    both[0].reshape({"alpha_echo": _entry("Echo")})
+    await both[0].aclose()  # the first listing's pin is stored
+    both = [Pins(await open_store()), both[1]]
+    both[0].policy = lambda server: "hold"
+    await both[0].load()
+    await both[1].load()
+    released: list[bool] = []
+    both[1].on_approve = lambda: released.append(True)
+    for pins in both:
+        served = pins.reshape({"alpha_echo": _entry("Echo, changed")})
+        assert served["alpha_echo"].definition.description == "Echo"
+    await both[0].approve("alpha_echo")
+    with anyio.fail_after(10):
+        while both[1].held:  # noqa: ASYNC110
+            await anyio.sleep(0.02)
+    assert released == [True]
+    served = both[1].reshape({"alpha_echo": _entry("Echo, changed")})
+    assert served["alpha_echo"].definition.description == "Echo, changed"
+    for pins in both:
+        await pins.aclose()

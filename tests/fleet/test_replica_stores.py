@@ -1,7 +1,7 @@
 """Two `sidecar serve` replicas (A, B: each its own state directory) on one real PostgreSQL
 database share their records: scoped tokens made or revoked through the CLI count on both,
-an `always` permission reply given on A applies on B, pins made by A hold on B, and
-`GET /v1/calls` on B lists the calls made on A."""
+an `always` permission reply given on A applies on B, pins made by A hold on B (and an
+approval on B releases A), and `GET /v1/calls` on B lists the calls made on A."""
 
 from __future__ import annotations
 
@@ -137,13 +137,17 @@ def fleet(tmp_path_factory: pytest.TempPathFactory,
         stop(a.proc)
 
 
-def token_cli(fleet: Fleet, *args: str) -> subprocess.CompletedProcess[str]:
-    """`sidecar token ...` against the fleet database, with no daemon and a state directory
-    of its own (`SIDECAR_DATABASE_URL`: the CLI honours it as `serve` does)."""
+def cli(fleet: Fleet, *args: str) -> subprocess.CompletedProcess[str]:
+    """`sidecar ARGS` against the fleet database, with no daemon and a state directory of its
+    own (`SIDECAR_DATABASE_URL`: the CLI honours it as `serve` does)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
     env.update(SIDECAR_DATABASE_URL=fleet.dsn, SIDECAR_STATE_DIR=str(fleet.root / "cli"))
-    return subprocess.run([*SIDECAR, "token", *args], env=env, text=True,
-                          capture_output=True, timeout=60, check=False)
+    return subprocess.run([*SIDECAR, *args], env=env, text=True, capture_output=True,
+                          timeout=60, check=False)
+
+
+def token_cli(fleet: Fleet, *args: str) -> subprocess.CompletedProcess[str]:
+    return cli(fleet, "token", *args)
 
 
 def test_a_token_made_with_the_cli_works_on_both_and_revoked_stops_on_both(
@@ -166,15 +170,20 @@ def test_a_token_made_with_the_cli_works_on_both_and_revoked_stops_on_both(
             f"{r.url}/v1/tools", headers=scoped).status_code == 401)
 
 
-async def _call(replica: Replica, headers: dict[str, str], call_id: str,
-                line: str) -> dict[str, Any]:
+async def _run(replica: Replica, headers: dict[str, str], name: str, value: dict[str, Any],
+               call_id: str) -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=replica.url, headers=headers, timeout=60) as client:
         snap = (await client.post("/v1/snapshots", json={"session_id": call_id})).json()["id"]
         response = await client.post(f"/v1/snapshots/{snap}/calls", json={
-            "name": "stamp", "input": {"line": line},
+            "name": name, "input": value,
             "context": {"session_id": call_id, "agent": "a", "message_id": "m",
                         "call_id": call_id}})
         return dict(response.json())
+
+
+async def _call(replica: Replica, headers: dict[str, str], call_id: str,
+                line: str) -> dict[str, Any]:
+    return await _run(replica, headers, "stamp", {"line": line}, call_id)
 
 
 async def _answer_on(replica: Replica, headers: dict[str, str], reply: dict[str, str]) -> None:
@@ -207,6 +216,10 @@ def test_an_always_reply_on_a_applies_on_b_and_b_lists_a_s_calls(fleet: Fleet) -
     assert first["status"] == "completed" and second["status"] == "completed"
     assert [c["call_id"] for c in calls] == ["perm-b", "perm-a"]  # newest first, both replicas
     assert all(c["status"] == "completed" for c in calls)
+    # and `sidecar calls --embedded` reads the same history from the database
+    listed = cli(fleet, "calls", "--embedded", "--no-manifests", "--tool", "stamp", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [c["call_id"] for c in json.loads(listed.stdout)["calls"]] == ["perm-b", "perm-a"]
 
 
 def test_pins_made_on_a_hold_a_changed_definition_on_b(fleet: Fleet) -> None:
@@ -219,3 +232,21 @@ def test_pins_made_on_a_hold_a_changed_definition_on_b(fleet: Fleet) -> None:
     [change] = health["definition_changes"]
     assert (change["tool"], change["action"]) == ("alpha_echo", "kept_pinned")
     assert any(CHANGED in line for line in change["diff"])
+
+    # A's alpha changes too (it re-lists after `mutate`): both hold; approving on B releases A
+    (fleet.root / "original.json").write_text(json.dumps({"echo": CHANGED}))
+    mutated = asyncio.run(_run(fleet.a, fleet.headers(), "alpha_mutate", {}, "mutate-a"))
+    assert mutated["status"] == "completed", mutated
+    eventually("A holds the change", lambda: changes(fleet.a, fleet.headers()))
+    approved = httpx.post(f"{fleet.b.url}/v1/tools/alpha_echo/approve", headers=fleet.headers(),
+                          timeout=30)
+    assert approved.status_code == 200, approved.text
+    for replica in (fleet.b, fleet.a):
+        eventually(f"{replica.url} serves the approved definition", lambda r=replica: (
+            tool_description(r, fleet.token, "alpha_echo") == CHANGED
+            and not changes(r, fleet.headers())))
+
+
+def changes(replica: Replica, headers: dict[str, str]) -> list[dict[str, Any]]:
+    health = httpx.get(f"{replica.url}/v1/health", headers=headers, timeout=30).json()
+    return list(health["definition_changes"])
