@@ -186,12 +186,18 @@ async def _open_managed(o: _Opening) -> TextStore:
                             "the managed objects is kept in the fleet database")
     if o.backends.object_store and o.pool is not None:
         # managed texts in the bucket, indexed in the fleet database: any replica reads them
+        from managed_store import ManagedStoreError
         from managed_store.s3 import S3Settings, S3TextStore
+        from sidecar.postgres import DatabaseError
 
-        managed = await S3TextStore.open(
-            o.pool, S3Settings.from_url(o.backends.object_store, os.environ),
-            ttl_seconds=retention, quota_bytes=o.options.store_quota_bytes,
-            cleanup_interval=cleanup_interval)
+        try:
+            managed = await S3TextStore.open(
+                o.pool, S3Settings.from_url(o.backends.object_store, os.environ),
+                ttl_seconds=retention, quota_bytes=o.options.store_quota_bytes,
+                cleanup_interval=cleanup_interval)
+        except (ManagedStoreError, ValueError) as exc:
+            # a fleet backend the replica cannot use: one line from the CLI (exit 6)
+            raise DatabaseError(f"SIDECAR_OBJECT_STORE: {exc}") from exc
     else:
         managed = await ManagedStore.open(
             o.options.state_dir / "managed", ttl_seconds=retention,

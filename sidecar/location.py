@@ -156,6 +156,7 @@ class Location:
         self.overrides = Overrides()
         self.pins = Pins(None, events)
         """Definition pinning (`sidecar.pins`), in `<state>/pins.sqlite`."""
+        self._checks: set[asyncio.Task[None]] = set()  # `check_definitions_soon` in flight
         self.pins.on_approve = self.profiles.changed
         self.profiles.common.append(self.pins.reshape)
         self.profiles.common.append(self.overrides.reshape_common)
@@ -290,10 +291,11 @@ class Location:
             location.event_log_factory = stores.events
             location.pins.store = stores.pins
             stack.push_async_callback(location.pins.aclose)
+            stack.push_async_callback(location._stop_checks)
             await location.pins.load()
             loop = asyncio.get_running_loop()
             # pins are checked as soon as an upstream's tools change, not at the next snapshot
-            registry.on_change(lambda: _call_soon(loop, location.check_definitions))
+            registry.on_change(lambda: _call_soon(loop, location.check_definitions_soon))
             location.sandbox = await stack.enter_async_context(Sandbox())  # workers start lazily
             location.codemode, location.codemode_limits = codemode, codemode_limits
             location.retention_seconds = retention_seconds
@@ -362,6 +364,30 @@ class Location:
     def check_definitions(self) -> None:
         """Compare every MCP tool with its pin now (`sidecar.pins`); changes become events."""
         self.profiles.entries(None, self.registry.effective())
+
+    def check_definitions_soon(self) -> None:
+        """`check_definitions` once new definitions are fingerprinted off the event loop."""
+        task = asyncio.get_running_loop().create_task(self._check_definitions())
+        self._checks.add(task)
+        task.add_done_callback(self._checks.discard)
+
+    async def definitions_checked(self) -> None:
+        """Return once the definitions of the last registry change are checked against their
+        pins (`check_definitions_soon`): a snapshot taken then does not fingerprint them on
+        the event loop."""
+        while self._checks:
+            await asyncio.wait(list(self._checks))
+
+    async def _stop_checks(self) -> None:
+        for task in list(self._checks):
+            await _cancel_and_wait(task)
+
+    async def _check_definitions(self) -> None:
+        try:
+            await self.pins.fingerprint_new(self.registry.effective())
+        except Exception:  # `check_definitions` fingerprints on the loop instead
+            log.exception("fingerprinting tool definitions failed")
+        self.check_definitions()
 
     async def health(self) -> dict[str, Any]:
         """The truth about this Location: servers, plugins, manifest problems, store usage,

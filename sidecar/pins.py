@@ -78,6 +78,16 @@ def definition_json(definition: ToolDefinition) -> dict[str, Any]:
     }
 
 
+def _fingerprints(
+    todo: list[tuple[str, ToolDefinition]],
+) -> dict[str, tuple[ToolDefinition, dict[str, Any], str]]:
+    prints: dict[str, tuple[ToolDefinition, dict[str, Any], str]] = {}
+    for key, definition in todo:
+        now = definition_json(definition)
+        prints[key] = (definition, now, fingerprint(now))
+    return prints
+
+
 def fingerprint(data: Mapping[str, Any]) -> str:
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
@@ -129,6 +139,17 @@ class Pins:
     async def load(self) -> None:
         if self.store is not None:
             self.pins = {pin.key: pin for pin in await self.store.load()}
+
+    async def fingerprint_new(self, entries: Mapping[str, Entry]) -> None:
+        """Fingerprint, in a worker thread, the MCP definitions `reshape` has not seen yet: a
+        listing of thousands of tools is megabytes of JSON to serialize (about 1 s for 50 MB),
+        which `reshape` would otherwise do on the event loop."""
+        todo = [(f"{e.origin[4:]}/{e.key}", e.definition) for e in entries.values()
+                if e.origin.startswith("mcp:")]
+        todo = [(key, d) for key, d in todo
+                if (known := self._prints.get(key)) is None or known[0] is not d]
+        if todo:
+            self._prints.update(await asyncio.to_thread(_fingerprints, todo))
 
     def reshape(self, entries: Mapping[str, Entry]) -> Mapping[str, Entry]:
         pinned_servers = {key.split("/", 1)[0] for key in self.pins}
@@ -303,9 +324,10 @@ class SqlitePinStore:
         return [Pin(k, f, json.loads(d), t) for k, f, d, t in rows]
 
     async def put(self, pin: Pin) -> None:
-        row = (pin.key, pin.fingerprint, json.dumps(pin.definition), pin.pinned_at)
+        # Serialized in the store's thread: thousands of pins at a listing are megabytes.
         await self._run(lambda: self._db().execute(
-            "INSERT OR REPLACE INTO pins VALUES (?,?,?,?)", row))
+            "INSERT OR REPLACE INTO pins VALUES (?,?,?,?)",
+            (pin.key, pin.fingerprint, json.dumps(pin.definition), pin.pinned_at)))
 
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None

@@ -46,7 +46,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types.methods import SERVER_RESULTS
 from mcp_types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel, Discriminator, Tag, TypeAdapter
+from pydantic import BaseModel, Discriminator, Tag, TypeAdapter, ValidationError
 
 from bridges.manifest import ServerConfig
 from bridges.mcp.http_limit import LimitedTransport
@@ -60,6 +60,8 @@ log = logging.getLogger("bridges.mcp")
 
 CLIENT_INFO = types.Implementation(name="mcp-sidecar", version="0.1.0")
 MAX_LIST_PAGES = 1000
+LIST_READ_TIMEOUT = 300.0
+"""How long one `tools/list` page asked on the pipe may take (start-up has its own timeout)."""
 HTTP_CONNECT_TIMEOUT = 30.0
 MODES = ("auto", "legacy", *MODERN_PROTOCOL_VERSIONS)
 
@@ -124,14 +126,25 @@ class Connection:
             return Era(self.protocol_version, session.discover_result)
         return Era("legacy")
 
-    async def list_tools(self) -> tuple[list[types.Tool], str | None]:
-        """Every page of `tools/list`, and a warning if the listing had to stop early."""
+    async def list_tools(
+        self, max_page_bytes: int | None = None
+    ) -> tuple[list[types.Tool], str | None]:
+        """Every page of `tools/list`, and a warning if the listing had to stop early.
+
+        Over stdio a page is asked for on the pipe directly and checked in a worker thread,
+        tool by tool (a page can be tens of megabytes: the SDK checks it on the event loop in
+        one piece, 2-6 s for 50 MB); a page over `max_page_bytes` is refused unparsed
+        (`MCPError` naming `max_listing_bytes`)."""
         tools: list[types.Tool] = []
         seen: set[str] = set()
         cursor: str | None = None
         for _ in range(MAX_LIST_PAGES):
-            params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
-            page = await self._client.session.list_tools(params=params)
+            if self._direct is not None:
+                page = await self._direct_list(cursor, max_page_bytes)
+            else:
+                params = (types.PaginatedRequestParams(cursor=cursor)
+                          if cursor is not None else None)
+                page = await self._client.session.list_tools(params=params)
             tools.extend(page.tools)
             cursor = page.next_cursor
             if cursor is None:
@@ -188,6 +201,22 @@ class Connection:
         )
 
 
+    async def _direct_list(
+        self, cursor: str | None, max_bytes: int | None
+    ) -> types.ListToolsResult:
+        """One `tools/list` page on the pipe, stamped as `ClientSession.send_request` does."""
+        assert self._direct is not None
+        direct, stamp = self._direct
+        data: dict[str, Any] = {"method": "tools/list",
+                                "params": {} if cursor is None else {"cursor": cursor}}
+        stamp(data, {})
+        raw = await direct.request(
+            "tools/list", data["params"], read_timeout=LIST_READ_TIMEOUT,
+            max_answer=None if max_bytes is None else (max_bytes, "max_listing_bytes"))
+        foreign = _later_revision_fields(self._client.protocol_version, "tools/list")
+        # Not abandoned on cancellation: the page is dropped in the thread either way.
+        return await anyio.to_thread.run_sync(_listing_page, [raw], foreign)
+
     async def _direct_call(
         self, request: types.CallToolRequest, call_timeout: float, progress: ProgressFnT | None
     ) -> types.CallToolResult | types.InputRequiredResult:
@@ -217,16 +246,44 @@ class Connection:
         return _CALL_RESULT.validate_python(raw, by_name=False)
 
 
+def _listing_page(box: list[dict[str, Any]], foreign: frozenset[str]) -> types.ListToolsResult:
+    """A `tools/list` result checked tool by tool (each a short step, so the event loop's
+    thread gets the interpreter between them); the raw page is freed here, off the loop."""
+    raw = box.pop()
+    listed = raw.get("tools")
+    if not isinstance(listed, list):
+        raise MCPError(types.INTERNAL_ERROR, "the server's tools/list result is not a valid "
+                       "ListToolsResult (at tools: a list is required)")
+    where: tuple[str | int, ...] = ()
+    try:
+        tools: list[types.Tool] = []
+        for index, tool in enumerate(listed):
+            where = ("tools", index)
+            tools.append(types.Tool.model_validate(tool, by_name=False))
+        where = ()
+        rest = {key: value for key, value in raw.items()
+                if key != "tools" and key not in foreign}
+        page = types.ListToolsResult.model_validate({**rest, "tools": []}, by_name=False)
+    except ValidationError as exc:
+        detail = exc.errors(include_input=False)[0]
+        path = ".".join(str(part) for part in (*where, *detail["loc"]))
+        raise MCPError(types.INTERNAL_ERROR, "the server's tools/list result is not a valid "
+                       f"ListToolsResult (at {path or 'the top'}: {detail['msg']})") from None
+    finally:
+        del raw, listed
+    return page.model_copy(update={"tools": tools})
+
+
 @functools.cache
-def _later_revision_fields(version: str) -> frozenset[str]:
-    """`tools/call` result keys only revisions newer than `version` declare: outside the
+def _later_revision_fields(version: str, method: str = "tools/call") -> frozenset[str]:
+    """`method`'s result keys only revisions newer than `version` declare: outside the
     negotiated contract, so dropped before parsing (as the SDK drops them)."""
-    current = SERVER_RESULTS.get(("tools/call", version))
+    current = SERVER_RESULTS.get((method, version))
     if current is None or version not in KNOWN_PROTOCOL_VERSIONS:
         return frozenset()
     later: set[str] = set()
     for revision in KNOWN_PROTOCOL_VERSIONS[KNOWN_PROTOCOL_VERSIONS.index(version) + 1 :]:
-        if (row := SERVER_RESULTS.get(("tools/call", revision))) is not None:
+        if (row := SERVER_RESULTS.get((method, revision))) is not None:
             later |= _wire_fields(row)
     return frozenset(later - _wire_fields(current))
 

@@ -19,12 +19,16 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
+from bridges.mcp.framing import OversizedLine
+
 log = logging.getLogger("bridges.mcp.stdio")
 
 DIRECT_ID_PREFIX = "mcp-sidecar/"
 """Ids (and progress tokens) of direct requests: strings, so never one the SDK mints (ints)."""
 _DIRECT_MARK = b'"' + DIRECT_ID_PREFIX.encode()
 _LOG_MARK = b'"notifications/message"'
+RESULT_TOO_LARGE = -32099
+"""Our JSON-RPC error code for an answer over a size limit (server-error range)."""
 LogFn = Callable[[types.LoggingMessageNotificationParams], Awaitable[None]]
 CANCEL_WRITE_TIMEOUT = 2.0
 """How long the courtesy `notifications/cancelled` of an abandoned request may take to write."""
@@ -56,12 +60,13 @@ class DirectRequests:
     apart from a server's error response of the same code by their class).
     """
 
-    __slots__ = ("_broken", "_closed", "_last_notice", "_next", "_on_log", "_pending",
-                 "_progress", "_stdin", "_tasks")
+    __slots__ = ("_broken", "_closed", "_last_notice", "_limits", "_next", "_on_log",
+                 "_pending", "_progress", "_stdin", "_tasks")
 
     def __init__(self, on_log: LogFn | None = None) -> None:
         self._pending: dict[str, asyncio.Future[dict[str, Any] | types.ErrorData]] = {}
         self._progress: dict[str, ProgressFnT] = {}
+        self._limits: dict[str, tuple[int, str]] = {}  # id -> (max answer bytes, its key)
         self._on_log = on_log
         self._tasks: set[asyncio.Task[None]] = set()
         self._last_notice: asyncio.Task[None] | None = None  # notices run one after another
@@ -87,9 +92,14 @@ class DirectRequests:
         *,
         read_timeout: float,
         on_progress: ProgressFnT | None = None,
+        max_answer: tuple[int, str] | None = None,
     ) -> dict[str, Any]:
+        """`max_answer`: (bytes, the manifest key that sets them): a longer answer is refused
+        unparsed (`refuse_large`) and this raises `MCPError` naming the key."""
         self._next += 1
         request_id = f"{DIRECT_ID_PREFIX}{self._next}"
+        if max_answer is not None:
+            self._limits[request_id] = max_answer
         if on_progress is not None:
             params = {**params, "_meta": {**params.get("_meta", {}), "progressToken": request_id}}
             self._progress[request_id] = on_progress
@@ -116,6 +126,7 @@ class DirectRequests:
                 timer.cancel()
             self._pending.pop(request_id, None)
             self._progress.pop(request_id, None)
+            self._limits.pop(request_id, None)
         if outcome is _EXPIRED:
             await self._cancel(request_id, f"timed out after {read_timeout}s", shield=False)
             raise RequestTimedOut(method)
@@ -150,13 +161,28 @@ class DirectRequests:
                     code=types.INTERNAL_ERROR, message="the server sent a malformed error")
         else:
             outcome = types.ErrorData(
-                code=types.INTERNAL_ERROR, message="the server sent a malformed response")
+                code=types.INTERNAL_ERROR, message=(
+                    "the server sent a malformed response: not a valid JSON-RPC response "
+                    "(neither one result object nor one error)"))
         last = self._last_notice
         if last is None or last.done():
             future.set_result(outcome)
         else:  # after the notices read before it
             last.add_done_callback(lambda _: _settle(future, outcome))
         return True
+
+    def refuse_large(self, line: OversizedLine, server: str) -> bool:
+        """Fail the direct request a large line answers if the line is over that request's
+        `max_answer` (True: refused, do not parse it)."""
+        request_id = line.request_id()
+        limit = self._limits.get(request_id) if isinstance(request_id, str) else None
+        if limit is None or line.size <= limit[0]:
+            return False
+        most, key = limit
+        message = (f"the server's answer is {line.size:,} bytes, over this server's {key} "
+                   f"({most:,} bytes); raise {key} for this server to accept it")
+        log.warning("[%s] %s", server, message)
+        return self.fail(request_id, types.ErrorData(code=RESULT_TOO_LARGE, message=message))
 
     def fail(self, request_id: int | str | None, error: types.ErrorData) -> bool:
         """Answer a direct request with `error` (its response was refused); False if the id is

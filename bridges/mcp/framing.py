@@ -14,17 +14,24 @@ A line longer than `max_line_bytes` is not buffered: the framer keeps only its f
 bytes (enough to find the JSON-RPC id) and reports an `OversizedLine`.
 
 With `stream_at` (the upstream side), a line that grows past it is parsed as it arrives
-instead (`ParsedLine`): its long string values (a tool's text result) are decoded slice by slice
+instead (`LargeLine`): its long string values (a tool's text result) are decoded slice by slice
 into the one `str` that is kept, and only the rest of the JSON is parsed at the end, so a large
 result is held about once instead of twice (its bytes, then its text). A string's end is found
 with `bytes.count`/`find` (C) and the regex only where quotes are many; it runs about as fast
 as `json.loads` of the whole line (100 MB of 100-byte lines: 0.18-0.27 s against 0.22-0.27 s;
 1 GB: 2.6 s, the process growing 1.04x the text). Lines up to `stream_at` are parsed whole
 (the small ones by pydantic, which is faster for them).
+
+A line of `PARSE_OFF_LOOP_AT` (256 KiB) or more is a `LargeLine`: its JSON (for a streamed
+line, the part outside long strings) is parsed by `bridges.mcp.piecewise_json` in bounded
+steps, which the stdio transport runs in a worker thread (`drain_messages(defer_large=True)`):
+a 50 MB `tools/list` answer took the event loop 0.25-4 s in one piece, and `/v1/health` and
+other servers' start-up timers waited that long.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import secrets
@@ -37,10 +44,14 @@ import mcp_types as types
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from bridges.mcp.piecewise_json import loads_in_pieces
+
 _scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 
 _EDGE_BYTES = 512
 """How much of an oversized line's head and tail is kept to identify the message."""
+PARSE_OFF_LOOP_AT = 256 * 1024
+"""A line this long or longer is parsed off the event loop (`LargeLine`)."""
 _SMALL_MESSAGE_BYTES = 64 * 1024
 """Below this, pydantic parses the JSON directly (faster); above it, `json.loads` (leaner)."""
 
@@ -80,13 +91,33 @@ class OversizedLine:
 
 
 @dataclass(frozen=True, slots=True)
-class ParsedLine:
-    """A streamed line, parsed (or the error that stopped it); `skeleton`: its bytes outside
-    long strings (where its id is)."""
+class LargeLine:
+    """A complete line of at least `PARSE_OFF_LOOP_AT` bytes, not parsed yet: parsing it is CPU
+    work that grows with its size, so `parse` is for a worker thread (it parses in bounded
+    steps, `bridges.mcp.piecewise_json`, so the event loop keeps running meanwhile).
+    `skeleton`: its bytes outside long strings, where its JSON-RPC id is."""
 
-    value: Any
     size: int
     skeleton: bytes
+    decode: Callable[[], Any]
+    """The plain JSON value, or the `ValueError` that stopped it."""
+
+    def edges(self) -> OversizedLine:
+        """Its size and the first and last bytes of its skeleton (`request_id()`)."""
+        return OversizedLine(self.size, self.skeleton[:_EDGE_BYTES], self.skeleton[-_EDGE_BYTES:])
+
+    def parse(self, validate: bool) -> tuple[Any, SessionMessage | ValueError | None]:
+        """(value, None), or with `validate` (None, the message): either way (None, error)
+        when it is not JSON-RPC."""
+        value = self.decode()
+        if isinstance(value, ValueError):
+            request_id = self.edges().request_id() if "nested too deeply" in str(value) else None
+            # Too deep for the parser, as for a whole line (`_nested_too_deep`): when the id
+            # is found, its request fails at once instead of at its timeout.
+            return None, value if request_id is None else InvalidAnswer(str(value), request_id)
+        if not validate:
+            return value, None
+        return None, _validated(value, self.size)
 
 
 class _Edges:
@@ -124,7 +155,7 @@ class LineFramer:
         self._size = 0
         self._overflow: _Edges | None = None
         self._stream: _StreamedLine | None = None
-        self._ready: deque[bytes | OversizedLine | ParsedLine] = deque()
+        self._ready: deque[bytes | OversizedLine | LargeLine] = deque()
 
     @property
     def buffered_bytes(self) -> int:
@@ -142,7 +173,7 @@ class LineFramer:
             self._finish_line()
             start = newline + 1
 
-    def pop(self) -> bytes | OversizedLine | ParsedLine | None:
+    def pop(self) -> bytes | OversizedLine | LargeLine | None:
         """The next complete line, or None. The framer keeps no reference to it."""
         return self._ready.popleft() if self._ready else None
 
@@ -195,9 +226,13 @@ def drain_messages(
     framer: LineFramer,
     claim: Callable[[bytes], bool] | None = None,
     take: Callable[[Any], bool] | None = None,
-) -> Iterator[SessionMessage | OversizedLine | ValueError]:
+    *,
+    defer_large: bool = False,
+) -> Iterator[SessionMessage | OversizedLine | LargeLine | ValueError]:
     """Parse every complete line the framer holds; blank lines are skipped, bad ones yield an
-    error value.
+    error value. With `defer_large`, a line of `PARSE_OFF_LOOP_AT` bytes or more is yielded
+    unparsed (a `LargeLine`, for the caller to parse off the event loop, in order, and to
+    finish with `offer_large`).
 
     A line `claim` accepts is parsed to plain JSON first and offered to `take`; what `take`
     keeps is not yielded (the direct requests of `bridges.mcp.stdio`).
@@ -209,14 +244,17 @@ def drain_messages(
         if isinstance(line, OversizedLine):
             yield line
             continue
-        if isinstance(line, ParsedLine):
-            if isinstance(line.value, ValueError):
-                yield line.value
+        if not isinstance(line, LargeLine) and len(line) >= PARSE_OFF_LOOP_AT:
+            line = LargeLine(len(line), line, functools.partial(_decode_whole, line))
+        if isinstance(line, LargeLine):
+            if defer_large:
+                yield line
                 continue
             claimed = claim is not None and claim(line.skeleton)
-            if claimed and take is not None and take(line.value):
-                continue
-            yield _validated(line.value, line.size)
+            value, parsed = line.parse(validate=not claimed)
+            settled = parsed if value is None else offer_large(line, value, take)
+            if settled is not None:
+                yield settled
             continue
         claimed = claim is not None and claim(line)
         text = line.decode("utf-8", "replace")
@@ -232,6 +270,24 @@ def drain_messages(
         message = _parse(text)
         del text  # before yielding: the consumer may hold the message for a long time
         yield message
+
+
+def offer_large(
+    line: LargeLine, value: Any, take: Callable[[Any], bool] | None
+) -> SessionMessage | ValueError | None:
+    """A claimed large line's value offered to `take` (None: taken), else validated."""
+    if take is not None and take(value):
+        return None
+    return _validated(value, line.size)
+
+
+def _decode_whole(line: bytes) -> Any:
+    """A large line's plain JSON value (or the error), parsed in bounded steps."""
+    text = line.decode("utf-8", "replace")
+    try:
+        return loads_in_pieces(text)
+    except ValueError as exc:
+        return ValueError(f"not a JSON-RPC message ({len(text):,} chars): {exc}")
 
 
 def _parse_offered(text: str, take: Callable[[Any], bool]) -> SessionMessage | ValueError | None:
@@ -402,22 +458,26 @@ class _StreamedLine:
         placeholder = json.dumps(f"{self._marker}{len(self._longs) - 1}")
         self._skeleton += placeholder.encode()
 
-    def finish(self) -> ParsedLine:
+    def finish(self) -> LargeLine:
+        """The line, to be parsed (its skeleton, with the long strings put back) off the loop."""
         skeleton = bytes(self._skeleton)
         size = self.edges.size
-        try:
-            if self._error is not None:
-                raise self._error
-            if self._in_string:
-                raise ValueError("the line ends inside a string")
-            value = _restore(json.loads(skeleton.decode("utf-8", "replace")), self._marker,
-                             self._longs)
-        except ValueError as exc:
-            value = ValueError(f"not a JSON-RPC message ({size:,} bytes): {exc}")
-        except RecursionError:
-            value = ValueError(f"not a JSON-RPC message ({size:,} bytes): nested too deeply")
-        self._longs = []
-        return ParsedLine(value=value, size=size, skeleton=skeleton)
+        problem = self._error or (
+            ValueError("the line ends inside a string") if self._in_string else None)
+        longs, self._longs = self._longs, []
+        return LargeLine(size, skeleton, functools.partial(
+            _decode_skeleton, skeleton, self._marker, longs, size, problem))
+
+
+def _decode_skeleton(
+    skeleton: bytes, marker: str, longs: list[str], size: int, problem: ValueError | None
+) -> Any:
+    try:
+        if problem is not None:
+            raise problem
+        return _restore(loads_in_pieces(skeleton.decode("utf-8", "replace")), marker, longs)
+    except ValueError as exc:
+        return ValueError(f"not a JSON-RPC message ({size:,} bytes): {exc}")
 
 
 _FOUND_QUOTES = 16

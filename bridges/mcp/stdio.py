@@ -50,11 +50,19 @@ from mcp.shared.message import SessionMessage
 
 from bridges.child_groups import CHILD_GROUPS, die_with_parent
 from bridges.mcp.direct_requests import DIRECT_ID_PREFIX as DIRECT_ID_PREFIX
+from bridges.mcp.direct_requests import RESULT_TOO_LARGE as RESULT_TOO_LARGE
 from bridges.mcp.direct_requests import ConnectionLost as ConnectionLost
 from bridges.mcp.direct_requests import DirectRequests as DirectRequests
 from bridges.mcp.direct_requests import LogFn as LogFn
 from bridges.mcp.direct_requests import RequestTimedOut as RequestTimedOut
-from bridges.mcp.framing import InvalidAnswer, LineFramer, OversizedLine, drain_messages
+from bridges.mcp.framing import (
+    InvalidAnswer,
+    LargeLine,
+    LineFramer,
+    OversizedLine,
+    drain_messages,
+    offer_large,
+)
 from bridges.mcp.stderr_tail import STDERR_TAIL_BYTES as STDERR_TAIL_BYTES
 from bridges.mcp.stderr_tail import StderrTail as StderrTail
 from bridges.mcp.transport_state import TransportState
@@ -75,8 +83,6 @@ TERM_GRACE = 2.0
 """Seconds between SIGTERM and SIGKILL."""
 _POLL = 0.01
 
-RESULT_TOO_LARGE = -32099
-"""Our JSON-RPC error code for a message over `max_result_bytes` (server-error range)."""
 
 
 
@@ -170,7 +176,16 @@ async def _pump_stdout(
         while chunk := await proc.stdout.read(READ_CHUNK):
             framer.feed(chunk)
             del chunk
-            for item in drain_messages(framer, direct.claims, direct.deliver):
+            for drained in drain_messages(framer, direct.claims, direct.deliver,
+                                          defer_large=True):
+                item: SessionMessage | OversizedLine | ValueError | None
+                if isinstance(drained, LargeLine):
+                    item = await _parse_large(drained, direct, server)
+                else:
+                    item = drained
+                del drained
+                if item is None:  # a direct answer, taken (or refused: over its limit)
+                    continue
                 if isinstance(item, OversizedLine):
                     error, request_id = _too_large(item, max_message_bytes, server)
                     if request_id is None:  # unanswerable: end the connection; every waiter learns
@@ -196,6 +211,22 @@ async def _pump_stdout(
     finally:
         direct.close()
         await out.aclose()
+
+
+async def _parse_large(
+    line: LargeLine, direct: DirectRequests, server: str
+) -> SessionMessage | ValueError | None:
+    """A large line parsed in a worker thread, in bounded steps (`framing.LargeLine`), so the
+    event loop goes on serving while it parses; None when a direct request took it, or refused
+    it without parsing it (over that request's `max_answer_bytes`)."""
+    claimed = direct.claims(line.skeleton)
+    if claimed and direct.refuse_large(line.edges(), server):
+        return None
+    # Not abandoned on cancellation: the thread would go on parsing anyway.
+    value, message = await anyio.to_thread.run_sync(line.parse, not claimed)
+    if value is None:
+        return message
+    return offer_large(line, value, direct.deliver)
 
 
 def _too_large_message(size: int, limit: int) -> str:

@@ -423,7 +423,7 @@ class Supervisor:
     # --- tools ---------------------------------------------------------------------------
 
     async def _list_and_register(self, connection: Connection) -> None:
-        listing, warning = await connection.list_tools()
+        listing, warning = await connection.list_tools(self.config.max_listing_bytes)
         # Off the loop (schemas can be megabytes); a start-up timeout that fires meanwhile
         # abandons the thread instead of waiting for it.
         catalog = await anyio.to_thread.run_sync(

@@ -11,7 +11,7 @@ import pytest
 from mcp.shared.message import SessionMessage
 
 from bridges.mcp import framing
-from bridges.mcp.framing import LineFramer, OversizedLine, ParsedLine, drain_messages
+from bridges.mcp.framing import LargeLine, LineFramer, OversizedLine, drain_messages
 from bridges.mcp.redact import Redactor
 
 
@@ -140,8 +140,8 @@ def test_a_streamed_line_parses_as_json_loads_does_whatever_the_pieces(monkeypat
         _feed_line(line, framer, rnd)
         parsed = framer.pop()
         if len(line) > stream_at:
-            assert isinstance(parsed, ParsedLine)
-            assert parsed.value == message, line[:300]
+            assert isinstance(parsed, LargeLine)
+            assert parsed.decode() == message, line[:300]
             assert parsed.size == len(line)
         else:  # never past stream_at: buffered as before
             assert isinstance(parsed, bytes) and json.loads(parsed) == message
@@ -189,7 +189,7 @@ def test_a_long_string_is_decoded_in_slices_that_grow_with_it(monkeypatch):
     _feed_line(json.dumps({"id": 1, "text": text}).encode(), framer, random.Random(4),
                most=65536)
     parsed = framer.pop()
-    assert isinstance(parsed, ParsedLine) and parsed.value == {"id": 1, "text": text}
+    assert isinstance(parsed, LargeLine) and parsed.decode() == {"id": 1, "text": text}
     assert len(slices) < 250  # 1 KiB slices: ~8,000
     assert max(slices) > 100_000  # about a 32nd of the text by the end
 
@@ -240,3 +240,20 @@ def test_a_streamed_text_is_held_about_once():
 
     assert peak(None) > 1.9  # a copy of the line's bytes, or of its text, besides the value
     assert peak(1_000_000) < 1.15
+
+
+def test_a_large_line_too_deep_to_parse_names_its_request():
+    """A line over `PARSE_OFF_LOOP_AT` nested deeper than the parser follows is an
+    `InvalidAnswer` naming its id (first in the object), as a short one is: the call fails at
+    once, not at its timeout."""
+    padding = "x" * framing.PARSE_OFF_LOOP_AT
+    line = ('{"jsonrpc": "2.0", "id": "mcp-sidecar/9", "result": {"pad": "' + padding
+            + '", "deep": ' + "[" * 5000 + "]" * 5000 + "}}").encode()
+    framer = LineFramer(10**9)
+    framer.feed(line + b"\n" + message(2))
+    deferred = list(drain_messages(framer, defer_large=True))
+    assert isinstance(deferred[0], LargeLine)
+    framer.feed(line + b"\n")
+    [error] = list(drain_messages(framer))
+    assert isinstance(error, framing.InvalidAnswer) and error.request_id == "mcp-sidecar/9"
+    assert "nested too deeply" in str(error)

@@ -4,12 +4,17 @@ checked off the event loop, which keeps answering, and a hanging server's start-
 still fires on time.
 
 Health is given 10 s per answer here (before, one 5 MB schema held the loop for 30 s on this
-machine): the listing message itself (10 MB of JSON) is still parsed and validated by the
-transport on the loop, about 0.1 s per MB, and the test machine's cores are shared."""
+machine): it proves the loop is not stalled, not how fast it answers (the test machine's cores
+are shared). How long health waits while an upstream sends a 50 MB `tools/list` is measured
+by `bench/huge_listing.py`.
+
+A `tools/list` answer (over stdio) is parsed in a worker thread in bounded steps and checked
+tool by tool there; one over the server's `max_listing_bytes` is refused unparsed."""
 
 from __future__ import annotations
 
 import json
+import runpy
 import sys
 import threading
 import time
@@ -79,5 +84,76 @@ def test_huge_schemas_are_skipped_and_the_loop_keeps_answering(tmp_path: Path) -
         assert len(answered) >= 2
         outcome = daemon.call("schemas_fine", {}, "fine")
         assert outcome["status"] == "completed", outcome
+    finally:
+        stop_daemon(daemon)
+
+
+HUGE_LIST = Path(__file__).parent / "servers" / "huge_list_server.py"
+
+
+def _listed_tools(megabytes: float) -> int:
+    listing = json.loads(runpy.run_path(str(HUGE_LIST))["listing"](1, megabytes))
+    return len(listing["result"]["tools"])
+
+
+def test_a_huge_tools_list_is_parsed_off_the_loop_while_health_answers(tmp_path: Path) -> None:
+    """A 16 MB `tools/list` answer (structure, not one long string), written in 1 MiB pieces:
+    after each piece the server waits until the test has had `/v1/health` answered, so the
+    answers are ordered by events, not by a timer. The message is then parsed in a worker
+    thread in bounded steps and checked tool by tool; health keeps answering (each within
+    PATIENCE) until the tools are registered, and another server's start-up timeout fires."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    manifest = {"mcpServers": {
+        "huge": {"command": sys.executable, "args": [str(HUGE_LIST)],
+                 "env": {"HUGE_LIST_MB": "16", "HUGE_LIST_MARKS": str(marks)},
+                 "timeouts": {"startup": 120}},
+        "hangs": {"command": sys.executable, "args": ["-c", HANG],
+                  "timeouts": {"startup": 3}},
+    }}
+    started = time.time()
+    daemon = start_daemon(tmp_path, manifests={"servers.json": json.dumps(manifest)})
+    try:
+        answered_while_writing = 0
+        piece = 0
+        while not (marks / "ack-15").exists():
+            deadline = time.monotonic() + 120
+            while not (marks / f"piece-{piece}").exists():
+                assert time.monotonic() < deadline, f"the server never wrote piece {piece}"
+                assert daemon.proc.poll() is None, daemon.log()
+                time.sleep(0.005)
+            state = _server(daemon, "huge")  # the server is still writing: it waits for us
+            assert state["state"] == "starting", state
+            answered_while_writing += 1
+            (marks / f"ack-{piece}").touch()
+            piece += 1
+        assert answered_while_writing == 16
+        state = _wait(daemon, "huge", lambda s: s.get("state") not in (None, "starting"))
+        assert state["state"] == "ready", state
+        assert state["tool_count"] == _listed_tools(16)
+        hang = _server(daemon, "hangs")
+        assert "did not start within 3 s" in (hang.get("last_error") or ""), hang
+        assert hang["since"] - started < 60
+        assert daemon.proc.poll() is None
+    finally:
+        stop_daemon(daemon)
+
+
+def test_a_tools_list_over_max_listing_bytes_is_refused_unparsed(tmp_path: Path) -> None:
+    """Over `max_listing_bytes` the answer is not parsed at all: the server does not start,
+    health says why and how to accept it, and the daemon and its other servers go on."""
+    manifest = {"mcpServers": {
+        "huge": {"command": sys.executable, "args": [str(HUGE_LIST)],
+                 "env": {"HUGE_LIST_MB": "3"}, "max_listing_bytes": 1024 * 1024},
+        "schemas": {"command": sys.executable, "args": [str(SERVER)]},
+    }}
+    daemon = start_daemon(tmp_path, manifests={"servers.json": json.dumps(manifest)})
+    try:
+        state = _wait(daemon, "huge", lambda s: s.get("last_error"))
+        assert state["state"] in ("backoff", "failed"), state
+        assert "over this server's max_listing_bytes (1,048,576 bytes)" in state["last_error"]
+        assert "raise max_listing_bytes for this server to accept it" in state["last_error"]
+        assert _wait(daemon, "schemas", lambda s: s.get("state") == "ready")["tool_count"] == 3
+        assert daemon.call("schemas_fine", {}, "fine")["status"] == "completed"
     finally:
         stop_daemon(daemon)

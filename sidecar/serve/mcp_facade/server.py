@@ -191,6 +191,7 @@ class McpFacade(FastAnswers, UpstreamRelay):
             await self._changed.wait()
             await anyio.sleep(CHANGE_DEBOUNCE)  # one push for a burst of changes
             self._changed = anyio.Event()
+            await self.location.definitions_checked()  # fingerprinted off the loop first
             # Only sessions whose listing changed hear of it: a change to one profile's tools
             # (or to tools no profile of this facade serves) leaves the others alone.
             listing = self.snapshot("").definitions

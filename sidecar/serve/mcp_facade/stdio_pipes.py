@@ -37,7 +37,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from bridges.mcp.framing import LineFramer, OversizedLine, ParsedLine
+from bridges.mcp.framing import LargeLine, LineFramer, OversizedLine
 from sidecar import json_depth
 
 log = logging.getLogger("sidecar.mcp")
@@ -185,7 +185,7 @@ async def _read_lines(
                 framer.feed(chunk)
                 del chunk
                 while (line := framer.pop()) is not None:
-                    assert not isinstance(line, ParsedLine)  # lines are never streamed here
+                    assert not isinstance(line, LargeLine)  # lines are never streamed here
                     item = _parse(line, take_raw, unanswered)
                     if isinstance(item, _Refused):
                         log.debug("stdio: %s", item.message)
