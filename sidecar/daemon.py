@@ -490,6 +490,7 @@ async def _daemon_server(
         INFO_FILE,
         STDIO_SOCKET,
         DaemonInfo,
+        database_of,
         resolve_manifests,
     )
     from sidecar.serve.app import build_app
@@ -507,7 +508,7 @@ async def _daemon_server(
     info = DaemonInfo(
         pid=os.getpid(), state_dir=state_path, manifests=resolved,
         started="serve" if tcp is not None else "on demand" if idle_exit else "daemon",
-        idle_exit=idle_exit, url=url,
+        idle_exit=idle_exit, url=url, database=database_of(Backends.from_env().database_url),
     )
     info_path = state / INFO_FILE
     # daemon.json before the doors: whoever gets through a door finds it
