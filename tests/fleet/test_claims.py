@@ -134,8 +134,8 @@ def test_the_same_call_id_sent_to_both_at_once_runs_once(fleet: Fleet) -> None:
                  for url in (fleet.url_a, fleet.url_b)]
 
         async def one_running_one_waiting() -> bool:
-            listening = await fetch(fleet.dsn, "SELECT 1 FROM pg_stat_activity WHERE "
-                                    "datname = current_database() AND query LIKE 'LISTEN%'")
+            listening = await fetch(fleet.dsn, "SELECT 1 FROM pg_stat_activity WHERE datname "
+                                    "= current_database() AND query LIKE 'LISTEN %sidecar_claims%'")
             return len(lines(fleet.started)) == 1 and len(listening) == 1
 
         await until(one_running_one_waiting, "one replica runs the call, the other waits")
