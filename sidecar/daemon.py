@@ -54,6 +54,7 @@ from sidecar.stores import (
     PermissionStore,
     PinStore,
     SharedAsks,
+    SnapshotRecords,
     StoreOptions,
     Stores,
     TextStore,
@@ -186,12 +187,18 @@ async def _open_managed(o: _Opening) -> TextStore:
                             "the managed objects is kept in the fleet database")
     if o.backends.object_store and o.pool is not None:
         # managed texts in the bucket, indexed in the fleet database: any replica reads them
+        from managed_store import ManagedStoreError
         from managed_store.s3 import S3Settings, S3TextStore
+        from sidecar.postgres import DatabaseError
 
-        managed = await S3TextStore.open(
-            o.pool, S3Settings.from_url(o.backends.object_store, os.environ),
-            ttl_seconds=retention, quota_bytes=o.options.store_quota_bytes,
-            cleanup_interval=cleanup_interval)
+        try:
+            managed = await S3TextStore.open(
+                o.pool, S3Settings.from_url(o.backends.object_store, os.environ),
+                ttl_seconds=retention, quota_bytes=o.options.store_quota_bytes,
+                cleanup_interval=cleanup_interval)
+        except (ManagedStoreError, ValueError) as exc:
+            # a fleet backend the replica cannot use: one line from the CLI (exit 6)
+            raise DatabaseError(f"SIDECAR_OBJECT_STORE: {exc}") from exc
     else:
         managed = await ManagedStore.open(
             o.options.state_dir / "managed", ttl_seconds=retention,
@@ -282,6 +289,14 @@ async def _open_history(o: _Opening) -> CallHistory | None:
     return history
 
 
+async def _open_snapshots(o: _Opening) -> SnapshotRecords | None:
+    if o.pool is None:
+        return None  # embedded: kept snapshots live in this process's memory
+    from sidecar.postgres_snapshots import PostgresSnapshotRecords
+
+    return await PostgresSnapshotRecords.on_pool(o.pool)  # any replica serves any snapshot id
+
+
 async def _open_events(o: _Opening) -> EventLogFactory | None:
     if o.pool is None:
         return None  # the wiring's (in memory, per process)
@@ -321,8 +336,10 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
         history = await _open_history(o)
         events = await _open_events(o)
         asks = await _open_asks(o)
+        snapshots = await _open_snapshots(o)
         yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
-                     pins=pins, history=history, events=events, asks=asks)
+                     pins=pins, history=history, events=events, asks=asks,
+                     snapshots=snapshots)
 
 
 # The one place that names store implementations; fleet backends are chosen by the openers
@@ -475,6 +492,7 @@ async def _daemon_server(
         INFO_FILE,
         STDIO_SOCKET,
         DaemonInfo,
+        database_of,
         resolve_manifests,
     )
     from sidecar.serve.app import build_app
@@ -492,7 +510,7 @@ async def _daemon_server(
     info = DaemonInfo(
         pid=os.getpid(), state_dir=state_path, manifests=resolved,
         started="serve" if tcp is not None else "on demand" if idle_exit else "daemon",
-        idle_exit=idle_exit, url=url,
+        idle_exit=idle_exit, url=url, database=database_of(Backends.from_env().database_url),
     )
     info_path = state / INFO_FILE
     # daemon.json before the doors: whoever gets through a door finds it

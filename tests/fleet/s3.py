@@ -61,6 +61,10 @@ def _free_ports(count: int) -> list[int]:
     return ports
 
 
+class _ExitedEarly(RuntimeError):
+    pass
+
+
 @dataclass
 class S3Server:
     root: Path
@@ -74,7 +78,19 @@ class S3Server:
     region: str = "us-east-1"
 
     @classmethod
-    def start(cls) -> S3Server:
+    def start(cls, attempts: int = 3) -> S3Server:
+        """Start a server; on a port taken between choosing it and binding it (other test
+        sessions run on this machine too), once more on fresh ports."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return cls._start()
+            except _ExitedEarly:
+                if attempt == attempts:
+                    raise
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _start(cls) -> S3Server:
         root = Path(tempfile.mkdtemp(prefix="sidecar-s3-"))
         ports = dict(zip(_SERVICES, _free_ports(len(_SERVICES)), strict=True))
         secret = secrets.token_urlsafe(24)
@@ -128,6 +144,23 @@ class S3Server:
                                                  "max_backoff": timedelta(seconds=1),
                                                  "base": 2}})
 
+    def uploads_in_progress(self, prefix: str) -> list[str]:
+        """Keys under `prefix` with a multipart upload begun and neither completed nor aborted,
+        as SeaweedFS's filer lists them (S3 clients here cannot list them)."""
+        import base64
+
+        import httpx
+
+        response = httpx.get(
+            f"http://127.0.0.1:{self.ports['filer']}/buckets/{self.bucket}/.uploads/",
+            headers={"Accept": "application/json"}, params={"limit": 10000})
+        if response.status_code == 404:
+            return []
+        response.raise_for_status()
+        keys = [base64.b64decode(entry["Extended"]["key"]).decode()
+                for entry in response.json().get("Entries") or ()]
+        return sorted(key for key in keys if key.startswith(prefix + "/"))
+
     def rss_bytes(self) -> int:
         """Resident memory of the server process (for reports)."""
         import psutil
@@ -141,7 +174,7 @@ class S3Server:
         deadline = launched + _READY_WITHIN
         while True:
             if self.process.poll() is not None:
-                raise RuntimeError(f"weed mini exited ({self.process.returncode}): {self.log()}")
+                raise _ExitedEarly(f"weed mini exited ({self.process.returncode}): {self.log()}")
             try:
                 obstore.put(store, "ready-probe", b"ok")  # type: ignore[arg-type]
             except Exception:

@@ -41,6 +41,9 @@ class Place:
                                                            prefix=self.settings.prefix)
                       for o in batch)
 
+    def uploads(self) -> list[str]:
+        return self.s3.uploads_in_progress(self.settings.prefix)
+
     async def rows(self) -> tuple[int, int, int]:
         return tuple(await self.pool.fetchrow(  # type: ignore[return-value]
             "SELECT (SELECT count(*) FROM sidecar_managed_objects),"
@@ -131,7 +134,8 @@ async def test_aborted_and_failed_spools_leave_no_object_and_no_row(place: Place
     store = await place.open(part_bytes=PART)
     try:
         async with store.open_spool() as spool:
-            await spool.write(b"x" * (PART + 1024))  # a multipart upload is under way
+            await spool.write(b"x" * (PART + 1024))
+            assert len(place.uploads()) == 1  # a multipart upload is under way
             await spool.abort()
         with pytest.raises(RetentionError):
             async with store.open_spool() as spool:
@@ -143,7 +147,36 @@ async def test_aborted_and_failed_spools_leave_no_object_and_no_row(place: Place
                 await spool.write("é".encode()[:1])
                 await spool.commit()
         assert await place.rows() == (0, 0, 0)
-        assert place.keys() == []
+        assert place.keys() == [] and place.uploads() == []
+    finally:
+        await store.aclose()
+
+
+async def test_a_cancelled_spool_aborts_its_upload_and_leaves_nothing(place: Place) -> None:
+    import anyio
+
+    store = await place.open(part_bytes=PART)
+    written = 0
+    under_way = anyio.Event()
+
+    async def produce() -> None:
+        nonlocal written
+        async with store.open_spool() as spool:
+            while True:
+                await spool.write(b"y" * (1 << 20))
+                written += 1
+                if written == 7:  # past the first part: a multipart upload is under way
+                    pending = await place.pool.fetchval("SELECT id FROM sidecar_managed_pending")
+                    assert place.uploads() == [place.settings.key(pending)]
+                    under_way.set()
+
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(produce)
+            await under_way.wait()
+            tasks.cancel_scope.cancel()
+        assert await place.rows() == (0, 0, 0)
+        assert place.keys() == [] and place.uploads() == []
     finally:
         await store.aclose()
 
@@ -255,6 +288,11 @@ async def test_the_daemon_keeps_managed_texts_on_s3_only_with_the_database(
         async with open_local_stores(options):
             pass
     monkeypatch.setenv("SIDECAR_DATABASE_URL", place.dsn)
+    monkeypatch.setenv("SIDECAR_OBJECT_STORE", "s3:/bucket")
+    with pytest.raises(DatabaseError, match="SIDECAR_OBJECT_STORE: object store 's3:/bucket'"):
+        async with open_local_stores(options):
+            pass
+    monkeypatch.setenv("SIDECAR_OBJECT_STORE", location)
     async with open_local_stores(options) as stores:
         ref = await stores.managed.put("kept in the bucket\n")
         assert place.keys() == [place.settings.key(ref.id)]
