@@ -54,6 +54,7 @@ from sidecar.stores import (
     PermissionStore,
     PinStore,
     SharedAsks,
+    SnapshotRecords,
     StoreOptions,
     Stores,
     TextStore,
@@ -288,6 +289,14 @@ async def _open_history(o: _Opening) -> CallHistory | None:
     return history
 
 
+async def _open_snapshots(o: _Opening) -> SnapshotRecords | None:
+    if o.pool is None:
+        return None  # embedded: kept snapshots live in this process's memory
+    from sidecar.postgres_snapshots import PostgresSnapshotRecords
+
+    return await PostgresSnapshotRecords.on_pool(o.pool)  # any replica serves any snapshot id
+
+
 def _open_events(o: _Opening) -> EventLogFactory | None:
     if o.pool is None:
         return None  # the wiring's (in memory, per process)
@@ -325,8 +334,10 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
         pins = await _open_pins(o)
         history = await _open_history(o)
         asks = await _open_asks(o)
+        snapshots = await _open_snapshots(o)
         yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
-                     pins=pins, history=history, events=_open_events(o), asks=asks)
+                     pins=pins, history=history, events=_open_events(o), asks=asks,
+                     snapshots=snapshots)
 
 
 # The one place that names store implementations; fleet backends are chosen by the openers
