@@ -248,6 +248,14 @@ class PostgresClaims:
             raise CallIdConflict(call_id)
         return max(0.0, float(row["expires_in"]))
 
+    async def holder(self, location: str, call_id: str) -> str | None:
+        """The replica whose live claim `call_id` is (any replica's, this one's included)."""
+        async with self._pool.acquire() as conn:
+            found = await conn.fetchval(
+                "SELECT replica FROM sidecar_claims WHERE location = $1 AND call_id = $2 AND "
+                "expires_at > now()", location, call_id)
+        return None if found is None else str(found)
+
     def settled(self, location: str, call_id: str) -> None:
         """The outcome was recorded (and the claim deleted with it): stop renewing it."""
         self._live.discard((location, call_id))
