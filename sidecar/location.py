@@ -323,6 +323,7 @@ class Location:
         codemode: CodeModeSetting | None = None,
         keep: bool = True,
         profile: str | None = None,
+        owner: str | None = None,
     ) -> Snapshot:
         """Capture the effective tools for one model request and keep it addressable by id.
 
@@ -334,7 +335,8 @@ class Location:
         snapshot that is not kept by id (`location.snapshots`): for a listing, or a holder that
         keeps the snapshot itself, so that it never evicts one a caller will look up.
         `profile` names a profile (`sidecar.profiles`; None: the default one): only its tools
-        are captured, served its way; an undeclared name raises `UnknownProfile`.
+        are captured, served its way; an undeclared name raises `UnknownProfile`. `owner`
+        names the client the snapshot counts against (`SnapshotStore.max_per_owner`).
         """
         chosen = self.profiles.resolve(profile)
         effective = self.profiles.entries(chosen, self.registry.effective())
@@ -359,6 +361,7 @@ class Location:
             removed=removed,
         )
         snapshot.profile = chosen.name if chosen is not None else self.profiles.default_name
+        snapshot.owner = owner
         return self.snapshots.add(snapshot) if keep else snapshot
 
     def check_definitions(self) -> None:

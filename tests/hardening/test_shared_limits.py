@@ -60,3 +60,51 @@ def test_health_reports_eviction_pressure(tmp_path: Path) -> None:
             assert client.get(f"/v1/managed/{refs[-1]}").status_code == 200
     finally:
         stop_daemon(daemon)
+
+
+def _retained(daemon: Daemon, client: httpx.Client, snapshot: str, session: str,
+              call_id: str, count: int = 2000) -> httpx.Response:
+    """A call whose output (~60 bytes a line) is retained in the managed store."""
+    return client.post(f"/v1/snapshots/{snapshot}/calls", json={
+        "name": "text", "input": {"line": "z" * 59, "count": count},
+        "context": {"session_id": session, "agent": "a", "message_id": "m",
+                    "call_id": call_id}})
+
+
+def _ref(response: httpx.Response) -> str:
+    assert response.status_code == 200, response.text
+    outcome = response.json()
+    assert outcome["status"] == "completed", outcome
+    return str(outcome["managed"][0]["ref"])
+
+
+def test_a_client_flooding_the_store_evicts_its_own_refs_not_the_others(
+    tmp_path: Path,
+) -> None:
+    """Issue 26 item 6: with a 600 KiB quota (so half of it, 300 KiB, per client), client B
+    storing eight 120 KB outputs evicts its own oldest, never client A's; an output over a
+    client's share alone is refused with a clear error, and health shows the pressure."""
+    daemon = start_daemon(tmp_path, env={"SIDECAR_STORE_QUOTA": "600K"},
+                          manifests={"text.toml": TEXT_TOOL})
+    try:
+        with daemon.client() as client:
+            a = _snapshot(client, "client-a")
+            kept = _ref(_retained(daemon, client, a, "client-a", "a-1"))
+            b = _snapshot(client, "client-b")
+            flood = [_ref(_retained(daemon, client, b, "client-b", f"b-{n}")) for n in range(8)]
+            assert client.get(f"/v1/managed/{kept}").status_code == 200
+            alive = [client.get(f"/v1/managed/{ref}").status_code for ref in flood]
+            assert alive == [404] * 6 + [200] * 2, alive  # 2 x 120 KB fit in 300 KiB
+            too_big = _retained(daemon, client, b, "client-b", "b-big", count=5300)
+            assert too_big.status_code == 200, too_big.text
+            refused = too_big.json()
+            assert refused["status"] == "error", refused
+            assert refused["error"]["kind"] == "tool_failure", refused
+            assert ("is over the per-owner share of the store quota (307,200 bytes: 50% of "
+                    "614,400)") in refused["error"]["message"], refused
+            assert client.get(f"/v1/managed/{kept}").status_code == 200
+        store = daemon.health()["store"]
+        assert store["pressure"] == "high" and store["evicted_for_quota"] == 6, store
+        assert daemon.proc.poll() is None
+    finally:
+        stop_daemon(daemon)
