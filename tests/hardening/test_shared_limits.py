@@ -4,11 +4,13 @@ client's outputs shows `pressure: "high"` in health."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import httpx
 
-from tests.hardening.conftest import TEXT_TOOL, Daemon, start_daemon, stop_daemon
+from tests.hardening.conftest import SIDECAR, TEXT_TOOL, Daemon, start_daemon, stop_daemon
 
 
 def _snapshot(client: httpx.Client, session: str) -> str:
@@ -106,5 +108,38 @@ def test_a_client_flooding_the_store_evicts_its_own_refs_not_the_others(
         store = daemon.health()["store"]
         assert store["pressure"] == "high" and store["evicted_for_quota"] == 6, store
         assert daemon.proc.poll() is None
+    finally:
+        stop_daemon(daemon)
+
+
+def test_a_scoped_token_is_one_client_whatever_sessions_it_names(tmp_path: Path) -> None:
+    """A client with a scoped token that invents a new session for every snapshot and every
+    call still counts as one: its snapshots past 512 expire its own oldest, and its outputs
+    evict its own oldest refs; the all-access client's snapshot and ref survive."""
+    daemon = start_daemon(tmp_path, env={"SIDECAR_STORE_QUOTA": "600K"},
+                          manifests={"text.toml": TEXT_TOOL})
+    try:
+        made = subprocess.run(
+            [*SIDECAR, "token", "create", "--profile", "default", "--state-dir",
+             str(daemon.state)], capture_output=True, text=True, timeout=60,
+            env={**os.environ, "SIDECAR_URL": daemon.url, "SIDECAR_TOKEN": daemon.token})
+        assert made.returncode == 0, made.stderr
+        secret = made.stdout.strip()
+        with daemon.client() as client, httpx.Client(
+            base_url=daemon.url, timeout=30, headers={"authorization": f"Bearer {secret}"}
+        ) as scoped:
+            victim = _snapshot(client, "victim")
+            kept = _ref(_retained(daemon, client, victim, "victim", "victim-1"))
+            flood = [_snapshot(scoped, f"flood-{n}") for n in range(513)]
+            gone = _call(scoped, flood[0], "flood-0", "first")
+            assert gone.status_code == 404, gone.text
+            assert "512 per scoped token" in gone.json()["error"]["message"]
+            assert _call(scoped, flood[1], "flood-1", "second").status_code == 200
+            assert _call(client, victim, "victim", "victim-2").status_code == 200
+            refs = [_ref(_retained(daemon, scoped, flood[-1], f"out-{n}", f"out-{n}"))
+                    for n in range(5)]
+            alive = [client.get(f"/v1/managed/{ref}").status_code for ref in refs]
+            assert alive == [404] * 3 + [200] * 2, alive
+            assert client.get(f"/v1/managed/{kept}").status_code == 200
     finally:
         stop_daemon(daemon)

@@ -81,7 +81,7 @@ async def test_owners_are_checked(store: ManagedStore) -> None:
 async def test_an_index_from_before_owners_opens_and_takes_owners(root: Path) -> None:
     async with await ManagedStore.open(root) as store:
         old = (await store.put("from before owners")).id
-    index = next(root.rglob("*.sqlite"))
+    index = root / "index.sqlite"
     with sqlite3.connect(index) as conn:  # back to the version-1 table, without `owner`
         conn.execute("DROP INDEX objects_by_owner")
         conn.execute("ALTER TABLE objects DROP COLUMN owner")
