@@ -228,7 +228,7 @@ def _attach(args: argparse.Namespace) -> tuple[str, str]:
     state = _state_dir(args)
     _prepare_state(state)
     info, started = ensure_daemon(state, _wanted_manifests(args), _manifests(args),
-                                  idle_exit=_idle_exit(args))
+                                  idle_exit=_idle_exit(args), database=_wanted_database())
     if started:
         print(f"sidecar: started the {info.describe()}; it exits after "
               f"{info.idle_exit or 0:g} s without clients", file=sys.stderr)
@@ -404,7 +404,8 @@ def _main(argv: Sequence[str] | None) -> int:
         try:
             _prepare_state(_state_dir(args))
             return attach_stdio(_state_dir(args), _wanted_manifests(args), _manifests(args),
-                                idle_exit=_idle_exit(args), profile=args.profile)
+                                idle_exit=_idle_exit(args), profile=args.profile,
+                                database=_wanted_database())
         except (DoorError, UnsafeStateDir) as exc:
             print(f"sidecar: {exc}", file=sys.stderr)
             return _door_exit(exc)
@@ -454,6 +455,12 @@ def _main(argv: Sequence[str] | None) -> int:
 STORE_SCHEMES = ("postgres://", "postgresql://")
 
 
+def _wanted_database() -> str | None:
+    """The fleet database a client command asks for (`--store` is in the environment by
+    now); None: whichever the daemon uses."""
+    return os.environ.get("SIDECAR_DATABASE_URL", "").strip() or None
+
+
 def _door_exit(exc: Exception) -> int:
     """A daemon started on demand that could not use the fleet database: that status;
     otherwise a usage error."""
@@ -464,7 +471,9 @@ def _use_store(args: argparse.Namespace) -> str | None:
     """`--store URL` wins over `$SIDECAR_DATABASE_URL`: it is put there, so that the stores,
     `sidecar token` and a daemon this command starts on demand all use it. The problem with
     the URL, or None."""
-    flag = getattr(args, "store", None)
+    if not hasattr(args, "store"):
+        return None  # a command that opens no store (`check`, `auth`, ...)
+    flag = args.store
     if flag is not None:
         os.environ["SIDECAR_DATABASE_URL"] = flag.strip()
     url = os.environ.get("SIDECAR_DATABASE_URL", "").strip()

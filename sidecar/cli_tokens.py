@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from sidecar.cli_output import EXIT_DATABASE
+from sidecar.local_door import database_mismatch, read_info
 from sidecar.postgres import DatabaseError
 from sidecar.state_dir import UnsafeStateDir, prepare_state_dir
 from sidecar.tokens import TokenError, TokenStore, create_token
@@ -42,8 +44,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
 
 
 async def run(args: argparse.Namespace, state: Path, open_store: OpenTokenStore) -> int:
-    """Exit code 0 on success, 1 for an unknown id, 2 for a bad request or an unsafe state
-    directory, 6 when the fleet database cannot be used."""
+    """Exit code 0 on success, 1 for an unknown id, 2 for a bad request, an unsafe state
+    directory or a daemon on it that keeps its tokens elsewhere, 6 when the fleet database
+    cannot be used."""
     try:
         warning = prepare_state_dir(state)
     except UnsafeStateDir as exc:
@@ -51,6 +54,13 @@ async def run(args: argparse.Namespace, state: Path, open_store: OpenTokenStore)
         return 2
     if warning:
         print(f"sidecar: {warning}", file=sys.stderr)
+    daemon = read_info(state)  # its tokens must be the ones this command changes
+    database = os.environ.get("SIDECAR_DATABASE_URL", "").strip()
+    refusal = (database_mismatch(daemon, database, "would change tokens in")
+               if daemon is not None else None)
+    if refusal is not None:
+        print(f"sidecar: {refusal}", file=sys.stderr)
+        return 2
     try:
         store = await open_store(state)
     except DatabaseError as exc:

@@ -54,6 +54,7 @@ from sidecar.stores import (
     PermissionStore,
     PinStore,
     SharedAsks,
+    SnapshotRecords,
     StoreOptions,
     Stores,
     TextStore,
@@ -289,6 +290,14 @@ async def _open_history(o: _Opening) -> CallHistory | None:
     return history
 
 
+async def _open_snapshots(o: _Opening) -> SnapshotRecords | None:
+    if o.pool is None:
+        return None  # embedded: kept snapshots live in this process's memory
+    from sidecar.postgres_snapshots import PostgresSnapshotRecords
+
+    return await PostgresSnapshotRecords.on_pool(o.pool)  # any replica serves any snapshot id
+
+
 def _open_events(o: _Opening) -> EventLogFactory | None:
     if o.pool is None:
         return None  # the wiring's (in memory, per process)
@@ -326,8 +335,10 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
         pins = await _open_pins(o)
         history = await _open_history(o)
         asks = await _open_asks(o)
+        snapshots = await _open_snapshots(o)
         yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
-                     pins=pins, history=history, events=_open_events(o), asks=asks)
+                     pins=pins, history=history, events=_open_events(o), asks=asks,
+                     snapshots=snapshots)
 
 
 # The one place that names store implementations; fleet backends are chosen by the openers
@@ -480,6 +491,7 @@ async def _daemon_server(
         INFO_FILE,
         STDIO_SOCKET,
         DaemonInfo,
+        database_of,
         resolve_manifests,
     )
     from sidecar.serve.app import build_app
@@ -497,7 +509,7 @@ async def _daemon_server(
     info = DaemonInfo(
         pid=os.getpid(), state_dir=state_path, manifests=resolved,
         started="serve" if tcp is not None else "on demand" if idle_exit else "daemon",
-        idle_exit=idle_exit, url=url,
+        idle_exit=idle_exit, url=url, database=database_of(Backends.from_env().database_url),
     )
     info_path = state / INFO_FILE
     # daemon.json before the doors: whoever gets through a door finds it

@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 LOCK_FILE = "daemon.lock"
 HTTP_SOCKET = "daemon.sock"
@@ -81,6 +82,9 @@ class DaemonInfo:
     idle_exit: float | None
     url: str | None
     """The TCP address of `sidecar serve`, else None."""
+    database: str = ""
+    """Where it keeps its records: "" (the state directory), or the fleet database as
+    `database_of` names it (host, port and database name: never a user or password)."""
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> DaemonInfo:
@@ -91,11 +95,13 @@ class DaemonInfo:
             started=str(value.get("started", "serve")),
             idle_exit=float(idle) if idle is not None else None,
             url=value.get("url") if isinstance(value.get("url"), str) else None,
+            database=str(value.get("database") or ""),
         )
 
     def to_json(self) -> dict[str, Any]:
         return {"pid": self.pid, "state_dir": self.state_dir, "manifests": list(self.manifests),
                 "started": self.started, "idle_exit": self.idle_exit, "url": self.url,
+                "database": self.database,
                 "http_socket": str(Path(self.state_dir) / HTTP_SOCKET),
                 "stdio_socket": str(Path(self.state_dir) / STDIO_SOCKET)}
 
@@ -118,6 +124,33 @@ def manifests_mismatch(info: DaemonInfo, wanted: Sequence[str] | None) -> str | 
     asked = ", ".join(wanted) or "no manifests"
     return (f"the {info.describe()} serves other manifests than the ones asked for ({asked}); "
             "stop it, or use another --state-dir for these manifests")
+
+
+def database_of(url: str) -> str:
+    """A fleet database URL as daemons and clients compare it, without secrets:
+    `host:port/name` ("" for no URL)."""
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    try:
+        port = parts.port or 5432
+    except ValueError:
+        port = 5432
+    host = parts.hostname or parse_qs(parts.query).get("host", [""])[0]
+    return f"{host}:{port}/{parts.path.lstrip('/')}"
+
+
+def database_mismatch(info: DaemonInfo, wanted: str | None, doing: str) -> str | None:
+    """The refusal for a command that means to use the fleet database URL `wanted` ("": the
+    state directory; None: whatever the daemon uses) while `info`'s daemon uses another, or
+    None. `doing`: what the command would do otherwise, for the message."""
+    if wanted is None or database_of(wanted) == info.database:
+        return None
+    def where(database: str) -> str:
+        return f"the fleet database {database}" if database else "the state directory"
+    return (f"the {info.describe()} keeps its records in {where(info.database)}, and this "
+            f"command {doing} {where(database_of(wanted))}: give it the daemon's database "
+            "(--store, $SIDECAR_DATABASE_URL), or stop the daemon")
 
 
 def read_info(state: Path) -> DaemonInfo | None:
@@ -290,16 +323,18 @@ def _tail(path: Path, lines: int = 8) -> str:
 
 
 def ensure_daemon(
-    state: Path, manifests: Sequence[str] | None, start_with: Sequence[str], *, idle_exit: float
+    state: Path, manifests: Sequence[str] | None, start_with: Sequence[str], *, idle_exit: float,
+    database: str | None = None,
 ) -> tuple[DaemonInfo, bool]:
     """The daemon that owns `state` (started on demand on `start_with`), checked against
-    `manifests` (None: whichever it serves)."""
+    `manifests` (None: whichever it serves) and `database` (`database_mismatch`)."""
     sock, started = connect(state, HTTP_SOCKET, start_with, idle_exit=idle_exit)
     sock.close()
     info = read_info(state)
     if info is None:
         raise DoorError(f"the daemon for {state} answers but {state / INFO_FILE} is missing")
-    refusal = manifests_mismatch(info, manifests)
+    refusal = (manifests_mismatch(info, manifests)
+               or database_mismatch(info, database, "was asked to use"))
     if refusal is not None:
         raise DoorError(refusal)
     return info, started
@@ -320,16 +355,20 @@ def _read_line(sock: socket.socket) -> bytes:
 
 def attach_stdio(
     state: Path, manifests: Sequence[str] | None, start_with: Sequence[str], *, idle_exit: float,
-    profile: str | None = None,
+    profile: str | None = None, database: str | None = None,
 ) -> int:
     """`sidecar stdio`: serve this process's MCP client from the daemon that owns `state`
-    (started on demand on `start_with`; `manifests` as in `ensure_daemon`).
+    (started on demand on `start_with`; `manifests` and `database` as in `ensure_daemon`).
 
     On pipes the daemon receives our stdin and stdout and serves them itself (no bytes pass
     through this process); otherwise the bytes are relayed through the socket. Returns when the
     daemon ends the session. Raises `DoorError` when the daemon refuses or cannot start."""
     sock, _ = connect(state, STDIO_SOCKET, start_with, idle_exit=idle_exit)
     with sock:
+        info = read_info(state) if database is not None else None
+        refusal = database_mismatch(info, database, "was asked to use") if info else None
+        if refusal is not None:
+            raise DoorError(refusal)
         mode = "fds" if pipes_available() else "stream"
         hello = json.dumps({"mode": mode, "manifests": None if manifests is None
                             else list(manifests), "pid": os.getpid(),

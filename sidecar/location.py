@@ -31,11 +31,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self, cast
 
 from sidecar.call_history import (
     AuditSettings,
@@ -62,12 +62,13 @@ from sidecar.permission import PermissionRule
 from sidecar.permission_service import PermissionService
 from sidecar.pins import Pins
 from sidecar.plugins import PluginHost
-from sidecar.profiles import Profiles
+from sidecar.profiles import Profiles, UnknownProfile
 from sidecar.ratelimit import RateLimits
-from sidecar.registry import Registry, Tools, application_registry
+from sidecar.registry import Entry, Registry, ToolDefinition, Tools, application_registry
 from sidecar.retention import DEFAULT_RETENTION_SECONDS
 from sidecar.seam import Seam
-from sidecar.snapshot import Snapshot, SnapshotStore, select
+from sidecar.snapshot import Snapshot, SnapshotExpired, SnapshotStore, select
+from sidecar.snapshot_records import SnapshotRecipe, SnapshotSharing
 from sidecar.sqlite_wal import DEFAULT_WAL_CAP_BYTES
 from sidecar.state_dir import prepare_state_dir
 from sidecar.state_usage import state_usage
@@ -145,6 +146,8 @@ class Location:
         self.manifests: ManifestSet  # set by the sources when they attach
         self.tools = Tools(registry)
         self.snapshots = SnapshotStore()
+        self.sharing = SnapshotSharing(self.snapshots, None, name, self._remade)
+        """Kept snapshots by id across replicas (`sidecar.snapshot_records`)."""
         self.store_pressure = StorePressure()
         self.sources: ManifestSources | None = None
         self.sandbox: Sandbox | None = None
@@ -285,6 +288,7 @@ class Location:
                 events=events, permissions=permissions, plugins=host,
             )
             location.history = stores.history
+            location.sharing.records = stores.snapshots
             seam.audit = location.record_call
             location.tokens = stores.tokens
             location.wiring = wired
@@ -323,6 +327,7 @@ class Location:
         codemode: CodeModeSetting | None = None,
         keep: bool = True,
         profile: str | None = None,
+        strict: bool = False,
         owner: str | None = None,
     ) -> Snapshot:
         """Capture the effective tools for one model request and keep it addressable by id.
@@ -335,8 +340,10 @@ class Location:
         snapshot that is not kept by id (`location.snapshots`): for a listing, or a holder that
         keeps the snapshot itself, so that it never evicts one a caller will look up.
         `profile` names a profile (`sidecar.profiles`; None: the default one): only its tools
-        are captured, served its way; an undeclared name raises `UnknownProfile`. `owner`
-        names the client the snapshot counts against (`SnapshotStore.max_per_owner`).
+        are captured, served its way; an undeclared name raises `UnknownProfile`. `strict`
+        records that its definitions are advertised in OpenAI strict mode. A kept snapshot
+        reaches the other replicas of a fleet with `share_snapshot`. `owner` names the client
+        the snapshot counts against (`SnapshotStore.max_per_owner`).
         """
         chosen = self.profiles.resolve(profile)
         effective = self.profiles.entries(chosen, self.registry.effective())
@@ -355,14 +362,53 @@ class Location:
             removed.update(hook(session_id, kept) or ())
         captured = {n: e for n, e in entries.items() if n not in removed}
         mode = codemode or (chosen.codemode if chosen is not None else None) or self.codemode
-        snapshot = codemode_snapshot(
-            self.seam, captured, mode=mode, sandbox=self.sandbox,
-            limits=self.codemode_limits, session_id=session_id, final_step=final_step,
-            removed=removed,
+        recipe = SnapshotRecipe(
+            session_id=session_id,
+            profile=chosen.name if chosen is not None else self.profiles.default_name,
+            mode=mode, final_step=final_step, strict=strict, names=tuple(captured),
+            removed=tuple(sorted(removed)),
+            definitions=tuple(e.definition for e in captured.values()),
         )
-        snapshot.profile = chosen.name if chosen is not None else self.profiles.default_name
+        snapshot = self._made(recipe, captured)
         snapshot.owner = owner
         return self.snapshots.add(snapshot) if keep else snapshot
+
+    def _made(self, recipe: SnapshotRecipe, captured: Mapping[str, Entry]) -> Snapshot:
+        snapshot = codemode_snapshot(
+            self.seam, captured, mode=cast(CodeModeSetting, recipe.mode),
+            sandbox=self.sandbox, limits=self.codemode_limits, session_id=recipe.session_id,
+            final_step=recipe.final_step, removed=recipe.removed,
+        )
+        snapshot.profile = recipe.profile
+        snapshot.recipe = recipe
+        return snapshot
+
+    def _remade(self, recipe: SnapshotRecipe) -> tuple[Snapshot, tuple[ToolDefinition, ...]]:
+        """A snapshot made on another replica, made again from its recipe with this
+        replica's tools (`SnapshotSharing.find` checks the definitions)."""
+        try:
+            chosen = self.profiles.resolve(recipe.profile)
+        except UnknownProfile as exc:
+            raise SnapshotExpired(f"this snapshot's profile is gone here: {exc}") from None
+        effective = self.profiles.entries(chosen, self.registry.effective())
+        missing = [n for n in recipe.names if n not in effective]
+        if missing:
+            raise SnapshotExpired(
+                f"this snapshot's tools {', '.join(missing[:5])}"
+                f"{' ...' if len(missing) > 5 else ''} are not served on this replica; "
+                "create a new snapshot")
+        captured = {n: effective[n] for n in recipe.names}
+        return self._made(recipe, captured), tuple(e.definition for e in captured.values())
+
+    async def share_snapshot(self, snapshot: Snapshot) -> None:
+        """Keep a snapshot's recipe where every replica on the fleet's backend finds it (no-op
+        for the embedded stores)."""
+        await self.sharing.share(snapshot)
+
+    async def find_snapshot(self, snapshot_id: str) -> Snapshot:
+        """A kept snapshot by id, made by this process or (in a fleet) by another replica;
+        `SnapshotExpired` when it is unknown, expired or evicted."""
+        return await self.sharing.find(snapshot_id)
 
     def check_definitions(self) -> None:
         """Compare every MCP tool with its pin now (`sidecar.pins`); changes become events."""

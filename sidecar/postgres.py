@@ -13,6 +13,8 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
+from sidecar.replica import replica_id
+
 if TYPE_CHECKING:  # asyncpg is the `fleet` extra: importing this module must not need it
     import asyncpg
 
@@ -24,6 +26,7 @@ __all__ = [
     "LOCK_PRUNE_CALLS",
     "LOCK_PRUNE_EVENTS",
     "LOCK_PRUNE_OUTCOMES",
+    "LOCK_SNAPSHOTS",
     "Carried",
     "DatabaseError",
     "PostgresStore",
@@ -43,11 +46,13 @@ LOCK_PRUNE_CALLS = 0x51DECA2_0002
 # 0x51DECA2_0003 (LOCK_MANAGED_QUOTA) and 0x51DECA2_0004 (LOCK_MANAGED_CLEANUP) belong to the
 # managed objects on S3, defined in managed_store/s3/index.py (a library: it imports nothing
 # of the daemon). Further keys: 0x51DECA2_0005 and up, one per job that must run on one
-# replica at a time (0x51DECA2_0010 and 0x51DECA2_0011 are taken below).
+# replica at a time (0x51DECA2_0010, 0x51DECA2_0011 and 0x51DECA2_0020 are taken below).
 LOCK_PRUNE_EVENTS = 0x51DECA2_0010
 """Held by the one replica deleting events older than the kept ones (`sidecar_events`)."""
 LOCK_PRUNE_ASKS = 0x51DECA2_0011
 """Held by the one replica deleting asks whose replica stopped refreshing them."""
+LOCK_SNAPSHOTS = 0x51DECA2_0020
+"""Held (per transaction) while a replica adds a snapshot and applies the fleet's caps."""
 
 CONNECT_TIMEOUT = 10.0
 """Seconds a replica waits for each connection to the database (asyncpg's default is 60)."""
@@ -82,12 +87,15 @@ def database_error_in(exc: BaseException) -> DatabaseError | None:
 
 
 async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
-    """A pool on `dsn`; `DatabaseError` naming the cause when the server cannot be reached."""
+    """A pool on `dsn`, its connections named `sidecar <replica id>` (`application_name`);
+    `DatabaseError` naming the cause when the server cannot be reached."""
     import asyncpg
 
     try:
-        return await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size,
-                                         timeout=CONNECT_TIMEOUT)
+        return await asyncpg.create_pool(
+            dsn, min_size=min_size, max_size=max_size, timeout=CONNECT_TIMEOUT,
+            # pg_stat_activity (and so pg_locks) name the replica holding a connection
+            server_settings={"application_name": f"sidecar {replica_id()}"[:63]})
     except (OSError, TimeoutError, ValueError, asyncpg.PostgresError,
             asyncpg.InterfaceError) as exc:
         raise DatabaseError(f"cannot reach the fleet database: {exc}") from exc

@@ -3,7 +3,8 @@
     execute(snapshot, name, raw_input, context)
       0. a call_id already settled -> the stored outcome; one already in flight -> wait for it
          (only for the same call: another tool, input, session or agent under a used id
-         fails `conflict` and runs nothing)
+         fails `conflict` and runs nothing); in flight here: the in-flight map, on another
+         replica of a fleet: the outcome log's claim (`OutcomeLog.claim`)
       1. before hooks (repair name/input, or reject)
       2. resolve the captured tool (unknown / final step -> explicit model-visible error)
       3. decode input (invalid input never executes; the error names the JSON path)
@@ -146,16 +147,36 @@ class Seam:
         self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext,
         fingerprint: str,
     ) -> Outcome:
-        if self.outcomes is not None:
-            try:
-                stored = await self.outcomes.get(self.location, context.call_id, fingerprint)
-            except CallIdConflict:
-                return _conflict(context.call_id, name)
-            except OutcomeLogError as exc:
-                failed = _operational("reading the outcome log failed", name, context.call_id, exc)
-                return Outcome.failed(context.call_id, name, failed.error)
-            if stored is not None:
-                return stored
+        if self.outcomes is None:
+            return await self._settle_and_publish(snapshot, name, raw_input, context)
+        try:  # the stored outcome, or the claim to run it (waits for another replica's run)
+            stored = await self.outcomes.claim(self.location, context.call_id, fingerprint)
+        except CallIdConflict:
+            return _conflict(context.call_id, name)
+        except OutcomeLogError as exc:
+            failed = _operational("reading the outcome log failed", name, context.call_id, exc)
+            return Outcome.failed(context.call_id, name, failed.error)
+        if stored is not None:
+            return stored
+        recorded = False
+        try:
+            outcome = await self._settle_and_publish(snapshot, name, raw_input, context)
+            with tracing.step("record_outcome"):
+                stored = await self.outcomes.record(self.location, outcome, context, fingerprint)
+            recorded = True  # recording dropped the claim
+            return stored
+        except CallIdConflict:  # settled meanwhile by another process's different call
+            return _conflict(context.call_id, name)
+        except OutcomeLogError as exc:
+            failed = _operational("persisting the outcome failed", name, context.call_id, exc)
+            return Outcome.failed(context.call_id, outcome.tool, failed.error)
+        finally:
+            if not recorded:  # cancelled, or not recorded: a duplicate may run the call now
+                await self.outcomes.release(self.location, context.call_id)
+
+    async def _settle_and_publish(
+        self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext
+    ) -> Outcome:
         if self.observers:
             started = time.perf_counter()
             outcome = await self._settle(snapshot, name, raw_input, context)
@@ -167,16 +188,7 @@ class Seam:
         if self.events is not None and self.events.active:
             kind = outcome.error.kind.value if outcome.error is not None else None
             self.events.publish(CallSettled(outcome.call_id, outcome.tool, outcome.status, kind))
-        if self.outcomes is None:
-            return outcome
-        try:
-            with tracing.step("record_outcome"):
-                return await self.outcomes.record(self.location, outcome, context, fingerprint)
-        except CallIdConflict:  # settled meanwhile by another process's different call
-            return _conflict(context.call_id, name)
-        except OutcomeLogError as exc:
-            failed = _operational("persisting the outcome failed", name, context.call_id, exc)
-            return Outcome.failed(context.call_id, outcome.tool, failed.error)
+        return outcome
 
     async def _settle(
         self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext

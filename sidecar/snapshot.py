@@ -14,13 +14,16 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sidecar.errors import CallError, ErrorKind, SidecarError
 from sidecar.outcome import Outcome
 from sidecar.registry import Entry, ToolDefinition, sorted_definitions
 from sidecar.seam import Seam, unknown_tool_error
 from sidecar.tool import ToolContext
+
+if TYPE_CHECKING:
+    from sidecar.snapshot_records import SnapshotRecipe
 
 FINAL_STEP_MESSAGE = (
     "Tools are disabled on the final step of this turn; answer without calling tools."
@@ -53,7 +56,7 @@ class Snapshot:
 
     __slots__ = (
         "_entries", "created_at", "definitions", "final_step", "id", "owner", "profile",
-        "removed", "seam", "session_id",
+        "recipe", "removed", "seam", "session_id",
     )
 
     def __init__(
@@ -80,6 +83,9 @@ class Snapshot:
         self.owner: str | None = None
         """The client it counts against in `SnapshotStore.max_per_owner` (the HTTP API: its
         scoped token, `"token:<id>"`; None: not counted per owner). Set by `Location.snapshot`."""
+        self.recipe: SnapshotRecipe | None = None
+        """How `Location.snapshot` made it, so another replica can make it again
+        (`sidecar.snapshot_records`)."""
 
     @property
     def tool_choice(self) -> Literal["auto", "none"]:

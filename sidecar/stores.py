@@ -9,6 +9,8 @@
     CallHistory      every settled call, for audit (`sidecar.call_history`)
     TextStore        the managed store: retained texts, ranged reads, grep, quota and
                      eviction (`managed_store.protocol`)
+    SnapshotRecords  kept snapshots' recipes, so any replica serves any snapshot id
+                     (`sidecar.snapshot_records`; fleet only)
 
 Code outside the composition root names only these. The embedded implementations (SQLite files
 and a directory in the state dir: `SqliteOutcomeLog`, `SqlitePermissionStore`,
@@ -34,6 +36,7 @@ from sidecar.events import EventBus
 from sidecar.outcome_log import OutcomeLog
 from sidecar.permission import PendingAsk, PermissionRule, Reply
 from sidecar.pins import PinStore
+from sidecar.snapshot_records import SnapshotRecords
 from sidecar.tokens import TokenStore
 
 __all__ = [
@@ -47,6 +50,7 @@ __all__ = [
     "PinStore",
     "SharedAnswer",
     "SharedAsks",
+    "SnapshotRecords",
     "StoreOptions",
     "StoredRule",
     "Stores",
@@ -213,6 +217,8 @@ class Stores:
     asks: SharedAsks | None = None
     """Pending asks shared by a fleet's replicas; None: kept by the process that raised
     them."""
+    snapshots: SnapshotRecords | None = None
+    """Kept snapshots shared by the replicas of a fleet; None: in this process's memory."""
 
 
 class OpenStores(Protocol):

@@ -193,6 +193,7 @@ def layer_violations(edges: list[Import]) -> list[Import]:
 # defining module. Only the composition root chooses them.
 CONCRETE_STORES = {
     "ManagedStore": "managed_store.store",
+    "MemorySnapshotRecords": "sidecar.snapshot_records",
     "S3TextStore": "managed_store.s3.store",
     "MemoryEventLog": "sidecar.serve.event_log",
     "PostgresAsks": "sidecar.postgres_asks",
@@ -201,6 +202,7 @@ CONCRETE_STORES = {
     "PostgresCallHistory": "sidecar.postgres_call_history",
     "PostgresPermissionStore": "sidecar.postgres_permission_store",
     "PostgresPinStore": "sidecar.postgres_pins",
+    "PostgresSnapshotRecords": "sidecar.postgres_snapshots",
     "PostgresTokenStore": "sidecar.postgres_tokens",
     "SqliteCallHistory": "sidecar.call_history",
     "SqliteOutcomeLog": "sidecar.outcome_log",
@@ -211,7 +213,8 @@ CONCRETE_STORES = {
 IMPLEMENTATION_MODULES = {"sidecar.permission_store", "sidecar.postgres_outcome_log",
                           "sidecar.postgres_permission_store", "sidecar.postgres_tokens",
                           "sidecar.postgres_pins", "sidecar.postgres_call_history",
-                          "sidecar.serve.postgres_event_log", "sidecar.postgres_asks"}
+                          "sidecar.serve.postgres_event_log", "sidecar.postgres_asks",
+                          "sidecar.postgres_snapshots"}
 COMPOSITION_ROOT = {ROOT_MODULE, CLI_ENTRY_POINT}
 
 

@@ -44,6 +44,7 @@ from sidecar.serve.replay import (
 )
 from sidecar.serve.security import TOKEN_KEY, profile_allowed
 from sidecar.snapshot import SnapshotExpired
+from sidecar.snapshot_records import SnapshotRecordsError
 from sidecar.stores import EventLog
 from sidecar.tool import ToolContext
 
@@ -162,9 +163,6 @@ class Api:
         self.max_body_bytes = max_body_bytes
         self.health_extras: dict[str, Any] = {}
         """Added to `GET /v1/health` (the daemon sets `daemon`: who answers, for which state)."""
-        # Snapshots advertised with OpenAI strict schemas: models send null for optional
-        # properties there, which the original schemas may not accept.
-        self._strict: OrderedDict[str, None] = OrderedDict()
 
     def routes(self) -> list[Route]:
         h = _handled
@@ -272,12 +270,13 @@ class Api:
         snapshot = self.location.snapshot(
             session_id=body.session_id, allow=body.allow, deny=body.deny,
             final_step=body.final_step, codemode=body.codemode,
-            profile=self._profile(request, body.profile), owner=_owner(request),
+            profile=self._profile(request, body.profile), strict=body.strict,
+            owner=_owner(request),
         )
-        if body.strict:
-            self._strict[snapshot.id] = None
-            while len(self._strict) > self.location.snapshots.max_count:
-                self._strict.popitem(last=False)
+        try:
+            await self.location.share_snapshot(snapshot)  # any replica of a fleet serves its id
+        except SnapshotRecordsError as exc:
+            raise _unavailable(exc) from None
         return json_with({
             "id": snapshot.id,
             "session_id": body.session_id,
@@ -291,9 +290,11 @@ class Api:
     async def call(self, request: Request) -> Response:
         body = await self._body(request, CallBody)
         try:
-            snapshot = self.location.snapshots.get(request.path_params["snapshot_id"])
+            snapshot = await self.location.find_snapshot(request.path_params["snapshot_id"])
         except SnapshotExpired as exc:
             raise ApiError(404, "snapshot_expired", str(exc), "snapshot_id") from None
+        except SnapshotRecordsError as exc:
+            raise _unavailable(exc) from None
         if not profile_allowed(request.scope, snapshot.profile or ""):
             raise ApiError(403, "forbidden_profile", "this token does not reach profile "
                            f"{snapshot.profile!r}", "snapshot_id")
@@ -302,7 +303,9 @@ class Api:
                               owner=_owner(request))
         raw_input: Any = body.input
         entry = snapshot.entry(body.name)
-        if snapshot.id in self._strict and entry is not None:
+        # Advertised with OpenAI strict schemas: models send null for optional properties
+        # there, which the original schemas may not accept.
+        if snapshot.recipe is not None and snapshot.recipe.strict and entry is not None:
             if isinstance(raw_input, str):
                 try:
                     raw_input = json_depth.loads(raw_input)
@@ -503,6 +506,10 @@ class Api:
                                          report.get("servers", {}), report.get("state"),
                                          report.get("rate_limited"))
         return Response(body, media_type=CONTENT_TYPE)
+
+
+def _unavailable(exc: SnapshotRecordsError) -> ApiError:
+    return ApiError(503, "unavailable", f"the fleet database is unavailable: {exc}")
 
 
 def _handled(endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:

@@ -250,3 +250,25 @@ def test_pins_made_on_a_hold_a_changed_definition_on_b(fleet: Fleet) -> None:
 def changes(replica: Replica, headers: dict[str, str]) -> list[dict[str, Any]]:
     health = httpx.get(f"{replica.url}/v1/health", headers=headers, timeout=30).json()
     return list(health["definition_changes"])
+
+
+def test_the_cli_refuses_a_database_other_than_the_running_daemon_s(fleet: Fleet) -> None:
+    """A token made in the state directory while its daemon reads the fleet database would
+    never work: refused, as is a client command that names another database."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+    state = ["--state-dir", str(fleet.root / "a" / "state")]
+    made = subprocess.run([*SIDECAR, "token", "create", "--profile", "default", *state],
+                          env=env, text=True, capture_output=True, timeout=60, check=False)
+    assert made.returncode == 2
+    database = fleet.dsn.split("@", 1)[1]  # host:port/name, never the user
+    assert (f"keeps its records in the fleet database {database}, and this command would "
+            "change tokens in the state directory") in made.stderr
+    other = fleet.dsn.rsplit("/", 1)[0] + "/other"
+    asked = subprocess.run([*SIDECAR, "health", *state, "--store", other], env=env, text=True,
+                           capture_output=True, timeout=60, check=False)
+    assert asked.returncode == 2
+    assert (f"and this command was asked to use the fleet database "
+            f"{other.split('@', 1)[1]}") in asked.stderr
+    listed = subprocess.run([*SIDECAR, "token", "list", *state, "--store", fleet.dsn], env=env,
+                            text=True, capture_output=True, timeout=60, check=False)
+    assert listed.returncode == 0, listed.stderr

@@ -125,3 +125,32 @@ def test_the_same_call_id_sent_to_both_at_once_has_one_outcome(
     answers = asyncio.run(both())
     assert answers[0]["content"] == answers[1]["content"]  # one outcome for the fleet
     assert sorted(a["replayed"] for a in answers) in ([False, True], [False, False])
+
+
+def test_a_snapshot_made_on_one_replica_is_called_on_the_other(
+    replicas: tuple[str, str, str, Path],
+) -> None:
+    url_a, url_b, token, runs = replicas
+    headers = {"authorization": f"Bearer {token}"}
+    made = httpx.post(f"{url_a}/v1/snapshots", headers=headers, timeout=30,
+                      json={"session_id": "s", "deny": ["managed_read"]})
+    assert made.status_code == 201 and made.headers["sidecar-replica"] == "replica-a"
+    snapshot = made.json()["id"]
+
+    def call(url: str, name: str, call_id: str) -> httpx.Response:
+        return httpx.post(f"{url}/v1/snapshots/{snapshot}/calls", headers=headers, timeout=30,
+                          json={"name": name, "input": {"line": call_id, "ref": "x"},
+                                "context": {"session_id": "s", "agent": "a",
+                                            "message_id": "m", "call_id": call_id}})
+
+    on_b = call(url_b, "stamp", "snap-b")
+    assert on_b.status_code == 200 and on_b.json()["status"] == "completed", on_b.text
+    assert on_b.headers["sidecar-replica"] == "replica-b"
+    denied = call(url_b, "managed_read", "snap-denied").json()  # removed on A: still on B
+    assert denied["error"]["kind"] == "unavailable", denied
+    unknown = httpx.post(f"{url_b}/v1/snapshots/snap_unknown/calls", headers=headers,
+                         json={"name": "stamp", "input": {"line": "x"}, "context": {
+                             "session_id": "s", "agent": "a", "message_id": "m",
+                             "call_id": "snap-x"}})
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "snapshot_expired"
+    assert runs.read_text().splitlines() == ["snap-b"]

@@ -1,0 +1,118 @@
+"""`SnapshotRecords` contract: recipes by (Location, id), with a TTL, a cap per session and a
+cap in all (the session holding the most loses its oldest); a second handle on the same
+storage (another replica) sees every recipe."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from sidecar.postgres import open_pool
+from sidecar.postgres_snapshots import PostgresSnapshotRecords
+from sidecar.snapshot_records import (
+    MemorySnapshotRecords,
+    SnapshotLimits,
+    SnapshotRecipe,
+    SnapshotRecords,
+)
+from tests.fleet.postgres import PostgresServer
+
+pytestmark = pytest.mark.anyio
+
+OpenRecords = Callable[[], Awaitable[SnapshotRecords]]
+LIMITS = SnapshotLimits(ttl_seconds=3600, max_count=100, max_per_session=10)
+
+
+def recipe(session: str | None = "s", names: tuple[str, ...] = ("echo",)) -> SnapshotRecipe:
+    return SnapshotRecipe(session_id=session, profile="default", mode="direct",
+                          final_step=False, strict=False, names=names, removed=("gone",))
+
+
+@pytest.fixture(params=["memory", "postgres"])
+async def open_records(request: pytest.FixtureRequest) -> AsyncIterator[OpenRecords]:
+    """Opens another handle on the same storage on each call."""
+    closers: list[Callable[[], Awaitable[None]]] = []
+    if request.param == "memory":
+        shared = MemorySnapshotRecords()
+
+        async def open_memory() -> SnapshotRecords:
+            return shared
+
+        yield open_memory
+        await shared.aclose()
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    dsn = await server.new_database()
+
+    async def open_postgres() -> SnapshotRecords:
+        pool = await open_pool(dsn, max_size=2)
+        closers.append(pool.close)
+        return await PostgresSnapshotRecords.on_pool(pool)
+
+    yield open_postgres
+    for close in closers:
+        await close()
+
+
+async def test_a_recipe_is_read_back_whole(open_records: OpenRecords) -> None:
+    records = await open_records()
+    kept = SnapshotRecipe(session_id=None, profile="ops", mode="codemode", final_step=True,
+                          strict=True, names=("a", "b\u00e9"), removed=("c",))
+    await records.put("default", "snap_1", kept, "digest-1", LIMITS)
+    stored = await records.get("default", "snap_1")
+    assert stored is not None
+    assert (stored.id, stored.recipe, stored.digest) == ("snap_1", kept, "digest-1")
+    assert 0 < stored.expires_in <= LIMITS.ttl_seconds
+
+
+async def test_unknown_ids_and_other_locations_are_none(open_records: OpenRecords) -> None:
+    records = await open_records()
+    await records.put("default", "snap_1", recipe(), "d", LIMITS)
+    assert await records.get("default", "snap_2") is None
+    assert await records.get("other", "snap_1") is None
+
+
+async def test_another_handle_sees_the_recipe(open_records: OpenRecords) -> None:
+    first, second = await open_records(), await open_records()
+    await first.put("default", "snap_1", recipe(), "d", LIMITS)
+    stored = await second.get("default", "snap_1")
+    assert stored is not None and stored.recipe == recipe()
+
+
+async def test_an_expired_recipe_is_gone(open_records: OpenRecords) -> None:
+    records = await open_records()
+    await records.put("default", "snap_1", recipe(), "d",
+                      SnapshotLimits(ttl_seconds=0, max_count=100, max_per_session=10))
+    assert await records.get("default", "snap_1") is None
+
+
+async def test_a_session_keeps_its_newest_up_to_its_cap(open_records: OpenRecords) -> None:
+    records = await open_records()
+    limits = SnapshotLimits(ttl_seconds=3600, max_count=100, max_per_session=3)
+    await records.put("default", "other", recipe("t"), "d", limits)
+    for i in range(5):
+        await records.put("default", f"snap_{i}", recipe("s"), "d", limits)
+    kept = [i for i in range(5) if await records.get("default", f"snap_{i}") is not None]
+    assert kept == [2, 3, 4]
+    assert await records.get("default", "other") is not None
+    # None and "" are two sessions, as in the local store
+    await records.put("default", "none", recipe(None), "d", limits)
+    await records.put("default", "empty", recipe(""), "d", limits)
+    assert await records.get("default", "none") is not None
+
+
+async def test_past_the_total_cap_the_largest_session_loses_its_oldest(
+    open_records: OpenRecords,
+) -> None:
+    records = await open_records()
+    limits = SnapshotLimits(ttl_seconds=3600, max_count=4, max_per_session=10)
+    await records.put("default", "quiet", recipe("quiet"), "d", limits)
+    for i in range(5):
+        await records.put("default", f"loud_{i}", recipe("loud"), "d", limits)
+    assert await records.get("default", "quiet") is not None  # the loop expired its own
+    kept = [i for i in range(5) if await records.get("default", f"loud_{i}") is not None]
+    assert kept == [2, 3, 4]
+    # another Location's rows do not count
+    await records.put("elsewhere", "x", recipe("x"), "d", limits)
+    assert await records.get("default", "loud_2") is not None
