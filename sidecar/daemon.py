@@ -298,12 +298,13 @@ async def _open_snapshots(o: _Opening) -> SnapshotRecords | None:
     return await PostgresSnapshotRecords.on_pool(o.pool)  # any replica serves any snapshot id
 
 
-def _open_events(o: _Opening) -> EventLogFactory | None:
+async def _open_events(o: _Opening) -> EventLogFactory | None:
     if o.pool is None:
         return None  # the wiring's (in memory, per process)
     # one numbering of a Location's events for every replica on the database
     from sidecar.serve.postgres_event_log import PostgresEventLog
 
+    await PostgresEventLog.prepare(o.pool)
     return functools.partial(PostgresEventLog, pool=o.pool, location=o.options.location)
 
 
@@ -334,10 +335,11 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
         tokens = await _open_tokens(o)
         pins = await _open_pins(o)
         history = await _open_history(o)
+        events = await _open_events(o)
         asks = await _open_asks(o)
         snapshots = await _open_snapshots(o)
         yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
-                     pins=pins, history=history, events=_open_events(o), asks=asks,
+                     pins=pins, history=history, events=events, asks=asks,
                      snapshots=snapshots)
 
 

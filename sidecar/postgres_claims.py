@@ -7,7 +7,8 @@ get the same call id at once would both run the tool. A claim is a row of `sidec
 
     claim      INSERT ... ON CONFLICT: taken if absent, or taken over if its lease expired;
                then the outcome is read again (a call settled just before the claim was taken
-               replays instead of running twice)
+               replays instead of running twice); both in the function `sidecar_claim`, so
+               one round trip
     held       another replica's live claim: the same call waits, LISTENing on the
                `sidecar_claims` channel and polling (every min(TTL/3, 2 s)) as a fallback,
                then replays the outcome (`replayed: true`), or takes the claim over once it
@@ -70,28 +71,45 @@ CREATE TABLE sidecar_claims (
 );
 """
 
-_CLAIM = """
-WITH old AS (SELECT replica FROM sidecar_claims WHERE location = $1 AND call_id = $2)
-INSERT INTO sidecar_claims AS c (location, call_id, fingerprint, replica, claimed_at,
-                                 expires_at)
-VALUES ($1, $2, $3, $4, now(), now() + make_interval(secs => $5))
-ON CONFLICT (location, call_id) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
-    replica = EXCLUDED.replica, claimed_at = EXCLUDED.claimed_at,
-    expires_at = EXCLUDED.expires_at
-WHERE c.expires_at < now()
-RETURNING coalesce((SELECT replica FROM old), '')
+CLAIM_FUNCTION = """
+CREATE FUNCTION sidecar_claim(p_location TEXT, p_call_id TEXT, p_fingerprint TEXT,
+                              p_replica TEXT, p_ttl DOUBLE PRECISION)
+RETURNS TABLE (previous TEXT, body TEXT, settled_fp TEXT, expired_tool TEXT,
+               settled_at DOUBLE PRECISION, claim_fp TEXT, expires_in DOUBLE PRECISION)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    taken TEXT;
+BEGIN
+    WITH old AS (SELECT c0.replica FROM sidecar_claims AS c0
+                 WHERE c0.location = p_location AND c0.call_id = p_call_id)
+    INSERT INTO sidecar_claims AS c (location, call_id, fingerprint, replica, claimed_at,
+                                     expires_at)
+    VALUES (p_location, p_call_id, p_fingerprint, p_replica, now(),
+            now() + make_interval(secs => p_ttl))
+    ON CONFLICT (location, call_id) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
+        replica = EXCLUDED.replica, claimed_at = EXCLUDED.claimed_at,
+        expires_at = EXCLUDED.expires_at
+    WHERE c.expires_at < now()
+    RETURNING coalesce((SELECT old.replica FROM old), '') INTO taken;
+    -- A query of its own: in a VOLATILE function under READ COMMITTED it takes a new
+    -- snapshot, so it sees every outcome committed before the claim was taken (recording
+    -- deletes the claim in the transaction that stores the outcome).
+    RETURN QUERY
+    SELECT taken, o.body, o.fingerprint, e.tool, e.settled_at, c.fingerprint,
+           EXTRACT(EPOCH FROM c.expires_at - now())::float8
+    FROM (SELECT p_location AS location, p_call_id AS call_id) AS k
+    LEFT JOIN sidecar_outcomes AS o USING (location, call_id)
+    LEFT JOIN sidecar_expired AS e USING (location, call_id)
+    LEFT JOIN sidecar_claims AS c USING (location, call_id);
+END
+$$;
 """
-# Read in a statement of its own, after the claim: under READ COMMITTED it sees every outcome
-# committed before the claim was taken (recording deletes the claim in the same transaction).
-_STATE = """
-SELECT o.body, o.fingerprint AS settled_fp, e.tool AS expired_tool, e.settled_at,
-       c.fingerprint AS claim_fp, c.replica,
-       EXTRACT(EPOCH FROM c.expires_at - now())::float8 AS expires_in
-FROM (SELECT $1::text AS location, $2::text AS call_id) AS k
-LEFT JOIN sidecar_outcomes AS o USING (location, call_id)
-LEFT JOIN sidecar_expired AS e USING (location, call_id)
-LEFT JOIN sidecar_claims AS c USING (location, call_id)
-"""
+"""`sidecar_claim(...)`: take the claim (insert if absent, or take over an expired one), then
+read the call's outcome, tombstone and claim: one round trip. `previous`: NULL when the claim
+is held by another replica, '' when it was free, else the replica whose expired claim this
+took over."""
+_CLAIM = "SELECT * FROM sidecar_claim($1, $2, $3, $4, $5)"
 _RELEASE = f"""
 WITH gone AS (DELETE FROM sidecar_claims WHERE location = $1 AND call_id = $2
               AND replica = $3 RETURNING 1)
@@ -187,19 +205,20 @@ class PostgresClaims:
                        fingerprint: str) -> Outcome | float | None:
         """One look: the outcome, None (claimed), or seconds until the holder's claim
         expires (0.0: look again at once)."""
-        previous: str | None = None
         try:
             async with self._pool.acquire() as conn:
-                previous = await conn.fetchval(_CLAIM, location, call_id, fingerprint,
+                row: Any = await conn.fetchrow(_CLAIM, location, call_id, fingerprint,
                                                self.replica, self.ttl)
-                if previous is not None:
-                    self._live.add((location, call_id))
-                row: Any = await conn.fetchrow(_STATE, location, call_id)
-        except BaseException:
-            if previous is not None:  # claimed, then failed or cancelled: give it back
+        except asyncio.CancelledError:
+            # The database may have given us the claim as we stopped listening: give it back
+            # (unless another call of this process holds it) rather than let it expire.
+            if (location, call_id) not in self._live:
                 await self.release(location, call_id)
             raise
+        previous: str | None = row["previous"]
         won = previous is not None
+        if won:
+            self._live.add((location, call_id))
         if row["body"] is not None or row["expired_tool"] is not None:
             if won:  # settled just before our claim: replay it, run nothing
                 await self.release(location, call_id)

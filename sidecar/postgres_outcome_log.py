@@ -36,6 +36,7 @@ from sidecar.outcome_log import (
 )
 from sidecar.postgres import LOCK_PRUNE_OUTCOMES, DatabaseError, migrate, open_pool
 from sidecar.postgres_claims import (
+    CLAIM_FUNCTION,
     CLAIMS_MIGRATION,
     SETTLE_AND_NOTIFY,
     PostgresClaims,
@@ -47,7 +48,7 @@ from sidecar.tool import ToolContext
 
 log = logging.getLogger("sidecar.postgres_outcome_log")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MIGRATIONS: dict[int, str] = {
     1: """
 CREATE TABLE sidecar_outcomes (
@@ -73,6 +74,7 @@ CREATE TABLE sidecar_expired (
 );
 """,
     2: CLAIMS_MIGRATION,
+    3: CLAIM_FUNCTION,
 }
 COMPONENT = "outcome_log"
 PRUNE_LOCK = LOCK_PRUNE_OUTCOMES

@@ -297,3 +297,39 @@ async def test_the_daemon_keeps_managed_texts_on_s3_only_with_the_database(
         ref = await stores.managed.put("kept in the bucket\n")
         assert place.keys() == [place.settings.key(ref.id)]
         assert not (tmp_path / "state" / "managed").exists()
+
+
+def test_the_ranged_reader_reads_as_a_file_does(s3_server: S3Server) -> None:
+    """Seeks, reads, readlines and iteration on a 6 MiB object (past the bytes a reader keeps
+    behind it) give what the same calls give on the bytes in memory."""
+    import io
+    import random
+
+    from managed_store.s3.objects import RangedReader
+
+    rng = random.Random(31)
+    data = b"".join(b"%d %s\n" % (i, b"w" * rng.randrange(0, 3000)) for i in range(4000))
+    assert len(data) > 5 * 1024 * 1024
+    client = s3_server.client()
+    key = f"{s3_server.new_location().split('/', 3)[3]}/reader"
+    obstore.put(client, key, data)  # type: ignore[arg-type]
+    reader = RangedReader(client, key, len(data))  # type: ignore[arg-type]
+    memory = io.BytesIO(data)
+    for step in range(300):
+        action = rng.choice(("seek", "read", "readline", "prefetch", "big"))
+        if action == "seek":
+            position = rng.randrange(0, len(data) + 10)
+            assert reader.seek(position) == memory.seek(position)
+        elif action == "read":
+            size = rng.randrange(0, 200_000)
+            assert reader.read(size) == memory.read(size), step
+        elif action == "readline":
+            assert reader.readline() == memory.readline(), step
+        elif action == "prefetch":
+            start = rng.randrange(0, len(data))
+            reader.prefetch(start, start + rng.randrange(1, 300_000))
+        else:
+            assert reader.read(5_000_000) == memory.read(5_000_000), step
+        assert reader.tell() == memory.tell()
+    reader.seek(0)
+    assert b"".join(reader) == data
