@@ -501,6 +501,12 @@ class Location:
             return None
         return await self.seam.outcomes.get(self.name, call_id)
 
+    async def running_on(self, call_id: str) -> str | None:
+        """The replica of a fleet running `call_id` now (None: none, or no fleet)."""
+        if self.seam.outcomes is None:
+            return None
+        return await self.seam.outcomes.holder(self.name, call_id)
+
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
     loop.call_soon(fn)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from obstore import WritableFile
     from obstore.store import S3Store
+    from typing_extensions import Buffer
 
 logger = logging.getLogger(__name__)
 
@@ -118,12 +119,19 @@ class RangedReader:
         self._stream: Iterator[Any] | None = None
         self._stream_at = -1  # object offset of the next byte the stream yields
 
+    def window(self, start: int, end: int) -> tuple[int, int] | None:
+        """`start..end` clipped to the object; None when nothing of it is left."""
+        end = min(end, self._size)
+        return (start, end) if start < end else None
+
     def prefetch(self, start: int, end: int) -> None:
         """Load bytes `start..end` (clipped to the object) with one ranged GET."""
-        end = min(end, self._size)
-        if start >= end:
-            return
-        data = obstore.get_range(self._client, self._key, start=start, end=end)
+        if (window := self.window(start, end)) is not None:
+            self.install(window[0], obstore.get_range(self._client, self._key,
+                                                      start=window[0], end=window[1]))
+
+    def install(self, start: int, data: Buffer) -> None:
+        """Take `data`, fetched by the caller, as the object's bytes from `start` on."""
         self._buffer = bytearray(memoryview(data))
         self._start = start
         self._stream = None

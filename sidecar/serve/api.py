@@ -383,6 +383,10 @@ class Api:
                                  "started_at": running.started})
         outcome = self.calls.finished(call_id) or await self.location.outcome(call_id)
         if outcome is None:
+            elsewhere = await self.location.running_on(call_id)
+            if elsewhere is not None:  # a fleet: another replica runs it
+                return JSONResponse({"call_id": call_id, "status": "running",
+                                     "replica": elsewhere})
             raise ApiError(404, "unknown_call", f"no call {call_id!r} is running or settled")
         fmt = self._format(request) if "format" in request.query_params else None
         return JSONResponse(self._outcome_json(outcome, fmt, None))
@@ -393,6 +397,10 @@ class Api:
         if running is None:
             if self.calls.finished(call_id) or await self.location.outcome(call_id):
                 raise ApiError(409, "already_settled", f"call {call_id!r} has already settled")
+            elsewhere = await self.location.running_on(call_id)
+            if elsewhere is not None:
+                raise ApiError(409, "running_elsewhere", f"call {call_id!r} runs on replica "
+                               f"{elsewhere!r}: cancel it there")
             raise ApiError(404, "unknown_call", f"no call {call_id!r} is running")
         running.task.cancel()
         return JSONResponse({"call_id": call_id, "status": "cancelling"}, status_code=202)

@@ -256,12 +256,16 @@ def test_settings_come_from_the_url_and_the_usual_variables() -> None:
     assert settings.key("m_x") == "a/b/m_x" and settings.location == "bucket/a/b"
     assert "very-secret" not in repr(settings)
     assert S3Settings.from_url("s3://bucket", {"AWS_REGION": "eu-west-1"}).region == "eu-west-1"
-    for bad in ("bucket/prefix", "http://bucket/x", "s3:///x", "s3://b/a//c", "s3://b/../c",
-                "s3://b/x?y=1"):
+    assert S3Settings.from_url("s3://sidecar-tests", {}).prefix == ""
+    for bad in ("bucket/prefix", "http://bucket/x", "s3:///x", "s3://bb/a//c", "s3://bb/../c",
+                "s3://bucket/x?y=1", "s3://b/x", "s3://bucket:9000/x", "s3://bu cket/x"):
         with pytest.raises(ValueError):
             S3Settings.from_url(bad, env)
+    with pytest.raises(ValueError, match="must not carry credentials") as refused:
+        S3Settings.from_url("s3://key:hunter2@bucket/x", env)
+    assert "hunter2" not in str(refused.value)
     with pytest.raises(ValueError, match="AWS_ENDPOINT_URL"):
-        S3Settings.from_url("s3://b", {"AWS_ENDPOINT_URL": "ftp://x"})
+        S3Settings.from_url("s3://bucket", {"AWS_ENDPOINT_URL": "ftp://x"})
 
 
 async def _sleep(seconds: float) -> None:
