@@ -183,6 +183,12 @@ class PostgresOutcomeLog:
     async def release(self, location: str, call_id: str) -> None:
         await self.claims.release(location, call_id)
 
+    async def holder(self, location: str, call_id: str) -> str | None:
+        try:
+            return await self.claims.holder(location, call_id)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise OutcomeLogError(f"reading the claim on call {call_id!r}: {exc}") from exc
+
     async def get(self, location: str, call_id: str, fingerprint: str = "") -> Outcome | None:
         try:
             async with self._pool.acquire() as conn:

@@ -134,6 +134,22 @@ async def test_the_expired_claim_of_a_dead_replica_is_taken_over(
     assert await claim_rows(dsn) == []
 
 
+async def test_claims_left_expired_by_dead_replicas_are_swept(dsn: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    a = await PostgresOutcomeLog.open(dsn, replica="a", claim_ttl=0.6)
+    try:
+        await conn.execute(  # a dead replica's call that nobody retried
+            "INSERT INTO sidecar_claims VALUES ('loc', 'c1', 'fp', 'dead', now(), "
+            "now() - interval '1 hour')")
+        assert await a.claim("loc", "c2", "fp") is None  # a live claim stays
+        while len(await claim_rows(dsn)) == 2:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)  # the sweep runs every 3 TTLs
+        assert [(r["call_id"], r["replica"]) for r in await claim_rows(dsn)] == [("c2", "a")]
+    finally:
+        await a.aclose()
+        await conn.close()
+
+
 async def test_live_claims_are_renewed(dsn: str) -> None:
     a = await PostgresOutcomeLog.open(dsn, replica="a", claim_ttl=0.6)
     try:
