@@ -46,7 +46,7 @@ from sidecar.retention import DEFAULT_RETENTION_SECONDS, parse_duration, retenti
 from sidecar.serve.event_log import MemoryEventLog
 from sidecar.start_signals import sigterm_cancels
 from sidecar.state_dir import prepare_state_dir, write_private_file
-from sidecar.store_pressure import store_quota_from_env
+from sidecar.store_pressure import owner_share_from_env, store_quota_from_env
 from sidecar.stores import (
     CallHistory,
     EventLogFactory,
@@ -203,6 +203,7 @@ async def _open_managed(o: _Opening) -> TextStore:
         managed = await ManagedStore.open(
             o.options.state_dir / "managed", ttl_seconds=retention,
             quota_bytes=o.options.store_quota_bytes, cleanup_interval=cleanup_interval,
+            owner_share=owner_share_from_env(),
         )
     o.stack.push_async_callback(managed.aclose)
     return managed
@@ -297,12 +298,13 @@ async def _open_snapshots(o: _Opening) -> SnapshotRecords | None:
     return await PostgresSnapshotRecords.on_pool(o.pool)  # any replica serves any snapshot id
 
 
-def _open_events(o: _Opening) -> EventLogFactory | None:
+async def _open_events(o: _Opening) -> EventLogFactory | None:
     if o.pool is None:
         return None  # the wiring's (in memory, per process)
     # one numbering of a Location's events for every replica on the database
     from sidecar.serve.postgres_event_log import PostgresEventLog
 
+    await PostgresEventLog.prepare(o.pool)
     return functools.partial(PostgresEventLog, pool=o.pool, location=o.options.location)
 
 
@@ -333,10 +335,11 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
         tokens = await _open_tokens(o)
         pins = await _open_pins(o)
         history = await _open_history(o)
+        events = await _open_events(o)
         asks = await _open_asks(o)
         snapshots = await _open_snapshots(o)
         yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
-                     pins=pins, history=history, events=_open_events(o), asks=asks,
+                     pins=pins, history=history, events=events, asks=asks,
                      snapshots=snapshots)
 
 
@@ -670,6 +673,7 @@ async def _daemon_location(
     retention = retention_from_env()
     try:
         quota = store_quota_from_env(DEFAULT_STORE_QUOTA_BYTES)
+        owner_share_from_env()  # checked here: one line, not a traceback from the store
     except ValueError as exc:
         import sys
 

@@ -183,6 +183,24 @@ class OutcomeLog(Protocol):
         settled."""
         ...
 
+    async def claim(self, location: str, call_id: str, fingerprint: str = "") -> Outcome | None:
+        """Before a call runs: its stored outcome (as `get`), or None once this process holds
+        the call's in-flight claim and must run it, then `record` (which drops the claim) or
+        `release`. While another replica holds a live claim on the same call, wait (cancellable)
+        for its outcome, or take the claim over when it expires; a live claim or an outcome of
+        another call under `call_id` raises `CallIdConflict`. A log one process owns needs no
+        claims (the seam's in-flight map makes local duplicates wait): its `claim` is `get`."""
+        ...
+
+    async def release(self, location: str, call_id: str) -> None:
+        """Drop this process's claim on `call_id` without an outcome (the call was cancelled
+        before it settled), so a waiting duplicate runs it. Logs store errors, never raises."""
+        ...
+
+    async def holder(self, location: str, call_id: str) -> str | None:
+        """The replica running `call_id` now (its live claim), or None (also: no claims)."""
+        ...
+
     async def prune(self, cutoff: float) -> int:
         """Prune outcomes settled before `cutoff` (epoch seconds), keeping tombstones."""
         ...
@@ -429,6 +447,16 @@ class SqliteOutcomeLog:
         if existing is None:
             return outcome
         return _replayed(outcome.call_id, existing, fingerprint)
+
+    async def claim(self, location: str, call_id: str, fingerprint: str = "") -> Outcome | None:
+        """`get`: one process owns this log, and its seam's in-flight map is the claim."""
+        return await self.get(location, call_id, fingerprint)
+
+    async def release(self, location: str, call_id: str) -> None:
+        """Nothing to release (see `claim`)."""
+
+    async def holder(self, location: str, call_id: str) -> str | None:
+        return None  # no claims (see `claim`)
 
     async def get(self, location: str, call_id: str, fingerprint: str = "") -> Outcome | None:
         """The stored outcome of `call_id`; for a call whose outcome was pruned, an `expired`

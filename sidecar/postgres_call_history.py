@@ -104,7 +104,10 @@ CREATE INDEX sidecar_calls_by_age ON sidecar_calls (started_at);
             self._pending.append(record)
             first = len(self._pending) == 1
         if first:
-            self._loop.call_soon_threadsafe(self._start_writer)
+            try:
+                self._loop.call_soon_threadsafe(self._start_writer)
+            except RuntimeError:  # the loop is closed: the daemon is gone, and the row too
+                log.warning("a call history row came after the history closed: not written")
 
     def _start_writer(self) -> None:
         if self._writer is None or self._writer.done():

@@ -11,6 +11,10 @@ Pruning runs on at most one replica at a time (a transaction-level advisory lock
 that does not get it skips that round), in batches. The schema is versioned: `open` applies
 the migrations this code knows, in one transaction, and refuses a database whose schema is
 newer than it knows (`OutcomeLogError`), so an old replica never writes a newer layout.
+
+In-flight claims (`claim`, `release`; `sidecar.postgres_claims`) make one replica run a call
+id at a time: a duplicate on another replica waits for the outcome and replays it, or takes
+the call over once the running replica's claim expires.
 """
 
 from __future__ import annotations
@@ -31,11 +35,20 @@ from sidecar.outcome_log import (
     expired_outcome,
 )
 from sidecar.postgres import LOCK_PRUNE_OUTCOMES, DatabaseError, migrate, open_pool
+from sidecar.postgres_claims import (
+    CLAIM_FUNCTION,
+    CLAIMS_MIGRATION,
+    SETTLE_AND_NOTIFY,
+    PostgresClaims,
+    claim_key,
+    claim_ttl_from_env,
+)
+from sidecar.replica import replica_id
 from sidecar.tool import ToolContext
 
 log = logging.getLogger("sidecar.postgres_outcome_log")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3
 MIGRATIONS: dict[int, str] = {
     1: """
 CREATE TABLE sidecar_outcomes (
@@ -60,49 +73,76 @@ CREATE TABLE sidecar_expired (
     PRIMARY KEY (location, call_id)
 );
 """,
+    2: CLAIMS_MIGRATION,
+    3: CLAIM_FUNCTION,
 }
 COMPONENT = "outcome_log"
 PRUNE_LOCK = LOCK_PRUNE_OUTCOMES
 """The advisory lock key the replicas take to prune (one at a time)."""
 PRUNE_BATCH = 500
 
+# One statement, so one transaction: the outcome is stored (if absent) and the call's claim
+# deleted together, and the waiting duplicates are woken.
+_RECORD = f"""
+WITH stored AS (
+    INSERT INTO sidecar_outcomes (location, call_id, session_id, agent, message_id, tool,
+                                  status, body, created_at, fingerprint)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+    ON CONFLICT (location, call_id) DO NOTHING RETURNING 1
+), settled_claim AS (
+    DELETE FROM sidecar_claims WHERE location = $1 AND call_id = $2 RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM stored) AS inserted, {SETTLE_AND_NOTIFY}
+"""
+
 
 class PostgresOutcomeLog:
     """See the module docstring. Build it with `await PostgresOutcomeLog.open(dsn)`."""
 
     def __init__(self, pool: asyncpg.Pool, retention_seconds: float | None, *,
-                 owns_pool: bool) -> None:
+                 owns_pool: bool, replica: str | None = None,
+                 claim_ttl: float | None = None) -> None:
         self._pool = pool
         self._owns_pool = owns_pool
         self.retention_seconds = retention_seconds
+        self.claims = PostgresClaims(pool, replica=replica or replica_id(),
+                                     ttl=claim_ttl or claim_ttl_from_env(),
+                                     retention_seconds=retention_seconds)
         self._pruned = 0
         self._pruner: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(cls, dsn: str, *, retention_seconds: float | None = None,
                    prune_interval: float | None = None, min_size: int = 1,
-                   max_size: int = 10) -> PostgresOutcomeLog:
-        """A log on a pool of its own (closed with the log)."""
+                   max_size: int = 10, replica: str | None = None,
+                   claim_ttl: float | None = None) -> PostgresOutcomeLog:
+        """A log on a pool of its own (closed with the log). `replica` names the claims this
+        log takes (default `sidecar.replica.replica_id()`); `claim_ttl`: seconds a claim lives
+        without renewal (default `SIDECAR_CLAIM_TTL`, else 30 s)."""
         try:
             pool = await open_pool(dsn, min_size=min_size, max_size=max_size)
         except DatabaseError as exc:
             raise OutcomeLogError(f"cannot reach the outcome database: {exc.__cause__}") from exc
         try:
             return await cls.on_pool(pool, retention_seconds=retention_seconds,
-                                     prune_interval=prune_interval, owns_pool=True)
+                                     prune_interval=prune_interval, owns_pool=True,
+                                     replica=replica, claim_ttl=claim_ttl)
         except BaseException:
             await pool.close()
             raise
 
     @classmethod
     async def on_pool(cls, pool: asyncpg.Pool, *, retention_seconds: float | None = None,
-                      prune_interval: float | None = None,
-                      owns_pool: bool = False) -> PostgresOutcomeLog:
+                      prune_interval: float | None = None, owns_pool: bool = False,
+                      replica: str | None = None,
+                      claim_ttl: float | None = None) -> PostgresOutcomeLog:
         """A log on the replica's shared pool (`sidecar.postgres.open_pool`); the pool stays
         open when the log closes unless `owns_pool`."""
         async with pool.acquire() as conn:
             await migrate(conn, COMPONENT, MIGRATIONS, SCHEMA_VERSION, error=OutcomeLogError)
-        log_ = cls(pool, retention_seconds, owns_pool=owns_pool)
+        log_ = cls(pool, retention_seconds, owns_pool=owns_pool, replica=replica,
+                   claim_ttl=claim_ttl)
+        log_.claims.start()
         if retention_seconds is not None:
             interval = prune_interval or min(600.0, max(1.0, retention_seconds / 10))
             log_._pruner = asyncio.create_task(log_._prune_forever(interval),
@@ -116,13 +156,9 @@ class PostgresOutcomeLog:
         try:
             async with self._pool.acquire() as conn:
                 inserted = await conn.fetchval(
-                    "INSERT INTO sidecar_outcomes (location, call_id, session_id, agent, "
-                    "message_id, tool, status, body, created_at, fingerprint) VALUES "
-                    "($1,$2,$3,$4,$5,$6,$7,$8,$9,$10) ON CONFLICT (location, call_id) "
-                    "DO NOTHING RETURNING 1",
-                    location, outcome.call_id, context.session_id, context.agent,
+                    _RECORD, location, outcome.call_id, context.session_id, context.agent,
                     context.message_id, outcome.tool, outcome.status, body, time.time(),
-                    fingerprint,
+                    fingerprint, claim_key(location, outcome.call_id),
                 )
                 if inserted:
                     return outcome
@@ -131,10 +167,27 @@ class PostgresOutcomeLog:
                     "call_id = $2", location, outcome.call_id)
         except (OSError, asyncpg.PostgresError) as exc:
             raise OutcomeLogError(f"recording the outcome of {outcome.call_id!r}: {exc}") from exc
+        finally:
+            self.claims.settled(location, outcome.call_id)
         if found is None:  # pruned between the two statements: the first outcome is gone
             return expired_outcome(outcome.call_id, outcome.tool, time.time(),
                                    self.retention_seconds)
         return _replayed(outcome.call_id, (found["body"], found["fingerprint"]), fingerprint)
+
+    async def claim(self, location: str, call_id: str, fingerprint: str = "") -> Outcome | None:
+        try:
+            return await self.claims.claim(location, call_id, fingerprint)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise OutcomeLogError(f"claiming call {call_id!r}: {exc}") from exc
+
+    async def release(self, location: str, call_id: str) -> None:
+        await self.claims.release(location, call_id)
+
+    async def holder(self, location: str, call_id: str) -> str | None:
+        try:
+            return await self.claims.holder(location, call_id)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise OutcomeLogError(f"reading the claim on call {call_id!r}: {exc}") from exc
 
     async def get(self, location: str, call_id: str, fingerprint: str = "") -> Outcome | None:
         try:
@@ -198,6 +251,7 @@ class PostgresOutcomeLog:
                                pruned=self._pruned, disk_bytes={"outcomes": int(row["bytes"])})
 
     async def aclose(self) -> None:
+        await self.claims.aclose()
         if self._pruner is not None:
             self._pruner.cancel()
             await asyncio.wait([self._pruner])

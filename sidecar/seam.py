@@ -3,7 +3,8 @@
     execute(snapshot, name, raw_input, context)
       0. a call_id already settled -> the stored outcome; one already in flight -> wait for it
          (only for the same call: another tool, input, session or agent under a used id
-         fails `conflict` and runs nothing)
+         fails `conflict` and runs nothing); in flight here: the in-flight map, on another
+         replica of a fleet: the outcome log's claim (`OutcomeLog.claim`)
       1. before hooks (repair name/input, or reject)
       2. resolve the captured tool (unknown / final step -> explicit model-visible error)
       3. decode input (invalid input never executes; the error names the JSON path)
@@ -28,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from managed_store import ManagedStoreError, TextStore
+from managed_store import ManagedStoreError, OwnerShareExceeded, TextStore
 from sidecar import json_depth, tracing
 from sidecar.bounding import apply_preview, plan_bounding, scrub_surrogates
 from sidecar.call_history import SettledCall
@@ -146,16 +147,36 @@ class Seam:
         self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext,
         fingerprint: str,
     ) -> Outcome:
-        if self.outcomes is not None:
-            try:
-                stored = await self.outcomes.get(self.location, context.call_id, fingerprint)
-            except CallIdConflict:
-                return _conflict(context.call_id, name)
-            except OutcomeLogError as exc:
-                failed = _operational("reading the outcome log failed", name, context.call_id, exc)
-                return Outcome.failed(context.call_id, name, failed.error)
-            if stored is not None:
-                return stored
+        if self.outcomes is None:
+            return await self._settle_and_publish(snapshot, name, raw_input, context)
+        try:  # the stored outcome, or the claim to run it (waits for another replica's run)
+            stored = await self.outcomes.claim(self.location, context.call_id, fingerprint)
+        except CallIdConflict:
+            return _conflict(context.call_id, name)
+        except OutcomeLogError as exc:
+            failed = _operational("reading the outcome log failed", name, context.call_id, exc)
+            return Outcome.failed(context.call_id, name, failed.error)
+        if stored is not None:
+            return stored
+        recorded = False
+        try:
+            outcome = await self._settle_and_publish(snapshot, name, raw_input, context)
+            with tracing.step("record_outcome"):
+                stored = await self.outcomes.record(self.location, outcome, context, fingerprint)
+            recorded = True  # recording dropped the claim
+            return stored
+        except CallIdConflict:  # settled meanwhile by another process's different call
+            return _conflict(context.call_id, name)
+        except OutcomeLogError as exc:
+            failed = _operational("persisting the outcome failed", name, context.call_id, exc)
+            return Outcome.failed(context.call_id, outcome.tool, failed.error)
+        finally:
+            if not recorded:  # cancelled, or not recorded: a duplicate may run the call now
+                await self.outcomes.release(self.location, context.call_id)
+
+    async def _settle_and_publish(
+        self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext
+    ) -> Outcome:
         if self.observers:
             started = time.perf_counter()
             outcome = await self._settle(snapshot, name, raw_input, context)
@@ -167,16 +188,7 @@ class Seam:
         if self.events is not None and self.events.active:
             kind = outcome.error.kind.value if outcome.error is not None else None
             self.events.publish(CallSettled(outcome.call_id, outcome.tool, outcome.status, kind))
-        if self.outcomes is None:
-            return outcome
-        try:
-            with tracing.step("record_outcome"):
-                return await self.outcomes.record(self.location, outcome, context, fingerprint)
-        except CallIdConflict:  # settled meanwhile by another process's different call
-            return _conflict(context.call_id, name)
-        except OutcomeLogError as exc:
-            failed = _operational("persisting the outcome failed", name, context.call_id, exc)
-            return Outcome.failed(context.call_id, outcome.tool, failed.error)
+        return outcome
 
     async def _settle(
         self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext
@@ -225,6 +237,8 @@ class Seam:
             partial = {**(ctx.last_progress or {}), **(failure.metadata or {})} or None
             partial = self._bound_meta(partial, name, call_id, "partial snapshot")
             raise _Failed(CallError(failure.kind, failure.message), partial) from None
+        except OwnerShareExceeded as exc:  # the tool's own spool: a client's limit, not a defect
+            raise _Failed(_over_share(name, exc)) from None
         except Exception as exc:
             failed = _operational(f"tool {name} raised", name, call_id, exc)
             failed.partial = self._bound_meta(ctx.last_progress, name, call_id, "partial snapshot")
@@ -236,7 +250,8 @@ class Seam:
         output = _encode(tool.output, value, name)
         content = _normalize(content_value, tool.output is not None, output, name)
         with tracing.step("bound_content"):
-            content, retained = await self._bound(content, bounds, name, call_id)
+            content, retained = await self._bound(content, bounds, name, call_id,
+                                                  ctx.store_owner)
         return Outcome(
             call_id=call_id,
             tool=name,
@@ -248,14 +263,16 @@ class Seam:
         )
 
     async def _bound(
-        self, content: Content, bounds: Bounds, name: str, call_id: str
+        self, content: Content, bounds: Bounds, name: str, call_id: str, owner: str
     ) -> tuple[Content, tuple[ManagedText, ...]]:
         planned = plan_bounding(content, bounds)
         if planned is None:
             return content, ()
         joined, plan = planned
         try:
-            ref = await self.store.put(joined, namespace=self.location)
+            ref = await self.store.put(joined, namespace=self.location, owner=owner)
+        except OwnerShareExceeded as exc:
+            raise _Failed(_over_share(name, exc)) from None
         except ManagedStoreError as exc:
             raise _operational("retaining oversized text failed", name, call_id, exc) from None
         retained = ManagedText(ref=ref.id, size_bytes=ref.size_bytes, lines=ref.lines)
@@ -273,7 +290,8 @@ class Seam:
             try:
                 changed = await hook(AfterCall(outcome, context))
                 if changed is not None:
-                    outcome = await self._renormalize(outcome, changed, bounds)
+                    outcome = await self._renormalize(outcome, changed, bounds,
+                                                      context.store_owner)
             except _Failed as failed:
                 return Outcome.failed(outcome.call_id, outcome.tool, failed.error)
             except Exception as exc:
@@ -281,7 +299,9 @@ class Seam:
                 return Outcome.failed(outcome.call_id, outcome.tool, defect.error)
         return outcome
 
-    async def _renormalize(self, before: Outcome, changed: Outcome, bounds: Bounds) -> Outcome:
+    async def _renormalize(
+        self, before: Outcome, changed: Outcome, bounds: Bounds, owner: str
+    ) -> Outcome:
         name, call_id = before.tool, before.call_id
         changed = replace(changed, call_id=call_id, tool=name)
         if changed.status == "error":
@@ -292,7 +312,7 @@ class Seam:
             return replace(changed, content=(), output=None, metadata=None, partial=partial)
         content = _normalize(changed.content, before.output is not None, changed.output, name)
         with tracing.step("bound_content"):
-            content, retained = await self._bound(content, bounds, name, call_id)
+            content, retained = await self._bound(content, bounds, name, call_id, owner)
         return replace(
             changed,
             content=content,
@@ -403,3 +423,11 @@ def unknown_tool_error(name: str, available: Mapping[str, Any]) -> CallError:
     else:
         hint = f"No tool has a similar name; {len(available)} tools are available."
     return CallError(ErrorKind.UNKNOWN_TOOL, f"Unknown tool: {name}. {hint}")
+
+
+def _over_share(name: str, exc: OwnerShareExceeded) -> CallError:
+    """A call whose output is larger than its client's share of the managed store: it fails
+    (never a lossy success), model-visibly, so the caller can ask for less."""
+    return CallError(ErrorKind.TOOL_FAILURE, f"{name}: the output was not kept whole: {exc}; "
+                     "ask for less output (the limit is SIDECAR_STORE_OWNER_SHARE of "
+                     "SIDECAR_STORE_QUOTA)")

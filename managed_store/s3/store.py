@@ -166,7 +166,9 @@ class S3TextStore:
 
     # -- writing -------------------------------------------------------------------------
 
-    async def put(self, text: str, *, namespace: str = "default") -> ManagedRef:
+    async def put(
+        self, text: str, *, namespace: str = "default", owner: str | None = None
+    ) -> ManagedRef:
         """Store `text` whole and return its ref; `RetentionError` if it cannot be stored."""
         if not isinstance(text, str):
             raise TypeError(f"put() takes str, not {type(text).__name__}")
@@ -176,8 +178,9 @@ class S3TextStore:
             await spool.write(text)
             return await spool.commit()
 
-    def open_spool(self, *, namespace: str = "default") -> SpoolWriter:
-        """A writer for one object of unknown size; use it with `async with`."""
+    def open_spool(self, *, namespace: str = "default", owner: str | None = None) -> SpoolWriter:
+        """A writer for one object of unknown size; use it with `async with`. `owner` (the
+        `TextStore` contract's per-owner share) is not enforced by this engine yet."""
         _check_namespace(namespace)
         self._check_open()
         ref_id = new_ref_id()
@@ -236,11 +239,10 @@ class S3TextStore:
             ref_id, offset, offset + limit))
 
         def read(reader: RangedReader) -> TextSlice:
-            if offset <= ref.lines:
-                reader.prefetch(first.byte_offset, last.byte_offset + MARK_BYTES)
             return line_range_in(reader, ref, first, offset, limit)
 
-        return await self._read_object(ref, read)
+        window = (first.byte_offset, last.byte_offset + MARK_BYTES)
+        return await self._read_object(ref, read, window if offset <= ref.lines else None)
 
     async def read_bytes(self, ref_id: str, offset: int = 0, limit: int = 65536) -> TextSlice:
         """Whole characters within bytes `offset..offset+limit` (see `ManagedStore`)."""
@@ -250,10 +252,10 @@ class S3TextStore:
         ref, mark = await self._found(ref_id, self._index.offset_at(ref_id, offset))
 
         def read(reader: RangedReader) -> TextSlice:
-            reader.prefetch(mark.byte_offset, min(offset, ref.size_bytes) + limit + 3)
             return byte_range_in(reader, ref, mark, offset, limit)
 
-        return await self._read_object(ref, read)
+        window = (mark.byte_offset, min(offset, ref.size_bytes) + limit + 3)
+        return await self._read_object(ref, read, window)
 
     async def read_chars(self, ref_id: str, line: int = 1, start: int = 0,
                          length: int = 20_000) -> LineChars:
@@ -265,12 +267,10 @@ class S3TextStore:
         ref, mark, _ = await self._found(ref_id, self._index.lines_at(ref_id, line, line))
 
         def read(reader: RangedReader) -> LineChars:
-            if line <= ref.lines:
-                reader.prefetch(mark.byte_offset, mark.byte_offset + MARK_BYTES
-                                + _CHARS_PREFETCH)
             return line_chars_in(reader, ref, mark, line, start, length)
 
-        return await self._read_object(ref, read)
+        window = (mark.byte_offset, mark.byte_offset + MARK_BYTES + _CHARS_PREFETCH)
+        return await self._read_object(ref, read, window if line <= ref.lines else None)
 
     async def grep(self, ref_id: str, pattern: str, *, max_matches: int = 100,
                    context: int = 0, time_limit: float = GREP_TIME_LIMIT) -> GrepResult:
@@ -373,9 +373,23 @@ class S3TextStore:
             raise _not_found(ref_id)
         return found
 
-    async def _read_object(self, ref: ManagedRef, fn: Callable[[RangedReader], _T]) -> _T:
-        reader = RangedReader(self._client, self._settings.key(ref.id), ref.size_bytes)
+    async def _read_object(self, ref: ManagedRef, fn: Callable[[RangedReader], _T],
+                           window: tuple[int, int] | None = None) -> _T:
+        """`fn` on a reader of the object, in a worker thread. The bytes of `window` are
+        fetched first, here: a read that stays within them (a page of lines, a byte range)
+        holds a thread only while it scans, never while it waits for the network."""
+        key = self._settings.key(ref.id)
+        reader = RangedReader(self._client, key, ref.size_bytes)
         try:
+            if window is not None and (clipped := reader.window(*window)) is not None:
+                data = await obstore.get_range_async(self._client, key, start=clipped[0],
+                                                     end=clipped[1])
+
+                def fn_on_data(reader: RangedReader) -> _T:
+                    reader.install(clipped[0], data)
+                    return fn(reader)
+
+                return await asyncio.to_thread(fn_on_data, reader)
             return await asyncio.to_thread(fn, reader)
         except FileNotFoundError:
             raise _not_found(ref.id) from None  # evicted between the lookup and the read

@@ -31,7 +31,8 @@ def _errors(*codes: int) -> dict[str, Any]:
     names = {400: "Bad request", 401: "Missing or wrong bearer token",
              403: "Host or Origin refused, or the token does not reach the profile",
              404: "Not found", 409: "Conflict",
-             405: "Method not allowed", 413: "Body too large", 422: "Invalid body"}
+             405: "Method not allowed", 413: "Body too large", 422: "Invalid body",
+             503: "The fleet database is unavailable (`unavailable`)"}
     ref = {"$ref": "#/components/schemas/Error"}
     return {str(c): _json(ref, names[c]) for c in (401, 403, *codes)}
 
@@ -79,7 +80,7 @@ def openapi_document() -> dict[str, Any]:
                 "schema": snapshot}}},
             "responses": {"201": _json(_OBJECT, "Snapshot id, profile, definitions, "
                                                 "tool_choice"),
-                          **_errors(400, 404, 413, 422)},
+                          **_errors(400, 404, 413, 422, 503)},
         }},
         "/v1/snapshots/{snapshot_id}/calls": {"post": {
             "summary": "Execute one call against a snapshot (idempotent per call_id); "
@@ -89,7 +90,7 @@ def openapi_document() -> dict[str, Any]:
             "requestBody": {"required": True, "content": {"application/json": {"schema": call}}},
             "responses": {"200": _json(outcome, "The outcome"),
                           "202": _json(_OBJECT, "Started"),
-                          **_errors(400, 404, 409, 413, 422)},
+                          **_errors(400, 404, 409, 413, 422, 503)},
         }},
         "/v1/calls": {"get": {
             "summary": "The call history, newest first: every settled or replayed call",

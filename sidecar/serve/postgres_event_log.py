@@ -84,11 +84,18 @@ class PostgresEventLog:
         self.lost = 0
         """Events that could not be written (the database failed); each failure is logged."""
 
+    @staticmethod
+    async def prepare(pool: asyncpg.Pool) -> None:
+        """Apply this log's migrations (`DatabaseError` when the database's schema is newer
+        than this code knows): the composition root calls it when it opens the stores, so a
+        replica refuses such a database at start, not when its first event log starts."""
+        async with pool.acquire() as conn:
+            await migrate(conn, COMPONENT, MIGRATIONS, SCHEMA_VERSION)
+
     # --- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        async with self._pool.acquire() as conn:
-            await migrate(conn, COMPONENT, MIGRATIONS, SCHEMA_VERSION)
+        await self.prepare(self._pool)
         await self._listen()
         await self._fetch_new(initial=True)
         self._tasks = [

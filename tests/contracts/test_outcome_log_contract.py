@@ -1,5 +1,6 @@
 """`OutcomeLog` contract: one durable outcome per (Location, call id), idempotent, fingerprinted,
-surviving a restart, pruned to tombstones that replay as `expired`."""
+surviving a restart, pruned to tombstones that replay as `expired`; `claim` before a call runs
+answers the stored outcome or lets this process run it (`release` gives the claim back)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from sidecar.errors import CallError, CallIdConflict, ErrorKind
 from sidecar.outcome import Outcome
 from sidecar.outcome_log import SqliteOutcomeLog
 from sidecar.postgres_outcome_log import PostgresOutcomeLog
+from sidecar.replica import replica_id
 from sidecar.stores import OutcomeLog
 from sidecar.tool import ToolContext
 from tests.fleet.postgres import PostgresServer
@@ -178,3 +180,48 @@ async def test_a_pruned_call_id_still_replays_as_expired_after_a_restart(
     assert got.tool == "t" and got.replayed
     assert await reopened.get("other-location", "old") is None
     assert (await reopened.stats()).expired == 1
+
+
+async def test_claim_lets_a_new_call_run_and_replays_a_settled_one(open_log: OpenLog) -> None:
+    log = await open_log()
+    assert await log.claim("loc", "c1", "fp") is None  # nothing stored: this process runs it
+    await log.record("loc", completed("c1", "ran once"), context("c1"), "fp")
+    replay = await log.claim("loc", "c1", "fp")
+    assert replay is not None and replay.replayed
+    assert replay.content == (TextContent("ran once"),)
+    with pytest.raises(CallIdConflict):
+        await log.claim("loc", "c1", "another call")
+
+
+async def test_holder_names_the_replica_running_a_call(open_log: OpenLog) -> None:
+    """A log with claims names the claiming replica until the call settles or is released;
+    a log one process owns keeps no claims and names none."""
+    log = await open_log()
+    claims = not isinstance(log, SqliteOutcomeLog)
+    assert await log.holder("loc", "c1") is None
+    assert await log.claim("loc", "c1", "fp") is None
+    assert await log.holder("loc", "c1") == (replica_id() if claims else None)
+    await log.record("loc", completed("c1", "done"), context("c1"), "fp")
+    assert await log.holder("loc", "c1") is None
+    assert await log.claim("loc", "c2", "fp") is None
+    await log.release("loc", "c2")
+    assert await log.holder("loc", "c2") is None
+
+
+async def test_a_released_claim_can_be_claimed_again(open_log: OpenLog) -> None:
+    log = await open_log()
+    assert await log.claim("loc", "c1", "fp") is None
+    await log.release("loc", "c1")  # the call was cancelled before it settled
+    assert await log.claim("loc", "c1", "fp") is None
+    await log.record("loc", completed("c1", "second attempt"), context("c1"), "fp")
+    got = await log.get("loc", "c1", "fp")
+    assert got is not None and got.content == (TextContent("second attempt"),)
+
+
+async def test_claim_replays_a_pruned_call_as_expired(open_log: OpenLog) -> None:
+    log = await open_log()
+    assert await log.claim("loc", "old", "fp") is None
+    await log.record("loc", completed("old", "x"), context("old"), "fp")
+    assert await log.prune(time.time() + 1) == 1
+    got = await log.claim("loc", "old", "fp")
+    assert got is not None and got.error is not None and got.error.kind is ErrorKind.EXPIRED

@@ -15,6 +15,7 @@ from sidecar.snapshot_records import (
     SnapshotLimits,
     SnapshotRecipe,
     SnapshotRecords,
+    SnapshotRecordsError,
 )
 from tests.fleet.postgres import PostgresServer
 
@@ -116,3 +117,24 @@ async def test_past_the_total_cap_the_largest_session_loses_its_oldest(
     # another Location's rows do not count
     await records.put("elsewhere", "x", recipe("x"), "d", limits)
     assert await records.get("default", "loud_2") is not None
+
+
+async def test_a_database_gone_is_a_records_error(postgres_server: PostgresServer) -> None:
+    """PostgreSQL only: `/v1` answers 503 `unavailable` for this error."""
+    import asyncpg
+
+    dsn = await postgres_server.new_database()
+    pool = await open_pool(dsn, max_size=1)
+    try:
+        records = await PostgresSnapshotRecords.on_pool(pool)
+        admin = await asyncpg.connect(postgres_server.dsn())
+        try:
+            await admin.execute(f'DROP DATABASE "{dsn.rsplit("/", 1)[1]}" WITH (FORCE)')
+        finally:
+            await admin.close()
+        with pytest.raises(SnapshotRecordsError, match="snap_1"):
+            await records.put("default", "snap_1", recipe(), "d", LIMITS)
+        with pytest.raises(SnapshotRecordsError, match="snap_1"):
+            await records.get("default", "snap_1")
+    finally:
+        pool.terminate()

@@ -64,6 +64,16 @@ async def listed_on(service: PermissionService, action: str, session: str = "s1"
     raise AssertionError(f"{action} was never listed")
 
 
+async def listed_for_the_fleet(fleet: Fleet, n: int) -> None:
+    """Until the database lists `n` asks (a replica lists its own before they are stored);
+    the bound is a hang guard."""
+    for _ in range(500):
+        if await fleet.pool.fetchval("SELECT count(*) FROM sidecar_asks") == n:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"the database never listed {n} asks")
+
+
 async def test_an_ask_raised_on_a_is_answered_on_b_and_the_call_on_a_proceeds(
     fleet: Fleet,
 ) -> None:
@@ -119,11 +129,8 @@ async def test_always_on_b_allows_the_session_on_every_replica(fleet: Fleet) -> 
     try:
         on_a = asyncio.ensure_future(a.ask(req("deploy")))
         waiting_on_b = asyncio.ensure_future(b.ask(req("deploy")))
-        for _ in range(500):  # both asks listed on A (the bound is a hang guard)
-            if len(await a.listed()) == 2:
-                break
-            await asyncio.sleep(0.02)
-        assert len(await b.listed()) == 2
+        await listed_for_the_fleet(fleet, 2)
+        assert len(await a.listed()) == 2 and len(await b.listed()) == 2
         await b.reply(a.pending()[0].id, "always")
         async with asyncio.timeout(10):
             await on_a
@@ -175,3 +182,21 @@ async def test_the_asks_of_a_replica_that_stopped_refreshing_them_expire(fleet: 
     await asyncio.sleep(0.4)
     assert await live.pending() == []
     assert await live.answer("perm_dead", "once", scope="session", feedback=None) is None
+
+
+async def test_an_answer_whose_notification_was_lost_reaches_the_caller_by_polling(
+    fleet: Fleet,
+) -> None:
+    a = await fleet.replica()
+    try:
+        call = asyncio.ensure_future(a.ask(req("deploy")))
+        ask = await listed_on(a, "deploy")
+        await listed_for_the_fleet(fleet, 1)
+        # answered as another replica would, but no NOTIFY reaches anyone
+        await fleet.pool.execute("UPDATE sidecar_asks SET reply = 'once', scope = 'session' "
+                                 "WHERE id = $1", ask.id)
+        async with asyncio.timeout(10):  # hang guard: A polls every 0.2 s here
+            await call
+        assert await a.listed() == []
+    finally:
+        await a.aclose()

@@ -121,3 +121,25 @@ async def test_a_replica_started_later_resumes_the_fleet_numbering(pool: asyncpg
         await reader.aclose()  # type: ignore[attr-defined]
     finally:
         await later.aclose()
+
+
+async def test_without_notifications_a_replica_still_follows_by_polling(
+    pool: asyncpg.Pool,
+) -> None:
+    """An event committed with no NOTIFY (a lost notification) reaches the reader at the next
+    poll."""
+    log = PostgresEventLog(EventBus(), pool=pool, location="default", poll_interval=0.1)
+    await log.start()
+    live = log.follow(None)
+    try:
+        waiter = asyncio.ensure_future(anext(live))
+        async with pool.acquire() as conn, conn.transaction():
+            await conn.execute("INSERT INTO sidecar_event_counters VALUES ('default', 1)")
+            await conn.execute("INSERT INTO sidecar_events VALUES ('default', 1, "
+                               "'registry.changed', '{\"version\": 9}')")
+        async with asyncio.timeout(10):  # hang guard
+            event = await waiter
+        assert (event.id, json.loads(event.data)) == (1, {"version": 9})
+    finally:
+        await live.aclose()  # type: ignore[attr-defined]
+        await log.aclose()
