@@ -166,7 +166,9 @@ class S3TextStore:
 
     # -- writing -------------------------------------------------------------------------
 
-    async def put(self, text: str, *, namespace: str = "default") -> ManagedRef:
+    async def put(
+        self, text: str, *, namespace: str = "default", owner: str | None = None
+    ) -> ManagedRef:
         """Store `text` whole and return its ref; `RetentionError` if it cannot be stored."""
         if not isinstance(text, str):
             raise TypeError(f"put() takes str, not {type(text).__name__}")
@@ -176,8 +178,9 @@ class S3TextStore:
             await spool.write(text)
             return await spool.commit()
 
-    def open_spool(self, *, namespace: str = "default") -> SpoolWriter:
-        """A writer for one object of unknown size; use it with `async with`."""
+    def open_spool(self, *, namespace: str = "default", owner: str | None = None) -> SpoolWriter:
+        """A writer for one object of unknown size; use it with `async with`. `owner` (the
+        `TextStore` contract's per-owner share) is not enforced by this engine yet."""
         _check_namespace(namespace)
         self._check_open()
         ref_id = new_ref_id()

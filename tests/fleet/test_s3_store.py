@@ -335,5 +335,10 @@ def test_the_ranged_reader_reads_as_a_file_does(s3_server: S3Server) -> None:
         else:
             assert reader.read(5_000_000) == memory.read(5_000_000), step
         assert reader.tell() == memory.tell()
-    reader.seek(0)
-    assert b"".join(reader) == data
+    for start in (0, 1_234_567, len(data) - 3000):
+        lines = RangedReader(client, key, len(data))  # type: ignore[arg-type]
+        lines.seek(start)
+        assert list(lines) == list(io.BytesIO(data[start:]))
+    obstore.put(client, key + "-unended", data[:-1])  # type: ignore[arg-type]
+    unended = RangedReader(client, key + "-unended", len(data) - 1)  # type: ignore[arg-type]
+    assert list(unended) == list(io.BytesIO(data[:-1]))  # the last line has no newline
