@@ -53,6 +53,10 @@ MAX_STRING = 256
 MAX_STORED_INPUT = 64 * 1024
 """Bytes of input JSON kept per row, in any mode; a larger copy is replaced by a note."""
 MAX_LIMIT = 1000
+GATHER_SECONDS = 0.05
+"""How long the history's writer gathers rows before writing them in one transaction: a
+sequential caller's calls then cost one wake-up of the writer and one commit per ~50 ms
+instead of one each (83-117 µs of daemon CPU a call for `sidecar stdio`, 2026-12-04)."""
 
 
 class SettledCall(NamedTuple):
@@ -364,9 +368,11 @@ def _row(row: tuple[Any, ...]) -> CallRecord:
 class SqliteCallHistory:
     """The embedded call history: `history.sqlite` in the state directory, created 0600."""
 
-    def __init__(self, path: Path, retention_seconds: float | None = None) -> None:
+    def __init__(self, path: Path, retention_seconds: float | None = None,
+                 gather_seconds: float = GATHER_SECONDS) -> None:
         self._path = path
         self.retention_seconds = retention_seconds
+        self._gather_seconds = gather_seconds
         self._pruner: asyncio.Task[None] | None = None
         self.pruned = 0
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
@@ -377,10 +383,13 @@ class SqliteCallHistory:
 
     @classmethod
     async def open(cls, path: Path, *, retention_seconds: float | None = None,
-                   prune_interval: float | None = None) -> SqliteCallHistory:
+                   prune_interval: float | None = None,
+                   gather_seconds: float = GATHER_SECONDS) -> SqliteCallHistory:
         """With `retention_seconds`, rows older than that are pruned every `prune_interval`
-        seconds (default: a tenth of the retention, between 1 s and 10 min), in batches."""
-        history = cls(path, retention_seconds)
+        seconds (default: a tenth of the retention, between 1 s and 10 min), in batches.
+        Rows added within `gather_seconds` of the first unwritten one are written together in
+        one transaction (a query, `prune` and `aclose` write them at once)."""
+        history = cls(path, retention_seconds, gather_seconds)
         await asyncio.to_thread(history._connect)
         history._thread.start()
         if retention_seconds is not None:
@@ -410,22 +419,33 @@ class SqliteCallHistory:
         self._db = db
 
     def _serve(self) -> None:
+        job = self._jobs.get()
         while True:
-            job = self._jobs.get()
             if job is None:
                 self._flush()
                 return
+            if job == self._gather:
+                try:  # whatever comes first (a query, the stop) writes the rows before it
+                    job = self._jobs.get(timeout=self._gather_seconds)
+                    continue
+                except queue.Empty:
+                    job = self._flush
             try:
                 job()
             except Exception:  # one bad job must not end the writer
                 log.exception("call history job failed")
+            job = self._jobs.get()
+
+    def _gather(self) -> None:
+        """Queued with the first unwritten row: the writer waits `gather_seconds` for more."""
+        self._flush()
 
     def add(self, record: CallRecord) -> None:
         with self._lock:
             self._pending.append(record)
             first = len(self._pending) == 1
-        if first:
-            self._jobs.put(self._flush)
+        if first:  # one wake-up and one transaction for the rows of the next moment
+            self._jobs.put(self._gather if self._gather_seconds > 0 else self._flush)
 
     def _flush(self) -> None:
         with self._lock:

@@ -169,3 +169,22 @@ async def test_the_stored_input_is_the_kept_copy(history: SqliteCallHistory) -> 
         {"customer": MASK, "x": "y" * 256 + "... (300 characters)"}, {"text": "é"},
     ]
     assert rows[-1].input_bytes == 13  # bytes of UTF-8 (12 characters)
+
+
+async def test_gathered_rows_are_written_before_a_query_and_at_close(tmp_path: Path) -> None:
+    """Rows wait up to `gather_seconds` to be written together; a query or the close never
+    waits for that, nor misses a row."""
+    h = await SqliteCallHistory.open(tmp_path / "h.sqlite", gather_seconds=3600)
+    for i in range(3):
+        h.add(row(i))
+    rows, _ = await h.query(CallQuery())
+    assert [r.call_id for r in rows] == ["c2", "c1", "c0"]
+    h.add(row(3))
+    h.add(row(4))
+    await h.aclose()
+    h = await SqliteCallHistory.open(tmp_path / "h.sqlite")
+    try:
+        rows, _ = await h.query(CallQuery())
+    finally:
+        await h.aclose()
+    assert [r.call_id for r in rows] == ["c4", "c3", "c2", "c1", "c0"]
