@@ -197,6 +197,10 @@ class OutcomeLog(Protocol):
         before it settled), so a waiting duplicate runs it. Logs store errors, never raises."""
         ...
 
+    async def holder(self, location: str, call_id: str) -> str | None:
+        """The replica running `call_id` now (its live claim), or None (also: no claims)."""
+        ...
+
     async def prune(self, cutoff: float) -> int:
         """Prune outcomes settled before `cutoff` (epoch seconds), keeping tombstones."""
         ...
@@ -450,6 +454,9 @@ class SqliteOutcomeLog:
 
     async def release(self, location: str, call_id: str) -> None:
         """Nothing to release (see `claim`)."""
+
+    async def holder(self, location: str, call_id: str) -> str | None:
+        return None  # no claims (see `claim`)
 
     async def get(self, location: str, call_id: str, fingerprint: str = "") -> Outcome | None:
         """The stored outcome of `call_id`; for a call whose outcome was pruned, an `expired`

@@ -36,6 +36,7 @@ from sidecar.outcome_log import (
 )
 from sidecar.postgres import LOCK_PRUNE_OUTCOMES, DatabaseError, migrate, open_pool
 from sidecar.postgres_claims import (
+    CLAIM_FUNCTION,
     CLAIMS_MIGRATION,
     SETTLE_AND_NOTIFY,
     PostgresClaims,
@@ -47,7 +48,7 @@ from sidecar.tool import ToolContext
 
 log = logging.getLogger("sidecar.postgres_outcome_log")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MIGRATIONS: dict[int, str] = {
     1: """
 CREATE TABLE sidecar_outcomes (
@@ -73,6 +74,7 @@ CREATE TABLE sidecar_expired (
 );
 """,
     2: CLAIMS_MIGRATION,
+    3: CLAIM_FUNCTION,
 }
 COMPONENT = "outcome_log"
 PRUNE_LOCK = LOCK_PRUNE_OUTCOMES
@@ -180,6 +182,12 @@ class PostgresOutcomeLog:
 
     async def release(self, location: str, call_id: str) -> None:
         await self.claims.release(location, call_id)
+
+    async def holder(self, location: str, call_id: str) -> str | None:
+        try:
+            return await self.claims.holder(location, call_id)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise OutcomeLogError(f"reading the claim on call {call_id!r}: {exc}") from exc
 
     async def get(self, location: str, call_id: str, fingerprint: str = "") -> Outcome | None:
         try:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 import obstore
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from obstore import WritableFile
     from obstore.store import S3Store
+    from typing_extensions import Buffer
 
 logger = logging.getLogger(__name__)
 
@@ -118,12 +119,19 @@ class RangedReader:
         self._stream: Iterator[Any] | None = None
         self._stream_at = -1  # object offset of the next byte the stream yields
 
+    def window(self, start: int, end: int) -> tuple[int, int] | None:
+        """`start..end` clipped to the object; None when nothing of it is left."""
+        end = min(end, self._size)
+        return (start, end) if start < end else None
+
     def prefetch(self, start: int, end: int) -> None:
         """Load bytes `start..end` (clipped to the object) with one ranged GET."""
-        end = min(end, self._size)
-        if start >= end:
-            return
-        data = obstore.get_range(self._client, self._key, start=start, end=end)
+        if (window := self.window(start, end)) is not None:
+            self.install(window[0], obstore.get_range(self._client, self._key,
+                                                      start=window[0], end=window[1]))
+
+    def install(self, start: int, data: Buffer) -> None:
+        """Take `data`, fetched by the caller, as the object's bytes from `start` on."""
         self._buffer = bytearray(memoryview(data))
         self._start = start
         self._stream = None
@@ -143,6 +151,33 @@ class RangedReader:
         return self._take(min(want, max(0, self._end() - self._pos)))
 
     def readline(self, size: int = -1, /) -> bytes:
+        self._ensure_line()
+        local = self._pos - self._start
+        newline = self._buffer.find(b"\n", max(0, local))
+        stop = self._end() if newline == -1 else self._start + newline + 1
+        if size >= 0:
+            stop = min(stop, self._pos + size)
+        return self._take(max(0, stop - self._pos))
+
+    def __iter__(self) -> Iterator[bytes]:
+        """The lines from the position on, each with its `\\n`, as a file yields them. Takes
+        every whole line loaded at once and splits them in C (a `readline` each cost 2.5 us
+        a line in Python): use it alone, not mixed with `seek` or `read`."""
+        while True:
+            self._ensure_line()
+            local = self._pos - self._start
+            last = self._buffer.rfind(b"\n", max(0, local))
+            if last == -1:  # the end, without a final newline
+                rest = self._take(self._end() - self._pos)
+                if rest:
+                    yield rest
+                return
+            *lines, _ = self._take(last + 1 - local).split(b"\n")
+            for line in lines:
+                yield line + b"\n"
+
+    def _ensure_line(self) -> None:
+        """Load until a `\\n` lies at or after the position, or the end is loaded."""
         searched = self._pos
 
         def has_line() -> bool:
@@ -152,21 +187,6 @@ class RangedReader:
             return found != -1
 
         self._ensure(has_line)
-        local = self._pos - self._start
-        newline = self._buffer.find(b"\n", max(0, local))
-        stop = self._end() if newline == -1 else self._start + newline + 1
-        if size >= 0:
-            stop = min(stop, self._pos + size)
-        return self._take(max(0, stop - self._pos))
-
-    def __iter__(self) -> Self:
-        return self
-
-    def __next__(self) -> bytes:
-        line = self.readline()
-        if not line:
-            raise StopIteration
-        return line
 
     def _end(self) -> int:
         return self._start + len(self._buffer)

@@ -11,6 +11,7 @@ store client looks for credentials as the AWS SDKs do (web identity, instance me
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 
 DEFAULT_REGION = "us-east-1"
 _BAD_SEGMENTS = {"", ".", ".."}
+# S3's rules, loosened to the characters S3-compatible servers accept too (`_`, capitals).
+_BUCKET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{1,61}[A-Za-z0-9]", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +47,17 @@ class S3Settings:
         """Parse `s3://bucket/prefix` and read the AWS variables from `environ`. Raises
         `ValueError` naming what is wrong."""
         parts = urlsplit(url.strip())
+        if "@" in parts.netloc:  # never echoed: it may hold a key
+            raise ValueError("the object store URL must not carry credentials: give them in "
+                             "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
         if parts.scheme != "s3" or not parts.netloc:
             raise ValueError(
                 f"object store {url!r} is not of the form s3://bucket/prefix")
         if parts.query or parts.fragment:
             raise ValueError(f"object store {url!r}: no query or fragment is allowed")
+        if not _BUCKET.fullmatch(parts.netloc):
+            raise ValueError(f"object store {url!r}: {parts.netloc!r} is not a bucket name "
+                             "(3-63 of a-z, 0-9, '.', '-')")
         prefix = parts.path.strip("/")
         if prefix and any(segment in _BAD_SEGMENTS or not segment.isprintable()
                           for segment in prefix.split("/")):

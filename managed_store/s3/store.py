@@ -45,7 +45,13 @@ from managed_store.s3.index import LOCK_MANAGED_CLEANUP, PostgresIndex
 from managed_store.s3.objects import RangedReader, S3Sink, describe
 from managed_store.s3.settings import S3Settings
 from managed_store.spool import SpoolWriter, WrittenObject, _SpoolState
-from managed_store.store import GREP_TIME_LIMIT, _check_int, _check_namespace, _not_found
+from managed_store.store import (
+    GREP_TIME_LIMIT,
+    _check_int,
+    _check_namespace,
+    _check_owner,
+    _not_found,
+)
 
 if TYPE_CHECKING:
     from obstore.store import S3Store
@@ -100,6 +106,7 @@ class S3TextStore:
         part_bytes: int = 8 * 1024 * 1024,
         upload_concurrency: int = 4,
         spool_grace_seconds: float = 86400.0,
+        owner_share: float = 0.5,
     ) -> Self:
         """Migrate the index, check that the bucket answers, run a first `cleanup()`.
 
@@ -107,9 +114,11 @@ class S3TextStore:
         `part_bytes` (>= 5 MiB, S3's smallest part) is the multipart part size and the most
         a spool buffers per upload besides `upload_concurrency` parts in flight. A spool whose
         upload is not committed within `spool_grace_seconds` is taken for a crashed one and
-        deleted. Raises `ManagedStoreError` when the database or the bucket cannot be used.
+        deleted. `owner_share` is the part of the quota one owner may hold, fleet-wide (see
+        `put`). Raises `ManagedStoreError` when the database or the bucket cannot be used.
         """
-        policy = RetentionPolicy(ttl_seconds=ttl_seconds, quota_bytes=quota_bytes)
+        policy = RetentionPolicy(ttl_seconds=ttl_seconds, quota_bytes=quota_bytes,
+                                 owner_share=owner_share)
         if not cleanup_interval > 0:
             raise ValueError(f"cleanup_interval must be > 0, got {cleanup_interval!r}")
         if part_bytes < 5 * 1024 * 1024:
@@ -166,45 +175,61 @@ class S3TextStore:
 
     # -- writing -------------------------------------------------------------------------
 
-    async def put(self, text: str, *, namespace: str = "default") -> ManagedRef:
-        """Store `text` whole and return its ref; `RetentionError` if it cannot be stored."""
+    async def put(
+        self, text: str, *, namespace: str = "default", owner: str | None = None
+    ) -> ManagedRef:
+        """Store `text` whole and return its ref; `RetentionError` if it cannot be stored.
+
+        `owner` names who the text counts against (None: nobody in particular), with the
+        local store's rules applied to the whole location: an owner holds at most
+        `owner_share` of the quota and storing for it first evicts its own oldest objects;
+        when the quota is full, the largest holder's oldest go first. An object over the
+        share raises `OwnerShareExceeded` (a `RetentionError`).
+        """
         if not isinstance(text, str):
             raise TypeError(f"put() takes str, not {type(text).__name__}")
         _check_namespace(namespace)
+        _check_owner(owner)
         self._policy.check_fits(len(text))
-        async with self.open_spool(namespace=namespace) as spool:
+        self._policy.check_owner_fits(len(text), owner)
+        async with self.open_spool(namespace=namespace, owner=owner) as spool:
             await spool.write(text)
             return await spool.commit()
 
-    def open_spool(self, *, namespace: str = "default") -> SpoolWriter:
-        """A writer for one object of unknown size; use it with `async with`."""
+    def open_spool(self, *, namespace: str = "default", owner: str | None = None) -> SpoolWriter:
+        """A writer for one object of unknown size; use it with `async with`. `owner` as in
+        `put` (an object over the owner's share fails at `commit`)."""
         _check_namespace(namespace)
+        _check_owner(owner)
         self._check_open()
         ref_id = new_ref_id()
         sink = S3Sink(self._client, self._settings.key(ref_id), part_bytes=self._part_bytes,
                       max_concurrency=self._upload_concurrency)
         return _S3Spool(sink, ref_id=ref_id, index=self._index, namespace=namespace,
                         max_bytes=self._policy.quota_bytes,
-                        commit=functools.partial(self._commit, ref_id), live=self._spools)
+                        commit=functools.partial(self._commit, ref_id, owner=owner),
+                        live=self._spools)
 
-    async def _commit(self, ref_id: str, written: WrittenObject, namespace: str) -> ManagedRef:
+    async def _commit(self, ref_id: str, written: WrittenObject, namespace: str, *,
+                      owner: str | None = None) -> ManagedRef:
         if self._closed:
             await self._delete_bytes([ref_id])
             raise StoreClosed("managed store is closed")
         # Once started, a commit runs to its end so the index and the bucket agree; a
         # cancelled caller just never learns the id (the object ages out like any other).
-        job = asyncio.create_task(self._commit_job(ref_id, written, namespace))
+        job = asyncio.create_task(self._commit_job(ref_id, written, namespace, owner))
         self._commits.add(job)
         job.add_done_callback(self._commits.discard)
         return await asyncio.shield(job)
 
-    async def _commit_job(self, ref_id: str, written: WrittenObject, namespace: str
-                          ) -> ManagedRef:
+    async def _commit_job(self, ref_id: str, written: WrittenObject, namespace: str,
+                          owner: str | None) -> ManagedRef:
         try:
             self._policy.check_fits(written.size_bytes)
+            self._policy.check_owner_fits(written.size_bytes, owner)
             ref, victims = await self._index.commit(
                 ref_id, namespace, written.size_bytes, written.lines, written.marks,
-                self._policy.quota_bytes)
+                self._policy, owner)
         except BaseException as exc:
             await self._delete_bytes([ref_id])
             _raise_as_retention_error(exc)
@@ -236,11 +261,10 @@ class S3TextStore:
             ref_id, offset, offset + limit))
 
         def read(reader: RangedReader) -> TextSlice:
-            if offset <= ref.lines:
-                reader.prefetch(first.byte_offset, last.byte_offset + MARK_BYTES)
             return line_range_in(reader, ref, first, offset, limit)
 
-        return await self._read_object(ref, read)
+        window = (first.byte_offset, last.byte_offset + MARK_BYTES)
+        return await self._read_object(ref, read, window if offset <= ref.lines else None)
 
     async def read_bytes(self, ref_id: str, offset: int = 0, limit: int = 65536) -> TextSlice:
         """Whole characters within bytes `offset..offset+limit` (see `ManagedStore`)."""
@@ -250,10 +274,10 @@ class S3TextStore:
         ref, mark = await self._found(ref_id, self._index.offset_at(ref_id, offset))
 
         def read(reader: RangedReader) -> TextSlice:
-            reader.prefetch(mark.byte_offset, min(offset, ref.size_bytes) + limit + 3)
             return byte_range_in(reader, ref, mark, offset, limit)
 
-        return await self._read_object(ref, read)
+        window = (mark.byte_offset, min(offset, ref.size_bytes) + limit + 3)
+        return await self._read_object(ref, read, window)
 
     async def read_chars(self, ref_id: str, line: int = 1, start: int = 0,
                          length: int = 20_000) -> LineChars:
@@ -265,12 +289,10 @@ class S3TextStore:
         ref, mark, _ = await self._found(ref_id, self._index.lines_at(ref_id, line, line))
 
         def read(reader: RangedReader) -> LineChars:
-            if line <= ref.lines:
-                reader.prefetch(mark.byte_offset, mark.byte_offset + MARK_BYTES
-                                + _CHARS_PREFETCH)
             return line_chars_in(reader, ref, mark, line, start, length)
 
-        return await self._read_object(ref, read)
+        window = (mark.byte_offset, mark.byte_offset + MARK_BYTES + _CHARS_PREFETCH)
+        return await self._read_object(ref, read, window if line <= ref.lines else None)
 
     async def grep(self, ref_id: str, pattern: str, *, max_matches: int = 100,
                    context: int = 0, time_limit: float = GREP_TIME_LIMIT) -> GrepResult:
@@ -315,8 +337,7 @@ class S3TextStore:
                                            LOCK_MANAGED_CLEANUP):
                     return 0
                 try:
-                    evicted = await self._index.evict(conn, self._policy.ttl_seconds,
-                                                      self._policy.quota_bytes)
+                    evicted = await self._index.evict(conn, self._policy)
                     self._evicted_expired += len(evicted.expired)
                     self._evicted_quota += len(evicted.over_quota)
                     await self._sweep(conn)
@@ -373,9 +394,23 @@ class S3TextStore:
             raise _not_found(ref_id)
         return found
 
-    async def _read_object(self, ref: ManagedRef, fn: Callable[[RangedReader], _T]) -> _T:
-        reader = RangedReader(self._client, self._settings.key(ref.id), ref.size_bytes)
+    async def _read_object(self, ref: ManagedRef, fn: Callable[[RangedReader], _T],
+                           window: tuple[int, int] | None = None) -> _T:
+        """`fn` on a reader of the object, in a worker thread. The bytes of `window` are
+        fetched first, here: a read that stays within them (a page of lines, a byte range)
+        holds a thread only while it scans, never while it waits for the network."""
+        key = self._settings.key(ref.id)
+        reader = RangedReader(self._client, key, ref.size_bytes)
         try:
+            if window is not None and (clipped := reader.window(*window)) is not None:
+                data = await obstore.get_range_async(self._client, key, start=clipped[0],
+                                                     end=clipped[1])
+
+                def fn_on_data(reader: RangedReader) -> _T:
+                    reader.install(clipped[0], data)
+                    return fn(reader)
+
+                return await asyncio.to_thread(fn_on_data, reader)
             return await asyncio.to_thread(fn, reader)
         except FileNotFoundError:
             raise _not_found(ref.id) from None  # evicted between the lookup and the read

@@ -16,6 +16,7 @@ from sidecar.errors import CallError, CallIdConflict, ErrorKind
 from sidecar.outcome import Outcome
 from sidecar.outcome_log import SqliteOutcomeLog
 from sidecar.postgres_outcome_log import PostgresOutcomeLog
+from sidecar.replica import replica_id
 from sidecar.stores import OutcomeLog
 from sidecar.tool import ToolContext
 from tests.fleet.postgres import PostgresServer
@@ -190,6 +191,21 @@ async def test_claim_lets_a_new_call_run_and_replays_a_settled_one(open_log: Ope
     assert replay.content == (TextContent("ran once"),)
     with pytest.raises(CallIdConflict):
         await log.claim("loc", "c1", "another call")
+
+
+async def test_holder_names_the_replica_running_a_call(open_log: OpenLog) -> None:
+    """A log with claims names the claiming replica until the call settles or is released;
+    a log one process owns keeps no claims and names none."""
+    log = await open_log()
+    claims = not isinstance(log, SqliteOutcomeLog)
+    assert await log.holder("loc", "c1") is None
+    assert await log.claim("loc", "c1", "fp") is None
+    assert await log.holder("loc", "c1") == (replica_id() if claims else None)
+    await log.record("loc", completed("c1", "done"), context("c1"), "fp")
+    assert await log.holder("loc", "c1") is None
+    assert await log.claim("loc", "c2", "fp") is None
+    await log.release("loc", "c2")
+    assert await log.holder("loc", "c2") is None
 
 
 async def test_a_released_claim_can_be_claimed_again(open_log: OpenLog) -> None:

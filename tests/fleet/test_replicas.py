@@ -1,6 +1,7 @@
 """Two `sidecar serve` processes (replicas A and B, each with its own state directory) on one
-real PostgreSQL database (`SIDECAR_DATABASE_URL`): a call id settled on A replays on B, and
-the same call id sent to both at once settles once for the fleet."""
+real PostgreSQL database (`SIDECAR_DATABASE_URL`): each names itself; a call id settled on A
+replays on B; the same call id sent to both at once runs once; a snapshot made on A is called
+on B."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,12 @@ kind = "command"
 description = "Append a line to a file and print it"
 input = { type = "object", properties = { line = { type = "string" } }, required = ["line"] }
 argv = ["sh", "-c", "echo \\"$1\\" >> \\"$2\\"; echo \\"$1\\"", "stamp", "{line}", "RUNS"]
+
+[tools.wait_open]
+kind = "command"
+description = "Wait until a file next to the runs file exists"
+input = { type = "object", properties = {} }
+argv = ["sh", "-c", "while [ ! -e \\"$1\\" ]; do sleep 0.05; done; echo open", "wait", "RUNS.open"]
 """
 
 
@@ -114,9 +122,10 @@ def test_a_call_settled_on_one_replica_replays_on_the_other(
 def test_the_same_call_id_sent_to_both_at_once_has_one_outcome(
     replicas: tuple[str, str, str, Path],
 ) -> None:
-    """Both answers are the one stored outcome. (Both replicas may still run the command:
-    in-flight claims across replicas are not built yet, docs/fleet.md.)"""
-    url_a, url_b, token, _ = replicas
+    """Both answers are the one stored outcome, and the command ran once: the replica that
+    did not claim the call id waits for the other's outcome and replays it
+    (`sidecar/postgres_claims.py`; tests/fleet/test_claims.py has the kill -9 case)."""
+    url_a, url_b, token, runs = replicas
 
     async def both() -> list[dict[str, Any]]:
         return list(await asyncio.gather(call(url_a, token, "race-1", "raced"),
@@ -124,7 +133,8 @@ def test_the_same_call_id_sent_to_both_at_once_has_one_outcome(
 
     answers = asyncio.run(both())
     assert answers[0]["content"] == answers[1]["content"]  # one outcome for the fleet
-    assert sorted(a["replayed"] for a in answers) in ([False, True], [False, False])
+    assert sorted(a["replayed"] for a in answers) == [False, True]
+    assert runs.read_text().splitlines() == ["raced"]
 
 
 def test_a_snapshot_made_on_one_replica_is_called_on_the_other(
@@ -154,3 +164,32 @@ def test_a_snapshot_made_on_one_replica_is_called_on_the_other(
                              "call_id": "snap-x"}})
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "snapshot_expired"
     assert runs.read_text().splitlines() == ["snap-b"]
+
+
+def test_a_call_running_on_one_replica_is_seen_on_the_other(
+    replicas: tuple[str, str, str, Path],
+) -> None:
+    """`GET /v1/calls/{id}` on B answers `running` with A's name while A runs it (A's claim),
+    `DELETE` there says where it runs; once A settles it, B reads the outcome."""
+    url_a, url_b, token, runs = replicas
+    headers = {"authorization": f"Bearer {token}"}
+    snapshot = httpx.post(f"{url_a}/v1/snapshots", headers=headers,
+                          json={"session_id": "s"}).json()["id"]
+    started = httpx.post(f"{url_a}/v1/snapshots/{snapshot}/calls", headers={
+        **headers, "prefer": "respond-async"}, json={
+        "name": "wait_open", "input": {}, "context": {
+            "session_id": "s", "agent": "a", "message_id": "m", "call_id": "gated"}})
+    assert started.status_code == 202
+    deadline = time.monotonic() + 30  # a hang guard: the claim is taken as the call starts
+    while (seen := httpx.get(f"{url_b}/v1/calls/gated", headers=headers)).status_code == 404:
+        assert time.monotonic() < deadline, seen.text
+        time.sleep(0.05)
+    assert seen.json() == {"call_id": "gated", "status": "running", "replica": "replica-a"}
+    cancel = httpx.delete(f"{url_b}/v1/calls/gated", headers=headers)
+    assert cancel.status_code == 409 and cancel.json()["error"]["code"] == "running_elsewhere"
+    Path(f"{runs}.open").touch()
+    while (done := httpx.get(f"{url_b}/v1/calls/gated", headers=headers).json())[
+            "status"] == "running":
+        assert time.monotonic() < deadline, done
+        time.sleep(0.05)
+    assert done["status"] == "completed" and done["content"][0]["text"].strip() == "open"
