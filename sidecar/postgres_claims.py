@@ -116,7 +116,13 @@ $$;
 read the call's outcome, tombstone and claim: one round trip. `previous`: NULL when the claim
 is held by another replica, '' when it was free, else the replica whose expired claim this
 took over."""
-_CLAIM = "SELECT * FROM sidecar_claim($1, $2, $3, $4, $5)"
+_CLAIM = """
+SELECT c.* FROM set_config('synchronous_commit', 'off', true) AS s,
+                sidecar_claim($1, $2, $3, $4, $5) AS c
+"""
+# A claim's commit does not wait for its WAL to reach the disk (only this transaction's): a
+# claim is a lease, and what a crash of the database could lose with it (the claims of the
+# last moment) a replica stalled past the TTL loses as well. Outcomes stay synchronous.
 _RELEASE = f"""
 WITH gone AS (DELETE FROM sidecar_claims WHERE location = $1 AND call_id = $2
               AND replica = $3 RETURNING 1)
