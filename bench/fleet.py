@@ -36,6 +36,7 @@ import collections
 import contextlib
 import dataclasses
 import datetime
+import functools
 import os
 import platform
 import shlex
@@ -45,7 +46,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,23 +148,18 @@ async def log_alone(target: OutcomeTarget, run: str, count: int) -> float:
     return count / (time.perf_counter() - start)
 
 
-async def section_outcomes(opts: argparse.Namespace, pg: PostgresServer) -> str:
-    # SQLite's WAL with synchronous=NORMAL hands each commit to the kernel, no flush: a
-    # PostgreSQL server with fsync=off does the same (a commit still waits for its WAL to be
-    # written), the like-for-like row; the shared server keeps PostgreSQL's defaults.
-    kernel = await asyncio.to_thread(PostgresServer.start, "-c fsync=off")
-    try:
-        targets = [
-            OutcomeTarget("SQLite (state dir: WAL, synchronous=NORMAL; the default)", {}),
-            OutcomeTarget("PostgreSQL, fsync=off (commits reach the kernel, as SQLite's)",
-                          {"SIDECAR_DATABASE_URL": await kernel.new_database()},
-                          kernel.postmaster_pid()),
-            OutcomeTarget("PostgreSQL, defaults (fsync, synchronous_commit=on)",
-                          {"SIDECAR_DATABASE_URL": await pg.new_database()}, pg.postmaster_pid()),
-        ]
-        statements = await measure_outcomes(opts, targets, kernel)
-    finally:
-        await asyncio.to_thread(kernel.stop)
+async def section_outcomes(opts: argparse.Namespace, pg: PostgresServer,
+                           kernel: PostgresServer) -> str:
+    """`kernel`: a server with fsync=off (see `servers`)."""
+    targets = [
+        OutcomeTarget("SQLite (state dir: WAL, synchronous=NORMAL; the default)", {}),
+        OutcomeTarget("PostgreSQL, fsync=off (commits reach the kernel, as SQLite's)",
+                      {"SIDECAR_DATABASE_URL": await kernel.new_database()},
+                      kernel.postmaster_pid()),
+        OutcomeTarget("PostgreSQL, defaults (fsync, synchronous_commit=on)",
+                      {"SIDECAR_DATABASE_URL": await pg.new_database()}, pg.postmaster_pid()),
+    ]
+    statements = await measure_outcomes(opts, targets, kernel)
     return report_outcomes(opts, targets, statements)
 
 
@@ -337,32 +333,54 @@ def write_results(path: Path, text: str) -> None:
     path.write_text(new)
 
 
+@dataclass
+class Servers:
+    pg: PostgresServer  # PostgreSQL's defaults
+    kernel: PostgresServer | None  # fsync=off, for the like-for-like outcome log row
+    s3: SeaweedS3 | None
+
+
 @contextlib.asynccontextmanager
-async def servers(need_s3: bool) -> AsyncIterator[tuple[PostgresServer, SeaweedS3 | None]]:
-    pg = await asyncio.to_thread(PostgresServer.start, DURABLE_SETTINGS)
-    s3: SeaweedS3 | None = None
+async def servers(sections: list[str]) -> AsyncIterator[Servers]:
+    """The servers the sections need, started at once (and stopped at once: SeaweedFS takes
+    seconds to stop)."""
+    # SQLite's WAL with synchronous=NORMAL hands each commit to the kernel, no flush: a
+    # PostgreSQL server with fsync=off does the same (a commit still waits for its WAL to be
+    # written): the like-for-like row; the shared server keeps PostgreSQL's defaults.
+    starts: dict[str, Callable[[], Any]] = {
+        "pg": functools.partial(PostgresServer.start, DURABLE_SETTINGS)}
+    if "outcomes" in sections:
+        starts["kernel"] = functools.partial(PostgresServer.start, "-c fsync=off")
+    if "objects" in sections:
+        starts["s3"] = SeaweedS3.start
+    results = await asyncio.gather(*(asyncio.to_thread(start) for start in starts.values()),
+                                   return_exceptions=True)
+    started = [r for r in results if not isinstance(r, BaseException)]
     try:
-        s3 = await asyncio.to_thread(SeaweedS3.start) if need_s3 else None
-        yield pg, s3
-    finally:  # both at once: SeaweedFS takes seconds to stop
-        await asyncio.gather(asyncio.to_thread(pg.stop),
-                             *([asyncio.to_thread(s3.stop)] if s3 is not None else []))
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        named: dict[str, Any] = dict(zip(starts, results, strict=True))
+        yield Servers(named["pg"], named.get("kernel"), named.get("s3"))
+    finally:
+        await asyncio.gather(*(asyncio.to_thread(server.stop) for server in started))
 
 
 async def run(opts: argparse.Namespace) -> str:
     load_before = load()
     parts: list[str] = []
-    async with servers("objects" in opts.only) as (pg, s3):
+    async with servers(opts.only) as up:
         for name in opts.only:
             started = time.monotonic()
             print(f"fleet: {name} ...", file=sys.stderr, flush=True)
             if name == "outcomes":
-                part = await section_outcomes(opts, pg)
+                assert up.kernel is not None
+                part = await section_outcomes(opts, up.pg, up.kernel)
             elif name == "replicas":
-                part = await section_replicas(opts, pg)
+                part = await section_replicas(opts, up.pg)
             else:
-                assert s3 is not None
-                part = await section_objects(opts, pg, s3)
+                assert up.s3 is not None
+                part = await section_objects(opts, up.pg, up.s3)
             parts.append(f"{part}\n\n_(section {name}: {time.monotonic() - started:.1f} s, "
                          f"load average after it {load()})_")
             print(parts[-1] + "\n", file=sys.stderr, flush=True)
@@ -401,7 +419,7 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown sections {sorted(unknown)}; known: {', '.join(SECTIONS)}")
     if opts.quick:
-        opts.blocks, opts.seq, opts.per_caller, opts.warm = 2, 20, 3, 10
+        opts.blocks, opts.seq, opts.per_caller, opts.warm = 1, 20, 3, 10
         opts.mb, opts.rounds, opts.reads = 4, 1, 2
     for name in [n for n in os.environ if n.startswith(("SIDECAR_", "AWS_"))]:
         del os.environ[name]  # the run sets the fleet variables it measures, nothing else
