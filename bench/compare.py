@@ -162,6 +162,7 @@ class Target:
     setup: Callable[[], contextlib.AbstractAsyncContextManager[Any]] | None = None
     unavailable: str | None = None
     server_pid: int | None = None  # long-lived HTTP server targets
+    state_dir: Path | None = None  # `sidecar stdio`: the state whose daemon serves the client
 
 
 def stdio_params(command: str, args: list[str], env: dict[str, str] | None = None) -> Any:
@@ -300,7 +301,7 @@ class Targets:
         params = stdio_params(str(SIDECAR), ["stdio", "--manifests", str(manifests),
                                              "--state-dir", str(state)],
                               env={"SIDECAR_STATE_DIR": str(state)})
-        return Target(name, lambda: mcp_client(params))
+        return Target(name, lambda: mcp_client(params), state_dir=state)
 
     def fastmcp(self, limit: int = 0) -> Target:
         name = "FastMCP proxy stdio" + (f" (ResponseLimiting {limit // 1000} kB)" if limit else "")
@@ -380,6 +381,16 @@ def new_children(before: set[int]) -> list[int]:
     import psutil
 
     return [p.pid for p in psutil.Process().children() if p.pid not in before]
+
+
+def state_daemon(state: Path | None) -> int | None:
+    """The daemon that owns `state` (`<state>/daemon.json`): `sidecar stdio` hands its
+    client's pipes to it and then only waits, so the daemon is the process doing the work."""
+    if state is None:
+        return None
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        return int(json.loads((state / "daemon.json").read_text())["pid"])
+    return None
 
 
 def cpu_seconds(pid: int | None) -> float:
@@ -519,6 +530,7 @@ async def section_bridge(opts: argparse.Namespace) -> str:
                             client = await opened
                             tool = await find_tool(client, "echo")
                             item = Connected(target, client, tool, target.server_pid
+                                             or state_daemon(target.state_dir)
                                              or next(iter(new_children(before)), None))
                             for i in range(warm):
                                 await item.one(f"w{i}")
@@ -563,7 +575,8 @@ async def section_bridge(opts: argparse.Namespace) -> str:
            "the target's rate divided by direct stdio's rate in the same block; `middle half`: "
            "the 25th–75th percentile of those ratios. Latencies are over every call. "
            "`cpu µs/call` is the CPU of the process the client talks to (the upstream itself "
-           "for direct, the proxy otherwise) during the sequential blocks.\n",
+           "for direct, the proxy otherwise; for `sidecar stdio` the state's daemon, which the "
+           "stdio process hands its client's pipes to) during the sequential blocks.\n",
            table(["target", "calls/s", "vs direct", "middle half", "p50 ms", "p99 ms",
                   "cpu µs/call"], rows_seq),
            f"\n{tasks} concurrent callers on one session:\n",

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import collections
 import contextlib
 import dataclasses
 import datetime
@@ -186,13 +187,52 @@ async def section_outcomes(opts: argparse.Namespace, pg: PostgresServer) -> str:
             OutcomeTarget("PostgreSQL, defaults (fsync, synchronous_commit=on)",
                           {"SIDECAR_DATABASE_URL": await pg.new_database()}, pg.postmaster_pid()),
         ]
-        await measure_outcomes(opts, targets)
+        statements = await measure_outcomes(opts, targets, kernel)
     finally:
         await asyncio.to_thread(kernel.stop)
-    return report_outcomes(opts, targets)
+    return report_outcomes(opts, targets, statements)
 
 
-async def measure_outcomes(opts: argparse.Namespace, targets: list[OutcomeTarget]) -> None:
+async def statements_per_call(server: PostgresServer, target: OutcomeTarget,
+                              calls: int) -> dict[str, float]:
+    """What one call sends PostgreSQL: the server logs every statement (log_statement=all)
+    while `calls` sequential calls run; statement text -> times per call."""
+    import asyncpg
+
+    log = server.root / "log"
+    conn = await asyncpg.connect(server.dsn())
+    try:
+        await conn.execute("ALTER SYSTEM SET log_statement = 'all'")
+        await conn.execute("SELECT pg_reload_conf()")
+        await asyncio.sleep(0.5)  # every backend has read the new setting
+        start = log.stat().st_size
+        for _ in range(calls):
+            outcome = await target.snapshot.execute(
+                "echo", {"text": "x"}, ToolContext("bench", "bench", "m", f"log-{uuid.uuid4()}"))
+            if outcome.status != "completed":
+                raise RuntimeError(f"{target.label}: {outcome.error}")
+        await asyncio.sleep(0.5)
+        with log.open("rb") as f:
+            f.seek(start)
+            text = f.read().decode(errors="replace")
+    finally:
+        with contextlib.suppress(Exception):
+            await conn.execute("ALTER SYSTEM RESET log_statement")
+            await conn.execute("SELECT pg_reload_conf()")
+        await conn.close()
+    counts: collections.Counter[str] = collections.Counter()
+    for line in text.splitlines():
+        _, found, statement = line.partition("LOG:  statement: ")
+        if not found:
+            _, found, statement = line.partition("LOG:  execute ")
+            statement = statement.partition(": ")[2]
+        if found and "ALTER SYSTEM" not in statement and "pg_reload_conf" not in statement:
+            counts[" ".join(statement.split())[:72]] += 1
+    return {statement: n / calls for statement, n in counts.most_common()}
+
+
+async def measure_outcomes(opts: argparse.Namespace, targets: list[OutcomeTarget],
+                           kernel: PostgresServer) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="sidecar-fleet-") as tmp:
         async with contextlib.AsyncExitStack() as stack:
             for n, target in enumerate(targets):
@@ -219,9 +259,11 @@ async def measure_outcomes(opts: argparse.Namespace, targets: list[OutcomeTarget
                         target, f"{run}-c{b}", 16, opts.per_caller))
                 for target in order:
                     target.alone.append(await log_alone(target, f"{run}-a{b}", opts.seq))
+            return await statements_per_call(kernel, targets[1], 50)
 
 
-def report_outcomes(opts: argparse.Namespace, targets: list[OutcomeTarget]) -> str:
+def report_outcomes(opts: argparse.Namespace, targets: list[OutcomeTarget],
+                    statements: dict[str, float]) -> str:
     base = targets[0]
     rows, alone_rows, verdicts = [], [], []
     for target in targets:
@@ -261,11 +303,17 @@ def report_outcomes(opts: argparse.Namespace, targets: list[OutcomeTarget]) -> s
         "",
         f"The outcome log alone, in the same blocks: {opts.seq} sequential `get` + `record` "
         "pairs (what the seam asks of it per call: is this call id settled? then keep the "
-        "outcome). On PostgreSQL a pair is two pool checkouts, two SELECTs (outcome, "
-        "tombstone) and one INSERT; asyncpg sends its reset query when a connection goes back "
-        "to the pool: five round trips.",
+        "outcome).",
         "",
         table(["outcome log", "pairs/s", "µs per pair", "vs SQLite (middle half)"], alone_rows),
+        "",
+        f"What one durable call sends PostgreSQL: {sum(statements.values()):.1f} statements "
+        "(the server's log with log_statement=all over 50 sequential calls; "
+        "`pg_advisory_unlock_all()` opens the reset query asyncpg sends as a connection goes "
+        "back to its pool; each line is one round trip):",
+        "",
+        table(["statement", "per call"], [[f"`{text}`", f"{n:.2f}"]
+                                          for text, n in statements.items()]),
         "",
         "Durability: SQLite's WAL with synchronous=NORMAL and PostgreSQL with fsync=off both "
         "hand a commit to the kernel before answering: it survives a crash of the process, not "

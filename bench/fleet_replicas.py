@@ -1,16 +1,18 @@
 """Section 2 of `bench/fleet.py`: two `sidecar serve` replicas against one behind HAProxy.
 
 Replicas A and B are `sidecar serve` processes on one PostgreSQL database
-(`SIDECAR_DATABASE_URL`: the outcome log), each with its own state directory and the
-`echo` plugin (`bench/fleet_plugin.py`). HAProxy has two frontends: `one` (A alone) and `two`
-(A and B, round-robin). A third replica on SQLite and A without the proxy are reference rows.
-16 callers, each on its own keep-alive connection, call `/v1/snapshots/{id}/calls` with a
-fresh call id; the targets take turns in blocks (order rotating).
+(`SIDECAR_DATABASE_URL`: outcome log, snapshots and the other fleet stores), each with its own
+state directory and the `echo` plugin (`bench/fleet_plugin.py`). HAProxy has three frontends:
+`one` (A alone), `two` (A and B) and `any` (A and B, no affinity). A third replica on SQLite
+and A without the proxy are reference rows. 16 callers, each on its own keep-alive
+connection, make a snapshot and call `/v1/snapshots/{id}/calls` with fresh call ids; the
+targets take turns in blocks (order rotating).
 
-Snapshots are still kept per replica (shared `/v1` snapshots are being built), so each caller
-sends an `X-Bench-Caller` header and HAProxy keeps a caller on the replica that made its
-snapshot (the stick table one uses for `Mcp-Session-Id`); callers are spread round-robin, 8 on
-each replica.
+On `one` and `two` each caller sends an `X-Bench-Caller` header and HAProxy keeps a caller on
+the replica that served its first request (the stick table one uses for `Mcp-Session-Id`):
+callers are spread round-robin, 8 on each replica, as sessions would be. On `any` every
+request goes round-robin to either replica, which then finds the snapshot another replica
+made in the database.
 
 The load generator is this process, kept light on purpose (HTTP/1.1 written by hand on
 asyncio streams, about a tenth of an HTTP client library's CPU per request), because on 2
@@ -288,12 +290,16 @@ async def section_replicas(opts: Any, pg: PostgresServer) -> str:
                     raise failed
             a, b, lite = replicas
             proxy = await asyncio.to_thread(HAProxy.start, {
-                "one": [a.address], "two": [a.address, b.address]}, AFFINITY)
+                "one": [a.address], "two": [a.address, b.address],
+                "any": [a.address, b.address]}, AFFINITY, ("one", "two"))
             targets = [
                 Target("one replica (PostgreSQL) behind HAProxy", proxy.url("one")
                        .removeprefix("http://"), [a.process.pid]),
                 Target("two replicas (PostgreSQL) behind HAProxy", proxy.url("two")
                        .removeprefix("http://"), [a.process.pid, b.process.pid]),
+                Target("two replicas, each request to either (snapshots shared)",
+                       proxy.url("any").removeprefix("http://"),
+                       [a.process.pid, b.process.pid]),
                 Target("one replica (PostgreSQL), no proxy", a.address, [a.process.pid]),
                 Target("one replica (SQLite), no proxy", lite.address, [lite.process.pid]),
             ]
@@ -363,10 +369,11 @@ def report(opts: Any, targets: list[Target], groups: dict[str, list[int]]) -> st
         "",
         f"`sidecar serve` replicas on one PostgreSQL database; per block {CALLERS} callers x "
         f"{opts.per_caller * 2} calls (`POST /v1/snapshots/{{id}}/calls`, fresh call ids, the "
-        "`echo` plugin in the daemon's process). Each caller keeps its connection and its "
-        f"replica (header `{AFFINITY}`, an HAProxy stick table: snapshots are still per "
-        "replica). `vs one`: the median of same-block ratios to the one-replica frontend "
-        "(middle half); `answered by`: calls per replica process.",
+        "`echo` plugin in the daemon's process). Each caller keeps its connection; behind "
+        f"the `one` and `two` frontends also its replica (header `{AFFINITY}`, an HAProxy "
+        "stick table), behind `any` each request goes round-robin and the replica finds "
+        "the snapshot in the database. `vs one`: the median of same-block ratios to the "
+        "one-replica frontend (middle half); `answered by`: calls per replica process.",
         "",
         table(["target", "calls/s", "vs one", "p50 ms", "p99 ms", "answered by"], rows),
         "",
@@ -383,10 +390,12 @@ def report(opts: Any, targets: list[Target], groups: dict[str, list[int]]) -> st
         f"{cores}. With two, a call cost the fleet {per_call_two * 1e6:,.0f} µs of CPU and "
         f"other users took {others_two:.2f} cores, so these cores allow at most "
         f"{ceiling:,.0f} calls/s: {ceiling / one_rate:.2f}x the one-replica rate "
-        f"({one_rate:,.0f}/s).",
+        f"({one_rate:,.0f}/s). 1.6x needs 1.6 x {one_rate:,.0f} calls/s x "
+        f"{per_call_two * 1e6:,.0f} µs = {1.6 * one_rate * per_call_two:.2f} cores for the fleet.",
         f"- the same cores with no other users, from these CPU costs: one replica at most "
         f"{one_alone:,.0f} calls/s (its event loop at one core, or all {cores} cores), two at "
-        f"most {two_alone:,.0f}: {two_alone / one_alone:.2f}x. A call costs the replica "
+        f"most {two_alone:,.0f}: {two_alone / one_alone:.2f}x; 1.6x would need "
+        f"{1.6 * one_alone * per_call_two:.1f} cores. A call costs the replica "
         f"{one.cpu['replica A'] / one.calls * 1e6:,.0f} µs and the rest of the fleet "
         f"{(per_call_one - one.cpu['replica A'] / one.calls) * 1e6:,.0f} µs (PostgreSQL "
         f"{one.cpu['PostgreSQL'] / one.calls * 1e6:,.0f}, HAProxy "

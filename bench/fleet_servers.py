@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -209,8 +209,9 @@ class SeaweedS3:
 @dataclass
 class HAProxy:
     """Debian's HAProxy in the foreground: one frontend per entry of `backends` (name ->
-    server addresses), round-robin, requests with the same `affinity` header kept on one
-    server (a stick table, as for `Mcp-Session-Id`)."""
+    server addresses), round-robin; on the frontends named in `sticky` (default: all),
+    requests with the same `affinity` header are kept on one server (a stick table, as for
+    `Mcp-Session-Id`)."""
 
     root: Path
     process: subprocess.Popen[bytes]
@@ -218,7 +219,7 @@ class HAProxy:
 
     @classmethod
     def start(cls, backends: dict[str, Sequence[str]], affinity: str = "Mcp-Session-Id",
-              timeout: float = 30.0) -> HAProxy:
+              sticky: Collection[str] | None = None, timeout: float = 30.0) -> HAProxy:
         binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
         if not Path(binary).exists():
             raise RuntimeError("HAProxy is not installed: apt-get install -y haproxy")
@@ -229,11 +230,12 @@ class HAProxy:
         for name, servers in backends.items():
             lines += [f"frontend {name}", f"    bind 127.0.0.1:{ports[name]}",
                       f"    default_backend {name}_servers", f"backend {name}_servers",
-                      "    balance roundrobin",
-                      "    stick-table type string len 128 size 100k expire 30m",
-                      f"    stick match req.hdr({affinity})",
-                      f"    stick store-request req.hdr({affinity})",
-                      f"    stick store-response res.hdr({affinity})"]
+                      "    balance roundrobin"]
+            if sticky is None or name in sticky:
+                lines += ["    stick-table type string len 128 size 100k expire 30m",
+                          f"    stick match req.hdr({affinity})",
+                          f"    stick store-request req.hdr({affinity})",
+                          f"    stick store-response res.hdr({affinity})"]
             lines += [f"    server s{i} {address}" for i, address in enumerate(servers, 1)]
         config = root / "haproxy.cfg"
         config.write_text("\n".join(lines) + "\n")

@@ -11,7 +11,8 @@ offset, an invalid regex, an empty namespace) are plain `ValueError`s, raised be
         ├── ManagedNotFound         a well-formed id the index does not hold (never stored,
         │                           expired, evicted)
         ├── RetentionError          a write could not be made durable (I/O error, disk full,
-        │                           invalid UTF-8, quota impossible); nothing is left behind
+        │   │                       invalid UTF-8, quota impossible); nothing is left behind
+        │   └── OwnerShareExceeded  one object larger than its owner's share of the quota
         ├── SearchTimeout           a grep ran past its time limit
         ├── StoreInUse              another live store (process) holds the root
         └── StoreClosed             the store (or spool) was used after it was closed
@@ -40,6 +41,11 @@ class RetentionError(ManagedStoreError):
 
     The underlying exception, if any, is chained as `__cause__`.
     """
+
+
+class OwnerShareExceeded(RetentionError):
+    """One object is larger than its owner's share of the quota (`owner_share`): a limit the
+    client hit, not a fault of the store; nothing was stored."""
 
 
 class SearchTimeout(ManagedStoreError):

@@ -24,14 +24,15 @@ from managed_store.refs import ManagedRef
 MARK_BYTES = 64 * 1024
 WAL_LIMIT_BYTES = 4 * 1024 * 1024
 """`journal_size_limit`: the WAL file is cut back to this whenever SQLite starts it over."""
-_SCHEMA_VERSION = 1
+_SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS objects (
     id          TEXT PRIMARY KEY,
     namespace   TEXT NOT NULL,
     size_bytes  INTEGER NOT NULL,
     lines       INTEGER NOT NULL,
-    created_at  REAL NOT NULL
+    created_at  REAL NOT NULL,
+    owner       TEXT
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS objects_by_age ON objects (created_at, id);
 CREATE TABLE IF NOT EXISTS line_marks (
@@ -42,6 +43,8 @@ CREATE TABLE IF NOT EXISTS line_marks (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS line_marks_by_newlines ON line_marks (id, newlines, byte_offset);
 """
+_OWNER_INDEX = "CREATE INDEX IF NOT EXISTS objects_by_owner ON objects (owner, created_at, id)"
+_ADD_OWNER = "ALTER TABLE objects ADD COLUMN owner TEXT"  # version 1 -> 2: owners unknown
 _REF_COLUMNS = "id, size_bytes, lines, created_at, namespace"
 
 
@@ -93,11 +96,14 @@ class Index:
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, _SCHEMA_VERSION):
+            if version not in (0, 1, _SCHEMA_VERSION):
                 raise ManagedStoreError(
                     f"index schema version {version} is not supported (expected {_SCHEMA_VERSION})"
                 )
             conn.executescript(_SCHEMA)
+            if version == 1:
+                conn.execute(_ADD_OWNER)
+            conn.execute(_OWNER_INDEX)
             conn.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
         except BaseException:
             conn.close()
@@ -117,11 +123,13 @@ class Index:
         ).fetchone()
         return None if row is None else _ref(row)
 
-    def insert(self, ref: ManagedRef, marks: Sequence[LineMark]) -> None:
+    def insert(
+        self, ref: ManagedRef, marks: Sequence[LineMark], owner: str | None = None
+    ) -> None:
         with self._transaction():
             self._conn.execute(
-                f"INSERT INTO objects ({_REF_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
-                (ref.id, ref.size_bytes, ref.lines, ref.created_at, ref.namespace),
+                f"INSERT INTO objects ({_REF_COLUMNS}, owner) VALUES (?, ?, ?, ?, ?, ?)",
+                (ref.id, ref.size_bytes, ref.lines, ref.created_at, ref.namespace, owner),
             )
             self._conn.executemany(
                 "INSERT INTO line_marks (id, byte_offset, newlines) VALUES (?, ?, ?)",
@@ -173,6 +181,25 @@ class Index:
         finally:
             cursor.close()
         return victims
+
+    def owner_bytes(self, owner: str) -> int:
+        return int(self._conn.execute(
+            "SELECT COALESCE(SUM(size_bytes), 0) FROM objects WHERE owner = ?", (owner,)
+        ).fetchone()[0])
+
+    def holdings(self) -> dict[str | None, tuple[int, float]]:
+        """Per owner (None: objects stored without one): its bytes and its oldest object's
+        `created_at`."""
+        rows = self._conn.execute(
+            "SELECT owner, SUM(size_bytes), MIN(created_at) FROM objects GROUP BY owner")
+        return {owner: (total, oldest) for owner, total, oldest in rows}
+
+    def oldest_of(self, owner: str | None, count: int, after: float = -1.0) -> list[ManagedRef]:
+        """`owner`'s oldest objects created after `after`, at most `count`, oldest first."""
+        rows = self._conn.execute(
+            f"SELECT {_REF_COLUMNS} FROM objects WHERE owner IS ? AND created_at > ?"
+            " ORDER BY created_at, id LIMIT ?", (owner, after, count))
+        return [_ref(row) for row in rows]
 
     def created_before(self, cutoff: float) -> list[ManagedRef]:
         rows = self._conn.execute(

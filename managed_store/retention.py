@@ -1,7 +1,12 @@
 """Retention policy: how long objects live and how many bytes they may take together.
 
-Eviction is oldest first (by `created_at`) for both rules. The policy only chooses victims;
-the store deletes their rows and files.
+Expiry is oldest first (by `created_at`). The quota is shared by owners (the clients the
+caller names when it stores text): one owner may hold at most `owner_share` of it, and
+storing an owner's object first evicts that owner's own oldest objects until it fits its
+share. When the whole quota overflows, the oldest objects of the owner holding the most bytes
+go first (objects stored without an owner count as one owner; with no owners at all that is
+plain oldest first). So one client storing huge outputs evicts its own refs, not the others'.
+The policy only chooses victims; the store deletes their rows and files.
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from managed_store.errors import RetentionError
+from managed_store.errors import OwnerShareExceeded, RetentionError
 from managed_store.index import Index
 from managed_store.refs import ManagedRef
 
@@ -20,8 +25,11 @@ class RetentionPolicy:
 
     ttl_seconds: float
     quota_bytes: int
+    owner_share: float = 0.5
 
     def __post_init__(self) -> None:
+        if not 0 < self.owner_share <= 1:
+            raise ValueError(f"owner_share must be > 0 and <= 1, got {self.owner_share!r}")
         if not self.ttl_seconds > 0:
             raise ValueError(f"ttl_seconds must be > 0, got {self.ttl_seconds!r}")
         if isinstance(self.quota_bytes, bool) or not isinstance(self.quota_bytes, int):
@@ -37,12 +45,98 @@ class RetentionPolicy:
                 f"{self.quota_bytes} bytes"
             )
 
+    @property
+    def owner_bytes(self) -> int:
+        """The most bytes one owner may hold."""
+        return math.floor(self.quota_bytes * self.owner_share)
+
+    def check_owner_fits(self, size_bytes: int, owner: str | None) -> None:
+        """Raise `RetentionError` if one object of this size is over an owner's share."""
+        if owner is not None and size_bytes > self.owner_bytes:
+            raise OwnerShareExceeded(
+                f"object of {size_bytes:,} bytes is over the per-owner share of the store "
+                f"quota ({self.owner_bytes:,} bytes: {self.owner_share:.0%} of "
+                f"{self.quota_bytes:,}); the whole text was not retained"
+            )
+
     def expired(self, index: Index, now: float) -> list[ManagedRef]:
         if math.isinf(self.ttl_seconds):
             return []
         return index.created_before(now - self.ttl_seconds)
 
-    def over_quota(self, index: Index, incoming_bytes: int) -> list[ManagedRef]:
-        """Oldest objects to evict so that `incoming_bytes` more fit under the quota."""
-        excess = index.totals().bytes + incoming_bytes - self.quota_bytes
-        return index.oldest_covering(excess) if excess > 0 else []
+    def over_quota(
+        self, index: Index, incoming_bytes: int, owner: str | None = None
+    ) -> list[ManagedRef]:
+        """Objects to evict so that `incoming_bytes` more, stored for `owner`, fit: first the
+        owner's own oldest beyond its share, then the oldest of the largest holder (see the
+        module docstring) until the whole quota has room."""
+        victims: list[ManagedRef] = []
+        if owner is not None:
+            excess = index.owner_bytes(owner) + incoming_bytes - self.owner_bytes
+            if excess > 0:
+                victims = _covering(index.oldest_of(owner, _BATCH), excess, index, owner)
+        excess = index.totals().bytes - sum(v.size_bytes for v in victims) + incoming_bytes \
+            - self.quota_bytes
+        if excess <= 0:
+            return victims
+        held = index.holdings()
+        stored = {o: total for o, (total, _) in held.items()}
+        oldest = {o: first for o, (_, first) in held.items()}
+        queues: dict[str | None, list[ManagedRef]] = {}
+        last: dict[str | None, float] = {}
+        for victim in victims:  # already chosen: the owner's oldest, in order
+            stored[owner] -= victim.size_bytes
+            last[owner] = oldest[owner] = victim.created_at
+        weight = dict(stored)  # the incoming object counts for its owner
+        weight[owner] = weight.get(owner, 0) + incoming_bytes
+        while excess > 0:
+            candidates = [o for o, total in stored.items() if total > 0]
+            if not candidates:
+                break  # nothing left to evict: the commit fails on the quota check
+            # The largest holder; on a tie, the one whose oldest object is oldest.
+            largest = max(candidates, key=lambda o: (weight[o], -oldest[o]))
+            following = _next(index, largest, queues, last)
+            if following is None:  # cannot happen while its bytes are counted; stop looking
+                stored[largest] = 0
+                continue
+            victim = queues[largest].pop(0)
+            last[largest] = oldest[largest] = victim.created_at
+            victims.append(victim)
+            stored[largest] -= victim.size_bytes
+            weight[largest] -= victim.size_bytes
+            excess -= victim.size_bytes
+        return victims
+
+
+_BATCH = 256
+
+
+def _covering(
+    refs: list[ManagedRef], nbytes: int, index: Index, owner: str | None
+) -> list[ManagedRef]:
+    """The first of `owner`'s objects (oldest first, `refs` the first batch) adding up to at
+    least `nbytes`."""
+    chosen: list[ManagedRef] = []
+    freed = 0
+    while refs and freed < nbytes:
+        for ref in refs:
+            if freed >= nbytes:
+                break
+            chosen.append(ref)
+            freed += ref.size_bytes
+        if freed < nbytes:
+            refs = index.oldest_of(owner, _BATCH, after=chosen[-1].created_at)
+    return chosen
+
+
+def _next(
+    index: Index,
+    owner: str | None,
+    queues: dict[str | None, list[ManagedRef]],
+    last: dict[str | None, float],
+) -> ManagedRef | None:
+    """`owner`'s oldest object not chosen yet (fetched in batches)."""
+    queue = queues.get(owner)
+    if not queue:
+        queue = queues[owner] = index.oldest_of(owner, _BATCH, after=last.get(owner, -1.0))
+    return queue[0] if queue else None

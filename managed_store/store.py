@@ -62,6 +62,7 @@ logger = logging.getLogger(__name__)
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 _MAX_NAMESPACE = 128
+_MAX_OWNER = 256
 # Offsets and limits past this are refused as arguments: SQLite's INTEGER ends at 2**63 - 1,
 # and no object comes near either.
 MAX_POSITION = 2**62
@@ -105,13 +106,16 @@ class ManagedStore:
         ttl_seconds: float = 7 * 86400,
         quota_bytes: int = 2 * 1024**3,
         cleanup_interval: float = 3600.0,
+        owner_share: float = 0.5,
     ) -> Self:
         """Open (creating if needed) the store at `root` and run a first `cleanup()`.
 
         `ttl_seconds` may be `math.inf`; `cleanup_interval=math.inf` disables the periodic
-        cleanup. Raises `ManagedStoreError` if the root is in use or cannot be opened.
+        cleanup. `owner_share` is the part of the quota one owner may hold (see `put`).
+        Raises `ManagedStoreError` if the root is in use or cannot be opened.
         """
-        policy = RetentionPolicy(ttl_seconds=ttl_seconds, quota_bytes=quota_bytes)
+        policy = RetentionPolicy(ttl_seconds=ttl_seconds, quota_bytes=quota_bytes,
+                                 owner_share=owner_share)
         if not cleanup_interval > 0:
             raise ValueError(f"cleanup_interval must be > 0, got {cleanup_interval!r}")
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="managed-store-index")
@@ -158,37 +162,52 @@ class ManagedStore:
 
     # -- writing -------------------------------------------------------------------------
 
-    async def put(self, text: str, *, namespace: str = "default") -> ManagedRef:
+    async def put(
+        self, text: str, *, namespace: str = "default", owner: str | None = None
+    ) -> ManagedRef:
         """Store `text` whole and return its ref.
 
+        `owner` names who the text counts against (a client; None: nobody in particular): an
+        owner holds at most `owner_share` of the quota, and storing for it first evicts its
+        own oldest objects; when the whole quota is full, the largest holder's oldest go
+        first (`managed_store.retention`).
+
         Extra memory is one window: 1 Mi characters, encoded (measured: +4 MB RSS for a 100 MB
-        ASCII text). Raises `RetentionError` if it cannot be stored (quota, disk, surrogates).
+        ASCII text). Raises `RetentionError` if it cannot be stored (quota, the owner's share,
+        disk, surrogates).
         """
         if not isinstance(text, str):
             raise TypeError(f"put() takes str, not {type(text).__name__}")
         _check_namespace(namespace)
+        _check_owner(owner)
         # Every character takes at least one byte, so this refuses hopeless texts before any I/O.
         self._policy.check_fits(len(text))
-        async with self.open_spool(namespace=namespace) as spool:
+        self._policy.check_owner_fits(len(text), owner)
+        async with self.open_spool(namespace=namespace, owner=owner) as spool:
             await spool.write(text)
             return await spool.commit()
 
-    def open_spool(self, *, namespace: str = "default") -> SpoolWriter:
-        """A writer for one object of unknown size; use it with `async with`."""
+    def open_spool(self, *, namespace: str = "default", owner: str | None = None) -> SpoolWriter:
+        """A writer for one object of unknown size; use it with `async with`. `owner` as in
+        `put` (an object over the owner's share fails at `commit`)."""
         _check_namespace(namespace)
+        _check_owner(owner)
         self._check_open()
         return SpoolWriter(
             self._layout.new_temp_path(),
             namespace=namespace,
             max_bytes=self._policy.quota_bytes,
-            commit=self._commit,
+            commit=functools.partial(self._commit, owner=owner),
             live=self._spools,
         )
 
-    async def _commit(self, written: WrittenObject, namespace: str) -> ManagedRef:
+    async def _commit(
+        self, written: WrittenObject, namespace: str, *, owner: str | None = None
+    ) -> ManagedRef:
         loop = asyncio.get_running_loop()
         try:
-            job = loop.run_in_executor(self._executor, self._commit_sync, written, namespace)
+            job = loop.run_in_executor(
+                self._executor, self._commit_sync, written, namespace, owner)
         except RuntimeError:  # executor shut down: the store closed while the spool ran
             if written.path is not None:
                 await asyncio.to_thread(unlink_quietly, written.path)
@@ -393,7 +412,9 @@ class ManagedStore:
             unlink_quietly(files[orphan])
         index.delete(ids - files.keys())
 
-    def _commit_sync(self, written: WrittenObject, namespace: str) -> ManagedRef:
+    def _commit_sync(
+        self, written: WrittenObject, namespace: str, owner: str | None
+    ) -> ManagedRef:
         index = self._index
         # This store's spools always write a temp file (`FileSink`).
         temp = written.path
@@ -402,8 +423,9 @@ class ManagedStore:
             if index is None:
                 raise StoreClosed("managed store is closed")
             self._policy.check_fits(written.size_bytes)
+            self._policy.check_owner_fits(written.size_bytes, owner)
             self._evicted_quota += self._evict_sync(
-                index, self._policy.over_quota(index, written.size_bytes))
+                index, self._policy.over_quota(index, written.size_bytes, owner))
             ref_id = new_ref_id()
             final = self._layout.object_path(ref_id)
             os.rename(temp, final)
@@ -422,7 +444,7 @@ class ManagedStore:
                 created_at=created_at,
                 namespace=namespace,
             )
-            index.insert(ref, written.marks)
+            index.insert(ref, written.marks, owner)
             self._last_created_at = created_at
         except BaseException as exc:
             unlink_quietly(final)
@@ -516,6 +538,15 @@ def _check_int(name: str, value: object, minimum: int) -> None:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     if value > MAX_POSITION:
         raise ValueError(f"{name} must be <= 2**62, got {value}")
+
+
+def _check_owner(owner: object) -> None:
+    if owner is None:
+        return
+    if not isinstance(owner, str):
+        raise TypeError(f"owner must be str or None, got {type(owner).__name__}")
+    if not 0 < len(owner) <= _MAX_OWNER or not owner.isprintable():
+        raise ValueError(f"owner must be 1-{_MAX_OWNER} printable characters, got {owner!r}")
 
 
 def _check_namespace(namespace: object) -> None:

@@ -46,7 +46,7 @@ from sidecar.retention import DEFAULT_RETENTION_SECONDS, parse_duration, retenti
 from sidecar.serve.event_log import MemoryEventLog
 from sidecar.start_signals import sigterm_cancels
 from sidecar.state_dir import prepare_state_dir, write_private_file
-from sidecar.store_pressure import store_quota_from_env
+from sidecar.store_pressure import owner_share_from_env, store_quota_from_env
 from sidecar.stores import (
     CallHistory,
     EventLogFactory,
@@ -195,7 +195,7 @@ async def _open_managed(o: _Opening) -> TextStore:
             managed = await S3TextStore.open(
                 o.pool, S3Settings.from_url(o.backends.object_store, os.environ),
                 ttl_seconds=retention, quota_bytes=o.options.store_quota_bytes,
-                cleanup_interval=cleanup_interval)
+                cleanup_interval=cleanup_interval, owner_share=owner_share_from_env())
         except (ManagedStoreError, ValueError) as exc:
             # a fleet backend the replica cannot use: one line from the CLI (exit 6)
             raise DatabaseError(f"SIDECAR_OBJECT_STORE: {exc}") from exc
@@ -203,6 +203,7 @@ async def _open_managed(o: _Opening) -> TextStore:
         managed = await ManagedStore.open(
             o.options.state_dir / "managed", ttl_seconds=retention,
             quota_bytes=o.options.store_quota_bytes, cleanup_interval=cleanup_interval,
+            owner_share=owner_share_from_env(),
         )
     o.stack.push_async_callback(managed.aclose)
     return managed
@@ -672,6 +673,7 @@ async def _daemon_location(
     retention = retention_from_env()
     try:
         quota = store_quota_from_env(DEFAULT_STORE_QUOTA_BYTES)
+        owner_share_from_env()  # checked here: one line, not a traceback from the store
     except ValueError as exc:
         import sys
 

@@ -328,6 +328,7 @@ class Location:
         keep: bool = True,
         profile: str | None = None,
         strict: bool = False,
+        owner: str | None = None,
     ) -> Snapshot:
         """Capture the effective tools for one model request and keep it addressable by id.
 
@@ -341,7 +342,8 @@ class Location:
         `profile` names a profile (`sidecar.profiles`; None: the default one): only its tools
         are captured, served its way; an undeclared name raises `UnknownProfile`. `strict`
         records that its definitions are advertised in OpenAI strict mode. A kept snapshot
-        reaches the other replicas of a fleet with `share_snapshot`.
+        reaches the other replicas of a fleet with `share_snapshot`. `owner` names the client
+        the snapshot counts against (`SnapshotStore.max_per_owner`).
         """
         chosen = self.profiles.resolve(profile)
         effective = self.profiles.entries(chosen, self.registry.effective())
@@ -368,6 +370,7 @@ class Location:
             definitions=tuple(e.definition for e in captured.values()),
         )
         snapshot = self._made(recipe, captured)
+        snapshot.owner = owner
         return self.snapshots.add(snapshot) if keep else snapshot
 
     def _made(self, recipe: SnapshotRecipe, captured: Mapping[str, Entry]) -> Snapshot:

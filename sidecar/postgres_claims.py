@@ -18,6 +18,8 @@ get the same call id at once would both run the tool. A claim is a row of `sidec
     settle     recording the outcome deletes the claim in the same statement and NOTIFYs
     release    a call cancelled before it settled deletes its claim (and NOTIFYs), so a
                waiting duplicate runs it at once rather than after the expiry
+    sweep      every 3 TTLs each replica deletes the claims that expired over a TTL ago (a
+               dead replica's call that no duplicate came to take over)
 
 A replica that dies (kill -9, lost machine) stops renewing: its claims expire after the TTL
 (`SIDECAR_CLAIM_TTL`, default 30 s) and a waiting or later duplicate takes the call over and
@@ -56,6 +58,11 @@ DEFAULT_CLAIM_TTL = 30.0
 """Seconds a claim lives without renewal (`SIDECAR_CLAIM_TTL`)."""
 MAX_POLL_SECONDS = 2.0
 """A waiting duplicate looks again at least this often, even when no notification came."""
+LISTEN_RETRY_SECONDS = 60.0
+"""After LISTEN failed, waiting duplicates poll alone this long before it is tried again."""
+SWEEP_EVERY = 9
+"""Every this many renewal rounds (3 TTLs), a replica deletes the claims that expired over a
+TTL ago: those of replicas that died with no duplicate arriving to take the call over."""
 CHANNEL = "sidecar_claims"
 """The NOTIFY channel: the payload is `claim_key(location, call_id)`."""
 
@@ -109,7 +116,13 @@ $$;
 read the call's outcome, tombstone and claim: one round trip. `previous`: NULL when the claim
 is held by another replica, '' when it was free, else the replica whose expired claim this
 took over."""
-_CLAIM = "SELECT * FROM sidecar_claim($1, $2, $3, $4, $5)"
+_CLAIM = """
+SELECT c.* FROM set_config('synchronous_commit', 'off', true) AS s,
+                sidecar_claim($1, $2, $3, $4, $5) AS c
+"""
+# A claim's commit does not wait for its WAL to reach the disk (only this transaction's): a
+# claim is a lease, and what a crash of the database could lose with it (the claims of the
+# last moment) a replica stalled past the TTL loses as well. Outcomes stay synchronous.
 _RELEASE = f"""
 WITH gone AS (DELETE FROM sidecar_claims WHERE location = $1 AND call_id = $2
               AND replica = $3 RETURNING 1)
@@ -119,6 +132,9 @@ _RENEW = """
 UPDATE sidecar_claims AS c SET expires_at = now() + make_interval(secs => $4)
 FROM unnest($2::text[], $3::text[]) AS k(location, call_id)
 WHERE c.location = k.location AND c.call_id = k.call_id AND c.replica = $1
+"""
+_SWEEP = """
+DELETE FROM sidecar_claims WHERE expires_at < now() - make_interval(secs => $1)
 """
 SETTLE_AND_NOTIFY = f"""CASE WHEN EXISTS (SELECT 1 FROM settled_claim)
 THEN pg_notify('{CHANNEL}', $11) END"""
@@ -159,7 +175,7 @@ class PostgresClaims:
         self._waiting: dict[str, set[asyncio.Event]] = {}
         self._listener: Any = None  # a pool connection LISTENing on CHANNEL
         self._listen_lock = asyncio.Lock()
-        self._listen_failed = False
+        self._listen_retry_at = 0.0
         self._releases: set[asyncio.Task[None]] = set()
         self._renewer: asyncio.Task[None] | None = None
         self.taken_over = 0
@@ -271,24 +287,30 @@ class PostgresClaims:
 
     async def _listen(self) -> None:
         """LISTEN on one pool connection, once (again if that connection closed); polling
-        alone when the database refuses (e.g. a pooler in transaction mode)."""
-        if self._listen_failed or (self._listener is not None
-                                   and not self._listener.is_closed()):
+        alone for a while when the database refuses (e.g. a pooler in transaction mode)."""
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._listen_retry_at or (self._listener is not None
+                                                   and not self._listener.is_closed()):
             return
         async with self._listen_lock:
-            if self._listener is not None and not self._listener.is_closed():
-                return
-            conn = None
+            if self._listener is not None:
+                if not self._listener.is_closed():
+                    return
+                closed, self._listener = self._listener, None
+                await self._pool.release(closed)
+            conn = await self._pool.acquire()
             try:
-                conn = await self._pool.acquire()
                 await conn.add_listener(CHANNEL, self._notified)
             except _DB_ERRORS as exc:
-                self._listen_failed = True
+                self._listen_retry_at = loop.time() + LISTEN_RETRY_SECONDS
                 log.warning("LISTEN %s failed; duplicates of a running call poll every %g s "
-                            "instead: %s", CHANNEL, self._poll, exc)
-                if conn is not None:
-                    await self._pool.release(conn)
+                            "instead (next try in %g s): %s", CHANNEL, self._poll,
+                            LISTEN_RETRY_SECONDS, exc)
+                await self._pool.release(conn)
                 return
+            except BaseException:
+                await self._pool.release(conn)
+                raise
             self._listener = conn
 
     def _notified(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
@@ -296,18 +318,22 @@ class PostgresClaims:
             woken.set()
 
     async def _renew_forever(self) -> None:
+        rounds = 0
         while True:
             await asyncio.sleep(self.ttl / 3)
-            if not self._live:
-                continue
-            locations, call_ids = zip(*self._live, strict=True)
+            rounds += 1
             try:
-                async with self._pool.acquire() as conn:
-                    await conn.execute(_RENEW, self.replica, list(locations), list(call_ids),
-                                       self.ttl)
+                if self._live:
+                    locations, call_ids = zip(*self._live, strict=True)
+                    async with self._pool.acquire() as conn:
+                        await conn.execute(_RENEW, self.replica, list(locations),
+                                           list(call_ids), self.ttl)
+                if rounds % SWEEP_EVERY == 0:
+                    async with self._pool.acquire() as conn:
+                        await conn.execute(_SWEEP, self.ttl)
             except _DB_ERRORS as exc:
-                log.warning("renewing %d claims failed (retrying in %g s): %s",
-                            len(call_ids), self.ttl / 3, exc)
+                log.warning("renewing this replica's claims failed (retrying in %g s): %s",
+                            self.ttl / 3, exc)
 
     async def aclose(self) -> None:
         if self._renewer is not None:

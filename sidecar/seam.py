@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from managed_store import ManagedStoreError, TextStore
+from managed_store import ManagedStoreError, OwnerShareExceeded, TextStore
 from sidecar import json_depth, tracing
 from sidecar.bounding import apply_preview, plan_bounding, scrub_surrogates
 from sidecar.call_history import SettledCall
@@ -237,6 +237,8 @@ class Seam:
             partial = {**(ctx.last_progress or {}), **(failure.metadata or {})} or None
             partial = self._bound_meta(partial, name, call_id, "partial snapshot")
             raise _Failed(CallError(failure.kind, failure.message), partial) from None
+        except OwnerShareExceeded as exc:  # the tool's own spool: a client's limit, not a defect
+            raise _Failed(_over_share(name, exc)) from None
         except Exception as exc:
             failed = _operational(f"tool {name} raised", name, call_id, exc)
             failed.partial = self._bound_meta(ctx.last_progress, name, call_id, "partial snapshot")
@@ -248,7 +250,8 @@ class Seam:
         output = _encode(tool.output, value, name)
         content = _normalize(content_value, tool.output is not None, output, name)
         with tracing.step("bound_content"):
-            content, retained = await self._bound(content, bounds, name, call_id)
+            content, retained = await self._bound(content, bounds, name, call_id,
+                                                  ctx.store_owner)
         return Outcome(
             call_id=call_id,
             tool=name,
@@ -260,14 +263,16 @@ class Seam:
         )
 
     async def _bound(
-        self, content: Content, bounds: Bounds, name: str, call_id: str
+        self, content: Content, bounds: Bounds, name: str, call_id: str, owner: str
     ) -> tuple[Content, tuple[ManagedText, ...]]:
         planned = plan_bounding(content, bounds)
         if planned is None:
             return content, ()
         joined, plan = planned
         try:
-            ref = await self.store.put(joined, namespace=self.location)
+            ref = await self.store.put(joined, namespace=self.location, owner=owner)
+        except OwnerShareExceeded as exc:
+            raise _Failed(_over_share(name, exc)) from None
         except ManagedStoreError as exc:
             raise _operational("retaining oversized text failed", name, call_id, exc) from None
         retained = ManagedText(ref=ref.id, size_bytes=ref.size_bytes, lines=ref.lines)
@@ -285,7 +290,8 @@ class Seam:
             try:
                 changed = await hook(AfterCall(outcome, context))
                 if changed is not None:
-                    outcome = await self._renormalize(outcome, changed, bounds)
+                    outcome = await self._renormalize(outcome, changed, bounds,
+                                                      context.store_owner)
             except _Failed as failed:
                 return Outcome.failed(outcome.call_id, outcome.tool, failed.error)
             except Exception as exc:
@@ -293,7 +299,9 @@ class Seam:
                 return Outcome.failed(outcome.call_id, outcome.tool, defect.error)
         return outcome
 
-    async def _renormalize(self, before: Outcome, changed: Outcome, bounds: Bounds) -> Outcome:
+    async def _renormalize(
+        self, before: Outcome, changed: Outcome, bounds: Bounds, owner: str
+    ) -> Outcome:
         name, call_id = before.tool, before.call_id
         changed = replace(changed, call_id=call_id, tool=name)
         if changed.status == "error":
@@ -304,7 +312,7 @@ class Seam:
             return replace(changed, content=(), output=None, metadata=None, partial=partial)
         content = _normalize(changed.content, before.output is not None, changed.output, name)
         with tracing.step("bound_content"):
-            content, retained = await self._bound(content, bounds, name, call_id)
+            content, retained = await self._bound(content, bounds, name, call_id, owner)
         return replace(
             changed,
             content=content,
@@ -415,3 +423,11 @@ def unknown_tool_error(name: str, available: Mapping[str, Any]) -> CallError:
     else:
         hint = f"No tool has a similar name; {len(available)} tools are available."
     return CallError(ErrorKind.UNKNOWN_TOOL, f"Unknown tool: {name}. {hint}")
+
+
+def _over_share(name: str, exc: OwnerShareExceeded) -> CallError:
+    """A call whose output is larger than its client's share of the managed store: it fails
+    (never a lossy success), model-visibly, so the caller can ask for less."""
+    return CallError(ErrorKind.TOOL_FAILURE, f"{name}: the output was not kept whole: {exc}; "
+                     "ask for less output (the limit is SIDECAR_STORE_OWNER_SHARE of "
+                     "SIDECAR_STORE_QUOTA)")

@@ -55,8 +55,8 @@ class Snapshot:
     `unknown_tool`."""
 
     __slots__ = (
-        "_entries", "created_at", "definitions", "final_step", "id", "profile", "recipe",
-        "removed", "seam", "session_id",
+        "_entries", "created_at", "definitions", "final_step", "id", "owner", "profile",
+        "recipe", "removed", "seam", "session_id",
     )
 
     def __init__(
@@ -80,6 +80,9 @@ class Snapshot:
         self.created_at = time.monotonic()
         self.profile: str | None = None
         """The profile it was taken through (set by `Location.snapshot`)."""
+        self.owner: str | None = None
+        """The client it counts against in `SnapshotStore.max_per_owner` (the HTTP API: its
+        scoped token, `"token:<id>"`; None: not counted per owner). Set by `Location.snapshot`."""
         self.recipe: SnapshotRecipe | None = None
         """How `Location.snapshot` made it, so another replica can make it again
         (`sidecar.snapshot_records`)."""
@@ -120,21 +123,25 @@ class SnapshotExpired(SidecarError):
 class SnapshotStore:
     """Snapshots addressable by id, with a TTL and bounded counts.
 
-    A session keeps at most `max_per_session` snapshots (its own oldest goes first), and the
-    store at most `max_count`: past that, the oldest snapshot *of the session holding the
-    most* goes, so one client creating snapshots in a loop expires its own, not everyone's.
-    (Sessions are named by clients: a client inventing a new session per snapshot still
-    competes with the others once `max_count` is reached.)
+    A session keeps at most `max_per_session` snapshots (its own oldest goes first), an owner
+    (a scoped token, over all its sessions) at most `max_per_owner` (its own oldest goes
+    first), and the store at most `max_count`: past that, the oldest snapshot *of the session
+    holding the most* goes, so one client creating snapshots in a loop expires its own, not
+    everyone's. (Sessions are named by clients: a client of the all-access token inventing a
+    new session per snapshot still competes with the others once `max_count` is reached.)
     """
 
     def __init__(
-        self, *, ttl_seconds: float = 3600.0, max_count: int = 1024, max_per_session: int = 128
+        self, *, ttl_seconds: float = 3600.0, max_count: int = 1024, max_per_session: int = 128,
+        max_per_owner: int = 512,
     ) -> None:
         self.ttl_seconds = ttl_seconds
         self.max_count = max_count
         self.max_per_session = max_per_session
+        self.max_per_owner = max_per_owner
         self._items: OrderedDict[str, Snapshot] = OrderedDict()
         self._by_session: dict[str | None, OrderedDict[str, None]] = {}
+        self._by_owner: dict[str, OrderedDict[str, None]] = {}
 
     def add(self, snapshot: Snapshot) -> Snapshot:
         self._expire()
@@ -143,6 +150,11 @@ class SnapshotStore:
         own[snapshot.id] = None
         while len(own) > self.max_per_session:
             self._drop(next(iter(own)))
+        if snapshot.owner is not None and snapshot.id in self._items:
+            owned = self._by_owner.setdefault(snapshot.owner, OrderedDict())
+            owned[snapshot.id] = None
+            while len(owned) > self.max_per_owner:
+                self._drop(next(iter(owned)))
         while len(self._items) > self.max_count:
             largest = max(self._by_session.values(), key=len)
             self._drop(next(iter(largest)))
@@ -154,7 +166,8 @@ class SnapshotStore:
         if snapshot is None:
             raise SnapshotExpired(
                 f"snapshot {snapshot_id!r} is unknown or expired (snapshots live "
-                f"{self.ttl_seconds:g} s, at most {self.max_per_session} per session and "
+                f"{self.ttl_seconds:g} s, at most {self.max_per_session} per session, "
+                f"{self.max_per_owner} per scoped token and "
                 f"{self.max_count} in all); create a new one"
             )
         return snapshot
@@ -168,6 +181,12 @@ class SnapshotStore:
         del own[snapshot_id]
         if not own:
             del self._by_session[snapshot.session_id]
+        owner = snapshot.owner
+        owned = self._by_owner.get(owner) if owner is not None else None
+        if owner is not None and owned is not None:
+            owned.pop(snapshot_id, None)
+            if not owned:
+                del self._by_owner[owner]
 
     def _expire(self) -> None:
         limit = time.monotonic() - self.ttl_seconds

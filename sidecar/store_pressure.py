@@ -43,6 +43,26 @@ class StorePressure:
         }
 
 
+DEFAULT_OWNER_SHARE = 0.5
+
+
+def owner_share_from_env(default: float = DEFAULT_OWNER_SHARE) -> float:
+    """`SIDECAR_STORE_OWNER_SHARE`: the part of the store quota one client (a session, or a
+    scoped token) may hold, as a fraction (`0.25`) or a percentage (`25%`), more than 0 and at
+    most 1; else `default`. Anything else is a `ValueError` naming it."""
+    raw = os.environ.get("SIDECAR_STORE_OWNER_SHARE", "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 1:
+        raise ValueError("SIDECAR_STORE_OWNER_SHARE must be a fraction of the store quota "
+                         f"above 0 and at most 1 (such as 0.5 or 50%), got {raw!r}")
+    return value
+
+
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
 

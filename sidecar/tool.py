@@ -71,6 +71,10 @@ class ToolContext:
     agent: str
     message_id: str
     call_id: str
+    owner: str | None = None
+    """Who the call's retained text counts against in the managed store (its per-owner share
+    of the quota); None: the session (`"session:<session_id>"`). The HTTP API sets
+    `"token:<id>"` for a call made with a scoped token."""
 
     def __post_init__(self) -> None:
         values = (self.session_id, self.agent, self.message_id, self.call_id)
@@ -79,6 +83,13 @@ class ToolContext:
                 value = getattr(self, name)
                 if not isinstance(value, str) or not value:
                     raise ValueError(f"ToolContext.{name} must be a non-empty string")
+        if self.owner is not None and (type(self.owner) is not str or not self.owner):
+            raise ValueError("ToolContext.owner must be a non-empty string or None")
+
+    @property
+    def store_owner(self) -> str:
+        """The managed store's owner for this call's retained text."""
+        return self.owner or f"session:{self.session_id}"
 
 
 ProgressSink = Callable[[str, str, dict[str, Any]], None]
@@ -115,6 +126,12 @@ class CallContext:
     @property
     def call_id(self) -> str:
         return self.runner.call_id
+
+    @property
+    def store_owner(self) -> str:
+        """Who text retained by this call counts against (`ToolContext.store_owner`): pass it
+        as `owner=` to the managed store."""
+        return self.runner.store_owner
 
     @property
     def last_progress(self) -> dict[str, Any] | None:

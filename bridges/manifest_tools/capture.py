@@ -188,9 +188,11 @@ class OutputCapture:
         memory_cap: int,
         hard_cap: int,
         encoding: str = "utf-8",
+        owner: str | None = None,
     ) -> None:
         self._store = store
         self._namespace = namespace
+        self._owner = owner  # the managed store's per-owner share (the call's client)
         self._memory_cap = memory_cap
         self._hard_cap = hard_cap
         self._decoder = _Decoder(encoding)
@@ -339,7 +341,7 @@ class OutputCapture:
         )
 
     async def _start_spool(self) -> None:
-        spool = self._store.open_spool(namespace=self._namespace)
+        spool = self._store.open_spool(namespace=self._namespace, owner=self._owner)
         self._spool = await self._stack.enter_async_context(spool)
         self._fd_spool = self._spool if isinstance(self._spool, FdSpool) else None
         data = b"".join(self._chunks)

@@ -123,7 +123,8 @@ class CommandCall:
             terminate_grace=config.terminate_grace,
         )
         progress = LineProgress(ctx.progress) if config.progress else None
-        async with self._capture() as out, self._capture() as err:
+        owner = ctx.store_owner
+        async with self._capture(owner) as out, self._capture(owner) as err:
             try:
                 running = await spawn(spec)
             except OSError as exc:
@@ -155,10 +156,11 @@ class CommandCall:
             return None
         return value_text(args[field]).encode("utf-8", "surrogatepass")
 
-    def _capture(self) -> OutputCapture:
+    def _capture(self, owner: str) -> OutputCapture:
         return OutputCapture(
             self._store,
             namespace=self._namespace,
+            owner=owner,
             memory_cap=self._config.memory_cap_bytes,
             hard_cap=self._config.max_output_bytes,
         )

@@ -106,7 +106,7 @@ class HttpCall:
                     request, stream=True, follow_redirects=self._request.follow_redirects
                 )
                 try:
-                    return await self._respond(response, what)
+                    return await self._respond(response, what, ctx.store_owner)
                 finally:
                     await response.aclose()
         except TimeoutError:
@@ -180,7 +180,9 @@ class HttpCall:
 
     # --- the response -----------------------------------------------------------------------
 
-    async def _respond(self, response: httpx.Response, what: str) -> ToolResponse:
+    async def _respond(
+        self, response: httpx.Response, what: str, owner: str
+    ) -> ToolResponse:
         status = response.status_code
         if not 200 <= status < 300:
             raise await self._status_failure(response, what)
@@ -194,6 +196,7 @@ class HttpCall:
         capture = OutputCapture(
             self._store,
             namespace=self._namespace,
+            owner=owner,
             memory_cap=self._request.memory_cap_bytes,
             hard_cap=self._request.max_response_bytes,
             encoding=known_encoding(response.charset_encoding),

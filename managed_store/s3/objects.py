@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 import obstore
 
@@ -151,6 +151,33 @@ class RangedReader:
         return self._take(min(want, max(0, self._end() - self._pos)))
 
     def readline(self, size: int = -1, /) -> bytes:
+        self._ensure_line()
+        local = self._pos - self._start
+        newline = self._buffer.find(b"\n", max(0, local))
+        stop = self._end() if newline == -1 else self._start + newline + 1
+        if size >= 0:
+            stop = min(stop, self._pos + size)
+        return self._take(max(0, stop - self._pos))
+
+    def __iter__(self) -> Iterator[bytes]:
+        """The lines from the position on, each with its `\\n`, as a file yields them. Takes
+        every whole line loaded at once and splits them in C (a `readline` each cost 2.5 us
+        a line in Python): use it alone, not mixed with `seek` or `read`."""
+        while True:
+            self._ensure_line()
+            local = self._pos - self._start
+            last = self._buffer.rfind(b"\n", max(0, local))
+            if last == -1:  # the end, without a final newline
+                rest = self._take(self._end() - self._pos)
+                if rest:
+                    yield rest
+                return
+            *lines, _ = self._take(last + 1 - local).split(b"\n")
+            for line in lines:
+                yield line + b"\n"
+
+    def _ensure_line(self) -> None:
+        """Load until a `\\n` lies at or after the position, or the end is loaded."""
         searched = self._pos
 
         def has_line() -> bool:
@@ -160,21 +187,6 @@ class RangedReader:
             return found != -1
 
         self._ensure(has_line)
-        local = self._pos - self._start
-        newline = self._buffer.find(b"\n", max(0, local))
-        stop = self._end() if newline == -1 else self._start + newline + 1
-        if size >= 0:
-            stop = min(stop, self._pos + size)
-        return self._take(max(0, stop - self._pos))
-
-    def __iter__(self) -> Self:
-        return self
-
-    def __next__(self) -> bytes:
-        line = self.readline()
-        if not line:
-            raise StopIteration
-        return line
 
     def _end(self) -> int:
         return self._start + len(self._buffer)

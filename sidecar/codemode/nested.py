@@ -138,7 +138,7 @@ class NestedCalls:
         parent = self._parent
         context = ToolContext(
             session_id=parent.session_id, agent=parent.agent, message_id=parent.message_id,
-            call_id=f"{parent.call_id}/{n}",
+            call_id=f"{parent.call_id}/{n}", owner=parent.owner,
         )
         task = asyncio.create_task(self._settle(n, name, _json_input(raw_input), context))
         self._tasks.add(task)

@@ -42,7 +42,7 @@ from sidecar.serve.replay import (
     parse_format,
     result_for,
 )
-from sidecar.serve.security import profile_allowed
+from sidecar.serve.security import TOKEN_KEY, profile_allowed
 from sidecar.snapshot import SnapshotExpired
 from sidecar.snapshot_records import SnapshotRecordsError
 from sidecar.stores import EventLog
@@ -271,6 +271,7 @@ class Api:
             session_id=body.session_id, allow=body.allow, deny=body.deny,
             final_step=body.final_step, codemode=body.codemode,
             profile=self._profile(request, body.profile), strict=body.strict,
+            owner=_owner(request),
         )
         try:
             await self.location.share_snapshot(snapshot)  # any replica of a fleet serves its id
@@ -298,7 +299,8 @@ class Api:
             raise ApiError(403, "forbidden_profile", "this token does not reach profile "
                            f"{snapshot.profile!r}", "snapshot_id")
         c = body.context
-        context = ToolContext(c.session_id, c.agent, c.message_id, c.call_id)
+        context = ToolContext(c.session_id, c.agent, c.message_id, c.call_id,
+                              owner=_owner(request))
         raw_input: Any = body.input
         entry = snapshot.entry(body.name)
         # Advertised with OpenAI strict schemas: models send null for optional properties
@@ -529,3 +531,10 @@ def _handled(endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:
         return response
 
     return run
+
+
+def _owner(request: Request) -> str | None:
+    """The client per-client limits count against: the scoped token the request came with
+    (None: the all-access token; the managed store then counts the call's session)."""
+    token_id = request.scope.get(TOKEN_KEY)
+    return f"token:{token_id}" if isinstance(token_id, str) else None

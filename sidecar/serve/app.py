@@ -60,11 +60,11 @@ def build_app(
             location.seam.observers.remove(metrics.observe)
             location.call_listeners.remove(metrics.observe_record)
 
-    async def scoped(secret: str) -> frozenset[str] | None:
+    async def scoped(secret: str) -> tuple[str, frozenset[str]] | None:
         if location.tokens is None:
             return None
         record = await verify_token(location.tokens, secret)
-        return frozenset(record.profiles) if record is not None else None
+        return (record.id, frozenset(record.profiles)) if record is not None else None
 
     app = Starlette(
         routes=[*api.routes(), *console_routes(location, events, token, api.auth.begin),

@@ -33,13 +33,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 GRANT_KEY = "sidecar.grant"
 """The ASGI scope key holding the profiles a scoped token reaches (absent: every profile)."""
+TOKEN_KEY = "sidecar.token"
+"""The ASGI scope key holding the id of the scoped token the request came with (absent: the
+all-access token, or no authentication): what per-client limits count against."""
 MCP_PROFILE_PATH = re.compile(r"/mcp(?:/([A-Za-z0-9_-]{1,64}))?")
 SCOPED_API_PATHS = re.compile(r"/v1/(?:tools|snapshots|snapshots/[^/]+/calls|managed/[^/]+)")
 """What a scoped token may reach besides `/mcp` and `/mcp/NAME` of its profiles: listing
 tools, snapshots and calls on them (each checks the profile), and retained text."""
 
-Verifier = Callable[[str], Awaitable[frozenset[str] | None]]
-"""A presented bearer secret -> the profiles its scoped token reaches (None: not one)."""
+Verifier = Callable[[str], Awaitable[tuple[str, frozenset[str]] | None]]
+"""A presented bearer secret -> its scoped token's id and the profiles it reaches (None: not
+one)."""
 
 
 def profile_allowed(scope: Scope, profile: str) -> bool:
@@ -195,16 +199,18 @@ class SecurityMiddleware:
             if scheme.lower() != "bearer" or not hmac.compare_digest(
                 value.encode(), self._token
             ):
-                grant = await self._scoped(value) if self._scoped is not None and (
+                verified = await self._scoped(value) if self._scoped is not None and (
                     scheme.lower() == "bearer") else None
-                if grant is None:
+                if verified is None:
                     await _refuse(send, 401, "unauthorized", "a valid bearer token is required")
                     return
+                token_id, grant = verified
                 refusal = self._scope_refusal(scope["path"], grant)
                 if refusal is not None:
                     await _refuse(send, 403, "forbidden_profile", refusal)
                     return
                 scope[GRANT_KEY] = grant
+                scope[TOKEN_KEY] = token_id
         await self.app(scope, receive, send)
 
     def _scope_refusal(self, path: str, grant: frozenset[str]) -> str | None:

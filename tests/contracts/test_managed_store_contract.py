@@ -166,6 +166,17 @@ async def test_the_quota_evicts_oldest_first(open_store: OpenStore) -> None:
     assert await store.stats() == StoreStats(count=1, bytes=70)
 
 
+async def test_every_engine_takes_an_owner(open_store: OpenStore) -> None:
+    """`owner=` is part of the contract: every engine accepts it (the directory engine also
+    enforces per-owner shares: tests/store/test_store_owners.py)."""
+    store = await open_store(quota_bytes=1000)
+    put = await store.put("a" * 40, owner="session:a")
+    async with store.open_spool(owner="token:b") as spool:
+        await spool.write("b" * 40)
+        spooled = await spool.commit()
+    assert [await store.stat(r.id) for r in (put, spooled)] == [put, spooled]
+
+
 async def test_retention_expires_old_texts(open_store: OpenStore) -> None:
     store = await open_store(ttl_seconds=0.2)
     old = await store.put("short-lived")

@@ -131,9 +131,9 @@ def test_a_huge_tools_list_is_parsed_off_the_loop_while_health_answers(tmp_path:
         state = _wait(daemon, "huge", lambda s: s.get("state") not in (None, "starting"))
         assert state["state"] == "ready", state
         assert state["tool_count"] == _listed_tools(16)
-        hang = _server(daemon, "hangs")
+        hang = _wait(daemon, "hangs", lambda s: s.get("state") not in (None, "starting"))
         assert "did not start within 3 s" in (hang.get("last_error") or ""), hang
-        assert hang["since"] - started < 60
+        assert hang["since"] - started < 60  # the 3 s timer fired, not minutes later
         assert daemon.proc.poll() is None
     finally:
         stop_daemon(daemon)
