@@ -220,14 +220,21 @@ async def statements_per_call(server: PostgresServer, target: OutcomeTarget,
             await conn.execute("ALTER SYSTEM RESET log_statement")
             await conn.execute("SELECT pg_reload_conf()")
         await conn.close()
-    counts: collections.Counter[str] = collections.Counter()
+    statements: list[str] = []
     for line in text.splitlines():
+        if line.startswith("\t"):  # a statement's next line
+            if statements:
+                statements[-1] += " " + line
+            continue
         _, found, statement = line.partition("LOG:  statement: ")
         if not found:
             _, found, statement = line.partition("LOG:  execute ")
             statement = statement.partition(": ")[2]
-        if found and "ALTER SYSTEM" not in statement and "pg_reload_conf" not in statement:
-            counts[" ".join(statement.split())[:72]] += 1
+        if found:
+            statements.append(statement)
+    counts = collections.Counter(
+        " ".join(statement.split())[:72] for statement in statements
+        if "ALTER SYSTEM" not in statement and "pg_reload_conf" not in statement)
     return {statement: n / calls for statement, n in counts.most_common()}
 
 
