@@ -195,7 +195,7 @@ async def _open_managed(o: _Opening) -> TextStore:
             managed = await S3TextStore.open(
                 o.pool, S3Settings.from_url(o.backends.object_store, os.environ),
                 ttl_seconds=retention, quota_bytes=o.options.store_quota_bytes,
-                cleanup_interval=cleanup_interval)
+                cleanup_interval=cleanup_interval, owner_share=owner_share_from_env())
         except (ManagedStoreError, ValueError) as exc:
             # a fleet backend the replica cannot use: one line from the CLI (exit 6)
             raise DatabaseError(f"SIDECAR_OBJECT_STORE: {exc}") from exc

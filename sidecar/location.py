@@ -371,11 +371,10 @@ class Location:
             session_id=session_id,
             profile=chosen.name if chosen is not None else self.profiles.default_name,
             mode=mode, final_step=final_step, strict=strict, names=tuple(captured),
-            removed=tuple(sorted(removed)),
+            removed=tuple(sorted(removed)), owner=owner,
             definitions=tuple(e.definition for e in captured.values()),
         )
         snapshot = self._made(recipe, captured)
-        snapshot.owner = owner
         return self.snapshots.add(snapshot) if keep else snapshot
 
     def _made(self, recipe: SnapshotRecipe, captured: Mapping[str, Entry]) -> Snapshot:
@@ -385,6 +384,7 @@ class Location:
             final_step=recipe.final_step, removed=recipe.removed,
         )
         snapshot.profile = recipe.profile
+        snapshot.owner = recipe.owner
         snapshot.recipe = recipe
         return snapshot
 

@@ -43,6 +43,7 @@ from mcp.client.session import (
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import find_invalid_x_mcp_header
 from mcp.shared.message import SessionMessage
 from mcp_types.methods import SERVER_RESULTS
 from mcp_types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
@@ -215,7 +216,7 @@ class Connection:
             max_answer=None if max_bytes is None else (max_bytes, "max_listing_bytes"))
         foreign = _later_revision_fields(self._client.protocol_version, "tools/list")
         # Not abandoned on cancellation: the page is dropped in the thread either way.
-        return await anyio.to_thread.run_sync(_listing_page, [raw], foreign)
+        return await anyio.to_thread.run_sync(_listing_page, [raw], foreign, self.modern)
 
     async def _direct_call(
         self, request: types.CallToolRequest, call_timeout: float, progress: ProgressFnT | None
@@ -246,9 +247,13 @@ class Connection:
         return _CALL_RESULT.validate_python(raw, by_name=False)
 
 
-def _listing_page(box: list[dict[str, Any]], foreign: frozenset[str]) -> types.ListToolsResult:
+def _listing_page(
+    box: list[dict[str, Any]], foreign: frozenset[str], modern: bool
+) -> types.ListToolsResult:
     """A `tools/list` result checked tool by tool (each a short step, so the event loop's
-    thread gets the interpreter between them); the raw page is freed here, off the loop."""
+    thread gets the interpreter between them); the raw page is freed here, off the loop. As
+    the SDK's session does, a 2026-era listing drops tools whose `x-mcp-header` annotations
+    are invalid."""
     raw = box.pop()
     listed = raw.get("tools")
     if not isinstance(listed, list):
@@ -259,7 +264,11 @@ def _listing_page(box: list[dict[str, Any]], foreign: frozenset[str]) -> types.L
         tools: list[types.Tool] = []
         for index, tool in enumerate(listed):
             where = ("tools", index)
-            tools.append(types.Tool.model_validate(tool, by_name=False))
+            checked = types.Tool.model_validate(tool, by_name=False)
+            if modern and (reason := find_invalid_x_mcp_header(checked.input_schema)):
+                log.warning("dropping tool %r: invalid x-mcp-header (%s)", checked.name, reason)
+                continue
+            tools.append(checked)
         where = ()
         rest = {key: value for key, value in raw.items()
                 if key != "tools" and key not in foreign}

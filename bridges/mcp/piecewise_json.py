@@ -10,9 +10,10 @@ the C scanner. Between steps the interpreter hands the lock to the event loop's 
 (`sys.getswitchinterval()`, 5 ms), so the loop keeps answering while the worker parses.
 
 Cost: about that of `json.loads` plus a few percent (each member is tried in windows that grow
-by 16x, a failed try costs at most its window), and Python steps only for members of
-containers larger than a window. Strings are parsed whole (a long string is one C call; the
-stdio framer decodes long strings on arrival and leaves only the rest to this).
+by 16x, a failed try costs at most its window; consecutive members that fit in a window are
+parsed together, `_run`), and Python steps only for members larger than a window. Strings
+are parsed whole (a long string is one C call; the stdio framer decodes long strings on
+arrival and leaves only the rest to this).
 """
 
 from __future__ import annotations
@@ -86,12 +87,66 @@ def _within_window(text: str, index: int) -> tuple[Any, int] | None:
         size *= _GROWTH
 
 
+def _run(text: str, index: int, opener: str, closer: str) -> tuple[Any, int] | None:
+    """The members of a container from `index` up to the last comma within a window, parsed
+    in one C call as `opener + members + closer` (None if that is not valid JSON), and the
+    index after that comma.
+
+    Valid JSON means the cut is a comma between members: a comma inside a string leaves the
+    string open, one inside a nested container leaves it unclosed, and a closer inside the
+    members ends the value before the end (all refused). So a run of small members costs one
+    C call, not a Python step each."""
+    piece = text[index : index + WINDOW - 1]  # with the opener and closer: one window
+    cut = piece.rfind(",")
+    if cut <= 0:
+        return None
+    candidate = opener + piece[:cut] + closer
+    try:
+        value, end = _scan_once(candidate, 0)
+    except (StopIteration, ValueError, RecursionError):
+        return None
+    if end != len(candidate):
+        return None
+    return value, index + cut + 1
+
+
+class _Runs:
+    """When to try `_run` in one container: after a failed try (its members are too large,
+    or nested) the next tries wait for 2, 4, 8, ... members, so a container of large members
+    pays for a few failed windows, not one per member."""
+
+    __slots__ = ("_misses", "_wait")
+
+    def __init__(self) -> None:
+        self._misses = 0
+        self._wait = 0
+
+    def attempt(self, text: str, index: int, opener: str, closer: str) -> tuple[Any, int] | None:
+        if self._wait > 0:
+            self._wait -= 1
+            return None
+        run = _run(text, index, opener, closer)
+        if run is None:
+            self._misses = min(self._misses + 1, 20)
+            self._wait = 1 << self._misses
+        else:
+            self._misses = 0
+        return run
+
+
 def _object(text: str, index: int, depth: int) -> tuple[dict[str, Any], int]:
     result: dict[str, Any] = {}
     index = _skip(text, index)
     if text[index : index + 1] == "}":
         return result, index + 1
+    runs = _Runs()
     while True:
+        run = runs.attempt(text, index, "{", "}")
+        if run is not None:
+            members, index = run
+            result.update(members)
+            index = _skip(text, index)
+            continue
         if text[index : index + 1] != '"':
             raise ValueError(f"expecting a property name in double quotes at character {index}")
         key, index = _scanstring(text, index + 1)
@@ -113,7 +168,14 @@ def _array(text: str, index: int, depth: int) -> tuple[list[Any], int]:
     index = _skip(text, index)
     if text[index : index + 1] == "]":
         return result, index + 1
+    runs = _Runs()
     while True:
+        run = runs.attempt(text, index, "[", "]")
+        if run is not None:
+            items, index = run
+            result.extend(items)
+            index = _skip(text, index)
+            continue
         item, index = _value(text, index, depth)
         result.append(item)
         index = _skip(text, index)

@@ -2,7 +2,8 @@
 and the keys that may hold bytes no row makes visible.
 
     sidecar_managed_objects  one row per visible object (the source of truth, as the local
-                             store's SQLite rows are), scoped by `location` (bucket/prefix)
+                             store's SQLite rows are), scoped by `location` (bucket/prefix),
+                             with the `owner` it counts against (schema version 2)
     sidecar_managed_marks    every `MARK_BYTES` of an object, the newlines before that offset
                              (deleted with their object: ON DELETE CASCADE)
     sidecar_managed_pending  keys whose bytes may exist without a row: spools in progress
@@ -20,6 +21,7 @@ the same lock as every other component, and a newer schema is refused.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +31,8 @@ import asyncpg
 from managed_store.errors import ManagedStoreError, RetentionError
 from managed_store.index import ORIGIN, LineMark, StoreStats
 from managed_store.refs import ManagedRef
+from managed_store.retention import RetentionPolicy
+from managed_store.s3.quota import over_quota
 
 LOCK_MIGRATE = 0x51DECA2_0000
 """The key every fleet component migrates under (`sidecar.postgres.LOCK_MIGRATE`): kept equal
@@ -40,7 +44,7 @@ LOCK_MANAGED_CLEANUP = 0x51DECA2_0004
 """Held by the one replica running retention and quota eviction (and the sweep)."""
 
 COMPONENT = "managed_store"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MIGRATIONS: dict[int, str] = {
     1: """
 CREATE TABLE sidecar_managed_objects (
@@ -68,6 +72,12 @@ CREATE TABLE sidecar_managed_pending (
 );
 CREATE INDEX sidecar_managed_pending_by_age ON sidecar_managed_pending (location, since);
 """,
+    # Per-owner shares of the quota (`managed_store.retention`); owners of older rows unknown.
+    2: """
+ALTER TABLE sidecar_managed_objects ADD COLUMN owner TEXT;
+CREATE INDEX sidecar_managed_objects_by_owner
+    ON sidecar_managed_objects (location, owner, created_at, id);
+""",
 }
 _VERSIONS = """
 CREATE TABLE IF NOT EXISTS sidecar_schema (
@@ -81,12 +91,6 @@ _LINE_MARK = """LEFT JOIN LATERAL (
     SELECT byte_offset, newlines FROM sidecar_managed_marks m
     WHERE m.id = o.id AND m.newlines < {bound}
     ORDER BY m.newlines DESC, m.byte_offset DESC LIMIT 1) {name} ON true"""
-_OLDEST_COVERING = """
-SELECT id FROM (
-    SELECT id, size_bytes, created_at,
-           SUM(size_bytes) OVER (ORDER BY created_at, id) AS running
-    FROM sidecar_managed_objects WHERE location = $1) t
-WHERE running - size_bytes < $2 ORDER BY created_at, id"""
 # Positions are BIGINT: callers' limits go up to 2**62, and a sum of two must still fit.
 _MAX_POSITION = 2**62
 
@@ -142,22 +146,25 @@ class PostgresIndex:
             ref_id, self._location)
 
     async def commit(self, ref_id: str, namespace: str, size_bytes: int, lines: int,
-                     marks: Sequence[LineMark], quota_bytes: int) -> tuple[ManagedRef, list[str]]:
-        """Make `ref_id` visible, first evicting the oldest objects the quota needs gone.
-        Returns the ref and the evicted ids (pending now: the caller deletes their bytes)."""
+                     marks: Sequence[LineMark], policy: RetentionPolicy, owner: str | None
+                     ) -> tuple[ManagedRef, list[str]]:
+        """Make `ref_id` visible for `owner`, first evicting what its share and the quota need
+        gone (`s3.quota`). Returns the ref and the evicted ids (pending now: the caller
+        deletes their bytes)."""
         async with self._pool.acquire() as conn, conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", LOCK_MANAGED_QUOTA)
             if not await conn.fetchval(
                     "DELETE FROM sidecar_managed_pending WHERE id = $1 RETURNING 1", ref_id):
                 raise RetentionError(
                     "the upload outlived the spool grace period and was removed")
-            victims = await self._over_quota(conn, size_bytes, quota_bytes)
+            victims = await over_quota(conn, self._location, size_bytes, policy, owner)
+            await self._remove(conn, victims)
             row = await conn.fetchrow(
                 "INSERT INTO sidecar_managed_objects AS o (id, location, namespace, size_bytes, "
-                "lines, created_at) VALUES ($1, $2, $3, $4, $5, (SELECT GREATEST("
+                "lines, owner, created_at) VALUES ($1, $2, $3, $4, $5, $6, (SELECT GREATEST("
                 f"{_NOW}, COALESCE(MAX(created_at), 0) + 1e-6) FROM sidecar_managed_objects "
                 f"WHERE location = $2)) RETURNING {_REF}",
-                ref_id, self._location, namespace, size_bytes, lines)
+                ref_id, self._location, namespace, size_bytes, lines, owner)
             if marks:
                 await conn.copy_records_to_table(
                     "sidecar_managed_marks", columns=("id", "byte_offset", "newlines"),
@@ -220,21 +227,22 @@ class PostgresIndex:
 
     # -- retention -------------------------------------------------------------------------
 
-    async def evict(self, conn: Any, ttl_seconds: float, quota_bytes: int) -> Evicted:
+    async def evict(self, conn: Any, policy: RetentionPolicy) -> Evicted:
         """On `conn` (holding `LOCK_MANAGED_CLEANUP`): remove the rows of objects older than
-        `ttl_seconds` (None: never), then of the oldest until the location fits its quota;
-        their keys become pending. Returns their ids."""
+        the policy's TTL, then of the largest holders' oldest until the location fits its
+        quota; their keys become pending. Returns their ids."""
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", LOCK_MANAGED_QUOTA)
             expired: list[str] = []
-            if ttl_seconds != float("inf"):
+            if not math.isinf(policy.ttl_seconds):
                 rows = await conn.fetch(
                     f"SELECT id FROM sidecar_managed_objects WHERE location = $1 AND "
                     f"created_at < {_NOW} - $2 ORDER BY created_at, id",
-                    self._location, ttl_seconds)
+                    self._location, policy.ttl_seconds)
                 expired = [row["id"] for row in rows]
                 await self._remove(conn, expired)
-            over = await self._over_quota(conn, 0, quota_bytes)
+            over = await over_quota(conn, self._location, 0, policy)
+            await self._remove(conn, over)
             return Evicted(expired, over)
 
     async def pending_before(self, conn: Any, grace_seconds: float,
@@ -249,18 +257,6 @@ class PostgresIndex:
     async def forget_all(self, conn: Any, ref_ids: Sequence[str]) -> None:
         await conn.execute("DELETE FROM sidecar_managed_pending WHERE id = ANY($1::text[])",
                            list(ref_ids))
-
-    async def _over_quota(self, conn: Any, incoming: int, quota_bytes: int) -> list[str]:
-        total = await conn.fetchval(
-            "SELECT COALESCE(SUM(size_bytes), 0) FROM sidecar_managed_objects "
-            "WHERE location = $1", self._location)
-        excess = int(total) + incoming - quota_bytes
-        if excess <= 0:
-            return []
-        victims = [row["id"] for row in await conn.fetch(_OLDEST_COVERING, self._location,
-                                                          excess)]
-        await self._remove(conn, victims)
-        return victims
 
     async def _remove(self, conn: Any, ref_ids: list[str]) -> None:
         """Rows go (their marks with them) and their keys become pending, in one transaction

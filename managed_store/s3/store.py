@@ -45,7 +45,13 @@ from managed_store.s3.index import LOCK_MANAGED_CLEANUP, PostgresIndex
 from managed_store.s3.objects import RangedReader, S3Sink, describe
 from managed_store.s3.settings import S3Settings
 from managed_store.spool import SpoolWriter, WrittenObject, _SpoolState
-from managed_store.store import GREP_TIME_LIMIT, _check_int, _check_namespace, _not_found
+from managed_store.store import (
+    GREP_TIME_LIMIT,
+    _check_int,
+    _check_namespace,
+    _check_owner,
+    _not_found,
+)
 
 if TYPE_CHECKING:
     from obstore.store import S3Store
@@ -100,6 +106,7 @@ class S3TextStore:
         part_bytes: int = 8 * 1024 * 1024,
         upload_concurrency: int = 4,
         spool_grace_seconds: float = 86400.0,
+        owner_share: float = 0.5,
     ) -> Self:
         """Migrate the index, check that the bucket answers, run a first `cleanup()`.
 
@@ -107,9 +114,11 @@ class S3TextStore:
         `part_bytes` (>= 5 MiB, S3's smallest part) is the multipart part size and the most
         a spool buffers per upload besides `upload_concurrency` parts in flight. A spool whose
         upload is not committed within `spool_grace_seconds` is taken for a crashed one and
-        deleted. Raises `ManagedStoreError` when the database or the bucket cannot be used.
+        deleted. `owner_share` is the part of the quota one owner may hold, fleet-wide (see
+        `put`). Raises `ManagedStoreError` when the database or the bucket cannot be used.
         """
-        policy = RetentionPolicy(ttl_seconds=ttl_seconds, quota_bytes=quota_bytes)
+        policy = RetentionPolicy(ttl_seconds=ttl_seconds, quota_bytes=quota_bytes,
+                                 owner_share=owner_share)
         if not cleanup_interval > 0:
             raise ValueError(f"cleanup_interval must be > 0, got {cleanup_interval!r}")
         if part_bytes < 5 * 1024 * 1024:
@@ -169,45 +178,58 @@ class S3TextStore:
     async def put(
         self, text: str, *, namespace: str = "default", owner: str | None = None
     ) -> ManagedRef:
-        """Store `text` whole and return its ref; `RetentionError` if it cannot be stored."""
+        """Store `text` whole and return its ref; `RetentionError` if it cannot be stored.
+
+        `owner` names who the text counts against (None: nobody in particular), with the
+        local store's rules applied to the whole location: an owner holds at most
+        `owner_share` of the quota and storing for it first evicts its own oldest objects;
+        when the quota is full, the largest holder's oldest go first. An object over the
+        share raises `OwnerShareExceeded` (a `RetentionError`).
+        """
         if not isinstance(text, str):
             raise TypeError(f"put() takes str, not {type(text).__name__}")
         _check_namespace(namespace)
+        _check_owner(owner)
         self._policy.check_fits(len(text))
-        async with self.open_spool(namespace=namespace) as spool:
+        self._policy.check_owner_fits(len(text), owner)
+        async with self.open_spool(namespace=namespace, owner=owner) as spool:
             await spool.write(text)
             return await spool.commit()
 
     def open_spool(self, *, namespace: str = "default", owner: str | None = None) -> SpoolWriter:
-        """A writer for one object of unknown size; use it with `async with`. `owner` (the
-        `TextStore` contract's per-owner share) is not enforced by this engine yet."""
+        """A writer for one object of unknown size; use it with `async with`. `owner` as in
+        `put` (an object over the owner's share fails at `commit`)."""
         _check_namespace(namespace)
+        _check_owner(owner)
         self._check_open()
         ref_id = new_ref_id()
         sink = S3Sink(self._client, self._settings.key(ref_id), part_bytes=self._part_bytes,
                       max_concurrency=self._upload_concurrency)
         return _S3Spool(sink, ref_id=ref_id, index=self._index, namespace=namespace,
                         max_bytes=self._policy.quota_bytes,
-                        commit=functools.partial(self._commit, ref_id), live=self._spools)
+                        commit=functools.partial(self._commit, ref_id, owner=owner),
+                        live=self._spools)
 
-    async def _commit(self, ref_id: str, written: WrittenObject, namespace: str) -> ManagedRef:
+    async def _commit(self, ref_id: str, written: WrittenObject, namespace: str, *,
+                      owner: str | None = None) -> ManagedRef:
         if self._closed:
             await self._delete_bytes([ref_id])
             raise StoreClosed("managed store is closed")
         # Once started, a commit runs to its end so the index and the bucket agree; a
         # cancelled caller just never learns the id (the object ages out like any other).
-        job = asyncio.create_task(self._commit_job(ref_id, written, namespace))
+        job = asyncio.create_task(self._commit_job(ref_id, written, namespace, owner))
         self._commits.add(job)
         job.add_done_callback(self._commits.discard)
         return await asyncio.shield(job)
 
-    async def _commit_job(self, ref_id: str, written: WrittenObject, namespace: str
-                          ) -> ManagedRef:
+    async def _commit_job(self, ref_id: str, written: WrittenObject, namespace: str,
+                          owner: str | None) -> ManagedRef:
         try:
             self._policy.check_fits(written.size_bytes)
+            self._policy.check_owner_fits(written.size_bytes, owner)
             ref, victims = await self._index.commit(
                 ref_id, namespace, written.size_bytes, written.lines, written.marks,
-                self._policy.quota_bytes)
+                self._policy, owner)
         except BaseException as exc:
             await self._delete_bytes([ref_id])
             _raise_as_retention_error(exc)
@@ -315,8 +337,7 @@ class S3TextStore:
                                            LOCK_MANAGED_CLEANUP):
                     return 0
                 try:
-                    evicted = await self._index.evict(conn, self._policy.ttl_seconds,
-                                                      self._policy.quota_bytes)
+                    evicted = await self._index.evict(conn, self._policy)
                     self._evicted_expired += len(evicted.expired)
                     self._evicted_quota += len(evicted.over_quota)
                     await self._sweep(conn)

@@ -25,9 +25,38 @@ def test_it_parses_what_json_loads_parses(monkeypatch, window):
         assert loads_in_pieces(f" {text}\n") == json.loads(text)
 
 
+_PUNCTUATION = [",", "[", "]", "{", "}", ":", '"', "\\", " ", "a", "1", "é"]
+
+
+def _punctuated(rnd: random.Random, depth: int = 0) -> object:
+    """Values whose strings and keys are full of JSON's own punctuation, the characters a
+    run's cut (`piecewise_json._run`) must never be fooled by."""
+    pick = rnd.random()
+    if depth > 4 or pick < 0.4:
+        return "".join(rnd.choice(_PUNCTUATION) for _ in range(rnd.randint(0, 12)))
+    if pick < 0.55:
+        return rnd.choice([0, -1, 2.5, 1e30, True, None])
+    if pick < 0.8:
+        return [_punctuated(rnd, depth + 1) for _ in range(rnd.randint(0, 6))]
+    return {str(_punctuated(rnd, 5)): _punctuated(rnd, depth + 1)
+            for _ in range(rnd.randint(0, 6))}
+
+
+@pytest.mark.parametrize("window", [8, 40, 200])
+def test_runs_of_members_are_never_cut_inside_a_value(monkeypatch, window):
+    monkeypatch.setattr(piecewise_json, "WINDOW", window)
+    monkeypatch.setattr(piecewise_json, "_FIRST_TRY", min(window, 16))
+    rnd = random.Random(window * 7)
+    for _ in range(1500):
+        value = _punctuated(rnd)
+        text = json.dumps(value, ensure_ascii=rnd.random() < 0.5,
+                          separators=rnd.choice([(",", ":"), (", ", ": ")]))
+        assert loads_in_pieces(text) == json.loads(text), text
+
+
 def test_no_c_call_parses_more_than_a_window(monkeypatch):
     """Every container the C scanner is given is a slice of at most `WINDOW` characters (the
-    scalars it reads in the whole text are one value each)."""
+    scalars it reads in the whole text are one value each), runs of members included."""
     seen: list[int] = []
     scan = piecewise_json._scan_once
 

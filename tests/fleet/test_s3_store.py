@@ -15,7 +15,14 @@ import asyncpg
 import obstore
 import pytest
 
-from managed_store import ManagedNotFound, ManagedStore, ManagedStoreError, RetentionError
+from managed_store import (
+    ManagedNotFound,
+    ManagedStore,
+    ManagedStoreError,
+    OwnerShareExceeded,
+    RetentionError,
+    StoreStats,
+)
 from managed_store.s3 import LOCK_MANAGED_CLEANUP, S3Settings, S3TextStore
 from tests.fleet.postgres import PostgresServer
 from tests.fleet.s3 import S3Server
@@ -342,3 +349,88 @@ def test_the_ranged_reader_reads_as_a_file_does(s3_server: S3Server) -> None:
     obstore.put(client, key + "-unended", data[:-1])  # type: ignore[arg-type]
     unended = RangedReader(client, key + "-unended", len(data) - 1)  # type: ignore[arg-type]
     assert list(unended) == list(io.BytesIO(data[:-1]))  # the last line has no newline
+
+
+async def _alive(store: S3TextStore, *refs: str) -> list[bool]:
+    alive = []
+    for ref in refs:
+        try:
+            await store.stat(ref)
+            alive.append(True)
+        except ManagedNotFound:
+            alive.append(False)
+    return alive
+
+
+async def test_owner_shares_hold_for_the_fleet(place: Place) -> None:
+    """The local store's per-owner rules (tests/store/test_store_owners.py) on S3, with two
+    stores (replicas) writing for the owners."""
+    a = await place.open(quota_bytes=100)  # share: 50 bytes
+    other_pool = await asyncpg.create_pool(place.dsn, min_size=1, max_size=2)
+    b = await S3TextStore.open(other_pool, place.settings, quota_bytes=100,
+                               cleanup_interval=math.inf)
+    try:
+        victim = (await a.put("v" * 30, owner="session:a")).id
+        flood = [(await (a, b)[i % 2].put(str(i) * 20, owner="session:b")).id
+                 for i in range(8)]
+        # b may hold 50 bytes: its two newest stay, each new one evicted its own oldest
+        assert await _alive(a, victim, *flood) == [True, *[False] * 6, True, True]
+        assert await a.stats() == StoreStats(count=3, bytes=70)
+        async with b.open_spool(owner="session:b") as spool:
+            await spool.write("s" * 25)
+            flood.append((await spool.commit()).id)
+        assert await _alive(b, victim, *flood[-3:]) == [True, False, True, True]
+        with pytest.raises(OwnerShareExceeded, match=r"over the per-owner share"):
+            await a.put("x" * 51, owner="session:c")
+        with pytest.raises(OwnerShareExceeded):
+            async with b.open_spool(owner="session:c") as spool:
+                await spool.write("y" * 51)
+                await spool.commit()
+        assert await place.rows() == (3, 0, 0)
+        assert len(place.keys()) == 3  # the evicted and the refused left no bytes
+    finally:
+        await b.aclose()
+        await a.aclose()
+        await other_pool.close()
+
+
+async def test_a_full_quota_evicts_the_largest_holders_oldest_first(place: Place) -> None:
+    store = await place.open(quota_bytes=100)
+    try:
+        a1 = (await store.put("a" * 20, owner="a")).id
+        b1 = (await store.put("b" * 30, owner="b")).id
+        a2 = (await store.put("a" * 25, owner="a")).id
+        c1 = (await store.put("c" * 30, owner="c")).id  # 105: a holds the most (45)
+        assert await _alive(store, a1, b1, a2, c1) == [False, True, True, True]
+        # 125: b and c hold the most that can be evicted (30 each), b's object is older
+        n1 = (await store.put("n" * 40)).id
+        assert await _alive(store, b1, a2, c1, n1) == [False, True, True, True]
+        with pytest.raises(ValueError, match="owner must be"):
+            await store.put("x", owner="")
+    finally:
+        await store.aclose()
+
+
+async def test_an_index_from_before_owners_is_migrated(place: Place) -> None:
+    """Schema version 1 (no owners) migrates to 2 at open; its objects stay readable."""
+    from managed_store.s3.index import MIGRATIONS
+
+    async with place.pool.acquire() as conn:
+        await conn.execute(MIGRATIONS[1])
+        await conn.execute("CREATE TABLE sidecar_schema (component TEXT PRIMARY KEY, "
+                           "version INTEGER NOT NULL)")
+        await conn.execute("INSERT INTO sidecar_schema VALUES ('managed_store', 1)")
+        await conn.execute(
+            "INSERT INTO sidecar_managed_objects VALUES ($1, $2, 'default', 4, 1, "
+            "extract(epoch from now()))",
+            "m_" + "o" * 26, place.settings.location)
+    obstore.put(place.s3.client(), place.settings.key("m_" + "o" * 26), b"old\n")  # type: ignore[arg-type]
+    store = await place.open(quota_bytes=60)
+    try:
+        assert (await store.read_lines("m_" + "o" * 26)).text == "old\n"
+        mine = (await store.put("m" * 25, owner="a")).id
+        assert await _alive(store, "m_" + "o" * 26, mine) == [True, True]
+        assert await place.pool.fetchval(
+            "SELECT version FROM sidecar_schema WHERE component = 'managed_store'") == 2
+    finally:
+        await store.aclose()
