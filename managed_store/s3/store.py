@@ -336,13 +336,25 @@ class S3TextStore:
                 if not await conn.fetchval("SELECT pg_try_advisory_lock($1)",
                                            LOCK_MANAGED_CLEANUP):
                     return 0
+                # A session-level lock (the sweep deletes objects between its transactions),
+                # so this connection goes back to the pool only once it is unlocked: the
+                # daemon's pool does not reset clean-looking connections. When the unlock
+                # cannot run (cancelled mid-query, connection lost) the connection is closed,
+                # which releases the lock with the session.
+                unlocked = False
                 try:
                     evicted = await self._index.evict(conn, self._policy)
                     self._evicted_expired += len(evicted.expired)
                     self._evicted_quota += len(evicted.over_quota)
                     await self._sweep(conn)
                 finally:
-                    await conn.execute("SELECT pg_advisory_unlock($1)", LOCK_MANAGED_CLEANUP)
+                    try:
+                        await conn.execute("SELECT pg_advisory_unlock($1)",
+                                           LOCK_MANAGED_CLEANUP)
+                        unlocked = True
+                    finally:
+                        if not unlocked:
+                            conn.terminate()
         except _DB_ERRORS as exc:
             raise ManagedStoreError(f"managed store cleanup failed: {exc}") from exc
         return len(evicted.expired) + len(evicted.over_quota)
