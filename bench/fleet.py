@@ -19,9 +19,10 @@ SeaweedFS `weed mini` as the S3-compatible store, HAProxy from Debian.
    measured (CPU of every process and of the whole machine).
 3. `objects`: a 100 MB spool and `managed_read` first-byte latency with the managed store
    on S3 (`SIDECAR_OBJECT_STORE`) against the local directory, both opened by the
-   composition root as a Location opens them. Until the S3 engine exists (the root still
-   picks the local store), the S3 rows are the raw `obstore` path: a streamed multipart
-   upload and ranged GETs. Baseline: the local directory. Target: S3 spool within 2x.
+   composition root as a Location opens them, beside the raw `obstore` path (streamed
+   multipart upload, one PUT, ranged GETs) and a plain file write (`bench/fleet_objects.py`;
+   without an S3 engine in the tree only the raw rows are measured). Baseline: the local
+   directory. Target: S3 spool within 2x.
 
 `--quick` is a smoke run (seconds, small sizes; nothing about speed is meaningful);
 `--write` puts the report into bench/RESULTS.md between the fleet markers.
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import collections
 import contextlib
 import dataclasses
@@ -46,7 +46,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,23 +58,18 @@ ROOT = HERE.parent
 RESULTS = HERE / "RESULTS.md"
 BEGIN, END = "<!-- fleet.py:begin -->", "<!-- fleet.py:end -->"
 SECTIONS = ("outcomes", "replicas", "objects")
-MB = 1_000_000
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
+from fleet_common import environment, process_cpu, table, verdict  # noqa: E402
+from fleet_objects import section_objects  # noqa: E402
 from fleet_plugin import ECHO  # noqa: E402
-from fleet_replicas import process_cpu, section_replicas  # noqa: E402
+from fleet_replicas import section_replicas  # noqa: E402
 from fleet_servers import DURABLE_SETTINGS, PostgresServer, SeaweedS3  # noqa: E402
 from timing import pct  # noqa: E402
 
 from sidecar import Location, ToolContext  # noqa: E402
 from sidecar.content import TextContent  # noqa: E402
 from sidecar.outcome import Outcome  # noqa: E402
-
-
-def table(header: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def fmt_ratios(ratios: list[float]) -> tuple[str, str]:
@@ -85,26 +80,6 @@ def fmt_ratios(ratios: list[float]) -> tuple[str, str]:
         return f"{statistics.median(ratios):.2f}x", f"{min(ratios):.2f}–{max(ratios):.2f}"
     q = statistics.quantiles(ratios, n=4)
     return f"{statistics.median(ratios):.2f}x", f"{q[0]:.2f}–{q[2]:.2f}"
-
-
-def verdict(ok: bool) -> str:
-    return "met" if ok else "MISS"
-
-
-@contextlib.contextmanager
-def environment(values: dict[str, str]) -> Iterator[None]:
-    """`values` in os.environ while the block runs (the composition root reads the fleet
-    variables when a Location opens its stores)."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, old in saved.items():
-            if old is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = old
 
 
 # -- 1. outcomes: SQLite vs PostgreSQL through the seam ---------------------------------------
@@ -173,23 +148,18 @@ async def log_alone(target: OutcomeTarget, run: str, count: int) -> float:
     return count / (time.perf_counter() - start)
 
 
-async def section_outcomes(opts: argparse.Namespace, pg: PostgresServer) -> str:
-    # SQLite's WAL with synchronous=NORMAL hands each commit to the kernel, no flush: a
-    # PostgreSQL server with fsync=off does the same (a commit still waits for its WAL to be
-    # written), the like-for-like row; the shared server keeps PostgreSQL's defaults.
-    kernel = await asyncio.to_thread(PostgresServer.start, "-c fsync=off")
-    try:
-        targets = [
-            OutcomeTarget("SQLite (state dir: WAL, synchronous=NORMAL; the default)", {}),
-            OutcomeTarget("PostgreSQL, fsync=off (commits reach the kernel, as SQLite's)",
-                          {"SIDECAR_DATABASE_URL": await kernel.new_database()},
-                          kernel.postmaster_pid()),
-            OutcomeTarget("PostgreSQL, defaults (fsync, synchronous_commit=on)",
-                          {"SIDECAR_DATABASE_URL": await pg.new_database()}, pg.postmaster_pid()),
-        ]
-        statements = await measure_outcomes(opts, targets, kernel)
-    finally:
-        await asyncio.to_thread(kernel.stop)
+async def section_outcomes(opts: argparse.Namespace, pg: PostgresServer,
+                           kernel: PostgresServer) -> str:
+    """`kernel`: a server with fsync=off (see `servers`)."""
+    targets = [
+        OutcomeTarget("SQLite (state dir: WAL, synchronous=NORMAL; the default)", {}),
+        OutcomeTarget("PostgreSQL, fsync=off (commits reach the kernel, as SQLite's)",
+                      {"SIDECAR_DATABASE_URL": await kernel.new_database()},
+                      kernel.postmaster_pid()),
+        OutcomeTarget("PostgreSQL, defaults (fsync, synchronous_commit=on)",
+                      {"SIDECAR_DATABASE_URL": await pg.new_database()}, pg.postmaster_pid()),
+    ]
+    statements = await measure_outcomes(opts, targets, kernel)
     return report_outcomes(opts, targets, statements)
 
 
@@ -220,14 +190,21 @@ async def statements_per_call(server: PostgresServer, target: OutcomeTarget,
             await conn.execute("ALTER SYSTEM RESET log_statement")
             await conn.execute("SELECT pg_reload_conf()")
         await conn.close()
-    counts: collections.Counter[str] = collections.Counter()
+    statements: list[str] = []
     for line in text.splitlines():
+        if line.startswith("\t"):  # a statement's next line
+            if statements:
+                statements[-1] += " " + line
+            continue
         _, found, statement = line.partition("LOG:  statement: ")
         if not found:
             _, found, statement = line.partition("LOG:  execute ")
             statement = statement.partition(": ")[2]
-        if found and "ALTER SYSTEM" not in statement and "pg_reload_conf" not in statement:
-            counts[" ".join(statement.split())[:72]] += 1
+        if found:
+            statements.append(statement)
+    counts = collections.Counter(
+        " ".join(statement.split())[:72] for statement in statements
+        if "ALTER SYSTEM" not in statement and "pg_reload_conf" not in statement)
     return {statement: n / calls for statement, n in counts.most_common()}
 
 
@@ -325,186 +302,6 @@ def report_outcomes(opts: argparse.Namespace, targets: list[OutcomeTarget],
     ])
 
 
-# -- 3. objects: a 100 MB spool and first-byte latency, S3 vs the local directory -------------
-
-
-def text_chunks(total: int, chunk: int = MB) -> list[bytes]:
-    """`total` bytes of text in lines of 99 characters, random (SeaweedFS would compress a
-    repeated text; a real tool output does not compress to nothing)."""
-    chunks = []
-    for _ in range(max(1, total // chunk)):
-        raw = base64.b64encode(os.urandom(chunk * 3 // 4 * 99 // 100))[: chunk // 100 * 99]
-        chunks.append(b"\n".join(raw[i:i + 99] for i in range(0, len(raw), 99)) + b"\n")
-    return chunks
-
-
-async def timed(make: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
-    start = time.perf_counter()
-    result = await make()
-    return time.perf_counter() - start, result
-
-
-async def spool_timed(spools: dict[str, list[float]], cpu: dict[str, list[tuple[float, float]]],
-                      s3_pid: int, name: str, make: Callable[[], Awaitable[Any]]) -> Any:
-    """Time one spool, with the CPU this process and the S3 server spent on it."""
-    me = psutil.Process()
-    mine, theirs = sum(me.cpu_times()[:2]), process_cpu(s3_pid)
-    took, result = await timed(make)
-    spools.setdefault(name, []).append(took)
-    cpu.setdefault(name, []).append((sum(me.cpu_times()[:2]) - mine,
-                                     process_cpu(s3_pid) - theirs))
-    return result
-
-
-async def spool_into(store: Any, chunks: list[bytes], namespace: str) -> Any:
-    async with store.open_spool(namespace=namespace) as spool:
-        for chunk in chunks:
-            await spool.write(chunk)
-        return await spool.commit()
-
-
-def write_file(path: Path, chunks: list[bytes]) -> None:
-    with path.open("wb") as f:
-        for chunk in chunks:
-            f.write(chunk)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-async def managed_read(snapshot: Any, ref: str) -> Any:
-    """The built-in `managed_read` tool through the seam: the first line of `ref`."""
-    return await snapshot.execute("managed_read", {"ref": ref, "offset": 1, "limit": 1},
-                                  ToolContext("bench", "bench", "m", uuid.uuid4().hex))
-
-
-async def obstore_writer(store: Any, key: str, chunks: list[bytes], part_mib: int) -> None:
-    """Streamed: a part is uploaded once `part_mib` MiB are buffered, up to 8 at a time."""
-    import obstore
-
-    writer = obstore.open_writer_async(store, key, buffer_size=part_mib * 1024 * 1024,
-                                       max_concurrency=8)
-    for chunk in chunks:
-        await writer.write(chunk)
-    await writer.close()
-
-
-async def section_objects(opts: argparse.Namespace, pg: PostgresServer, s3: SeaweedS3) -> str:
-    import obstore
-
-    chunks = text_chunks(opts.mb * MB)
-    size = sum(len(c) for c in chunks)
-    raw_store = s3.object_store()
-    spools: dict[str, list[float]] = {}
-    cpu: dict[str, list[tuple[float, float]]] = {}  # (this process, SeaweedFS) per spool
-    first: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory(prefix="sidecar-fleet-") as tmp:
-        async with contextlib.AsyncExitStack() as stack:
-            local = await stack.enter_async_context(Location.open(
-                tmp, state_dir=Path(tmp) / "local", durable=True, name="bench",
-                entry_point_plugins=False, store_quota_bytes=20 * size))
-            fleet_env = {**s3.env("bench"), "SIDECAR_DATABASE_URL": await pg.new_database()}
-            with environment(fleet_env):
-                remote = await stack.enter_async_context(Location.open(
-                    tmp, state_dir=Path(tmp) / "remote", durable=True, name="bench",
-                    entry_point_plugins=False, store_quota_bytes=20 * size))
-            engine = type(remote.seam.store).__name__
-            s3_engine = engine != type(local.seam.store).__name__
-            stores = {"local directory (TextStore)": local}
-            if s3_engine:
-                stores[f"S3 ({engine})"] = remote
-            refs: dict[str, Any] = {}
-            spooled = functools.partial(spool_timed, spools, cpu, s3.process.pid)
-            for r in range(opts.rounds):
-                names = list(stores)
-                for name in names[r % 2:] + names[:r % 2]:
-                    refs[name] = await spooled(name, functools.partial(
-                        spool_into, stores[name].seam.store, chunks, "bench"))
-                await spooled("local file: write + fsync (floor)", functools.partial(
-                    asyncio.to_thread, write_file, Path(tmp) / "plain", chunks))
-                for part in (8, 32):
-                    await spooled(f"S3 raw: obstore multipart writer, {part} MiB parts",
-                                  functools.partial(obstore_writer, raw_store, f"raw/{r}-{part}",
-                                                    chunks, part))
-                await spooled("S3 raw: one PUT of the whole text (held in memory)",
-                              functools.partial(obstore.put_async, raw_store, f"raw/{r}",
-                                                b"".join(chunks), use_multipart=False))
-            # first byte: the built-in `managed_read` through the seam (first line of the
-            # text), the store's read_bytes at the start and in the middle, a ranged GET
-            middle = f"{size // 2 // MB} MB"
-            reads: dict[str, Callable[[], Awaitable[Any]]] = {}
-            for name, location in stores.items():
-                ref, store = refs[name].id, location.seam.store
-                reads[f"{name}: managed_read, line 1"] = functools.partial(
-                    managed_read, location.snapshot(), ref)
-                reads[f"{name}: read_bytes 64 KiB at 0"] = functools.partial(
-                    store.read_bytes, ref, 0, 65536)
-                reads[f"{name}: read_bytes 64 KiB at {middle}"] = functools.partial(
-                    store.read_bytes, ref, size // 2, 65536)
-            key = f"raw/{opts.rounds - 1}"
-            reads["S3 raw: ranged GET 64 KiB at 0"] = functools.partial(
-                obstore.get_range_async, raw_store, key, start=0, end=65536)
-            reads[f"S3 raw: ranged GET 64 KiB at {middle}"] = functools.partial(
-                obstore.get_range_async, raw_store, key, start=size // 2, end=size // 2 + 65536)
-            for _ in range(opts.reads):
-                for name, read in reads.items():
-                    took, result = await timed(read)
-                    status = getattr(result, "status", "completed")
-                    if status != "completed":
-                        raise RuntimeError(f"{name}: {result.error}")
-                    first.setdefault(name, []).append(took)
-            await obstore.delete_async(raw_store, [f"raw/{r}{part}" for r in range(opts.rounds)
-                                                   for part in ("", "-8", "-32")])
-    local_name = "local directory (TextStore)"
-    rows = []
-    for name, times in spools.items():
-        ratio = statistics.median(times) / statistics.median(spools[local_name])
-        rows.append([name, f"{statistics.median(times):.2f}", f"{min(times):.2f}",
-                     f"{size / MB / statistics.median(times):,.0f}", f"{ratio:.2f}x",
-                     f"{statistics.median(c[0] for c in cpu[name]):.2f}",
-                     f"{statistics.median(c[1] for c in cpu[name]):.2f}"])
-    streamed = [n for n in spools if n.startswith("S3 raw: obstore multipart")]
-    s3_row = next((n for n in spools if n.startswith("S3 (")),
-                  min(streamed, key=lambda n: statistics.median(spools[n])))
-    s3_ratio = statistics.median(spools[s3_row]) / statistics.median(spools[local_name])
-    server_cpu = statistics.median(c[1] for c in cpu[s3_row])
-    local_time = statistics.median(spools[local_name])
-    read_rows = [[name, f"{times[0] * 1e3:.2f}", f"{statistics.median(times) * 1e3:.2f}",
-                  f"{max(times) * 1e3:.2f}"] for name, times in first.items()]
-    engine_note = (f"The S3 rows are the managed-store engine the composition root chose "
-                   f"({engine})." if s3_engine else
-                   "The S3-backed managed store is not in this tree yet: with "
-                   "`SIDECAR_OBJECT_STORE` set the composition root still opened the local "
-                   f"store ({engine}), so the S3 rows are the raw `obstore` path (what the "
-                   "engine will build on), not yet the engine.")
-    return "\n".join([
-        f"### 3. Managed objects: a {size / MB:.0f} MB spool and first-byte latency, S3 "
-        f"(SeaweedFS) vs the local directory ({opts.rounds} interleaved rounds)",
-        "",
-        "Spool: the text streamed in 1 MB chunks (`open_spool` → `write` → `commit`, the "
-        "`TextStore` protocol) into the store a Location opened, its order alternating per "
-        "round. Text: random base64 lines of 99 characters. SeaweedFS `weed mini` runs on "
-        "this machine and writes to the same disk. " + engine_note,
-        "",
-        table(["spool", "median s", "best s", "MB/s", "vs local directory",
-               "cpu s (this process)", "cpu s (SeaweedFS)"], rows),
-        "",
-        f"First byte ({opts.reads} reads each, taking turns; the first read is the cold one):",
-        "",
-        table(["read", "first ms", "median ms", "max ms"], read_rows),
-        "",
-        "Baseline: the local directory's spool in the same rounds. Target: a 100 MB spool to "
-        "S3 within 2x.",
-        "",
-        f"- {s3_row}: {s3_ratio:.2f}x the local directory's spool: "
-        f"{verdict(s3_ratio <= 2.0)} (target <= 2x)"
-        + ("" if s3_engine else " (raw path; the engine is not measured yet)") + ". The S3 "
-        f"server alone spent {server_cpu:.2f} CPU-s on it, {server_cpu / local_time:.1f}x the "
-        f"local spool's {local_time:.2f} s"
-        + (": on these shared cores the object store's own work decides the ratio; a remote "
-           "S3 puts that work on other machines." if server_cpu > 2 * local_time else "."),
-    ])
-
-
 # -- the run ---------------------------------------------------------------------------------
 
 
@@ -536,32 +333,54 @@ def write_results(path: Path, text: str) -> None:
     path.write_text(new)
 
 
+@dataclass
+class Servers:
+    pg: PostgresServer  # PostgreSQL's defaults
+    kernel: PostgresServer | None  # fsync=off, for the like-for-like outcome log row
+    s3: SeaweedS3 | None
+
+
 @contextlib.asynccontextmanager
-async def servers(need_s3: bool) -> AsyncIterator[tuple[PostgresServer, SeaweedS3 | None]]:
-    pg = await asyncio.to_thread(PostgresServer.start, DURABLE_SETTINGS)
-    s3: SeaweedS3 | None = None
+async def servers(sections: list[str]) -> AsyncIterator[Servers]:
+    """The servers the sections need, started at once (and stopped at once: SeaweedFS takes
+    seconds to stop)."""
+    # SQLite's WAL with synchronous=NORMAL hands each commit to the kernel, no flush: a
+    # PostgreSQL server with fsync=off does the same (a commit still waits for its WAL to be
+    # written): the like-for-like row; the shared server keeps PostgreSQL's defaults.
+    starts: dict[str, Callable[[], Any]] = {
+        "pg": functools.partial(PostgresServer.start, DURABLE_SETTINGS)}
+    if "outcomes" in sections:
+        starts["kernel"] = functools.partial(PostgresServer.start, "-c fsync=off")
+    if "objects" in sections:
+        starts["s3"] = SeaweedS3.start
+    results = await asyncio.gather(*(asyncio.to_thread(start) for start in starts.values()),
+                                   return_exceptions=True)
+    started = [r for r in results if not isinstance(r, BaseException)]
     try:
-        s3 = await asyncio.to_thread(SeaweedS3.start) if need_s3 else None
-        yield pg, s3
-    finally:  # both at once: SeaweedFS takes seconds to stop
-        await asyncio.gather(asyncio.to_thread(pg.stop),
-                             *([asyncio.to_thread(s3.stop)] if s3 is not None else []))
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        named: dict[str, Any] = dict(zip(starts, results, strict=True))
+        yield Servers(named["pg"], named.get("kernel"), named.get("s3"))
+    finally:
+        await asyncio.gather(*(asyncio.to_thread(server.stop) for server in started))
 
 
 async def run(opts: argparse.Namespace) -> str:
     load_before = load()
     parts: list[str] = []
-    async with servers("objects" in opts.only) as (pg, s3):
+    async with servers(opts.only) as up:
         for name in opts.only:
             started = time.monotonic()
             print(f"fleet: {name} ...", file=sys.stderr, flush=True)
             if name == "outcomes":
-                part = await section_outcomes(opts, pg)
+                assert up.kernel is not None
+                part = await section_outcomes(opts, up.pg, up.kernel)
             elif name == "replicas":
-                part = await section_replicas(opts, pg)
+                part = await section_replicas(opts, up.pg)
             else:
-                assert s3 is not None
-                part = await section_objects(opts, pg, s3)
+                assert up.s3 is not None
+                part = await section_objects(opts, up.pg, up.s3)
             parts.append(f"{part}\n\n_(section {name}: {time.monotonic() - started:.1f} s, "
                          f"load average after it {load()})_")
             print(parts[-1] + "\n", file=sys.stderr, flush=True)
@@ -600,7 +419,7 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown sections {sorted(unknown)}; known: {', '.join(SECTIONS)}")
     if opts.quick:
-        opts.blocks, opts.seq, opts.per_caller, opts.warm = 2, 20, 3, 10
+        opts.blocks, opts.seq, opts.per_caller, opts.warm = 1, 20, 3, 10
         opts.mb, opts.rounds, opts.reads = 4, 1, 2
     for name in [n for n in os.environ if n.startswith(("SIDECAR_", "AWS_"))]:
         del os.environ[name]  # the run sets the fleet variables it measures, nothing else

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from fleet_common import process_cpu, table
 from fleet_servers import HAProxy, PostgresServer
 
 HERE = Path(__file__).resolve().parent
@@ -47,12 +48,6 @@ CALLERS = 16
 AFFINITY = "X-Bench-Caller"
 MACHINE = ("machine: in processes", "machine: interrupts", "machine: stolen")
 MANIFEST = 'plugins = ["fleet_plugin:activate"]\n'
-
-
-def table(header: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 @dataclass
@@ -199,25 +194,6 @@ class Target:
             if status not in (200, 201):
                 raise RuntimeError(f"{self.label}: snapshot {status} {body}")
             self.conns.append((conn, f"/v1/snapshots/{body['id']}/calls"))
-
-
-def process_cpu(pid: int, tree: bool = True) -> float:
-    """CPU seconds of a process; with `tree`, also of its live descendants and of the
-    children it has reaped (a PostgreSQL backend that exited is in its postmaster's children
-    times)."""
-    try:
-        proc = psutil.Process(pid)
-        times = proc.cpu_times()
-        if not tree:
-            return times.user + times.system
-        total = times.user + times.system + times.children_user + times.children_system
-        for child in proc.children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                ct = child.cpu_times()
-                total += ct.user + ct.system
-    except psutil.Error:
-        return 0.0
-    return total
 
 
 def machine_busy() -> tuple[float, float, float]:

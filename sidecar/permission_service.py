@@ -70,6 +70,7 @@ class PermissionService:
         self._store = store
         self._shared = shared
         self._applying: set[asyncio.Task[None]] = set()
+        self._closed = False
         self._location = location
         self.defaults: tuple[PermissionRule, ...] = tuple(defaults)
         self.location_rules: tuple[PermissionRule, ...] = ()
@@ -247,6 +248,8 @@ class PermissionService:
 
     def _answered(self, answer: SharedAnswer) -> None:
         """`SharedAsks` delivers an answer given on any replica (maybe more than once)."""
+        if self._closed:  # between this service's close and the shared asks' close
+            return
         task = asyncio.get_running_loop().create_task(self._apply(answer))
         self._applying.add(task)
         task.add_done_callback(self._applying.discard)
@@ -318,6 +321,7 @@ class PermissionService:
             await self._store.add(self._location, session_id, rule)
 
     async def aclose(self) -> None:
+        self._closed = True
         applying = list(self._applying)
         if applying:  # answers being applied finish (their rules are stored), or stop
             _, unfinished = await asyncio.wait(applying, timeout=5)

@@ -4,9 +4,10 @@
 One row per (Location, snapshot id): the recipe as JSON, the digest of the captured definitions
 and an expiry by the database's clock (replicas' clocks may differ; the database's is the one
 they share). The caps of the local `SnapshotStore` hold for the fleet: per session (its oldest
-go first) and in all (the session holding the most loses its oldest), applied when a row is
-added, under one advisory lock so that two replicas adding at once never overshoot. Expired rows
-are deleted as new ones are added.
+go first), per owner (a scoped token, over all its sessions; its oldest go first) and in all
+(the session holding the most loses its oldest), applied when a row is added, under one
+advisory lock so that two replicas adding at once never overshoot. Expired rows are deleted as
+new ones are added.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from sidecar.snapshot_records import (
     StoredSnapshot,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MIGRATIONS: dict[int, str] = {
     1: """
 CREATE TABLE sidecar_snapshots (
@@ -39,6 +40,11 @@ CREATE TABLE sidecar_snapshots (
 );
 CREATE INDEX sidecar_snapshots_by_session ON sidecar_snapshots (location, session_key, seq);
 CREATE INDEX sidecar_snapshots_by_expiry ON sidecar_snapshots (expires_at);
+""",
+    2: """
+ALTER TABLE sidecar_snapshots ADD COLUMN owner TEXT;
+CREATE INDEX sidecar_snapshots_by_owner ON sidecar_snapshots (location, owner, seq)
+    WHERE owner IS NOT NULL;
 """,
 }
 COMPONENT = "snapshots"
@@ -55,7 +61,7 @@ def _recipe_json(recipe: SnapshotRecipe) -> str:
     return json.dumps({
         "session_id": recipe.session_id, "profile": recipe.profile, "mode": recipe.mode,
         "final_step": recipe.final_step, "strict": recipe.strict, "names": list(recipe.names),
-        "removed": list(recipe.removed),
+        "removed": list(recipe.removed), "owner": recipe.owner,
     }, ensure_ascii=False)
 
 
@@ -64,7 +70,7 @@ def _recipe(text: str) -> SnapshotRecipe:
     return SnapshotRecipe(
         session_id=data["session_id"], profile=data["profile"], mode=data["mode"],
         final_step=bool(data["final_step"]), strict=bool(data["strict"]),
-        names=tuple(data["names"]), removed=tuple(data["removed"]),
+        names=tuple(data["names"]), removed=tuple(data["removed"]), owner=data.get("owner"),
     )
 
 
@@ -85,13 +91,18 @@ class PostgresSnapshotRecords(PostgresStore):
                 await conn.execute("DELETE FROM sidecar_snapshots WHERE expires_at <= now()")
                 await conn.execute(
                     "INSERT INTO sidecar_snapshots (location, id, session_key, recipe, digest, "
-                    "expires_at) VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6))",
-                    location, snapshot_id, session, _recipe_json(recipe), digest,
-                    float(limits.ttl_seconds))
+                    "expires_at, owner) VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs "
+                    "=> $6), $7)", location, snapshot_id, session, _recipe_json(recipe), digest,
+                    float(limits.ttl_seconds), recipe.owner)
                 await conn.execute(
                     "DELETE FROM sidecar_snapshots WHERE location = $1 AND id IN (SELECT id "
                     "FROM sidecar_snapshots WHERE location = $1 AND session_key = $2 ORDER BY "
                     "seq DESC OFFSET $3)", location, session, limits.max_per_session)
+                if recipe.owner is not None:
+                    await conn.execute(
+                        "DELETE FROM sidecar_snapshots WHERE location = $1 AND id IN (SELECT "
+                        "id FROM sidecar_snapshots WHERE location = $1 AND owner = $2 ORDER BY "
+                        "seq DESC OFFSET $3)", location, recipe.owner, limits.max_per_owner)
                 total = await conn.fetchval(
                     "SELECT count(*) FROM sidecar_snapshots WHERE location = $1", location)
                 for _ in range(max(0, int(total) - limits.max_count)):

@@ -1,8 +1,8 @@
 """Snapshots any replica can use: what a snapshot was made of (its recipe), stored by id.
 
 A snapshot holds live tool values, so it cannot travel; what travels is its recipe: the
-profile, Code Mode setting, final-step flag and session it was taken for, the names it captured
-and removed, and a digest of the captured definitions. A replica that is asked for a snapshot
+profile, Code Mode setting, final-step and strict flags, session and owner it was taken for,
+the names it captured and removed, and a digest of the captured definitions. A replica that is asked for a snapshot
 another replica made rebuilds it from the recipe against its own registry and refuses (never
 silently substitutes) when its definitions of those tools differ from the advertised ones.
 
@@ -58,6 +58,8 @@ class SnapshotRecipe:
     """The captured tools (before Code Mode splits them)."""
     removed: tuple[str, ...]
     """Names taken out of this request (calling them fails `unavailable`)."""
+    owner: str | None = None
+    """The client it counts against per owner (`Snapshot.owner`: a scoped token)."""
     definitions: tuple[ToolDefinition, ...] = field(default=(), compare=False, repr=False)
     """The captured definitions (for the digest; never stored)."""
 
@@ -75,16 +77,19 @@ class StoredSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class SnapshotLimits:
-    """The same limits as the local `SnapshotStore`: a TTL, a cap per session and in all
-    (past the total cap, the session holding the most loses its oldest)."""
+    """The same limits as the local `SnapshotStore`: a TTL, a cap per session, per owner
+    (over all its sessions) and in all (past the total cap, the session holding the most loses
+    its oldest)."""
 
     ttl_seconds: float
     max_count: int
     max_per_session: int
+    max_per_owner: int = 512
 
     @classmethod
     def of(cls, store: SnapshotStore) -> SnapshotLimits:
-        return cls(store.ttl_seconds, store.max_count, store.max_per_session)
+        return cls(store.ttl_seconds, store.max_count, store.max_per_session,
+                   store.max_per_owner)
 
 
 class SnapshotRecords(Protocol):
@@ -92,7 +97,8 @@ class SnapshotRecords(Protocol):
 
     async def put(self, location: str, snapshot_id: str, recipe: SnapshotRecipe, digest: str,
                   limits: SnapshotLimits) -> None:
-        """Keep a recipe for `limits.ttl_seconds`, then apply the caps (oldest first);
+        """Keep a recipe for `limits.ttl_seconds`, then apply the caps (oldest first: the
+        session's, the owner's when `recipe.owner` is set, then the total);
         `SnapshotRecordsError` when the backend fails."""
         ...
 
@@ -206,6 +212,11 @@ class MemorySnapshotRecords:
         for key in own[: max(0, len(own) - limits.max_per_session)]:
             del self._rows[key]
             mine.remove(key)
+        if recipe.owner is not None:
+            owned = [k for k in mine if self._rows[k][1].recipe.owner == recipe.owner]
+            for key in owned[: max(0, len(owned) - limits.max_per_owner)]:
+                del self._rows[key]
+                mine.remove(key)
         while len(mine) > limits.max_count:
             counts: dict[str | None, int] = {}
             for key in mine:

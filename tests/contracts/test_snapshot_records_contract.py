@@ -25,9 +25,11 @@ OpenRecords = Callable[[], Awaitable[SnapshotRecords]]
 LIMITS = SnapshotLimits(ttl_seconds=3600, max_count=100, max_per_session=10)
 
 
-def recipe(session: str | None = "s", names: tuple[str, ...] = ("echo",)) -> SnapshotRecipe:
+def recipe(session: str | None = "s", names: tuple[str, ...] = ("echo",),
+           owner: str | None = None) -> SnapshotRecipe:
     return SnapshotRecipe(session_id=session, profile="default", mode="direct",
-                          final_step=False, strict=False, names=names, removed=("gone",))
+                          final_step=False, strict=False, names=names, removed=("gone",),
+                          owner=owner)
 
 
 @pytest.fixture(params=["memory", "postgres"])
@@ -59,7 +61,8 @@ async def open_records(request: pytest.FixtureRequest) -> AsyncIterator[OpenReco
 async def test_a_recipe_is_read_back_whole(open_records: OpenRecords) -> None:
     records = await open_records()
     kept = SnapshotRecipe(session_id=None, profile="ops", mode="codemode", final_step=True,
-                          strict=True, names=("a", "b\u00e9"), removed=("c",))
+                          strict=True, names=("a", "b\u00e9"), removed=("c",),
+                          owner="token:t1")
     await records.put("default", "snap_1", kept, "digest-1", LIMITS)
     stored = await records.get("default", "snap_1")
     assert stored is not None
@@ -103,6 +106,24 @@ async def test_a_session_keeps_its_newest_up_to_its_cap(open_records: OpenRecord
     assert await records.get("default", "none") is not None
 
 
+async def test_an_owner_keeps_its_newest_over_all_its_sessions(
+    open_records: OpenRecords,
+) -> None:
+    """A scoped token inventing a session per snapshot still expires its own."""
+    records = await open_records()
+    limits = SnapshotLimits(ttl_seconds=3600, max_count=100, max_per_session=10,
+                            max_per_owner=3)
+    await records.put("default", "someone", recipe("s0", owner="token:other"), "d", limits)
+    await records.put("default", "all-access", recipe("s0"), "d", limits)
+    for i in range(5):
+        await records.put("default", f"mine_{i}", recipe(f"s{i}", owner="token:me"), "d",
+                          limits)
+    kept = [i for i in range(5) if await records.get("default", f"mine_{i}") is not None]
+    assert kept == [2, 3, 4]
+    for other in ("someone", "all-access"):
+        assert await records.get("default", other) is not None
+
+
 async def test_past_the_total_cap_the_largest_session_loses_its_oldest(
     open_records: OpenRecords,
 ) -> None:
@@ -138,3 +159,29 @@ async def test_a_database_gone_is_a_records_error(postgres_server: PostgresServe
             await records.get("default", "snap_1")
     finally:
         pool.terminate()
+
+
+async def test_a_version_1_table_is_migrated(postgres_server: PostgresServer) -> None:
+    """PostgreSQL only: a database made by the first layout (no owner column) gets it at
+    open, keeping its rows."""
+    from sidecar import postgres_snapshots
+    from sidecar.postgres import migrate
+
+    dsn = await postgres_server.new_database()
+    pool = await open_pool(dsn, max_size=1)
+    try:
+        async with pool.acquire() as conn:
+            await migrate(conn, "snapshots", postgres_snapshots.MIGRATIONS, 1)
+            await conn.execute(
+                "INSERT INTO sidecar_snapshots (location, id, session_key, recipe, digest, "
+                "expires_at) VALUES ('default', 'old', 'null', $1, 'd', now() + interval '1h')",
+                '{"session_id": null, "profile": "default", "mode": "direct", '
+                '"final_step": false, "strict": false, "names": ["echo"], "removed": []}')
+        records = await PostgresSnapshotRecords.on_pool(pool)
+        old = await records.get("default", "old")
+        assert old is not None and old.recipe.owner is None and old.recipe.names == ("echo",)
+        await records.put("default", "new", recipe(owner="token:t"), "d", LIMITS)
+        new = await records.get("default", "new")
+        assert new is not None and new.recipe.owner == "token:t"
+    finally:
+        await pool.close()

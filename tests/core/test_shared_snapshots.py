@@ -68,12 +68,13 @@ async def test_a_snapshot_made_on_one_replica_runs_on_the_other(
     a, b = pair
     a.tools.register({"echo": echo(tag="a:"), "other": echo()})
     b.tools.register({"echo": echo(tag="b:"), "other": echo()})
-    made = a.snapshot(session_id="s1", deny=["other"], strict=True)
+    made = a.snapshot(session_id="s1", deny=["other"], strict=True, owner="token:t1")
     await a.share_snapshot(made)
     found = await b.find_snapshot(made.id)
     assert found.id == made.id and found is not made
     assert found.definitions == made.definitions
     assert found.recipe is not None and found.recipe.strict
+    assert found.owner == "token:t1"  # counts against the same scoped token on B
     outcome = await found.execute("echo", {"text": "hi"}, ctx("c1"))
     assert outcome.status == "completed", outcome.error
     assert outcome.content[0] == TextContent("b:hi")  # B's own tool value ran

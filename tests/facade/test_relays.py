@@ -14,6 +14,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
+from sidecar.replica import replica_id
 from sidecar.serve.mcp_facade import CALL_ID_KEY, rounds
 from tests.facade.conftest import Served, fixture_server, serving
 from tests.facade.test_http import connect
@@ -156,6 +157,22 @@ async def test_request_state_is_bound_to_its_call_and_used_once(served: Served) 
         assert done.content[0].text == "LLM response: mine"
         with pytest.raises(MCPError, match="Invalid or expired requestState"):
             await resume({"prompt": "mine"})
+
+
+async def test_a_request_state_of_another_replica_names_it(served: Served) -> None:
+    """In a fleet the token names the replica holding the paused call, so a resume that
+    reached another replica says where it must go instead of "expired"."""
+    async with connect(served.url, "2026-07-28", sampling_callback=sampling) as client:
+        await client.list_tools()
+        first = await client.session.call_tool("test_sampling", {"prompt": "mine"},
+                                               allow_input_required=True)
+        assert isinstance(first, types.InputRequiredResult)
+        assert first.request_state.endswith(f".{replica_id()}")
+        foreign = first.request_state.partition(".")[0] + ".replica-elsewhere"
+        with pytest.raises(MCPError, match="paused on replica 'replica-elsewhere'"):
+            await client.session.call_tool(
+                "test_sampling", {"prompt": "mine"}, request_state=foreign,
+                input_responses={}, allow_input_required=True)
 
 
 async def test_roots_list_changed_reaches_upstream_servers(served: Served) -> None:

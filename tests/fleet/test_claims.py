@@ -176,3 +176,18 @@ def test_a_replica_killed_mid_call_leaves_no_stuck_claim(fleet: Fleet) -> None:
     [stored] = asyncio.run(fetch(fleet.dsn, "SELECT status FROM sidecar_outcomes "
                                             "WHERE call_id = 'kill-1'"))
     assert stored["status"] == "completed"
+
+
+def test_a_bad_claim_ttl_stops_serve_with_one_line(tmp_path: Path,
+                                                    postgres_server: PostgresServer) -> None:
+    import anyio
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+    env.update(SIDECAR_STATE_DIR=str(tmp_path / "state"), SIDECAR_TOKEN=secrets.token_urlsafe(32),
+               SIDECAR_DATABASE_URL=anyio.run(postgres_server.new_database),
+               SIDECAR_CLAIM_TTL="soon")
+    ended = subprocess.run([*SIDECAR, "serve", "--port", "0"], env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert ended.returncode == 2
+    assert ended.stderr.strip().splitlines() == [
+        "sidecar: SIDECAR_CLAIM_TTL: not a duration: 'soon' (use seconds, or 90s, 30m, 12h, 7d)"]

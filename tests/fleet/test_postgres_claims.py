@@ -11,9 +11,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from sidecar import Location, Tool, ToolResponse
+from sidecar import Location, Tool, ToolFailure, ToolResponse
 from sidecar.content import TextContent
-from sidecar.errors import CallIdConflict
+from sidecar.errors import CallIdConflict, ErrorKind
 from sidecar.outcome import Outcome
 from sidecar.postgres_outcome_log import PostgresOutcomeLog
 from sidecar.seam import Seam
@@ -225,3 +225,33 @@ async def test_a_cancelled_call_lets_the_other_replica_run_it_at_once(
     assert outcome.status == "completed" and not outcome.replayed
     assert outcome.content == (TextContent("t"),)
     assert await claim_rows(dsn) == []
+
+
+async def test_a_duplicate_waits_no_longer_than_the_first_run_and_its_timeout(
+    replicas: tuple[PostgresOutcomeLog, PostgresOutcomeLog], tmp_path: Path,
+) -> None:
+    a, b = replicas
+    started: list[str] = []
+    deadline = asyncio.Event()
+
+    async def run(args: dict[str, Any], context: Any) -> ToolResponse:
+        started.append(context.call_id)
+        await deadline.wait()  # the tool's own timeout, as a bridge reports it
+        raise ToolFailure("no answer within 600 s (timeouts.call)", kind=ErrorKind.TIMEOUT)
+
+    tool = Tool(description="Time out", execute=run, input={"type": "object"})
+    async with Location.open(tmp_path, state_dir=tmp_path / "state") as location:
+        seam_a = Seam(store=location.seam.store, outcomes=a)
+        seam_b = Seam(store=location.seam.store, outcomes=b)
+        async with location.tools.register({"slow": tool}):
+            snapshot = location.snapshot()
+            on_a = asyncio.create_task(seam_a.execute(snapshot, "slow", {}, ctx("c1")))
+            while not started:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+            on_b = asyncio.create_task(seam_b.execute(snapshot, "slow", {}, ctx("c1")))
+            await waiting(b, on_b)
+            deadline.set()
+            first, duplicate = await on_a, await on_b
+    assert started == ["c1"]
+    assert first.error is not None and first.error.kind is ErrorKind.TIMEOUT
+    assert duplicate.replayed and duplicate.error == first.error

@@ -1,7 +1,8 @@
 """Two `sidecar serve` processes on one real PostgreSQL database, with a manifest rule that
 makes the `stamp` tool ask: a call on A asks, the ask appears in B's pending list and in B's
 `/v1/events` stream, the reply is sent to B, and the call on A completes with the tool's
-output. The events of both replicas are numbered in one sequence."""
+output. The events of both replicas are numbered in one sequence; an `always` given on B
+lets the session's later calls run unasked on both."""
 
 from __future__ import annotations
 
@@ -109,9 +110,35 @@ async def _asked_on_b(url_a: str, url_b: str, token: str, runs: Path) -> None:
                     break
         assert "permission.replied" in {n for _, n in seen}
         assert [i for i, _ in seen] == sorted(i for i, _ in seen)
-        await events.aclose()  # type: ignore[attr-defined]
         gone = (await on_a.get("/v1/permissions")).json()["pending"]
         assert gone == [] and (await on_b.get("/v1/permissions")).json()["pending"] == []
+
+        # `always` given on B: the session's later calls run on either replica unasked (one
+        # that asked would wait for an answer nobody gives, and the guard would fail it)
+        call = asyncio.ensure_future(_call(on_a, snap, "asked-2", "always"))
+        async with asyncio.timeout(20):
+            async for _, name, data in events:
+                if name == "permission.asked" and data["ask"]["source"]["call_id"] == "asked-2":
+                    ask_id = data["ask"]["id"]
+                    break
+        await events.aclose()  # type: ignore[attr-defined]
+        answered = await on_b.post(f"/v1/permissions/{ask_id}/reply", json={"reply": "always"})
+        assert answered.status_code == 200, answered.text
+        async with asyncio.timeout(20):
+            assert (await call)["status"] == "completed"
+            snap_b = (await on_b.post("/v1/snapshots", json={"session_id": "s"})).json()["id"]
+            for client, snapshot, call_id in ((on_a, snap, "asked-3"),
+                                              (on_b, snap_b, "asked-4")):
+                assert (await _call(client, snapshot, call_id, "unasked"))["status"] == \
+                    "completed"
+
+
+async def _call(client: httpx.AsyncClient, snap: str, call_id: str, line: str
+                ) -> dict[str, Any]:
+    response = await client.post(f"/v1/snapshots/{snap}/calls", json={
+        "name": "stamp", "input": {"line": line},
+        "context": {"session_id": "s", "agent": "a", "message_id": "m", "call_id": call_id}})
+    return dict(response.json())
 
 
 def test_an_ask_raised_on_a_is_answered_on_b_and_the_call_on_a_proceeds(

@@ -30,6 +30,8 @@ from typing import Any
 import anyio
 import mcp_types as types
 
+from sidecar.replica import replica_id
+
 ROUND_TTL = 300.0
 
 
@@ -133,7 +135,18 @@ def request_digest(tool: str, arguments: Any) -> str:
 
 
 def new_token() -> str:
-    return secrets.token_urlsafe(18)
+    """144 random bits, then the replica that holds the paused call (`.<replica id>`), so that
+    another replica of a fleet can say where the resumed call must go."""
+    return f"{secrets.token_urlsafe(18)}.{replica_id()}"
+
+
+def foreign_round(token: str) -> str | None:
+    """The error for a token another replica issued (None: this replica's, or not ours)."""
+    owner = token.partition(".")[2]
+    if not owner or owner == replica_id():
+        return None
+    return (f"requestState belongs to the call paused on replica {owner!r}, not this one "
+            f"({replica_id()!r}): the resumed tools/call must reach that replica")
 
 
 def _key() -> str:

@@ -62,6 +62,7 @@ from sidecar.serve.mcp_facade.rounds import (
     ROUND_TTL,
     Execution,
     Finished,
+    foreign_round,
     new_token,
     request_digest,
 )
@@ -352,6 +353,8 @@ class McpFacade(FastAnswers, UpstreamRelay):
         token = params.request_state or ""
         execution = self._rounds.get(token)
         stable = self.sessions.fixed  # stdio: one session; HTTP 2026: requests stand alone
+        if execution is None and (foreign := foreign_round(token)) is not None:
+            raise MCPError(types.INVALID_PARAMS, foreign)  # a fleet: resumed on another replica
         if execution is None or (stable and execution.session_id != session_id) or (
             execution.request != request_digest(params.name, params.arguments or {})
         ):
