@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Self, cast
 
+from sidecar import tracing
 from sidecar.call_history import (
     AuditSettings,
     CallHistory,
@@ -183,7 +184,10 @@ class Location:
 
     def record_call(self, call: SettledCall) -> None:
         """The seam's audit hook: one history row for a settled or replayed call, also handed
-        to `call_listeners` (metrics)."""
+        to `call_listeners` (metrics). Nothing is built when neither wants it (not durable,
+        no HTTP app)."""
+        if self.history is None and not self.call_listeners:
+            return
         record = record_of(call, self.audit, self._server_of)
         if self.history is not None:
             self.history.add(record)
@@ -252,6 +256,7 @@ class Location:
         `wiring` defaults to `default_wiring()`.
         """
         wired = wiring if wiring is not None else cls.default_wiring()
+        tracing.refresh()  # an embedder's provider installed since the last Location opened
         root_dir = await asyncio.to_thread(Path(root).resolve)
         state = Path(state_dir) if state_dir is not None else default_state_dir()
         loosened = await asyncio.to_thread(prepare_state_dir, state)  # or UnsafeStateDir

@@ -88,33 +88,36 @@ class Seam:
     """Called with every executed outcome and its duration in seconds (metrics)."""
     audit: Callable[[SettledCall], None] | None = None
     """Called with every settled or replayed call once it is recorded (the call history)."""
-    _inflight: dict[str, tuple[str, list[asyncio.Future[Outcome | None]]]] = field(
-        default_factory=dict)
-    """call_id -> (fingerprint, futures of duplicate callers waiting for the first one)."""
+    _inflight: dict[str, _InFlight] = field(default_factory=dict)
+    """call_id -> the call running under it (duplicate callers wait for it)."""
 
     async def execute(
         self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext
     ) -> Outcome:
         call_id = context.call_id
-        fingerprint = call_fingerprint(name, raw_input, context.session_id, context.agent)
+        fingerprint: str | None = None
         while (inflight := self._inflight.get(call_id)) is not None:
-            if inflight[0] != fingerprint:
+            if fingerprint is None:
+                fingerprint = call_fingerprint(name, raw_input, context.session_id,
+                                               context.agent)
+            if inflight.fingerprint() != fingerprint:
                 return _conflict(call_id, name)
             waiter: asyncio.Future[Outcome | None] = asyncio.get_running_loop().create_future()
-            inflight[1].append(waiter)
+            inflight.waiters.append(waiter)
             settled = await waiter
             if settled is not None:
                 return settled
             # the first attempt was cancelled and recorded nothing: run it ourselves
         waiters: list[asyncio.Future[Outcome | None]] = []
-        self._inflight[call_id] = (fingerprint, waiters)
+        running = self._inflight[call_id] = _InFlight(
+            name, raw_input, context.session_id, context.agent, fingerprint, waiters)
         outcome: Outcome | None = None
         started_at, started = time.time(), time.perf_counter()
         try:
             if tracing.enabled():
-                outcome = await self._traced(snapshot, name, raw_input, context, fingerprint)
+                outcome = await self._traced(snapshot, name, raw_input, context, running)
             else:
-                outcome = await self._run(snapshot, name, raw_input, context, fingerprint)
+                outcome = await self._run(snapshot, name, raw_input, context, running)
             if self.audit is not None:
                 self.audit(SettledCall(
                     name, raw_input, context, outcome, started_at,
@@ -130,7 +133,7 @@ class Seam:
 
     async def _traced(
         self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext,
-        fingerprint: str,
+        running: _InFlight,
     ) -> Outcome:
         """`_run` inside the call's span (see `sidecar.tracing`)."""
         with tracing.tracer().start_as_current_span(f"execute_tool {name}", attributes={
@@ -139,16 +142,17 @@ class Seam:
             "mcp.session.id": context.session_id, "sidecar.agent": context.agent,
             "sidecar.location": self.location, "sidecar.bytes_in": _input_bytes(raw_input),
         }) as span:
-            outcome = await self._run(snapshot, name, raw_input, context, fingerprint)
+            outcome = await self._run(snapshot, name, raw_input, context, running)
             tracing.describe_outcome(span, outcome)
             return outcome
 
     async def _run(
         self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext,
-        fingerprint: str,
+        running: _InFlight,
     ) -> Outcome:
         if self.outcomes is None:
             return await self._settle_and_publish(snapshot, name, raw_input, context)
+        fingerprint = running.fingerprint()
         try:  # the stored outcome, or the claim to run it (waits for another replica's run)
             stored = await self.outcomes.claim(self.location, context.call_id, fingerprint)
         except CallIdConflict:
@@ -328,6 +332,29 @@ class Seam:
         bounded = self._bound_meta(snapshot, name, call_id, "progress snapshot")
         if bounded is not None:
             self.events.publish(CallProgress(call_id, name, bounded))
+
+
+class _InFlight:
+    """A call running under its call id, and the duplicate callers waiting for it.
+
+    Its fingerprint (`call_fingerprint`: canonical JSON + a digest, a few µs) is computed only
+    when something compares it: the outcome log (claim, record) or a duplicate arriving while
+    it runs. Without an outcome log a call with a unique id never pays for it."""
+
+    __slots__ = ("_fingerprint", "agent", "name", "raw_input", "session_id", "waiters")
+
+    def __init__(self, name: str, raw_input: Any, session_id: str, agent: str,
+                 fingerprint: str | None, waiters: list[asyncio.Future[Outcome | None]]) -> None:
+        self.name, self.raw_input = name, raw_input
+        self.session_id, self.agent = session_id, agent
+        self._fingerprint = fingerprint
+        self.waiters = waiters
+
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = call_fingerprint(self.name, self.raw_input, self.session_id,
+                                                 self.agent)
+        return self._fingerprint
 
 
 def _conflict(call_id: str, name: str) -> Outcome:

@@ -8,8 +8,9 @@
       ├─ bound_content                (bounding, retention in the managed store)
       └─ record_outcome               (the durable outcome record)
 
-The code depends on `opentelemetry-api` only. Tracing is off, and costs one check per call,
-until a tracer provider is configured: by an application that embeds `Location.open`, or by
+The code depends on `opentelemetry-api` only. Tracing is off, and costs one flag test per
+call, until a tracer provider is configured: by an application that embeds `Location.open`
+(before opening it, or calling `refresh()` after), by `use_provider`, or by
 `configure_from_env()` (the CLI calls it), which follows the standard variables: with
 `OTEL_TRACES_EXPORTER` (`otlp`, `console` or `none`) or an `OTEL_EXPORTER_OTLP_ENDPOINT` /
 `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` set, it installs the SDK's provider with a batch
@@ -54,6 +55,11 @@ _NOOP_PROVIDERS = (ProxyTracerProvider, NoOpTracerProvider)
 
 
 _own_provider: trace.TracerProvider | None = None
+_enabled = False
+"""Resolved by `refresh`: asking OpenTelemetry for its global provider reads `os.environ` three
+times, which cost every call ~1 µs (2026-12-04); the answer changes only when a provider is
+installed, so it is resolved then and at `Location.open`."""
+_OFF: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
 def use_provider(provider: trace.TracerProvider | None) -> None:
@@ -62,12 +68,23 @@ def use_provider(provider: trace.TracerProvider | None) -> None:
     the global one is also what the `mcp` SDK's own instrumentation uses."""
     global _own_provider
     _own_provider = provider
+    refresh()
+
+
+def refresh() -> bool:
+    """Look again whether a real tracer provider is installed (`Location.open` does; an
+    application that installs OpenTelemetry's global provider after opening a Location calls
+    it). Returns `enabled()`."""
+    global _enabled
+    _enabled = _own_provider is not None or not isinstance(trace.get_tracer_provider(),
+                                                           _NOOP_PROVIDERS)
+    return _enabled
 
 
 def enabled() -> bool:
-    """True when a real tracer provider is installed (spans are then recorded)."""
-    return _own_provider is not None or not isinstance(trace.get_tracer_provider(),
-                                                       _NOOP_PROVIDERS)
+    """True when a real tracer provider is installed (spans are then recorded), as last
+    resolved by `refresh`."""
+    return _enabled
 
 
 def tracer() -> trace.Tracer:
@@ -83,7 +100,7 @@ def configure_from_env(environ: Mapping[str, str] | None = None) -> bool:
     is logged and tracing stays off.
     """
     env = os.environ if environ is None else environ
-    if enabled():
+    if refresh():
         return True
     exporter_name = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
     endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get(
@@ -119,6 +136,7 @@ def configure_from_env(environ: Mapping[str, str] | None = None) -> bool:
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
     provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
+    refresh()
     log.info("traces are exported (%s)", exporter_name or "otlp")
     return True
 
@@ -132,13 +150,16 @@ def shutdown() -> None:
             stop()
 
 
-@contextlib.contextmanager
-def continued(carrier: Mapping[str, Any] | None) -> Iterator[None]:
+def continued(carrier: Mapping[str, Any] | None) -> contextlib.AbstractContextManager[None]:
     """Make a client's W3C trace context (`traceparent`, `tracestate` keys) the current
     context, so the spans started inside are its children. A no-op without one."""
-    if not carrier or not enabled():
-        yield
-        return
+    if not carrier or not _enabled:
+        return _OFF
+    return _continued(carrier)
+
+
+@contextlib.contextmanager
+def _continued(carrier: Mapping[str, Any]) -> Iterator[None]:
     headers = {k: v for k, v in carrier.items()
                if k in ("traceparent", "tracestate") and isinstance(v, str)}
     if "traceparent" not in headers:
@@ -170,12 +191,10 @@ def describe_outcome(span: Span, outcome: Any) -> None:
         span.set_status(Status(StatusCode.ERROR, outcome.error.message[:200]))
 
 
-@contextlib.contextmanager
 def step(name: str, kind: SpanKind = SpanKind.INTERNAL,
-         attributes: Mapping[str, Any] | None = None) -> Iterator[Span | None]:
-    """A child span of the current one, or nothing when tracing is off."""
-    if not enabled():
-        yield None
-        return
-    with tracer().start_as_current_span(name, kind=kind, attributes=attributes) as span:
-        yield span
+         attributes: Mapping[str, Any] | None = None
+         ) -> contextlib.AbstractContextManager[Span | None]:
+    """A child span of the current one, or (tracing off) a shared no-op context."""
+    if not _enabled:
+        return _OFF
+    return tracer().start_as_current_span(name, kind=kind, attributes=attributes)

@@ -139,3 +139,52 @@ async def test_rows_past_the_retention_are_pruned_in_the_background(tmp_path: Pa
         assert [r.call_id for r in rows] == ["c2"] and h.pruned == 1
     finally:
         await h.aclose()
+
+
+def test_the_kept_copy_is_encoded_once_and_reused() -> None:
+    plain = {"text": "hello", "n": [1, 2]}
+    size, kept, kept_json = AuditSettings("redacted").keep_encoded(plain)
+    assert kept is plain and kept_json == '{"text":"hello","n":[1,2]}' and size == 26
+    secret = {"q": "ok", "nested": {"api_key": "k"}}
+    size, kept, kept_json = AuditSettings("redacted").keep_encoded(secret)
+    assert kept == {"q": "ok", "nested": {"api_key": MASK}} and secret["nested"]["api_key"] == "k"
+    assert kept_json == '{"q":"ok","nested":{"api_key":"***"}}'
+    assert AuditSettings("redacted").keep_encoded({1: "a"})[1:] == ({"1": "a"}, '{"1":"a"}')
+    assert AuditSettings("none").keep_encoded(plain) == (26, None, None)
+    odd = {"when": object()}  # not JSON: sized by its repr, kept through str()
+    size, kept, kept_json = AuditSettings("full").keep_encoded(odd)
+    assert size == len(repr(odd)) and kept is odd and kept_json is not None
+    assert kept_json.startswith('{"when":"<object object at')
+
+
+async def test_the_stored_input_is_the_kept_copy(history: SqliteCallHistory) -> None:
+    settings = AuditSettings("redacted", frozenset({"customer"}))
+    for i, value in enumerate([{"text": "é"}, {"customer": "Ada", "x": "y" * 300}, "raw"]):
+        size, kept, kept_json = settings.keep_encoded(value)
+        history.add(row(i, input=kept, input_bytes=size, input_json=kept_json))
+    history.add(row(9, input={"written": "without its JSON"}))
+    rows, _ = await history.query(CallQuery())
+    assert [r.input for r in rows] == [
+        {"written": "without its JSON"}, "raw",
+        {"customer": MASK, "x": "y" * 256 + "... (300 characters)"}, {"text": "é"},
+    ]
+    assert rows[-1].input_bytes == 13  # bytes of UTF-8 (12 characters)
+
+
+async def test_gathered_rows_are_written_before_a_query_and_at_close(tmp_path: Path) -> None:
+    """Rows wait up to `gather_seconds` to be written together; a query or the close never
+    waits for that, nor misses a row."""
+    h = await SqliteCallHistory.open(tmp_path / "h.sqlite", gather_seconds=3600)
+    for i in range(3):
+        h.add(row(i))
+    rows, _ = await h.query(CallQuery())
+    assert [r.call_id for r in rows] == ["c2", "c1", "c0"]
+    h.add(row(3))
+    h.add(row(4))
+    await h.aclose()
+    h = await SqliteCallHistory.open(tmp_path / "h.sqlite")
+    try:
+        rows, _ = await h.query(CallQuery())
+    finally:
+        await h.aclose()
+    assert [r.call_id for r in rows] == ["c4", "c3", "c2", "c1", "c0"]

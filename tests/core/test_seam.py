@@ -447,3 +447,30 @@ async def test_registration_is_validated_whole(location):
     with pytest.raises(RegistrationError, match="'bad'"):
         location.tools.register({"good": good, "bad": bad})
     assert "good" not in location.snapshot().names
+
+
+async def test_in_flight_duplicates_without_an_outcome_log(tmp_path):
+    """Not durable: the in-flight map alone makes a duplicate wait for the first call and
+    refuses another call under the same id (its fingerprint is computed only then)."""
+    counter = Counter()
+    gate = asyncio.Event()
+
+    async def run(args, context):
+        counter.calls += 1
+        await gate.wait()
+        return ToolResponse(content=f"done {args.text}")
+
+    tool = Tool(description="d", input=EchoIn, execute=run)
+    async with Location.open(tmp_path, state_dir=tmp_path / "state", durable=False) as loc:
+        async with loc.tools.register({"t": tool}):
+            snap = loc.snapshot()
+            first = asyncio.create_task(snap.execute("t", {"text": "x"}, ctx("dup")))
+            await asyncio.sleep(0.01)
+            same = asyncio.create_task(snap.execute("t", '{"text": "x"}', ctx("dup")))
+            other = await snap.execute("t", {"text": "y"}, ctx("dup"))
+            gate.set()
+            outcomes = await asyncio.gather(first, same)
+            after = await snap.execute("t", {"text": "y"}, ctx("dup"))  # nothing kept: runs
+    assert other.error is not None and other.error.kind is ErrorKind.CONFLICT
+    assert [o.content for o in outcomes] == [(TextContent("done x"),)] * 2
+    assert after.status == "completed" and counter.calls == 2
