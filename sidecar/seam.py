@@ -209,7 +209,10 @@ class Seam:
             if isinstance(entry, CallError):
                 raise _Failed(entry)
             bounds = entry.tool.bounds.over(self.bounds) if entry.tool.bounds else self.bounds
-            with tracing.step("validate_input"):
+            if tracing.enabled():  # (a no-op `with` still costs a call its enter and exit)
+                with tracing.step("validate_input"):
+                    value = _decode(entry.tool.input, raw_input, name)
+            else:
                 value = _decode(entry.tool.input, raw_input, name)
             ctx = CallContext(context, name, self._publish_progress)
             outcome = await self._invoke(entry.tool, value, ctx, bounds)
@@ -253,7 +256,11 @@ class Seam:
             value, content_value, metadata = result, None, None
         output = _encode(tool.output, value, name)
         content = _normalize(content_value, tool.output is not None, output, name)
-        with tracing.step("bound_content"):
+        if tracing.enabled():
+            with tracing.step("bound_content"):
+                content, retained = await self._bound(content, bounds, name, call_id,
+                                                      ctx.runner)
+        else:
             content, retained = await self._bound(content, bounds, name, call_id, ctx.runner)
         return Outcome(
             call_id=call_id,
