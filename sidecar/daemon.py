@@ -3,8 +3,10 @@
 It supplies the core `Location` (`sidecar.location`) with its wiring (`DEFAULT_WIRING`: the
 sources the manifests declare) and exports the wired class as `sidecar.Location`; it runs the
 daemon commands (`serve`: native API + MCP over HTTP; `stdio`: MCP over stdin/stdout) from
-startup to graceful shutdown. Nothing imports it but the CLI entry point (`sidecar.cli`) and
-the lazy `sidecar.Location` re-export (checked by `tests/test_architecture.py`).
+startup to graceful shutdown. Which implementation keeps each store is chosen in
+`sidecar.daemon_stores`, the root's other module. Nothing imports it but the CLI entry point
+(`sidecar.cli`) and the lazy `sidecar.Location` re-export (checked by
+`tests/test_architecture.py`).
 """
 
 from __future__ import annotations
@@ -13,14 +15,13 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
-import functools
 import gc
 import logging
 import os
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,8 +31,12 @@ from uvicorn import Server as uvicorn_Server
 from bridges.child_groups import CHILD_GROUPS, reap_leftovers
 from bridges.manifest_sources import ManifestSources
 from bridges.prestart import PRESTARTED
-from managed_store import ManagedStore
-from sidecar.call_history import SqliteCallHistory
+from sidecar.daemon_stores import (
+    Backends,
+    open_call_history,
+    open_local_stores,
+    open_token_store,
+)
 from sidecar.local_door import OwnerLock
 from sidecar.location import (
     DEFAULT_STORE_QUOTA_BYTES,
@@ -39,31 +44,14 @@ from sidecar.location import (
     default_state_dir,
 )
 from sidecar.location import Location as CoreLocation
-from sidecar.outcome_log import SqliteOutcomeLog
-from sidecar.permission_store import SqlitePermissionStore
-from sidecar.pins import SqlitePinStore
 from sidecar.retention import DEFAULT_RETENTION_SECONDS, parse_duration, retention_from_env
 from sidecar.serve.event_log import MemoryEventLog
 from sidecar.start_signals import sigterm_cancels
 from sidecar.state_dir import prepare_state_dir, write_private_file
 from sidecar.store_pressure import owner_share_from_env, store_quota_from_env
-from sidecar.stores import (
-    CallHistory,
-    EventLogFactory,
-    OutcomeLog,
-    PermissionStore,
-    PinStore,
-    SharedAsks,
-    SnapshotRecords,
-    StoreOptions,
-    Stores,
-    TextStore,
-)
-from sidecar.tokens import SqliteTokenStore, TokenStore
 from sidecar.tool import Bounds
 
 if TYPE_CHECKING:
-    import asyncpg
 
     from sidecar.serve.door import Activity, StdioDoor
 
@@ -114,237 +102,7 @@ class Location(CoreLocation):
         return DEFAULT_WIRING
 
 
-async def open_token_store(state: Path) -> TokenStore:
-    """The token store `sidecar token ...` opens without a daemon: the fleet database's when
-    `SIDECAR_DATABASE_URL` (or `--store`) names one, else the state directory's."""
-    database_url = Backends.from_env().database_url
-    if database_url:
-        from sidecar.postgres_tokens import PostgresTokenStore
-
-        return await PostgresTokenStore.open(database_url)
-    return await SqliteTokenStore.open(state / "tokens.sqlite")
-
-
-async def open_call_history(state: Path) -> CallHistory | None:
-    """The call history `sidecar calls --embedded` reads without a daemon: the fleet
-    database's when `SIDECAR_DATABASE_URL` (or `--store`) names one, else the state
-    directory's `history.sqlite` (None when there is none yet)."""
-    database_url = Backends.from_env().database_url
-    if database_url:
-        from sidecar.postgres_call_history import PostgresCallHistory
-
-        return await PostgresCallHistory.open(database_url)
-    path = state / "history.sqlite"
-    if not await asyncio.to_thread(path.exists):
-        return None
-    return await SqliteCallHistory.open(path)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Backends:
-    """Where a Location's durable state lives: the state directory alone (the default), or
-    the fleet's shared backends (docs/fleet.md)."""
-
-    database_url: str = ""
-    """`SIDECAR_DATABASE_URL` (or `--store`): a `postgresql://` URL for the fleet's state."""
-    object_store: str = ""
-    """`SIDECAR_OBJECT_STORE`: an `s3://bucket/prefix` URL for managed objects."""
-
-    @classmethod
-    def from_env(cls) -> Backends:
-        return cls(database_url=os.environ.get("SIDECAR_DATABASE_URL", "").strip(),
-                   object_store=os.environ.get("SIDECAR_OBJECT_STORE", "").strip())
-
-
-@dataclasses.dataclass(slots=True)
-class _Opening:
-    """What the per-store openers share while `open_local_stores` runs."""
-
-    options: StoreOptions
-    backends: Backends
-    stack: AsyncExitStack
-    pool: asyncpg.Pool | None = None
-    """The replica's one pool on the fleet database (None: embedded stores only)."""
-
-
-async def _open_pool(o: _Opening) -> None:
-    if not (o.options.durable and o.backends.database_url):
-        return
-    from sidecar.postgres import open_pool
-
-    o.pool = await open_pool(o.backends.database_url)
-    o.stack.push_async_callback(o.pool.close)
-
-
-async def _open_managed(o: _Opening) -> TextStore:
-    retention = o.options.retention_seconds
-    cleanup_interval = min(3600.0, max(1.0, retention / 10))
-    managed: TextStore
-    if o.backends.object_store and o.pool is None and not o.backends.database_url:
-        from sidecar.postgres import DatabaseError
-
-        raise DatabaseError("SIDECAR_OBJECT_STORE needs SIDECAR_DATABASE_URL: the index of "
-                            "the managed objects is kept in the fleet database")
-    if o.backends.object_store and o.pool is not None:
-        # managed texts in the bucket, indexed in the fleet database: any replica reads them
-        from managed_store import ManagedStoreError
-        from managed_store.s3 import S3Settings, S3TextStore
-        from sidecar.postgres import DatabaseError
-
-        try:
-            managed = await S3TextStore.open(
-                o.pool, S3Settings.from_url(o.backends.object_store, os.environ),
-                ttl_seconds=retention, quota_bytes=o.options.store_quota_bytes,
-                cleanup_interval=cleanup_interval, owner_share=owner_share_from_env())
-        except (ManagedStoreError, ValueError) as exc:
-            # a fleet backend the replica cannot use: one line from the CLI (exit 6)
-            raise DatabaseError(f"SIDECAR_OBJECT_STORE: {exc}") from exc
-    else:
-        managed = await ManagedStore.open(
-            o.options.state_dir / "managed", ttl_seconds=retention,
-            quota_bytes=o.options.store_quota_bytes, cleanup_interval=cleanup_interval,
-            owner_share=owner_share_from_env(),
-        )
-    o.stack.push_async_callback(managed.aclose)
-    return managed
-
-
-async def _open_outcomes(o: _Opening) -> OutcomeLog | None:
-    if not o.options.durable:
-        return None
-    retention = o.options.retention_seconds
-    outcomes: OutcomeLog
-    if o.pool is not None:
-        # one outcome per call id for every replica on the database
-        from sidecar.postgres_outcome_log import PostgresOutcomeLog
-
-        outcomes = await PostgresOutcomeLog.on_pool(o.pool, retention_seconds=retention)
-    else:
-        outcomes = await SqliteOutcomeLog.open(
-            o.options.state_dir / "outcomes.sqlite", retention_seconds=retention,
-            wal_cap_bytes=o.options.wal_cap_bytes,
-        )
-    o.stack.push_async_callback(outcomes.aclose)
-    return outcomes
-
-
-async def _open_permissions(o: _Opening) -> PermissionStore | None:
-    if not o.options.durable:
-        return None
-    permissions: PermissionStore
-    if o.pool is not None:
-        # an `always` reply given through one replica applies on every replica
-        from sidecar.postgres_permission_store import PostgresPermissionStore
-
-        permissions = await PostgresPermissionStore.on_pool(o.pool)
-    else:
-        permissions = await SqlitePermissionStore.open(
-            o.options.state_dir / "permissions.sqlite")
-    o.stack.push_async_callback(permissions.aclose)
-    return permissions
-
-
-async def _open_tokens(o: _Opening) -> TokenStore:
-    tokens: TokenStore
-    if o.pool is not None:
-        # a token made or revoked anywhere (any replica, the CLI) counts on every replica
-        from sidecar.postgres_tokens import PostgresTokenStore
-
-        tokens = await PostgresTokenStore.on_pool(o.pool)
-    else:
-        tokens = await SqliteTokenStore.open(o.options.state_dir / "tokens.sqlite")
-    o.stack.push_async_callback(tokens.aclose)
-    return tokens
-
-
-async def _open_pins(o: _Opening) -> PinStore | None:
-    if not o.options.durable:
-        return None
-    pins: PinStore
-    if o.pool is not None:
-        # a replica holds changed definitions against the pins any replica made
-        from sidecar.postgres_pins import PostgresPinStore
-
-        pins = await PostgresPinStore.on_pool(o.pool, location=o.options.location)
-    else:
-        pins = await SqlitePinStore.open(o.options.state_dir / "pins.sqlite")
-    o.stack.push_async_callback(pins.aclose)  # idempotent: `Pins.aclose` closes it too
-    return pins
-
-
-async def _open_history(o: _Opening) -> CallHistory | None:
-    if not o.options.durable:
-        return None
-    history: CallHistory
-    if o.pool is not None:
-        # `GET /v1/calls` on any replica lists the calls of every replica
-        from sidecar.postgres_call_history import PostgresCallHistory
-
-        history = await PostgresCallHistory.on_pool(
-            o.pool, location=o.options.location,
-            retention_seconds=o.options.retention_seconds)
-    else:
-        history = await SqliteCallHistory.open(o.options.state_dir / "history.sqlite",
-                                               retention_seconds=o.options.retention_seconds)
-    o.stack.push_async_callback(history.aclose)
-    return history
-
-
-async def _open_snapshots(o: _Opening) -> SnapshotRecords | None:
-    if o.pool is None:
-        return None  # embedded: kept snapshots live in this process's memory
-    from sidecar.postgres_snapshots import PostgresSnapshotRecords
-
-    return await PostgresSnapshotRecords.on_pool(o.pool)  # any replica serves any snapshot id
-
-
-async def _open_events(o: _Opening) -> EventLogFactory | None:
-    if o.pool is None:
-        return None  # the wiring's (in memory, per process)
-    # one numbering of a Location's events for every replica on the database
-    from sidecar.serve.postgres_event_log import PostgresEventLog
-
-    await PostgresEventLog.prepare(o.pool)
-    return functools.partial(PostgresEventLog, pool=o.pool, location=o.options.location)
-
-
-async def _open_asks(o: _Opening) -> SharedAsks | None:
-    if o.pool is None:
-        return None  # asks wait in the process that raised them
-    # an ask raised on one replica is listed and answered on any
-    from sidecar.postgres_asks import PostgresAsks
-
-    asks = await PostgresAsks.on_pool(o.pool, o.options.location)
-    o.stack.push_async_callback(asks.aclose)
-    return asks
-
-
-@asynccontextmanager
-async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
-    """A Location's stores. Embedded by default, in the state directory: `managed/`
-    (retained texts), `outcomes.sqlite`, `permissions.sqlite`, `pins.sqlite`, `history.sqlite`
-    (only when `durable`) and `tokens.sqlite`. With `SIDECAR_DATABASE_URL` (fleet mode) the
-    stores that have a PostgreSQL implementation keep their state there instead (docs/fleet.md).
-    Each store is chosen by its own opener below. Closed in reverse order on exit."""
-    async with AsyncExitStack() as stack:
-        o = _Opening(options, Backends.from_env(), stack)
-        await _open_pool(o)
-        managed = await _open_managed(o)
-        outcomes = await _open_outcomes(o)
-        permissions = await _open_permissions(o)
-        tokens = await _open_tokens(o)
-        pins = await _open_pins(o)
-        history = await _open_history(o)
-        events = await _open_events(o)
-        asks = await _open_asks(o)
-        snapshots = await _open_snapshots(o)
-        yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
-                     pins=pins, history=history, events=events, asks=asks,
-                     snapshots=snapshots)
-
-
-# The one place that names store implementations; fleet backends are chosen by the openers
-# above (`SIDECAR_DATABASE_URL`: PostgreSQL; `SIDECAR_OBJECT_STORE`: S3-compatible storage).
+# Store implementations are chosen in `sidecar.daemon_stores` (one opener per store).
 DEFAULT_WIRING = Wiring(
     open_stores=open_local_stores, event_log=MemoryEventLog, attach_sources=ManifestSources
 )

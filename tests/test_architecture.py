@@ -1,7 +1,8 @@
 """The layers of DESIGN.md, checked on the import graph of `sidecar/`, `bridges/` and
 `managed_store/` (read with `ast`, nothing is imported).
 
-    root       sidecar.daemon            wires everything; imported only by the CLI entry point
+    root       sidecar.daemon,           wires everything (daemon_stores: which implementation
+               sidecar.daemon_stores     keeps each store); imported only by the CLI entry point
                                          (`sidecar.cli`) and, lazily, by the `sidecar.Location`
                                          re-export in `sidecar/__init__.py`
     frontends  sidecar.serve.*, sidecar.cli*
@@ -26,6 +27,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("sidecar", "bridges", "managed_store")
 ROOT_MODULE = "sidecar.daemon"
+ROOT_MODULES = {ROOT_MODULE, "sidecar.daemon_stores"}
+"""The composition root: the daemon and its store choices (one opener per store)."""
 CLI_ENTRY_POINT = "sidecar.cli"
 PUBLIC_API = "sidecar"  # the package: re-exports `Location` from the root, lazily
 
@@ -141,7 +144,7 @@ def find_cycle(edges: list[Import]) -> list[str] | None:
 
 
 def layer(module: str) -> str:
-    if module == ROOT_MODULE:
+    if module in ROOT_MODULES:
         return "root"
     if module == PUBLIC_API:
         return "public api"
@@ -171,8 +174,9 @@ def root_violations(edges: list[Import]) -> list[Import]:
     everywhere else: a frontend types against the core's `Location`."""
     return [
         e for e in edges
-        if e.target == ROOT_MODULE
+        if e.target in ROOT_MODULES
         and e.source != CLI_ENTRY_POINT
+        and e.source not in ROOT_MODULES
         and not (e.source == PUBLIC_API and e.kind != "module")
     ]
 
@@ -180,7 +184,7 @@ def root_violations(edges: list[Import]) -> list[Import]:
 def layer_violations(edges: list[Import]) -> list[Import]:
     bad: list[Import] = []
     for edge in edges:
-        if edge.kind == "type_checking" or edge.target == ROOT_MODULE:
+        if edge.kind == "type_checking" or edge.target in ROOT_MODULES:
             continue  # no run-time dependency / checked by `root_violations`
         if edge.source == CLI_ENTRY_POINT:
             continue  # the entry point sits on top with the root
@@ -215,7 +219,7 @@ IMPLEMENTATION_MODULES = {"sidecar.permission_store", "sidecar.postgres_outcome_
                           "sidecar.postgres_pins", "sidecar.postgres_call_history",
                           "sidecar.serve.postgres_event_log", "sidecar.postgres_asks",
                           "sidecar.postgres_snapshots"}
-COMPOSITION_ROOT = {ROOT_MODULE, CLI_ENTRY_POINT}
+COMPOSITION_ROOT = ROOT_MODULES | {CLI_ENTRY_POINT}
 
 
 def concrete_store_imports(edges: list[Import]) -> list[Import]:
@@ -372,4 +376,17 @@ def test_layer_violations_are_named(tmp_path: Path) -> None:
         ("managed_store.store", "sidecar.tool"),
         ("sidecar.seam", "sidecar.serve.app"),
         ("sidecar.tool", "bridges.mcp"),
+    ]
+
+
+def test_the_store_choices_are_part_of_the_root(tmp_path: Path) -> None:
+    edges = imports(_tree(tmp_path, {
+        "sidecar/daemon.py": "from sidecar.daemon_stores import open_local_stores\n",
+        "sidecar/daemon_stores.py": "from sidecar.outcome_log import SqliteOutcomeLog\n",
+        "sidecar/outcome_log.py": "class SqliteOutcomeLog: ...\n",
+        "sidecar/seam.py": "from sidecar.daemon_stores import open_local_stores\n",
+    }))
+    assert concrete_store_imports(edges) == []
+    assert [(e.source, e.target) for e in root_violations(edges)] == [
+        ("sidecar.seam", "sidecar.daemon_stores")
     ]
