@@ -50,7 +50,8 @@ from mcp_types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Discriminator, Tag, TypeAdapter, ValidationError
 
 from bridges.manifest import ServerConfig
-from bridges.mcp.http_limit import LimitedTransport
+from bridges.mcp.direct_requests import RESULT_TOO_LARGE
+from bridges.mcp.http_limit import LISTING_REFUSAL, LimitedTransport
 from bridges.mcp.sse import sse_transport
 from bridges.mcp.stdio import DirectRequests, StderrTail, stdio_transport
 from bridges.mcp.transport_state import TransportState
@@ -135,8 +136,9 @@ class Connection:
         A page is checked in a worker thread, tool by tool (a page can be tens of megabytes:
         the SDK's session checks it on the event loop in one piece, 2-6 s for 50 MB). Over
         stdio it is asked for on the pipe directly, and a page over `max_page_bytes` is
-        refused unparsed (`MCPError` naming `max_listing_bytes`); over HTTP the SDK's
-        transport still parses the message on the loop (`max_result_bytes` bounds it)."""
+        refused unparsed (`MCPError` naming `max_listing_bytes`); over streamable HTTP the
+        transport (`http_limit.LimitedTransport`) fails a listing over `max_listing_bytes`
+        before the SDK parses it, on the loop."""
         tools: list[types.Tool] = []
         seen: set[str] = set()
         cursor: str | None = None
@@ -237,7 +239,15 @@ class Connection:
         timeout = getattr(session, "_session_read_timeout_seconds", None)
         if timeout is not None:
             opts["timeout"] = timeout
-        raw = await send("tools/list", data.get("params"), opts)
+        try:
+            raw = await send("tools/list", data.get("params"), opts)
+        except MCPError as exc:
+            # The SDK words a stream `http_limit` failed as a parse or stream failure; the
+            # reason is the stdio one.
+            at = exc.message.find(LISTING_REFUSAL)
+            if at < 0 or "max_listing_bytes" not in exc.message:
+                raise
+            raise MCPError(RESULT_TOO_LARGE, exc.message[at:]) from None
         foreign = _later_revision_fields(self._client.protocol_version, "tools/list")
         page = await anyio.to_thread.run_sync(_listing_page, [raw], foreign, self.modern)
         listed: types.ListToolsResult = absorb(
@@ -456,7 +466,8 @@ async def _transport(
     http = httpx2.AsyncClient(
         headers=dict(config.headers),
         timeout=httpx2.Timeout(HTTP_CONNECT_TIMEOUT, read=read_timeout),
-        transport=LimitedTransport(httpx2.AsyncHTTPTransport(), config.max_result_bytes),
+        transport=LimitedTransport(httpx2.AsyncHTTPTransport(), config.max_result_bytes,
+                                   config.max_listing_bytes),
         auth=auth,
     )
     await stack.enter_async_context(http)
