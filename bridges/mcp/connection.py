@@ -462,6 +462,7 @@ async def _transport(
             max_event_size=config.max_result_bytes,
             state=state,
             auth=auth,
+            max_listing_size=config.max_listing_bytes,
         )
     http = httpx2.AsyncClient(
         headers=dict(config.headers),

@@ -167,12 +167,12 @@ def test_a_tools_list_over_max_listing_bytes_is_refused_unparsed(tmp_path: Path)
 HUGE_LIST_HTTP = Path(__file__).parent / "servers" / "huge_list_http_server.py"
 
 
-@pytest.mark.parametrize("mode", ["json", "chunked", "sse"])
+@pytest.mark.parametrize("mode", ["json", "chunked", "sse", "legacy"])
 def test_a_tools_list_over_max_listing_bytes_over_http_is_refused(
     tmp_path: Path, mode: str
 ) -> None:
-    """Over streamable HTTP too, a listing over `max_listing_bytes` never reaches the SDK's
-    parser (a JSON body with or without its length, or an event stream): the server does not
+    """Over HTTP too, a listing over `max_listing_bytes` never reaches the SDK's parser (a JSON
+    body with or without its length, an event stream, the legacy SSE transport): it does not
     start, health gives the stdio reason, and the daemon goes on answering."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -183,8 +183,9 @@ def test_a_tools_list_over_max_listing_bytes_over_http_is_refused(
     try:
         _wait_for_port(port)
         manifest = {"mcpServers": {
-            "huge": {"url": f"http://127.0.0.1:{port}/mcp", "protocol": "legacy",
-                     "max_listing_bytes": 1024 * 1024},
+            "huge": {"url": f"http://127.0.0.1:{port}/{'sse' if mode == 'legacy' else 'mcp'}",
+                     "type": "sse" if mode == "legacy" else "http",
+                     "protocol": "legacy", "max_listing_bytes": 1024 * 1024},
             "schemas": {"command": sys.executable, "args": [str(SERVER)]},
         }}
         daemon = start_daemon(tmp_path, manifests={"servers.json": json.dumps(manifest)})
@@ -193,7 +194,8 @@ def test_a_tools_list_over_max_listing_bytes_over_http_is_refused(
             assert state["state"] in ("backoff", "failed"), state
             assert "over this server's max_listing_bytes (1,048,576 bytes)" in state["last_error"]
             assert "raise max_listing_bytes for this server to accept it" in state["last_error"]
-            size = "3," if mode == "json" else "more than 1,048,576 bytes"  # json: its length
+            # json: its Content-Length, legacy: the whole event is read (not parsed)
+            size = "3," if mode in ("json", "legacy") else "more than 1,048,576 bytes"
             assert state["last_error"].startswith(f"the server's answer is {size}"), state
             assert _wait(daemon, "schemas", lambda s: s.get("state") == "ready")["tool_count"] == 3
             assert daemon.call("schemas_fine", {}, "fine")["status"] == "completed"
@@ -201,7 +203,7 @@ def test_a_tools_list_over_max_listing_bytes_over_http_is_refused(
         finally:
             stop_daemon(daemon)
     finally:
-        server.terminate()
+        server.kill()  # an open event stream would hold a graceful shutdown
         server.wait(timeout=30)
 
 
