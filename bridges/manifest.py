@@ -116,8 +116,9 @@ class ServerConfig(BaseModel):
     """The largest tool definition (as JSON: name, description, schemas, annotations) this
     server may list; a larger tool is left out, with the reason in health."""
     max_listing_bytes: Annotated[int, Field(ge=1024 * 1024)] = 64 * 1024 * 1024
-    """The largest `tools/list` answer (one page, as JSON) this server may send over stdio; a
-    larger one is refused unparsed and the server does not start (the reason in health)."""
+    """The largest `tools/list` answer (one page, as JSON) this server may send (over stdio,
+    streamable HTTP or SSE); a larger one is refused unparsed and the server does not start
+    (the reason in health)."""
     protocol: Literal["auto", "legacy", "2026-07-28"] = "auto"
     """Protocol era: `auto` probes `server/discover` then falls back to `initialize`;
     `legacy` skips the probe (for servers that ignore unknown methods)."""

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,6 +126,32 @@ class NotWired(SidecarError):
     """`Location.open` was called on the core class without a `Wiring`."""
 
 
+
+class CallListeners:
+    """`Location.call_listeners`: callables told of every settled call's history row. Adding
+    the first or removing the last re-wires the seam's audit hook."""
+
+    __slots__ = ("_changed", "_items")
+
+    def __init__(self, changed: Callable[[], None]) -> None:
+        self._items: list[Callable[[CallRecord], None]] = []
+        self._changed = changed
+
+    def append(self, listener: Callable[[CallRecord], None]) -> None:
+        self._items.append(listener)
+        self._changed()
+
+    def remove(self, listener: Callable[[CallRecord], None]) -> None:
+        self._items.remove(listener)
+        self._changed()
+
+    def __iter__(self) -> Iterator[Callable[[CallRecord], None]]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
 class Location:
     """One workspace: registry, hooks, permissions, plugins, seam services.
 
@@ -176,7 +202,7 @@ class Location:
         """Every settled call (`GET /v1/calls`, `sidecar calls`); None when not durable."""
         self.audit = AuditSettings()
         """What the history keeps of inputs (manifest `[audit]`)."""
-        self.call_listeners: list[Callable[[CallRecord], None]] = []
+        self.call_listeners = CallListeners(self._wire_audit)
         """Told of every settled call with its history row (the HTTP app's metrics)."""
         self.event_log_factory: EventLogFactory | None = None
         """The stores' event log (`Stores.events`), used by `new_event_log` over the
@@ -184,15 +210,18 @@ class Location:
 
     def record_call(self, call: SettledCall) -> None:
         """The seam's audit hook: one history row for a settled or replayed call, also handed
-        to `call_listeners` (metrics). Nothing is built when neither wants it (not durable,
-        no HTTP app)."""
-        if self.history is None and not self.call_listeners:
-            return
+        to `call_listeners` (metrics)."""
         record = record_of(call, self.audit, self._server_of)
         if self.history is not None:
             self.history.add(record)
         for listener in self.call_listeners:
             listener(record)
+
+    def _wire_audit(self) -> None:
+        """The seam tells `record_call` of its calls only while a history or a listener wants
+        the rows (not durable and no HTTP app: the seam builds nothing per call for them)."""
+        wanted = self.history is not None or bool(self.call_listeners)
+        self.seam.audit = self.record_call if wanted else None
 
     def _server_of(self, name: str) -> str | None:
         label = self.registry.source_of(name)
@@ -294,7 +323,7 @@ class Location:
             )
             location.history = stores.history
             location.sharing.records = stores.snapshots
-            seam.audit = location.record_call
+            location._wire_audit()
             location.tokens = stores.tokens
             location.wiring = wired
             location.event_log_factory = stores.events

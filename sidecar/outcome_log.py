@@ -149,9 +149,12 @@ def call_fingerprint(tool: str, raw_input: Any, session_id: str, agent: str) -> 
         except ValueError:  # too deep included: the seam then refuses it as invalid_input
             raw_input = raw_input.decode("utf-8", "replace") if isinstance(raw_input, bytes) \
                 else raw_input
-    canonical = json.dumps([tool, raw_input, session_id, agent], sort_keys=True,
-                           ensure_ascii=False, separators=(",", ":"), default=repr)
+    canonical = _CANONICAL.encode([tool, raw_input, session_id, agent])
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"),
+                              default=repr)  # built once: `json.dumps(..., **options)` per call
 
 
 @dataclass(frozen=True, slots=True)

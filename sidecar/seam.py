@@ -112,17 +112,17 @@ class Seam:
         running = self._inflight[call_id] = _InFlight(
             name, raw_input, context.session_id, context.agent, fingerprint, waiters)
         outcome: Outcome | None = None
-        started_at, started = time.time(), time.perf_counter()
+        started = time.perf_counter()
         try:
             if tracing.enabled():
                 outcome = await self._traced(snapshot, name, raw_input, context, running)
             else:
                 outcome = await self._run(snapshot, name, raw_input, context, running)
             if self.audit is not None:
+                took = time.perf_counter() - started
                 self.audit(SettledCall(
-                    name, raw_input, context, outcome, started_at,
-                    time.perf_counter() - started, outcome.replayed,
-                    getattr(snapshot, "profile", None),
+                    name, raw_input, context, outcome, time.time() - took, took,
+                    outcome.replayed, getattr(snapshot, "profile", None),
                 ))
             return outcome
         finally:
@@ -209,7 +209,10 @@ class Seam:
             if isinstance(entry, CallError):
                 raise _Failed(entry)
             bounds = entry.tool.bounds.over(self.bounds) if entry.tool.bounds else self.bounds
-            with tracing.step("validate_input"):
+            if tracing.enabled():  # (a no-op `with` still costs a call its enter and exit)
+                with tracing.step("validate_input"):
+                    value = _decode(entry.tool.input, raw_input, name)
+            else:
                 value = _decode(entry.tool.input, raw_input, name)
             ctx = CallContext(context, name, self._publish_progress)
             outcome = await self._invoke(entry.tool, value, ctx, bounds)
@@ -253,9 +256,12 @@ class Seam:
             value, content_value, metadata = result, None, None
         output = _encode(tool.output, value, name)
         content = _normalize(content_value, tool.output is not None, output, name)
-        with tracing.step("bound_content"):
-            content, retained = await self._bound(content, bounds, name, call_id,
-                                                  ctx.store_owner)
+        if tracing.enabled():
+            with tracing.step("bound_content"):
+                content, retained = await self._bound(content, bounds, name, call_id,
+                                                      ctx.runner)
+        else:
+            content, retained = await self._bound(content, bounds, name, call_id, ctx.runner)
         return Outcome(
             call_id=call_id,
             tool=name,
@@ -267,14 +273,15 @@ class Seam:
         )
 
     async def _bound(
-        self, content: Content, bounds: Bounds, name: str, call_id: str, owner: str
+        self, content: Content, bounds: Bounds, name: str, call_id: str, context: ToolContext
     ) -> tuple[Content, tuple[ManagedText, ...]]:
         planned = plan_bounding(content, bounds)
         if planned is None:
             return content, ()
         joined, plan = planned
         try:
-            ref = await self.store.put(joined, namespace=self.location, owner=owner)
+            ref = await self.store.put(joined, namespace=self.location,
+                                       owner=context.store_owner)
         except OwnerShareExceeded as exc:
             raise _Failed(_over_share(name, exc)) from None
         except ManagedStoreError as exc:
@@ -294,8 +301,7 @@ class Seam:
             try:
                 changed = await hook(AfterCall(outcome, context))
                 if changed is not None:
-                    outcome = await self._renormalize(outcome, changed, bounds,
-                                                      context.store_owner)
+                    outcome = await self._renormalize(outcome, changed, bounds, context)
             except _Failed as failed:
                 return Outcome.failed(outcome.call_id, outcome.tool, failed.error)
             except Exception as exc:
@@ -304,7 +310,7 @@ class Seam:
         return outcome
 
     async def _renormalize(
-        self, before: Outcome, changed: Outcome, bounds: Bounds, owner: str
+        self, before: Outcome, changed: Outcome, bounds: Bounds, context: ToolContext
     ) -> Outcome:
         name, call_id = before.tool, before.call_id
         changed = replace(changed, call_id=call_id, tool=name)
@@ -316,7 +322,7 @@ class Seam:
             return replace(changed, content=(), output=None, metadata=None, partial=partial)
         content = _normalize(changed.content, before.output is not None, changed.output, name)
         with tracing.step("bound_content"):
-            content, retained = await self._bound(content, bounds, name, call_id, owner)
+            content, retained = await self._bound(content, bounds, name, call_id, context)
         return replace(
             changed,
             content=content,

@@ -1,10 +1,11 @@
 """Snapshots any replica can use: what a snapshot was made of (its recipe), stored by id.
 
 A snapshot holds live tool values, so it cannot travel; what travels is its recipe: the
-profile, Code Mode setting, final-step flag and session it was taken for, the names it captured
-and removed, and a digest of the captured definitions. A replica that is asked for a snapshot
-another replica made rebuilds it from the recipe against its own registry and refuses (never
-silently substitutes) when its definitions of those tools differ from the advertised ones.
+profile, Code Mode setting, final-step and strict flags, session and owner it was taken for,
+the names it captured and removed, and a digest of the captured definitions. A replica that
+is asked for a snapshot another replica made rebuilds it from the recipe against its own
+registry and refuses (never silently substitutes) when its definitions of those tools differ
+from the advertised ones.
 
     SnapshotRecords   where recipes are kept, by (Location, id), with expiry and caps
     SnapshotSharing   a Location's local `SnapshotStore` in front of its `SnapshotRecords`

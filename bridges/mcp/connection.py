@@ -50,7 +50,8 @@ from mcp_types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Discriminator, Tag, TypeAdapter, ValidationError
 
 from bridges.manifest import ServerConfig
-from bridges.mcp.http_limit import LimitedTransport
+from bridges.mcp.direct_requests import RESULT_TOO_LARGE
+from bridges.mcp.http_limit import LISTING_REFUSAL, LimitedTransport
 from bridges.mcp.sse import sse_transport
 from bridges.mcp.stdio import DirectRequests, StderrTail, stdio_transport
 from bridges.mcp.transport_state import TransportState
@@ -132,10 +133,12 @@ class Connection:
     ) -> tuple[list[types.Tool], str | None]:
         """Every page of `tools/list`, and a warning if the listing had to stop early.
 
-        Over stdio a page is asked for on the pipe directly and checked in a worker thread,
-        tool by tool (a page can be tens of megabytes: the SDK checks it on the event loop in
-        one piece, 2-6 s for 50 MB); a page over `max_page_bytes` is refused unparsed
-        (`MCPError` naming `max_listing_bytes`)."""
+        A page is checked in a worker thread, tool by tool (a page can be tens of megabytes:
+        the SDK's session checks it on the event loop in one piece, 2-6 s for 50 MB). Over
+        stdio it is asked for on the pipe directly, and a page over `max_page_bytes` is
+        refused unparsed (`MCPError` naming `max_listing_bytes`); over streamable HTTP the
+        transport (`http_limit.LimitedTransport`) fails a listing over `max_listing_bytes`
+        before the SDK parses it, on the loop."""
         tools: list[types.Tool] = []
         seen: set[str] = set()
         cursor: str | None = None
@@ -143,9 +146,7 @@ class Connection:
             if self._direct is not None:
                 page = await self._direct_list(cursor, max_page_bytes)
             else:
-                params = (types.PaginatedRequestParams(cursor=cursor)
-                          if cursor is not None else None)
-                page = await self._client.session.list_tools(params=params)
+                page = await self._session_list(cursor)
             tools.extend(page.tools)
             cursor = page.next_cursor
             if cursor is None:
@@ -218,6 +219,41 @@ class Connection:
         # Not abandoned on cancellation: the page is dropped in the thread either way.
         return await anyio.to_thread.run_sync(_listing_page, [raw], foreign, self.modern)
 
+    async def _session_list(self, cursor: str | None) -> types.ListToolsResult:
+        """One `tools/list` page through the SDK session's dispatcher (stamped and timed as
+        `ClientSession.send_request` does), checked in a worker thread, then absorbed by the
+        session (its per-tool state for later calls). Without those SDK internals, the
+        session's own `list_tools`."""
+        session = self._client.session
+        send = getattr(getattr(session, "_dispatcher", None), "send_raw_request", None)
+        stamp = getattr(session, "_stamp", None)
+        absorb = getattr(session, "_absorb_tool_listing", None)
+        if not (callable(send) and callable(stamp) and callable(absorb)):
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
+            return await session.list_tools(params=params)
+        data: dict[str, Any] = {"method": "tools/list"}
+        if cursor is not None:
+            data["params"] = {"cursor": cursor}
+        opts: dict[str, Any] = {}
+        stamp(data, opts)
+        timeout = getattr(session, "_session_read_timeout_seconds", None)
+        if timeout is not None:
+            opts["timeout"] = timeout
+        try:
+            raw = await send("tools/list", data.get("params"), opts)
+        except MCPError as exc:
+            # The SDK words a stream `http_limit` failed as a parse or stream failure; the
+            # reason is the stdio one.
+            at = exc.message.find(LISTING_REFUSAL)
+            if at < 0 or "max_listing_bytes" not in exc.message:
+                raise
+            raise MCPError(RESULT_TOO_LARGE, exc.message[at:]) from None
+        foreign = _later_revision_fields(self._client.protocol_version, "tools/list")
+        page = await anyio.to_thread.run_sync(_listing_page, [raw], foreign, self.modern)
+        listed: types.ListToolsResult = absorb(
+            page, complete=cursor is None and page.next_cursor is None)
+        return listed
+
     async def _direct_call(
         self, request: types.CallToolRequest, call_timeout: float, progress: ProgressFnT | None
     ) -> types.CallToolResult | types.InputRequiredResult:
@@ -255,6 +291,9 @@ def _listing_page(
     the SDK's session does, a 2026-era listing drops tools whose `x-mcp-header` annotations
     are invalid."""
     raw = box.pop()
+    ttl = raw.get("ttlMs")
+    if isinstance(ttl, int | float) and not isinstance(ttl, bool) and ttl < 0:
+        raw["ttlMs"] = 0  # floored, as the SDK does (2026-07-28 caching SHOULD)
     listed = raw.get("tools")
     if not isinstance(listed, list):
         raise MCPError(types.INTERNAL_ERROR, "the server's tools/list result is not a valid "
@@ -423,11 +462,13 @@ async def _transport(
             max_event_size=config.max_result_bytes,
             state=state,
             auth=auth,
+            max_listing_size=config.max_listing_bytes,
         )
     http = httpx2.AsyncClient(
         headers=dict(config.headers),
         timeout=httpx2.Timeout(HTTP_CONNECT_TIMEOUT, read=read_timeout),
-        transport=LimitedTransport(httpx2.AsyncHTTPTransport(), config.max_result_bytes),
+        transport=LimitedTransport(httpx2.AsyncHTTPTransport(), config.max_result_bytes,
+                                   config.max_listing_bytes),
         auth=auth,
     )
     await stack.enter_async_context(http)

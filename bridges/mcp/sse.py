@@ -4,7 +4,9 @@ The SDK's `sse_client` caps one server-sent event at 1 MiB with no way to change
 result over 1 MiB kills the session. This is the same protocol (GET an event stream, wait for
 the `endpoint` event, POST each message there) with the cap taken from the server's
 `max_result_bytes`. An event over the cap still has to end the connection (the stream cannot
-be resynchronised), but the reason is recorded so the failed call can say so.
+be resynchronised), but the reason is recorded so the failed call can say so. An answer to a
+`tools/list` request over `max_listing_bytes` is refused unparsed (`_Listings`): the request
+fails with the reason stdio gives, and the connection carries on.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from bridges.mcp.direct_requests import RESULT_TOO_LARGE
+from bridges.mcp.framing import OversizedLine
+from bridges.mcp.http_limit import too_large
 from bridges.mcp.transport_state import TransportState
 
 log = logging.getLogger("bridges.mcp")
@@ -41,6 +46,7 @@ async def sse_transport(
     max_event_size: int,
     state: TransportState,
     auth: httpx2.Auth | None = None,
+    max_listing_size: int | None = None,
 ) -> AsyncIterator[TransportStreams]:
     timeout = httpx2.Timeout(connect_timeout, read=read_timeout)
     async with (
@@ -53,8 +59,10 @@ async def sse_transport(
         write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
         async with read_writer, read_stream, write_stream, write_reader:
             async with anyio.create_task_group() as tg:
-                endpoint = await tg.start(_read_events, url, events, read_writer, state)
-                tg.start_soon(_post_messages, client, endpoint, write_reader, read_writer)
+                listings = _Listings(max_listing_size)
+                endpoint = await tg.start(_read_events, url, events, read_writer, state, listings)
+                tg.start_soon(_post_messages, client, endpoint, write_reader, read_writer,
+                              listings)
                 try:
                     yield read_stream, write_stream
                 finally:
@@ -66,6 +74,7 @@ async def _read_events(
     events: httpx2.EventSource,
     out: MemoryObjectSendStream[SessionMessage | Exception],
     state: TransportState,
+    listings: _Listings,
     *,
     task_status: anyio.abc.TaskStatus[str],
 ) -> None:
@@ -79,7 +88,7 @@ async def _read_events(
                 started = True
                 task_status.started(endpoint)
             elif sse.event == "message" and sse.data:
-                await out.send(_parse(sse.data))
+                await out.send(listings.refusal(sse.data) or listings.seen(_parse(sse.data)))
     except httpx2.SSEError as exc:
         state.closing_reason = f"{exc} (max_result_bytes); raise max_result_bytes to accept it"
         log.warning("SSE stream from %s ended: %s", urlsplit(url).netloc, state.closing_reason)
@@ -111,12 +120,51 @@ async def _post_messages(
     endpoint: str,
     messages: MemoryObjectReceiveStream[SessionMessage],
     read_writer: MemoryObjectSendStream[SessionMessage | Exception],
+    listings: _Listings,
 ) -> None:
     try:
         async for message in messages:
+            listings.asked(message.message)
             body = message.message.model_dump(by_alias=True, mode="json", exclude_unset=True)
             response = await client.post(endpoint, json=body)
             response.raise_for_status()
     except (httpx2.HTTPError, OSError) as exc:
         log.warning("posting to %s failed: %s", urlsplit(endpoint).netloc, type(exc).__name__)
         read_writer.close()  # the session sees the connection end
+
+
+class _Listings:
+    """The `tools/list` requests in flight, so that an answer to one over `max_listing_bytes`
+    is refused unparsed (the SDK's session would parse it on the event loop), as over stdio."""
+
+    __slots__ = ("_ids", "_limit")
+
+    def __init__(self, limit: int | None) -> None:
+        self._limit = limit
+        self._ids: set[types.RequestId] = set()
+
+    def asked(self, message: types.JSONRPCMessage) -> None:
+        if self._limit is not None and isinstance(message, types.JSONRPCRequest) and (
+                message.method == "tools/list"):
+            self._ids.add(message.id)
+
+    def refusal(self, data: str) -> SessionMessage | None:
+        """The error answering a listing `data` is over the limit for, if it is one."""
+        if self._limit is None or not self._ids or len(data) <= self._limit:
+            return None
+        edges = OversizedLine(len(data), data[:4096].encode(), data[-4096:].encode())
+        request_id = edges.request_id()
+        if request_id not in self._ids:
+            return None
+        self._ids.discard(request_id)
+        size = len(data.encode()) if data.isascii() else None
+        error = types.ErrorData(code=RESULT_TOO_LARGE,
+                                message=too_large(self._limit, "max_listing_bytes", size))
+        log.warning("%s", error.message)
+        return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+
+    def seen(self, message: SessionMessage | Exception) -> SessionMessage | Exception:
+        if self._ids and isinstance(message, SessionMessage) and isinstance(
+                message.message, types.JSONRPCResponse | types.JSONRPCError):
+            self._ids.discard(message.message.id)
+        return message

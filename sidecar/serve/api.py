@@ -42,7 +42,7 @@ from sidecar.serve.replay import (
     parse_format,
     result_for,
 )
-from sidecar.serve.security import TOKEN_KEY, profile_allowed
+from sidecar.serve.security import profile_allowed, token_owner
 from sidecar.snapshot import SnapshotExpired
 from sidecar.snapshot_records import SnapshotRecordsError
 from sidecar.stores import EventLog
@@ -536,5 +536,4 @@ def _handled(endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:
 def _owner(request: Request) -> str | None:
     """The client per-client limits count against: the scoped token the request came with
     (None: the all-access token; the managed store then counts the call's session)."""
-    token_id = request.scope.get(TOKEN_KEY)
-    return f"token:{token_id}" if isinstance(token_id, str) else None
+    return token_owner(request.scope)

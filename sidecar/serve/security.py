@@ -34,6 +34,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 GRANT_KEY = "sidecar.grant"
 """The ASGI scope key holding the profiles a scoped token reaches (absent: every profile)."""
 TOKEN_KEY = "sidecar.token"
+
+
+def token_owner(scope: Scope | None) -> str | None:
+    """The client per-client limits count against: `"token:<id>"` for a request a scoped token
+    authenticated, None for the all-access token (callers then count the session)."""
+    token_id = scope.get(TOKEN_KEY) if scope is not None else None
+    return f"token:{token_id}" if isinstance(token_id, str) else None
 """The ASGI scope key holding the id of the scoped token the request came with (absent: the
 all-access token, or no authentication): what per-client limits count against."""
 MCP_PROFILE_PATH = re.compile(r"/mcp(?:/([A-Za-z0-9_-]{1,64}))?")

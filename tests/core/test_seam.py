@@ -22,6 +22,7 @@ from sidecar import (
     ToolResponse,
     ToolUnavailable,
 )
+from sidecar.call_history import CallQuery
 from sidecar.errors import ErrorKind
 
 pytestmark = pytest.mark.anyio
@@ -474,3 +475,31 @@ async def test_in_flight_duplicates_without_an_outcome_log(tmp_path):
     assert other.error is not None and other.error.kind is ErrorKind.CONFLICT
     assert [o.content for o in outcomes] == [(TextContent("done x"),)] * 2
     assert after.status == "completed" and counter.calls == 2
+
+
+async def test_call_rows_are_built_only_while_someone_wants_them(tmp_path):
+    """Not durable (no history): the seam hands no call to the history hook until a call
+    listener is added, and stops again once it is removed."""
+    rows = []
+    async with Location.open(tmp_path, state_dir=tmp_path / "state", durable=False) as loc:
+        async with loc.tools.register({"echo": echo_tool()}):
+            snap = loc.snapshot()
+            assert loc.seam.audit is None
+            await snap.execute("echo", {"text": "unseen"}, ctx("c0"))
+            loc.call_listeners.append(rows.append)
+            await snap.execute("echo", {"text": "seen", "api_key": "k"}, ctx("c1"))
+            loc.call_listeners.remove(rows.append)
+            assert loc.seam.audit is None
+            await snap.execute("echo", {"text": "unseen"}, ctx("c2"))
+    assert [(r.call_id, r.input) for r in rows] == [("c1", {"text": "seen", "api_key": "***"})]
+    assert rows[0].input_bytes == len('{"text":"seen","api_key":"k"}')
+
+
+async def test_a_durable_location_records_every_call(location):
+    async with location.tools.register({"echo": echo_tool()}):
+        assert location.seam.audit is not None
+        await location.snapshot().execute("echo", {"text": "kept"}, ctx("h1"))
+    assert location.history is not None
+    rows, _ = await location.history.query(CallQuery())
+    assert [(r.call_id, r.input, r.status) for r in rows] == [("h1", {"text": "kept"},
+                                                              "completed")]

@@ -14,12 +14,17 @@ tool by tool there; one over the server's `max_listing_bytes` is refused unparse
 from __future__ import annotations
 
 import json
+import os
 import runpy
+import socket
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.hardening.conftest import Daemon, start_daemon, stop_daemon
 
@@ -157,3 +162,56 @@ def test_a_tools_list_over_max_listing_bytes_is_refused_unparsed(tmp_path: Path)
         assert daemon.call("schemas_fine", {}, "fine")["status"] == "completed"
     finally:
         stop_daemon(daemon)
+
+
+HUGE_LIST_HTTP = Path(__file__).parent / "servers" / "huge_list_http_server.py"
+
+
+@pytest.mark.parametrize("mode", ["json", "chunked", "sse", "legacy"])
+def test_a_tools_list_over_max_listing_bytes_over_http_is_refused(
+    tmp_path: Path, mode: str
+) -> None:
+    """Over HTTP too, a listing over `max_listing_bytes` never reaches the SDK's parser (a JSON
+    body with or without its length, an event stream, the legacy SSE transport): it does not
+    start, health gives the stdio reason, and the daemon goes on answering."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, str(HUGE_LIST_HTTP), str(port)],
+        env={**os.environ, "HUGE_LIST_MB": "3", "HUGE_LIST_MODE": mode})
+    try:
+        _wait_for_port(port)
+        manifest = {"mcpServers": {
+            "huge": {"url": f"http://127.0.0.1:{port}/{'sse' if mode == 'legacy' else 'mcp'}",
+                     "type": "sse" if mode == "legacy" else "http",
+                     "protocol": "legacy", "max_listing_bytes": 1024 * 1024},
+            "schemas": {"command": sys.executable, "args": [str(SERVER)]},
+        }}
+        daemon = start_daemon(tmp_path, manifests={"servers.json": json.dumps(manifest)})
+        try:
+            state = _wait(daemon, "huge", lambda s: s.get("last_error"))
+            assert state["state"] in ("backoff", "failed"), state
+            assert "over this server's max_listing_bytes (1,048,576 bytes)" in state["last_error"]
+            assert "raise max_listing_bytes for this server to accept it" in state["last_error"]
+            # json: its Content-Length, legacy: the whole event is read (not parsed)
+            size = "3," if mode in ("json", "legacy") else "more than 1,048,576 bytes"
+            assert state["last_error"].startswith(f"the server's answer is {size}"), state
+            assert _wait(daemon, "schemas", lambda s: s.get("state") == "ready")["tool_count"] == 3
+            assert daemon.call("schemas_fine", {}, "fine")["status"] == "completed"
+            assert daemon.proc.poll() is None
+        finally:
+            stop_daemon(daemon)
+    finally:
+        server.kill()  # an open event stream would hold a graceful shutdown
+        server.wait(timeout=30)
+
+
+def _wait_for_port(port: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with socket.socket() as attempt:
+            if attempt.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"the HTTP server did not listen on {port}")

@@ -5,6 +5,7 @@ client's outputs shows `pressure: "high"` in health."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -141,5 +142,57 @@ def test_a_scoped_token_is_one_client_whatever_sessions_it_names(tmp_path: Path)
             alive = [client.get(f"/v1/managed/{ref}").status_code for ref in refs]
             assert alive == [404] * 3 + [200] * 2, alive
             assert client.get(f"/v1/managed/{kept}").status_code == 200
+    finally:
+        stop_daemon(daemon)
+
+
+MCP_HEADERS = {"content-type": "application/json",
+               "accept": "application/json, text/event-stream"}
+
+
+def _mcp_retained(scoped: httpx.Client, call_id: str) -> str:
+    """A new /mcp session of `scoped` (handshake era) and one call in it whose output is
+    retained in the managed store; its managed ref."""
+    init = scoped.post("/mcp", headers=MCP_HEADERS, json={
+        "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "flood", "version": "1"}}})
+    assert init.status_code == 200, init.text
+    session = {**MCP_HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
+    scoped.post("/mcp", headers=session,
+                json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    called = scoped.post("/mcp", headers=session, json={
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "text", "arguments": {"line": "z" * 59, "count": 2000},
+            "_meta": {"io.mcp-sidecar/call_id": call_id}}})
+    assert called.status_code == 200, called.text
+    found = re.search(r"\b(m_[0-9a-z]{26})\b", called.text)
+    assert found is not None, called.text[:2000]
+    return found.group(1)
+
+
+def test_a_scoped_token_is_one_client_whatever_mcp_sessions_it_opens(tmp_path: Path) -> None:
+    """Over /mcp too, the store's per-client share counts the scoped token, not each MCP
+    session it opens: its outputs across five sessions evict its own oldest refs, and the
+    all-access client's ref survives."""
+    daemon = start_daemon(tmp_path, env={"SIDECAR_STORE_QUOTA": "600K"},
+                          manifests={"text.toml": TEXT_TOOL})
+    try:
+        made = subprocess.run(
+            [*SIDECAR, "token", "create", "--profile", "default", "--state-dir",
+             str(daemon.state)], capture_output=True, text=True, timeout=60,
+            env={**os.environ, "SIDECAR_URL": daemon.url, "SIDECAR_TOKEN": daemon.token})
+        assert made.returncode == 0, made.stderr
+        with daemon.client() as client, httpx.Client(
+            base_url=daemon.url, timeout=30,
+            headers={"authorization": f"Bearer {made.stdout.strip()}"},
+        ) as scoped:
+            victim = _snapshot(client, "victim")
+            kept = _ref(_retained(daemon, client, victim, "victim", "victim-1"))
+            refs = [_mcp_retained(scoped, f"mcp-out-{n}") for n in range(5)]
+            alive = [client.get(f"/v1/managed/{ref}").status_code for ref in refs]
+            assert alive == [404] * 3 + [200] * 2, alive
+            assert client.get(f"/v1/managed/{kept}").status_code == 200
+        assert daemon.proc.poll() is None
     finally:
         stop_daemon(daemon)

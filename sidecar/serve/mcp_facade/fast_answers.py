@@ -165,6 +165,7 @@ class FastAnswers:
             context = tools.call_context(
                 session_id=state.id, request_id=request_id, meta=meta,
                 client_name=client.client_info.name if client is not None else None,
+                owner=state.owner,
             )
         except ValueError as exc:
             return tools.error_wire(str(exc))

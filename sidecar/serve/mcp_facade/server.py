@@ -263,6 +263,7 @@ class McpFacade(FastAnswers, UpstreamRelay):
             context = tools.call_context(
                 session_id=state.id, request_id=ctx.request_id, meta=meta,
                 client_name=client.client_info.name if client is not None else None,
+                owner=state.owner,
             )
         except ValueError as exc:
             return tools.error_result(str(exc))

@@ -18,6 +18,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from sidecar.serve.security import token_owner
 from sidecar.snapshot import Snapshot
 
 LOG_LEVELS: tuple[str, ...] = (
@@ -38,6 +39,9 @@ class SessionState:
     # what it calls tools through: taken by its tools/list (or first call), refreshed on
     # registry changes; it lives exactly as long as the session
     snapshot: Snapshot | None = None
+    # who its calls' retained text counts against: the scoped token of its latest HTTP request
+    # ("token:<id>"), None for the all-access token or stdio (the session itself)
+    owner: str | None = None
 
     def wants_log(self, level: str) -> bool:
         if self.log_level is None or level not in LOG_LEVELS:
@@ -99,6 +103,7 @@ class Sessions:
             state.session = ctx.session
             state.modern = modern
             state.protocol_version = ctx.protocol_version
+        state.owner = token_owner(getattr(ctx.request, "scope", None))
         return state
 
     def _ended(self, connection: Any) -> None:

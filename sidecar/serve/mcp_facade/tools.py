@@ -52,6 +52,7 @@ def call_context(
     request_id: types.RequestId | None,
     meta: Mapping[str, Any] | None,
     client_name: str | None,
+    owner: str | None = None,
 ) -> ToolContext:
     meta = meta or {}
 
@@ -65,6 +66,7 @@ def call_context(
         agent=given(AGENT_KEY) or client_name or DEFAULT_AGENT,
         message_id=given(MESSAGE_ID_KEY) or call_id,
         call_id=call_id,
+        owner=owner,
     )
 
 
