@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 from sidecar.call_history import (
     _COLUMNS,
     _FILTERS,
+    GATHER_SECONDS,
     MAX_LIMIT,
     CallQuery,
     CallRecord,
@@ -114,8 +115,11 @@ CREATE INDEX sidecar_calls_by_age ON sidecar_calls (started_at);
             self._writer = self._loop.create_task(self._write(), name="call-history-write")
 
     async def _write(self) -> None:
-        """Write what is pending, in batches, until nothing is."""
+        """Write what is pending, in batches, until nothing is. Each batch first gathers the
+        rows of `GATHER_SECONDS` (as the embedded history does): a sequential caller's calls
+        then cost one statement per ~50 ms, not one round trip to the database each."""
         while True:
+            await asyncio.sleep(GATHER_SECONDS)
             with self._lock:
                 rows, self._pending = self._pending, []
             if not rows:
@@ -124,8 +128,9 @@ CREATE INDEX sidecar_calls_by_age ON sidecar_calls (started_at);
                 (self.location, r.call_id, r.tool, r.server, r.profile, r.session_id, r.agent,
                  r.message_id, r.status, r.error_kind, r.started_at, r.duration_ms,
                  r.input_bytes,
-                 None if r.input is None else json.dumps(r.input, ensure_ascii=False,
-                                                         default=str),
+                 r.input_json if r.input_json is not None
+                 else None if r.input is None
+                 else json.dumps(r.input, ensure_ascii=False, default=str),
                  r.content_bytes, json.dumps(list(r.retained)), r.replayed)
                 for r in rows
             ]
