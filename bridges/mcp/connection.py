@@ -40,7 +40,6 @@ from mcp.client.session import (
     MessageHandlerFnT,
     SamplingFnT,
 )
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import find_invalid_x_mcp_header
@@ -52,6 +51,7 @@ from pydantic import BaseModel, Discriminator, Tag, TypeAdapter, ValidationError
 from bridges.manifest import ServerConfig
 from bridges.mcp.direct_requests import RESULT_TOO_LARGE
 from bridges.mcp.http_limit import LISTING_REFUSAL, LimitedTransport
+from bridges.mcp.http_parse import streamable_http_client
 from bridges.mcp.sse import sse_transport
 from bridges.mcp.stdio import DirectRequests, StderrTail, stdio_transport
 from bridges.mcp.transport_state import TransportState

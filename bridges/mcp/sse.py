@@ -27,8 +27,9 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from bridges.mcp.direct_requests import RESULT_TOO_LARGE
-from bridges.mcp.framing import OversizedLine
+from bridges.mcp.framing import PARSE_OFF_LOOP_AT, OversizedLine
 from bridges.mcp.http_limit import too_large
+from bridges.mcp.http_parse import parse_off_loop
 from bridges.mcp.transport_state import TransportState
 
 log = logging.getLogger("bridges.mcp")
@@ -88,7 +89,12 @@ async def _read_events(
                 started = True
                 task_status.started(endpoint)
             elif sse.event == "message" and sse.data:
-                await out.send(listings.refusal(sse.data) or listings.seen(_parse(sse.data)))
+                message: SessionMessage | Exception | None = listings.refusal(sse.data)
+                if message is None:
+                    message = listings.seen(
+                        await _parse_large(sse.data) if len(sse.data) >= PARSE_OFF_LOOP_AT
+                        else _parse(sse.data))
+                await out.send(message)
     except httpx2.SSEError as exc:
         state.closing_reason = f"{exc} (max_result_bytes); raise max_result_bytes to accept it"
         log.warning("SSE stream from %s ended: %s", urlsplit(url).netloc, state.closing_reason)
@@ -100,6 +106,15 @@ async def _read_events(
         raise ConnectionError(
             state.closing_reason or "the event stream ended before an endpoint event"
         )
+
+
+async def _parse_large(data: str) -> SessionMessage | Exception:
+    """A message of `PARSE_OFF_LOOP_AT` or more, parsed in a worker thread in bounded steps
+    (`bridges.mcp.http_parse`), so the loop keeps serving meanwhile."""
+    try:
+        return SessionMessage(await parse_off_loop(data))
+    except ValueError as exc:
+        return exc
 
 
 def _parse(data: str) -> SessionMessage | Exception:

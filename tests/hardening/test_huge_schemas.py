@@ -215,3 +215,33 @@ def _wait_for_port(port: int) -> None:
                 return
         time.sleep(0.05)
     raise AssertionError(f"the HTTP server did not listen on {port}")
+
+
+@pytest.mark.parametrize("mode", ["json", "chunked", "sse", "legacy"])
+def test_an_allowed_huge_tools_list_over_http_is_taken(tmp_path: Path, mode: str) -> None:
+    """Under `max_listing_bytes`, a 3 MB listing over streamable HTTP (a JSON body with or
+    without its length, or one server-sent event) or the legacy SSE transport is parsed off
+    the event loop (`bridges.mcp.http_parse`) and every tool is registered."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, str(HUGE_LIST_HTTP), str(port)],
+        env={**os.environ, "HUGE_LIST_MB": "3", "HUGE_LIST_MODE": mode})
+    try:
+        _wait_for_port(port)
+        manifest = {"mcpServers": {
+            "huge": {"url": f"http://127.0.0.1:{port}/{'sse' if mode == 'legacy' else 'mcp'}",
+                     "type": "sse" if mode == "legacy" else "http", "protocol": "legacy"},
+        }}
+        daemon = start_daemon(tmp_path, manifests={"servers.json": json.dumps(manifest)})
+        try:
+            state = _wait(daemon, "huge", lambda s: s.get("state") not in (None, "starting"))
+            assert state["state"] == "ready", state
+            assert state["tool_count"] == _listed_tools(3)
+            assert daemon.proc.poll() is None
+        finally:
+            stop_daemon(daemon)
+    finally:
+        server.kill()  # an open event stream would hold a graceful shutdown
+        server.wait(timeout=30)
