@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
@@ -30,9 +31,11 @@ __all__ = [
     "LOCK_SNAPSHOTS",
     "Carried",
     "DatabaseError",
+    "Listening",
     "PostgresStore",
     "SchemaTooNew",
     "database_error_in",
+    "failures",
     "migrate",
     "open_pool",
 ]
@@ -231,3 +234,66 @@ class Carried:
         for task in running:  # read, so a failure after its task was cancelled is not logged
             if not task.cancelled():
                 task.exception()
+
+
+def failures() -> tuple[type[BaseException], ...]:
+    """What a database operation of a fleet store may raise when the database fails (the
+    server gone, a connection lost): a store logs these and retries or polls."""
+    import asyncpg
+
+    return (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
+class Listening:
+    """One connection of the pool held LISTENing on `channel` until `stop`: `callback` is
+    asyncpg's listener callback. When no connection can be had (or it is lost), a warning
+    names `what` and the owner polls every `poll_interval` seconds; `lost` says so until
+    `restart` succeeds."""
+
+    def __init__(self, pool: asyncpg.Pool, channel: str, callback: Any, *, what: str,
+                 poll_interval: float, log: logging.Logger) -> None:
+        self._pool = pool
+        self._channel = channel
+        self._callback = callback
+        self._what = what
+        self._poll_interval = poll_interval
+        self._log = log
+        self._conn: Any = None
+
+    @property
+    def lost(self) -> bool:
+        return self._conn is None or self._conn.is_closed()
+
+    async def start(self) -> None:
+        try:
+            conn = await self._pool.acquire()
+        except failures() as exc:
+            self._polling(exc)
+            return
+        try:
+            await conn.add_listener(self._channel, self._callback)
+        except failures() as exc:
+            await self._pool.release(conn)
+            self._polling(exc)
+            return
+        self._conn = conn
+
+    async def stop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            if not conn.is_closed():
+                await conn.remove_listener(self._channel, self._callback)
+        except failures():
+            pass
+        finally:
+            await self._pool.release(conn)
+
+    async def restart(self) -> None:
+        await self.stop()
+        await self.start()
+
+    def _polling(self, exc: BaseException) -> None:
+        self._log.warning("cannot listen for %s (polling every %gs): %s", self._what,
+                          self._poll_interval, exc)

@@ -27,7 +27,7 @@ from typing import Any
 import asyncpg
 
 from sidecar.permission import PendingAsk, Reply
-from sidecar.postgres import LOCK_PRUNE_ASKS, Carried, migrate
+from sidecar.postgres import LOCK_PRUNE_ASKS, Carried, Listening, failures, migrate
 from sidecar.replica import replica_id
 from sidecar.stores import SharedAnswer
 
@@ -58,7 +58,7 @@ COMPONENT = "asks"
 CHANNEL = "sidecar_asks"
 _NOW = "extract(epoch from clock_timestamp())"
 _REPLIES: dict[str, Reply] = {"once": "once", "always": "always", "reject": "reject"}
-_FAILURES = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+_FAILURES = failures()
 
 
 class PostgresAsks:
@@ -75,7 +75,8 @@ class PostgresAsks:
         # SIDECAR_REPLICA_ID still own their asks apart
         self.owner = f"{replica_id()}/{secrets.token_hex(4)}"
         self._answered: Callable[[SharedAnswer], None] | None = None
-        self._listener: Any = None
+        self._listening = Listening(pool, CHANNEL, self._notified, what="answers",
+                                    poll_interval=poll_interval, log=log)
         self._poller: asyncio.Task[None] | None = None
         self._fetching: set[asyncio.Task[None]] = set()
         self._carried = Carried()
@@ -91,7 +92,7 @@ class PostgresAsks:
 
     async def start(self, answered: Callable[[SharedAnswer], None]) -> None:
         self._answered = answered
-        await self._listen()
+        await self._listening.start()
         self._poller = asyncio.create_task(self._poll_forever(), name="asks-poll")
 
     async def raised(self, ask: PendingAsk, expires_in: float | None) -> None:
@@ -145,7 +146,7 @@ class PostgresAsks:
         if tasks:
             await asyncio.wait(tasks)
         await self._carried.drain()
-        await self._unlisten()
+        await self._listening.stop()
         try:  # nobody waits for this replica's asks any more
             await self._pool.execute("DELETE FROM sidecar_asks WHERE replica = $1", self.owner)
         except _FAILURES as exc:
@@ -205,9 +206,8 @@ class PostgresAsks:
                 log.warning("refreshing this replica's asks failed (retrying): %s", exc)
 
     async def _refresh(self) -> None:
-        if self._listener is None or self._listener.is_closed():
-            await self._unlisten()
-            await self._listen()
+        if self._listening.lost:
+            await self._listening.restart()
         await self._pool.execute(
             f"UPDATE sidecar_asks SET seen_at = {_NOW} WHERE replica = $1", self.owner)
         await self._fetch_answers()
@@ -220,31 +220,3 @@ class PostgresAsks:
             if await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", LOCK_PRUNE_ASKS):
                 await conn.execute(f"DELETE FROM sidecar_asks WHERE seen_at < {_NOW} - $1",
                                    self._stale_after * 2)
-
-    async def _listen(self) -> None:
-        try:
-            conn = await self._pool.acquire()
-        except _FAILURES as exc:
-            log.warning("cannot listen for answers (polling every %gs): %s",
-                        self._poll_interval, exc)
-            return
-        try:
-            await conn.add_listener(CHANNEL, self._notified)
-        except _FAILURES as exc:
-            await self._pool.release(conn)
-            log.warning("cannot listen for answers (polling every %gs): %s",
-                        self._poll_interval, exc)
-            return
-        self._listener = conn
-
-    async def _unlisten(self) -> None:
-        conn, self._listener = self._listener, None
-        if conn is None:
-            return
-        try:
-            if not conn.is_closed():
-                await conn.remove_listener(CHANNEL, self._notified)
-        except _FAILURES:
-            pass
-        finally:
-            await self._pool.release(conn)

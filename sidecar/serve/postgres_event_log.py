@@ -34,7 +34,7 @@ from typing import Any
 import asyncpg
 
 from sidecar.events import Event, EventBus
-from sidecar.postgres import LOCK_PRUNE_EVENTS, Carried, migrate
+from sidecar.postgres import LOCK_PRUNE_EVENTS, Carried, Listening, failures, migrate
 from sidecar.serve.event_log import LoggedEvent, encode_event
 
 log = logging.getLogger("sidecar.postgres_event_log")
@@ -59,7 +59,7 @@ COMPONENT = "event_log"
 CHANNEL = "sidecar_events"
 BATCH = 256
 """Events inserted per transaction at most."""
-_FAILURES = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+_FAILURES = failures()
 
 
 class PostgresEventLog:
@@ -79,7 +79,8 @@ class PostgresEventLog:
         self._wake = asyncio.Event()
         self._ready = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._listener: Any = None
+        self._listening = Listening(pool, CHANNEL, self._notified, what="events",
+                                    poll_interval=poll_interval, log=log)
         self._carried = Carried()
         self.lost = 0
         """Events that could not be written (the database failed); each failure is logged."""
@@ -96,7 +97,7 @@ class PostgresEventLog:
 
     async def start(self) -> None:
         await self.prepare(self._pool)
-        await self._listen()
+        await self._listening.start()
         await self._fetch_new(initial=True)
         self._tasks = [
             asyncio.create_task(self._write(), name="event-log-write"),
@@ -111,7 +112,7 @@ class PostgresEventLog:
         if tasks:
             await asyncio.wait(tasks)  # waits without re-raising the tasks' cancellation
         await self._carried.drain()
-        await self._unlisten()
+        await self._listening.stop()
 
     # --- the EventLog reading side (from the mirror) -------------------------------------
 
@@ -226,8 +227,8 @@ class PostgresEventLog:
         while True:
             self._wake.clear()
             try:
-                if self._listener is None or self._listener.is_closed():
-                    await self._carried.run(self._relisten())
+                if self._listening.lost:
+                    await self._carried.run(self._listening.restart())
                 await self._carried.run(self._fetch_new())
             except _FAILURES as exc:
                 log.warning("reading the events of %s failed (retrying): %s",
@@ -257,35 +258,3 @@ class PostgresEventLog:
     def _notified(self, conn: Any, pid: int, channel: str, payload: object) -> None:
         if payload == self._location:
             self._wake.set()
-
-    async def _relisten(self) -> None:
-        await self._unlisten()
-        await self._listen()
-
-    async def _listen(self) -> None:
-        try:
-            conn = await self._pool.acquire()
-        except _FAILURES as exc:
-            log.warning("cannot listen for events (polling every %gs): %s",
-                        self._poll_interval, exc)
-            return
-        try:
-            await conn.add_listener(CHANNEL, self._notified)
-        except _FAILURES as exc:
-            await self._pool.release(conn)
-            log.warning("cannot listen for events (polling every %gs): %s",
-                        self._poll_interval, exc)
-            return
-        self._listener = conn
-
-    async def _unlisten(self) -> None:
-        conn, self._listener = self._listener, None
-        if conn is None:
-            return
-        try:
-            if not conn.is_closed():
-                await conn.remove_listener(CHANNEL, self._notified)
-        except _FAILURES:
-            pass
-        finally:
-            await self._pool.release(conn)
