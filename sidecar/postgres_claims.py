@@ -175,13 +175,59 @@ CREATE FUNCTION sidecar_claim_batch(p_locations TEXT[], p_call_ids TEXT[],
 RETURNS TABLE (previous TEXT, body TEXT, settled_fp TEXT, expired_tool TEXT,
                settled_at DOUBLE PRECISION, claim_fp TEXT, expires_in DOUBLE PRECISION)
 LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    taken_locations TEXT[];
+    taken_call_ids TEXT[];
+    taken_from TEXT[];
 BEGIN
-    -- One call after the other: each statement is a primary-key lookup whatever the batch.
-    FOR i IN 1 .. coalesce(cardinality(p_call_ids), 0) LOOP
-        RETURN QUERY SELECT * FROM sidecar_claim_one(p_locations[i], p_call_ids[i],
-                                                     p_fingerprints[i], p_wait[i],
-                                                     p_replica, p_ttl);
-    END LOOP;
+    -- The same steps as sidecar_claim_one, each one statement for every call (a LATERAL
+    -- subquery per call, kept from being flattened into a join by OFFSET 0, makes every
+    -- lookup a primary-key probe: a join would scan sidecar_claims, whose rows churn); the
+    -- calls in key order, so replicas claiming the same calls lock them in the same order.
+    WITH k AS (SELECT * FROM unnest(p_locations, p_call_ids, p_fingerprints)
+               AS k(location, call_id, fingerprint)),
+    old AS (SELECT k.location, k.call_id, c0.replica, c0.expires_at FROM k,
+            LATERAL (SELECT c1.replica, c1.expires_at FROM sidecar_claims AS c1
+                     WHERE c1.location = k.location AND c1.call_id = k.call_id
+                     OFFSET 0) AS c0),
+    taken AS (
+        INSERT INTO sidecar_claims AS c (location, call_id, fingerprint, replica, claimed_at,
+                                         expires_at)
+        SELECT k.location, k.call_id, k.fingerprint, p_replica, now(),
+               now() + make_interval(secs => p_ttl)
+        FROM k ORDER BY k.location, k.call_id
+        ON CONFLICT (location, call_id) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
+            replica = EXCLUDED.replica, claimed_at = EXCLUDED.claimed_at,
+            expires_at = EXCLUDED.expires_at
+        WHERE c.expires_at < now()
+        RETURNING c.location, c.call_id)
+    SELECT array_agg(t.location), array_agg(t.call_id),
+           array_agg(coalesce(CASE WHEN old.expires_at < now() THEN old.replica END, ''))
+    INTO taken_locations, taken_call_ids, taken_from
+    FROM taken AS t LEFT JOIN old ON old.location = t.location AND old.call_id = t.call_id;
+    IF true = ANY(p_wait) THEN
+        UPDATE sidecar_claims AS c SET waited = true
+        FROM unnest(p_locations, p_call_ids, p_wait) AS w(location, call_id, wait)
+        WHERE w.wait AND c.location = w.location AND c.call_id = w.call_id
+              AND NOT c.waited;
+    END IF;
+    RETURN QUERY
+    SELECT t.prev, o.body, o.fingerprint, e.tool, e.settled_at, c.fingerprint,
+           EXTRACT(EPOCH FROM c.expires_at - now())::float8
+    FROM unnest(p_locations, p_call_ids) WITH ORDINALITY AS k(location, call_id, n)
+    LEFT JOIN unnest(taken_locations, taken_call_ids, taken_from) AS t(location, call_id, prev)
+        ON t.location = k.location AND t.call_id = k.call_id
+    LEFT JOIN LATERAL (SELECT o1.body, o1.fingerprint FROM sidecar_outcomes AS o1
+                       WHERE o1.location = k.location AND o1.call_id = k.call_id
+                       OFFSET 0) AS o ON true
+    LEFT JOIN LATERAL (SELECT e1.tool, e1.settled_at FROM sidecar_expired AS e1
+                       WHERE e1.location = k.location AND e1.call_id = k.call_id
+                       OFFSET 0) AS e ON true
+    LEFT JOIN LATERAL (SELECT c1.fingerprint, c1.expires_at FROM sidecar_claims AS c1
+                       WHERE c1.location = k.location AND c1.call_id = k.call_id
+                       OFFSET 0) AS c ON true
+    ORDER BY k.n;
 END
 $$;
 """

@@ -62,6 +62,8 @@ DECLARE
     stored BOOLEAN;
     waited_for BOOLEAN;
 BEGIN
+    -- One outcome after the other: each statement is a primary-key lookup, whatever the
+    -- size of sidecar_claims (its rows churn: a join would scan it).
     FOR i IN 1 .. coalesce(cardinality(p_call_ids), 0) LOOP
         INSERT INTO sidecar_outcomes (location, call_id, session_id, agent, message_id, tool,
                                       status, body, created_at, fingerprint)
