@@ -117,14 +117,21 @@ async def _open_managed(o: _Opening) -> TextStore:
     if o.backends.object_store and o.pool is not None:
         # managed texts in the bucket, indexed in the fleet database: any replica reads them
         from managed_store import ManagedStoreError
-        from managed_store.s3 import S3Settings, S3TextStore
+        from managed_store.s3 import S3Settings, S3TextStore, WriteSettings
         from sidecar.postgres import DatabaseError
+        from sidecar.replica import replica_id
 
         try:
+            # write-behind (default): a commit returns once the object is staged in the state
+            # directory and indexed; the upload ends in the background (docs/fleet.md)
+            writes = WriteSettings.from_environ(os.environ)
             managed = await S3TextStore.open(
                 o.pool, S3Settings.from_url(o.backends.object_store, os.environ),
                 ttl_seconds=retention, quota_bytes=o.options.store_quota_bytes,
-                cleanup_interval=cleanup_interval, owner_share=owner_share_from_env())
+                cleanup_interval=cleanup_interval, owner_share=owner_share_from_env(),
+                staging_dir=o.options.state_dir / "managed-s3" if writes.behind else None,
+                replica=replica_id(), staging_bytes=writes.staging_bytes,
+                read_wait_seconds=writes.read_wait, close_wait_seconds=writes.close_wait)
         except (ManagedStoreError, ValueError) as exc:
             # a fleet backend the replica cannot use: one line from the CLI (exit 6)
             raise DatabaseError(f"SIDECAR_OBJECT_STORE: {exc}") from exc
