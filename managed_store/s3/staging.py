@@ -37,6 +37,7 @@ import logging
 import os
 import secrets
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,8 +48,10 @@ import obstore
 from managed_store.errors import ManagedStoreError, RetentionError
 from managed_store.layout import describe_os_error, fsync_dir, private_opener, unlink_quietly
 from managed_store.refs import validate_ref_id
+from managed_store.s3.index import Found, Staged
 from managed_store.s3.objects import describe
 from managed_store.sink import FileSink
+from managed_store.store import _not_found
 
 if TYPE_CHECKING:
     from obstore import AsyncWritableFile
@@ -63,6 +66,8 @@ UPLOADS_AT_ONCE = 4
 _RETRY_FIRST = 0.5
 _RETRY_MAX = 30.0
 _ABORT_WAIT = 5.0
+_WAIT_FIRST = 0.05
+_WAIT_MAX = 1.0
 _DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
@@ -411,6 +416,36 @@ class Staging:
             if gone:
                 await self.abandon(gone)
                 await self._delete_bytes(gone)
+
+
+async def wait_for_upload(ref_id: str, staged: Staged,
+                          lookup: Callable[[], Awaitable[Found | None]], *, read_wait: float,
+                          stale_after: float) -> None:
+    """On a replica that is not uploading `ref_id`: poll its row (`lookup`, backing off from
+    50 ms to 1 s) until the upload completed. `ManagedStoreError` once `read_wait` seconds
+    passed, or at once when the uploading replica renewed nothing for `stale_after` seconds
+    (it stopped: the bytes are only in its staging directory); `ManagedNotFound` if the object
+    is evicted meanwhile. Cancellable between polls."""
+    deadline = time.monotonic() + read_wait
+    delay = _WAIT_FIRST
+    current: Staged | None = staged
+    while current is not None:
+        if current.idle > stale_after:
+            raise ManagedStoreError(
+                f"managed object {ref_id} cannot be read: its replica {current.replica} "
+                f"stopped before its upload completed (no sign of it for {current.idle:.0f} s);"
+                " it is readable again only if that replica restarts with the same state "
+                "directory")
+        if time.monotonic() >= deadline:
+            raise ManagedStoreError(
+                f"managed object {ref_id} is still being uploaded by replica "
+                f"{current.replica} after {read_wait:g} s; try again later")
+        await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, _WAIT_MAX)
+        found = await lookup()
+        if found is None:
+            raise _not_found(ref_id)
+        current = found[1]
 
 
 async def _abort(writer: AsyncWritableFile) -> None:

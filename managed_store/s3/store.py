@@ -32,7 +32,6 @@ import functools
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -60,8 +59,9 @@ from managed_store.retention import RetentionPolicy
 from managed_store.s3.index import LOCK_MANAGED_CLEANUP, Found, PostgresIndex, Staged
 from managed_store.s3.objects import RangedReader, S3Sink, describe
 from managed_store.s3.settings import S3Settings
-from managed_store.s3.staging import StagedSink, Staging, Upload
-from managed_store.spool import SpoolWriter, WrittenObject, _SpoolState
+from managed_store.s3.spool import S3Spool
+from managed_store.s3.staging import StagedSink, Staging, Upload, wait_for_upload
+from managed_store.spool import SpoolWriter, WrittenObject
 from managed_store.store import (
     GREP_TIME_LIMIT,
     _check_int,
@@ -84,8 +84,6 @@ _CHARS_PREFETCH = 256 * 1024
 _SWEEP_BATCH = 1000
 _STALE_BEATS = 3
 """Heartbeats an uploading replica may miss before readers take it for stopped."""
-_WAIT_FIRST = 0.05
-_WAIT_MAX = 1.0
 
 
 class S3TextStore:
@@ -280,7 +278,7 @@ class S3TextStore:
         self._check_open()
         ref_id = new_ref_id()
         if self._staging is None:
-            return _S3Spool(
+            return S3Spool(
                 S3Sink(self._client, self._settings.key(ref_id), part_bytes=self._part_bytes,
                        max_concurrency=self._upload_concurrency),
                 ref_id=ref_id, index=self._index, namespace=namespace,
@@ -288,7 +286,7 @@ class S3TextStore:
                 commit=functools.partial(self._commit, ref_id, owner=owner),
                 live=self._spools, abandon=None)
         upload = self._staging.new(ref_id)
-        spool = _S3Spool(StagedSink(upload), ref_id=ref_id, index=self._index,
+        spool = S3Spool(StagedSink(upload), ref_id=ref_id, index=self._index,
                          namespace=namespace, max_bytes=self._policy.quota_bytes,
                          commit=functools.partial(self._commit, ref_id, owner=owner,
                                                   upload=upload),
@@ -561,84 +559,16 @@ class S3TextStore:
             path = self._staging.local_path(ref_id)
             if path is not None:
                 return path
-        stale_after = _STALE_BEATS * self._heartbeat
-        deadline = time.monotonic() + self._read_wait
-        delay = _WAIT_FIRST
-        current: Staged | None = staged
-        while current is not None:
-            if current.idle > stale_after:
-                raise ManagedStoreError(
-                    f"managed object {ref_id} cannot be read: its replica {current.replica} "
-                    f"stopped before its upload completed (no sign of it for "
-                    f"{current.idle:.0f} s); it is readable again only if that replica "
-                    "restarts with the same state directory")
-            if time.monotonic() >= deadline:
-                raise ManagedStoreError(
-                    f"managed object {ref_id} is still being uploaded by replica "
-                    f"{current.replica} after {self._read_wait:g} s; try again later")
-            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(delay * 2, _WAIT_MAX)
-            found = await self._on_index(self._index.staging_of(ref_id))
-            if found is None:
-                raise _not_found(ref_id)
-            current = found[1]
+        await wait_for_upload(ref_id, staged,
+                              lambda: self._on_index(self._index.staging_of(ref_id)),
+                              read_wait=self._read_wait,
+                              stale_after=_STALE_BEATS * self._heartbeat)
         return None
 
 
 def _read_file(path: Path, fn: Callable[[ObjectReader], _T]) -> _T:
     with open(path, "rb", buffering=READ_BUFFER) as file:
         return fn(file)
-
-
-class _S3Spool(SpoolWriter):
-    """A `SpoolWriter` whose key is recorded as pending before its first byte goes up, and
-    forgotten again when the spool is aborted (its upload was aborted with it)."""
-
-    def __init__(self, sink: S3Sink | StagedSink, *, ref_id: str, index: PostgresIndex,
-                 namespace: str, max_bytes: int, commit: Callable[[WrittenObject, str], Any],
-                 live: set[SpoolWriter],
-                 abandon: Callable[[], Coroutine[Any, Any, None]] | None) -> None:
-        super().__init__(sink, namespace=namespace, max_bytes=max_bytes, commit=commit,
-                         live=live)
-        self._ref_id = ref_id
-        self._index = index
-        self._pending = False
-        self._abandon = abandon
-        self.begin_upload: Callable[[], None] | None = None
-
-    async def __aenter__(self) -> Self:
-        if self._state is _SpoolState.NEW:
-            try:
-                await self._index.begin(self._ref_id)
-            except _DB_ERRORS as exc:
-                raise RetentionError(f"could not record the upload in the index: {exc}") from exc
-            self._pending = True
-        try:
-            entered = await super().__aenter__()
-        except BaseException:
-            await self._forget()
-            raise
-        if self.begin_upload is not None:
-            begin, self.begin_upload = self.begin_upload, None
-            begin()
-        return entered
-
-    async def abort(self) -> None:
-        await super().abort()
-        if self._state is _SpoolState.ABORTED:
-            if self._abandon is not None:  # the background upload of the staging file
-                abandon, self._abandon = self._abandon, None
-                await asyncio.shield(abandon())
-            await self._forget()
-
-    async def _forget(self) -> None:
-        if not self._pending:
-            return
-        self._pending = False
-        try:
-            await asyncio.shield(self._index.forget(self._ref_id))
-        except _DB_ERRORS as exc:  # the sweep drops it after the grace period
-            logger.warning("managed store: could not drop a pending upload: %s", exc)
 
 
 def _raise_as_retention_error(exc: BaseException) -> NoReturn:
