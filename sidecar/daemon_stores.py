@@ -26,11 +26,13 @@ from sidecar.pins import SqlitePinStore
 from sidecar.store_pressure import owner_share_from_env
 from sidecar.stores import (
     CallHistory,
+    DatabaseCheck,
     EventLogFactory,
     OutcomeLog,
     PermissionStore,
     PinStore,
     SharedAsks,
+    SharedCancels,
     SnapshotRecords,
     StoreOptions,
     Stores,
@@ -255,6 +257,26 @@ async def _open_asks(o: _Opening) -> SharedAsks | None:
     return asks
 
 
+async def _open_cancels(o: _Opening) -> SharedCancels | None:
+    if o.pool is None:
+        return None  # a call is cancelled by the process running it
+    # DELETE /v1/calls/{id} on any replica reaches the replica running the call
+    from sidecar.postgres_cancels import PostgresCancels
+
+    cancels = await PostgresCancels.on_pool(o.pool, o.options.location)
+    o.stack.push_async_callback(cancels.aclose)
+    return cancels
+
+
+def _open_database_check(o: _Opening) -> DatabaseCheck | None:
+    if o.pool is None:
+        return None
+    from sidecar.local_door import database_of
+    from sidecar.postgres_health import PoolCheck
+
+    return PoolCheck(o.pool, database_of(o.backends.database_url))  # health: reachable?
+
+
 @asynccontextmanager
 async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
     """A Location's stores. Embedded by default, in the state directory: `managed/`
@@ -274,6 +296,7 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
         events = await _open_events(o)
         asks = await _open_asks(o)
         snapshots = await _open_snapshots(o)
+        cancels = await _open_cancels(o)
         yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
                      pins=pins, history=history, events=events, asks=asks,
-                     snapshots=snapshots)
+                     snapshots=snapshots, cancels=cancels, database=_open_database_check(o))
