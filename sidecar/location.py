@@ -68,6 +68,7 @@ from sidecar.ratelimit import RateLimits
 from sidecar.registry import Entry, Registry, ToolDefinition, Tools, application_registry
 from sidecar.retention import DEFAULT_RETENTION_SECONDS
 from sidecar.seam import Seam
+from sidecar.shared_rounds import SharedRounds
 from sidecar.snapshot import Snapshot, SnapshotExpired, SnapshotStore, select
 from sidecar.snapshot_records import SnapshotRecipe, SnapshotSharing
 from sidecar.sqlite_wal import DEFAULT_WAL_CAP_BYTES
@@ -207,6 +208,9 @@ class Location:
         self.event_log_factory: EventLogFactory | None = None
         """The stores' event log (`Stores.events`), used by `new_event_log` over the
         wiring's."""
+        self.rounds: SharedRounds | None = None
+        """Paused 2026-07-28 `/mcp` calls listed for a fleet's replicas (`Stores.rounds`);
+        None: a paused call resumes only in this process."""
 
     def record_call(self, call: SettledCall) -> None:
         """The seam's audit hook: one history row for a settled or replayed call, also handed
@@ -327,6 +331,7 @@ class Location:
             location.tokens = stores.tokens
             location.wiring = wired
             location.event_log_factory = stores.events
+            location.rounds = stores.rounds
             location.pins.store = stores.pins
             stack.push_async_callback(location.pins.aclose)
             stack.push_async_callback(location._stop_checks)

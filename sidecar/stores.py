@@ -11,6 +11,8 @@
                      eviction (`managed_store.protocol`)
     SnapshotRecords  kept snapshots' recipes, so any replica serves any snapshot id
                      (`sidecar.snapshot_records`; fleet only)
+    SharedRounds     paused 2026-07-28 `/mcp` calls, resumable on any replica
+                     (`sidecar.shared_rounds`; fleet only)
 
 Code outside the composition root names only these. The embedded implementations (SQLite files
 and a directory in the state dir: `SqliteOutcomeLog`, `SqlitePermissionStore`,
@@ -36,6 +38,7 @@ from sidecar.events import EventBus
 from sidecar.outcome_log import OutcomeLog
 from sidecar.permission import PendingAsk, PermissionRule, Reply
 from sidecar.pins import PinStore
+from sidecar.shared_rounds import SharedRounds
 from sidecar.snapshot_records import SnapshotRecords
 from sidecar.tokens import TokenStore
 
@@ -219,6 +222,9 @@ class Stores:
     them."""
     snapshots: SnapshotRecords | None = None
     """Kept snapshots shared by the replicas of a fleet; None: in this process's memory."""
+    rounds: SharedRounds | None = None
+    """Paused 2026-07-28 `/mcp` calls listed for a fleet's replicas; None: a paused call
+    resumes only in the process that paused it."""
 
 
 class OpenStores(Protocol):
