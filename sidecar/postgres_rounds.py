@@ -41,7 +41,7 @@ import asyncpg
 
 from sidecar.postgres import Carried, Listening, failures, migrate
 from sidecar.replica import replica_id
-from sidecar.shared_rounds import Resume, RoundHolderGone, RoundUnknown
+from sidecar.shared_rounds import Resume, RoundHolderGone, RoundLost, RoundUnknown
 
 log = logging.getLogger("sidecar.postgres_rounds")
 
@@ -149,13 +149,15 @@ class PostgresRounds:
     def dropped(self, key: str) -> None:
         if self._held.pop(key, None) is None:
             return
-        self._spawn(self._delete(key))
+        # a resume stored elsewhere meanwhile keeps its row: `_take` answers it "unknown"
+        self._spawn(self._delete(key, unresumed=True))
 
-    async def _delete(self, key: str) -> None:
+    async def _delete(self, key: str, *, unresumed: bool = False) -> None:
         try:
             await self._pool.execute(
-                "DELETE FROM sidecar_rounds WHERE location = $1 AND key = $2 AND holder = $3",
-                self._location, key, self.holder)
+                "DELETE FROM sidecar_rounds WHERE location = $1 AND key = $2 AND holder = $3 "
+                "AND (NOT $4 OR responses IS NULL)", self._location, key, self.holder,
+                unresumed)
         except _FAILURES as exc:
             log.warning("could not unlist a paused call (it expires): %s", exc)
 
@@ -223,6 +225,8 @@ class PostgresRounds:
                 await conn.execute("SELECT pg_notify($1, $2)", CHANNEL,
                                    self._note(key, "resumed", holder))
             handed = True
+            loop = asyncio.get_running_loop()
+            failing_since: float | None = None
             while True:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self._poll):
@@ -232,8 +236,15 @@ class PostgresRounds:
                     replied: Any = await self._pool.fetchrow(_REPLY, self._location, key,
                                                              self.silent_after)
                 except _FAILURES as exc:
+                    failing_since = failing_since or loop.time()
+                    if loop.time() - failing_since > self.silent_after:
+                        raise RoundLost(
+                            f"the fleet database failed for {self.silent_after:g} s while "
+                            f"waiting for replica {_replica(holder)!r} to continue the paused "
+                            f"call: {exc}") from exc
                     log.warning("waiting for a resumed call's answer (retrying): %s", exc)
                     continue
+                failing_since = None
                 if replied["reply"] is not None:
                     return _unwrap(json.loads(replied["reply"]))
                 if not replied["alive"]:  # silent for too long, or its row pruned

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-__all__ = ["Resume", "RoundHolderGone", "RoundUnknown", "SharedRounds"]
+__all__ = ["Resume", "RoundHolderGone", "RoundLost", "RoundUnknown", "SharedRounds"]
 
 Resume = Callable[[Any], Awaitable[Any]]
 """The holder's continuation of a paused call: takes the client's input responses (as the
@@ -56,6 +56,11 @@ class RoundHolderGone(Exception):
         super().__init__(text)
 
 
+class RoundLost(Exception):
+    """The fleet database failed for too long while a resume waited: what became of the
+    continued call is unknown here."""
+
+
 class SharedRounds(Protocol):
     """Paused calls of one Location, listed for every replica of a fleet: one held here is
     resumed through any other replica, and any replica resumes one held elsewhere."""
@@ -75,7 +80,8 @@ class SharedRounds(Protocol):
         """Hand `responses` to the replica holding the paused call under `key` and wait for
         the value of its `resume` (for as long as that replica lives: the call is bounded by
         its own timeout there). Raises `RoundUnknown` (not listed for `request`, already
-        resumed, expired, or the holder no longer had it) or `RoundHolderGone`. Cancelling
+        resumed, expired, or the holder no longer had it), `RoundHolderGone` or `RoundLost`; a
+        defect of the holder's `resume` is a `RuntimeError` naming it. Cancelling
         the wait cancels the continued call on the holder."""
         ...
 

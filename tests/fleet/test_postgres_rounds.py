@@ -85,6 +85,21 @@ async def test_unknown_mismatched_and_no_longer_held_states_are_refused(pair: Pa
         await pair.b.resume("k4", "req", {})
 
 
+async def test_a_state_dropped_by_its_holder_is_refused(pair: Pair) -> None:
+    async def resume(responses: Any) -> Any:
+        raise AssertionError("dropped: resumed on the holder itself")
+
+    await pair.a.held("k10", "req", resume, 60)
+    pair.a.dropped("k10")  # its row goes in the background
+    for _ in range(300):
+        if await pair.rows() == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert await pair.rows() == 0
+    with pytest.raises(RoundUnknown):
+        await pair.b.resume("k10", "req", {})
+
+
 async def test_a_silent_holder_is_named_before_anything_is_handed_over(pair: Pair) -> None:
     async def resume(responses: Any) -> Any:
         raise AssertionError("a silent holder's call must not be resumed")

@@ -32,7 +32,7 @@ from pydantic import TypeAdapter
 
 from sidecar.serve.mcp_facade.rounds import ROUND_TTL, Execution, request_digest
 from sidecar.serve.mcp_facade.sessions import Sessions
-from sidecar.shared_rounds import RoundHolderGone, RoundUnknown, SharedRounds
+from sidecar.shared_rounds import RoundHolderGone, RoundLost, RoundUnknown, SharedRounds
 
 if TYPE_CHECKING:
     from sidecar.location import Location
@@ -97,6 +97,8 @@ class ResumeAnywhere:
         except RoundHolderGone as exc:
             code = types.INVALID_PARAMS if exc.before else types.INTERNAL_ERROR
             raise MCPError(code, str(exc)) from None
+        except RoundLost as exc:
+            raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
         return _answer_of(state)
 
     async def _resumed_for_another(
@@ -104,13 +106,14 @@ class ResumeAnywhere:
     ) -> dict[str, Any] | None:
         """On the holder: continue a paused call with the input another replica received;
         the next state as JSON for that replica (None: no longer held here)."""
+        answers = _RESPONSES.validate_python(responses)
         if self._rounds.get(token) is not execution:
             return None
         del self._rounds[token]
         call = self.sessions.calls.get(execution.call_id)
         if call is not None:  # the request now waiting is on another replica: nothing to send
             self.sessions.calls[execution.call_id] = replace(call, progress_token=None)
-        execution.answer(_RESPONSES.validate_python(responses))
+        execution.answer(answers)
         try:
             step = await self._step(execution)
         except MCPError as exc:
