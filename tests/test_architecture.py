@@ -201,6 +201,7 @@ CONCRETE_STORES = {
     "S3TextStore": "managed_store.s3.store",
     "MemoryEventLog": "sidecar.serve.event_log",
     "PostgresAsks": "sidecar.postgres_asks",
+    "PostgresCancels": "sidecar.postgres_cancels",
     "PostgresEventLog": "sidecar.serve.postgres_event_log",
     "PostgresOutcomeLog": "sidecar.postgres_outcome_log",
     "PostgresCallHistory": "sidecar.postgres_call_history",
@@ -219,7 +220,7 @@ IMPLEMENTATION_MODULES = {"sidecar.permission_store", "sidecar.postgres_outcome_
                           "sidecar.postgres_permission_store", "sidecar.postgres_tokens",
                           "sidecar.postgres_pins", "sidecar.postgres_call_history",
                           "sidecar.serve.postgres_event_log", "sidecar.postgres_asks",
-                          "sidecar.postgres_snapshots"}
+                          "sidecar.postgres_snapshots", "sidecar.postgres_cancels"}
 COMPOSITION_ROOT = ROOT_MODULES | {CLI_ENTRY_POINT}
 
 
