@@ -231,8 +231,7 @@ class Location:
         self.database: DatabaseCheck | None = None
         """The fleet database's reachability (`Stores.database`), reported by `health`."""
         self.rounds: SharedRounds | None = None
-        """Paused 2026-07-28 `/mcp` calls listed for a fleet's replicas (`Stores.rounds`);
-        None: a paused call resumes only in this process."""
+        """Paused `/mcp` calls a fleet resumes anywhere (`Stores.rounds`); None: here only."""
 
     def record_call(self, call: SettledCall) -> None:
         """The seam's audit hook: one history row for a settled or replayed call, also handed
