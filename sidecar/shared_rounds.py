@@ -37,8 +37,8 @@ class RoundUnknown(Exception):
 
 class RoundHolderGone(Exception):
     """The replica holding the paused call stopped (it said so as it shut down, or nothing was
-    heard from it for `silent_for` seconds): `before` the responses were handed over (the call is lost), or after (its
-    outcome is unknown)."""
+    heard from it for `silent_for` seconds): `before` the responses were handed over (the call
+    is lost), or after (its outcome is unknown)."""
 
     def __init__(self, replica: str, silent_for: float, *, before: bool) -> None:
         self.replica = replica
