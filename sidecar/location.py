@@ -580,13 +580,6 @@ class Location:
                 return "cancelling"
         return "not_running"
 
-    async def cancel_elsewhere(self, call_id: str, replica: str, *, wait: float) -> str | None:
-        """Ask `replica` of the fleet to cancel `call_id`: its answer (`cancel_here`), or
-        None when it gave none within `wait` seconds (or there is no fleet)."""
-        if self.cancels is None:
-            return None
-        return await self.cancels.request(call_id, replica, wait=wait)
-
     async def running_on(self, call_id: str) -> str | None:
         """The replica of a fleet running `call_id` now (None: none, or no fleet)."""
         if self.seam.outcomes is None:
