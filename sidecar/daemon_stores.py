@@ -23,6 +23,7 @@ from sidecar.call_history import SqliteCallHistory
 from sidecar.outcome_log import SqliteOutcomeLog
 from sidecar.permission_store import SqlitePermissionStore
 from sidecar.pins import SqlitePinStore
+from sidecar.shared_rounds import SharedRounds
 from sidecar.store_pressure import owner_share_from_env
 from sidecar.stores import (
     CallHistory,
@@ -277,6 +278,20 @@ def _open_database_check(o: _Opening) -> DatabaseCheck | None:
     return PoolCheck(o.pool, database_of(o.backends.database_url))  # health: reachable?
 
 
+async def _open_rounds(o: _Opening) -> SharedRounds | None:
+    if o.pool is None:
+        return None  # a paused /mcp call resumes only in the process that paused it
+    # a paused 2026-07-28 /mcp call resumes on any replica; its holder is gone after as long
+    # as an in-flight claim lives without renewal
+    from sidecar.postgres_claims import claim_ttl_from_env
+    from sidecar.postgres_rounds import PostgresRounds
+
+    rounds = await PostgresRounds.on_pool(o.pool, o.options.location,
+                                          silent_after=claim_ttl_from_env())
+    o.stack.push_async_callback(rounds.aclose)
+    return rounds
+
+
 @asynccontextmanager
 async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
     """A Location's stores. Embedded by default, in the state directory: `managed/`
@@ -297,6 +312,8 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
         asks = await _open_asks(o)
         snapshots = await _open_snapshots(o)
         cancels = await _open_cancels(o)
+        rounds = await _open_rounds(o)
         yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
                      pins=pins, history=history, events=events, asks=asks,
-                     snapshots=snapshots, cancels=cancels, database=_open_database_check(o))
+                     snapshots=snapshots, cancels=cancels, database=_open_database_check(o),
+                     rounds=rounds)

@@ -76,6 +76,7 @@ from sidecar.ratelimit import RateLimits
 from sidecar.registry import Entry, Registry, ToolDefinition, Tools, application_registry
 from sidecar.retention import DEFAULT_RETENTION_SECONDS
 from sidecar.seam import Seam
+from sidecar.shared_rounds import SharedRounds
 from sidecar.snapshot import Snapshot, SnapshotExpired, SnapshotStore, select
 from sidecar.snapshot_records import SnapshotRecipe, SnapshotSharing
 from sidecar.sqlite_wal import DEFAULT_WAL_CAP_BYTES
@@ -229,6 +230,8 @@ class Location:
         """Cancel requests between a fleet's replicas (`Stores.cancels`)."""
         self.database: DatabaseCheck | None = None
         """The fleet database's reachability (`Stores.database`), reported by `health`."""
+        self.rounds: SharedRounds | None = None
+        """Paused `/mcp` calls a fleet resumes anywhere (`Stores.rounds`); None: here only."""
 
     def record_call(self, call: SettledCall) -> None:
         """The seam's audit hook: one history row for a settled or replayed call, also handed
@@ -353,6 +356,7 @@ class Location:
             if stores.cancels is not None:
                 location.cancels = stores.cancels
                 await stores.cancels.start(location.cancel_here)
+            location.rounds = stores.rounds
             location.pins.store = stores.pins
             stack.push_async_callback(location.pins.aclose)
             stack.push_async_callback(location._stop_checks)
@@ -575,13 +579,6 @@ class Location:
             if await cancel(call_id) == "cancelling":
                 return "cancelling"
         return "not_running"
-
-    async def cancel_elsewhere(self, call_id: str, replica: str, *, wait: float) -> str | None:
-        """Ask `replica` of the fleet to cancel `call_id`: its answer (`cancel_here`), or
-        None when it gave none within `wait` seconds (or there is no fleet)."""
-        if self.cancels is None:
-            return None
-        return await self.cancels.request(call_id, replica, wait=wait)
 
     async def running_on(self, call_id: str) -> str | None:
         """The replica of a fleet running `call_id` now (None: none, or no fleet)."""

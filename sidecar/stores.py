@@ -13,6 +13,8 @@
                      (`sidecar.snapshot_records`; fleet only)
     SharedCancels    cancel requests for calls running on another replica (fleet only)
     DatabaseCheck    whether the fleet database answers now (fleet only)
+    SharedRounds     paused 2026-07-28 `/mcp` calls, resumable on any replica
+                     (`sidecar.shared_rounds`; fleet only)
 
 Code outside the composition root names only these. The embedded implementations (SQLite files
 and a directory in the state dir: `SqliteOutcomeLog`, `SqlitePermissionStore`,
@@ -38,6 +40,7 @@ from sidecar.events import EventBus
 from sidecar.outcome_log import OutcomeLog
 from sidecar.permission import PendingAsk, PermissionRule, Reply
 from sidecar.pins import PinStore
+from sidecar.shared_rounds import SharedRounds
 from sidecar.snapshot_records import SnapshotRecords
 from sidecar.tokens import TokenStore
 
@@ -256,6 +259,9 @@ class Stores:
     the process running them."""
     database: DatabaseCheck | None = None
     """The fleet database's reachability, reported by health; None: no fleet database."""
+    rounds: SharedRounds | None = None
+    """Paused 2026-07-28 `/mcp` calls listed for a fleet's replicas; None: a paused call
+    resumes only in the process that paused it."""
 
 
 class OpenStores(Protocol):

@@ -207,6 +207,7 @@ CONCRETE_STORES = {
     "PostgresCallHistory": "sidecar.postgres_call_history",
     "PostgresPermissionStore": "sidecar.postgres_permission_store",
     "PostgresPinStore": "sidecar.postgres_pins",
+    "PostgresRounds": "sidecar.postgres_rounds",
     "PostgresSnapshotRecords": "sidecar.postgres_snapshots",
     "PostgresTokenStore": "sidecar.postgres_tokens",
     "SqliteCallHistory": "sidecar.call_history",

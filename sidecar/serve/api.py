@@ -412,8 +412,9 @@ class Api:
         """A fleet: `replica` holds the call's claim. It cancels the call as a local DELETE
         would (`cancel_here`) and answers; 409 `running_elsewhere` when it cannot."""
         answer = None
-        if replica != replica_id():  # here: not a /v1 call (nothing here to cancel)
-            answer = await self.location.cancel_elsewhere(call_id, replica, wait=CANCEL_WAIT)
+        cancels = self.location.cancels
+        if cancels is not None and replica != replica_id():  # here: not a /v1 call
+            answer = await cancels.request(call_id, replica, wait=CANCEL_WAIT)
         if answer == "cancelling":
             return JSONResponse({"call_id": call_id, "status": "cancelling",
                                  "replica": replica}, status_code=202)
