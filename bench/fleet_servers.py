@@ -6,11 +6,21 @@ this kind of machine: /work/shared/notes/fleet-components.md.
 
 Kept out of `tests/` so the benchmarks use the same servers without importing the tests;
 `tests/fleet/postgres.py` re-exports `PostgresServer` for the `postgres_server` fixture.
+
+Each server has a watchdog (`guard`): PostgreSQL (`pg_ctl` detaches the postmaster), SeaweedFS
+and HAProxy (each in a session of its own) would outlive a test run killed by a signal, with
+their ports and temporary directories. The watchdog is this file run as a process of its own
+session, blocked reading a pipe whose only writer is the owner: when the owner dies the kernel
+closes that end, the read returns empty, and the watchdog cleans up (a command, a SIGKILL to
+the server's process group, removing its directory). The owner's `stop()` cleans up itself,
+then `disarm()`s it: a byte down the pipe, and the watchdog exits doing nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import json
 import os
 import shutil
 import signal
@@ -21,9 +31,9 @@ import tempfile
 import time
 import uuid
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from obstore.store import S3Store
@@ -32,6 +42,45 @@ TEST_SETTINGS = "-F -c fsync=off -c full_page_writes=off -c synchronous_commit=o
 """Throw-away clusters for tests: nothing is flushed to disk."""
 DURABLE_SETTINGS = ""
 """PostgreSQL's defaults: every commit waits for its WAL to be flushed (fsync)."""
+
+
+@dataclass
+class Watchdog:
+    """The owner's side: the pipe's write end and the watchdog process."""
+
+    pipe: IO[bytes]
+    process: subprocess.Popen[bytes]
+
+    def disarm(self) -> None:
+        """The owner stopped the server itself: the watchdog exits without acting."""
+        with contextlib.suppress(OSError):
+            self.pipe.write(b"x")
+            self.pipe.flush()
+        with contextlib.suppress(OSError):
+            self.pipe.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def guard(*, run: list[str] | None = None, killpg: int | None = None,
+          rmtree: str | None = None) -> Watchdog:
+    """Start a watchdog that, if this process dies first, runs `run`, then SIGKILLs the
+    process group `killpg`, then removes `rmtree`."""
+    spec = {"run": run or [], "killpg": killpg, "rmtree": rmtree}
+    read_end, write_end = os.pipe()  # both not inheritable: only the watchdog gets read_end
+    try:
+        process = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--watchdog", json.dumps(spec)],
+            stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    return Watchdog(os.fdopen(write_end, "wb", buffering=0), process)
 
 
 def free_port() -> int:
@@ -62,6 +111,7 @@ class PostgresServer:
     root: Path
     port: int
     user: str = "test"
+    watchdog: Watchdog | None = field(default=None, repr=False)
 
     @classmethod
     def start(cls, settings: str = TEST_SETTINGS) -> PostgresServer:
@@ -73,12 +123,22 @@ class PostgresServer:
         subprocess.run(_as_postgres(str(bin_dir / "initdb"), "-D", str(root / "data"), "-U",
                                     server.user, "--auth=trust", "-E", "UTF8", "--no-locale",
                                     "-N"), check=True, capture_output=True)
-        options = (f"-k {root} -h 127.0.0.1 -p {server.port} {settings} "
-                   "-c max_connections=200")
-        subprocess.run(_as_postgres(str(bin_dir / "pg_ctl"), "-D", str(root / "data"), "-l",
-                                    str(root / "log"), "-w", "-o", options, "start"),
-                       check=True, capture_output=True)
+        server.watchdog = guard(run=server._stop_command(), rmtree=str(root))
+        server.resume(settings)
         return server
+
+    def resume(self, settings: str = TEST_SETTINGS) -> None:
+        """Start the server (again, after `pause`) on its port, with its data."""
+        options = (f"-k {self.root} -h 127.0.0.1 -p {self.port} {settings} "
+                   "-c max_connections=200")
+        subprocess.run(_as_postgres(str(_bin() / "pg_ctl"), "-D", str(self.root / "data"), "-l",
+                                    str(self.root / "log"), "-w", "-o", options, "start"),
+                       check=True, capture_output=True)
+
+    def pause(self) -> None:
+        """Stop the server (its clients' connections end), keeping its data for `resume`."""
+        subprocess.run(_as_postgres(str(_bin() / "pg_ctl"), "-D", str(self.root / "data"),
+                                    "-m", "fast", "-w", "stop"), check=True, capture_output=True)
 
     def dsn(self, database: str = "postgres") -> str:
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/{database}"
@@ -100,9 +160,14 @@ class PostgresServer:
         return int((self.root / "data" / "postmaster.pid").read_text().split()[0])
 
     def stop(self) -> None:
-        subprocess.run(_as_postgres(str(_bin() / "pg_ctl"), "-D", str(self.root / "data"), "-m",
-                                    "immediate", "-w", "stop"), capture_output=True, check=False)
+        subprocess.run(self._stop_command(), capture_output=True, check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+        if self.watchdog is not None:
+            self.watchdog.disarm()
+
+    def _stop_command(self) -> list[str]:
+        return _as_postgres(str(_bin() / "pg_ctl"), "-D", str(self.root / "data"), "-m",
+                            "immediate", "-w", "stop")
 
 
 def _port_pair() -> int:
@@ -132,6 +197,7 @@ class SeaweedS3:
     access_key: str = "sidecar-test-key"
     secret_key: str = "sidecar-test-secret"
     region: str = "us-east-1"
+    watchdog: Watchdog | None = field(default=None, repr=False)
 
     @classmethod
     def start(cls, bucket: str = "sidecar", timeout: float = 60.0) -> SeaweedS3:
@@ -153,7 +219,8 @@ class SeaweedS3:
         process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         log.close()
-        server = cls(root, process, f"http://127.0.0.1:{ports['s3']}", bucket)
+        server = cls(root, process, f"http://127.0.0.1:{ports['s3']}", bucket,
+                     watchdog=guard(killpg=process.pid, rmtree=str(root)))
         try:
             server._wait_ready(timeout)
         except BaseException:
@@ -204,6 +271,8 @@ class SeaweedS3:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
         shutil.rmtree(self.root, ignore_errors=True)
+        if self.watchdog is not None:
+            self.watchdog.disarm()
 
 
 @dataclass
@@ -216,6 +285,7 @@ class HAProxy:
     root: Path
     process: subprocess.Popen[bytes]
     ports: dict[str, int]
+    watchdog: Watchdog | None = field(default=None, repr=False)
 
     @classmethod
     def start(cls, backends: dict[str, Sequence[str]], affinity: str = "Mcp-Session-Id",
@@ -243,7 +313,7 @@ class HAProxy:
         process = subprocess.Popen([binary, "-db", "-f", str(config)], stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
-        proxy = cls(root, process, ports)
+        proxy = cls(root, process, ports, guard(killpg=process.pid, rmtree=str(root)))
         deadline = time.monotonic() + timeout
         try:
             for port in ports.values():
@@ -273,3 +343,24 @@ class HAProxy:
                 self.process.kill()
                 self.process.wait()
         shutil.rmtree(self.root, ignore_errors=True)
+        if self.watchdog is not None:
+            self.watchdog.disarm()
+
+
+def _watchdog_main(spec: dict[str, Any]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the pipe decides
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    if sys.stdin.buffer.read(1):  # disarmed
+        return
+    if spec["run"]:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(spec["run"], capture_output=True, timeout=60, check=False)
+    if spec["killpg"]:
+        with contextlib.suppress(OSError):
+            os.killpg(spec["killpg"], signal.SIGKILL)
+    if spec["rmtree"]:
+        shutil.rmtree(spec["rmtree"], ignore_errors=True)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--watchdog"]:
+    _watchdog_main(json.loads(sys.argv[2]))

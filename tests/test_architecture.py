@@ -201,11 +201,13 @@ CONCRETE_STORES = {
     "S3TextStore": "managed_store.s3.store",
     "MemoryEventLog": "sidecar.serve.event_log",
     "PostgresAsks": "sidecar.postgres_asks",
+    "PostgresCancels": "sidecar.postgres_cancels",
     "PostgresEventLog": "sidecar.serve.postgres_event_log",
     "PostgresOutcomeLog": "sidecar.postgres_outcome_log",
     "PostgresCallHistory": "sidecar.postgres_call_history",
     "PostgresPermissionStore": "sidecar.postgres_permission_store",
     "PostgresPinStore": "sidecar.postgres_pins",
+    "PostgresRounds": "sidecar.postgres_rounds",
     "PostgresSnapshotRecords": "sidecar.postgres_snapshots",
     "PostgresTokenStore": "sidecar.postgres_tokens",
     "SqliteCallHistory": "sidecar.call_history",
@@ -218,7 +220,7 @@ IMPLEMENTATION_MODULES = {"sidecar.permission_store", "sidecar.postgres_outcome_
                           "sidecar.postgres_permission_store", "sidecar.postgres_tokens",
                           "sidecar.postgres_pins", "sidecar.postgres_call_history",
                           "sidecar.serve.postgres_event_log", "sidecar.postgres_asks",
-                          "sidecar.postgres_snapshots"}
+                          "sidecar.postgres_snapshots", "sidecar.postgres_cancels"}
 COMPOSITION_ROOT = ROOT_MODULES | {CLI_ENTRY_POINT}
 
 
