@@ -14,6 +14,7 @@ what the fleet shares is a row of `sidecar_rounds` per paused state, written by 
     reply    the resuming replica reads the reply and deletes the row in one statement
     dropped  resumed by the holder itself, or expired there: the row is deleted in the
              background (a resume elsewhere meanwhile gets `RoundUnknown` from the holder)
+    stopped  a holder shutting down marks its rows silent: a resume elsewhere is told at once
 
 Every replica LISTENs on the channel once it has held or resumed a call (`Listening`, on a
 pool connection), and polls as the fallback when notifications are lost: the holder every
@@ -355,9 +356,9 @@ class PostgresRounds:
             await asyncio.wait(tasks)
         await self._carried.drain()
         await self._listening.stop()
-        try:  # nobody can resume this replica's paused calls any more
-            await self._pool.execute("DELETE FROM sidecar_rounds WHERE holder = $1",
-                                     self.holder)
+        try:  # its paused calls are gone: a resume elsewhere says so at once (then pruned)
+            await self._pool.execute(
+                "UPDATE sidecar_rounds SET seen_at = '-infinity' WHERE holder = $1", self.holder)
         except _FAILURES as exc:
             log.warning("could not unlist this replica's paused calls (they expire): %s", exc)
 

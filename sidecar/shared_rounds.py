@@ -36,9 +36,9 @@ class RoundUnknown(Exception):
 
 
 class RoundHolderGone(Exception):
-    """The replica holding the paused call stopped (nothing heard from it for `silent_for`
-    seconds): `before` the responses were handed over (the call is lost), or after (its
-    outcome is unknown)."""
+    """The replica holding the paused call stopped (it said so as it shut down, or nothing was
+    heard from it for `silent_for` seconds): `before` the responses were handed over (the call
+    is lost), or after (its outcome is unknown)."""
 
     def __init__(self, replica: str, silent_for: float, *, before: bool) -> None:
         self.replica = replica
@@ -46,11 +46,11 @@ class RoundHolderGone(Exception):
         self.before = before
         if before:
             text = (f"requestState belongs to a call paused on replica {replica!r}, which "
-                    f"stopped (nothing heard from it for {silent_for:g} s): the paused call "
+                    f"stopped (shut down, or silent for {silent_for:g} s): the paused call "
                     "is gone; call the tool again")
         else:
             text = (f"replica {replica!r}, which held the paused call, stopped while it "
-                    f"continued (nothing heard from it for {silent_for:g} s): the call's "
+                    f"continued (shut down, or silent for {silent_for:g} s): the call's "
                     "outcome is unknown; call the tool again with the same call id to replay "
                     "it if it was recorded")
         super().__init__(text)

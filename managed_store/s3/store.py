@@ -138,7 +138,7 @@ class S3TextStore:
         replica: str = "",
         staging_bytes: int = 1024**3,
         read_wait_seconds: float = 120.0,
-        close_wait_seconds: float = 30.0,
+        close_wait_seconds: float = 20.0,
         heartbeat_seconds: float = 5.0,
     ) -> Self:
         """Migrate the index, check that the bucket answers, run a first `cleanup()`.

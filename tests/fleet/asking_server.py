@@ -1,9 +1,10 @@
 """A handshake-era MCP server (stdio) whose tool asks the client for a completion once per
 question, for the fleet tests of paused 2026-07-28 `/mcp` calls:
 
-    ask(questions: [str, ...])   samples each question in turn; returns the answers joined
-                                 by " | " and the number of times it ran (a file of runs
-                                 next to it counts them)
+    ask(questions: [str, ...], hold: path?)
+        samples each question in turn, then waits until the file `hold` exists (when given);
+        returns the answers joined by " | ", and appends them to RUNS_FILE (or "cancelled"
+        when the call was cancelled)
 
     python asking_server.py RUNS_FILE
 """
@@ -25,7 +26,8 @@ warnings.simplefilter("ignore")  # the SDK marks sampling deprecated in 2026
 RUNS = Path(sys.argv[1]) if len(sys.argv) > 1 else None
 
 ASK = types.Tool(name="ask", description="Ask the client each question in turn", input_schema={
-    "type": "object", "properties": {"questions": {"type": "array", "items": {"type": "string"}}},
+    "type": "object", "properties": {"questions": {"type": "array", "items": {"type": "string"}},
+                                     "hold": {"type": "string"}},
     "required": ["questions"]})
 
 
@@ -34,8 +36,23 @@ async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
 
 
 async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    try:
+        return await _ask(ctx, params)
+    except anyio.get_cancelled_exc_class():
+        _ran("cancelled")
+        raise
+
+
+def _ran(line: str) -> None:
+    if RUNS is not None:
+        with RUNS.open("a") as runs:
+            runs.write(line + "\n")
+
+
+async def _ask(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
     answers = []
-    for question in (params.arguments or {}).get("questions", []):
+    arguments = params.arguments or {}
+    for question in arguments.get("questions", []):
         request = types.CreateMessageRequest(params=types.CreateMessageRequestParams(
             messages=[types.SamplingMessage(role="user",
                                             content=types.TextContent(text=str(question)))],
@@ -45,9 +62,10 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
             metadata=ServerMessageMetadata(related_request_id=ctx.request_id))
         content = answer.content
         answers.append(content.text if isinstance(content, types.TextContent) else "?")
-    if RUNS is not None:
-        with RUNS.open("a") as runs:
-            runs.write(" | ".join(answers) + "\n")
+    hold = arguments.get("hold")
+    while hold and not await anyio.Path(hold).exists():  # noqa: ASYNC110
+        await anyio.sleep(0.05)
+    _ran(" | ".join(answers))
     return types.CallToolResult(content=[types.TextContent(text=" | ".join(answers))])
 
 

@@ -112,6 +112,17 @@ async def test_a_silent_holder_is_named_before_anything_is_handed_over(pair: Pai
     assert gone.value.before
 
 
+async def test_a_holder_that_shut_down_is_named_at_once(pair: Pair) -> None:
+    async def resume(responses: Any) -> Any:
+        raise AssertionError("a stopped holder's call must not be resumed")
+
+    await pair.a.held("k11", "req", resume, 60)
+    await pair.a.aclose()
+    with pytest.raises(RoundHolderGone, match="shut down") as gone:
+        await pair.b.resume("k11", "req", {})
+    assert gone.value.before
+
+
 async def test_a_holder_stopping_while_it_continues_ends_the_wait(pair: Pair) -> None:
     started = asyncio.Event()
 

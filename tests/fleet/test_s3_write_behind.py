@@ -247,3 +247,24 @@ async def test_evicting_an_object_still_uploading_stops_its_upload(fleet: Fleet)
                 "SELECT count(*) FROM sidecar_managed_pending") == 0
     finally:
         await a.aclose()
+
+
+async def test_a_long_spool_uploads_its_parts_while_it_writes_and_an_abort_stops_them(
+        fleet: Fleet) -> None:
+    a = await fleet.writer(part_bytes=PART)
+    try:
+        async with a.open_spool() as spool:
+            await spool.write(b"z" * (PART + 1024) + b"\n")
+            for _ in range(200):  # the head start (0.5 s), then the first part goes up
+                if fleet.s3.uploads_in_progress(fleet.settings.prefix):
+                    break
+                await asyncio.sleep(0.05)
+            [key] = fleet.s3.uploads_in_progress(fleet.settings.prefix)
+            [staged] = fleet.staged_files()
+            assert key == fleet.settings.key(staged)
+            await spool.abort()
+        assert fleet.s3.uploads_in_progress(fleet.settings.prefix) == []
+        assert fleet.staged_files() == []
+        assert await fleet.pool.fetchval("SELECT count(*) FROM sidecar_managed_pending") == 0
+    finally:
+        await a.aclose()
