@@ -60,6 +60,7 @@ from sidecar.codemode import (
     Sandbox,
     codemode_snapshot,
 )
+from sidecar.database_down import database_label, unavailable_message
 from sidecar.errors import SidecarError
 from sidecar.events import EventBus, RegistryChanged
 from sidecar.hooks import Hooks
@@ -337,6 +338,7 @@ class Location:
                 store=store, outcomes=outcomes, location=name, bounds=bounds,
                 metadata_max_bytes=metadata_max_bytes, events=events,
             )
+            stack.push_async_callback(seam.unrecorded.aclose)  # before its outcome log
             registry = Registry(parent=application_registry)
             stack.callback(registry.detach)
             registry.on_change(lambda: events.publish(RegistryChanged(registry.version)))
@@ -543,16 +545,25 @@ class Location:
             "tools": len(self.registry.effective()),
             "reserved_name_conflicts": [c.to_json() for c in self.registry.reserved_conflicts()],
         }
+        try:  # (the check may be a second old: the database can fail here first)
+            if unreachable is None:
+                stats = await self.seam.store.stats()
+                usage = {"objects": stats.count, "bytes": stats.bytes,
+                         **self.store_pressure.report(stats, self.store_quota_bytes)}
+                report["state"] = await state_usage(
+                    self.state_dir, self.seam.outcomes, stats,
+                    retention_seconds=self.retention_seconds, quota_bytes=self.store_quota_bytes)
+                report["store"] = usage
+        except Exception as exc:
+            unreachable = unavailable_message(exc, "the state's usage could not be read",
+                                              database_label(self.database))
+            if unreachable is None or self.database is None:
+                raise
+            report["status"] = "unavailable"
+            report.pop("state", None)
         if self.database is not None:
             report["database"] = ({"reachable": True} if unreachable is None
                                   else {"reachable": False, "error": unreachable})
-        if unreachable is None:
-            stats = await self.seam.store.stats()
-            report["store"] = {"objects": stats.count, "bytes": stats.bytes,
-                               **self.store_pressure.report(stats, self.store_quota_bytes)}
-            report["state"] = await state_usage(
-                self.state_dir, self.seam.outcomes, stats,
-                retention_seconds=self.retention_seconds, quota_bytes=self.store_quota_bytes)
         return report
 
     def server_health(self) -> dict[str, ServerHealth]:
