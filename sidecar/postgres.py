@@ -36,6 +36,7 @@ __all__ = [
     "Listening",
     "PostgresStore",
     "SchemaTooNew",
+    "connection_lost",
     "database_error_in",
     "database_failure",
     "database_timeout_from_env",
@@ -329,7 +330,7 @@ class Listening:
 
     @property
     def lost(self) -> bool:
-        return self._conn is None or self._conn.is_closed()
+        return self._conn is None or connection_lost(self._conn)
 
     async def start(self) -> None:
         try:
@@ -350,7 +351,7 @@ class Listening:
         if conn is None:
             return
         try:
-            if not conn.is_closed():
+            if not connection_lost(conn):
                 await conn.remove_listener(self._channel, self._callback)
         except failures():
             pass
@@ -364,3 +365,13 @@ class Listening:
     def _polling(self, exc: BaseException) -> None:
         self._log.warning("cannot listen for %s (polling every %gs): %s", self._what,
                           self._poll_interval, exc)
+
+
+def connection_lost(conn: Any) -> bool:
+    """Whether a pooled connection is gone. When its server connection is lost, asyncpg
+    releases it back to the pool at once, and every method of what the holder keeps (a
+    proxy) then raises `InterfaceError`: that is lost too, and `restart` must listen anew."""
+    try:
+        return bool(conn.is_closed())
+    except failures():
+        return True
