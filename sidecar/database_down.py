@@ -52,8 +52,7 @@ def _said(exc: BaseException) -> DatabaseUnavailable | None:
 
 
 def _cause(failure: BaseException) -> str:
-    """Why: no answer in time, else the first failure's own words (the root's if it has
-    none)."""
+    """Why: no answer in time, else the deepest cause's own words."""
     chain: list[BaseException] = []
     current: BaseException | None = failure
     while current is not None and all(current is not c for c in chain):
@@ -61,7 +60,7 @@ def _cause(failure: BaseException) -> str:
         current = current.__cause__ or current.__context__
     if any(isinstance(c, TimeoutError) for c in chain):
         return "no answer within the database timeout (SIDECAR_DATABASE_TIMEOUT)"
-    for c in chain:
-        if str(c).strip():
+    for c in reversed(chain):  # the root's words first: a wrapper repeats them
+        if str(c).strip() and not isinstance(c, DatabaseUnavailable):  # (that is the what)
             return str(c).strip()
-    return type(failure).__name__
+    return type(chain[-1]).__name__
