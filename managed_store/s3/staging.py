@@ -308,7 +308,9 @@ class Staging:
             upload.state = UploadState.STAGED
             upload.outcome.set_result(UploadState.STAGED)
             self.begin(upload)
-        if rows:
+        if len(rows) > len(lost):
+            # Renewed at once: replicas waiting for these took this one for stopped.
+            await self._index.touch(self.staging_id)
             logger.info("managed store: resuming %d uploads from %s", len(rows) - len(lost),
                         self.root)
         return lost
