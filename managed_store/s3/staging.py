@@ -308,7 +308,9 @@ class Staging:
             upload.state = UploadState.STAGED
             upload.outcome.set_result(UploadState.STAGED)
             self.begin(upload)
-        if rows:
+        if len(rows) > len(lost):
+            # Renewed at once: replicas waiting for these took this one for stopped.
+            await self._index.touch(self.staging_id)
             logger.info("managed store: resuming %d uploads from %s", len(rows) - len(lost),
                         self.root)
         return lost
@@ -417,16 +419,17 @@ class Staging:
                 continue
             try:
                 alive = await self._index.touch(self.staging_id)
+                # Rows evicted by another replica while their bytes were still uploading here.
+                gone = [u.ref_id for u in staged
+                        if u.ref_id not in alive and not u.uploaded.is_set()]
+                if gone:
+                    await self.abandon(gone)
+                    await self._delete_bytes(gone)
             except _DB_ERRORS as exc:
                 logger.warning("managed store: could not renew the uploads of %s: %s",
                                self.root, exc)
-                continue
-            # Rows evicted by another replica while their bytes were still uploading here.
-            gone = [u.ref_id for u in staged
-                    if u.ref_id not in alive and not u.uploaded.is_set()]
-            if gone:
-                await self.abandon(gone)
-                await self._delete_bytes(gone)
+            except Exception:  # the renewals must go on: readers elsewhere count on them
+                logger.exception("managed store: renewing the uploads of %s failed", self.root)
 
 
 async def wait_for_upload(ref_id: str, staged: Staged,
