@@ -89,9 +89,12 @@ SELECT (SELECT reply FROM gone) AS reply, r.seen_at > {_NOW} - {_SECS.format("$3
 FROM (SELECT 1) AS one
 LEFT JOIN sidecar_rounds r ON r.location = $1 AND r.key = $2"""
 _PRUNE = f"""
-DELETE FROM sidecar_rounds WHERE seen_at < {_NOW} - {_SECS.format("$1")}
+DELETE FROM sidecar_rounds
+WHERE (seen_at < {_NOW} - {_SECS.format("$1")} AND (responses IS NOT NULL OR expires_at < {_NOW}))
    OR (responses IS NULL AND expires_at < {_NOW} - {_SECS.format("$1")})
    OR replied_at < {_NOW} - {_SECS.format("$1")}"""
+"""A gone holder's rows: resumed ones after a while, the others once expired (until then a
+resume is told the holder is gone); expired rows; replies nobody read."""
 
 
 class PostgresRounds:
@@ -317,7 +320,7 @@ class PostgresRounds:
                 log.warning("refreshing this replica's paused calls failed (retrying): %s", exc)
 
     async def _refresh(self, *, prune: bool) -> None:
-        if self._listening.lost:
+        if self._listens and self._listening.lost:
             await self._listening.restart()
         for woken in self._waiting.values():  # a reply whose notification was lost
             woken.set()
