@@ -196,15 +196,23 @@ class PostgresRounds:
         await self._carried.run(self._reply(key, json.dumps(reply, ensure_ascii=False)))
 
     async def _reply(self, key: str, reply: str) -> None:
-        try:
-            async with self._pool.acquire() as conn, conn.transaction():
-                await conn.execute(
-                    f"UPDATE sidecar_rounds SET reply = $3, replied_at = {_NOW} "
-                    "WHERE location = $1 AND key = $2", self._location, key, reply)
-                await conn.execute("SELECT pg_notify($1, $2)", CHANNEL,
-                                   self._note(key, "replied"))
-        except _FAILURES as exc:
-            log.warning("could not hand a resumed call's answer back: %s", exc)
+        """Store the answer for the resuming replica; while the database fails, again every
+        poll (until this closes): that replica waits as long as this one lives."""
+        while True:
+            try:
+                async with self._pool.acquire() as conn, conn.transaction():
+                    await conn.execute(
+                        f"UPDATE sidecar_rounds SET reply = $3, replied_at = {_NOW} "
+                        "WHERE location = $1 AND key = $2", self._location, key, reply)
+                    await conn.execute("SELECT pg_notify($1, $2)", CHANNEL,
+                                       self._note(key, "replied"))
+                return
+            except _FAILURES as exc:
+                if self._closed:
+                    log.warning("could not hand a resumed call's answer back: %s", exc)
+                    return
+                log.warning("handing a resumed call's answer back failed (retrying): %s", exc)
+            await asyncio.sleep(self._poll)
 
     # --- the resuming replica's side -----------------------------------------------------
 
