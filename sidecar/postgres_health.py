@@ -50,9 +50,10 @@ class PoolCheck:
             async with asyncio.timeout(self._timeout):
                 async with self._pool.acquire() as conn:
                     await conn.fetchval("SELECT 1")
-        except TimeoutError:
+        except TimeoutError:  # no connection could be had, or the query got no answer
             return (f"the fleet database {self._label} did not answer within "
-                    f"{self._timeout:g} s")
+                    f"{self._timeout:g} s (or every connection of this replica's pool stayed "
+                    "busy that long)")
         except failures() as exc:
             return f"the fleet database {self._label} cannot be reached: {exc}"
         return None

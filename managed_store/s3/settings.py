@@ -126,13 +126,15 @@ class WriteSettings:
     `SIDECAR_OBJECT_STORE_READ_WAIT`      how long a read waits for another replica's upload
                                           (default 120 s; `90`, `90s`, `2m`).
     `SIDECAR_OBJECT_STORE_CLOSE_WAIT`     how long shutting down waits for uploads to end
-                                          (default 30 s); the rest resume at the next start.
+                                          (default 20 s: within Kubernetes' default 30 s
+                                          grace period); the rest resume at the next start
+                                          on the same state directory.
     """
 
     behind: bool = True
     staging_bytes: int = 1024**3
     read_wait: float = 120.0
-    close_wait: float = 30.0
+    close_wait: float = 20.0
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> WriteSettings:

@@ -9,7 +9,8 @@
 A spool writes its bytes to `objects/<ref id>` under the staging directory (private, written
 back to disk as it grows and fsynced at the end, as the local store's temp files are) while a
 task on the event loop reads what is written and sends it as a multipart upload, a part at a
-time. The commit returns once the file is complete and the index row is written with
+time, once the spool has written for `HEAD_START` seconds (a shorter spool is sent whole
+after its commit). The commit returns once the file is complete and the index row is written with
 `staged_in` = this directory's id: the object is then as durable as in the local directory
 store, and readable on this replica (from the file). Other replicas wait until the row says
 the upload completed; the uploader renews `touched_at` of its rows every `heartbeat` seconds,
@@ -61,13 +62,20 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+HEAD_START = 0.5
+"""Seconds a spool writes before its parts start to go up. A spool that ends sooner (100 MB
+from a fast producer takes 0.1-0.2 s) is sent in one go after its commit: uploading while it
+writes would only take the CPU from the spool (and, with the S3 server on the same machine,
+from the commit), and sending the finished file was faster too (measured: 0.9 s instead of
+1.1-2.1 s for 100 MB with SeaweedFS on the same 2 cores). A longer spool (a tool streaming its
+output) sends its parts while it writes."""
 UPLOADS_AT_ONCE = 4
 """Uploads running at a time per store (each with its own parts in flight); more wait."""
 _RETRY_FIRST = 0.5
 _RETRY_MAX = 30.0
 _ABORT_WAIT = 5.0
 _WAIT_FIRST = 0.05
-_WAIT_MAX = 1.0
+_WAIT_MAX = 0.25
 _DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
@@ -94,6 +102,7 @@ class Upload:
         self.failed = asyncio.Event()
         self.failure = ""
         self.task: asyncio.Task[None] | None = None
+        self.begun = time.monotonic()
         self._loop = loop
         self._part_bytes = part_bytes
         self._lock = threading.Lock()
@@ -161,6 +170,7 @@ class StagedSink:
 
     def write(self, data: bytes) -> None:
         self._file.write(data)
+        self._file.flush()  # the upload reads the file with its own descriptor
         self._upload.wrote(len(data))
 
     def finish(self) -> None:
@@ -298,7 +308,9 @@ class Staging:
             upload.state = UploadState.STAGED
             upload.outcome.set_result(UploadState.STAGED)
             self.begin(upload)
-        if rows:
+        if len(rows) > len(lost):
+            # Renewed at once: replicas waiting for these took this one for stopped.
+            await self._index.touch(self.staging_id)
             logger.info("managed store: resuming %d uploads from %s", len(rows) - len(lost),
                         self.root)
         return lost
@@ -374,6 +386,7 @@ class Staging:
         fd: int | None = None
         sent = 0
         try:
+            await _head_start(upload)
             while True:
                 size, finished = upload.progress()
                 if sent < size:
@@ -406,23 +419,24 @@ class Staging:
                 continue
             try:
                 alive = await self._index.touch(self.staging_id)
+                # Rows evicted by another replica while their bytes were still uploading here.
+                gone = [u.ref_id for u in staged
+                        if u.ref_id not in alive and not u.uploaded.is_set()]
+                if gone:
+                    await self.abandon(gone)
+                    await self._delete_bytes(gone)
             except _DB_ERRORS as exc:
                 logger.warning("managed store: could not renew the uploads of %s: %s",
                                self.root, exc)
-                continue
-            # Rows evicted by another replica while their bytes were still uploading here.
-            gone = [u.ref_id for u in staged
-                    if u.ref_id not in alive and not u.uploaded.is_set()]
-            if gone:
-                await self.abandon(gone)
-                await self._delete_bytes(gone)
+            except Exception:  # the renewals must go on: readers elsewhere count on them
+                logger.exception("managed store: renewing the uploads of %s failed", self.root)
 
 
 async def wait_for_upload(ref_id: str, staged: Staged,
                           lookup: Callable[[], Awaitable[Found | None]], *, read_wait: float,
                           stale_after: float) -> None:
     """On a replica that is not uploading `ref_id`: poll its row (`lookup`, backing off from
-    50 ms to 1 s) until the upload completed. `ManagedStoreError` once `read_wait` seconds
+    50 ms to 250 ms) until the upload completed. `ManagedStoreError` once `read_wait` seconds
     passed, or at once when the uploading replica renewed nothing for `stale_after` seconds
     (it stopped: the bytes are only in its staging directory); `ManagedNotFound` if the object
     is evicted meanwhile. Cancellable between polls."""
@@ -446,6 +460,16 @@ async def wait_for_upload(ref_id: str, staged: Staged,
         if found is None:
             raise _not_found(ref_id)
         current = found[1]
+
+
+async def _head_start(upload: Upload) -> None:
+    """Until the spool finished or wrote for `HEAD_START` seconds."""
+    while not upload.progress()[1]:
+        left = upload.begun + HEAD_START - time.monotonic()
+        if left <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(upload.changed(), left)
 
 
 async def _abort(writer: AsyncWritableFile) -> None:

@@ -138,7 +138,7 @@ class S3TextStore:
         replica: str = "",
         staging_bytes: int = 1024**3,
         read_wait_seconds: float = 120.0,
-        close_wait_seconds: float = 30.0,
+        close_wait_seconds: float = 20.0,
         heartbeat_seconds: float = 5.0,
     ) -> Self:
         """Migrate the index, check that the bucket answers, run a first `cleanup()`.
@@ -406,7 +406,7 @@ class S3TextStore:
         _check_int("context", context, 0)
         check_pattern(pattern)
         compiled = await asyncio.to_thread(compile_pattern, pattern)
-        found = await self._found(validate_ref_id(ref_id), self._index.get(ref_id))
+        found = await self._found(ref_id, self._index.get(ref_id))
         stop = threading.Event()
         try:
             return await self._read_object(found, functools.partial(
@@ -550,7 +550,6 @@ class S3TextStore:
         except (ObjectStoreError, OSError) as exc:
             raise ManagedStoreError(
                 f"could not read managed object {ref.id}: {describe(exc)}") from exc
-
 
     async def _uploaded_or_local(self, ref_id: str, staged: Staged) -> Path | None:
         """The staging file when the object is being uploaded from here; else wait until

@@ -22,7 +22,7 @@ import obstore
 import pytest
 
 from managed_store import ManagedNotFound, ManagedStoreError
-from managed_store.s3 import S3Settings, S3TextStore
+from managed_store.s3 import S3Settings, S3TextStore, WriteSettings
 from tests.fleet.postgres import PostgresServer
 from tests.fleet.s3 import S3Server
 
@@ -247,3 +247,55 @@ async def test_evicting_an_object_still_uploading_stops_its_upload(fleet: Fleet)
                 "SELECT count(*) FROM sidecar_managed_pending") == 0
     finally:
         await a.aclose()
+
+
+async def test_a_long_spool_uploads_its_parts_while_it_writes_and_an_abort_stops_them(
+        fleet: Fleet) -> None:
+    a = await fleet.writer(part_bytes=PART)
+    try:
+        async with a.open_spool() as spool:
+            await spool.write(b"z" * (PART + 1024) + b"\n")
+            for _ in range(200):  # the head start (0.5 s), then the first part goes up
+                if fleet.s3.uploads_in_progress(fleet.settings.prefix):
+                    break
+                await asyncio.sleep(0.05)
+            [key] = fleet.s3.uploads_in_progress(fleet.settings.prefix)
+            [staged] = fleet.staged_files()
+            assert key == fleet.settings.key(staged)
+            await spool.abort()
+        assert fleet.s3.uploads_in_progress(fleet.settings.prefix) == []
+        assert fleet.staged_files() == []
+        assert await fleet.pool.fetchval("SELECT count(*) FROM sidecar_managed_pending") == 0
+    finally:
+        await a.aclose()
+
+
+async def test_one_store_at_a_time_on_a_staging_directory(fleet: Fleet) -> None:
+    a = await fleet.writer()
+    try:
+        with pytest.raises(ManagedStoreError, match="is in use by another store"):
+            await fleet.writer()
+        [staging] = list((fleet.tmp / "a").iterdir())
+        assert {p.name for p in staging.iterdir()} == {"id", "lock", "objects"}
+        assert {oct(p.stat().st_mode & 0o777) for p in (staging, staging / "objects")} == \
+            {"0o700"}
+    finally:
+        await a.aclose()
+
+
+def test_the_write_settings_come_from_the_environment() -> None:
+    assert WriteSettings.from_environ({}) == WriteSettings(
+        behind=True, staging_bytes=1024**3, read_wait=120.0, close_wait=20.0)
+    assert WriteSettings.from_environ({
+        "SIDECAR_OBJECT_STORE_WRITE": "Through", "SIDECAR_OBJECT_STORE_STAGING_BYTES": "512M",
+        "SIDECAR_OBJECT_STORE_READ_WAIT": "2m", "SIDECAR_OBJECT_STORE_CLOSE_WAIT": "5s",
+    }) == WriteSettings(behind=False, staging_bytes=512 * 1024**2, read_wait=120.0,
+                        close_wait=5.0)
+    assert WriteSettings.from_environ({"SIDECAR_OBJECT_STORE_STAGING_BYTES": "0"}
+                                      ).staging_bytes == 0  # every commit written through
+    for name, value in (("SIDECAR_OBJECT_STORE_WRITE", "later"),
+                        ("SIDECAR_OBJECT_STORE_STAGING_BYTES", "lots"),
+                        ("SIDECAR_OBJECT_STORE_READ_WAIT", "-1"),
+                        ("SIDECAR_OBJECT_STORE_CLOSE_WAIT", "soon")):
+        with pytest.raises(ValueError, match=name):
+            WriteSettings.from_environ({name: value})
