@@ -54,6 +54,7 @@ from sidecar.codemode import (
 )
 from sidecar.errors import SidecarError
 from sidecar.events import EventBus, RegistryChanged
+from sidecar.grant_store import GrantStore, open_grant_store
 from sidecar.hooks import Hooks
 from sidecar.managed_read import managed_read_tool
 from sidecar.metadata import DEFAULT_MAX_METADATA_BYTES
@@ -207,6 +208,9 @@ class Location:
         self.event_log_factory: EventLogFactory | None = None
         """The stores' event log (`Stores.events`), used by `new_event_log` over the
         wiring's."""
+        self.grants: GrantStore | None = None
+        """OAuth grants of the upstream servers when the stores chose where (`Stores.grants`,
+        fleet mode); None: the state directory's. Use `grant_store()`."""
 
     def record_call(self, call: SettledCall) -> None:
         """The seam's audit hook: one history row for a settled or replayed call, also handed
@@ -236,6 +240,12 @@ class Location:
             "sidecar.location.Location has no default wiring: use `from sidecar import "
             "Location`, or pass `wiring=`"
         )
+
+    def grant_store(self) -> GrantStore:
+        """Where this Location's OAuth grants live: the fleet's (`Stores.grants`), else the
+        state directory's (`SIDECAR_OAUTH_STORE`: file or keyring; `GrantStoreUnavailable`
+        when that names nothing usable)."""
+        return self.grants if self.grants is not None else open_grant_store(self.state_dir)
 
     def new_event_log(self) -> EventLog:
         """An event log over this Location's events, not started (`/v1/events` starts it):
@@ -327,6 +337,7 @@ class Location:
             location.tokens = stores.tokens
             location.wiring = wired
             location.event_log_factory = stores.events
+            location.grants = stores.grants
             location.pins.store = stores.pins
             stack.push_async_callback(location.pins.aclose)
             stack.push_async_callback(location._stop_checks)

@@ -11,6 +11,8 @@
                      eviction (`managed_store.protocol`)
     SnapshotRecords  kept snapshots' recipes, so any replica serves any snapshot id
                      (`sidecar.snapshot_records`; fleet only)
+    GrantStore       OAuth grants of upstream servers (`sidecar.grant_store`; embedded:
+                     `open_grant_store(state_dir)`, fleet: the database's)
 
 Code outside the composition root names only these. The embedded implementations (SQLite files
 and a directory in the state dir: `SqliteOutcomeLog`, `SqlitePermissionStore`,
@@ -33,6 +35,7 @@ from typing import Protocol
 from managed_store import TextStore
 from sidecar.call_history import CallHistory
 from sidecar.events import EventBus
+from sidecar.grant_store import GrantStore
 from sidecar.outcome_log import OutcomeLog
 from sidecar.permission import PendingAsk, PermissionRule, Reply
 from sidecar.pins import PinStore
@@ -43,6 +46,7 @@ __all__ = [
     "CallHistory",
     "EventLog",
     "EventLogFactory",
+    "GrantStore",
     "NumberedEvent",
     "OpenStores",
     "OutcomeLog",
@@ -219,6 +223,9 @@ class Stores:
     them."""
     snapshots: SnapshotRecords | None = None
     """Kept snapshots shared by the replicas of a fleet; None: in this process's memory."""
+    grants: GrantStore | None = None
+    """OAuth grants shared by the replicas of a fleet; None: the state directory's
+    (`open_grant_store`)."""
 
 
 class OpenStores(Protocol):
