@@ -104,6 +104,11 @@ class RecordStorage:
         return record
 
     async def get_tokens(self) -> OAuthToken | None:
+        found = await self.current()
+        return None if found is None else found[1]
+
+    async def current(self) -> tuple[GrantRecord, OAuthToken] | None:
+        """The server's record and its tokens, read once; None when it has none."""
         record = await self.record()
         if record is None or not record.get("tokens"):
             return None
@@ -113,7 +118,7 @@ class RecordStorage:
             return None
         if self._on_tokens is not None:
             self._on_tokens(tokens)
-        return tokens
+        return record, tokens
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
         now = time.time()

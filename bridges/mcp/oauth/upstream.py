@@ -19,12 +19,11 @@ import time
 from collections.abc import Callable
 
 import anyio
-import httpx2
 
 from bridges.manifest import ServerConfig
 from bridges.mcp.oauth.providers import CrossAppAuth, SidecarAuth, build_auth
 from bridges.mcp.oauth.records import LoginStatus
-from sidecar.grant_store import GrantStore
+from sidecar.grant_store import GrantRecord, GrantStore
 
 log = logging.getLogger("bridges.mcp.oauth")
 
@@ -104,10 +103,12 @@ class UpstreamAuth:
             await anyio.sleep(max(due - time.time(), MIN_REFRESH_PAUSE))
             if await self.auth.storage.record() != record:
                 continue  # refreshed meanwhile (inline, or by another process)
-            await self.refresh_now()
+            await self.refresh_now(record)
 
-    async def refresh_now(self) -> bool:
-        """One refresh with the stored refresh token (the SDK builds and reads the request)."""
+    async def refresh_now(self, seen: GrantRecord | None = None) -> bool:
+        """One refresh with the stored refresh token (the SDK builds and reads the request),
+        unless the stored record's tokens are no longer those of `seen` (another process
+        refreshed them meanwhile: they are used instead)."""
         provider = self.auth
         if isinstance(provider, CrossAppAuth):
             return False  # a new ID-JAG is exchanged on the next 401 instead
@@ -115,22 +116,19 @@ class UpstreamAuth:
         async with context.lock:
             if not provider._initialized:
                 await provider._initialize()
-            if not context.can_refresh_token():
+            if not context.refreshable():
                 return False
-            request = await provider._refresh_token()
-            try:
-                async with httpx2.AsyncClient(timeout=30.0) as http:
-                    response = await http.send(request)
-                    await response.aread()
-            except httpx2.HTTPError as exc:
-                log.warning("[%s] token refresh failed: %s", self.status.server,
-                            type(exc).__name__)
-                return False
-            ok = await provider._handle_refresh_response(response)
-        if not ok:
+            if seen is not None:
+                sent = ((seen.get("tokens") or {}).get("access_token"))
+            else:
+                sent = context.current_tokens.access_token if context.current_tokens else None
+            outcome = await provider.refresh_shared(sent)
+        if outcome == "refused":
             log.warning("[%s] %s", self.status.server, self.status.hint())
             await provider.storage.note_login_required(self.status.reason or "refresh failed",
                                                        None)
-        else:
+        elif outcome == "refreshed":
             log.info("[%s] access token refreshed", self.status.server)
-        return bool(ok)
+        elif outcome == "adopted":
+            log.info("[%s] access token refreshed by another process", self.status.server)
+        return outcome in ("refreshed", "adopted")
