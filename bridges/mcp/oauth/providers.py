@@ -60,7 +60,7 @@ from bridges.mcp.oauth.records import (
     canonical_resource,
     restore_metadata,
 )
-from sidecar.grant_store import GrantRecord, GrantStore
+from sidecar.grant_store import GrantRecord, GrantStore, GrantStoreUnavailable
 
 log = logging.getLogger("bridges.mcp.oauth")
 
@@ -281,8 +281,15 @@ class _SidecarAuth:
             record = await self.storage.record()
             if record is not None and record.get("updated_at") != generation:
                 self.reload()
-        if await self._refresh_if_due() == "unreachable":
-            yield request  # with the stale token: its 401 goes back to the transport
+        try:
+            due = await self._refresh_if_due()
+        except GrantStoreUnavailable as exc:  # e.g. a fleet replica without the grant key
+            self.status.store_error = str(exc)
+            self.status.require("the stored OAuth grant cannot be used")
+            log.warning("[%s] %s", self.status.server, self.status.hint())
+            due = "unreachable"
+        if due == "unreachable":
+            yield request  # without a fresh token: its 401 goes back to the transport
             return
         if self._settled():
             # The common case: no lock held while the request runs (the SDK's flow holds its
@@ -399,7 +406,9 @@ class _SidecarAuth:
         log.warning("[%s] %s", self.status.server, self.status.hint())
         try:
             await self.storage.note_login_required(reason, scope)
-        except OSError as exc:
+        except (OSError, GrantStoreUnavailable) as exc:
+            if isinstance(exc, GrantStoreUnavailable):
+                self.status.store_error = str(exc)
             log.warning("[%s] cannot record the login state: %s", self.status.server, exc)
 
     async def _redirect(self, url: str) -> None:

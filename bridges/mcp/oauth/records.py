@@ -48,6 +48,9 @@ class LoginStatus:
     pending_scope: str | None = None
     transient: str | None = None
     """A failure retrying may fix (the authorization server did not answer)."""
+    store_error: str | None = None
+    """Why the grant store cannot be used here (a fleet replica without `SIDECAR_GRANT_KEY`):
+    no login helps until it is fixed."""
 
     @property
     def needs_login(self) -> bool:
@@ -61,9 +64,12 @@ class LoginStatus:
     def clear(self) -> None:
         self.reason = None
         self.transient = None
+        self.store_error = None
 
     def hint(self) -> str:
         """The sentence every health report and call error carries while a login is needed."""
+        if self.store_error is not None:
+            return f"{self.reason}, and {self.store_error}"
         return f"{self.reason}; run `{login_command(self.server)}`"
 
 

@@ -17,13 +17,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Literal
 
 import anyio
 
 from bridges.manifest import ServerConfig
 from bridges.mcp.oauth.providers import CrossAppAuth, SidecarAuth, build_auth
-from bridges.mcp.oauth.records import LoginStatus
-from sidecar.grant_store import GrantRecord, GrantStore
+from bridges.mcp.oauth.records import LoginStatus, RecordStorage
+from sidecar.grant_store import GrantRecord, GrantStore, GrantStoreUnavailable
 
 log = logging.getLogger("bridges.mcp.oauth")
 
@@ -64,7 +65,9 @@ class UpstreamAuth:
         seen = storage.generation
         while True:
             await anyio.sleep(POLL_INTERVAL)
-            record = await storage.record()
+            record = await self._read(storage)
+            if record is False:
+                continue
             if record is not None and record.get("updated_at") != seen and record.get("tokens"):
                 if not record.get("login_required"):
                     break
@@ -89,10 +92,26 @@ class UpstreamAuth:
                 continue
             await anyio.sleep(POLL_INTERVAL)
 
+    async def _read(self, storage: RecordStorage) -> GrantRecord | Literal[False] | None:
+        """The stored record, or False while the grant store cannot be used (said once in
+        the log and in the login hint; polled again like a missing login)."""
+        try:
+            record = await storage.record()
+        except GrantStoreUnavailable as exc:
+            if self.status.store_error != str(exc):
+                self.status.store_error = str(exc)
+                log.warning("[%s] the OAuth grant cannot be read: %s", self.status.server, exc)
+            return False
+        self.status.store_error = None
+        return record
+
     async def keep_fresh(self) -> None:
         """Refresh the access token ahead of its expiry, for as long as the server runs."""
         while True:
-            record = await self.auth.storage.record()
+            record = await self._read(self.auth.storage)
+            if record is False:
+                await anyio.sleep(POLL_INTERVAL * 5)
+                continue
             tokens = (record or {}).get("tokens") or {}
             expires_at = (record or {}).get("expires_at")
             if not tokens.get("refresh_token") or expires_at is None or self.status.needs_login:
@@ -101,7 +120,7 @@ class UpstreamAuth:
             obtained = float((record or {}).get("obtained_at") or time.time())
             due = float(expires_at) - refresh_lead(max(float(expires_at) - obtained, 1.0))
             await anyio.sleep(max(due - time.time(), MIN_REFRESH_PAUSE))
-            if await self.auth.storage.record() != record:
+            if await self._read(self.auth.storage) != record:
                 continue  # refreshed meanwhile (inline, or by another process)
             await self.refresh_now(record)
 
