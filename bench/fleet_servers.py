@@ -123,13 +123,22 @@ class PostgresServer:
         subprocess.run(_as_postgres(str(bin_dir / "initdb"), "-D", str(root / "data"), "-U",
                                     server.user, "--auth=trust", "-E", "UTF8", "--no-locale",
                                     "-N"), check=True, capture_output=True)
-        options = (f"-k {root} -h 127.0.0.1 -p {server.port} {settings} "
-                   "-c max_connections=200")
         server.watchdog = guard(run=server._stop_command(), rmtree=str(root))
-        subprocess.run(_as_postgres(str(bin_dir / "pg_ctl"), "-D", str(root / "data"), "-l",
-                                    str(root / "log"), "-w", "-o", options, "start"),
-                       check=True, capture_output=True)
+        server.resume(settings)
         return server
+
+    def resume(self, settings: str = TEST_SETTINGS) -> None:
+        """Start the server (again, after `pause`) on its port, with its data."""
+        options = (f"-k {self.root} -h 127.0.0.1 -p {self.port} {settings} "
+                   "-c max_connections=200")
+        subprocess.run(_as_postgres(str(_bin() / "pg_ctl"), "-D", str(self.root / "data"), "-l",
+                                    str(self.root / "log"), "-w", "-o", options, "start"),
+                       check=True, capture_output=True)
+
+    def pause(self) -> None:
+        """Stop the server (its clients' connections end), keeping its data for `resume`."""
+        subprocess.run(_as_postgres(str(_bin() / "pg_ctl"), "-D", str(self.root / "data"),
+                                    "-m", "fast", "-w", "stop"), check=True, capture_output=True)
 
     def dsn(self, database: str = "postgres") -> str:
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/{database}"

@@ -67,6 +67,14 @@ class FileSink:
             _start_writeback(file, self._written_back, self._size)
             self._written_back = self._size
 
+    def flush(self) -> None:
+        """Hand what was written to the kernel (so that another reader of the file sees it)."""
+        file = self._opened()
+        try:
+            file.flush()
+        except OSError as exc:
+            raise RetentionError(f"could not write the object: {describe_os_error(exc)}") from exc
+
     def finish(self) -> None:
         file = self._opened()
         try:

@@ -91,7 +91,7 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     read.add_argument("--length", type=int, default=None,
                       help="with --start: how many characters (default: as many as fit)")
     sub.add_parser("health", parents=[client], help="per-server status")
-    client_config.add_parser(sub, [common])
+    client_config.add_parser(sub, [common, store])
     sub.add_parser("stop", parents=[common],
                    help="stop the daemon that owns the state directory (and its servers)")
     cli_tokens.add_parser(sub, argparse.ArgumentParser(add_help=False,

@@ -13,6 +13,13 @@ state directory in use.
 
 `--install` merges the one entry (`--name`, default "sidecar") into the file, keeping everything
 else, prints the unified diff, then writes (atomically; `--dry-run` only prints the diff).
+
+With a fleet database (`--store URL` or `$SIDECAR_DATABASE_URL`) the command gets `--store`
+with that URL WITHOUT its password: a config file is no place for a secret. `sidecar stdio`
+(asyncpg, following libpq) then reads the password from the password file of the user the
+client runs as (`~/.pgpass`, or `$PGPASSFILE`, which is passed into the entry's `env` when
+set here), or from `$PGPASSWORD`. A running daemon of the state directory that keeps its
+records in another database than the one given is refused, as for the other client commands.
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from sidecar.local_door import database_mismatch, read_info
 
 CLIENTS = ("claude-desktop", "claude-code", "cursor", "vscode", "codex", "generic")
 
@@ -55,13 +65,35 @@ def sidecar_command() -> list[str]:
     return [sys.executable, "-m", "sidecar.cli"]
 
 
-def stdio_command(manifests: list[str], state: Path) -> list[str]:
+def stdio_command(manifests: list[str], state: Path, store: str | None = None) -> list[str]:
     command = [*sidecar_command(), "stdio", "--state-dir", str(state.expanduser().resolve())]
     if not manifests:
         command.append("--no-manifests")
     for manifest in manifests:
         command += ["--manifests", str(Path(manifest).expanduser().resolve())]
+    if store:
+        command += ["--store", store]
     return command
+
+
+def without_password(url: str) -> tuple[str, bool]:
+    """`url` without a password (in its user part, or a `password` query parameter), and
+    whether it had one. Everything else (user, hosts, port, database, options) is kept."""
+    parts = urlsplit(url)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    kept = [(k, v) for k, v in query if k != "password"]
+    netloc = f"{user}@{hosts}" if at and user else hosts
+    search = parts.query if len(kept) == len(query) else urlencode(kept)
+    stripped = f"{parts.scheme}://{netloc}{parts.path}" + (f"?{search}" if search else "")
+    return stripped, bool(colon) or len(kept) != len(query)
+
+
+PASSWORD_NOTE = ("sidecar: the fleet database's password is not written into the client "
+                 "config: `sidecar stdio` reads it from the password file of the user the "
+                 "client runs as (~/.pgpass, or $PGPASSFILE; a line "
+                 "host:port:database:user:password, mode 0600), or from $PGPASSWORD")
 
 
 def standard_file(client: str) -> Path | None:
@@ -95,12 +127,17 @@ def _json_merge(key: str, section: str, entry: dict[str, Any]) -> Callable[[str]
     return merge
 
 
-def _toml_section(key: str, command: list[str]) -> str:
-    return (f"[mcp_servers.{key}]\ncommand = {json.dumps(command[0])}\n"
-            f"args = {json.dumps(command[1:])}\n")
+def _toml_section(key: str, command: list[str], env: dict[str, str] | None = None) -> str:
+    section = (f"[mcp_servers.{key}]\ncommand = {json.dumps(command[0])}\n"
+               f"args = {json.dumps(command[1:])}\n")
+    if env:
+        pairs = ", ".join(f"{name} = {json.dumps(value)}" for name, value in env.items())
+        section += f"env = {{ {pairs} }}\n"
+    return section
 
 
-def _toml_merge(key: str, command: list[str]) -> Callable[[str], str]:
+def _toml_merge(key: str, command: list[str],
+                env: dict[str, str] | None = None) -> Callable[[str], str]:
     header = f"[mcp_servers.{key}]"
 
     def merge(old: str) -> str:
@@ -116,16 +153,20 @@ def _toml_merge(key: str, command: list[str]) -> Callable[[str], str]:
         text = "".join(kept)
         if text and not text.endswith("\n"):
             text += "\n"
-        return text + ("\n" if text.strip() else "") + _toml_section(key, command)
+        return text + ("\n" if text.strip() else "") + _toml_section(key, command, env)
 
     return merge
 
 
-def snippet(client: str, key: str, command: list[str]) -> tuple[str, Callable[[str], str]]:
-    """(what to print, how to merge it into an existing file's text)."""
+def snippet(client: str, key: str, command: list[str],
+            env: dict[str, str] | None = None) -> tuple[str, Callable[[str], str]]:
+    """(what to print, how to merge it into an existing file's text); `env`: variables the
+    client sets for the command."""
     if client == "codex":
-        return _toml_section(key, command), _toml_merge(key, command)
+        return _toml_section(key, command, env), _toml_merge(key, command, env)
     entry: dict[str, Any] = {"command": command[0], "args": command[1:]}
+    if env:
+        entry["env"] = env
     section = "mcpServers"
     if client == "vscode":
         entry = {"type": "stdio", **entry}
@@ -135,9 +176,21 @@ def snippet(client: str, key: str, command: list[str]) -> tuple[str, Callable[[s
 
 
 def run(args: argparse.Namespace, manifests: list[str], state: Path) -> int:
-    """`sidecar client-config`; `manifests` and `state`: what the command line resolved."""
-    command = stdio_command(manifests, state)
-    text, merge = snippet(args.client, args.name, command)
+    """`sidecar client-config`; `manifests` and `state`: what the command line resolved
+    (`--store` is in `$SIDECAR_DATABASE_URL` by now)."""
+    url = os.environ.get("SIDECAR_DATABASE_URL", "").strip()
+    info = read_info(state)
+    refusal = database_mismatch(info, url, "would configure clients for") if info else None
+    if refusal is not None:
+        print(f"sidecar: {refusal}", file=sys.stderr)
+        return 2
+    store, had_password = without_password(url) if url else (None, False)
+    env = ({"PGPASSFILE": os.environ["PGPASSFILE"]}
+           if store and os.environ.get("PGPASSFILE") else None)
+    if had_password:
+        print(PASSWORD_NOTE, file=sys.stderr)
+    command = stdio_command(manifests, state, store)
+    text, merge = snippet(args.client, args.name, command, env)
     if not args.install:
         print(text, end="")
         return 0

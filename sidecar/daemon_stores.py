@@ -24,14 +24,17 @@ from sidecar.grant_store import GrantStore, open_grant_store
 from sidecar.outcome_log import SqliteOutcomeLog
 from sidecar.permission_store import SqlitePermissionStore
 from sidecar.pins import SqlitePinStore
+from sidecar.shared_rounds import SharedRounds
 from sidecar.store_pressure import owner_share_from_env
 from sidecar.stores import (
     CallHistory,
+    DatabaseCheck,
     EventLogFactory,
     OutcomeLog,
     PermissionStore,
     PinStore,
     SharedAsks,
+    SharedCancels,
     SnapshotRecords,
     StoreOptions,
     Stores,
@@ -137,14 +140,21 @@ async def _open_managed(o: _Opening) -> TextStore:
     if o.backends.object_store and o.pool is not None:
         # managed texts in the bucket, indexed in the fleet database: any replica reads them
         from managed_store import ManagedStoreError
-        from managed_store.s3 import S3Settings, S3TextStore
+        from managed_store.s3 import S3Settings, S3TextStore, WriteSettings
         from sidecar.postgres import DatabaseError
+        from sidecar.replica import replica_id
 
         try:
+            # write-behind (default): a commit returns once the object is staged in the state
+            # directory and indexed; the upload ends in the background (docs/fleet.md)
+            writes = WriteSettings.from_environ(os.environ)
             managed = await S3TextStore.open(
                 o.pool, S3Settings.from_url(o.backends.object_store, os.environ),
                 ttl_seconds=retention, quota_bytes=o.options.store_quota_bytes,
-                cleanup_interval=cleanup_interval, owner_share=owner_share_from_env())
+                cleanup_interval=cleanup_interval, owner_share=owner_share_from_env(),
+                staging_dir=o.options.state_dir / "managed-s3" if writes.behind else None,
+                replica=replica_id(), staging_bytes=writes.staging_bytes,
+                read_wait_seconds=writes.read_wait, close_wait_seconds=writes.close_wait)
         except (ManagedStoreError, ValueError) as exc:
             # a fleet backend the replica cannot use: one line from the CLI (exit 6)
             raise DatabaseError(f"SIDECAR_OBJECT_STORE: {exc}") from exc
@@ -282,6 +292,40 @@ async def _open_grants(o: _Opening) -> GrantStore | None:
         raise DatabaseError(str(exc)) from exc
 
 
+async def _open_cancels(o: _Opening) -> SharedCancels | None:
+    if o.pool is None:
+        return None  # a call is cancelled by the process running it
+    # DELETE /v1/calls/{id} on any replica reaches the replica running the call
+    from sidecar.postgres_cancels import PostgresCancels
+
+    cancels = await PostgresCancels.on_pool(o.pool, o.options.location)
+    o.stack.push_async_callback(cancels.aclose)
+    return cancels
+
+
+def _open_database_check(o: _Opening) -> DatabaseCheck | None:
+    if o.pool is None:
+        return None
+    from sidecar.local_door import database_of
+    from sidecar.postgres_health import PoolCheck
+
+    return PoolCheck(o.pool, database_of(o.backends.database_url))  # health: reachable?
+
+
+async def _open_rounds(o: _Opening) -> SharedRounds | None:
+    if o.pool is None:
+        return None  # a paused /mcp call resumes only in the process that paused it
+    # a paused 2026-07-28 /mcp call resumes on any replica; its holder is gone after as long
+    # as an in-flight claim lives without renewal
+    from sidecar.postgres_claims import claim_ttl_from_env
+    from sidecar.postgres_rounds import PostgresRounds
+
+    rounds = await PostgresRounds.on_pool(o.pool, o.options.location,
+                                          silent_after=claim_ttl_from_env())
+    o.stack.push_async_callback(rounds.aclose)
+    return rounds
+
+
 @asynccontextmanager
 async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
     """A Location's stores. Embedded by default, in the state directory: `managed/`
@@ -301,7 +345,10 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
         events = await _open_events(o)
         asks = await _open_asks(o)
         snapshots = await _open_snapshots(o)
+        cancels = await _open_cancels(o)
+        rounds = await _open_rounds(o)
         grants = await _open_grants(o)
         yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
                      pins=pins, history=history, events=events, asks=asks,
-                     snapshots=snapshots, grants=grants)
+                     snapshots=snapshots, cancels=cancels, database=_open_database_check(o),
+                     rounds=rounds, grants=grants)

@@ -31,7 +31,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,13 +77,21 @@ from sidecar.ratelimit import RateLimits
 from sidecar.registry import Entry, Registry, ToolDefinition, Tools, application_registry
 from sidecar.retention import DEFAULT_RETENTION_SECONDS
 from sidecar.seam import Seam
+from sidecar.shared_rounds import SharedRounds
 from sidecar.snapshot import Snapshot, SnapshotExpired, SnapshotStore, select
 from sidecar.snapshot_records import SnapshotRecipe, SnapshotSharing
 from sidecar.sqlite_wal import DEFAULT_WAL_CAP_BYTES
 from sidecar.state_dir import prepare_state_dir
 from sidecar.state_usage import state_usage
 from sidecar.store_pressure import StorePressure
-from sidecar.stores import EventLog, EventLogFactory, OpenStores, StoreOptions
+from sidecar.stores import (
+    DatabaseCheck,
+    EventLog,
+    EventLogFactory,
+    OpenStores,
+    SharedCancels,
+    StoreOptions,
+)
 from sidecar.tokens import TokenStore
 from sidecar.tool import DEFAULT_BOUNDS, Bounds
 
@@ -211,6 +227,15 @@ class Location:
         self.grants: GrantStore | None = None
         """OAuth grants of the upstream servers when the stores chose where (`Stores.grants`,
         fleet mode); None: the state directory's. Use `grant_store()`."""
+        self.cancellers: list[Callable[[str], Awaitable[str]]] = []
+        """Cancel a call running in this process by id ("cancelling" or "not_running"; the
+        HTTP app's calls): how another replica's cancel request reaches it."""
+        self.cancels: SharedCancels | None = None
+        """Cancel requests between a fleet's replicas (`Stores.cancels`)."""
+        self.database: DatabaseCheck | None = None
+        """The fleet database's reachability (`Stores.database`), reported by `health`."""
+        self.rounds: SharedRounds | None = None
+        """Paused `/mcp` calls a fleet resumes anywhere (`Stores.rounds`); None: here only."""
 
     def record_call(self, call: SettledCall) -> None:
         """The seam's audit hook: one history row for a settled or replayed call, also handed
@@ -338,6 +363,11 @@ class Location:
             location.wiring = wired
             location.event_log_factory = stores.events
             location.grants = stores.grants
+            location.database = stores.database
+            if stores.cancels is not None:
+                location.cancels = stores.cancels
+                await stores.cancels.start(location.cancel_here)
+            location.rounds = stores.rounds
             location.pins.store = stores.pins
             stack.push_async_callback(location.pins.aclose)
             stack.push_async_callback(location._stop_checks)
@@ -491,7 +521,10 @@ class Location:
         `status` is "ok" when every enabled server is ready, no plugin failed, the
         manifests have no errors and no tool of a `pin = "hold"` server differs from its pin;
         else "degraded" (`definition_changes` lists every change, `warn` ones included).
+        With a fleet database that does not answer, "unavailable": `database` says why, and
+        what is read from the database (`store`, `state`) is left out.
         """
+        unreachable = await self.database.unreachable() if self.database is not None else None
         servers = {name: h.to_json() for name, h in self.server_health().items()}
         plugins = {ref: s.to_json() for ref, s in self.plugins.status.items()}
         problems = [
@@ -502,7 +535,6 @@ class Location:
         reload_problems = [
             {"file": p.file, "path": p.path, "message": p.message} for p in pending
         ]
-        stats = await self.seam.store.stats()
         degraded = (
             any(s["state"] not in ("ready", "disabled") for s in servers.values())
             or any(p["state"] == "failed" for p in plugins.values())
@@ -510,8 +542,8 @@ class Location:
             or bool(reload_problems)
             or any(c.policy == "hold" for c in self.pins.held.values())
         )
-        return {
-            "status": "degraded" if degraded else "ok",
+        report: dict[str, Any] = {
+            "status": "unavailable" if unreachable else "degraded" if degraded else "ok",
             "location": self.name,
             "servers": servers,
             "plugins": plugins,
@@ -519,15 +551,20 @@ class Location:
             "reload_problems": reload_problems,
             "definition_changes": [c.to_json() for c in self.pins.held.values()],
             "rate_limited": self.rate_limits.rejected,
-            "store": {"objects": stats.count, "bytes": stats.bytes,
-                      **self.store_pressure.report(stats, self.store_quota_bytes)},
-            "state": await state_usage(
-                self.state_dir, self.seam.outcomes, stats,
-                retention_seconds=self.retention_seconds, quota_bytes=self.store_quota_bytes,
-            ),
             "tools": len(self.registry.effective()),
             "reserved_name_conflicts": [c.to_json() for c in self.registry.reserved_conflicts()],
         }
+        if self.database is not None:
+            report["database"] = ({"reachable": True} if unreachable is None
+                                  else {"reachable": False, "error": unreachable})
+        if unreachable is None:
+            stats = await self.seam.store.stats()
+            report["store"] = {"objects": stats.count, "bytes": stats.bytes,
+                               **self.store_pressure.report(stats, self.store_quota_bytes)}
+            report["state"] = await state_usage(
+                self.state_dir, self.seam.outcomes, stats,
+                retention_seconds=self.retention_seconds, quota_bytes=self.store_quota_bytes)
+        return report
 
     def server_health(self) -> dict[str, ServerHealth]:
         """Health of the upstream MCP servers, by manifest key."""
@@ -545,6 +582,14 @@ class Location:
         if self.seam.outcomes is None:
             return None
         return await self.seam.outcomes.get(self.name, call_id)
+
+    async def cancel_here(self, call_id: str) -> str:
+        """Cancel `call_id` if it runs in this process, for another replica's request:
+        "cancelling" (as a local cancel does), else "not_running"."""
+        for cancel in list(self.cancellers):
+            if await cancel(call_id) == "cancelling":
+                return "cancelling"
+        return "not_running"
 
     async def running_on(self, call_id: str) -> str | None:
         """The replica of a fleet running `call_id` now (None: none, or no fleet)."""

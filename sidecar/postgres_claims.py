@@ -3,21 +3,31 @@
 On one machine the seam's in-flight map makes a duplicate call wait for the first one. Across
 replicas the outcome log keeps one *outcome* per call id, but without claims two replicas that
 get the same call id at once would both run the tool. A claim is a row of `sidecar_claims`
-(location, call_id, fingerprint, replica, claimed_at, expires_at), a lease:
+(location, call_id, fingerprint, replica, claimed_at, expires_at, waited), a lease:
 
     claim      INSERT ... ON CONFLICT: taken if absent, or taken over if its lease expired;
                then the outcome is read again (a call settled just before the claim was taken
-               replays instead of running twice); both in the function `sidecar_claim`, so
-               one round trip
+               replays instead of running twice); both in the function
+               `sidecar_claim_batch`, so one round trip, for every call of this replica
+               claiming at that moment (`sidecar.postgres_batch`: group commit)
     held       another replica's live claim: the same call waits, LISTENing on the
                `sidecar_claims` channel and polling (every min(TTL/3, 2 s)) as a fallback,
                then replays the outcome (`replayed: true`), or takes the claim over once it
-               expires; another call (fingerprint) under that id is a `conflict` at once
+               expires; another call (fingerprint) under that id is a `conflict` at once.
+               Once listening, its looks mark the claim `waited`
     renew      one background task per replica renews all its live claims in one UPDATE
                every TTL/3
-    settle     recording the outcome deletes the claim in the same statement and NOTIFYs
-    release    a call cancelled before it settled deletes its claim (and NOTIFYs), so a
-               waiting duplicate runs it at once rather than after the expiry
+    settle     recording the outcome deletes the claim in the same statement (one statement
+               for the outcomes this replica records at that moment), and NOTIFYs if the
+               claim was `waited` for: most calls have no duplicate, and a NOTIFY takes a
+               lock that serialises every notifying commit of the cluster
+    release    a call cancelled before it settled deletes its claim (and NOTIFYs if it was
+               waited for), so a waiting duplicate runs it at once rather than after the
+               expiry
+
+A waiting duplicate LISTENs before its look that marks the claim: either the mark comes first,
+and deleting the claim NOTIFYs a listener already there, or the claim was deleted first, and
+that look sees the outcome (or takes the claim). Polling covers a lost notification.
     sweep      every 3 TTLs each replica deletes the claims that expired over a TTL ago (a
                dead replica's call that no duplicate came to take over)
 
@@ -48,6 +58,7 @@ import asyncpg
 from sidecar.errors import CallIdConflict
 from sidecar.outcome import Outcome
 from sidecar.outcome_log import _replayed, expired_outcome
+from sidecar.postgres_batch import Batcher
 from sidecar.retention import parse_duration
 
 __all__ = ["CHANNEL", "DEFAULT_CLAIM_TTL", "PostgresClaims", "claim_key", "claim_ttl_from_env"]
@@ -116,30 +127,144 @@ $$;
 read the call's outcome, tombstone and claim: one round trip. `previous`: NULL when the claim
 is held by another replica, '' when it was free, else the replica whose expired claim this
 took over."""
-_CLAIM = """
-SELECT c.* FROM set_config('synchronous_commit', 'off', true) AS s,
-                sidecar_claim($1, $2, $3, $4, $5) AS c
+CLAIMS_BATCH_MIGRATION = """
+ALTER TABLE sidecar_claims ADD COLUMN waited BOOLEAN NOT NULL DEFAULT false;
+CREATE FUNCTION sidecar_claim_one(p_location TEXT, p_call_id TEXT, p_fingerprint TEXT,
+                                  p_wait BOOLEAN, p_replica TEXT, p_ttl DOUBLE PRECISION)
+RETURNS TABLE (previous TEXT, body TEXT, settled_fp TEXT, expired_tool TEXT,
+               settled_at DOUBLE PRECISION, claim_fp TEXT, expires_in DOUBLE PRECISION)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    taken TEXT;
+BEGIN
+    WITH old AS (SELECT c0.replica, c0.expires_at FROM sidecar_claims AS c0
+                 WHERE c0.location = p_location AND c0.call_id = p_call_id)
+    INSERT INTO sidecar_claims AS c (location, call_id, fingerprint, replica, claimed_at,
+                                     expires_at)
+    VALUES (p_location, p_call_id, p_fingerprint, p_replica, now(),
+            now() + make_interval(secs => p_ttl))
+    ON CONFLICT (location, call_id) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
+        replica = EXCLUDED.replica, claimed_at = EXCLUDED.claimed_at,
+        expires_at = EXCLUDED.expires_at
+    WHERE c.expires_at < now()
+    RETURNING coalesce((SELECT CASE WHEN old.expires_at < now() THEN old.replica ELSE '' END
+                        FROM old), '') INTO taken;
+    IF taken IS NULL AND p_wait THEN
+        -- A duplicate about to wait marks the claim it waits for: the settle or release that
+        -- deletes it then NOTIFYs. The INSERT above locked the row it found (even untaken),
+        -- so the claim cannot be deleted between it and this mark.
+        UPDATE sidecar_claims SET waited = true
+        WHERE location = p_location AND call_id = p_call_id AND NOT waited;
+    END IF;
+    -- A query of its own: in a VOLATILE function under READ COMMITTED it takes a new
+    -- snapshot, so it sees every outcome committed before the claim was taken (recording
+    -- deletes the claim in the transaction that stores the outcome).
+    RETURN QUERY
+    SELECT taken, o.body, o.fingerprint, e.tool, e.settled_at, c.fingerprint,
+           EXTRACT(EPOCH FROM c.expires_at - now())::float8
+    FROM (SELECT p_location AS location, p_call_id AS call_id) AS k
+    LEFT JOIN sidecar_outcomes AS o USING (location, call_id)
+    LEFT JOIN sidecar_expired AS e USING (location, call_id)
+    LEFT JOIN sidecar_claims AS c USING (location, call_id);
+END
+$$;
+CREATE FUNCTION sidecar_claim_batch(p_locations TEXT[], p_call_ids TEXT[],
+                                    p_fingerprints TEXT[], p_wait BOOLEAN[], p_replica TEXT,
+                                    p_ttl DOUBLE PRECISION)
+RETURNS TABLE (previous TEXT, body TEXT, settled_fp TEXT, expired_tool TEXT,
+               settled_at DOUBLE PRECISION, claim_fp TEXT, expires_in DOUBLE PRECISION)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    taken_locations TEXT[];
+    taken_call_ids TEXT[];
+    taken_from TEXT[];
+BEGIN
+    -- The same steps as sidecar_claim_one, each one statement for every call (a LATERAL
+    -- subquery per call, kept from being flattened into a join by OFFSET 0, makes every
+    -- lookup a primary-key probe: a join would scan sidecar_claims, whose rows churn); the
+    -- calls in key order, so replicas claiming the same calls lock them in the same order.
+    WITH k AS (SELECT * FROM unnest(p_locations, p_call_ids, p_fingerprints)
+               AS k(location, call_id, fingerprint)),
+    old AS (SELECT k.location, k.call_id, c0.replica, c0.expires_at FROM k,
+            LATERAL (SELECT c1.replica, c1.expires_at FROM sidecar_claims AS c1
+                     WHERE c1.location = k.location AND c1.call_id = k.call_id
+                     OFFSET 0) AS c0),
+    taken AS (
+        INSERT INTO sidecar_claims AS c (location, call_id, fingerprint, replica, claimed_at,
+                                         expires_at)
+        SELECT k.location, k.call_id, k.fingerprint, p_replica, now(),
+               now() + make_interval(secs => p_ttl)
+        FROM k ORDER BY k.location, k.call_id
+        ON CONFLICT (location, call_id) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
+            replica = EXCLUDED.replica, claimed_at = EXCLUDED.claimed_at,
+            expires_at = EXCLUDED.expires_at
+        WHERE c.expires_at < now()
+        RETURNING c.location, c.call_id)
+    SELECT array_agg(t.location), array_agg(t.call_id),
+           array_agg(coalesce(CASE WHEN old.expires_at < now() THEN old.replica END, ''))
+    INTO taken_locations, taken_call_ids, taken_from
+    FROM taken AS t LEFT JOIN old ON old.location = t.location AND old.call_id = t.call_id;
+    IF true = ANY(p_wait) THEN
+        UPDATE sidecar_claims AS c SET waited = true
+        FROM unnest(p_locations, p_call_ids, p_wait) AS w(location, call_id, wait)
+        WHERE w.wait AND c.location = w.location AND c.call_id = w.call_id
+              AND NOT c.waited;
+    END IF;
+    RETURN QUERY
+    SELECT t.prev, o.body, o.fingerprint, e.tool, e.settled_at, c.fingerprint,
+           EXTRACT(EPOCH FROM c.expires_at - now())::float8
+    FROM unnest(p_locations, p_call_ids) WITH ORDINALITY AS k(location, call_id, n)
+    LEFT JOIN unnest(taken_locations, taken_call_ids, taken_from) AS t(location, call_id, prev)
+        ON t.location = k.location AND t.call_id = k.call_id
+    LEFT JOIN LATERAL (SELECT o1.body, o1.fingerprint FROM sidecar_outcomes AS o1
+                       WHERE o1.location = k.location AND o1.call_id = k.call_id
+                       OFFSET 0) AS o ON true
+    LEFT JOIN LATERAL (SELECT e1.tool, e1.settled_at FROM sidecar_expired AS e1
+                       WHERE e1.location = k.location AND e1.call_id = k.call_id
+                       OFFSET 0) AS e ON true
+    LEFT JOIN LATERAL (SELECT c1.fingerprint, c1.expires_at FROM sidecar_claims AS c1
+                       WHERE c1.location = k.location AND c1.call_id = k.call_id
+                       OFFSET 0) AS c ON true
+    ORDER BY k.n;
+END
+$$;
 """
-# A claim's commit does not wait for its WAL to reach the disk (only this transaction's): a
-# claim is a lease, and what a crash of the database could lose with it (the claims of the
-# last moment) a replica stalled past the TTL loses as well. Outcomes stay synchronous.
+"""Schema v4: `sidecar_claim_one(...)` takes one claim (insert if absent, or take over an
+expired one), marks it `waited` if the caller is to wait for it, then reads the call's
+outcome, tombstone and claim: one round trip; `sidecar_claim_batch(...)` does so for the
+calls one replica claims at once (`sidecar.postgres_batch`), one row each, in order.
+`previous`: NULL when the claim is held by another replica, '' when it was free, else the
+replica whose expired claim this took over. Only deleting a `waited` claim NOTIFYs (a NOTIFY
+takes a lock that serialises every notifying commit of the cluster). (`sidecar_claim`, v3,
+stays for replicas of the previous version while a fleet upgrades: their settles NOTIFY
+always, and their duplicates, which do not mark, poll.)"""
+_CLAIM_ONE = "SELECT * FROM sidecar_claim_one($1, $2, $3, $4, $5, $6)"
+_CLAIM_BATCH = "SELECT * FROM sidecar_claim_batch($1, $2, $3, $4, $5, $6)"
+# A claim's commit does not wait for its WAL to reach the disk: the connection the claims go
+# through has synchronous_commit=off for its session (`_asynchronous`; reset when it goes back
+# to the pool; per statement, set_config(..., true) cost each claim ~25 µs of the server). A
+# claim is a lease, and what a crash of the database could lose with it (the claims of the last
+# moment) a replica stalled past the TTL loses as well. Outcomes stay synchronous.
 _RELEASE = f"""
 WITH gone AS (DELETE FROM sidecar_claims WHERE location = $1 AND call_id = $2
-              AND replica = $3 RETURNING 1)
-SELECT pg_notify('{CHANNEL}', $4) FROM gone
+              AND replica = $3 RETURNING waited)
+SELECT pg_notify('{CHANNEL}', $4) FROM gone WHERE waited
 """
+# SKIP LOCKED: a claim being settled (its row locked by the settling statement) needs no
+# renewal, and waiting for it could deadlock with a settle of several claims.
 _RENEW = """
 UPDATE sidecar_claims AS c SET expires_at = now() + make_interval(secs => $4)
-FROM unnest($2::text[], $3::text[]) AS k(location, call_id)
-WHERE c.location = k.location AND c.call_id = k.call_id AND c.replica = $1
+WHERE (c.location, c.call_id) IN (
+    SELECT c1.location, c1.call_id FROM sidecar_claims AS c1
+    JOIN unnest($2::text[], $3::text[]) AS k(location, call_id)
+      ON c1.location = k.location AND c1.call_id = k.call_id
+    WHERE c1.replica = $1 FOR UPDATE OF c1 SKIP LOCKED)
 """
 _SWEEP = """
 DELETE FROM sidecar_claims WHERE expires_at < now() - make_interval(secs => $1)
 """
-SETTLE_AND_NOTIFY = f"""CASE WHEN EXISTS (SELECT 1 FROM settled_claim)
-THEN pg_notify('{CHANNEL}', $11) END"""
-"""For the outcome log's `record`: wakes the waiters once the claim (CTE `settled_claim`) is
-deleted with the outcome recorded."""
 
 
 def claim_key(location: str, call_id: str) -> str:
@@ -160,6 +285,20 @@ def claim_ttl_from_env() -> float:
 
 _DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
+_Claim = tuple[str, str, str, bool]
+"""One call to claim: location, call id, fingerprint, and whether its caller waits."""
+
+
+def _claim_row(claim: _Claim) -> tuple[str, str]:
+    return claim[0], claim[1]
+
+
+async def _asynchronous(conn: Any) -> None:
+    """The claims' connection: commits do not wait for the WAL flush (see `_CLAIM_ONE`)."""
+    set_for_session = getattr(conn, "set_for_session", None)
+    if set_for_session is not None:  # a pool of `sidecar.postgres.open_pool`
+        await set_for_session("synchronous_commit", "off")
+
 
 class PostgresClaims:
     """The claims of one replica (see the module docstring); owned by its outcome log."""
@@ -174,10 +313,13 @@ class PostgresClaims:
         self._live: set[tuple[str, str]] = set()
         self._waiting: dict[str, set[asyncio.Event]] = {}
         self._listener: Any = None  # a pool connection LISTENing on CHANNEL
-        self._listen_lock = asyncio.Lock()
+        self._listening: asyncio.Task[None] | None = None
         self._listen_retry_at = 0.0
         self._releases: set[asyncio.Task[None]] = set()
         self._renewer: asyncio.Task[None] | None = None
+        self._batcher: Batcher[_Claim, Any] = Batcher(
+            pool, self._send, key=_claim_row, name="claims", abandoned=self._abandoned,
+            prepare=_asynchronous)
         self.taken_over = 0
         """Claims this replica took over from an expired holder."""
 
@@ -196,7 +338,8 @@ class PostgresClaims:
         woken: asyncio.Event | None = None
         try:
             while True:
-                state = await self._attempt(location, call_id, fingerprint)
+                state = await self._attempt(location, call_id, fingerprint,
+                                            wait=woken is not None)
                 if not isinstance(state, float):
                     return state
                 if woken is None:
@@ -217,20 +360,13 @@ class PostgresClaims:
                     if not waiters:
                         del self._waiting[key]
 
-    async def _attempt(self, location: str, call_id: str,
-                       fingerprint: str) -> Outcome | float | None:
+    async def _attempt(self, location: str, call_id: str, fingerprint: str, *,
+                       wait: bool) -> Outcome | float | None:
         """One look: the outcome, None (claimed), or seconds until the holder's claim
-        expires (0.0: look again at once)."""
-        try:
-            async with self._pool.acquire() as conn:
-                row: Any = await conn.fetchrow(_CLAIM, location, call_id, fingerprint,
-                                               self.replica, self.ttl)
-        except asyncio.CancelledError:
-            # The database may have given us the claim as we stopped listening: give it back
-            # (unless another call of this process holds it) rather than let it expire.
-            if (location, call_id) not in self._live:
-                await self.release(location, call_id)
-            raise
+        expires (0.0: look again at once). `wait`: this caller listens for the claim's end,
+        so the look marks the claim it finds held. A claim the database gave us after we
+        were cancelled is given back (`_abandoned`)."""
+        row: Any = await self._batcher.submit((location, call_id, fingerprint, wait))
         previous: str | None = row["previous"]
         won = previous is not None
         if won:
@@ -262,6 +398,28 @@ class PostgresClaims:
                 "expires_at > now()", location, call_id)
         return None if found is None else str(found)
 
+    async def _send(self, conn: Any, claims: list[_Claim]) -> list[Any]:
+        """One statement claiming `claims` (see `sidecar.postgres_batch`)."""
+        if len(claims) == 1:
+            return [await conn.fetchrow(_CLAIM_ONE, *claims[0], self.replica, self.ttl)]
+        # In key order: replicas claiming the same calls lock their rows in the same order.
+        order = sorted(range(len(claims)), key=lambda n: claims[n][:2])
+        sent = [claims[n] for n in order]
+        rows = await conn.fetch(_CLAIM_BATCH, [c[0] for c in sent], [c[1] for c in sent],
+                                [c[2] for c in sent], [c[3] for c in sent], self.replica,
+                                self.ttl)
+        answers: list[Any] = [None] * len(claims)
+        for n, row in zip(order, rows, strict=True):  # one row per claim, in order
+            answers[n] = row
+        return answers
+
+    def _abandoned(self, claim: _Claim, row: Any) -> None:
+        """The caller of `claim` was cancelled while it was sent: a claim won for it goes
+        back (unless another call of this process holds it)."""
+        location, call_id = claim[0], claim[1]
+        if row["previous"] is not None and (location, call_id) not in self._live:
+            self._released(location, call_id)
+
     def settled(self, location: str, call_id: str) -> None:
         """The outcome was recorded (and the claim deleted with it): stop renewing it."""
         self._live.discard((location, call_id))
@@ -270,11 +428,14 @@ class PostgresClaims:
         """Delete this replica's claim without an outcome and wake the waiters. Runs to the
         end even when the caller is cancelled meanwhile; a database error is logged (the
         claim then expires)."""
+        await asyncio.shield(self._released(location, call_id))
+
+    def _released(self, location: str, call_id: str) -> asyncio.Task[None]:
         self._live.discard((location, call_id))
         task = asyncio.create_task(self._delete(location, call_id))
         self._releases.add(task)
         task.add_done_callback(self._releases.discard)
-        await asyncio.shield(task)
+        return task
 
     async def _delete(self, location: str, call_id: str) -> None:
         try:
@@ -287,31 +448,39 @@ class PostgresClaims:
 
     async def _listen(self) -> None:
         """LISTEN on one pool connection, once (again if that connection closed); polling
-        alone for a while when the database refuses (e.g. a pooler in transaction mode)."""
+        alone for a while when the database refuses (e.g. a pooler in transaction mode).
+        Carried to its end when the waiting caller is cancelled: cancelling asyncpg while it
+        opens a connection leaves that connection's error unread."""
         loop = asyncio.get_running_loop()
         if loop.time() < self._listen_retry_at or (self._listener is not None
                                                    and not self._listener.is_closed()):
             return
-        async with self._listen_lock:
-            if self._listener is not None:
-                if not self._listener.is_closed():
-                    return
-                closed, self._listener = self._listener, None
-                await self._pool.release(closed)
+        if self._listening is None or self._listening.done():
+            self._listening = asyncio.create_task(self._start_listening(),
+                                                  name="claims-listen")
+        await asyncio.shield(self._listening)
+
+    async def _start_listening(self) -> None:
+        if self._listener is not None:  # its connection closed
+            closed, self._listener = self._listener, None
+            await self._pool.release(closed)
+        conn: Any = None
+        try:
             conn = await self._pool.acquire()
-            try:
-                await conn.add_listener(CHANNEL, self._notified)
-            except _DB_ERRORS as exc:
-                self._listen_retry_at = loop.time() + LISTEN_RETRY_SECONDS
-                log.warning("LISTEN %s failed; duplicates of a running call poll every %g s "
-                            "instead (next try in %g s): %s", CHANNEL, self._poll,
-                            LISTEN_RETRY_SECONDS, exc)
+            await conn.add_listener(CHANNEL, self._notified)
+        except _DB_ERRORS as exc:
+            self._listen_retry_at = asyncio.get_running_loop().time() + LISTEN_RETRY_SECONDS
+            log.warning("LISTEN %s failed; duplicates of a running call poll every %g s "
+                        "instead (next try in %g s): %s", CHANNEL, self._poll,
+                        LISTEN_RETRY_SECONDS, exc)
+            if conn is not None:
                 await self._pool.release(conn)
-                return
-            except BaseException:
+            return
+        except BaseException:
+            if conn is not None:
                 await self._pool.release(conn)
-                raise
-            self._listener = conn
+            raise
+        self._listener = conn
 
     def _notified(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
         for woken in self._waiting.get(str(payload), ()):
@@ -339,10 +508,13 @@ class PostgresClaims:
         if self._renewer is not None:
             self._renewer.cancel()
             await asyncio.wait([self._renewer])
+        await self._batcher.aclose()
         if self._releases:
             await asyncio.wait(list(self._releases))
         for location, call_id in list(self._live):  # calls still running at shutdown
             await self.release(location, call_id)
+        if self._listening is not None:
+            await asyncio.wait([self._listening])
         if self._listener is not None:
             listener, self._listener = self._listener, None
             with contextlib.suppress(*_DB_ERRORS):

@@ -35,10 +35,12 @@ from sidecar.outcome_log import (
     expired_outcome,
 )
 from sidecar.postgres import LOCK_PRUNE_OUTCOMES, DatabaseError, migrate, open_pool
+from sidecar.postgres_batch import Batcher
 from sidecar.postgres_claims import (
+    CHANNEL,
     CLAIM_FUNCTION,
+    CLAIMS_BATCH_MIGRATION,
     CLAIMS_MIGRATION,
-    SETTLE_AND_NOTIFY,
     PostgresClaims,
     claim_key,
     claim_ttl_from_env,
@@ -48,7 +50,45 @@ from sidecar.tool import ToolContext
 
 log = logging.getLogger("sidecar.postgres_outcome_log")
 
-SCHEMA_VERSION = 3
+SETTLE_FUNCTION = f"""
+CREATE FUNCTION sidecar_settle_batch(p_locations TEXT[], p_call_ids TEXT[],
+                                     p_session_ids TEXT[], p_agents TEXT[],
+                                     p_message_ids TEXT[], p_tools TEXT[], p_statuses TEXT[],
+                                     p_bodies TEXT[], p_created_at DOUBLE PRECISION[],
+                                     p_fingerprints TEXT[], p_woken_by TEXT[])
+RETURNS SETOF BOOLEAN LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    i INTEGER;
+    stored BOOLEAN;
+    waited_for BOOLEAN;
+BEGIN
+    -- One outcome after the other: each statement is a primary-key lookup, whatever the
+    -- size of sidecar_claims (its rows churn: a join would scan it).
+    FOR i IN 1 .. coalesce(cardinality(p_call_ids), 0) LOOP
+        INSERT INTO sidecar_outcomes (location, call_id, session_id, agent, message_id, tool,
+                                      status, body, created_at, fingerprint)
+        VALUES (p_locations[i], p_call_ids[i], p_session_ids[i], p_agents[i],
+                p_message_ids[i], p_tools[i], p_statuses[i], p_bodies[i], p_created_at[i],
+                p_fingerprints[i])
+        ON CONFLICT (location, call_id) DO NOTHING;
+        stored := FOUND;
+        DELETE FROM sidecar_claims
+        WHERE location = p_locations[i] AND call_id = p_call_ids[i] RETURNING waited
+        INTO waited_for;
+        IF waited_for THEN
+            PERFORM pg_notify('{CHANNEL}', p_woken_by[i]);
+        END IF;
+        RETURN NEXT stored;
+    END LOOP;
+END
+$$;
+"""
+"""Schema v4 (with `CLAIMS_BATCH_MIGRATION`): `sidecar_settle_batch(...)` records the outcomes
+one replica records at once in one round trip and one transaction (`sidecar.postgres_batch`):
+each outcome is stored if absent and its call's claim deleted together, and the duplicates
+waiting for that claim (`waited`) are woken. One row per outcome: stored, or False when one
+was already."""
+SCHEMA_VERSION = 4
 MIGRATIONS: dict[int, str] = {
     1: """
 CREATE TABLE sidecar_outcomes (
@@ -75,25 +115,50 @@ CREATE TABLE sidecar_expired (
 """,
     2: CLAIMS_MIGRATION,
     3: CLAIM_FUNCTION,
+    4: CLAIMS_BATCH_MIGRATION + SETTLE_FUNCTION,
 }
 COMPONENT = "outcome_log"
 PRUNE_LOCK = LOCK_PRUNE_OUTCOMES
 """The advisory lock key the replicas take to prune (one at a time)."""
 PRUNE_BATCH = 500
 
-# One statement, so one transaction: the outcome is stored (if absent) and the call's claim
-# deleted together, and the waiting duplicates are woken.
-_RECORD = f"""
+_RECORD_BATCH = """
+SELECT sidecar_settle_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) AS stored
+"""
+_RECORD_ONE = f"""
 WITH stored AS (
     INSERT INTO sidecar_outcomes (location, call_id, session_id, agent, message_id, tool,
                                   status, body, created_at, fingerprint)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
     ON CONFLICT (location, call_id) DO NOTHING RETURNING 1
-), settled_claim AS (
-    DELETE FROM sidecar_claims WHERE location = $1 AND call_id = $2 RETURNING 1
+), settled AS (
+    DELETE FROM sidecar_claims WHERE location = $1 AND call_id = $2 RETURNING waited
 )
-SELECT EXISTS (SELECT 1 FROM stored) AS inserted, {SETTLE_AND_NOTIFY}
+SELECT EXISTS (SELECT 1 FROM stored) AS stored,
+       (SELECT count(pg_notify('{CHANNEL}', $11)) FROM settled WHERE waited) AS woken
 """
+"""One outcome: the same as `sidecar_settle_batch` in one plain statement."""
+
+_Settle = tuple[str, str, str, str, str, str, str, str, float, str, str]
+"""One outcome to record: the columns of `_RECORD`'s arrays, in order."""
+
+
+def _settle_row(settle: _Settle) -> tuple[str, str]:
+    return settle[0], settle[1]
+
+
+async def _send_settles(conn: Any, settles: list[_Settle]) -> list[bool]:
+    """One statement recording `settles`: for each, whether its outcome was stored (False:
+    one was already). In key order, so replicas lock rows in the same order."""
+    if len(settles) == 1:
+        return [await conn.fetchval(_RECORD_ONE, *settles[0])]
+    order = sorted(range(len(settles)), key=lambda n: settles[n][:2])
+    columns = zip(*(settles[n] for n in order), strict=True)
+    rows = await conn.fetch(_RECORD_BATCH, *(list(column) for column in columns))
+    stored = [False] * len(settles)
+    for n, row in zip(order, rows, strict=True):
+        stored[n] = row["stored"]
+    return stored
 
 
 class PostgresOutcomeLog:
@@ -110,6 +175,8 @@ class PostgresOutcomeLog:
                                      retention_seconds=retention_seconds)
         self._pruned = 0
         self._pruner: asyncio.Task[None] | None = None
+        self._settles: Batcher[_Settle, bool] = Batcher(pool, _send_settles, key=_settle_row,
+                                                        name="outcome-settles")
 
     @classmethod
     async def open(cls, dsn: str, *, retention_seconds: float | None = None,
@@ -154,18 +221,16 @@ class PostgresOutcomeLog:
     ) -> Outcome:
         body = json.dumps(outcome.to_json(include_output=False), ensure_ascii=False)
         try:
-            async with self._pool.acquire() as conn:
-                inserted = await conn.fetchval(
-                    _RECORD, location, outcome.call_id, context.session_id, context.agent,
+            if await self._settles.submit((
+                    location, outcome.call_id, context.session_id, context.agent,
                     context.message_id, outcome.tool, outcome.status, body, time.time(),
-                    fingerprint, claim_key(location, outcome.call_id),
-                )
-                if inserted:
-                    return outcome
+                    fingerprint, claim_key(location, outcome.call_id))):
+                return outcome
+            async with self._pool.acquire() as conn:
                 found = await conn.fetchrow(
                     "SELECT body, fingerprint FROM sidecar_outcomes WHERE location = $1 AND "
                     "call_id = $2", location, outcome.call_id)
-        except (OSError, asyncpg.PostgresError) as exc:
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise OutcomeLogError(f"recording the outcome of {outcome.call_id!r}: {exc}") from exc
         finally:
             self.claims.settled(location, outcome.call_id)
@@ -251,6 +316,7 @@ class PostgresOutcomeLog:
                                pruned=self._pruned, disk_bytes={"outcomes": int(row["bytes"])})
 
     async def aclose(self) -> None:
+        await self._settles.aclose()
         await self.claims.aclose()
         if self._pruner is not None:
             self._pruner.cancel()

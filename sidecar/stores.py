@@ -13,6 +13,10 @@
                      (`sidecar.snapshot_records`; fleet only)
     GrantStore       OAuth grants of upstream servers (`sidecar.grant_store`; embedded:
                      `open_grant_store(state_dir)`, fleet: the database's)
+    SharedCancels    cancel requests for calls running on another replica (fleet only)
+    DatabaseCheck    whether the fleet database answers now (fleet only)
+    SharedRounds     paused 2026-07-28 `/mcp` calls, resumable on any replica
+                     (`sidecar.shared_rounds`; fleet only)
 
 Code outside the composition root names only these. The embedded implementations (SQLite files
 and a directory in the state dir: `SqliteOutcomeLog`, `SqlitePermissionStore`,
@@ -26,7 +30,7 @@ promises.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,11 +43,13 @@ from sidecar.grant_store import GrantStore
 from sidecar.outcome_log import OutcomeLog
 from sidecar.permission import PendingAsk, PermissionRule, Reply
 from sidecar.pins import PinStore
+from sidecar.shared_rounds import SharedRounds
 from sidecar.snapshot_records import SnapshotRecords
 from sidecar.tokens import TokenStore
 
 __all__ = [
     "CallHistory",
+    "DatabaseCheck",
     "EventLog",
     "EventLogFactory",
     "GrantStore",
@@ -54,6 +60,7 @@ __all__ = [
     "PinStore",
     "SharedAnswer",
     "SharedAsks",
+    "SharedCancels",
     "SnapshotRecords",
     "StoreOptions",
     "StoredRule",
@@ -134,6 +141,34 @@ class SharedAsks(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+class SharedCancels(Protocol):
+    """Cancel requests between the replicas of a fleet, for one Location: `DELETE
+    /v1/calls/{id}` on any replica cancels the call on the replica that runs it."""
+
+    async def start(self, cancel_here: Callable[[str], Awaitable[str]]) -> None:
+        """Begin answering the requests addressed to this replica with
+        `await cancel_here(call_id)`: "cancelling" (it ran here and was cancelled, as a local
+        cancel does) or "not_running"."""
+        ...
+
+    async def request(self, call_id: str, replica: str, *, wait: float) -> str | None:
+        """Ask `replica` to cancel `call_id`: its answer, or None when none came within
+        `wait` seconds (that replica is down, stalled or cut off from the database; the
+        request is withdrawn)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class DatabaseCheck(Protocol):
+    """Whether the fleet database answers, for health."""
+
+    async def unreachable(self) -> str | None:
+        """None when a trivial query succeeds now (within a few seconds); else why not, in
+        one line naming the database (never its credentials)."""
+        ...
 
 
 # --- events ----------------------------------------------------------------------------------
@@ -226,6 +261,14 @@ class Stores:
     grants: GrantStore | None = None
     """OAuth grants shared by the replicas of a fleet; None: the state directory's
     (`open_grant_store`)."""
+    cancels: SharedCancels | None = None
+    """Cancel requests between the replicas of a fleet; None: calls are cancelled only by
+    the process running them."""
+    database: DatabaseCheck | None = None
+    """The fleet database's reachability, reported by health; None: no fleet database."""
+    rounds: SharedRounds | None = None
+    """Paused 2026-07-28 `/mcp` calls listed for a fleet's replicas; None: a paused call
+    resumes only in the process that paused it."""
 
 
 class OpenStores(Protocol):

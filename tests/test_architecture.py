@@ -201,12 +201,14 @@ CONCRETE_STORES = {
     "S3TextStore": "managed_store.s3.store",
     "MemoryEventLog": "sidecar.serve.event_log",
     "PostgresAsks": "sidecar.postgres_asks",
+    "PostgresCancels": "sidecar.postgres_cancels",
     "PostgresEventLog": "sidecar.serve.postgres_event_log",
     "PostgresGrantStore": "sidecar.postgres_grants",
     "PostgresOutcomeLog": "sidecar.postgres_outcome_log",
     "PostgresCallHistory": "sidecar.postgres_call_history",
     "PostgresPermissionStore": "sidecar.postgres_permission_store",
     "PostgresPinStore": "sidecar.postgres_pins",
+    "PostgresRounds": "sidecar.postgres_rounds",
     "PostgresSnapshotRecords": "sidecar.postgres_snapshots",
     "PostgresTokenStore": "sidecar.postgres_tokens",
     "SqliteCallHistory": "sidecar.call_history",
@@ -219,7 +221,8 @@ IMPLEMENTATION_MODULES = {"sidecar.permission_store", "sidecar.postgres_outcome_
                           "sidecar.postgres_permission_store", "sidecar.postgres_tokens",
                           "sidecar.postgres_pins", "sidecar.postgres_call_history",
                           "sidecar.serve.postgres_event_log", "sidecar.postgres_asks",
-                          "sidecar.postgres_snapshots", "sidecar.postgres_grants"}
+                          "sidecar.postgres_snapshots", "sidecar.postgres_cancels",
+                          "sidecar.postgres_grants"}
 COMPOSITION_ROOT = ROOT_MODULES | {CLI_ENTRY_POINT}
 
 

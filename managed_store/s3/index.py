@@ -3,7 +3,12 @@ and the keys that may hold bytes no row makes visible.
 
     sidecar_managed_objects  one row per visible object (the source of truth, as the local
                              store's SQLite rows are), scoped by `location` (bucket/prefix),
-                             with the `owner` it counts against (schema version 2)
+                             with the `owner` it counts against (schema version 2) and, while
+                             its bytes are still being uploaded from a replica's staging file
+                             (write-behind, `s3.staging`), `staged_in` (that staging
+                             directory's id), `staged_by` (its replica) and `touched_at` (the
+                             uploader's last sign of life); `staged_in` is NULL once the object
+                             is in the bucket (schema version 3)
     sidecar_managed_marks    every `MARK_BYTES` of an object, the newlines before that offset
                              (deleted with their object: ON DELETE CASCADE)
     sidecar_managed_pending  keys whose bytes may exist without a row: spools in progress
@@ -44,7 +49,7 @@ LOCK_MANAGED_CLEANUP = 0x51DECA2_0004
 """Held by the one replica running retention and quota eviction (and the sweep)."""
 
 COMPONENT = "managed_store"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MIGRATIONS: dict[int, str] = {
     1: """
 CREATE TABLE sidecar_managed_objects (
@@ -78,6 +83,13 @@ ALTER TABLE sidecar_managed_objects ADD COLUMN owner TEXT;
 CREATE INDEX sidecar_managed_objects_by_owner
     ON sidecar_managed_objects (location, owner, created_at, id);
 """,
+    # Write-behind: objects committed from a replica's staging file before their upload ends.
+    3: """
+ALTER TABLE sidecar_managed_objects ADD COLUMN staged_in TEXT,
+    ADD COLUMN staged_by TEXT, ADD COLUMN touched_at DOUBLE PRECISION;
+CREATE INDEX sidecar_managed_objects_staged
+    ON sidecar_managed_objects (location, staged_in) WHERE staged_in IS NOT NULL;
+""",
 }
 _VERSIONS = """
 CREATE TABLE IF NOT EXISTS sidecar_schema (
@@ -86,13 +98,29 @@ CREATE TABLE IF NOT EXISTS sidecar_schema (
 )
 """
 _NOW = "extract(epoch from clock_timestamp())::double precision"
-_REF = "o.id, o.size_bytes, o.lines, o.created_at, o.namespace"
+_REF = ("o.id, o.size_bytes, o.lines, o.created_at, o.namespace, o.staged_in, o.staged_by, "
+        f"{_NOW} - o.touched_at AS idle")
 _LINE_MARK = """LEFT JOIN LATERAL (
     SELECT byte_offset, newlines FROM sidecar_managed_marks m
     WHERE m.id = o.id AND m.newlines < {bound}
     ORDER BY m.newlines DESC, m.byte_offset DESC LIMIT 1) {name} ON true"""
 # Positions are BIGINT: callers' limits go up to 2**62, and a sum of two must still fit.
 _MAX_POSITION = 2**62
+
+
+@dataclass(frozen=True, slots=True)
+class Staged:
+    """An object whose bytes are not in the bucket yet: they are in the staging directory
+    `staging` of replica `replica`, whose uploader last renewed the row `idle` seconds ago (by
+    the database's clock)."""
+
+    staging: str
+    replica: str
+    idle: float
+
+
+Found = tuple[ManagedRef, Staged | None]
+"""An object's ref, and where its bytes are while its upload has not completed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +134,13 @@ class Evicted:
 def _ref(row: Any) -> ManagedRef:
     return ManagedRef(id=row["id"], size_bytes=row["size_bytes"], lines=row["lines"],
                       created_at=row["created_at"], namespace=row["namespace"])
+
+
+def _found(row: Any) -> Found:
+    staged = None
+    if row["staged_in"] is not None:
+        staged = Staged(row["staged_in"], row["staged_by"] or "?", float(row["idle"] or 0.0))
+    return _ref(row), staged
 
 
 def _mark(offset: int | None, newlines: int | None) -> LineMark:
@@ -146,11 +181,12 @@ class PostgresIndex:
             ref_id, self._location)
 
     async def commit(self, ref_id: str, namespace: str, size_bytes: int, lines: int,
-                     marks: Sequence[LineMark], policy: RetentionPolicy, owner: str | None
-                     ) -> tuple[ManagedRef, list[str]]:
+                     marks: Sequence[LineMark], policy: RetentionPolicy, owner: str | None,
+                     staged: tuple[str, str] | None = None) -> tuple[ManagedRef, list[str]]:
         """Make `ref_id` visible for `owner`, first evicting what its share and the quota need
-        gone (`s3.quota`). Returns the ref and the evicted ids (pending now: the caller
-        deletes their bytes)."""
+        gone (`s3.quota`). `staged` = (staging id, replica) when the bytes are still being
+        uploaded from that staging directory. Returns the ref and the evicted ids (pending
+        now: the caller deletes their bytes)."""
         async with self._pool.acquire() as conn, conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", LOCK_MANAGED_QUOTA)
             if not await conn.fetchval(
@@ -161,10 +197,12 @@ class PostgresIndex:
             await self._remove(conn, victims)
             row = await conn.fetchrow(
                 "INSERT INTO sidecar_managed_objects AS o (id, location, namespace, size_bytes, "
-                "lines, owner, created_at) VALUES ($1, $2, $3, $4, $5, $6, (SELECT GREATEST("
+                "lines, owner, staged_in, staged_by, touched_at, created_at) VALUES ($1, $2, "
+                f"$3, $4, $5, $6, $7, $8, {_NOW}, (SELECT GREATEST("
                 f"{_NOW}, COALESCE(MAX(created_at), 0) + 1e-6) FROM sidecar_managed_objects "
                 f"WHERE location = $2)) RETURNING {_REF}",
-                ref_id, self._location, namespace, size_bytes, lines, owner)
+                ref_id, self._location, namespace, size_bytes, lines, owner,
+                *(staged or (None, None)))
             if marks:
                 await conn.copy_records_to_table(
                     "sidecar_managed_marks", columns=("id", "byte_offset", "newlines"),
@@ -175,16 +213,50 @@ class PostgresIndex:
         """Drop the pending row of a spool whose bytes are gone (aborted, or deleted)."""
         await self._pool.execute("DELETE FROM sidecar_managed_pending WHERE id = $1", ref_id)
 
-    # -- reading ---------------------------------------------------------------------------
+    # -- write-behind ----------------------------------------------------------------------
 
-    async def get(self, ref_id: str) -> ManagedRef | None:
+    async def mark_uploaded(self, ref_id: str, staging: str) -> bool:
+        """The upload of `ref_id` from `staging` completed: the object is in the bucket. False
+        when its row is gone (evicted meanwhile: the caller deletes the bytes it uploaded)."""
+        return bool(await self._pool.fetchval(
+            "UPDATE sidecar_managed_objects SET staged_in = NULL, staged_by = NULL, "
+            "touched_at = NULL WHERE id = $1 AND staged_in = $2 RETURNING 1", ref_id, staging))
+
+    async def touch(self, staging: str) -> set[str]:
+        """Renew the rows of every object still uploading from `staging` (the uploader's sign
+        of life, read by replicas waiting for them); returns their ids."""
+        rows = await self._pool.fetch(
+            f"UPDATE sidecar_managed_objects SET touched_at = {_NOW} WHERE location = $1 AND "
+            "staged_in = $2 RETURNING id", self._location, staging)
+        return {row["id"] for row in rows}
+
+    async def staged_in(self, staging: str) -> dict[str, int]:
+        """Objects whose bytes are still only in `staging`: id -> size."""
+        rows = await self._pool.fetch(
+            "SELECT id, size_bytes FROM sidecar_managed_objects WHERE location = $1 AND "
+            "staged_in = $2", self._location, staging)
+        return {row["id"]: int(row["size_bytes"]) for row in rows}
+
+    async def staging_of(self, ref_id: str) -> Found | None:
+        """The object's ref and where its bytes are (None: in the bucket); None if gone."""
         row = await self._pool.fetchrow(
             f"SELECT {_REF} FROM sidecar_managed_objects o WHERE o.id = $1 AND o.location = $2",
             ref_id, self._location)
-        return None if row is None else _ref(row)
+        return None if row is None else _found(row)
+
+    async def drop(self, ref_ids: Sequence[str]) -> None:
+        """Remove these objects (their keys become pending): staged ones whose bytes are lost."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", LOCK_MANAGED_QUOTA)
+            await self._remove(conn, list(ref_ids))
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def get(self, ref_id: str) -> Found | None:
+        return await self.staging_of(ref_id)
 
     async def lines_at(self, ref_id: str, line: int, end_line: int
-                       ) -> tuple[ManagedRef, LineMark, LineMark] | None:
+                       ) -> tuple[Found, LineMark, LineMark] | None:
         """The ref, the mark for line `line` and the mark for line `end_line` (see
         `Index.mark_for_line`): lines `line..end_line-1` lie within
         `first.byte_offset..last.byte_offset + MARK_BYTES`."""
@@ -198,10 +270,10 @@ class PostgresIndex:
             min(end_line, _MAX_POSITION) - 1)
         if row is None:
             return None
-        return _ref(row), _mark(row["a_off"], row["a_nl"]), _mark(row["b_off"], row["b_nl"])
+        return _found(row), _mark(row["a_off"], row["a_nl"]), _mark(row["b_off"], row["b_nl"])
 
     async def offset_at(self, ref_id: str, byte_offset: int
-                        ) -> tuple[ManagedRef, LineMark] | None:
+                        ) -> tuple[Found, LineMark] | None:
         """The ref and the last mark at or before `byte_offset`."""
         row = await self._pool.fetchrow(
             f"SELECT {_REF}, a.byte_offset AS a_off, a.newlines AS a_nl "
@@ -213,7 +285,7 @@ class PostgresIndex:
             ref_id, self._location, byte_offset)
         if row is None:
             return None
-        return _ref(row), _mark(row["a_off"], row["a_nl"])
+        return _found(row), _mark(row["a_off"], row["a_nl"])
 
     async def totals(self) -> StoreStats:
         row = await self._pool.fetchrow(
@@ -227,10 +299,12 @@ class PostgresIndex:
 
     # -- retention -------------------------------------------------------------------------
 
-    async def evict(self, conn: Any, policy: RetentionPolicy) -> Evicted:
+    async def evict(self, conn: Any, policy: RetentionPolicy,
+                    abandoned_after: float = math.inf) -> Evicted:
         """On `conn` (holding `LOCK_MANAGED_CLEANUP`): remove the rows of objects older than
-        the policy's TTL, then of the largest holders' oldest until the location fits its
-        quota; their keys become pending. Returns their ids."""
+        the policy's TTL, and of objects whose upload nobody renewed for `abandoned_after`
+        seconds (their replica never came back), then of the largest holders' oldest until
+        the location fits its quota; their keys become pending. Returns their ids."""
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", LOCK_MANAGED_QUOTA)
             expired: list[str] = []
@@ -240,7 +314,14 @@ class PostgresIndex:
                     f"created_at < {_NOW} - $2 ORDER BY created_at, id",
                     self._location, policy.ttl_seconds)
                 expired = [row["id"] for row in rows]
-                await self._remove(conn, expired)
+            if not math.isinf(abandoned_after):
+                rows = await conn.fetch(
+                    f"SELECT id FROM sidecar_managed_objects WHERE location = $1 AND "
+                    f"staged_in IS NOT NULL AND touched_at < {_NOW} - $2", self._location,
+                    abandoned_after)
+                seen = set(expired)
+                expired += [row["id"] for row in rows if row["id"] not in seen]
+            await self._remove(conn, expired)
             over = await over_quota(conn, self._location, 0, policy)
             await self._remove(conn, over)
             return Evicted(expired, over)

@@ -107,3 +107,77 @@ class S3Settings:
                           "backoff": {"init_backoff": timedelta(milliseconds=100),
                                       "max_backoff": timedelta(seconds=5), "base": 2}},
         )
+
+
+_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+_TIME_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+@dataclass(frozen=True, slots=True)
+class WriteSettings:
+    """How a replica writes objects (see `s3.staging`), from its environment:
+
+    `SIDECAR_OBJECT_STORE_WRITE`          `behind` (default): a commit returns once the object
+                                          is complete in a local staging file and indexed; the
+                                          upload ends in the background. `through`: a commit
+                                          returns once the object is in the bucket.
+    `SIDECAR_OBJECT_STORE_STAGING_BYTES`  committed bytes a replica may hold not yet uploaded
+                                          (default 1G); past it a commit waits for its upload.
+    `SIDECAR_OBJECT_STORE_READ_WAIT`      how long a read waits for another replica's upload
+                                          (default 120 s; `90`, `90s`, `2m`).
+    `SIDECAR_OBJECT_STORE_CLOSE_WAIT`     how long shutting down waits for uploads to end
+                                          (default 20 s: within Kubernetes' default 30 s
+                                          grace period); the rest resume at the next start
+                                          on the same state directory.
+    """
+
+    behind: bool = True
+    staging_bytes: int = 1024**3
+    read_wait: float = 120.0
+    close_wait: float = 20.0
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> WriteSettings:
+        """Raises `ValueError` naming the variable and its value when one is wrong."""
+        mode = environ.get("SIDECAR_OBJECT_STORE_WRITE", "").strip().lower() or "behind"
+        if mode not in ("behind", "through"):
+            raise ValueError(f"SIDECAR_OBJECT_STORE_WRITE must be 'behind' or 'through', got "
+                             f"{environ['SIDECAR_OBJECT_STORE_WRITE']!r}")
+        default = cls()
+        return cls(
+            behind=mode == "behind",
+            staging_bytes=_size(environ, "SIDECAR_OBJECT_STORE_STAGING_BYTES",
+                                default.staging_bytes),
+            read_wait=_seconds(environ, "SIDECAR_OBJECT_STORE_READ_WAIT", default.read_wait),
+            close_wait=_seconds(environ, "SIDECAR_OBJECT_STORE_CLOSE_WAIT", default.close_wait),
+        )
+
+
+def _size(environ: Mapping[str, str], name: str, default: int) -> int:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    text = raw.lower().removesuffix("ib").removesuffix("b")
+    unit = text[-1:] if text[-1:] in _SIZE_UNITS else ""
+    try:
+        value = int(float(text[: len(text) - len(unit)]) * _SIZE_UNITS[unit])
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"{name} must be a size such as 1G or 512M, got {raw!r}")
+    return value
+
+
+def _seconds(environ: Mapping[str, str], name: str, default: float) -> float:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    text = raw.lower()
+    unit = text[-1:] if text[-1:] in _TIME_UNITS else ""
+    try:
+        value = float(text[: len(text) - len(unit)]) * _TIME_UNITS[unit]
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise ValueError(f"{name} must be a duration such as 120, 90s or 2m, got {raw!r}")
+    return value

@@ -12,6 +12,12 @@ while the bytes stream out as a multipart upload (`objects.S3Sink`). Reads fetch
 with ranged GETs: a line range costs one GET of at most the lines plus two `MARK_BYTES`, found
 from the marks in the index; grep streams the object through RE2 in a worker thread.
 
+Writes are write-behind when the store has a staging directory (`s3.staging`; the daemon's
+default): a spool writes a local file while its upload follows part by part, and the commit
+returns once the file is complete and the row is written, marked as staged; reads on this
+replica use the file until the upload ends, reads on others wait for it. Without one they are
+write-through: the commit returns once the multipart upload completed.
+
 Life of an object: its id is recorded as pending before its first byte is uploaded; the commit
 (one transaction) evicts what the quota needs gone, adds its row and marks and drops the pending
 row. Evicted rows leave pending rows behind, and a cleanup deletes those keys' bytes, then the
@@ -27,6 +33,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn, Self, TypeVar
 
@@ -38,13 +45,23 @@ from managed_store.errors import ManagedStoreError, RetentionError, StoreClosed
 from managed_store.index import MARK_BYTES, StoreStats
 from managed_store.line_chars import LineChars, line_chars_in
 from managed_store.pattern import check_pattern, compile_pattern
-from managed_store.reading import GrepResult, TextSlice, byte_range_in, grep_in, line_range_in
+from managed_store.reading import (
+    READ_BUFFER,
+    GrepResult,
+    ObjectReader,
+    TextSlice,
+    byte_range_in,
+    grep_in,
+    line_range_in,
+)
 from managed_store.refs import ManagedRef, new_ref_id, validate_ref_id
 from managed_store.retention import RetentionPolicy
-from managed_store.s3.index import LOCK_MANAGED_CLEANUP, PostgresIndex
+from managed_store.s3.index import LOCK_MANAGED_CLEANUP, Found, PostgresIndex, Staged
 from managed_store.s3.objects import RangedReader, S3Sink, describe
 from managed_store.s3.settings import S3Settings
-from managed_store.spool import SpoolWriter, WrittenObject, _SpoolState
+from managed_store.s3.spool import S3Spool
+from managed_store.s3.staging import StagedSink, Staging, Upload, wait_for_upload
+from managed_store.spool import SpoolWriter, WrittenObject
 from managed_store.store import (
     GREP_TIME_LIMIT,
     _check_int,
@@ -65,6 +82,8 @@ _DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 _CHARS_PREFETCH = 256 * 1024
 """Bytes past a line's mark that `read_chars` loads with its first GET."""
 _SWEEP_BATCH = 1000
+_STALE_BEATS = 3
+"""Heartbeats an uploading replica may miss before readers take it for stopped."""
 
 
 class S3TextStore:
@@ -76,7 +95,9 @@ class S3TextStore:
 
     def __init__(self, pool: asyncpg.Pool, settings: S3Settings, client: S3Store,
                  policy: RetentionPolicy, *, cleanup_interval: float, part_bytes: int,
-                 upload_concurrency: int, spool_grace_seconds: float) -> None:
+                 upload_concurrency: int, spool_grace_seconds: float, replica: str,
+                 staging_bytes: int, read_wait: float, close_wait: float,
+                 heartbeat: float) -> None:
         # Private: `open()` checks the arguments, migrates and reaches the bucket first.
         self._pool = pool
         self._settings = settings
@@ -87,6 +108,12 @@ class S3TextStore:
         self._part_bytes = part_bytes
         self._upload_concurrency = upload_concurrency
         self._spool_grace = spool_grace_seconds
+        self._replica = replica
+        self._staging: Staging | None = None
+        self._staging_bytes = staging_bytes
+        self._read_wait = read_wait
+        self._close_wait = close_wait
+        self._heartbeat = heartbeat
         self._spools: set[SpoolWriter] = set()
         self._commits: set[asyncio.Task[ManagedRef]] = set()
         self._cleanup_task: asyncio.Task[None] | None = None
@@ -107,6 +134,12 @@ class S3TextStore:
         upload_concurrency: int = 4,
         spool_grace_seconds: float = 86400.0,
         owner_share: float = 0.5,
+        staging_dir: Path | None = None,
+        replica: str = "",
+        staging_bytes: int = 1024**3,
+        read_wait_seconds: float = 120.0,
+        close_wait_seconds: float = 20.0,
+        heartbeat_seconds: float = 5.0,
     ) -> Self:
         """Migrate the index, check that the bucket answers, run a first `cleanup()`.
 
@@ -116,6 +149,16 @@ class S3TextStore:
         upload is not committed within `spool_grace_seconds` is taken for a crashed one and
         deleted. `owner_share` is the part of the quota one owner may hold, fleet-wide (see
         `put`). Raises `ManagedStoreError` when the database or the bucket cannot be used.
+
+        With a `staging_dir` (under the replica's state directory) writes are write-behind:
+        see `s3.staging`. `replica` names this replica in the rows of objects it is still
+        uploading (and in the error another replica's read gets if it stops before the upload
+        ends). At most `staging_bytes` of committed objects wait for their upload; past that a
+        commit waits for its own upload. A read of an object another replica is still
+        uploading waits up to `read_wait_seconds`; one whose replica renewed nothing for three
+        `heartbeat_seconds` fails at once. `aclose` waits up to `close_wait_seconds` for the
+        uploads, and the next store opened on the same directory resumes the rest. Without a
+        staging directory, writes are write-through.
         """
         policy = RetentionPolicy(ttl_seconds=ttl_seconds, quota_bytes=quota_bytes,
                                  owner_share=owner_share)
@@ -127,10 +170,19 @@ class S3TextStore:
             raise ValueError(f"upload_concurrency must be >= 1, got {upload_concurrency!r}")
         if not spool_grace_seconds > 0:
             raise ValueError(f"spool_grace_seconds must be > 0, got {spool_grace_seconds!r}")
+        for name, value in (("read_wait_seconds", read_wait_seconds),
+                            ("close_wait_seconds", close_wait_seconds),
+                            ("staging_bytes", staging_bytes)):
+            if not 0 <= value < math.inf:
+                raise ValueError(f"{name} must be >= 0, got {value!r}")
+        if not 0 < heartbeat_seconds < math.inf:
+            raise ValueError(f"heartbeat_seconds must be > 0, got {heartbeat_seconds!r}")
         client = settings.open_client()
         store = cls(pool, settings, client, policy, cleanup_interval=cleanup_interval,
                     part_bytes=part_bytes, upload_concurrency=upload_concurrency,
-                    spool_grace_seconds=spool_grace_seconds)
+                    spool_grace_seconds=spool_grace_seconds, replica=replica,
+                    staging_bytes=staging_bytes, read_wait=read_wait_seconds,
+                    close_wait=close_wait_seconds, heartbeat=heartbeat_seconds)
         where = f"s3://{settings.location}"
         try:
             await store._index.migrate()
@@ -144,6 +196,8 @@ class S3TextStore:
             raise ManagedStoreError(f"cannot reach the object store {where}: "
                                     f"{describe(exc)}") from exc
         try:
+            if staging_dir is not None:
+                await store._open_staging(staging_dir)
             await store.cleanup()
         except BaseException:
             await store.aclose()
@@ -160,8 +214,26 @@ class S3TextStore:
                         exc: BaseException | None, tb: TracebackType | None) -> None:
         await self.aclose()
 
+    async def _open_staging(self, directory: Path) -> None:
+        try:
+            self._staging = await Staging.open(
+                directory, self._settings.location, client=self._client,
+                key_of=self._settings.key, index=self._index, part_bytes=self._part_bytes,
+                upload_concurrency=self._upload_concurrency, heartbeat=self._heartbeat,
+                delete_bytes=self._delete_bytes)
+            lost = await self._staging.resume()
+            if lost:
+                logger.warning("managed store: %d objects committed in %s were never uploaded "
+                               "and their staging files are gone; dropping them", len(lost),
+                               self._staging.root)
+                await self._index.drop(lost)
+        except _DB_ERRORS as exc:
+            raise ManagedStoreError(f"cannot resume the uploads of s3://"
+                                    f"{self._settings.location}: {exc}") from exc
+
     async def aclose(self) -> None:
-        """Stop the cleanup task, abort open spools, let running commits end. Idempotent."""
+        """Stop the cleanup task, abort open spools, let running commits end, then give the
+        uploads still running (write-behind) up to `close_wait_seconds`. Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -172,6 +244,8 @@ class S3TextStore:
             await spool.abort()
         if self._commits:
             await asyncio.shield(asyncio.wait(list(self._commits)))
+        if self._staging is not None:
+            await self._staging.close(self._close_wait)
 
     # -- writing -------------------------------------------------------------------------
 
@@ -203,39 +277,66 @@ class S3TextStore:
         _check_owner(owner)
         self._check_open()
         ref_id = new_ref_id()
-        sink = S3Sink(self._client, self._settings.key(ref_id), part_bytes=self._part_bytes,
-                      max_concurrency=self._upload_concurrency)
-        return _S3Spool(sink, ref_id=ref_id, index=self._index, namespace=namespace,
-                        max_bytes=self._policy.quota_bytes,
-                        commit=functools.partial(self._commit, ref_id, owner=owner),
-                        live=self._spools)
+        if self._staging is None:
+            return S3Spool(
+                S3Sink(self._client, self._settings.key(ref_id), part_bytes=self._part_bytes,
+                       max_concurrency=self._upload_concurrency),
+                ref_id=ref_id, index=self._index, namespace=namespace,
+                max_bytes=self._policy.quota_bytes,
+                commit=functools.partial(self._commit, ref_id, owner=owner),
+                live=self._spools, abandon=None)
+        upload = self._staging.new(ref_id)
+        spool = S3Spool(StagedSink(upload), ref_id=ref_id, index=self._index,
+                         namespace=namespace, max_bytes=self._policy.quota_bytes,
+                         commit=functools.partial(self._commit, ref_id, owner=owner,
+                                                  upload=upload),
+                         live=self._spools,
+                         abandon=functools.partial(self._staging.abandon, [ref_id]))
+        spool.begin_upload = functools.partial(self._staging.begin, upload)
+        return spool
 
     async def _commit(self, ref_id: str, written: WrittenObject, namespace: str, *,
-                      owner: str | None = None) -> ManagedRef:
+                      owner: str | None = None, upload: Upload | None = None) -> ManagedRef:
         if self._closed:
-            await self._delete_bytes([ref_id])
+            await self._abandon([ref_id])
             raise StoreClosed("managed store is closed")
         # Once started, a commit runs to its end so the index and the bucket agree; a
         # cancelled caller just never learns the id (the object ages out like any other).
-        job = asyncio.create_task(self._commit_job(ref_id, written, namespace, owner))
+        job = asyncio.create_task(self._commit_job(ref_id, written, namespace, owner, upload))
         self._commits.add(job)
         job.add_done_callback(self._commits.discard)
         return await asyncio.shield(job)
 
     async def _commit_job(self, ref_id: str, written: WrittenObject, namespace: str,
-                          owner: str | None) -> ManagedRef:
+                          owner: str | None, upload: Upload | None) -> ManagedRef:
+        staged: tuple[str, str] | None = None
         try:
             self._policy.check_fits(written.size_bytes)
             self._policy.check_owner_fits(written.size_bytes, owner)
+            if upload is not None and self._staging is not None:
+                if (self._staging.staged_bytes + written.size_bytes > self._staging_bytes
+                        and not upload.uploaded.is_set()):
+                    # Over the staging cap: this object is written through.
+                    await self._staging.wait_uploaded(upload)
+                if not upload.uploaded.is_set():
+                    staged = (self._staging.staging_id, self._replica)
             ref, victims = await self._index.commit(
                 ref_id, namespace, written.size_bytes, written.lines, written.marks,
-                self._policy, owner)
+                self._policy, owner, staged)
         except BaseException as exc:
-            await self._delete_bytes([ref_id])
+            await self._abandon([ref_id])
             _raise_as_retention_error(exc)
+        if upload is not None and self._staging is not None:
+            self._staging.committed(upload, staged=staged is not None)
         self._evicted_quota += len(victims)
-        await self._delete_bytes(victims)
+        await self._abandon(victims)
         return ref
+
+    async def _abandon(self, ref_ids: Sequence[str]) -> None:
+        """Stop the uploads of these objects (if still uploading here), delete their bytes."""
+        if self._staging is not None:
+            await self._staging.abandon(ref_ids)
+        await self._delete_bytes(ref_ids)
 
     async def _delete_bytes(self, ref_ids: Sequence[str]) -> None:
         """Delete these keys' bytes, then their pending rows; on failure both stay, for the
@@ -257,27 +358,29 @@ class S3TextStore:
         ref_id = validate_ref_id(ref_id)
         _check_int("offset", offset, 1)
         _check_int("limit", limit, 1)
-        ref, first, last = await self._found(ref_id, self._index.lines_at(
+        found, first, last = await self._found(ref_id, self._index.lines_at(
             ref_id, offset, offset + limit))
+        ref = found[0]
 
-        def read(reader: RangedReader) -> TextSlice:
+        def read(reader: ObjectReader) -> TextSlice:
             return line_range_in(reader, ref, first, offset, limit)
 
         window = (first.byte_offset, last.byte_offset + MARK_BYTES)
-        return await self._read_object(ref, read, window if offset <= ref.lines else None)
+        return await self._read_object(found, read, window if offset <= ref.lines else None)
 
     async def read_bytes(self, ref_id: str, offset: int = 0, limit: int = 65536) -> TextSlice:
         """Whole characters within bytes `offset..offset+limit` (see `ManagedStore`)."""
         ref_id = validate_ref_id(ref_id)
         _check_int("offset", offset, 0)
         _check_int("limit", limit, 1)
-        ref, mark = await self._found(ref_id, self._index.offset_at(ref_id, offset))
+        found, mark = await self._found(ref_id, self._index.offset_at(ref_id, offset))
+        ref = found[0]
 
-        def read(reader: RangedReader) -> TextSlice:
+        def read(reader: ObjectReader) -> TextSlice:
             return byte_range_in(reader, ref, mark, offset, limit)
 
         window = (mark.byte_offset, min(offset, ref.size_bytes) + limit + 3)
-        return await self._read_object(ref, read, window)
+        return await self._read_object(found, read, window)
 
     async def read_chars(self, ref_id: str, line: int = 1, start: int = 0,
                          length: int = 20_000) -> LineChars:
@@ -286,13 +389,14 @@ class S3TextStore:
         _check_int("line", line, 1)
         _check_int("start", start, 0)
         _check_int("length", length, 1)
-        ref, mark, _ = await self._found(ref_id, self._index.lines_at(ref_id, line, line))
+        found, mark, _ = await self._found(ref_id, self._index.lines_at(ref_id, line, line))
+        ref = found[0]
 
-        def read(reader: RangedReader) -> LineChars:
+        def read(reader: ObjectReader) -> LineChars:
             return line_chars_in(reader, ref, mark, line, start, length)
 
         window = (mark.byte_offset, mark.byte_offset + MARK_BYTES + _CHARS_PREFETCH)
-        return await self._read_object(ref, read, window if line <= ref.lines else None)
+        return await self._read_object(found, read, window if line <= ref.lines else None)
 
     async def grep(self, ref_id: str, pattern: str, *, max_matches: int = 100,
                    context: int = 0, time_limit: float = GREP_TIME_LIMIT) -> GrepResult:
@@ -302,18 +406,20 @@ class S3TextStore:
         _check_int("context", context, 0)
         check_pattern(pattern)
         compiled = await asyncio.to_thread(compile_pattern, pattern)
-        ref = await self.stat(ref_id)
+        found = await self._found(ref_id, self._index.get(ref_id))
         stop = threading.Event()
         try:
-            return await self._read_object(ref, functools.partial(
-                grep_in, ref=ref, pattern=compiled, max_matches=max_matches, context=context,
+            return await self._read_object(found, functools.partial(
+                grep_in, ref=found[0], pattern=compiled, max_matches=max_matches, context=context,
                 stop=stop, time_limit=time_limit))
         finally:
             stop.set()
 
     async def stat(self, ref_id: str) -> ManagedRef:
+        """The ref, from the index: at once on any replica, also while the object is still
+        being uploaded (its size and lines are known from its commit on)."""
         ref_id = validate_ref_id(ref_id)
-        return await self._found(ref_id, self._index.get(ref_id))
+        return (await self._found(ref_id, self._index.get(ref_id)))[0]
 
     async def stats(self) -> StoreStats:
         """Objects and bytes of the whole location (every replica's); evictions counted by
@@ -343,9 +449,11 @@ class S3TextStore:
                 # which releases the lock with the session.
                 unlocked = False
                 try:
-                    evicted = await self._index.evict(conn, self._policy)
+                    evicted = await self._index.evict(conn, self._policy, self._spool_grace)
                     self._evicted_expired += len(evicted.expired)
                     self._evicted_quota += len(evicted.over_quota)
+                    if self._staging is not None:  # stop uploading what was just evicted
+                        await self._staging.abandon([*evicted.expired, *evicted.over_quota])
                     await self._sweep(conn)
                 finally:
                     try:
@@ -406,11 +514,24 @@ class S3TextStore:
             raise _not_found(ref_id)
         return found
 
-    async def _read_object(self, ref: ManagedRef, fn: Callable[[RangedReader], _T],
+    async def _read_object(self, found: Found, fn: Callable[[ObjectReader], _T],
                            window: tuple[int, int] | None = None) -> _T:
-        """`fn` on a reader of the object, in a worker thread. The bytes of `window` are
-        fetched first, here: a read that stays within them (a page of lines, a byte range)
-        holds a thread only while it scans, never while it waits for the network."""
+        """`fn` on a reader of the object, in a worker thread: its staging file while this
+        replica is still uploading it, else its bytes in the bucket (waiting for another
+        replica's upload first). From the bucket, the bytes of `window` are fetched first,
+        here: a read that stays within them (a page of lines, a byte range) holds a thread
+        only while it scans, never while it waits for the network."""
+        ref, staged = found
+        if staged is not None:
+            path = await self._uploaded_or_local(ref.id, staged)
+            if path is not None:
+                try:
+                    return await asyncio.to_thread(_read_file, path, fn)
+                except FileNotFoundError:
+                    pass  # uploaded and deleted since: read the bucket
+                except OSError as exc:
+                    raise ManagedStoreError(
+                        f"could not read managed object {ref.id}: {exc}") from exc
         key = self._settings.key(ref.id)
         reader = RangedReader(self._client, key, ref.size_bytes)
         try:
@@ -430,46 +551,23 @@ class S3TextStore:
             raise ManagedStoreError(
                 f"could not read managed object {ref.id}: {describe(exc)}") from exc
 
+    async def _uploaded_or_local(self, ref_id: str, staged: Staged) -> Path | None:
+        """The staging file when the object is being uploaded from here; else wait until
+        its upload completed (None), bounded by `read_wait_seconds`."""
+        if self._staging is not None and staged.staging == self._staging.staging_id:
+            path = self._staging.local_path(ref_id)
+            if path is not None:
+                return path
+        await wait_for_upload(ref_id, staged,
+                              lambda: self._on_index(self._index.staging_of(ref_id)),
+                              read_wait=self._read_wait,
+                              stale_after=_STALE_BEATS * self._heartbeat)
+        return None
 
-class _S3Spool(SpoolWriter):
-    """A `SpoolWriter` whose key is recorded as pending before its first byte goes up, and
-    forgotten again when the spool is aborted (its upload was aborted with it)."""
 
-    def __init__(self, sink: S3Sink, *, ref_id: str, index: PostgresIndex, namespace: str,
-                 max_bytes: int, commit: Callable[[WrittenObject, str], Any],
-                 live: set[SpoolWriter]) -> None:
-        super().__init__(sink, namespace=namespace, max_bytes=max_bytes, commit=commit,
-                         live=live)
-        self._ref_id = ref_id
-        self._index = index
-        self._pending = False
-
-    async def __aenter__(self) -> Self:
-        if self._state is _SpoolState.NEW:
-            try:
-                await self._index.begin(self._ref_id)
-            except _DB_ERRORS as exc:
-                raise RetentionError(f"could not record the upload in the index: {exc}") from exc
-            self._pending = True
-        try:
-            return await super().__aenter__()
-        except BaseException:
-            await self._forget()
-            raise
-
-    async def abort(self) -> None:
-        await super().abort()
-        if self._state is _SpoolState.ABORTED:
-            await self._forget()
-
-    async def _forget(self) -> None:
-        if not self._pending:
-            return
-        self._pending = False
-        try:
-            await asyncio.shield(self._index.forget(self._ref_id))
-        except _DB_ERRORS as exc:  # the sweep drops it after the grace period
-            logger.warning("managed store: could not drop a pending upload: %s", exc)
+def _read_file(path: Path, fn: Callable[[ObjectReader], _T]) -> _T:
+    with open(path, "rb", buffering=READ_BUFFER) as file:
+        return fn(file)
 
 
 def _raise_as_retention_error(exc: BaseException) -> NoReturn:

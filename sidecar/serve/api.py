@@ -52,6 +52,10 @@ if TYPE_CHECKING:
     from sidecar.location import Location
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+CANCEL_WAIT = 5.0
+"""Seconds a DELETE of a call running on another replica waits for that replica's answer."""
+SETTLE_WAIT = 2.0
+"""Seconds a cancel requested by another replica waits for the call to end here."""
 _FINISHED_KEEP = 1024
 _FINISHED_TTL = 600.0
 
@@ -399,11 +403,43 @@ class Api:
                 raise ApiError(409, "already_settled", f"call {call_id!r} has already settled")
             elsewhere = await self.location.running_on(call_id)
             if elsewhere is not None:
-                raise ApiError(409, "running_elsewhere", f"call {call_id!r} runs on replica "
-                               f"{elsewhere!r}: cancel it there")
+                return await self._cancel_elsewhere(call_id, elsewhere)
             raise ApiError(404, "unknown_call", f"no call {call_id!r} is running")
         running.task.cancel()
         return JSONResponse({"call_id": call_id, "status": "cancelling"}, status_code=202)
+
+    async def _cancel_elsewhere(self, call_id: str, replica: str) -> Response:
+        """A fleet: `replica` holds the call's claim. It cancels the call as a local DELETE
+        would (`cancel_here`) and answers; 409 `running_elsewhere` when it cannot."""
+        answer = None
+        cancels = self.location.cancels
+        if cancels is not None and replica != replica_id():  # here: not a /v1 call
+            answer = await cancels.request(call_id, replica, wait=CANCEL_WAIT)
+        if answer == "cancelling":
+            return JSONResponse({"call_id": call_id, "status": "cancelling",
+                                 "replica": replica}, status_code=202)
+        if answer is None and replica != replica_id():
+            raise ApiError(409, "running_elsewhere", f"call {call_id!r} runs on replica "
+                           f"{replica!r}, which did not answer the cancel request within "
+                           f"{CANCEL_WAIT:g} s (down, stalled, or cut off from the database); "
+                           "if it is down, its claim expires and the call may be retried")
+        # it ended meanwhile, or runs there outside /v1 (an /mcp or stdio call)
+        if await self.location.outcome(call_id):
+            raise ApiError(409, "already_settled", f"call {call_id!r} has already settled")
+        if await self.location.running_on(call_id) is None:
+            raise ApiError(404, "unknown_call", f"no call {call_id!r} is running")
+        raise ApiError(409, "running_elsewhere", f"call {call_id!r} runs on replica "
+                       f"{replica!r} outside /v1 (an /mcp or stdio call): /v1 cannot cancel it")
+
+    async def cancel_here(self, call_id: str) -> str:
+        """Another replica's cancel request (`Location.cancellers`): what a local DELETE
+        does, then a moment (`SETTLE_WAIT`) for the call to end and release its claim."""
+        running = self.calls.running.get(call_id)
+        if running is None:
+            return "not_running"
+        running.task.cancel()
+        await asyncio.wait([running.task], timeout=SETTLE_WAIT)
+        return "cancelling"
 
     async def managed(self, request: Request) -> Response:
         ref = request.path_params["ref"]
@@ -499,9 +535,18 @@ class Api:
         return JSONResponse({"id": ask_id, "reply": body.reply})
 
     async def health(self, request: Request) -> Response:
+        """200 while this replica can serve; 503 when it cannot (`status` "unavailable": its
+        fleet database does not answer), unless `?probe=liveness`: the process answers, so
+        it need not be restarted (a liveness probe must not restart replicas for a database
+        outage)."""
+        probe = request.query_params.get("probe", "readiness")
+        if probe not in ("readiness", "liveness"):
+            raise ApiError(400, "invalid_parameter", "probe must be readiness or liveness",
+                           "probe")
         report = {**await self.location.health(), "replica": replica_id(),
                   **self.health_extras}
-        return JSONResponse(report, status_code=200)
+        ready = report.get("status") != "unavailable"
+        return JSONResponse(report, status_code=200 if ready or probe == "liveness" else 503)
 
     async def openapi(self, request: Request) -> Response:
         from sidecar.serve.openapi import openapi_document

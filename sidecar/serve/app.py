@@ -46,6 +46,7 @@ def build_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         location.seam.observers.append(metrics.observe)
         location.call_listeners.append(metrics.observe_record)
+        location.cancellers.append(api.cancel_here)  # cancel requests of other replicas
         await events.start()
         try:
             if extra_lifespan is not None:
@@ -59,6 +60,7 @@ def build_app(
             await events.aclose()
             location.seam.observers.remove(metrics.observe)
             location.call_listeners.remove(metrics.observe_record)
+            location.cancellers.remove(api.cancel_here)
 
     async def scoped(secret: str) -> tuple[str, frozenset[str]] | None:
         if location.tokens is None:

@@ -119,9 +119,12 @@ def openapi_document() -> dict[str, Any]:
                               **_errors(400, 404)},
             },
             "delete": {
-                "summary": "Cancel an in-flight call",
+                "summary": "Cancel an in-flight call (in a fleet, on whichever replica runs "
+                           "it; 409 `running_elsewhere` when that replica cannot be reached)",
                 "parameters": [_param("call_id", "path", {"type": "string"})],
-                "responses": {"202": _json(_OBJECT, "Cancelling"), **_errors(404, 409)},
+                "responses": {"202": _json(_OBJECT, "Cancelling (`replica`: the replica that "
+                                                    "ran it, when another one)"),
+                              **_errors(404, 409)},
             },
         },
         "/v1/managed/{ref}": {"get": {
@@ -167,8 +170,16 @@ def openapi_document() -> dict[str, Any]:
             "responses": {"200": _json(_OBJECT, "Answered"), **_errors(400, 404, 413, 422)},
         }},
         "/v1/health": {"get": {
-            "summary": "Per-server health, plugins, manifest problems, store usage",
-            "responses": {"200": _json(_OBJECT, "Health report"), **_errors()},
+            "summary": "Per-server health, plugins, manifest problems, store usage; 503 when "
+                       "the fleet database does not answer (readiness), unless "
+                       "probe=liveness",
+            "parameters": [_param("probe", "query", {
+                "type": "string", "enum": ["readiness", "liveness"],
+                "description": "liveness: 200 whenever the process answers"})],
+            "responses": {"200": _json(_OBJECT, "Health report"),
+                          "503": _json(_OBJECT, "Health report: `status` unavailable (the "
+                                                "fleet database does not answer)"),
+                          **_errors(400)},
         }},
         "/v1/auth/{server}": {"get": {
             "summary": "A server's OAuth authorization (authorized, expiry, scopes, needs "

@@ -5,6 +5,7 @@ oldest first under the quota and after the retention period; bad ids are errors,
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager as AsyncContextManager
@@ -39,9 +40,12 @@ async def _directory(tmp_path: Path, request: pytest.FixtureRequest
 
 
 @contextlib.asynccontextmanager
-async def _s3(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[OpenStore]:
+async def _s3(tmp_path: Path, request: pytest.FixtureRequest, *, behind: bool = False
+              ) -> AsyncIterator[OpenStore]:
     """A fresh prefix on the session's SeaweedFS (tests/fleet/s3.py), indexed in a fresh
-    database on the session's PostgreSQL (tests/fleet/postgres.py)."""
+    database on the session's PostgreSQL (tests/fleet/postgres.py). `behind`: writing behind,
+    commits return once the object is in a staging directory (reads on the same store use it
+    until the upload ends; reopening uploads what is left)."""
     import asyncpg
 
     from managed_store.s3 import S3Settings, S3TextStore
@@ -54,7 +58,8 @@ async def _s3(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[O
     def open_store(*, ttl_seconds: float = math.inf, quota_bytes: int = 1 << 30
                    ) -> Awaitable[TextStore]:
         return S3TextStore.open(pool, settings, ttl_seconds=ttl_seconds,
-                                quota_bytes=quota_bytes, cleanup_interval=math.inf)
+                                quota_bytes=quota_bytes, cleanup_interval=math.inf,
+                                staging_dir=tmp_path / "staging" if behind else None)
     try:
         yield open_store
     finally:
@@ -62,7 +67,9 @@ async def _s3(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[O
 
 
 IMPLEMENTATIONS: list[object] = [pytest.param(_directory, id="directory"),
-                                 pytest.param(_s3, id="s3")]
+                                 pytest.param(_s3, id="s3-through"),
+                                 pytest.param(functools.partial(_s3, behind=True),
+                                              id="s3-behind")]
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)

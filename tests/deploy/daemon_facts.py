@@ -46,11 +46,19 @@ def daemon_routes() -> frozenset[str]:
 
 
 def health_probe_url(command: list[str]) -> tuple[str, int, str]:
-    """(host, port, path) of the one URL a health command requests."""
+    """(host, port, path) of the one URL a health command requests (the path without its
+    query: the route)."""
     urls = [match for part in command for match in _PROBE_URL.findall(part)]
     assert len(urls) == 1, f"expected one http://127.0.0.1:PORT/PATH in {command}"
     host, port, path = urls[0]
-    return host, int(port), path
+    return host, int(port), path.split("?", 1)[0]
+
+
+def probe_query(command: list[str]) -> str:
+    """The query string of the URL a health command requests ("" when none)."""
+    urls = [match for part in command for match in _PROBE_URL.findall(part)]
+    assert len(urls) == 1, f"expected one http://127.0.0.1:PORT/PATH in {command}"
+    return urls[0][2].partition("?")[2]
 
 
 def serve_port(command: list[str]) -> int:

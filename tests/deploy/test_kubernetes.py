@@ -24,6 +24,7 @@ from tests.deploy.daemon_facts import (
     daemon_env_names,
     daemon_routes,
     health_probe_url,
+    probe_query,
     serve_port,
 )
 from tests.deploy.files import (
@@ -129,6 +130,19 @@ def test_probes_ask_a_real_route_on_the_daemons_own_port() -> None:
                 assert "SIDECAR_TOKEN" in " ".join(command)  # every route needs the token
                 assert "SIDECAR_TOKEN" in container_env(container)
     assert "WORKDIR /app" in (ROOT / "Dockerfile").read_text()
+
+
+def test_only_readiness_turns_a_database_outage_into_a_failed_probe() -> None:
+    """`/v1/health` answers 503 while the fleet database does not (not ready: out of the
+    Service), `?probe=liveness` 200 as long as the process answers: startup and liveness
+    probes ask for liveness, so Kubernetes never restarts a replica for a database outage
+    (tests/fleet/test_health_database.py runs these probes through one)."""
+    for container in daemon_containers():
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            if probe in container:
+                query = probe_query(container[probe]["exec"]["command"])
+                wanted = "" if probe == "readinessProbe" else "probe=liveness"
+                assert query == wanted, (container["name"], probe)
 
 
 def test_pods_run_unprivileged_on_a_read_only_root_with_resources_requested() -> None:

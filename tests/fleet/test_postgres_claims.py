@@ -15,6 +15,8 @@ from sidecar import Location, Tool, ToolFailure, ToolResponse
 from sidecar.content import TextContent
 from sidecar.errors import CallIdConflict, ErrorKind
 from sidecar.outcome import Outcome
+from sidecar.outcome_log import OutcomeLogError
+from sidecar.postgres_claims import CHANNEL, claim_key
 from sidecar.postgres_outcome_log import PostgresOutcomeLog
 from sidecar.seam import Seam
 from sidecar.tool import ToolContext
@@ -255,3 +257,106 @@ async def test_a_duplicate_waits_no_longer_than_the_first_run_and_its_timeout(
     assert started == ["c1"]
     assert first.error is not None and first.error.kind is ErrorKind.TIMEOUT
     assert duplicate.replayed and duplicate.error == first.error
+
+
+# --- what a call sends PostgreSQL: group commit, and NOTIFY only for a waiting duplicate ---
+
+
+async def test_a_settle_notifies_only_when_a_duplicate_waits(
+    replicas: tuple[PostgresOutcomeLog, PostgresOutcomeLog], dsn: str,
+) -> None:
+    a, b = replicas
+    heard: list[str] = []
+    marker = asyncio.Event()
+
+    def notified(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        heard.append(payload)
+        if payload == "marker":
+            marker.set()
+
+    listener = await asyncpg.connect(dsn)
+    try:
+        await listener.add_listener(CHANNEL, notified)
+        assert await a.claim("loc", "alone", "fp") is None  # nobody waits for these two
+        await a.record("loc", completed("alone", "ran"), ctx("alone"), "fp")
+        assert await a.claim("loc", "given-back", "fp") is None
+        await a.release("loc", "given-back")
+        assert await a.claim("loc", "awaited", "fp") is None
+        duplicate = asyncio.create_task(b.claim("loc", "awaited", "fp"))
+        while not await listener.fetchval(  # noqa: ASYNC110
+                "SELECT waited FROM sidecar_claims WHERE call_id = 'awaited'"):
+            await asyncio.sleep(0.01)  # b listens, then marks the claim it waits for
+        await a.record("loc", completed("awaited", "ran on a"), ctx("awaited"), "fp")
+        replayed = await duplicate
+        assert replayed is not None and replayed.replayed
+        # Notifications arrive in commit order: had the first settle or the release
+        # notified, their payloads would come before this one.
+        await listener.execute("SELECT pg_notify($1, 'marker')", CHANNEL)
+        await marker.wait()
+        assert heard == [claim_key("loc", "awaited"), "marker"]
+    finally:
+        await listener.close()
+
+
+async def test_calls_claimed_and_recorded_at_once_share_one_statement(
+    replicas: tuple[PostgresOutcomeLog, PostgresOutcomeLog], dsn: str,
+) -> None:
+    a, b = replicas
+    ids = [f"c{i:02}" for i in range(16)]
+    assert await asyncio.gather(*(a.claim("loc", i, "fp") for i in ids)) == [None] * 16
+    assert (a.claims._batcher.batches, a.claims._batcher.requests) == (1, 16)
+    assert [(r["call_id"], r["replica"]) for r in await claim_rows(dsn)] == [
+        (i, "a") for i in ids]
+    recorded = await asyncio.gather(
+        *(a.record("loc", completed(i, f"ran {i}"), ctx(i), "fp") for i in ids))
+    assert [o.content for o in recorded] == [(TextContent(f"ran {i}"),) for i in ids]
+    assert (a._settles.batches, a._settles.requests) == (1, 16)
+    assert await claim_rows(dsn) == []
+    replays = await asyncio.gather(*(b.claim("loc", i, "fp") for i in ids))
+    assert [(o.replayed, o.content) for o in replays if o is not None] == [
+        (True, (TextContent(f"ran {i}"),)) for i in ids]
+
+
+async def test_a_call_the_database_refuses_fails_alone_in_its_batch(
+    replicas: tuple[PostgresOutcomeLog, PostgresOutcomeLog], dsn: str,
+) -> None:
+    a, _ = replicas
+    ids = ["c1", "c2", "nul\x00byte", "c4"]  # PostgreSQL text cannot hold a NUL
+    claimed = await asyncio.gather(*(a.claim("loc", i, "fp") for i in ids),
+                                   return_exceptions=True)
+    assert claimed[:2] == [None, None] and claimed[3] is None
+    assert isinstance(claimed[2], OutcomeLogError) and "nul" in str(claimed[2])
+    assert a.claims._batcher.batches == 1 + 4  # the batch, then each claim alone
+    assert [r["call_id"] for r in await claim_rows(dsn)] == ["c1", "c2", "c4"]
+    recorded = await asyncio.gather(
+        *(a.record("loc", completed(i, "ran"), ctx(i), "fp") for i in ids),
+        return_exceptions=True)
+    assert isinstance(recorded[2], OutcomeLogError)
+    assert all(isinstance(o, Outcome) and not o.replayed
+               for n, o in enumerate(recorded) if n != 2)
+    assert await claim_rows(dsn) == []
+
+
+async def test_a_claim_cancelled_while_its_statement_runs_is_given_back(
+    replicas: tuple[PostgresOutcomeLog, PostgresOutcomeLog], dsn: str,
+) -> None:
+    a, _ = replicas
+    blocker = await asyncpg.connect(dsn)
+    try:
+        lock = blocker.transaction()
+        await lock.start()
+        await blocker.execute("LOCK TABLE sidecar_claims IN EXCLUSIVE MODE")
+        claim = asyncio.create_task(a.claim("loc", "c1", "fp"))
+        while not await blocker.fetchval(  # noqa: ASYNC110
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'"):
+            await asyncio.sleep(0.01)  # the claim's statement waits for the table
+        claim.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await claim
+        await lock.rollback()  # the statement now takes the claim, for a caller that left
+        while await claim_rows(dsn):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)  # ... and it is given back
+        assert a.claims.live == frozenset()
+    finally:
+        await blocker.close()

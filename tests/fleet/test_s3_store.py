@@ -412,7 +412,8 @@ async def test_a_full_quota_evicts_the_largest_holders_oldest_first(place: Place
 
 
 async def test_an_index_from_before_owners_is_migrated(place: Place) -> None:
-    """Schema version 1 (no owners) migrates to 2 at open; its objects stay readable."""
+    """Schema version 1 (no owners) migrates to the newest at open; its objects stay
+    readable (and are in the bucket: nothing of version 1 is staged)."""
     from managed_store.s3.index import MIGRATIONS
 
     async with place.pool.acquire() as conn:
@@ -431,6 +432,8 @@ async def test_an_index_from_before_owners_is_migrated(place: Place) -> None:
         mine = (await store.put("m" * 25, owner="a")).id
         assert await _alive(store, "m_" + "o" * 26, mine) == [True, True]
         assert await place.pool.fetchval(
-            "SELECT version FROM sidecar_schema WHERE component = 'managed_store'") == 2
+            "SELECT version FROM sidecar_schema WHERE component = 'managed_store'") == 3
+        assert await place.pool.fetchval(
+            "SELECT staged_in FROM sidecar_managed_objects WHERE id = $1", "m_" + "o" * 26) is None
     finally:
         await store.aclose()

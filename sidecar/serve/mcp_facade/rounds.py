@@ -135,8 +135,9 @@ def request_digest(tool: str, arguments: Any) -> str:
 
 
 def new_token() -> str:
-    """144 random bits, then the replica that holds the paused call (`.<replica id>`), so that
-    another replica of a fleet can say where the resumed call must go."""
+    """144 random bits, then the replica that holds the paused call (`.<replica id>`): another
+    replica of a fleet hands the resume to it (`fleet_rounds`), or, without a fleet database,
+    says where the resumed call must go."""
     return f"{secrets.token_urlsafe(18)}.{replica_id()}"
 
 

@@ -57,6 +57,7 @@ from sidecar.profiles import UnknownProfile
 from sidecar.serve.listing_cache import ListingCache
 from sidecar.serve.mcp_facade import login_ask, tools, upstream
 from sidecar.serve.mcp_facade.fast_answers import FastAnswers
+from sidecar.serve.mcp_facade.fleet_rounds import ResumeAnywhere
 from sidecar.serve.mcp_facade.relays import UpstreamRelay, quietly
 from sidecar.serve.mcp_facade.rounds import (
     ROUND_TTL,
@@ -86,7 +87,7 @@ CHANGE_DEBOUNCE = 0.05
 Ctx = ServerRequestContext[Any, Any]
 
 
-class McpFacade(FastAnswers, UpstreamRelay):
+class McpFacade(FastAnswers, UpstreamRelay, ResumeAnywhere):
     """Build with a Location; `server` is the SDK server to run on any transport. Use
     `async with facade.attached():` around serving so registry changes and upstream traffic
     reach the sessions."""
@@ -355,12 +356,17 @@ class McpFacade(FastAnswers, UpstreamRelay):
         execution = self._rounds.get(token)
         stable = self.sessions.fixed  # stdio: one session; HTTP 2026: requests stand alone
         if execution is None and (foreign := foreign_round(token)) is not None:
-            raise MCPError(types.INVALID_PARAMS, foreign)  # a fleet: resumed on another replica
+            # a fleet: paused on another replica, which continues it (`fleet_rounds`)
+            elsewhere = await self._resume_elsewhere(params)
+            if elsewhere is None:  # no fleet database: only that replica can
+                raise MCPError(types.INVALID_PARAMS, foreign)
+            return elsewhere
         if execution is None or (stable and execution.session_id != session_id) or (
             execution.request != request_digest(params.name, params.arguments or {})
         ):
             raise MCPError(types.INVALID_PARAMS, "Invalid or expired requestState")
         del self._rounds[token]
+        self._unlist_round(token)
         call = self.sessions.calls.get(execution.call_id)
         if call is not None:  # later progress and logs ride the new request
             meta = dict(params.meta) if params.meta is not None else {}
@@ -392,6 +398,7 @@ class McpFacade(FastAnswers, UpstreamRelay):
         self._rounds[token] = execution
         if self._tg is not None:
             self._tg.start_soon(self._expire, token, execution)
+        await self._list_round(token, execution)  # a fleet: resumable on any replica
         return types.InputRequiredResult(
             input_requests={key: q.request for key, q in step.items()}, request_state=token
         )
@@ -400,6 +407,7 @@ class McpFacade(FastAnswers, UpstreamRelay):
         await anyio.sleep(ROUND_TTL)
         if self._rounds.get(token) is execution:
             del self._rounds[token]
+            self._unlist_round(token)
             execution.expire()
 
     async def _execute_with_progress(

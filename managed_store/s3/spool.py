@@ -1,0 +1,75 @@
+"""The S3 engine's spool: a `SpoolWriter` whose key is recorded in the index as pending before
+its first byte goes up, and forgotten again when the spool is aborted (with its upload)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Self
+
+import asyncpg
+
+from managed_store.errors import RetentionError
+from managed_store.spool import SpoolWriter, WrittenObject, _SpoolState
+
+if TYPE_CHECKING:
+    from managed_store.s3.index import PostgresIndex
+    from managed_store.s3.objects import S3Sink
+    from managed_store.s3.staging import StagedSink
+
+logger = logging.getLogger(__name__)
+
+_DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
+class S3Spool(SpoolWriter):
+    """A `SpoolWriter` whose key is recorded as pending before its first byte goes up, and
+    forgotten again when the spool is aborted (its upload was aborted with it). A write-behind
+    spool starts its upload (`begin_upload`) once entered and abandons it when aborted."""
+
+    def __init__(self, sink: S3Sink | StagedSink, *, ref_id: str, index: PostgresIndex,
+                 namespace: str, max_bytes: int, commit: Callable[[WrittenObject, str], Any],
+                 live: set[SpoolWriter],
+                 abandon: Callable[[], Coroutine[Any, Any, None]] | None) -> None:
+        super().__init__(sink, namespace=namespace, max_bytes=max_bytes, commit=commit,
+                         live=live)
+        self._ref_id = ref_id
+        self._index = index
+        self._pending = False
+        self._abandon = abandon
+        self.begin_upload: Callable[[], None] | None = None
+
+    async def __aenter__(self) -> Self:
+        if self._state is _SpoolState.NEW:
+            try:
+                await self._index.begin(self._ref_id)
+            except _DB_ERRORS as exc:
+                raise RetentionError(f"could not record the upload in the index: {exc}") from exc
+            self._pending = True
+        try:
+            entered = await super().__aenter__()
+        except BaseException:
+            await self._forget()
+            raise
+        if self.begin_upload is not None:
+            begin, self.begin_upload = self.begin_upload, None
+            begin()
+        return entered
+
+    async def abort(self) -> None:
+        await super().abort()
+        if self._state is _SpoolState.ABORTED:
+            if self._abandon is not None:  # the background upload of the staging file
+                abandon, self._abandon = self._abandon, None
+                await asyncio.shield(abandon())
+            await self._forget()
+
+    async def _forget(self) -> None:
+        if not self._pending:
+            return
+        self._pending = False
+        try:
+            await asyncio.shield(self._index.forget(self._ref_id))
+        except _DB_ERRORS as exc:  # the sweep drops it after the grace period
+            logger.warning("managed store: could not drop a pending upload: %s", exc)

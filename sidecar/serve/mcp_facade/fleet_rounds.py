@@ -1,0 +1,134 @@
+"""A paused 2026-07-28 call resumed on any replica of a fleet (mixed into `McpFacade`).
+
+A call paused for the client's input (`rounds`) keeps running in the replica that paused it;
+its `requestState` token ends in `.<replica id>`. When the Location has `SharedRounds` (a
+fleet database, `sidecar.shared_rounds`) every paused state is listed there under a digest of
+its token before the `input_required` answer leaves, and:
+
+- a resume that reaches the same replica takes the local path (`McpFacade._resume`, no
+  database round trip on the way; the listing is removed in the background);
+- a resume that reaches another replica hands the client's `inputResponses` to the holder
+  through the database and waits for the holder's next state, which it answers exactly as
+  the holder would have: the result, the next `input_required` (its token again names the
+  holder, so the round after may be resumed anywhere too), or the JSON-RPC error;
+- the holder gone (killed, cut off from the database for the claim TTL) is an error naming
+  it, never a hang; an unknown, used, expired or forged token is today's "Invalid or expired
+  requestState".
+
+Progress and log notifications of a call continued for another replica's request stay on the
+holder (only the final answer travels). stdio sessions (a token bound to its session) and the
+embedded default keep the replica-local behaviour.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from pydantic import TypeAdapter
+
+from sidecar.serve.mcp_facade.rounds import ROUND_TTL, Execution, request_digest
+from sidecar.serve.mcp_facade.sessions import Sessions
+from sidecar.shared_rounds import RoundHolderGone, RoundLost, RoundUnknown, SharedRounds
+
+if TYPE_CHECKING:
+    from sidecar.location import Location
+
+_RESPONSES: TypeAdapter[types.InputResponses] = TypeAdapter(types.InputResponses)
+INVALID_STATE = "Invalid or expired requestState"
+
+
+def round_key(token: str) -> str:
+    """What the fleet database knows a paused state by: never the token itself."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class ResumeAnywhere:
+    """The fleet side of `rounds` for `McpFacade` (see the module docstring)."""
+
+    location: Location
+    sessions: Sessions
+    _rounds: dict[str, Execution]
+
+    async def _step(
+        self, execution: Execution
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        raise NotImplementedError  # McpFacade's
+
+    def _shared_rounds(self) -> SharedRounds | None:
+        rounds = self.location.rounds
+        return None if self.sessions.fixed else rounds
+
+    async def _list_round(self, token: str, execution: Execution) -> None:
+        """List a paused state held here, so a resume on another replica continues it."""
+        shared = self._shared_rounds()
+        if shared is None:
+            return
+
+        async def resume(responses: Any) -> dict[str, Any] | None:
+            return await self._resumed_for_another(token, execution, responses)
+
+        await shared.held(round_key(token), execution.request, resume, ROUND_TTL)
+
+    def _unlist_round(self, token: str) -> None:
+        shared = self._shared_rounds()
+        if shared is not None:
+            shared.dropped(round_key(token))
+
+    async def _resume_elsewhere(
+        self, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult | None:
+        """A resume of a call another replica holds: its next state, answered here. None
+        when this replica has no shared rounds (the embedded default, stdio)."""
+        shared = self._shared_rounds()
+        if shared is None:
+            return None
+        responses = {key: answer.model_dump(mode="json", by_alias=True, exclude_none=True)
+                     for key, answer in (params.input_responses or {}).items()}
+        try:
+            state = await shared.resume(round_key(params.request_state or ""),
+                                        request_digest(params.name, params.arguments or {}),
+                                        responses)
+        except RoundUnknown:
+            raise MCPError(types.INVALID_PARAMS, INVALID_STATE) from None
+        except RoundHolderGone as exc:
+            code = types.INVALID_PARAMS if exc.before else types.INTERNAL_ERROR
+            raise MCPError(code, str(exc)) from None
+        except RoundLost as exc:
+            raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
+        return _answer_of(state)
+
+    async def _resumed_for_another(
+        self, token: str, execution: Execution, responses: Any
+    ) -> dict[str, Any] | None:
+        """On the holder: continue a paused call with the input another replica received;
+        the next state as JSON for that replica (None: no longer held here)."""
+        answers = _RESPONSES.validate_python(responses)
+        if self._rounds.get(token) is not execution:
+            return None
+        del self._rounds[token]
+        call = self.sessions.calls.get(execution.call_id)
+        if call is not None:  # the request now waiting is on another replica: nothing to send
+            self.sessions.calls[execution.call_id] = replace(call, progress_token=None)
+        execution.answer(answers)
+        try:
+            step = await self._step(execution)
+        except MCPError as exc:
+            return {"error": exc.error.model_dump(mode="json", exclude_none=True)}
+        kind = "input_required" if isinstance(step, types.InputRequiredResult) else "result"
+        return {kind: step.model_dump(mode="json", by_alias=True, exclude_none=True)}
+
+
+def _answer_of(state: Any) -> types.CallToolResult | types.InputRequiredResult:
+    """The holder's next state (`ResumeAnywhere._resumed_for_another`), as this replica's
+    answer."""
+    if "result" in state:
+        return types.CallToolResult.model_validate(state["result"])
+    if "input_required" in state:
+        return types.InputRequiredResult.model_validate(state["input_required"])
+    error = types.ErrorData.model_validate(state["error"])
+    raise MCPError(error.code, error.message, error.data)
+

@@ -1,0 +1,107 @@
+"""Cancel requests between two replicas (two `PostgresCancels` on one real PostgreSQL
+database, replica ids "a" and "b"): a request reaches the addressed replica and brings its
+answer back, through LISTEN/NOTIFY and, when notifications are lost, through polling; a
+request nobody answers ends after its wait and leaves no row; Locations stay apart."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import asyncpg
+import pytest
+
+from sidecar.postgres import open_pool
+from sidecar.postgres_cancels import PostgresCancels
+from tests.fleet.postgres import PostgresServer
+
+pytestmark = pytest.mark.anyio
+
+
+@dataclass
+class Replica:
+    cancels: PostgresCancels
+    asked: list[str] = field(default_factory=list)
+    running: set[str] = field(default_factory=set)
+
+    async def cancel_here(self, call_id: str) -> str:
+        self.asked.append(call_id)
+        return "cancelling" if call_id in self.running else "not_running"
+
+
+@dataclass
+class Fleet:
+    pool: asyncpg.Pool
+    opened: list[PostgresCancels] = field(default_factory=list)
+
+    async def replica(self, name: str, location: str = "default") -> Replica:
+        cancels = await PostgresCancels.on_pool(self.pool, location, poll_interval=0.2,
+                                                replica=name)
+        self.opened.append(cancels)
+        replica = Replica(cancels)
+        await cancels.start(replica.cancel_here)
+        return replica
+
+    async def rows(self) -> int:
+        return int(await self.pool.fetchval("SELECT count(*) FROM sidecar_cancels"))
+
+
+@pytest.fixture
+async def fleet(postgres_server: PostgresServer) -> AsyncIterator[Fleet]:
+    pool = await open_pool(await postgres_server.new_database(), max_size=8)
+    fleet = Fleet(pool)
+    try:
+        yield fleet
+    finally:
+        for cancels in fleet.opened:
+            await cancels.aclose()
+        await pool.close()
+
+
+async def test_a_request_reaches_the_replica_it_names_and_brings_its_answer(
+    fleet: Fleet,
+) -> None:
+    a, b = await fleet.replica("a"), await fleet.replica("b")
+    a.running.add("c1")
+    assert await b.cancels.request("c1", "a", wait=30) == "cancelling"
+    assert await b.cancels.request("c2", "a", wait=30) == "not_running"
+    assert a.asked == ["c1", "c2"] and b.asked == []
+    assert await fleet.rows() == 0
+
+
+async def test_lost_notifications_are_made_up_for_by_polling(fleet: Fleet) -> None:
+    a, b = await fleet.replica("a"), await fleet.replica("b")
+    a.running.add("c1")
+    await a.cancels._listening.stop()  # a hears no NOTIFY: it finds the request by polling
+    assert await b.cancels.request("c1", "a", wait=30) == "cancelling"
+    assert a.asked == ["c1"]
+
+
+async def test_a_request_nobody_answers_ends_after_its_wait(fleet: Fleet) -> None:
+    b = await fleet.replica("b")
+    assert await b.cancels.request("c1", "gone", wait=0.5) is None
+    assert await fleet.rows() == 0
+    assert b.asked == []
+
+
+async def test_a_cancelled_request_withdraws_its_row(fleet: Fleet) -> None:
+    b = await fleet.replica("b")
+    waiting = asyncio.create_task(b.cancels.request("c1", "gone", wait=60))
+    for _ in range(1000):  # a hang guard: the row is written at once
+        if await fleet.rows():
+            break
+        await asyncio.sleep(0.02)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert await fleet.rows() == 0
+
+
+async def test_locations_on_one_database_stay_apart(fleet: Fleet) -> None:
+    a_other = await fleet.replica("a", location="other")
+    a, b = await fleet.replica("a"), await fleet.replica("b")
+    a.running.add("c1")
+    a_other.running.add("c1")
+    assert await b.cancels.request("c1", "a", wait=30) == "cancelling"
+    assert a.asked == ["c1"] and a_other.asked == []

@@ -1,0 +1,275 @@
+"""A paused 2026-07-28 `/mcp` call resumes on any replica: two `sidecar serve` processes on one
+real PostgreSQL database, an upstream MCP server that asks the client (sampling) during a
+call (tests/fleet/asking_server.py), and the mcp SDK's client in the 2026-07-28 era. The call
+pauses on A (`input_required`, a `requestState` ending in `.replica-a`); its resume on B is
+answered by B with A's next state; a second pause is resumed on A; unknown, used and forged
+states are refused on B; after A was killed B names it; through HAProxy with round robin the
+SDK's own rounds land on both replicas."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import httpx2
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from sidecar.serve.mcp_facade import CALL_ID_KEY
+from tests.fleet.haproxy import HAProxy
+from tests.fleet.postgres import PostgresServer
+from tests.fleet.test_replicas import start_replica, stop
+
+pytestmark = [pytest.mark.anyio,
+              pytest.mark.parametrize("anyio_backend", [("asyncio", {"use_uvloop": False})])]
+
+ASKING = Path(__file__).resolve().parent / "asking_server.py"
+NAMES = ("replica-a", "replica-b")
+
+
+@dataclass
+class Fleet:
+    urls: dict[str, str]
+    procs: dict[str, Any]
+    token: str
+    asked: Path
+    """One line per finished run of the upstream tool."""
+    proxy: HAProxy | None = None
+
+    def runs(self) -> list[str]:
+        return self.asked.read_text().splitlines() if self.asked.exists() else []
+
+
+def start_fleet(root: Path, postgres_server: PostgresServer, *, proxy: bool = False,
+                env_extra: dict[str, str] | None = None) -> Fleet:
+    dsn = anyio.run(postgres_server.new_database)
+    token = secrets.token_urlsafe(32)
+    asked = root / "asked.txt"
+    servers = root / "servers"
+    servers.mkdir(parents=True)
+    (servers / "servers.json").write_text(json.dumps({"mcpServers": {"asking": {
+        "command": sys.executable, "args": [str(ASKING), str(asked)], "namespace": "",
+        "protocol": "legacy"}}}))
+    fleet = Fleet({}, {}, token, asked)
+    try:
+        for name in NAMES:
+            env = {"SIDECAR_MANIFESTS": f"{root / name / 'manifests'}{os.pathsep}{servers}",
+                   **(env_extra or {})}
+            fleet.procs[name], fleet.urls[name] = start_replica(
+                root / name, dsn, token, root / "runs.txt", name=name, env_extra=env)
+        if proxy:
+            ports = [urlsplit(fleet.urls[name]).port or 0 for name in NAMES]
+            fleet.proxy = HAProxy.start(root, ports)
+        return fleet
+    except BaseException:
+        stop_fleet(fleet)
+        raise
+
+
+def stop_fleet(fleet: Fleet) -> None:
+    if fleet.proxy is not None:
+        fleet.proxy.stop()
+    for proc in fleet.procs.values():
+        if proc.poll() is None:
+            stop(proc)
+        elif proc.stderr is not None:  # killed by the test
+            proc.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory,
+          postgres_server: PostgresServer) -> Iterator[Fleet]:
+    started = start_fleet(tmp_path_factory.mktemp("rounds"), postgres_server, proxy=True)
+    try:
+        yield started
+    finally:
+        stop_fleet(started)
+
+
+async def unused(ctx: Any, params: types.CreateMessageRequestParams) -> Any:
+    raise AssertionError("these tests answer each round themselves")
+
+
+@asynccontextmanager
+async def client(url: str, token: str, answered_by: list[str] | None = None,
+                 **kwargs: Any) -> AsyncIterator[Client]:
+    """A 2026-07-28 client of `url`'s /mcp that can answer sampling requests; `answered_by`
+    gets "<requestState's holder>><the replica that answered>" for every resume."""
+    kwargs.setdefault("sampling_callback", unused)
+
+    async def note(response: httpx2.Response) -> None:
+        body = json.loads(response.request.content or b"{}")
+        state = (body.get("params") or {}).get("requestState") if isinstance(body, dict) else None
+        if answered_by is not None and state:
+            answered_by.append(f"{state.rpartition('.')[2]}>"
+                               f"{response.headers.get('sidecar-replica')}")
+
+    async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"},
+                                  timeout=httpx2.Timeout(30),
+                                  event_hooks={"response": [note]}) as http:
+        transport = streamable_http_client(f"{url}/mcp", http_client=http)
+        async with Client(transport, mode="2026-07-28", cache=None,  # type: ignore[arg-type]
+                          read_timeout_seconds=30, **kwargs) as connected:
+            yield connected
+
+
+def sampled(text: str) -> types.CreateMessageResult:
+    return types.CreateMessageResult(role="assistant", model="m",
+                                     content=types.TextContent(text=text))
+
+
+async def pause(on: Client, questions: list[str], call_id: str,
+                **more: str) -> types.InputRequiredResult:
+    first = await on.session.call_tool("ask", {"questions": questions, **more},
+                                       meta={CALL_ID_KEY: call_id}, allow_input_required=True)
+    assert isinstance(first, types.InputRequiredResult), first.content[0].text  # type: ignore[union-attr]
+    return first
+
+
+async def resume(on: Client, questions: list[str], state: types.InputRequiredResult,
+                 answer: str, **more: str) -> types.CallToolResult | types.InputRequiredResult:
+    (key, request), = state.input_requests.items()
+    assert request.method == "sampling/createMessage"
+    return await on.session.call_tool(
+        "ask", {"questions": questions, **more}, request_state=state.request_state,
+        input_responses={key: sampled(answer)}, allow_input_required=True)
+
+
+def question(state: types.InputRequiredResult) -> str:
+    (request,) = state.input_requests.values()
+    assert isinstance(request, types.CreateMessageRequest)
+    content = request.params.messages[0].content
+    assert isinstance(content, types.TextContent)
+    return content.text
+
+
+async def test_a_call_paused_on_a_resumes_on_b(fleet: Fleet) -> None:
+    answered: list[str] = []
+    async with client(fleet.urls["replica-a"], fleet.token) as a, \
+            client(fleet.urls["replica-b"], fleet.token, answered) as b:
+        paused = await pause(a, ["colour?"], "paused-a-1")
+        assert paused.request_state.endswith(".replica-a")
+        assert question(paused) == "colour?"
+        done = await resume(b, ["colour?"], paused, "blue")
+        assert isinstance(done, types.CallToolResult), done
+        assert not done.is_error and done.content[0].text == "blue"  # type: ignore[union-attr]
+        assert answered == ["replica-a>replica-b"]
+        with pytest.raises(MCPError, match="Invalid or expired requestState"):  # used once
+            await resume(b, ["colour?"], paused, "blue")
+        with pytest.raises(MCPError, match="Invalid or expired requestState"):
+            await resume(a, ["colour?"], paused, "blue")
+    assert fleet.runs().count("blue") == 1
+
+
+async def test_paused_twice_resumed_on_b_then_on_a(fleet: Fleet) -> None:
+    questions = ["first?", "second?"]
+    async with client(fleet.urls["replica-a"], fleet.token) as a, \
+            client(fleet.urls["replica-b"], fleet.token) as b:
+        paused = await pause(a, questions, "paused-a-2")
+        again = await resume(b, questions, paused, "one")
+        assert isinstance(again, types.InputRequiredResult), again  # A's next round, via B
+        assert again.request_state.endswith(".replica-a")
+        assert again.request_state != paused.request_state
+        assert question(again) == "second?"
+        done = await resume(a, questions, again, "two")  # the local path on the holder
+        assert isinstance(done, types.CallToolResult), done
+        assert done.content[0].text == "one | two"  # type: ignore[union-attr]
+    assert fleet.runs().count("one | two") == 1
+
+
+async def test_unknown_forged_and_mismatched_states_are_refused_on_b(fleet: Fleet) -> None:
+    async with client(fleet.urls["replica-a"], fleet.token) as a, \
+            client(fleet.urls["replica-b"], fleet.token) as b:
+        paused = await pause(a, ["mine?"], "paused-a-3")
+        forged = paused.model_copy(update={
+            "request_state": secrets.token_urlsafe(18) + ".replica-a"})
+        with pytest.raises(MCPError, match="Invalid or expired requestState"):
+            await resume(b, ["mine?"], forged, "x")
+        with pytest.raises(MCPError, match="Invalid or expired requestState"):
+            await resume(b, ["other arguments?"], paused, "x")
+        done = await resume(b, ["mine?"], paused, "still usable")  # not used by a refusal
+        assert done.content[0].text == "still usable"  # type: ignore[union-attr]
+
+
+async def test_cancelling_a_resume_on_b_cancels_the_call_on_a(
+    fleet: Fleet, tmp_path: Path,
+) -> None:
+    """The resumed call goes on, on A, past the answer (it waits for a file that never
+    comes); the client gives up its request to B, and A cancels the call as it would for a
+    request of its own."""
+    hold = {"hold": str(tmp_path / "never")}
+    async with client(fleet.urls["replica-a"], fleet.token) as a, \
+            client(fleet.urls["replica-b"], fleet.token) as b:
+        paused = await pause(a, ["hold on?"], "cancelled-on-b", **hold)
+        with anyio.move_on_after(1):  # the client gives up; not a timing assertion
+            await resume(b, ["hold on?"], paused, "holding", **hold)
+    with anyio.fail_after(30):  # a hang guard
+        while "cancelled" not in fleet.runs():  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+    assert "holding" not in fleet.runs()
+
+
+async def test_the_sdk_client_through_round_robin_haproxy(fleet: Fleet) -> None:
+    """`Client.call_tool` answers every round itself; with no affinity its resumes reach the
+    replica that did not pause the call."""
+    assert fleet.proxy is not None
+    asked: list[str] = []
+
+    async def sampling(ctx: Any, params: types.CreateMessageRequestParams) -> Any:
+        content = params.messages[0].content
+        asked.append(content.text if isinstance(content, types.TextContent) else "?")
+        return sampled(f"a{len(asked)}")
+
+    answered: list[str] = []
+    questions = ["q1", "q2", "q3", "q4"]
+    async with client(fleet.proxy.url, fleet.token, answered,
+                      sampling_callback=sampling) as through:
+        done = await through.call_tool("ask", {"questions": questions},
+                                       meta={CALL_ID_KEY: "balanced-1"})
+    assert done.content[0].text == "a1 | a2 | a3 | a4"  # type: ignore[union-attr]
+    assert asked == questions
+    assert len(answered) == 4, answered
+    holders = {pair.partition(">")[0] for pair in answered}
+    assert len(holders) == 1 and holders <= set(NAMES), answered  # one holder throughout
+    assert any(pair.partition(">")[0] != pair.partition(">")[2] for pair in answered), answered
+    assert fleet.runs().count("a1 | a2 | a3 | a4") == 1
+
+
+@pytest.fixture
+def short_lived(tmp_path: Path, postgres_server: PostgresServer) -> Iterator[Fleet]:
+    """A fleet of its own whose replicas count a holder gone after 2 s of silence (the
+    claim TTL), for a test that kills one."""
+    started = start_fleet(tmp_path, postgres_server, env_extra={"SIDECAR_CLAIM_TTL": "2"})
+    try:
+        yield started
+    finally:
+        stop_fleet(started)
+
+
+async def test_a_resume_after_the_holder_was_killed_names_it(short_lived: Fleet) -> None:
+    """Killed right after pausing: B hands the responses over, then finds A silent and says
+    so (not a hang, not "expired")."""
+    own = short_lived
+    async with client(own.urls["replica-a"], own.token) as a:
+        paused = await pause(a, ["still there?"], "paused-killed")
+    own.procs["replica-a"].send_signal(signal.SIGKILL)
+    own.procs["replica-a"].wait(timeout=10)
+    async with client(own.urls["replica-b"], own.token) as b:
+        with pytest.raises(MCPError, match="paused on replica 'replica-a', which stopped"
+                           ) as failed:
+            await resume(b, ["still there?"], paused, "yes")
+    assert "the paused call is gone; call the tool again" in failed.value.message
+    assert set(own.runs()) <= {"cancelled"}  # the upstream's call ended with A, unanswered
