@@ -225,8 +225,7 @@ class Location:
         """The stores' event log (`Stores.events`), used by `new_event_log` over the
         wiring's."""
         self.grants: GrantStore | None = None
-        """OAuth grants of the upstream servers when the stores chose where (`Stores.grants`,
-        fleet mode); None: the state directory's. Use `grant_store()`."""
+        """The fleet's OAuth grants (`Stores.grants`); None: see `grant_store()`."""
         self.cancellers: list[Callable[[str], Awaitable[str]]] = []
         """Cancel a call running in this process by id ("cancelling" or "not_running"; the
         HTTP app's calls): how another replica's cancel request reaches it."""
@@ -267,9 +266,8 @@ class Location:
         )
 
     def grant_store(self) -> GrantStore:
-        """Where this Location's OAuth grants live: the fleet's (`Stores.grants`), else the
-        state directory's (`SIDECAR_OAUTH_STORE`: file or keyring; `GrantStoreUnavailable`
-        when that names nothing usable)."""
+        """This Location's OAuth grants: the fleet's, else the state directory's
+        (`SIDECAR_OAUTH_STORE`; `GrantStoreUnavailable` when that names nothing usable)."""
         return self.grants if self.grants is not None else open_grant_store(self.state_dir)
 
     def new_event_log(self) -> EventLog:
