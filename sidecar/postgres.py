@@ -117,9 +117,10 @@ async def _reset(conn: Any) -> None:
     marks the connection), session-level advisory locks (none taken on pooled connections:
     the stores take `pg_*advisory_xact_lock`; the S3 cleanup's session lock is unlocked, or
     its connection closed, before it goes back), open cursors (asyncpg opens them only
-    inside transactions, closed by their end), and settings (the stores change them only
-    with `SET LOCAL` / `set_config(..., true)`, gone with the transaction). A marked
-    connection gets asyncpg's full reset query."""
+    inside transactions, closed by their end), and settings (the stores change them with
+    `SET LOCAL` / `set_config(..., true)`, gone with the transaction, or with
+    `set_for_session`, which marks the connection). A marked connection gets asyncpg's full
+    reset query."""
     if getattr(conn, "keeps_session_state", False):
         await conn.execute(conn.get_reset_query())
         conn.keeps_session_state = False
@@ -137,6 +138,12 @@ def _connection_class() -> type[asyncpg.Connection]:
         async def add_listener(self, channel: str, callback: Any) -> None:
             self.keeps_session_state = True
             await super().add_listener(channel, callback)
+
+        async def set_for_session(self, setting: str, value: str) -> None:
+            """`SET setting = value` for the session (not one transaction): its release then
+            runs the full reset, so the next borrower gets the server's default."""
+            self.keeps_session_state = True
+            await self.execute("SELECT set_config($1, $2, false)", setting, value)
 
     return PooledConnection
 
