@@ -47,14 +47,17 @@ MAX_BATCH = 256
 
 class Batcher(Generic[Item, Result]):
     """See the module docstring. `send(conn, items)` runs one statement for `items` on `conn`
-    and returns one result per item, in order; `key(item)` names the row an item touches."""
+    and returns one result per item, in order; `key(item)` names the row an item touches;
+    `prepare(conn)` runs once on each connection the batcher takes from the pool."""
 
     def __init__(self, pool: asyncpg.Pool,
                  send: Callable[[Any, list[Item]], Awaitable[list[Result]]], *,
                  key: Callable[[Item], Hashable], name: str,
                  abandoned: Callable[[Item, Result], None] | None = None,
+                 prepare: Callable[[Any], Awaitable[None]] | None = None,
                  max_batch: int = MAX_BATCH, idle_seconds: float = IDLE_SECONDS) -> None:
         self._pool = pool
+        self._prepare = prepare
         self._send = send
         self._key = key
         self._name = name
@@ -152,6 +155,8 @@ class Batcher(Generic[Item, Result]):
         self._give_back()
         try:
             self._conn = await self._pool.acquire()
+            if self._prepare is not None:
+                await self._prepare(self._conn)
         except Exception as exc:
             for request in batch:
                 self._settle(request, exc)
