@@ -23,6 +23,8 @@ if TYPE_CHECKING:  # asyncpg is the `fleet` extra: importing this module must no
 T = TypeVar("T")
 
 __all__ = [
+    "LOCK_GRANT_REFRESH",
+    "LOCK_GRANT_UPDATE",
     "LOCK_MIGRATE",
     "LOCK_PRUNE_ASKS",
     "LOCK_PRUNE_CALLS",
@@ -57,6 +59,12 @@ LOCK_PRUNE_ASKS = 0x51DECA2_0011
 """Held by the one replica deleting asks whose replica stopped refreshing them."""
 LOCK_SNAPSHOTS = 0x51DECA2_0020
 """Held (per transaction) while a replica adds a snapshot and applies the fleet's caps."""
+# Two-key locks (`pg_advisory_xact_lock(int4, int4)`, a key space apart from the one-key
+# locks above): the first key names the job, the second is `hashtext(server)`.
+LOCK_GRANT_UPDATE = 0x51DE0A01
+"""With one server's hash: held while a replica changes that server's OAuth grant."""
+LOCK_GRANT_REFRESH = 0x51DE0A02
+"""With one server's hash: held while a replica refreshes that server's OAuth tokens."""
 
 CONNECT_TIMEOUT = 10.0
 """Seconds a replica waits for each connection to the database (asyncpg's default is 60)."""
