@@ -133,7 +133,7 @@ async def outcome_block(target: OutcomeTarget, run: str, callers: int, per_calle
 
 
 async def log_alone(target: OutcomeTarget, run: str, count: int) -> float:
-    """The outcome log without the seam: what the seam asks of it per call (`get`, then
+    """The outcome log without the seam: what the seam asks of it per call (`claim`, then
     `record`), sequentially; pairs per second."""
     log, name = target.location.seam.outcomes, target.location.name
     outcome = Outcome(call_id="", tool="echo", status="completed",
@@ -141,7 +141,7 @@ async def log_alone(target: OutcomeTarget, run: str, count: int) -> float:
     start = time.perf_counter()
     for i in range(count):
         context = ToolContext("bench", "bench", "m", f"{run}-{i}")
-        if await log.get(name, context.call_id, "fp") is not None:
+        if await log.claim(name, context.call_id, "fp") is not None:
             raise RuntimeError(f"{target.label}: {context.call_id} was already settled")
         await log.record(name, dataclasses.replace(outcome, call_id=context.call_id), context,
                          "fp")
@@ -160,7 +160,62 @@ async def section_outcomes(opts: argparse.Namespace, pg: PostgresServer,
                       {"SIDECAR_DATABASE_URL": await pg.new_database()}, pg.postmaster_pid()),
     ]
     statements = await measure_outcomes(opts, targets, kernel)
-    return report_outcomes(opts, targets, statements)
+    floor = await round_trip_floor(opts, kernel)
+    return report_outcomes(opts, targets, statements) + "\n\n" + floor
+
+
+async def round_trip_floor(opts: argparse.Namespace, kernel: PostgresServer) -> str:
+    """What one round trip to PostgreSQL costs on this machine, beside a whole durable call
+    on SQLite: a bare `SELECT 1` and a one-row INSERT (its own commit) on one asyncpg
+    connection (no pool, no seam), and a sequential durable `echo` call through the seam with
+    SQLite. Taking turns in rounds; µs per operation (wall, this process's CPU, the server's
+    CPU)."""
+    import asyncpg
+
+    me = psutil.Process()
+    pid = kernel.postmaster_pid()
+    conn = await asyncpg.connect(await kernel.new_database())
+    count = max(50, 2 * opts.seq)
+    with tempfile.TemporaryDirectory(prefix="sidecar-fleet-") as tmp:
+        async with Location.open(tmp, state_dir=Path(tmp) / "state", durable=True,
+                                 name="floor", entry_point_plugins=False) as location:
+            location.tools.register({"echo": ECHO})
+            snapshot = location.snapshot()
+            await conn.execute("CREATE TABLE floor (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
+            run = uuid.uuid4().hex[:8]
+
+            async def sqlite_call(i: int) -> object:
+                return await snapshot.execute("echo", {"text": "x"},
+                                              ToolContext("bench", "bench", "m", f"{run}-{i}"))
+
+            kinds: dict[str, Callable[[int], Any]] = {
+                "SQLite: a durable `echo` call through the seam": sqlite_call,
+                "PostgreSQL: `SELECT 1`": lambda i: conn.fetchval("SELECT 1"),
+                "PostgreSQL: one-row INSERT, its own commit": lambda i: conn.execute(
+                    "INSERT INTO floor VALUES ($1, 'x')", f"{run}-{i}"),
+            }
+            spent = {kind: [0.0, 0.0, 0.0] for kind in kinds}
+            for r in range(max(3, opts.blocks // 2)):
+                for kind, operation in kinds.items():
+                    cpu0, pg0 = sum(me.cpu_times()[:2]), process_cpu(pid)
+                    start = time.perf_counter()
+                    for i in range(count):
+                        await operation(r * count + i)
+                    took = time.perf_counter() - start
+                    totals = spent[kind]
+                    totals[0] += took
+                    totals[1] += sum(me.cpu_times()[:2]) - cpu0
+                    totals[2] += process_cpu(pid) - pg0
+            await conn.close()
+    done = count * max(3, opts.blocks // 2)
+    rows = [[kind, f"{wall / done * 1e6:,.0f}", f"{cpu / done * 1e6:,.0f}",
+             f"{pg / done * 1e6:,.0f}"] for kind, (wall, cpu, pg) in spent.items()]
+    return "\n".join([
+        "The floor: one round trip to PostgreSQL (fsync=off) on one connection, beside a whole "
+        f"durable call on SQLite ({count} of each per round, taking turns, µs per operation):",
+        "",
+        table(["operation", "wall µs", "cpu µs (this)", "cpu µs (PostgreSQL)"], rows),
+    ])
 
 
 async def statements_per_call(server: PostgresServer, target: OutcomeTarget,
@@ -278,16 +333,16 @@ def report_outcomes(opts: argparse.Namespace, targets: list[OutcomeTarget],
                "16-conc calls/s", "vs SQLite", "middle half", "p99 ms", "cpu µs/call (this)",
                "cpu µs/call (PostgreSQL)"], rows),
         "",
-        f"The outcome log alone, in the same blocks: {opts.seq} sequential `get` + `record` "
-        "pairs (what the seam asks of it per call: is this call id settled? then keep the "
-        "outcome).",
+        f"The outcome log alone, in the same blocks: {opts.seq} sequential `claim` + `record` "
+        "pairs (what the seam asks of it per call: the stored outcome or the claim to run the "
+        "call, then keep the outcome).",
         "",
         table(["outcome log", "pairs/s", "µs per pair", "vs SQLite (middle half)"], alone_rows),
         "",
-        f"What one durable call sends PostgreSQL: {sum(statements.values()):.1f} statements "
-        "(the server's log with log_statement=all over 50 sequential calls; "
-        "`pg_advisory_unlock_all()` opens the reset query asyncpg sends as a connection goes "
-        "back to its pool; each line is one round trip):",
+        f"What one durable call sends PostgreSQL: {sum(statements.values()):.2f} statements "
+        "(the server's log with log_statement=all over 50 sequential calls; each line is one "
+        "round trip; concurrent calls share them: one claim and one settle statement for the "
+        "calls of a replica that claim or settle at once, the history rows of 50 ms in one):",
         "",
         table(["statement", "per call"], [[f"`{text}`", f"{n:.2f}"]
                                           for text, n in statements.items()]),

@@ -40,7 +40,6 @@ from bridges.mcp import ServerPool
 from sidecar.call_history import AuditSettings
 from sidecar.errors import RegistrationError, SchemaDefinitionError
 from sidecar.events import ManifestsReloaded, ServerHealthChanged
-from sidecar.grant_store import open_grant_store
 from sidecar.overrides import Override, OverrideError, reshape_all
 from sidecar.permission import PermissionRule
 from sidecar.pins import PinPolicy
@@ -215,7 +214,7 @@ class ManifestSources:
             on_health=lambda key, health: events.publish(
                 ServerHealthChanged(key, health.to_json())
             ),
-            grants=open_grant_store(location.state_dir), wait=not self._background,
+            grants=location.grant_store(), wait=not self._background,
         )
         await self.pool.__aenter__()
         location.manifests = loaded

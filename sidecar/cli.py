@@ -350,14 +350,14 @@ def _run(coro: Any, *, daemon: bool = False) -> Any:
 
 def _auth(args: argparse.Namespace) -> int:
     from sidecar import cli_auth
-    from sidecar.daemon import default_state_dir
+    from sidecar.daemon import default_state_dir, grant_store_of
 
     logging.basicConfig(level=os.environ.get("SIDECAR_LOG_LEVEL", "WARNING").upper(),
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     for noisy in ("httpx", "httpx2", "httpcore", "httpcore2"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     state = args.state_dir or str(default_state_dir())
-    return int(_run(cli_auth.run(args, _manifests(args), state)))
+    return int(_run(cli_auth.run(args, _manifests(args), state, grant_store_of)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -472,7 +472,7 @@ def _use_store(args: argparse.Namespace) -> str | None:
     `sidecar token` and a daemon this command starts on demand all use it. The problem with
     the URL, or None."""
     if not hasattr(args, "store"):
-        return None  # a command that opens no store (`check`, `auth`, ...)
+        return None  # a command that opens no store (`check`, `stop`, ...)
     flag = args.store
     if flag is not None:
         os.environ["SIDECAR_DATABASE_URL"] = flag.strip()

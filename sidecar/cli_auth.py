@@ -5,7 +5,9 @@
     sidecar auth logout NAME                 revoke (where supported) and forget NAME's tokens
 
 Tokens live in the state directory (`oauth-tokens.json`, mode 0600), where a running daemon
-finds them: a server waiting in `needs_auth` reconnects within a second of a login.
+finds them: a server waiting in `needs_auth` reconnects within a second of a login. With
+`--store`/`SIDECAR_DATABASE_URL` they live in the fleet database instead, encrypted with
+`SIDECAR_GRANT_KEY` (`sidecar.postgres_grants`): one login serves every replica.
 `--no-browser` prints the authorization URL as the only line on stdout (for scripts and remote
 shells); otherwise the URL opens in the browser and is also printed on stderr.
 """
@@ -17,12 +19,21 @@ import json
 import sys
 import time
 import webbrowser
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import Any
 
 from bridges.manifest import ServerConfig, load_manifests
 from bridges.mcp.oauth.login import login, logout
 from bridges.mcp.oauth.records import grant_status, login_command
-from sidecar.grant_store import GrantStore, GrantStoreUnavailable, open_grant_store
+from sidecar.cli_output import EXIT_DATABASE
+from sidecar.grant_store import GrantStore, GrantStoreUnavailable
+from sidecar.postgres import DatabaseError
+
+OpenGrantStore = Callable[[Path], AbstractAsyncContextManager[GrantStore]]
+"""The grants of a state directory, as the composition root chooses them
+(`sidecar.daemon.grant_store_of`)."""
 
 
 def oauth_servers(manifests: list[str]) -> tuple[dict[str, ServerConfig], list[str]]:
@@ -35,12 +46,19 @@ def oauth_servers(manifests: list[str]) -> tuple[dict[str, ServerConfig], list[s
     return servers, [str(p) for p in loaded.errors]
 
 
-async def run(args: argparse.Namespace, manifests: list[str], state_dir: str) -> int:
+async def run(args: argparse.Namespace, manifests: list[str], state_dir: str,
+              open_store: OpenGrantStore) -> int:
+    """Exit 0 on success, 1 for a failed login (or a server needing one, for `status`), 2 for
+    a bad request or an unusable grant store, 6 when the fleet database cannot be used."""
     try:
-        return await _run(args, manifests, open_grant_store(state_dir))
+        async with open_store(Path(state_dir)) as store:
+            return await _run(args, manifests, store)
     except GrantStoreUnavailable as exc:
         print(f"sidecar auth: {exc}", file=sys.stderr)
         return 2
+    except DatabaseError as exc:
+        print(f"sidecar auth: {exc}", file=sys.stderr)
+        return EXIT_DATABASE
 
 
 async def _run(args: argparse.Namespace, manifests: list[str], store: GrantStore) -> int:

@@ -105,13 +105,14 @@ def build_parser(description: str) -> argparse.ArgumentParser:
                        help="do not fail on keys mcp-sidecar does not know (they are ignored)")
     auth = sub.add_parser("auth", help="OAuth logins of HTTP servers (see sidecar.cli_auth)")
     auth_sub = auth.add_subparsers(dest="auth_command", required=True)
-    login_p = auth_sub.add_parser("login", parents=[common], help="authorize one server")
+    login_p = auth_sub.add_parser("login", parents=[common, store], help="authorize one server")
     login_p.add_argument("name")
     login_p.add_argument("--no-browser", action="store_true",
                          help="print the authorization URL on stdout instead of opening it")
-    status_p = auth_sub.add_parser("status", parents=[common], help="authorization per server")
+    status_p = auth_sub.add_parser("status", parents=[common, store],
+                                   help="authorization per server")
     status_p.add_argument("name", nargs="?")
-    logout_p = auth_sub.add_parser("logout", parents=[common],
+    logout_p = auth_sub.add_parser("logout", parents=[common, store],
                                    help="revoke and forget one server's tokens")
     logout_p.add_argument("name")
     return parser

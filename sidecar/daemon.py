@@ -33,6 +33,7 @@ from bridges.manifest_sources import ManifestSources
 from bridges.prestart import PRESTARTED
 from sidecar.daemon_stores import (
     Backends,
+    grant_store_of,
     open_call_history,
     open_local_stores,
     open_token_store,
@@ -63,6 +64,7 @@ __all__ = [
     "Location",
     "default_state_dir",
     "freeze_startup_heap",
+    "grant_store_of",
     "open_call_history",
     "open_local_stores",
     "open_token_store",

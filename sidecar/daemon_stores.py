@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from managed_store import ManagedStore
 from sidecar.call_history import SqliteCallHistory
+from sidecar.grant_store import GrantStore, open_grant_store
 from sidecar.outcome_log import SqliteOutcomeLog
 from sidecar.permission_store import SqlitePermissionStore
 from sidecar.pins import SqlitePinStore
@@ -44,7 +45,8 @@ from sidecar.tokens import SqliteTokenStore, TokenStore
 if TYPE_CHECKING:
     import asyncpg
 
-__all__ = ["Backends", "open_call_history", "open_local_stores", "open_token_store"]
+__all__ = ["Backends", "grant_store_of", "open_call_history", "open_local_stores",
+           "open_token_store"]
 
 async def open_token_store(state: Path) -> TokenStore:
     """The token store `sidecar token ...` opens without a daemon: the fleet database's when
@@ -70,6 +72,24 @@ async def open_call_history(state: Path) -> CallHistory | None:
     if not await asyncio.to_thread(path.exists):
         return None
     return await SqliteCallHistory.open(path)
+
+
+@asynccontextmanager
+async def grant_store_of(state: Path) -> AsyncIterator[GrantStore]:
+    """The OAuth grants `sidecar auth ...` works on: the fleet database's when
+    `SIDECAR_DATABASE_URL` (or `--store`) names one (so a login done once serves every
+    replica), else the state directory's (`SIDECAR_OAUTH_STORE`: file or keyring)."""
+    database_url = Backends.from_env().database_url
+    if not database_url:
+        yield open_grant_store(state)
+        return
+    from sidecar.postgres_grants import PostgresGrantStore
+
+    grants = await PostgresGrantStore.open(database_url)
+    try:
+        yield grants
+    finally:
+        await grants.aclose()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -258,6 +278,20 @@ async def _open_asks(o: _Opening) -> SharedAsks | None:
     return asks
 
 
+async def _open_grants(o: _Opening) -> GrantStore | None:
+    if o.pool is None:
+        return None  # the state directory's (`Location.grant_store`)
+    # a login done once (any replica, `sidecar auth login`) serves every replica
+    from sidecar.grant_store import GrantStoreUnavailable
+    from sidecar.postgres import DatabaseError
+    from sidecar.postgres_grants import PostgresGrantStore
+
+    try:
+        return await PostgresGrantStore.on_pool(o.pool)
+    except GrantStoreUnavailable as exc:  # a malformed SIDECAR_GRANT_KEY: one line, exit 6
+        raise DatabaseError(str(exc)) from exc
+
+
 async def _open_cancels(o: _Opening) -> SharedCancels | None:
     if o.pool is None:
         return None  # a call is cancelled by the process running it
@@ -313,7 +347,8 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
         snapshots = await _open_snapshots(o)
         cancels = await _open_cancels(o)
         rounds = await _open_rounds(o)
+        grants = await _open_grants(o)
         yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
                      pins=pins, history=history, events=events, asks=asks,
                      snapshots=snapshots, cancels=cancels, database=_open_database_check(o),
-                     rounds=rounds)
+                     rounds=rounds, grants=grants)

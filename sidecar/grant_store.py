@@ -12,6 +12,12 @@ logs a record or puts one in an exception message.
 daemon reads and refreshes): every change is a read-modify-write under an advisory lock
 (`fcntl.flock` on a sibling `.lock` file), and the file is replaced atomically (temp file,
 fsync, rename), created with mode 0600. All file work runs in a thread, never on the loop.
+
+`exclusive(server)` is held while a process refreshes a server's tokens: with rotating refresh
+tokens a refresh token works once, so two processes must never refresh one grant at the same
+time; the second one, once it holds it, finds the new tokens in the store and uses them.
+The fleet implementation (`sidecar.postgres_grants`) keeps the records in the fleet database,
+encrypted with `SIDECAR_GRANT_KEY`, so every replica and `sidecar auth` share them.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ import asyncio
 import contextlib
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,6 +38,9 @@ except ImportError:  # pragma: no cover - Windows: no advisory lock, single writ
 
 GrantRecord = dict[str, Any]
 TOKENS_FILE = "oauth-tokens.json"
+REFRESH_LOCK_FILE = "oauth-tokens.refresh.lock"
+LOCK_POLL = 0.02
+"""Seconds between two tries of a held refresh lock (refreshes are rare and short)."""
 
 
 class GrantStore(Protocol):
@@ -57,6 +67,12 @@ class GrantStore(Protocol):
 
     async def servers(self) -> list[str]:
         """The servers that have a record."""
+        ...
+
+    def exclusive(self, server: str) -> AbstractAsyncContextManager[None]:
+        """Held by at most one holder per server among every process sharing this store
+        (and every task of this one), for as long as a refresh of `server`'s tokens takes;
+        `get`/`update` work while it is held. Cancelling a wait for it is safe."""
         ...
 
 
@@ -90,6 +106,9 @@ class FileGrantStore:
 
     async def servers(self) -> list[str]:
         return sorted(await asyncio.to_thread(self._read_all))
+
+    def exclusive(self, server: str) -> AbstractAsyncContextManager[None]:
+        return _held(self.path.with_name(REFRESH_LOCK_FILE))
 
     # --- in the worker thread --------------------------------------------------------
 
@@ -135,6 +154,37 @@ def _locked(lock_path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+@contextlib.asynccontextmanager
+async def _held(lock_path: Path) -> AsyncIterator[None]:
+    """An exclusive advisory lock across processes and tasks, tried without blocking every
+    `LOCK_POLL` seconds (so a cancelled wait leaves nothing behind). One lock for every server
+    of a state directory: refreshes are rare and short."""
+    fd = await asyncio.to_thread(_open_lock, lock_path)
+    try:
+        while True:
+            if _try_lock(fd):  # LOCK_NB: never blocks the loop
+                break
+            await asyncio.sleep(LOCK_POLL)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _open_lock(lock_path: Path) -> int:
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+
+
+def _try_lock(fd: int) -> bool:
+    if fcntl is None:  # pragma: no cover - Windows: one process at a time assumed
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -193,6 +243,9 @@ class KeyringGrantStore:
 
     async def servers(self) -> list[str]:
         return sorted(await asyncio.to_thread(self._names))
+
+    def exclusive(self, server: str) -> AbstractAsyncContextManager[None]:
+        return _held(self._lock_path.with_name(REFRESH_LOCK_FILE))
 
     # --- in the worker thread --------------------------------------------------------
 

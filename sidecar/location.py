@@ -63,6 +63,7 @@ from sidecar.codemode import (
 from sidecar.database_down import database_label, unavailable_message
 from sidecar.errors import SidecarError
 from sidecar.events import EventBus, RegistryChanged
+from sidecar.grant_store import GrantStore, open_grant_store
 from sidecar.hooks import Hooks
 from sidecar.managed_read import managed_read_tool
 from sidecar.metadata import DEFAULT_MAX_METADATA_BYTES
@@ -224,6 +225,8 @@ class Location:
         self.event_log_factory: EventLogFactory | None = None
         """The stores' event log (`Stores.events`), used by `new_event_log` over the
         wiring's."""
+        self.grants: GrantStore | None = None
+        """The fleet's OAuth grants (`Stores.grants`); None: see `grant_store()`."""
         self.cancellers: list[Callable[[str], Awaitable[str]]] = []
         """Cancel a call running in this process by id ("cancelling" or "not_running"; the
         HTTP app's calls): how another replica's cancel request reaches it."""
@@ -262,6 +265,11 @@ class Location:
             "sidecar.location.Location has no default wiring: use `from sidecar import "
             "Location`, or pass `wiring=`"
         )
+
+    def grant_store(self) -> GrantStore:
+        """This Location's OAuth grants: the fleet's, else the state directory's
+        (`SIDECAR_OAUTH_STORE`; `GrantStoreUnavailable` when that names nothing usable)."""
+        return self.grants if self.grants is not None else open_grant_store(self.state_dir)
 
     def new_event_log(self) -> EventLog:
         """An event log over this Location's events, not started (`/v1/events` starts it):
@@ -354,6 +362,7 @@ class Location:
             location.tokens = stores.tokens
             location.wiring = wired
             location.event_log_factory = stores.events
+            location.grants = stores.grants
             location.database = stores.database
             if stores.cancels is not None:
                 location.cancels = stores.cancels

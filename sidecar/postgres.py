@@ -24,6 +24,8 @@ if TYPE_CHECKING:  # asyncpg is the `fleet` extra: importing this module must no
 T = TypeVar("T")
 
 __all__ = [
+    "LOCK_GRANT_REFRESH",
+    "LOCK_GRANT_UPDATE",
     "LOCK_MIGRATE",
     "LOCK_PRUNE_ASKS",
     "LOCK_PRUNE_CALLS",
@@ -62,6 +64,12 @@ LOCK_PRUNE_ASKS = 0x51DECA2_0011
 """Held by the one replica deleting asks whose replica stopped refreshing them."""
 LOCK_SNAPSHOTS = 0x51DECA2_0020
 """Held (per transaction) while a replica adds a snapshot and applies the fleet's caps."""
+# Two-key locks (`pg_advisory_xact_lock(int4, int4)`, a key space apart from the one-key
+# locks above): the first key names the job, the second is `hashtext(server)`.
+LOCK_GRANT_UPDATE = 0x51DE0A01
+"""With one server's hash: held while a replica changes that server's OAuth grant."""
+LOCK_GRANT_REFRESH = 0x51DE0A02
+"""With one server's hash: held while a replica refreshes that server's OAuth tokens."""
 
 CONNECT_TIMEOUT = 10.0
 """Seconds a replica waits for each connection to the database (asyncpg's default is 60), and
@@ -185,9 +193,10 @@ async def _reset(conn: Any) -> None:
     marks the connection), session-level advisory locks (none taken on pooled connections:
     the stores take `pg_*advisory_xact_lock`; the S3 cleanup's session lock is unlocked, or
     its connection closed, before it goes back), open cursors (asyncpg opens them only
-    inside transactions, closed by their end), and settings (the stores change them only
-    with `SET LOCAL` / `set_config(..., true)`, gone with the transaction). A marked
-    connection gets asyncpg's full reset query."""
+    inside transactions, closed by their end), and settings (the stores change them with
+    `SET LOCAL` / `set_config(..., true)`, gone with the transaction, or with
+    `set_for_session`, which marks the connection). A marked connection gets asyncpg's full
+    reset query."""
     if getattr(conn, "keeps_session_state", False):
         await conn.execute(conn.get_reset_query())
         conn.keeps_session_state = False
@@ -205,6 +214,12 @@ def _connection_class() -> type[asyncpg.Connection]:
         async def add_listener(self, channel: str, callback: Any) -> None:
             self.keeps_session_state = True
             await super().add_listener(channel, callback)
+
+        async def set_for_session(self, setting: str, value: str) -> None:
+            """`SET setting = value` for the session (not one transaction): its release then
+            runs the full reset, so the next borrower gets the server's default."""
+            self.keeps_session_state = True
+            await self.execute("SELECT set_config($1, $2, false)", setting, value)
 
     return PooledConnection
 

@@ -39,6 +39,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("sidecar.postgres_call_history")
 
 _WRITTEN = _COLUMNS[1:]  # every column but `seq`, which the database numbers
+_TYPES = ("text", "text", "text", "text", "text", "text", "text", "text", "text", "float8",
+          "float8", "int8", "text", "int8", "text", "bool")
+# A batch of rows in one statement (one array per column): `executemany` would execute the
+# INSERT once per row. `seq` numbers them in the order they were added.
+_INSERT = (
+    f"INSERT INTO sidecar_calls (location, {', '.join(_WRITTEN)}) "
+    f"SELECT $1, {', '.join(_WRITTEN)} FROM unnest("
+    + ", ".join(f"${n}::{kind}[]" for n, kind in enumerate(_TYPES, start=2))
+    + f") WITH ORDINALITY AS r({', '.join(_WRITTEN)}, n) ORDER BY n")
 
 
 class PostgresCallHistory(PostgresStore):
@@ -125,9 +134,8 @@ CREATE INDEX sidecar_calls_by_age ON sidecar_calls (started_at);
             if not rows:
                 return
             values = [
-                (self.location, r.call_id, r.tool, r.server, r.profile, r.session_id, r.agent,
-                 r.message_id, r.status, r.error_kind, r.started_at, r.duration_ms,
-                 r.input_bytes,
+                (r.call_id, r.tool, r.server, r.profile, r.session_id, r.agent, r.message_id,
+                 r.status, r.error_kind, r.started_at, r.duration_ms, r.input_bytes,
                  r.input_json if r.input_json is not None
                  else None if r.input is None
                  else json.dumps(r.input, ensure_ascii=False, default=str),
@@ -136,9 +144,8 @@ CREATE INDEX sidecar_calls_by_age ON sidecar_calls (started_at);
             ]
             try:
                 async with self._pool.acquire() as conn:
-                    await conn.executemany(
-                        f"INSERT INTO sidecar_calls (location, {', '.join(_WRITTEN)}) VALUES "
-                        f"({', '.join(f'${i}' for i in range(1, len(_WRITTEN) + 2))})", values)
+                    await conn.execute(_INSERT, self.location,
+                                       *map(list, zip(*values, strict=True)))
             except Exception:  # the audit trail never fails a call; say what was lost
                 log.exception("writing %d call history rows failed", len(values))
 

@@ -11,6 +11,8 @@
                      eviction (`managed_store.protocol`)
     SnapshotRecords  kept snapshots' recipes, so any replica serves any snapshot id
                      (`sidecar.snapshot_records`; fleet only)
+    GrantStore       OAuth grants of upstream servers (`sidecar.grant_store`; embedded:
+                     `open_grant_store(state_dir)`, fleet: the database's)
     SharedCancels    cancel requests for calls running on another replica (fleet only)
     DatabaseCheck    whether the fleet database answers now (fleet only)
     SharedRounds     paused 2026-07-28 `/mcp` calls, resumable on any replica
@@ -37,6 +39,7 @@ from typing import Protocol
 from managed_store import TextStore
 from sidecar.call_history import CallHistory
 from sidecar.events import EventBus
+from sidecar.grant_store import GrantStore
 from sidecar.outcome_log import OutcomeLog
 from sidecar.permission import PendingAsk, PermissionRule, Reply
 from sidecar.pins import PinStore
@@ -49,6 +52,7 @@ __all__ = [
     "DatabaseCheck",
     "EventLog",
     "EventLogFactory",
+    "GrantStore",
     "NumberedEvent",
     "OpenStores",
     "OutcomeLog",
@@ -254,6 +258,9 @@ class Stores:
     them."""
     snapshots: SnapshotRecords | None = None
     """Kept snapshots shared by the replicas of a fleet; None: in this process's memory."""
+    grants: GrantStore | None = None
+    """OAuth grants shared by the replicas of a fleet; None: the state directory's
+    (`open_grant_store`)."""
     cancels: SharedCancels | None = None
     """Cancel requests between the replicas of a fleet; None: calls are cancelled only by
     the process running them."""

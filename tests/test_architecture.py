@@ -203,6 +203,7 @@ CONCRETE_STORES = {
     "PostgresAsks": "sidecar.postgres_asks",
     "PostgresCancels": "sidecar.postgres_cancels",
     "PostgresEventLog": "sidecar.serve.postgres_event_log",
+    "PostgresGrantStore": "sidecar.postgres_grants",
     "PostgresOutcomeLog": "sidecar.postgres_outcome_log",
     "PostgresCallHistory": "sidecar.postgres_call_history",
     "PostgresPermissionStore": "sidecar.postgres_permission_store",
@@ -220,7 +221,8 @@ IMPLEMENTATION_MODULES = {"sidecar.permission_store", "sidecar.postgres_outcome_
                           "sidecar.postgres_permission_store", "sidecar.postgres_tokens",
                           "sidecar.postgres_pins", "sidecar.postgres_call_history",
                           "sidecar.serve.postgres_event_log", "sidecar.postgres_asks",
-                          "sidecar.postgres_snapshots", "sidecar.postgres_cancels"}
+                          "sidecar.postgres_snapshots", "sidecar.postgres_cancels",
+                          "sidecar.postgres_grants"}
 COMPOSITION_ROOT = ROOT_MODULES | {CLI_ENTRY_POINT}
 
 

@@ -220,7 +220,7 @@ class S3TextStore:
                 directory, self._settings.location, client=self._client,
                 key_of=self._settings.key, index=self._index, part_bytes=self._part_bytes,
                 upload_concurrency=self._upload_concurrency, heartbeat=self._heartbeat,
-                delete_bytes=self._delete_bytes)
+                replica=self._replica, delete_bytes=self._delete_bytes)
             lost = await self._staging.resume()
             if lost:
                 logger.warning("managed store: %d objects committed in %s were never uploaded "
@@ -406,7 +406,7 @@ class S3TextStore:
         _check_int("context", context, 0)
         check_pattern(pattern)
         compiled = await asyncio.to_thread(compile_pattern, pattern)
-        found = await self._found(validate_ref_id(ref_id), self._index.get(ref_id))
+        found = await self._found(ref_id, self._index.get(ref_id))
         stop = threading.Event()
         try:
             return await self._read_object(found, functools.partial(
@@ -550,7 +550,6 @@ class S3TextStore:
         except (ObjectStoreError, OSError) as exc:
             raise ManagedStoreError(
                 f"could not read managed object {ref.id}: {describe(exc)}") from exc
-
 
     async def _uploaded_or_local(self, ref_id: str, staged: Staged) -> Path | None:
         """The staging file when the object is being uploaded from here; else wait until

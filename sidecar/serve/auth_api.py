@@ -7,8 +7,11 @@
                                   needs no browser (client credentials: 200)
 
 The daemon listens for the redirect on its own loopback callback (127.0.0.1), so the browser
-that opens the URL must run on the daemon's machine. The tokens go to the state directory,
-where the waiting server finds them (`bridges.mcp.oauth`). One login per server at a time.
+that opens the URL must run on the daemon's machine. The tokens go to the Location's grant
+store (the state directory; in a fleet the database, where every replica finds them), where
+the waiting server finds them (`bridges.mcp.oauth`). One login per server at a time. A grant
+store that cannot be used (fleet: `SIDECAR_GRANT_KEY` missing or another replica's) answers
+503 `grant_store_unavailable` with the reason.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from starlette.routing import Route
 
 from bridges.mcp.oauth.attempts import Logins
 from bridges.mcp.oauth.records import grant_status
-from sidecar.grant_store import open_grant_store
+from sidecar.grant_store import GrantStoreUnavailable
 
 if TYPE_CHECKING:
     from sidecar.location import Location
@@ -31,7 +34,7 @@ if TYPE_CHECKING:
 class AuthApi:
     def __init__(self, location: Location) -> None:
         self.location = location
-        self.store = open_grant_store(location.state_dir)
+        self.store = location.grant_store()
         self._own = Logins(self.store)
 
     @property
@@ -57,7 +60,10 @@ class AuthApi:
     async def status(self, request: Request) -> Response:
         server = request.path_params["server"]
         config = self._config(server)
-        record = await self.store.get(server)
+        try:
+            record = await self.store.get(server)
+        except GrantStoreUnavailable as exc:
+            return _unavailable(exc)
         if config is None and record is None:
             return _not_found(server)
         report = grant_status(server, config, record, time.time())
@@ -84,6 +90,11 @@ class AuthApi:
 
     async def aclose(self) -> None:
         await self._own.aclose()
+
+
+def _unavailable(exc: GrantStoreUnavailable) -> Response:
+    return JSONResponse({"error": {"code": "grant_store_unavailable", "message": str(exc)}},
+                        status_code=503)
 
 
 def _not_found(server: str) -> Response:

@@ -5,7 +5,9 @@ SSE transport at `/sse`) and its authorization server
 back with a code, a token endpoint with refresh-token rotation, revocation).
 
 Tokens are random and expire after `expires_in` seconds; `grants` records every token
-request's grant type, `rejected` counts the MCP requests answered 401.
+request's grant type, `rejected` counts the MCP requests answered 401, `reused` the refreshes
+with a refresh token that was already spent (what two clients sharing one grant must never
+do).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class OAuthServer:
         self.base = ""
         self.access: dict[str, float] = {}
         self.refresh: set[str] = set()
+        self.spent: set[str] = set()
+        self.reused = 0
         self.codes: dict[str, str] = {}
         self.grants: list[str] = []
         self.rejected = 0
@@ -145,8 +149,10 @@ class OAuthServer:
         if grant == "refresh_token":
             old = str(form.get("refresh_token"))
             if old not in self.refresh:
+                self.reused += old in self.spent
                 return JSONResponse({"error": "invalid_grant"}, status_code=400)
             self.refresh.discard(old)  # rotation: a refresh token is used once
+            self.spent.add(old)
             return JSONResponse(self._issue())
         return JSONResponse({"error": "unsupported_grant_type"}, status_code=400)
 

@@ -91,6 +91,22 @@ async def test_transaction_state_ends_with_the_transaction_and_clean_releases_se
     assert after["last_query"].startswith("SELECT array(SELECT pg_listening_channels())")
 
 
+async def test_the_claims_connection_comes_back_with_synchronous_commit_reset(
+        pool: Any, dsn: str) -> None:
+    default = await session_state(pool, dsn)
+    log = await PostgresOutcomeLog.on_pool(pool, replica="a", claim_ttl=60)
+    try:
+        assert await log.claim("loc", "c1", "fp") is None
+        held = log.claims._batcher._conn  # the claims keep it for the next ones a while
+        assert held is not None and held.get_server_pid() == default["pid"]
+        assert held.keeps_session_state  # its session has synchronous_commit=off
+        after = await session_state(pool, dsn)  # once it went back (idle), the same backend
+        assert (after["pid"], after["synchronous_commit"]) == (
+            default["pid"], default["synchronous_commit"])
+    finally:
+        await log.aclose()
+
+
 async def test_the_claims_listener_goes_back_to_the_pool_unlistened(dsn: str) -> None:
     pool = await open_pool(dsn, min_size=1, max_size=2)
     try:

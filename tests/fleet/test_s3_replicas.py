@@ -1,13 +1,16 @@
 """Two `sidecar serve` replicas keeping managed texts on one S3 location (SeaweedFS) indexed in
 one PostgreSQL database (`SIDECAR_OBJECT_STORE` + `SIDECAR_DATABASE_URL`): a large output
 bounded into a managed ref on A is read through B (by line offsets, inside a line, by
-pattern, with `managed_read`), and retention runs once for the fleet, deleting the objects and
-their index rows together."""
+pattern, with `managed_read`), retention runs once for the fleet, deleting the objects and
+their index rows together, and an upload cut short by kill -9 (write-behind) resumes when the
+replica starts again on its state directory."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
+import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -172,3 +175,64 @@ def test_retention_runs_once_and_deletes_objects_with_their_rows(
     short_lived_fleet: Fleet,
 ) -> None:
     asyncio.run(_expire(short_lived_fleet))
+
+
+async def _resume_after_kill(tmp_path: Path, postgres: PostgresServer, s3: S3Server) -> None:
+    dsn = await postgres.new_database()
+    location = s3.new_location()
+    manifests = tmp_path / "big"
+    manifests.mkdir()
+    (manifests / "big.toml").write_text(BIG)
+    env = {**s3.env(location), "SIDECAR_MANIFESTS": str(manifests)}
+    token = secrets.token_urlsafe(32)
+    runs = tmp_path / "runs.txt"
+    headers = {"authorization": f"Bearer {token}"}
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        a, url_a = start_replica(tmp_path / "a", dsn, token, runs, name="replica-a",
+                                 env_extra=env)
+        procs.append(a)
+        b, url_b = start_replica(tmp_path / "b", dsn, token, runs, name="replica-b",
+                                 env_extra=env)
+        procs.append(b)
+        staging = tmp_path / "a" / "state" / "managed-s3"
+        os.kill(s3.process.pid, signal.SIGSTOP)  # no upload can end: the bucket is paused
+        try:
+            async with httpx.AsyncClient(base_url=url_a, headers=headers, timeout=60) as client:
+                made = await _call(client, "big", {}, "big-1")
+            ref = made["managed"][0]["ref"]
+            assert [p.name for p in staging.glob("*/objects/*")] == [ref]
+            a.kill()  # kill -9: no shutdown, the upload never ended
+            a.wait()
+            assert a.stderr is not None
+            a.stderr.close()
+        finally:
+            os.kill(s3.process.pid, signal.SIGCONT)
+        # A again, on the same state directory: it uploads the object again
+        again, _ = start_replica(tmp_path / "a-again", dsn, token, runs, name="replica-a",
+                                 env_extra={**env, "SIDECAR_STATE_DIR": str(tmp_path / "a" /
+                                                                            "state")})
+        procs.append(again)
+        async with httpx.AsyncClient(base_url=url_b, headers=headers, timeout=60) as client:
+            page = (await client.get(f"/v1/managed/{ref}",
+                                     params={"offset": 77_777, "limit": 2})).json()
+        assert page["text"] == f"{_row(77_777)}\n{_row(77_778)}\n"
+        conn = await asyncpg.connect(dsn)
+        try:
+            assert await conn.fetchval(
+                "SELECT staged_in FROM sidecar_managed_objects WHERE id = $1", ref) is None
+        finally:
+            await conn.close()
+    finally:
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                stop(proc)
+    assert list(staging.glob("*/objects/*")) == []
+
+
+def test_a_replica_killed_before_its_upload_ended_uploads_it_when_restarted(
+        tmp_path: Path, postgres_server: PostgresServer, s3_server: S3Server) -> None:
+    """Write-behind across a crash: A bounds a large output into a ref while the bucket is
+    paused (the commit does not wait for the upload), is killed with SIGKILL, and started
+    again on the same state directory; the upload resumes and B reads the ref."""
+    asyncio.run(_resume_after_kill(tmp_path, postgres_server, s3_server))

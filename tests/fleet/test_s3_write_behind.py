@@ -22,7 +22,7 @@ import obstore
 import pytest
 
 from managed_store import ManagedNotFound, ManagedStoreError
-from managed_store.s3 import S3Settings, S3TextStore
+from managed_store.s3 import S3Settings, S3TextStore, WriteSettings
 from tests.fleet.postgres import PostgresServer
 from tests.fleet.s3 import S3Server
 
@@ -268,3 +268,34 @@ async def test_a_long_spool_uploads_its_parts_while_it_writes_and_an_abort_stops
         assert await fleet.pool.fetchval("SELECT count(*) FROM sidecar_managed_pending") == 0
     finally:
         await a.aclose()
+
+
+async def test_one_store_at_a_time_on_a_staging_directory(fleet: Fleet) -> None:
+    a = await fleet.writer()
+    try:
+        with pytest.raises(ManagedStoreError, match="is in use by another store"):
+            await fleet.writer()
+        [staging] = list((fleet.tmp / "a").iterdir())
+        assert {p.name for p in staging.iterdir()} == {"id", "lock", "objects"}
+        assert {oct(p.stat().st_mode & 0o777) for p in (staging, staging / "objects")} == \
+            {"0o700"}
+    finally:
+        await a.aclose()
+
+
+def test_the_write_settings_come_from_the_environment() -> None:
+    assert WriteSettings.from_environ({}) == WriteSettings(
+        behind=True, staging_bytes=1024**3, read_wait=120.0, close_wait=20.0)
+    assert WriteSettings.from_environ({
+        "SIDECAR_OBJECT_STORE_WRITE": "Through", "SIDECAR_OBJECT_STORE_STAGING_BYTES": "512M",
+        "SIDECAR_OBJECT_STORE_READ_WAIT": "2m", "SIDECAR_OBJECT_STORE_CLOSE_WAIT": "5s",
+    }) == WriteSettings(behind=False, staging_bytes=512 * 1024**2, read_wait=120.0,
+                        close_wait=5.0)
+    assert WriteSettings.from_environ({"SIDECAR_OBJECT_STORE_STAGING_BYTES": "0"}
+                                      ).staging_bytes == 0  # every commit written through
+    for name, value in (("SIDECAR_OBJECT_STORE_WRITE", "later"),
+                        ("SIDECAR_OBJECT_STORE_STAGING_BYTES", "lots"),
+                        ("SIDECAR_OBJECT_STORE_READ_WAIT", "-1"),
+                        ("SIDECAR_OBJECT_STORE_CLOSE_WAIT", "soon")):
+        with pytest.raises(ValueError, match=name):
+            WriteSettings.from_environ({name: value})

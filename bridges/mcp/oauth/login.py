@@ -35,7 +35,7 @@ from bridges.mcp.oauth.providers import Interactive, build_auth
 from bridges.mcp.oauth.records import LoginStatus, RecordStorage, canonical_resource
 from bridges.mcp.sse import sse_transport
 from bridges.mcp.transport_state import TransportState
-from sidecar.grant_store import GrantStore
+from sidecar.grant_store import GrantStore, GrantStoreUnavailable
 
 log = logging.getLogger("bridges.mcp.oauth")
 
@@ -207,8 +207,15 @@ async def _probe(config: ServerConfig, auth: httpx2.Auth, patience: float) -> st
 
 
 async def logout(server: str, config: ServerConfig | None, store: GrantStore) -> str:
-    """Revoke (where the authorization server supports it) and forget `server`'s tokens."""
-    record = await store.get(server)
+    """Revoke (where the authorization server supports it) and forget `server`'s tokens. A
+    record this process cannot read (the fleet's grant key is missing or another) is forgotten
+    without revocation."""
+    try:
+        record = await store.get(server)
+    except GrantStoreUnavailable as exc:
+        if not await store.delete(server):
+            raise
+        return f"{server}: tokens forgotten (not revoked: {exc})"
     if record is None:
         return f"{server}: no stored tokens"
     note = "forgotten"

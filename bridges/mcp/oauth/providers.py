@@ -17,17 +17,26 @@ What the wrapper adds, in two modes:
 
 In both, stored tokens carry an absolute expiry (`RecordStorage`), so after a restart a token
 close to its end is refreshed before it is sent, and the discovered metadata is restored so
-the refresh goes to the right token endpoint. With `auto` (no `auth` key), a 401 without a
-Bearer challenge is not OAuth: it goes back to the transport untouched.
+the refresh goes to the right token endpoint. Every refresh runs under the grant store's
+`exclusive(server)` hold and starts from the stored record, never from this process's copy:
+with rotating refresh tokens (each works once) a grant shared by several processes (a fleet's
+replicas on one database, or the daemon and `sidecar auth`) would otherwise be refreshed twice
+with one refresh token, and the second refresh would fail. A process that finds new tokens in
+the store once it holds the lock uses them and does not refresh (`refresh_shared`). The SDK's
+own inline refresh is switched off for this (`_GuardedContext`).
+
+With `auto` (no `auth` key), a 401 without a Bearer challenge is not OAuth: it goes back to the
+transport untouched.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx2
@@ -38,6 +47,7 @@ from mcp.client.auth.extensions.client_credentials import (
     SignedJWTParameters,
 )
 from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
+from mcp.client.auth.oauth2 import OAuthContext
 from mcp.client.auth.utils import extract_field_from_www_auth, union_scopes
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata
 from pydantic import AnyUrl, ValidationError
@@ -50,9 +60,15 @@ from bridges.mcp.oauth.records import (
     canonical_resource,
     restore_metadata,
 )
-from sidecar.grant_store import GrantStore
+from sidecar.grant_store import GrantRecord, GrantStore, GrantStoreUnavailable
 
 log = logging.getLogger("bridges.mcp.oauth")
+
+Refreshed = Literal["refreshed", "adopted", "refused", "unreachable", "impossible"]
+"""How `refresh_shared` ended: new tokens from the authorization server; tokens another
+process stored meanwhile; refused (a login is needed); the server did not answer; nothing to
+refresh with."""
+REFRESH_TIMEOUT = 30.0
 
 REFRESH_MARGIN = 60.0
 """Seconds before its expiry a token counts as expired (refreshed before it is sent)."""
@@ -78,6 +94,29 @@ class Interactive:
     """Shows the authorization URL (prints it, opens a browser)."""
     wait: Callable[[], Awaitable[AuthorizationCodeResult]]
     """Waits for the redirect back to `redirect_uri`."""
+
+
+@dataclass
+class _GuardedContext(OAuthContext):
+    """The SDK's `OAuthContext` with its inline refresh switched off (its flow refreshes
+    whenever `can_refresh_token()` says it may, with the refresh token in memory):
+    `_SidecarAuth.refresh_shared` refreshes instead, under the grant store's lock."""
+
+    def can_refresh_token(self) -> bool:
+        return False
+
+    def refreshable(self) -> bool:
+        return OAuthContext.can_refresh_token(self)
+
+
+def _guarded(context: OAuthContext) -> _GuardedContext:
+    return _GuardedContext(**{f.name: getattr(context, f.name)
+                              for f in dataclasses.fields(context) if f.init})
+
+
+def _sent_token(request: httpx2.Request) -> str | None:
+    value = request.headers.get("authorization", "")
+    return value[7:] if value[:7].lower() == "bearer " else None
 
 
 def _bearer_challenge(response: httpx2.Response) -> bool:
@@ -137,6 +176,7 @@ class _SidecarAuth:
         self.fixed_client = fixed_client
         self.person_needed = person_needed
         self._authorized = False
+        self.context = _guarded(self.context)
         storage.context = lambda: self.context
 
     def reload(self) -> None:
@@ -150,13 +190,7 @@ class _SidecarAuth:
         record = await self.storage.record()
         if record is not None:
             restore_metadata(record, self.context)
-            expires_at = record.get("expires_at")
-            if expires_at is not None:
-                lifetime = float(expires_at) - float(record.get("obtained_at") or 0)
-                margin = min(REFRESH_MARGIN, max(lifetime, 0.0) / 4)
-                self.context.token_expiry_time = float(expires_at) - margin
-            else:
-                self.context.token_expiry_time = None
+            self._expiry_from(record)
         if self.interactive is not None:
             # A login authorizes afresh; a client registered for another redirect URI
             # (the loopback port is ephemeral) registers again.
@@ -167,6 +201,62 @@ class _SidecarAuth:
                 self.context.client_info = None
         if self.fixed_client is not None:
             self.context.client_info = self.fixed_client
+
+    def _expiry_from(self, record: GrantRecord) -> None:
+        expires_at = record.get("expires_at")
+        if expires_at is not None:
+            lifetime = float(expires_at) - float(record.get("obtained_at") or 0)
+            margin = min(REFRESH_MARGIN, max(lifetime, 0.0) / 4)
+            self.context.token_expiry_time = float(expires_at) - margin
+        else:
+            self.context.token_expiry_time = None
+
+    async def refresh_shared(self, sent: str | None) -> Refreshed:
+        """Refresh the tokens, unless another process (or task) already did: `sent` is the
+        access token the caller found stale. Holds the grant store's `exclusive(server)` while
+        it reads the stored record, and while the refresh request runs; the caller holds
+        `context.lock`. Tokens in the store other than `sent` are used as they are when still
+        valid, and otherwise their refresh token is the one spent."""
+        storage = self.storage
+        async with storage.store.exclusive(storage.server):
+            found = await storage.current()
+            if found is None:
+                self.context.clear_tokens()  # logged out elsewhere: never written back
+                return "impossible"
+            record, tokens = found
+            self.context.current_tokens = tokens  # the store's, which may be newer than ours
+            self._expiry_from(record)
+            if tokens.access_token != sent and self.context.is_token_valid():
+                return "adopted"
+            if not self.context.refreshable():
+                return "impossible"
+            request = await self._refresh_token()  # type: ignore[attr-defined]
+            try:
+                async with httpx2.AsyncClient(timeout=REFRESH_TIMEOUT) as http:
+                    response = await http.send(request)
+                    await response.aread()
+            except httpx2.HTTPError as exc:
+                self.status.transient = f"refreshing the token failed: {type(exc).__name__}"
+                log.warning("[%s] %s", self.status.server, self.status.transient)
+                return "unreachable"
+            ok = await self._handle_refresh_response(response)
+        return "refreshed" if ok else "refused"
+
+    async def _refresh_if_due(self) -> Refreshed | None:
+        """Before a request: refresh a token that is no longer valid (the SDK's flow would
+        have refreshed it inline); None when nothing was due."""
+        if self.interactive is not None or self.status.needs_login:
+            return None
+        if self._initialized and (self.context.is_token_valid()
+                                  or not self.context.refreshable()):
+            return None
+        async with self.context.lock:
+            if not self._initialized:
+                await self._initialize()
+            if self.context.is_token_valid() or not self.context.refreshable():
+                return None
+            tokens = self.context.current_tokens
+            return await self.refresh_shared(tokens.access_token if tokens else None)
 
     async def _handle_refresh_response(self, response: httpx2.Response) -> bool:
         if response.status_code != 200:
@@ -191,6 +281,16 @@ class _SidecarAuth:
             record = await self.storage.record()
             if record is not None and record.get("updated_at") != generation:
                 self.reload()
+        try:
+            due = await self._refresh_if_due()
+        except GrantStoreUnavailable as exc:  # e.g. a fleet replica without the grant key
+            self.status.store_error = str(exc)
+            self.status.require("the stored OAuth grant cannot be used")
+            log.warning("[%s] %s", self.status.server, self.status.hint())
+            due = "unreachable"
+        if due == "unreachable":
+            yield request  # without a fresh token: its 401 goes back to the transport
+            return
         if self._settled():
             # The common case: no lock held while the request runs (the SDK's flow holds its
             # lock until the response headers arrive, which would serialize concurrent calls
@@ -214,11 +314,15 @@ class _SidecarAuth:
                     ):
                         return  # not an OAuth challenge: the transport sees the 401
                     if (response.status_code == 401 and not retried_refresh
-                            and self.context.can_refresh_token()):
-                        # The server no longer takes the token: refresh once, then resend.
+                            and self.context.refreshable()):
+                        # The server no longer takes the token: refresh once (or use the
+                        # one another process stored since), then resend.
                         retried_refresh = True
                         await flow.aclose()
-                        self.context.token_expiry_time = 1.0  # long past (0 means "never")
+                        async with self.context.lock:
+                            outcome = await self.refresh_shared(_sent_token(outgoing))
+                        if outcome == "unreachable":
+                            return  # the transport sees the 401
                         flow = super()._auth_flow(request)  # type: ignore[misc]
                         outgoing = await flow.__anext__()
                         continue
@@ -302,7 +406,9 @@ class _SidecarAuth:
         log.warning("[%s] %s", self.status.server, self.status.hint())
         try:
             await self.storage.note_login_required(reason, scope)
-        except OSError as exc:
+        except (OSError, GrantStoreUnavailable) as exc:
+            if isinstance(exc, GrantStoreUnavailable):
+                self.status.store_error = str(exc)
             log.warning("[%s] cannot record the login state: %s", self.status.server, exc)
 
     async def _redirect(self, url: str) -> None:

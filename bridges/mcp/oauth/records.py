@@ -48,6 +48,9 @@ class LoginStatus:
     pending_scope: str | None = None
     transient: str | None = None
     """A failure retrying may fix (the authorization server did not answer)."""
+    store_error: str | None = None
+    """Why the grant store cannot be used here (a fleet replica without `SIDECAR_GRANT_KEY`):
+    no login helps until it is fixed."""
 
     @property
     def needs_login(self) -> bool:
@@ -61,9 +64,12 @@ class LoginStatus:
     def clear(self) -> None:
         self.reason = None
         self.transient = None
+        self.store_error = None
 
     def hint(self) -> str:
         """The sentence every health report and call error carries while a login is needed."""
+        if self.store_error is not None:
+            return f"{self.reason}, and {self.store_error}"
         return f"{self.reason}; run `{login_command(self.server)}`"
 
 
@@ -104,6 +110,11 @@ class RecordStorage:
         return record
 
     async def get_tokens(self) -> OAuthToken | None:
+        found = await self.current()
+        return None if found is None else found[1]
+
+    async def current(self) -> tuple[GrantRecord, OAuthToken] | None:
+        """The server's record and its tokens, read once; None when it has none."""
         record = await self.record()
         if record is None or not record.get("tokens"):
             return None
@@ -113,7 +124,7 @@ class RecordStorage:
             return None
         if self._on_tokens is not None:
             self._on_tokens(tokens)
-        return tokens
+        return record, tokens
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
         now = time.time()

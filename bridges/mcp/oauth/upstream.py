@@ -17,14 +17,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Literal
 
 import anyio
-import httpx2
 
 from bridges.manifest import ServerConfig
 from bridges.mcp.oauth.providers import CrossAppAuth, SidecarAuth, build_auth
-from bridges.mcp.oauth.records import LoginStatus
-from sidecar.grant_store import GrantStore
+from bridges.mcp.oauth.records import LoginStatus, RecordStorage
+from sidecar.grant_store import GrantRecord, GrantStore, GrantStoreUnavailable
 
 log = logging.getLogger("bridges.mcp.oauth")
 
@@ -65,7 +65,9 @@ class UpstreamAuth:
         seen = storage.generation
         while True:
             await anyio.sleep(POLL_INTERVAL)
-            record = await storage.record()
+            record = await self._read(storage)
+            if record is False:
+                continue
             if record is not None and record.get("updated_at") != seen and record.get("tokens"):
                 if not record.get("login_required"):
                     break
@@ -90,10 +92,26 @@ class UpstreamAuth:
                 continue
             await anyio.sleep(POLL_INTERVAL)
 
+    async def _read(self, storage: RecordStorage) -> GrantRecord | Literal[False] | None:
+        """The stored record, or False while the grant store cannot be used (said once in
+        the log and in the login hint; polled again like a missing login)."""
+        try:
+            record = await storage.record()
+        except GrantStoreUnavailable as exc:
+            if self.status.store_error != str(exc):
+                self.status.store_error = str(exc)
+                log.warning("[%s] the OAuth grant cannot be read: %s", self.status.server, exc)
+            return False
+        self.status.store_error = None
+        return record
+
     async def keep_fresh(self) -> None:
         """Refresh the access token ahead of its expiry, for as long as the server runs."""
         while True:
-            record = await self.auth.storage.record()
+            record = await self._read(self.auth.storage)
+            if record is False:
+                await anyio.sleep(POLL_INTERVAL * 5)
+                continue
             tokens = (record or {}).get("tokens") or {}
             expires_at = (record or {}).get("expires_at")
             if not tokens.get("refresh_token") or expires_at is None or self.status.needs_login:
@@ -102,12 +120,14 @@ class UpstreamAuth:
             obtained = float((record or {}).get("obtained_at") or time.time())
             due = float(expires_at) - refresh_lead(max(float(expires_at) - obtained, 1.0))
             await anyio.sleep(max(due - time.time(), MIN_REFRESH_PAUSE))
-            if await self.auth.storage.record() != record:
+            if await self._read(self.auth.storage) != record:
                 continue  # refreshed meanwhile (inline, or by another process)
-            await self.refresh_now()
+            await self.refresh_now(record)
 
-    async def refresh_now(self) -> bool:
-        """One refresh with the stored refresh token (the SDK builds and reads the request)."""
+    async def refresh_now(self, seen: GrantRecord | None = None) -> bool:
+        """One refresh with the stored refresh token (the SDK builds and reads the request),
+        unless the stored record's tokens are no longer those of `seen` (another process
+        refreshed them meanwhile: they are used instead)."""
         provider = self.auth
         if isinstance(provider, CrossAppAuth):
             return False  # a new ID-JAG is exchanged on the next 401 instead
@@ -115,22 +135,19 @@ class UpstreamAuth:
         async with context.lock:
             if not provider._initialized:
                 await provider._initialize()
-            if not context.can_refresh_token():
+            if not context.refreshable():
                 return False
-            request = await provider._refresh_token()
-            try:
-                async with httpx2.AsyncClient(timeout=30.0) as http:
-                    response = await http.send(request)
-                    await response.aread()
-            except httpx2.HTTPError as exc:
-                log.warning("[%s] token refresh failed: %s", self.status.server,
-                            type(exc).__name__)
-                return False
-            ok = await provider._handle_refresh_response(response)
-        if not ok:
+            if seen is not None:
+                sent = ((seen.get("tokens") or {}).get("access_token"))
+            else:
+                sent = context.current_tokens.access_token if context.current_tokens else None
+            outcome = await provider.refresh_shared(sent)
+        if outcome == "refused":
             log.warning("[%s] %s", self.status.server, self.status.hint())
             await provider.storage.note_login_required(self.status.reason or "refresh failed",
                                                        None)
-        else:
+        elif outcome == "refreshed":
             log.info("[%s] access token refreshed", self.status.server)
-        return bool(ok)
+        elif outcome == "adopted":
+            log.info("[%s] access token refreshed by another process", self.status.server)
+        return outcome in ("refreshed", "adopted")

@@ -16,7 +16,7 @@ Server-to-client traffic of upstream servers (`bridges.mcp.passthrough`):
   JSON-RPC error when several sessions have (`roots/list` with no call in flight goes to the
   most recent handshake-era session with roots). A handshake-era client gets the request on the
   call's own stream; a 2026-07-28 client gets an `input_required` result and continues the call
-  by answering it (`rounds`).
+  by answering it (`rounds`; on any replica of a fleet: `fleet_rounds`).
 - log messages go to every session with a call in flight on that server (filtered by its
   `logging/setLevel`; 2026-07-28 sessions only when the request opted in); with no call in
   flight, to the handshake-era sessions that set a level.

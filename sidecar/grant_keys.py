@@ -1,0 +1,144 @@
+"""The key that encrypts OAuth grants kept in the fleet database: `SIDECAR_GRANT_KEY`.
+
+A grant holds access and refresh tokens for upstream servers, so the fleet's grant store
+(`sidecar.postgres_grants`) never writes one in the clear: each record is sealed with
+AES-256-GCM (`cryptography`'s `AESGCM`), a fresh 96-bit nonce per write, and the server key as
+associated data (a sealed record copied onto another server's row does not open). Every
+replica, and every machine that runs `sidecar auth login` against the database, needs the same
+key.
+
+Format: one or more keys separated by commas, each 32 random bytes in base64 (standard or
+URL-safe alphabet, padding optional). Make one with `openssl rand -base64 32`. The first key
+seals; every listed key opens. To rotate: put the new key first and keep the old one after it
+until every record was written again (each login and each refresh rewrites its record).
+
+Each sealed record names its key by a key id (`key_id`: 8 bytes of HMAC-SHA256 under the key,
+in hex), so a record sealed with a key this process does not have gives an error naming both
+ids, never a decryption failure in the dark. No key, and nothing here, is ever logged or put
+in an exception message.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from sidecar.grant_store import GrantRecord, GrantStoreUnavailable
+
+GRANT_KEY_ENV = "SIDECAR_GRANT_KEY"
+KEY_BYTES = 32
+NONCE_BYTES = 12
+_KEY_ID_LABEL = b"mcp-sidecar grant key id"
+_AAD_PREFIX = b"mcp-sidecar grant v1\x00"
+
+
+class GrantKeyMissing(GrantStoreUnavailable):
+    """The grants are in the fleet database and `SIDECAR_GRANT_KEY` is not set."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            f"OAuth grants are kept in the fleet database, encrypted with {GRANT_KEY_ENV}, "
+            f"which is not set: give every replica (and `sidecar auth`) the same "
+            f"{GRANT_KEY_ENV} (32 random bytes in base64: `openssl rand -base64 32`)")
+
+
+class GrantKeyInvalid(GrantStoreUnavailable):
+    """`SIDECAR_GRANT_KEY` is set but is not a list of base64 32-byte keys."""
+
+
+class GrantSealError(GrantStoreUnavailable):
+    """A stored grant cannot be opened with the keys this process has."""
+
+
+def _decode_key(text: str, position: int) -> bytes:
+    cleaned = text.strip().rstrip("=").replace("-", "+").replace("_", "/")  # either alphabet
+    raw: bytes | None
+    try:
+        raw = base64.b64decode(cleaned + "=" * (-len(cleaned) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raw = None
+    if raw is None or len(raw) != KEY_BYTES:
+        where = f"key {position}" if position > 1 else "the key"
+        got = "not base64" if raw is None else f"{len(raw)} bytes"
+        raise GrantKeyInvalid(
+            f"{GRANT_KEY_ENV}: {where} is {got}, not base64 of {KEY_BYTES} random bytes "
+            "(make one with `openssl rand -base64 32`)")
+    return raw
+
+
+def key_id(key: bytes) -> str:
+    """The public name of `key` (reveals nothing of it)."""
+    return hmac.new(key, _KEY_ID_LABEL, hashlib.sha256).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class GrantKeys:
+    """The keys of `SIDECAR_GRANT_KEY`: the first seals, all open. Never printed."""
+
+    keys: tuple[bytes, ...]
+
+    def __repr__(self) -> str:
+        return f"GrantKeys(ids={list(self.ids)!r})"
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(key_id(k) for k in self.keys)
+
+    @classmethod
+    def parse(cls, text: str) -> GrantKeys | None:
+        """The keys in `text` (None when it is blank); `GrantKeyInvalid` when one is not
+        base64 of 32 bytes."""
+        parts = [p for p in text.split(",") if p.strip()]
+        if not parts:
+            return None
+        return cls(tuple(_decode_key(p, i) for i, p in enumerate(parts, 1)))
+
+    @classmethod
+    def from_env(cls, environ: Any = None) -> GrantKeys | None:
+        env = os.environ if environ is None else environ
+        return cls.parse(env.get(GRANT_KEY_ENV, ""))
+
+    def seal(self, server: str, record: GrantRecord) -> tuple[str, bytes]:
+        """(key id, nonce + ciphertext) of `record`, bound to `server`."""
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        key = self.keys[0]
+        nonce = os.urandom(NONCE_BYTES)
+        plain = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+        return key_id(key), nonce + AESGCM(key).encrypt(nonce, plain, _aad(server))
+
+    def open(self, server: str, kid: str, sealed: bytes) -> GrantRecord:
+        """The record `seal` made for `server`; `GrantSealError` when no key of ours sealed
+        it, or it was changed since."""
+        from cryptography.exceptions import InvalidTag
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        key = next((k for k in self.keys if key_id(k) == kid), None)
+        if key is None:
+            raise GrantSealError(
+                f"the stored OAuth grant of {server!r} was encrypted with another "
+                f"{GRANT_KEY_ENV} (key id {kid}; this process has {', '.join(self.ids)}): "
+                f"give every replica the same {GRANT_KEY_ENV}, or log in again "
+                f"(`sidecar auth login {server}`)")
+        try:
+            plain = AESGCM(key).decrypt(sealed[:NONCE_BYTES], sealed[NONCE_BYTES:],
+                                        _aad(server))
+            record = json.loads(plain)
+        except (InvalidTag, ValueError):
+            raise GrantSealError(
+                f"the stored OAuth grant of {server!r} does not decrypt with its key (key id "
+                f"{kid}): it was changed in the database; log in again "
+                f"(`sidecar auth login {server}`)") from None
+        if not isinstance(record, dict):
+            raise GrantSealError(f"the stored OAuth grant of {server!r} is not a record")
+        return record
+
+
+def _aad(server: str) -> bytes:
+    return _AAD_PREFIX + server.encode()

@@ -1,0 +1,125 @@
+"""OAuth grants of upstream servers on PostgreSQL (`asyncpg`), shared by every replica of a
+fleet and by `sidecar auth login|status|logout` run with the fleet database: a login done once
+(through any replica, or the CLI) serves every replica.
+
+It implements `sidecar.grant_store.GrantStore` with the embedded stores' semantics: one opaque
+record per server key, `update` atomic (the change runs while the replica holds a transaction
+advisory lock on that server, `LOCK_GRANT_UPDATE`, so two replicas never both apply a change
+to the same old record), and `exclusive(server)` held by one replica at a time while it
+refreshes that server's tokens (`LOCK_GRANT_REFRESH`; the OAuth bridge reads the record again
+once it holds it, and uses tokens another replica stored meanwhile instead of spending a
+rotated refresh token twice).
+
+Records are encrypted at rest with `SIDECAR_GRANT_KEY` (`sidecar.grant_keys`); the database
+holds the server key, the key id and the sealed bytes. Without the key the store refuses to
+read or write any record (`GrantKeyMissing`, naming the variable): tokens are never written to
+the database in the clear. Listing the servers and forgetting one (`delete`, for `sidecar auth
+logout` after a key was lost) need no key. Table `sidecar_grants`, component `grants` in
+`sidecar_schema`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sidecar.grant_keys import GrantKeyMissing, GrantKeys
+from sidecar.grant_store import LOCK_POLL, GrantRecord
+from sidecar.postgres import LOCK_GRANT_REFRESH, LOCK_GRANT_UPDATE, PostgresStore
+
+if TYPE_CHECKING:
+    import asyncpg
+
+
+class PostgresGrantStore(PostgresStore):
+    """See the module docstring. `await PostgresGrantStore.on_pool(pool)` on the replica's
+    pool, or `.open(dsn)` with a pool of its own (the CLI). The keys come from
+    `SIDECAR_GRANT_KEY` (`GrantKeyInvalid` at open when it is malformed); `keys` may be set
+    afterwards."""
+
+    COMPONENT = "grants"
+    SCHEMA_VERSION = 1
+    MIGRATIONS: ClassVar[dict[int, str]] = {1: """
+CREATE TABLE sidecar_grants (
+    server     TEXT PRIMARY KEY,
+    key_id     TEXT NOT NULL,
+    sealed     BYTEA NOT NULL,
+    updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+"""}
+
+    def __init__(self, pool: asyncpg.Pool, *, owns_pool: bool = False,
+                 location: str = "default") -> None:
+        super().__init__(pool, owns_pool=owns_pool, location=location)
+        self.keys: GrantKeys | None = GrantKeys.from_env()
+
+    def __repr__(self) -> str:
+        return f"PostgresGrantStore(keys={self.keys!r})"
+
+    def _keys(self) -> GrantKeys:
+        if self.keys is None:
+            raise GrantKeyMissing
+        return self.keys
+
+    async def get(self, server: str) -> GrantRecord | None:
+        async with self._pool.acquire() as conn:
+            row = await conn.fetchrow(
+                "SELECT key_id, sealed FROM sidecar_grants WHERE server = $1", server)
+        return None if row is None else self._open(server, row)
+
+    async def put(self, server: str, record: GrantRecord) -> None:
+        await self.update(server, lambda _old: record)
+
+    async def update(
+        self, server: str, change: Callable[[GrantRecord | None], GrantRecord | None]
+    ) -> GrantRecord | None:
+        keys = self._keys()  # refused before anything is read or written
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))",
+                               LOCK_GRANT_UPDATE, server)
+            row = await conn.fetchrow(
+                "SELECT key_id, sealed FROM sidecar_grants WHERE server = $1", server)
+            new = change(None if row is None else self._open(server, row))
+            if new is None:
+                if row is not None:
+                    await conn.execute("DELETE FROM sidecar_grants WHERE server = $1", server)
+                return None
+            kid, sealed = keys.seal(server, new)
+            await conn.execute(
+                "INSERT INTO sidecar_grants (server, key_id, sealed) VALUES ($1, $2, $3) "
+                "ON CONFLICT (server) DO UPDATE SET key_id = EXCLUDED.key_id, "
+                "sealed = EXCLUDED.sealed, updated_at = now()", server, kid, sealed)
+            return new
+
+    async def delete(self, server: str) -> bool:
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))",
+                               LOCK_GRANT_UPDATE, server)
+            gone = await conn.fetchval(
+                "DELETE FROM sidecar_grants WHERE server = $1 RETURNING 1", server)
+        return gone is not None
+
+    async def servers(self) -> list[str]:
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch("SELECT server FROM sidecar_grants ORDER BY server")
+        return [r["server"] for r in rows]
+
+    def exclusive(self, server: str) -> AbstractAsyncContextManager[None]:
+        return self._exclusive(server)
+
+    @asynccontextmanager
+    async def _exclusive(self, server: str) -> AsyncIterator[None]:
+        # Tried, not waited for in the server: a cancelled wait then never leaves a query
+        # running on a pooled connection. The lock ends with the transaction.
+        async with self._pool.acquire() as conn, conn.transaction():
+            while True:
+                if await conn.fetchval("SELECT pg_try_advisory_xact_lock($1, hashtext($2))",
+                                       LOCK_GRANT_REFRESH, server):
+                    break
+                await asyncio.sleep(LOCK_POLL * 5)
+            yield
+
+    def _open(self, server: str, row: Any) -> GrantRecord:
+        return self._keys().open(server, row["key_id"], bytes(row["sealed"]))

@@ -1,0 +1,85 @@
+"""One OAuth grant shared by several processes (a fleet's replicas on one database, or two
+daemons on one grant file), against the real test authorization server, which rotates refresh
+tokens (each works once) and counts a spent one presented again (`reused`).
+
+Two server pools (two replicas) each on their own open of the grant store, and a third
+party refreshing the grant behind their backs: every refresh starts from the stored record
+under the store's `exclusive` hold, so no refresh token is ever spent twice, both stay ready
+and their calls keep working across several refreshes."""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bridges.manifest import ServerConfig
+from bridges.mcp import ServerPool
+from bridges.mcp.oauth.login import login
+from bridges.mcp.oauth.upstream import UpstreamAuth
+from sidecar import Location
+from sidecar.grant_keys import GrantKeys
+from sidecar.grant_store import FileGrantStore, GrantStore
+from sidecar.postgres_grants import PostgresGrantStore
+from tests.bridges.helpers import ctx, eventually
+from tests.bridges.oauth_server import OAuthServer
+from tests.bridges.test_oauth import follow
+from tests.fleet.postgres import PostgresServer
+from tests.live_server import live_server
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def protected() -> AsyncIterator[OAuthServer]:
+    server = OAuthServer(expires_in=4)
+    async with live_server(server) as port:
+        server.base = f"http://127.0.0.1:{port}"
+        yield server
+
+
+@pytest.fixture(params=["file", "postgres"])
+async def two_opens(request: pytest.FixtureRequest,
+                    tmp_path: Path) -> AsyncIterator[tuple[GrantStore, GrantStore]]:
+    if request.param == "file":
+        yield FileGrantStore(tmp_path / "state"), FileGrantStore(tmp_path / "state")
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    dsn = await server.new_database()
+    keys = GrantKeys.parse(base64.b64encode(os.urandom(32)).decode())
+    first, second = await PostgresGrantStore.open(dsn), await PostgresGrantStore.open(dsn)
+    first.keys = second.keys = keys
+    try:
+        yield first, second
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+async def test_replicas_sharing_a_grant_never_spend_a_refresh_token_twice(
+    protected: OAuthServer, two_opens: tuple[GrantStore, GrantStore], tmp_path: Path
+) -> None:
+    store_a, store_b = two_opens
+    config = ServerConfig(url=f"{protected.base}/mcp", auth="oauth")
+    assert (await login("cloud", config, store_a, show=follow)).ok
+    async with Location.open(tmp_path / "a", state_dir=tmp_path / "a-state") as a, \
+            Location.open(tmp_path / "b", state_dir=tmp_path / "b-state") as b, \
+            ServerPool({"cloud": config}, a.tools, grants=store_a) as pool_a, \
+            ServerPool({"cloud": config}, b.tools, grants=store_b) as pool_b:
+        assert pool_a.health()["cloud"].state == pool_b.health()["cloud"].state == "ready"
+        # A third process refreshes behind both pools' backs: each holds a refresh token that
+        # is now spent, and must take the stored one instead.
+        assert await UpstreamAuth("cloud", config, store_a).refresh_now()
+        assert protected.grants.count("refresh_token") == 1
+        # Both pools refresh ahead of expiry (every ~2 s here), on the same schedule.
+        await eventually(lambda: protected.grants.count("refresh_token") >= 4, within=20,
+                         what="three more refreshes by the two pools")
+        for location in (a, b):
+            outcome = await location.snapshot().execute("cloud_whoami", {}, ctx())
+            assert outcome.status == "completed", outcome.error
+        assert protected.reused == 0, "a spent refresh token was presented again"
+        assert pool_a.health()["cloud"].state == pool_b.health()["cloud"].state == "ready"
+    assert protected.grants.count("authorization_code") == 1  # never a new login
