@@ -10,11 +10,12 @@ defect (500 `internal_error`) so that bugs are not hidden behind "unavailable".
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 from sidecar.postgres import DatabaseUnavailable, database_failure
 
-__all__ = ["UNAVAILABLE", "database_label", "unavailable_message"]
+__all__ = ["UNAVAILABLE", "database_label", "unavailable_message", "unless_down"]
 
 UNAVAILABLE = "unavailable"
 """The /v1 error code (HTTP 503), the same as a snapshot that could not be shared."""
@@ -38,6 +39,20 @@ def unavailable_message(exc: BaseException, what: str, label: str) -> str | None
     if said is not None:
         what = str(said)
     return f"{label} is unavailable: {what} ({_cause(failure)})"
+
+
+async def unless_down(read: Awaitable[dict[str, Any]], database: Any, what: str
+                      ) -> tuple[dict[str, Any], str | None]:
+    """`read`'s result and None, or `{}` and the answer when the fleet database (`database`,
+    a Location's check; None: no fleet database) failed under it."""
+    try:
+        return await read, None
+    except Exception as exc:
+        message = None if database is None else unavailable_message(
+            exc, what, database_label(database))
+        if message is None:
+            raise
+        return {}, message
 
 
 def _said(exc: BaseException) -> DatabaseUnavailable | None:

@@ -223,7 +223,7 @@ async def serves_again(fleet: Fleet, tag: str) -> None:
 
         # a call running on A is cancelled through B
         gate = Path(f"{fleet.runs}.open")
-        gate.unlink(missing_ok=True)
+        await asyncio.to_thread(gate.unlink, missing_ok=True)
         waiting = asyncio.ensure_future(a.post(f"/v1/snapshots/{snap_a}/calls",
                                                json=body("wait_open", f"{tag}-gated")))
         await running_on(b, f"{tag}-gated")
@@ -259,7 +259,7 @@ async def kept_until_back(fleet: Fleet, down: str) -> None:
     """A call that ran while the database went away: its outcome is not reported as
     completed, and is recorded once the database is back (the retry replays it)."""
     gate = Path(f"{fleet.runs}.open")
-    gate.unlink(missing_ok=True)
+    await asyncio.to_thread(gate.unlink, missing_ok=True)
     async with httpx.AsyncClient(base_url=fleet.a, headers=fleet.headers,
                                  timeout=HANG_GUARD) as a, \
             httpx.AsyncClient(base_url=fleet.b, headers=fleet.headers,
@@ -269,16 +269,17 @@ async def kept_until_back(fleet: Fleet, down: str) -> None:
         waiting = asyncio.ensure_future(a.post(f"/v1/snapshots/{snap_a}/calls",
                                                json=body("wait_open", call_id)))
         await running_on(a, call_id)
-        held = fleet.server.freeze() if down == "hung" else fleet.server.pause()
+        server = fleet.server
+        held = await asyncio.to_thread(server.freeze if down == "hung" else server.pause)
         try:
-            gate.touch()  # the tool ends now; its outcome cannot be recorded
+            await asyncio.to_thread(gate.touch)  # the tool ends now; its outcome is not recorded
             unavailable(fleet, await waiting, f"wait_open ran as call '{call_id}', but its "
                         "outcome could not be recorded", "retry with the same call id")
         finally:
             if held is None:
-                fleet.server.resume()
+                await asyncio.to_thread(server.resume)
             else:
-                fleet.server.thaw(held)
+                await asyncio.to_thread(server.thaw, held)
         await wait_healthy(fleet)
         replayed = await b.post(f"/v1/snapshots/{snap_b}/calls",
                                 json=body("wait_open", call_id))
