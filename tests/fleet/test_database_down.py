@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import secrets
+import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -32,7 +33,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.fleet.postgres import PostgresServer
-from tests.fleet.test_replicas import start_replica, stop
+from tests.fleet.test_replicas import SIDECAR, start_replica, stop
 
 BOUND = "2"  # SIDECAR_DATABASE_TIMEOUT of the replicas, in seconds
 HANG_GUARD = 30.0  # "does not hang": generous beside the bound
@@ -60,6 +61,7 @@ class Fleet:
     headers: dict[str, str]
     runs: Path
     database: str  # host:port/name, as the answers name it
+    scoped: str  # a token of profile "default", kept in the database (`sidecar token`)
 
 
 @pytest.fixture
@@ -77,6 +79,13 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
             dirs = os.pathsep.join([str(root / "manifests"), str(tmp_path / "extra")])
             return {"SIDECAR_MANIFESTS": dirs, "SIDECAR_DATABASE_TIMEOUT": BOUND}
 
+        env_cli = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+        env_cli.update(SIDECAR_DATABASE_URL=dsn, SIDECAR_STATE_DIR=str(tmp_path / "cli"))
+        made = subprocess.run([*SIDECAR, "token", "create", "--profile", "default", "--json"],
+                              env=env_cli, text=True, capture_output=True, timeout=60,
+                              check=False)
+        assert made.returncode == 0, made.stderr
+        scoped = json.loads(made.stdout)["token"]
         a, url_a = start_replica(tmp_path / "a", dsn, token, runs, name="replica-a",
                                  env_extra=env(tmp_path / "a"))
         try:
@@ -84,7 +93,7 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
                                      env_extra=env(tmp_path / "b"))
             try:
                 yield Fleet(server, url_a, url_b, {"authorization": f"Bearer {token}"}, runs,
-                            f"127.0.0.1:{server.port}/{dsn.rsplit('/', 1)[1]}")
+                            f"127.0.0.1:{server.port}/{dsn.rsplit('/', 1)[1]}", scoped)
             finally:
                 stop(b)
         finally:
@@ -159,6 +168,10 @@ async def answers_while_down(fleet: Fleet, snap: str, tag: str) -> None:
         for path in ("/v1/tools", "/metrics"):  # need no database (metrics: what is known)
             answer = await a.get(path)
             assert answer.status_code == 200, answer.text
+        # a scoped token is checked against the database (not used before: not cached)
+        scoped = {"authorization": f"Bearer {fleet.scoped}"}
+        unavailable(fleet, await a.get("/v1/tools", headers=scoped),
+                    "the bearer token could not be checked")
 
     for mode in ("legacy", "2026-07-28"):
         async with mcp_client(fleet.a, fleet, mode) as client:
@@ -190,6 +203,8 @@ async def serves_again(fleet: Fleet, tag: str) -> None:
             httpx.AsyncClient(base_url=fleet.b, headers=fleet.headers,
                               timeout=HANG_GUARD) as b:
         snap_a, snap_b = await snapshot(a), await snapshot(b)
+        scoped = await b.get("/v1/tools", headers={"authorization": f"Bearer {fleet.scoped}"})
+        assert scoped.status_code == 200, scoped.text
         again = await a.post(f"/v1/snapshots/{snap_a}/calls", json=body(
             "stamp", f"{tag}-1", line=f"{tag}-1"))
         assert again.json()["status"] == "completed" and not again.json()["replayed"]
