@@ -302,6 +302,12 @@ async def kept_until_back(fleet: Fleet, down: str) -> None:
         assert replayed.json()["status"] == "completed" and replayed.json()["replayed"], \
             replayed.text
         assert replayed.json()["content"] == [{"type": "text", "text": "open\n"}]
+        # A's call history row of the run, added while the database was down, is written now
+        deadline = time.monotonic() + HANG_GUARD
+        while not any(row["call_id"] == call_id and not row["replayed"] for row in (
+                await a.get("/v1/calls", params={"tool": "wait_open"})).json()["calls"]):
+            assert time.monotonic() < deadline, "the kept history row was not written"
+            await asyncio.sleep(0.1)
 
 
 def test_a_stopped_database_gets_clear_errors_and_the_fleet_recovers(fleet: Fleet) -> None:
@@ -336,3 +342,38 @@ def test_a_hung_database_gets_clear_errors_within_the_bound_and_the_fleet_recove
         await kept_until_back(fleet, "hung")
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_call_history_rows_wait_for_the_database(anyio_backend: str) -> None:
+    """Rows added while the database is stopped are kept and written once it is back; a
+    query meanwhile fails (the route's 503) instead of waiting for the writer; closing while
+    it is down does not hang."""
+    from sidecar.call_history import CallQuery
+    from sidecar.postgres import database_failure
+    from sidecar.postgres_call_history import PostgresCallHistory
+    from tests.fleet.test_postgres_stores import _row
+
+    server = await asyncio.to_thread(PostgresServer.start)
+    try:
+        history = await PostgresCallHistory.open(await server.new_database())
+        history.add(_row(1, time.time()))
+        await history.query(CallQuery())  # written
+        await asyncio.to_thread(server.pause)
+        history.add(_row(2, time.time()))
+        with pytest.raises(Exception) as failed:
+            async with asyncio.timeout(HANG_GUARD):
+                await history.query(CallQuery())
+        assert database_failure(failed.value) is not None
+        await asyncio.to_thread(server.resume)
+        async with asyncio.timeout(HANG_GUARD):
+            while len((await history.query(CallQuery()))[0]) < 2:  # noqa: ASYNC110
+                await asyncio.sleep(0.1)
+        assert [r.call_id for r in (await history.query(CallQuery()))[0]] == ["c2", "c1"]
+
+        await asyncio.to_thread(server.pause)
+        history.add(_row(3, time.time()))
+        async with asyncio.timeout(HANG_GUARD):
+            await history.aclose()  # logs the row it could not write
+    finally:
+        await asyncio.to_thread(server.stop)
