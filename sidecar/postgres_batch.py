@@ -34,6 +34,8 @@ from typing import Any, Generic, TypeVar
 
 import asyncpg
 
+from sidecar.postgres import connection_lost
+
 __all__ = ["IDLE_SECONDS", "MAX_BATCH", "Batcher"]
 
 Item = TypeVar("Item")
@@ -117,7 +119,7 @@ class Batcher(Generic[Item, Result]):
             while batch := self._take():
                 self._inflight = batch
                 conn = self._conn
-                if conn is None or conn.is_closed():
+                if conn is None or connection_lost(conn):
                     conn = await self._connection(batch)
                     if conn is None:
                         continue  # the pool failed: the batch got its error
