@@ -140,6 +140,26 @@ class PostgresServer:
         subprocess.run(_as_postgres(str(_bin() / "pg_ctl"), "-D", str(self.root / "data"),
                                     "-m", "fast", "-w", "stop"), check=True, capture_output=True)
 
+    def freeze(self) -> list[int]:
+        """Hang the server (SIGSTOP to the postmaster and its backends): connections open and
+        statements are sent, but nothing answers, as with a stalled host or a cut network.
+        `thaw` with the returned pids; `stop` (and the watchdog) thaw first."""
+        pids = self._pids()
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        return pids
+
+    def thaw(self, pids: list[int]) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+    def _pids(self) -> list[int]:
+        postmaster = self.postmaster_pid()
+        children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True,
+                                  text=True, check=False).stdout.split()
+        return [postmaster, *map(int, children)]
+
     def dsn(self, database: str = "postgres") -> str:
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/{database}"
 
@@ -166,8 +186,11 @@ class PostgresServer:
             self.watchdog.disarm()
 
     def _stop_command(self) -> list[str]:
-        return _as_postgres(str(_bin() / "pg_ctl"), "-D", str(self.root / "data"), "-m",
-                            "immediate", "-w", "stop")
+        data = self.root / "data"
+        thaw = (f'pm=$(head -n 1 "{data}/postmaster.pid" 2>/dev/null) && '
+                'kill -CONT "$pm" $(pgrep -P "$pm") 2>/dev/null; ')  # a `freeze` left behind
+        return _as_postgres("sh", "-c", thaw + 'exec "$0" -D "$1" -m immediate -w stop',
+                            str(_bin() / "pg_ctl"), str(data))
 
 
 def _port_pair() -> int:

@@ -60,6 +60,7 @@ from sidecar.codemode import (
     Sandbox,
     codemode_snapshot,
 )
+from sidecar.database_down import unless_down
 from sidecar.errors import SidecarError
 from sidecar.events import EventBus, RegistryChanged
 from sidecar.grant_store import GrantStore, open_grant_store
@@ -82,7 +83,7 @@ from sidecar.snapshot import Snapshot, SnapshotExpired, SnapshotStore, select
 from sidecar.snapshot_records import SnapshotRecipe, SnapshotSharing
 from sidecar.sqlite_wal import DEFAULT_WAL_CAP_BYTES
 from sidecar.state_dir import prepare_state_dir
-from sidecar.state_usage import state_usage
+from sidecar.state_usage import usage_report
 from sidecar.store_pressure import StorePressure
 from sidecar.stores import (
     DatabaseCheck,
@@ -345,6 +346,7 @@ class Location:
                 store=store, outcomes=outcomes, location=name, bounds=bounds,
                 metadata_max_bytes=metadata_max_bytes, events=events,
             )
+            stack.push_async_callback(seam.unrecorded.aclose)  # before its outcome log
             registry = Registry(parent=application_registry)
             stack.callback(registry.detach)
             registry.on_change(lambda: events.publish(RegistryChanged(registry.version)))
@@ -523,6 +525,10 @@ class Location:
         what is read from the database (`store`, `state`) is left out.
         """
         unreachable = await self.database.unreachable() if self.database is not None else None
+        usage: dict[str, Any] = {}
+        if unreachable is None:  # (the check may be a second old: the read may fail first)
+            usage, unreachable = await unless_down(
+                usage_report(self), self.database, "the state's usage could not be read")
         servers = {name: h.to_json() for name, h in self.server_health().items()}
         plugins = {ref: s.to_json() for ref, s in self.plugins.status.items()}
         problems = [
@@ -555,13 +561,7 @@ class Location:
         if self.database is not None:
             report["database"] = ({"reachable": True} if unreachable is None
                                   else {"reachable": False, "error": unreachable})
-        if unreachable is None:
-            stats = await self.seam.store.stats()
-            report["store"] = {"objects": stats.count, "bytes": stats.bytes,
-                               **self.store_pressure.report(stats, self.store_quota_bytes)}
-            report["state"] = await state_usage(
-                self.state_dir, self.seam.outcomes, stats,
-                retention_seconds=self.retention_seconds, quota_bytes=self.store_quota_bytes)
+        report.update(usage)
         return report
 
     def server_health(self) -> dict[str, ServerHealth]:

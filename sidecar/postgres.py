@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable
+import os
+from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 from sidecar.replica import replica_id
@@ -33,10 +34,14 @@ __all__ = [
     "LOCK_SNAPSHOTS",
     "Carried",
     "DatabaseError",
+    "DatabaseUnavailable",
     "Listening",
     "PostgresStore",
     "SchemaTooNew",
+    "connection_lost",
     "database_error_in",
+    "database_failure",
+    "database_timeout_from_env",
     "failures",
     "migrate",
     "open_pool",
@@ -67,7 +72,10 @@ LOCK_GRANT_REFRESH = 0x51DE0A02
 """With one server's hash: held while a replica refreshes that server's OAuth tokens."""
 
 CONNECT_TIMEOUT = 10.0
-"""Seconds a replica waits for each connection to the database (asyncpg's default is 60)."""
+"""Seconds a replica waits for each connection to the database (asyncpg's default is 60), and
+for each statement (asyncpg's `command_timeout`, default none): `SIDECAR_DATABASE_TIMEOUT`.
+A database that stops answering (a hung server, a cut network) then fails a request within
+about twice this bound instead of hanging it (docs/fleet.md, "When the database is down")."""
 
 _VERSIONS = """
 CREATE TABLE IF NOT EXISTS sidecar_schema (
@@ -79,6 +87,12 @@ CREATE TABLE IF NOT EXISTS sidecar_schema (
 
 class DatabaseError(Exception):
     """The fleet database is unreachable, or its schema is one this sidecar cannot use."""
+
+
+class DatabaseUnavailable(DatabaseError):
+    """The fleet database did not answer while a request needed it. The message says what
+    could not be done and what the caller should do (e.g. retry with the same call id); the
+    answering surface (/v1, /mcp) adds which database (`sidecar.database_down`)."""
 
 
 class SchemaTooNew(DatabaseError):
@@ -98,6 +112,53 @@ def database_error_in(exc: BaseException) -> DatabaseError | None:
     return None
 
 
+def database_failure(exc: BaseException) -> BaseException | None:
+    """The database failure `exc` is or was raised from, or None when it is something else
+    (a defect, a constraint violated): a `DatabaseError`, a lost or refused connection
+    (asyncpg's connection errors, a server shutting down or refusing new connections, too
+    many connections), or an `OSError`/`TimeoutError` raised inside asyncpg (the connection
+    refused, or no answer within `SIDECAR_DATABASE_TIMEOUT`)."""
+    import asyncpg
+
+    unreachable = (asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
+                   asyncpg.exceptions.OperatorInterventionError,
+                   asyncpg.exceptions.InsufficientResourcesError)
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, (DatabaseError, *unreachable)):
+            return current
+        if isinstance(current, OSError | TimeoutError) and _raised_in_asyncpg(current):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _raised_in_asyncpg(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        if str(tb.tb_frame.f_globals.get("__name__", "")).startswith("asyncpg"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def database_timeout_from_env(environ: Mapping[str, str] = os.environ) -> float:
+    """`SIDECAR_DATABASE_TIMEOUT` (seconds, > 0), else `CONNECT_TIMEOUT`."""
+    raw = environ.get("SIDECAR_DATABASE_TIMEOUT", "").strip()
+    if not raw:
+        return CONNECT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise DatabaseError(f"SIDECAR_DATABASE_TIMEOUT must be a number of seconds above 0, "
+                            f"not {raw!r}")
+    return value
+
+
 async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
     """A pool on `dsn`, its connections named `sidecar <replica id>` (`application_name`);
     `DatabaseError` naming the cause when the server cannot be reached.
@@ -105,12 +166,19 @@ async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> async
     A connection going back to the pool is reset only when it may carry session state (see
     `_reset`): asyncpg's default sends a reset query (unlock all advisory locks, close
     cursors, UNLISTEN, RESET ALL) on every release, one round trip per checkout, which was a
-    third of a PostgreSQL-backed durable call's round trips."""
+    third of a PostgreSQL-backed durable call's round trips.
+
+    Connecting and every statement are bounded by `database_timeout_from_env()`: with a hung
+    server a statement fails with `TimeoutError` and asyncpg's cancel request (bounded by the
+    same timeout) ends the connection, so neither a request nor a pool release waits
+    forever."""
     import asyncpg
 
+    timeout = database_timeout_from_env()
     try:
         return await asyncpg.create_pool(
-            dsn, min_size=min_size, max_size=max_size, timeout=CONNECT_TIMEOUT,
+            dsn, min_size=min_size, max_size=max_size, timeout=timeout,
+            command_timeout=timeout,
             connection_class=_connection_class(), reset=_reset,
             # pg_stat_activity (and so pg_locks) name the replica holding a connection
             server_settings={"application_name": f"sidecar {replica_id()}"[:63]})
@@ -277,7 +345,7 @@ class Listening:
 
     @property
     def lost(self) -> bool:
-        return self._conn is None or self._conn.is_closed()
+        return self._conn is None or connection_lost(self._conn)
 
     async def start(self) -> None:
         try:
@@ -298,7 +366,7 @@ class Listening:
         if conn is None:
             return
         try:
-            if not conn.is_closed():
+            if not connection_lost(conn):
                 await conn.remove_listener(self._channel, self._callback)
         except failures():
             pass
@@ -312,3 +380,13 @@ class Listening:
     def _polling(self, exc: BaseException) -> None:
         self._log.warning("cannot listen for %s (polling every %gs): %s", self._what,
                           self._poll_interval, exc)
+
+
+def connection_lost(conn: Any) -> bool:
+    """Whether a pooled connection is gone. When its server connection is lost, asyncpg
+    releases it back to the pool at once, and every method of what the holder keeps (a
+    proxy) then raises `InterfaceError`: that is lost too, and `restart` must listen anew."""
+    try:
+        return bool(conn.is_closed())
+    except failures():
+        return True

@@ -34,6 +34,8 @@ from typing import Any, Generic, TypeVar
 
 import asyncpg
 
+from sidecar.postgres import connection_lost
+
 __all__ = ["IDLE_SECONDS", "MAX_BATCH", "Batcher"]
 
 Item = TypeVar("Item")
@@ -87,7 +89,15 @@ class Batcher(Generic[Item, Result]):
         self._queue.append((item, future))
         if self._worker is None:
             self._worker = asyncio.create_task(self._work(), name=self._name)
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            # Cancelled after the answer came but before this task ran again: the answer is
+            # abandoned all the same.
+            if (future.done() and not future.cancelled() and future.exception() is None
+                    and self._abandoned is not None):
+                self._abandoned(item, future.result())
+            raise
 
     async def aclose(self) -> None:
         """Refuse new requests, let the queued and in-flight ones finish, give the
@@ -107,18 +117,17 @@ class Batcher(Generic[Item, Result]):
     async def _work(self) -> None:
         try:
             while batch := self._take():
+                self._inflight = batch
                 conn = self._conn
-                if conn is None or conn.is_closed():
+                if conn is None or connection_lost(conn):
                     conn = await self._connection(batch)
                     if conn is None:
                         continue  # the pool failed: the batch got its error
-                self._inflight = batch
-                try:
-                    await self._run(conn, batch)
-                except BaseException:  # cancelled mid-statement: the connection is suspect
-                    self._give_back()
-                    raise
+                await self._run(conn, batch)
                 self._inflight = []
+        except BaseException:  # cancelled (its loop closing) mid-statement: a suspect connection
+            self._give_back()
+            raise
         finally:
             self._worker = None  # before any await: a request from now on starts a worker
             self._fail_left()
@@ -154,14 +163,21 @@ class Batcher(Generic[Item, Result]):
         then `batch` fails with its error."""
         self._give_back()
         try:
-            self._conn = await self._pool.acquire()
-            if self._prepare is not None:
-                await self._prepare(self._conn)
+            conn = await self._pool.acquire()
         except Exception as exc:
             for request in batch:
                 self._settle(request, exc)
             return None
-        return self._conn
+        self._conn = conn
+        if self._prepare is not None:
+            try:
+                await self._prepare(conn)
+            except Exception as exc:
+                self._give_back()
+                for request in batch:
+                    self._settle(request, exc)
+                return None
+        return conn
 
     async def _run(self, conn: Any, batch: list[tuple[Item, asyncio.Future[Result]]]) -> None:
         """Send `batch`; after an error the server reported, each request alone."""

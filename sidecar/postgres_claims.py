@@ -58,6 +58,7 @@ import asyncpg
 from sidecar.errors import CallIdConflict
 from sidecar.outcome import Outcome
 from sidecar.outcome_log import _replayed, expired_outcome
+from sidecar.postgres import connection_lost
 from sidecar.postgres_batch import Batcher
 from sidecar.retention import parse_duration
 
@@ -453,7 +454,7 @@ class PostgresClaims:
         opens a connection leaves that connection's error unread."""
         loop = asyncio.get_running_loop()
         if loop.time() < self._listen_retry_at or (self._listener is not None
-                                                   and not self._listener.is_closed()):
+                                                   and not connection_lost(self._listener)):
             return
         if self._listening is None or self._listening.done():
             self._listening = asyncio.create_task(self._start_listening(),

@@ -37,6 +37,11 @@ class PoolCheck:
         self._checking: asyncio.Task[str | None] | None = None
         self._checked_at = -FRESH_SECONDS
 
+    @property
+    def label(self) -> str:
+        """`host:port/name`: how answers name the database (`sidecar.database_down`)."""
+        return self._label
+
     async def unreachable(self) -> str | None:
         loop = asyncio.get_running_loop()
         task = self._checking

@@ -89,9 +89,12 @@ SELECT (SELECT reply FROM gone) AS reply, r.seen_at > {_NOW} - {_SECS.format("$3
 FROM (SELECT 1) AS one
 LEFT JOIN sidecar_rounds r ON r.location = $1 AND r.key = $2"""
 _PRUNE = f"""
-DELETE FROM sidecar_rounds WHERE seen_at < {_NOW} - {_SECS.format("$1")}
+DELETE FROM sidecar_rounds
+WHERE (seen_at < {_NOW} - {_SECS.format("$1")} AND (responses IS NOT NULL OR expires_at < {_NOW}))
    OR (responses IS NULL AND expires_at < {_NOW} - {_SECS.format("$1")})
    OR replied_at < {_NOW} - {_SECS.format("$1")}"""
+"""A gone holder's rows: resumed ones after a while, the others once expired (until then a
+resume is told the holder is gone); expired rows; replies nobody read."""
 
 
 class PostgresRounds:
@@ -193,15 +196,23 @@ class PostgresRounds:
         await self._carried.run(self._reply(key, json.dumps(reply, ensure_ascii=False)))
 
     async def _reply(self, key: str, reply: str) -> None:
-        try:
-            async with self._pool.acquire() as conn, conn.transaction():
-                await conn.execute(
-                    f"UPDATE sidecar_rounds SET reply = $3, replied_at = {_NOW} "
-                    "WHERE location = $1 AND key = $2", self._location, key, reply)
-                await conn.execute("SELECT pg_notify($1, $2)", CHANNEL,
-                                   self._note(key, "replied"))
-        except _FAILURES as exc:
-            log.warning("could not hand a resumed call's answer back: %s", exc)
+        """Store the answer for the resuming replica; while the database fails, again every
+        poll (until this closes): that replica waits as long as this one lives."""
+        while True:
+            try:
+                async with self._pool.acquire() as conn, conn.transaction():
+                    await conn.execute(
+                        f"UPDATE sidecar_rounds SET reply = $3, replied_at = {_NOW} "
+                        "WHERE location = $1 AND key = $2", self._location, key, reply)
+                    await conn.execute("SELECT pg_notify($1, $2)", CHANNEL,
+                                       self._note(key, "replied"))
+                return
+            except _FAILURES as exc:
+                if self._closed:
+                    log.warning("could not hand a resumed call's answer back: %s", exc)
+                    return
+                log.warning("handing a resumed call's answer back failed (retrying): %s", exc)
+            await asyncio.sleep(self._poll)
 
     # --- the resuming replica's side -----------------------------------------------------
 
@@ -317,7 +328,7 @@ class PostgresRounds:
                 log.warning("refreshing this replica's paused calls failed (retrying): %s", exc)
 
     async def _refresh(self, *, prune: bool) -> None:
-        if self._listening.lost:
+        if self._listens and self._listening.lost:
             await self._listening.restart()
         for woken in self._waiting.values():  # a reply whose notification was lost
             woken.set()

@@ -48,9 +48,11 @@ from sidecar.hooks import AfterCall, BeforeCall, Hooks
 from sidecar.metadata import DEFAULT_MAX_METADATA_BYTES, bound_metadata
 from sidecar.outcome import ManagedText, Outcome
 from sidecar.outcome_log import OutcomeLog, OutcomeLogError, call_fingerprint
+from sidecar.postgres import DatabaseUnavailable, database_failure
 from sidecar.registry import Resolver
 from sidecar.suggest import closest
 from sidecar.tool import DEFAULT_BOUNDS, Bounds, CallContext, ToolContext, ToolResponse
+from sidecar.unrecorded import Unrecorded
 
 log = logging.getLogger("sidecar.seam")
 
@@ -90,6 +92,8 @@ class Seam:
     """Called with every settled or replayed call once it is recorded (the call history)."""
     _inflight: dict[str, _InFlight] = field(default_factory=dict)
     """call_id -> the call running under it (duplicate callers wait for it)."""
+    unrecorded: Unrecorded = field(default_factory=Unrecorded)
+    """Outcomes run while the fleet database did not answer, recorded once it is back."""
 
     async def execute(
         self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext
@@ -158,6 +162,10 @@ class Seam:
         except CallIdConflict:
             return _conflict(context.call_id, name)
         except OutcomeLogError as exc:
+            if database_failure(exc) is not None:  # the fleet database: the tool did not run
+                raise DatabaseUnavailable(
+                    f"call {context.call_id!r} could not be claimed, so {name} did not run; "
+                    "retry with the same call id once the database is back") from exc
             failed = _operational("reading the outcome log failed", name, context.call_id, exc)
             return Outcome.failed(context.call_id, name, failed.error)
         if stored is not None:
@@ -172,6 +180,14 @@ class Seam:
         except CallIdConflict:  # settled meanwhile by another process's different call
             return _conflict(context.call_id, name)
         except OutcomeLogError as exc:
+            if database_failure(exc) is not None:  # kept, recorded once the database is back
+                self.unrecorded.keep(self.outcomes, self.location, outcome, context,
+                                     fingerprint)
+                recorded = True  # the claim stays held for the kept outcome
+                raise DatabaseUnavailable(
+                    f"{outcome.tool} ran as call {context.call_id!r}, but its outcome could "
+                    "not be recorded; this replica records it once the database is back: "
+                    "retry with the same call id then (it replays the outcome)") from exc
             failed = _operational("persisting the outcome failed", name, context.call_id, exc)
             return Outcome.failed(context.call_id, outcome.tool, failed.error)
         finally:

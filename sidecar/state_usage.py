@@ -55,6 +55,17 @@ def _small_databases(state_dir: Path) -> dict[str, int]:
             for part, name in _SMALL_DATABASES.items()}
 
 
+async def usage_report(location: Any) -> dict[str, Any]:
+    """The `store` and `state` sections of a Location's health report."""
+    stats = await location.seam.store.stats()
+    quota = location.store_quota_bytes
+    return {"store": {"objects": stats.count, "bytes": stats.bytes,
+                      **location.store_pressure.report(stats, quota)},
+            "state": await state_usage(location.state_dir, location.seam.outcomes, stats,
+                                       retention_seconds=location.retention_seconds,
+                                       quota_bytes=quota)}
+
+
 async def state_usage(
     state_dir: Path,
     outcomes: OutcomeLog | None,

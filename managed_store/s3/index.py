@@ -222,12 +222,14 @@ class PostgresIndex:
             "UPDATE sidecar_managed_objects SET staged_in = NULL, staged_by = NULL, "
             "touched_at = NULL WHERE id = $1 AND staged_in = $2 RETURNING 1", ref_id, staging))
 
-    async def touch(self, staging: str) -> set[str]:
+    async def touch(self, staging: str, replica: str) -> set[str]:
         """Renew the rows of every object still uploading from `staging` (the uploader's sign
-        of life, read by replicas waiting for them); returns their ids."""
+        of life, read by replicas waiting for them), now uploaded by `replica` (a replica
+        restarted on the same state directory may have another name); returns their ids."""
         rows = await self._pool.fetch(
-            f"UPDATE sidecar_managed_objects SET touched_at = {_NOW} WHERE location = $1 AND "
-            "staged_in = $2 RETURNING id", self._location, staging)
+            f"UPDATE sidecar_managed_objects SET touched_at = {_NOW}, staged_by = $3 "
+            "WHERE location = $1 AND staged_in = $2 RETURNING id", self._location, staging,
+            replica)
         return {row["id"] for row in rows}
 
     async def staged_in(self, staging: str) -> dict[str, int]:

@@ -188,7 +188,7 @@ class Staging:
     def __init__(self, root: Path, staging_id: str, lock_fd: int, *, client: S3Store,
                  key_of: Callable[[str], str],
                  index: PostgresIndex, part_bytes: int, upload_concurrency: int,
-                 heartbeat: float,
+                 heartbeat: float, replica: str,
                  delete_bytes: Callable[[Sequence[str]], Awaitable[None]]) -> None:
         self.root = root
         self.staging_id = staging_id
@@ -199,6 +199,7 @@ class Staging:
         self._part_bytes = part_bytes
         self._concurrency = upload_concurrency
         self._heartbeat = heartbeat
+        self._replica = replica
         self._delete_bytes = delete_bytes
         self._uploads: dict[str, Upload] = {}
         self._slots = asyncio.Semaphore(UPLOADS_AT_ONCE)
@@ -209,7 +210,7 @@ class Staging:
     async def open(cls, directory: Path, location: str, *, client: S3Store,
                    key_of: Callable[[str], str],
                    index: PostgresIndex, part_bytes: int, upload_concurrency: int,
-                   heartbeat: float,
+                   heartbeat: float, replica: str,
                    delete_bytes: Callable[[Sequence[str]], Awaitable[None]]) -> Staging:
         """Create (or take over) the directory of `location` under `directory`. Raises
         `ManagedStoreError` when it cannot be used or another store holds it."""
@@ -217,7 +218,7 @@ class Staging:
         staging_id, lock_fd = await asyncio.to_thread(_prepare, root)
         staging = cls(root, staging_id, lock_fd, client=client, key_of=key_of, index=index,
                       part_bytes=part_bytes, upload_concurrency=upload_concurrency,
-                      heartbeat=heartbeat, delete_bytes=delete_bytes)
+                      heartbeat=heartbeat, replica=replica, delete_bytes=delete_bytes)
         staging._heartbeat_task = asyncio.create_task(
             staging._heartbeat_forever(), name=f"managed-store-heartbeat {root}")
         return staging
@@ -310,7 +311,7 @@ class Staging:
             self.begin(upload)
         if len(rows) > len(lost):
             # Renewed at once: replicas waiting for these took this one for stopped.
-            await self._index.touch(self.staging_id)
+            await self._index.touch(self.staging_id, self._replica)
             logger.info("managed store: resuming %d uploads from %s", len(rows) - len(lost),
                         self.root)
         return lost
@@ -418,7 +419,7 @@ class Staging:
             if not staged:
                 continue
             try:
-                alive = await self._index.touch(self.staging_id)
+                alive = await self._index.touch(self.staging_id, self._replica)
                 # Rows evicted by another replica while their bytes were still uploading here.
                 gone = [u.ref_id for u in staged
                         if u.ref_id not in alive and not u.uploaded.is_set()]

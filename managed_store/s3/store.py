@@ -220,7 +220,7 @@ class S3TextStore:
                 directory, self._settings.location, client=self._client,
                 key_of=self._settings.key, index=self._index, part_bytes=self._part_bytes,
                 upload_concurrency=self._upload_concurrency, heartbeat=self._heartbeat,
-                delete_bytes=self._delete_bytes)
+                replica=self._replica, delete_bytes=self._delete_bytes)
             lost = await self._staging.resume()
             if lost:
                 logger.warning("managed store: %d objects committed in %s were never uploaded "

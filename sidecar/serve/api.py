@@ -24,6 +24,7 @@ from starlette.routing import Route
 from managed_store import InvalidPattern, InvalidRef, ManagedNotFound, SearchTimeout
 from sidecar import json_depth, tracing
 from sidecar.call_history import CallQuery, InvalidQuery
+from sidecar.database_down import database_label, unavailable_message
 from sidecar.json_depth import JsonTooDeep
 from sidecar.outcome import Outcome
 from sidecar.permission_service import UnknownAsk
@@ -43,6 +44,7 @@ from sidecar.serve.replay import (
     result_for,
 )
 from sidecar.serve.security import profile_allowed, token_owner
+from sidecar.serve.unavailable import UNAVAILABLE, route_unavailable
 from sidecar.snapshot import SnapshotExpired
 from sidecar.snapshot_records import SnapshotRecordsError
 from sidecar.stores import EventLog
@@ -280,7 +282,7 @@ class Api:
         try:
             await self.location.share_snapshot(snapshot)  # any replica of a fleet serves its id
         except SnapshotRecordsError as exc:
-            raise _unavailable(exc) from None
+            raise self._unavailable(exc, f"snapshot {snapshot.id!r} could not be kept") from None
         return json_with({
             "id": snapshot.id,
             "session_id": body.session_id,
@@ -298,7 +300,7 @@ class Api:
         except SnapshotExpired as exc:
             raise ApiError(404, "snapshot_expired", str(exc), "snapshot_id") from None
         except SnapshotRecordsError as exc:
-            raise _unavailable(exc) from None
+            raise self._unavailable(exc, "the snapshot could not be read") from None
         if not profile_allowed(request.scope, snapshot.profile or ""):
             raise ApiError(403, "forbidden_profile", "this token does not reach profile "
                            f"{snapshot.profile!r}", "snapshot_id")
@@ -548,6 +550,10 @@ class Api:
         ready = report.get("status") != "unavailable"
         return JSONResponse(report, status_code=200 if ready or probe == "liveness" else 503)
 
+    def _unavailable(self, exc: SnapshotRecordsError, what: str) -> ApiError:
+        message = unavailable_message(exc, what, database_label(self.location.database))
+        return ApiError(503, UNAVAILABLE, message or f"the fleet database is unavailable: {exc}")
+
     async def openapi(self, request: Request) -> Response:
         from sidecar.serve.openapi import openapi_document
 
@@ -561,10 +567,6 @@ class Api:
         return Response(body, media_type=CONTENT_TYPE)
 
 
-def _unavailable(exc: SnapshotRecordsError) -> ApiError:
-    return ApiError(503, "unavailable", f"the fleet database is unavailable: {exc}")
-
-
 def _handled(endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:
     async def run(request: Request) -> Response:
         try:
@@ -573,6 +575,11 @@ def _handled(endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:
             return exc.response()
         except ClientDisconnect:  # gone (or timed out) mid-body: nobody reads an answer
             return Response(status_code=400)
+        except Exception as exc:  # the fleet database down: 503 naming it; else a defect (500)
+            message = route_unavailable(endpoint, exc)
+            if message is None:
+                raise
+            return ApiError(503, UNAVAILABLE, message).response()
         return response
 
     return run

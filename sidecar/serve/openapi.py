@@ -32,7 +32,9 @@ def _errors(*codes: int) -> dict[str, Any]:
              403: "Host or Origin refused, or the token does not reach the profile",
              404: "Not found", 409: "Conflict",
              405: "Method not allowed", 413: "Body too large", 422: "Invalid body",
-             503: "The fleet database is unavailable (`unavailable`)"}
+             503: "The fleet database is unavailable (`unavailable`): the message names it "
+                  "and what could not be done; retry once it is back (a call: with the same "
+                  "call id)"}
     ref = {"$ref": "#/components/schemas/Error"}
     return {str(c): _json(ref, names[c]) for c in (401, 403, *codes)}
 
@@ -71,7 +73,7 @@ def openapi_document() -> dict[str, Any]:
             "summary": "Accept a tool's changed upstream definition (pinning): the new "
                        "definition becomes the pin and the tool is served as it is now",
             "parameters": [_param("name", "path", {"type": "string"})],
-            "responses": {"200": _json(_OBJECT, "The approved change"), **_errors(404)},
+            "responses": {"200": _json(_OBJECT, "The approved change"), **_errors(404, 503)},
         }},
         "/v1/snapshots": {"post": {
             "summary": "Capture the tools for one model request (through a profile: "
@@ -109,14 +111,14 @@ def openapi_document() -> dict[str, Any]:
                                   "content": {"application/json": {"schema": _OBJECT},
                                               "application/x-ndjson": {"schema": {
                                                   "type": "string"}}}},
-                          **_errors(400)},
+                          **_errors(400, 503)},
         }},
         "/v1/calls/{call_id}": {
             "get": {
                 "summary": "A call's durable outcome, or its in-flight state",
                 "parameters": [_param("call_id", "path", {"type": "string"}), fmt],
                 "responses": {"200": _json(_OBJECT, "Outcome or running state"),
-                              **_errors(400, 404)},
+                              **_errors(400, 404, 503)},
             },
             "delete": {
                 "summary": "Cancel an in-flight call (in a fleet, on whichever replica runs "
@@ -124,7 +126,7 @@ def openapi_document() -> dict[str, Any]:
                 "parameters": [_param("call_id", "path", {"type": "string"})],
                 "responses": {"202": _json(_OBJECT, "Cancelling (`replica`: the replica that "
                                                     "ran it, when another one)"),
-                              **_errors(404, 409)},
+                              **_errors(404, 409, 503)},
             },
         },
         "/v1/managed/{ref}": {"get": {
@@ -145,7 +147,8 @@ def openapi_document() -> dict[str, Any]:
                        {"type": "integer", "minimum": 1, "maximum": 1_000_000,
                         "description": "characters to read from start (default 20000)"}),
             ],
-            "responses": {"200": _json(_OBJECT, "Text or matches"), **_errors(400, 404, 422)},
+            "responses": {"200": _json(_OBJECT, "Text or matches"),
+                          **_errors(400, 404, 422, 503)},
         }},
         "/v1/events": {"get": {
             "summary": "Server-Sent Events: registry changes, progress, permission asks, "
@@ -161,13 +164,13 @@ def openapi_document() -> dict[str, Any]:
         "/v1/permissions": {"get": {
             "summary": "Pending permission requests",
             "parameters": [_param("session_id", "query", {"type": "string"})],
-            "responses": {"200": _json(_OBJECT, "Pending requests"), **_errors()},
+            "responses": {"200": _json(_OBJECT, "Pending requests"), **_errors(503)},
         }},
         "/v1/permissions/{ask_id}/reply": {"post": {
             "summary": "Answer a permission request: once, always or reject (with feedback)",
             "parameters": [_param("ask_id", "path", {"type": "string"})],
             "requestBody": {"required": True, "content": {"application/json": {"schema": reply}}},
-            "responses": {"200": _json(_OBJECT, "Answered"), **_errors(400, 404, 413, 422)},
+            "responses": {"200": _json(_OBJECT, "Answered"), **_errors(400, 404, 413, 422, 503)},
         }},
         "/v1/health": {"get": {
             "summary": "Per-server health, plugins, manifest problems, store usage; 503 when "
@@ -185,7 +188,7 @@ def openapi_document() -> dict[str, Any]:
             "summary": "A server's OAuth authorization (authorized, expiry, scopes, needs "
                        "login, the command to run) and the state of a login started here",
             "parameters": [_param("server", "path", {"type": "string"}, required=True)],
-            "responses": {"200": _json(_OBJECT, "Authorization state"), **_errors(404)},
+            "responses": {"200": _json(_OBJECT, "Authorization state"), **_errors(404, 503)},
         }},
         "/v1/auth/{server}/login": {"post": {
             "summary": "Start an OAuth login in the daemon: 202 with `authorization_url` to "
@@ -195,7 +198,7 @@ def openapi_document() -> dict[str, Any]:
             "parameters": [_param("server", "path", {"type": "string"}, required=True)],
             "responses": {"200": _json(_OBJECT, "Login finished"),
                           "202": _json(_OBJECT, "Login waiting for the browser"),
-                          **_errors(404)},
+                          **_errors(404, 503)},
         }},
         "/v1/openapi.json": {"get": {
             "summary": "This document",

@@ -100,6 +100,24 @@ async def test_a_caller_cancelled_in_flight_leaves_the_others_their_results(
     await doubler.batcher.aclose()
 
 
+async def test_a_caller_cancelled_as_its_answer_arrives_hands_the_answer_over(
+        pool: Any) -> None:
+    doubler = Doubler(pool)
+
+    async def send(conn: Any, items: list[str]) -> list[int]:
+        answers = await doubler.send(conn, items)
+        # runs after the answer is set and before the caller runs again
+        asyncio.get_running_loop().call_soon(caller.cancel)
+        return answers
+
+    doubler.batcher._send = send
+    caller = asyncio.create_task(doubler.batcher.submit("7"))
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert doubler.abandoned == [("7", 14)]
+    await doubler.batcher.aclose()
+
+
 async def test_a_caller_cancelled_while_queued_is_never_sent(pool: Any) -> None:
     doubler = Doubler(pool)
     doubler.gate.clear()

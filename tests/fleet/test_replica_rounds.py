@@ -223,8 +223,8 @@ async def test_cancelling_a_resume_on_b_cancels_the_call_on_a(
 
 
 async def test_the_sdk_client_through_round_robin_haproxy(fleet: Fleet) -> None:
-    """`Client.call_tool` answers every round itself; with no affinity its resumes reach the
-    replica that did not pause the call."""
+    """`Client.call_tool` answers every round itself; with no affinity its resumes alternate
+    between the replica that paused the call and the other one."""
     assert fleet.proxy is not None
     asked: list[str] = []
 
@@ -244,7 +244,8 @@ async def test_the_sdk_client_through_round_robin_haproxy(fleet: Fleet) -> None:
     assert len(answered) == 4, answered
     holders = {pair.partition(">")[0] for pair in answered}
     assert len(holders) == 1 and holders <= set(NAMES), answered  # one holder throughout
-    assert any(pair.partition(">")[0] != pair.partition(">")[2] for pair in answered), answered
+    # resumes answered by the holder and by the other replica, within one call
+    assert {pair.partition(">")[2] for pair in answered} == set(NAMES), answered
     assert fleet.runs().count("a1 | a2 | a3 | a4") == 1
 
 

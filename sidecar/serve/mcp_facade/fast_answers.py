@@ -42,6 +42,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.methods import serialize_server_result
 
 from sidecar import tracing
+from sidecar.database_down import database_label, unavailable_message
 from sidecar.serve.listing_cache import ListingCache
 from sidecar.serve.mcp_facade import tools
 from sidecar.serve.mcp_facade.sessions import (
@@ -239,9 +240,10 @@ class InFlight:
     """Fast-path calls in flight by request id, and those the client cancelled. A call's task
     is cancelled directly: an anyio cancel scope per call cost ~5 % of the facade's CPU."""
 
-    __slots__ = ("cancelled", "tasks")
+    __slots__ = ("cancelled", "database", "tasks")
 
-    def __init__(self) -> None:
+    def __init__(self, database: Any = None) -> None:
+        self.database = database  # the Location's fleet database check: names it in errors
         self.tasks: dict[types.RequestId, asyncio.Task[Any]] = {}
         self.cancelled: set[asyncio.Task[Any]] = set()
 
@@ -273,10 +275,14 @@ class InFlight:
                                                        message="Request cancelled"))
                 return None
             raise
-        except Exception:
+        except Exception as exc:  # the fleet database down: an error naming it, not raised
+            message = unavailable_message(exc, "the call could not be run",
+                                          database_label(self.database))
             await fail(request_id, types.ErrorData(code=types.INTERNAL_ERROR,
-                                                   message="Internal error"))
-            raise
+                                                   message=message or "Internal error"))
+            if message is None:
+                raise
+            return None
         finally:
             del self.tasks[request_id]
             self.cancelled.discard(task)

@@ -15,7 +15,8 @@ The token is 144 random bits, bound to the tool name and arguments of the call (
 client over HTTP has no session to bind it to: each request stands alone; over stdio the token
 is also bound to the session), used once and valid for `ROUND_TTL` seconds. An unanswered
 question then becomes a JSON-RPC error for the upstream server, so the call settles instead of
-hanging.
+hanging. In a fleet the answer may reach another replica, which hands it to this one
+(`fleet_rounds`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ Server-to-client traffic of upstream servers (`bridges.mcp.passthrough`):
   JSON-RPC error when several sessions have (`roots/list` with no call in flight goes to the
   most recent handshake-era session with roots). A handshake-era client gets the request on the
   call's own stream; a 2026-07-28 client gets an `input_required` result and continues the call
-  by answering it (`rounds`).
+  by answering it (`rounds`; on any replica of a fleet: `fleet_rounds`).
 - log messages go to every session with a call in flight on that server (filtered by its
   `logging/setLevel`; 2026-07-28 sessions only when the request opted in); with no call in
   flight, to the handshake-era sessions that set a level.
@@ -52,6 +52,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from bridges.mcp.passthrough import InflightCall
 from sidecar import tracing
+from sidecar.database_down import database_label, unavailable_message
 from sidecar.events import CallProgress, CallSettled
 from sidecar.profiles import UnknownProfile
 from sidecar.serve.listing_cache import ListingCache
@@ -274,12 +275,19 @@ class McpFacade(FastAnswers, UpstreamRelay, ResumeAnywhere):
         call = DownstreamCall(context.call_id, state, ctx.session, ctx.request_id,
                               token if isinstance(token, str | int) else None)
         self.sessions.calls[call.call_id] = call
-        if state.modern and self._tg is not None:
-            return await self._call_in_rounds(snapshot, params, context, call, self._tg)
         try:
-            outcome = await self._execute(snapshot, params, context, call)
-        finally:
-            del self.sessions.calls[call.call_id]
+            if state.modern and self._tg is not None:
+                return await self._call_in_rounds(snapshot, params, context, call, self._tg)
+            try:
+                outcome = await self._execute(snapshot, params, context, call)
+            finally:
+                del self.sessions.calls[call.call_id]
+        except Exception as exc:  # the fleet database down: a JSON-RPC error naming it
+            message = unavailable_message(exc, f"call {context.call_id!r} could not be run",
+                                          database_label(self.location.database))
+            if message is None:
+                raise
+            raise MCPError(types.INTERNAL_ERROR, message) from exc
         return await self._result(outcome, snapshot, modern=_modern(ctx))
 
     async def _result(
