@@ -33,7 +33,9 @@ from tests.fleet.postgres import PostgresServer
 from tests.fleet.test_replicas import SIDECAR
 from tests.live_server import live_server
 
-pytestmark = pytest.mark.anyio
+# the replicas are processes of their own: one event loop in the test is enough
+pytestmark = [pytest.mark.anyio,
+              pytest.mark.parametrize("anyio_backend", [("asyncio", {"use_uvloop": False})])]
 WAIT = 60.0
 """A hang guard for what the replicas do on their own (reconnect, refresh)."""
 
