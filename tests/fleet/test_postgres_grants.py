@@ -141,6 +141,7 @@ async def test_a_malformed_key_is_refused_at_open(
         await pool.close()
 
 
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {"use_uvloop": False})])
 async def test_sidecar_auth_names_the_variable(dsn: str, tmp_path: Path) -> None:
     """`sidecar auth status --store URL`: no key, exit 2 naming it; another replica's key,
     exit 2 naming both key ids; the right key lists the grant."""

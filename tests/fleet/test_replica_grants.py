@@ -7,7 +7,9 @@ One `sidecar auth login cloud --store URL` (the CLI, with the replicas' SIDECAR_
 serves both A and B: they leave `needs_auth`, `GET /v1/auth/cloud` on B says authorized, and a
 call through B reaches the protected server. Both refresh the shared grant ahead of its
 expiry (every ~2 s here) without ever presenting a spent refresh token, and never log in
-again. C runs without the key: its health and `/v1/auth/cloud` name SIDECAR_GRANT_KEY."""
+again. After `sidecar auth logout` a call through B is refused; a login started through A's
+`POST /v1/auth/cloud/login` then serves B. C runs without the key: its health and
+`/v1/auth/cloud` name SIDECAR_GRANT_KEY."""
 
 from __future__ import annotations
 
@@ -31,7 +33,9 @@ from tests.fleet.postgres import PostgresServer
 from tests.fleet.test_replicas import SIDECAR
 from tests.live_server import live_server
 
-pytestmark = pytest.mark.anyio
+# the replicas are processes of their own: one event loop in the test is enough
+pytestmark = [pytest.mark.anyio,
+              pytest.mark.parametrize("anyio_backend", [("asyncio", {"use_uvloop": False})])]
 WAIT = 60.0
 """A hang guard for what the replicas do on their own (reconnect, refresh)."""
 
@@ -168,6 +172,30 @@ async def _scenario(protected: OAuthServer, clients: dict[str, httpx.AsyncClient
     assert protected.reused == 0, "a replica presented a spent refresh token"
     assert protected.grants.count("authorization_code") == 1  # no replica logged in again
     assert await ready(a) and await ready(b)
+
+    # Logged out once (the CLI revokes and forgets the grant), then logged in again through
+    # replica A's `/v1/auth`: B follows both without being told.
+    logout = await anyio.run_process(
+        [*SIDECAR, "auth", "logout", "cloud", "--store", dsn], env=env, check=False)
+    assert logout.returncode == 0 and b"revoked and forgotten" in logout.stdout, logout
+    calls = iter(range(3, 10_000))
+
+    async def b_is_refused() -> bool:  # at once, or once an older access token B holds ends
+        answer = await call_whoami(b, f"whoami-b-{next(calls)}")
+        return bool(answer["status"] == "error")
+
+    await until(b_is_refused, "a call through B refused after the logout")
+    assert protected.reused == 0
+    started = await a.post("/v1/auth/cloud/login")
+    assert started.status_code == 202, started.text
+    await follow(started.json()["authorization_url"])
+
+    async def b_calls_again() -> bool:
+        answer = await call_whoami(b, f"whoami-b-{next(calls)}")
+        return bool(answer["status"] == "completed")
+
+    await until(b_calls_again, "a call through B after the login through A")
+    assert protected.grants.count("authorization_code") == 2
 
     # C has no SIDECAR_GRANT_KEY: it says so, and never reads or writes the grant.
     unavailable = await c.get("/v1/auth/cloud")
