@@ -308,6 +308,13 @@ async def kept_until_back(fleet: Fleet, down: str) -> None:
                 await a.get("/v1/calls", params={"tool": "wait_open"})).json()["calls"]):
             assert time.monotonic() < deadline, "the kept history row was not written"
             await asyncio.sleep(0.1)
+        # and its `call.settled` event, published on A meanwhile, reaches B's stream
+        events = stream(b)
+        async with asyncio.timeout(HANG_GUARD):
+            async for name, data in events:
+                if name == "call.settled" and data["call_id"] == call_id:
+                    break
+        await events.aclose()  # type: ignore[attr-defined]
 
 
 def test_a_stopped_database_gets_clear_errors_and_the_fleet_recovers(fleet: Fleet) -> None:
