@@ -165,6 +165,8 @@ async def answers_while_down(fleet: Fleet, snap: str, tag: str) -> None:
                     "the call's state could not be read or changed")
         unavailable(fleet, await a.get("/v1/permissions"),
                     "the pending asks could not be listed")
+        unavailable(fleet, await a.post("/v1/permissions/ask_unknown/reply",
+                                        json={"reply": "once"}), "the reply could not be given")
         for path in ("/v1/tools", "/metrics"):  # need no database (metrics: what is known)
             answer = await a.get(path)
             assert answer.status_code == 200, answer.text
@@ -384,3 +386,75 @@ async def test_call_history_rows_wait_for_the_database(anyio_backend: str) -> No
             await history.aclose()  # logs the row it could not write
     finally:
         await asyncio.to_thread(server.stop)
+
+
+def test_sidecar_stdio_on_a_stopped_database_answers_a_json_rpc_error(tmp_path: Path) -> None:
+    """`sidecar stdio --store URL` (its on-demand daemon on the database): a call while the
+    database is stopped gets -32603 naming it, and the tool does not run; once it is back the
+    same call id runs."""
+    import queue
+    import threading
+
+    from tests.fleet.test_replicas import MANIFEST
+
+    runs = tmp_path / "runs.txt"
+    (tmp_path / "manifests").mkdir()
+    (tmp_path / "manifests" / "tools.toml").write_text(MANIFEST.replace("RUNS", str(runs)))
+    server = PostgresServer.start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+    env.update(SIDECAR_STATE_DIR=str(tmp_path / "state"),
+               SIDECAR_MANIFESTS=str(tmp_path / "manifests"), SIDECAR_DATABASE_TIMEOUT=BOUND)
+    try:
+        dsn = anyio.run(server.new_database)
+        database = f"127.0.0.1:{server.port}/{dsn.rsplit('/', 1)[1]}"
+        proc = subprocess.Popen([*SIDECAR, "stdio", "--store", dsn], env=env, text=True,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL)
+        assert proc.stdin is not None and proc.stdout is not None
+        lines: queue.Queue[str] = queue.Queue()
+        reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout],
+                                  daemon=True)
+        reader.start()
+
+        def send(message: dict[str, Any]) -> dict[str, Any] | None:
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+            proc.stdin.flush()
+            if "id" not in message:
+                return None
+            return dict(json.loads(lines.get(timeout=HANG_GUARD)))  # does not hang
+
+        def call(call_id: str) -> dict[str, Any] | None:
+            return send({"id": call_id, "method": "tools/call", "params": {
+                "name": "stamp", "arguments": {"line": call_id},
+                "_meta": {"io.mcp-sidecar/call_id": call_id}}})
+
+        try:
+            send({"id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"}}})
+            send({"method": "notifications/initialized"})
+            assert "result" in (call("before") or {})
+            server.pause()
+            try:
+                failed = call("during") or {}
+                assert failed["error"]["code"] == types.INTERNAL_ERROR, failed
+                assert failed["error"]["message"].startswith(
+                    f"the fleet database {database} is unavailable: call 'during' could not "
+                    "be claimed, so stamp did not run"), failed
+                listed = send({"id": "list", "method": "tools/list"}) or {}
+                assert "stamp" in {t["name"] for t in listed["result"]["tools"]}
+            finally:
+                server.resume()
+            again = call("during") or {}
+            assert again["result"]["content"][0]["text"] == "during\n", again
+            assert runs.read_text().splitlines() == ["before", "during"]
+        finally:
+            proc.stdin.close()
+            proc.wait(timeout=HANG_GUARD)
+            reader.join(timeout=HANG_GUARD)
+            proc.stdout.close()
+            subprocess.run([*SIDECAR, "stop"], env=env, capture_output=True, timeout=60,
+                           check=False)  # the on-demand daemon
+    finally:
+        server.stop()
