@@ -36,6 +36,7 @@ class PoolCheck:
         self._timeout = timeout
         self._checking: asyncio.Task[str | None] | None = None
         self._checked_at = -FRESH_SECONDS
+        self._selecting: asyncio.Task[None] | None = None
 
     @property
     def label(self) -> str:
@@ -51,10 +52,15 @@ class PoolCheck:
         return await asyncio.shield(task)
 
     async def _check(self) -> str | None:
+        # The SELECT runs on in the background past the timeout: giving its connection back
+        # after a hung statement waits for asyncpg's cancel (SIDECAR_DATABASE_TIMEOUT), which
+        # the answer must not. One at a time: a later check waits on the same one.
+        if self._selecting is None or self._selecting.done():
+            self._selecting = asyncio.get_running_loop().create_task(self._select())
+            self._selecting.add_done_callback(_read)
         try:
             async with asyncio.timeout(self._timeout):
-                async with self._pool.acquire() as conn:
-                    await conn.fetchval("SELECT 1")
+                await asyncio.shield(self._selecting)
         except TimeoutError:  # no connection could be had, or the query got no answer
             return (f"the fleet database {self._label} did not answer within "
                     f"{self._timeout:g} s (or every connection of this replica's pool stayed "
@@ -62,3 +68,13 @@ class PoolCheck:
         except failures() as exc:
             return f"the fleet database {self._label} cannot be reached: {exc}"
         return None
+
+    async def _select(self) -> None:
+        async with self._pool.acquire() as conn:
+            await conn.fetchval("SELECT 1")
+
+
+def _read(task: asyncio.Task[None]) -> None:
+    """A background SELECT's failure was answered by `_check` (or is moot): read it."""
+    if not task.cancelled():
+        task.exception()
