@@ -31,7 +31,7 @@ from sidecar.call_history import (
     _encode_cursor,
     _row,
 )
-from sidecar.postgres import LOCK_PRUNE_CALLS, PostgresStore
+from sidecar.postgres import LOCK_PRUNE_CALLS, PostgresStore, database_failure
 
 if TYPE_CHECKING:
     import asyncpg
@@ -48,6 +48,13 @@ _INSERT = (
     f"SELECT $1, {', '.join(_WRITTEN)} FROM unnest("
     + ", ".join(f"${n}::{kind}[]" for n, kind in enumerate(_TYPES, start=2))
     + f") WITH ORDINALITY AS r({', '.join(_WRITTEN)}, n) ORDER BY n")
+
+
+KEEP_UNWRITTEN = 10_000
+"""Rows a replica keeps while its database is down (written once it is back); past it the
+oldest batch is logged as lost."""
+RETRY_SECONDS = 1.0
+"""Pause between two attempts to write kept rows."""
 
 
 class PostgresCallHistory(PostgresStore):
@@ -91,6 +98,8 @@ CREATE INDEX sidecar_calls_by_age ON sidecar_calls (started_at);
         self._lock = threading.Lock()  # `add` may come from any thread
         self._pending: list[CallRecord] = []
         self._writer: asyncio.Task[None] | None = None
+        self._failing = False  # the last write found the database down: rows wait for it
+        self._closing = False
 
     @classmethod
     async def on_pool(cls, pool: asyncpg.Pool, *, owns_pool: bool = False,
@@ -146,15 +155,33 @@ CREATE INDEX sidecar_calls_by_age ON sidecar_calls (started_at);
                 async with self._pool.acquire() as conn:
                     await conn.execute(_INSERT, self.location,
                                        *map(list, zip(*values, strict=True)))
-            except Exception:  # the audit trail never fails a call; say what was lost
-                log.exception("writing %d call history rows failed", len(values))
+            except Exception as exc:  # the audit trail never fails a call
+                with self._lock:  # the database down: kept (bounded) and written once back
+                    keep = (database_failure(exc) is not None and not self._closing
+                            and len(rows) + len(self._pending) <= KEEP_UNWRITTEN)
+                    if keep:
+                        self._pending[:0] = rows
+                if not keep:  # say what was lost
+                    log.exception("writing %d call history rows failed", len(values))
+                    continue
+                if not self._failing:
+                    log.warning("call history rows wait for the database: %s", exc)
+                self._failing = True
+                await asyncio.sleep(RETRY_SECONDS)
+                continue
+            if self._failing:
+                log.info("call history rows written again (the database is back)")
+            self._failing = False
 
     async def _flush(self) -> None:
         """Every row added before this call is written (or its failure logged)."""
         while True:
             writer = self._writer
             if writer is not None and not writer.done():
-                await asyncio.wait([writer])  # never swallows our own cancellation
+                if self._failing:  # the database is down: what is written now is all
+                    return
+                # (never swallows our own cancellation; looks again when a write failed)
+                await asyncio.wait([writer], timeout=GATHER_SECONDS)
                 continue
             with self._lock:
                 pending = bool(self._pending)
@@ -226,5 +253,12 @@ CREATE INDEX sidecar_calls_by_age ON sidecar_calls (started_at);
         if self._pruner is not None:
             self._pruner.cancel()
             await asyncio.wait([self._pruner])  # never swallows our own cancellation
+        self._closing = True
         await self._flush()
+        if self._writer is not None and not self._writer.done():  # the database is down
+            self._writer.cancel()
+            await asyncio.wait([self._writer])
+            with self._lock:
+                lost, self._pending = len(self._pending), []
+            log.error("closing with the database down: %d call history rows not written", lost)
         await super().aclose()

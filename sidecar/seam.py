@@ -52,7 +52,7 @@ from sidecar.postgres import DatabaseUnavailable, database_failure
 from sidecar.registry import Resolver
 from sidecar.suggest import closest
 from sidecar.tool import DEFAULT_BOUNDS, Bounds, CallContext, ToolContext, ToolResponse
-from sidecar.unrecorded import Unrecorded
+from sidecar.unrecorded import OutcomeKept, Unrecorded
 
 log = logging.getLogger("sidecar.seam")
 
@@ -122,18 +122,26 @@ class Seam:
                 outcome = await self._traced(snapshot, name, raw_input, context, running)
             else:
                 outcome = await self._run(snapshot, name, raw_input, context, running)
-            if self.audit is not None:
-                took = time.perf_counter() - started
-                self.audit(SettledCall(
-                    name, raw_input, context, outcome, time.time() - took, took,
-                    outcome.replayed, getattr(snapshot, "profile", None),
-                ))
+        except OutcomeKept as kept:  # it ran: its history row now, its outcome once recorded
+            self._audit(snapshot, name, raw_input, context, kept.outcome, started)
+            raise
+        else:
+            self._audit(snapshot, name, raw_input, context, outcome, started)
             return outcome
         finally:
             del self._inflight[call_id]
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(outcome)
+
+    def _audit(self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext,
+               outcome: Outcome, started: float) -> None:
+        if self.audit is not None:
+            took = time.perf_counter() - started
+            self.audit(SettledCall(
+                name, raw_input, context, outcome, time.time() - took, took,
+                outcome.replayed, getattr(snapshot, "profile", None),
+            ))
 
     async def _traced(
         self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext,
@@ -184,10 +192,7 @@ class Seam:
                 self.unrecorded.keep(self.outcomes, self.location, outcome, context,
                                      fingerprint)
                 recorded = True  # the claim stays held for the kept outcome
-                raise DatabaseUnavailable(
-                    f"{outcome.tool} ran as call {context.call_id!r}, but its outcome could "
-                    "not be recorded; this replica records it once the database is back: "
-                    "retry with the same call id then (it replays the outcome)") from exc
+                raise OutcomeKept(outcome, context.call_id) from exc
             failed = _operational("persisting the outcome failed", name, context.call_id, exc)
             return Outcome.failed(context.call_id, outcome.tool, failed.error)
         finally:

@@ -14,14 +14,14 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from sidecar.postgres import database_failure
+from sidecar.postgres import DatabaseUnavailable, database_failure
 
 if TYPE_CHECKING:
     from sidecar.outcome import Outcome
     from sidecar.outcome_log import OutcomeLog
     from sidecar.tool import ToolContext
 
-__all__ = ["RETRY_SECONDS", "Unrecorded"]
+__all__ = ["RETRY_SECONDS", "OutcomeKept", "Unrecorded"]
 
 log = logging.getLogger("sidecar.seam")
 
@@ -29,6 +29,18 @@ RETRY_SECONDS = 1.0
 """Pause between two attempts to record a kept outcome."""
 KEPT_SECONDS = 3600.0
 """How long an outcome is kept for recording at most (then given up, with a warning)."""
+
+
+class OutcomeKept(DatabaseUnavailable):
+    """A call ran but its outcome could not be recorded: kept (`Unrecorded`), and what the
+    caller is told."""
+
+    def __init__(self, outcome: Outcome, call_id: str) -> None:
+        super().__init__(
+            f"{outcome.tool} ran as call {call_id!r}, but its outcome could not be recorded; "
+            "this replica records it once the database is back: retry with the same call id "
+            "then (it replays the outcome)")
+        self.outcome = outcome
 
 
 class Unrecorded:

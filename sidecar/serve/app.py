@@ -16,11 +16,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sidecar.database_down import database_label, unavailable_message
 from sidecar.replica import REPLICA_HEADER, replica_id
 from sidecar.serve.api import DEFAULT_MAX_BODY_BYTES, Api
 from sidecar.serve.console import console_routes
 from sidecar.serve.metrics import Metrics
-from sidecar.serve.security import SecurityMiddleware
+from sidecar.serve.security import SecurityMiddleware, TokenUnverifiable
 from sidecar.tokens import verify_token
 
 if TYPE_CHECKING:
@@ -65,7 +66,14 @@ def build_app(
     async def scoped(secret: str) -> tuple[str, frozenset[str]] | None:
         if location.tokens is None:
             return None
-        record = await verify_token(location.tokens, secret)
+        try:
+            record = await verify_token(location.tokens, secret)
+        except Exception as exc:  # the fleet database down: 503, not a 500
+            message = unavailable_message(exc, "the bearer token could not be checked",
+                                          database_label(location.database))
+            if message is None:
+                raise
+            raise TokenUnverifiable(message) from exc
         return (record.id, frozenset(record.profiles)) if record is not None else None
 
     app = Starlette(

@@ -34,7 +34,14 @@ from typing import Any
 import asyncpg
 
 from sidecar.events import Event, EventBus
-from sidecar.postgres import LOCK_PRUNE_EVENTS, Carried, Listening, failures, migrate
+from sidecar.postgres import (
+    LOCK_PRUNE_EVENTS,
+    Carried,
+    Listening,
+    database_failure,
+    failures,
+    migrate,
+)
 from sidecar.serve.event_log import LoggedEvent, encode_event
 
 log = logging.getLogger("sidecar.postgres_event_log")
@@ -60,6 +67,8 @@ CHANNEL = "sidecar_events"
 BATCH = 256
 """Events inserted per transaction at most."""
 _FAILURES = failures()
+RETRY_SECONDS = 1.0
+"""Pause between two attempts to write a batch while the database is down."""
 
 
 class PostgresEventLog:
@@ -175,12 +184,27 @@ class PostgresEventLog:
                 while len(batch) < BATCH and not sub.queue.empty():
                     batch.append(sub.queue.get_nowait())
                 encoded = [encode_event(e) for e in batch]
-                try:
-                    first = await self._carried.run(self._insert(encoded))
-                except _FAILURES as exc:
-                    self.lost += len(batch)
-                    log.warning("could not write %d event(s) of %s to the database: %s",
-                                len(batch), self._location, exc)
+                failed = False
+                while True:  # the database down: the batch waits for it (events queue up)
+                    try:
+                        first: int | None = await self._carried.run(self._insert(encoded))
+                        break
+                    except _FAILURES as exc:
+                        if database_failure(exc) is None:  # not the connection: dropped
+                            self.lost += len(batch)
+                            log.warning("could not write %d event(s) of %s to the database: "
+                                        "%s", len(batch), self._location, exc)
+                            first = None
+                            break
+                        if not failed:
+                            log.warning("%d event(s) of %s wait for the database: %s",
+                                        len(batch), self._location, exc)
+                        failed = True
+                        await asyncio.sleep(RETRY_SECONDS)
+                if failed:
+                    log.info("events of %s written again (the database is back)",
+                             self._location)
+                if first is None:
                     continue
                 newest, every = first + len(batch) - 1, max(1, self._capacity // 4)
                 if newest // every != (first - 1) // every:

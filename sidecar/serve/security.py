@@ -149,6 +149,11 @@ def request_problem(scope: Scope) -> str | None:
     return None
 
 
+class TokenUnverifiable(Exception):
+    """A scoped token could not be checked (its store, the fleet database, does not answer):
+    the message says so, answered 503 `unavailable`."""
+
+
 async def _refuse(send: Send, status: int, code: str, message: str) -> None:
     body = json.dumps({"error": {"code": code, "message": message}}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
@@ -206,8 +211,12 @@ class SecurityMiddleware:
             if scheme.lower() != "bearer" or not hmac.compare_digest(
                 value.encode(), self._token
             ):
-                verified = await self._scoped(value) if self._scoped is not None and (
-                    scheme.lower() == "bearer") else None
+                try:
+                    verified = await self._scoped(value) if self._scoped is not None and (
+                        scheme.lower() == "bearer") else None
+                except TokenUnverifiable as exc:  # the tokens' database is down
+                    await _refuse(send, 503, "unavailable", str(exc))
+                    return
                 if verified is None:
                     await _refuse(send, 401, "unauthorized", "a valid bearer token is required")
                     return

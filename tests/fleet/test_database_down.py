@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import secrets
+import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -32,7 +33,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.fleet.postgres import PostgresServer
-from tests.fleet.test_replicas import start_replica, stop
+from tests.fleet.test_replicas import SIDECAR, start_replica, stop
 
 BOUND = "2"  # SIDECAR_DATABASE_TIMEOUT of the replicas, in seconds
 HANG_GUARD = 30.0  # "does not hang": generous beside the bound
@@ -60,6 +61,7 @@ class Fleet:
     headers: dict[str, str]
     runs: Path
     database: str  # host:port/name, as the answers name it
+    scoped: str  # a token of profile "default", kept in the database (`sidecar token`)
 
 
 @pytest.fixture
@@ -77,6 +79,13 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
             dirs = os.pathsep.join([str(root / "manifests"), str(tmp_path / "extra")])
             return {"SIDECAR_MANIFESTS": dirs, "SIDECAR_DATABASE_TIMEOUT": BOUND}
 
+        env_cli = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+        env_cli.update(SIDECAR_DATABASE_URL=dsn, SIDECAR_STATE_DIR=str(tmp_path / "cli"))
+        made = subprocess.run([*SIDECAR, "token", "create", "--profile", "default", "--json"],
+                              env=env_cli, text=True, capture_output=True, timeout=60,
+                              check=False)
+        assert made.returncode == 0, made.stderr
+        scoped = json.loads(made.stdout)["token"]
         a, url_a = start_replica(tmp_path / "a", dsn, token, runs, name="replica-a",
                                  env_extra=env(tmp_path / "a"))
         try:
@@ -84,7 +93,7 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
                                      env_extra=env(tmp_path / "b"))
             try:
                 yield Fleet(server, url_a, url_b, {"authorization": f"Bearer {token}"}, runs,
-                            f"127.0.0.1:{server.port}/{dsn.rsplit('/', 1)[1]}")
+                            f"127.0.0.1:{server.port}/{dsn.rsplit('/', 1)[1]}", scoped)
             finally:
                 stop(b)
         finally:
@@ -156,9 +165,15 @@ async def answers_while_down(fleet: Fleet, snap: str, tag: str) -> None:
                     "the call's state could not be read or changed")
         unavailable(fleet, await a.get("/v1/permissions"),
                     "the pending asks could not be listed")
+        unavailable(fleet, await a.post("/v1/permissions/ask_unknown/reply",
+                                        json={"reply": "once"}), "the reply could not be given")
         for path in ("/v1/tools", "/metrics"):  # need no database (metrics: what is known)
             answer = await a.get(path)
             assert answer.status_code == 200, answer.text
+        # a scoped token is checked against the database (not used before: not cached)
+        scoped = {"authorization": f"Bearer {fleet.scoped}"}
+        unavailable(fleet, await a.get("/v1/tools", headers=scoped),
+                    "the bearer token could not be checked")
 
     for mode in ("legacy", "2026-07-28"):
         async with mcp_client(fleet.a, fleet, mode) as client:
@@ -190,6 +205,8 @@ async def serves_again(fleet: Fleet, tag: str) -> None:
             httpx.AsyncClient(base_url=fleet.b, headers=fleet.headers,
                               timeout=HANG_GUARD) as b:
         snap_a, snap_b = await snapshot(a), await snapshot(b)
+        scoped = await b.get("/v1/tools", headers={"authorization": f"Bearer {fleet.scoped}"})
+        assert scoped.status_code == 200, scoped.text
         again = await a.post(f"/v1/snapshots/{snap_a}/calls", json=body(
             "stamp", f"{tag}-1", line=f"{tag}-1"))
         assert again.json()["status"] == "completed" and not again.json()["replayed"]
@@ -287,6 +304,19 @@ async def kept_until_back(fleet: Fleet, down: str) -> None:
         assert replayed.json()["status"] == "completed" and replayed.json()["replayed"], \
             replayed.text
         assert replayed.json()["content"] == [{"type": "text", "text": "open\n"}]
+        # A's call history row of the run, added while the database was down, is written now
+        deadline = time.monotonic() + HANG_GUARD
+        while not any(row["call_id"] == call_id and not row["replayed"] for row in (
+                await a.get("/v1/calls", params={"tool": "wait_open"})).json()["calls"]):
+            assert time.monotonic() < deadline, "the kept history row was not written"
+            await asyncio.sleep(0.1)
+        # and its `call.settled` event, published on A meanwhile, reaches B's stream
+        events = stream(b)
+        async with asyncio.timeout(HANG_GUARD):
+            async for name, data in events:
+                if name == "call.settled" and data["call_id"] == call_id:
+                    break
+        await events.aclose()  # type: ignore[attr-defined]
 
 
 def test_a_stopped_database_gets_clear_errors_and_the_fleet_recovers(fleet: Fleet) -> None:
@@ -321,3 +351,110 @@ def test_a_hung_database_gets_clear_errors_within_the_bound_and_the_fleet_recove
         await kept_until_back(fleet, "hung")
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_call_history_rows_wait_for_the_database(anyio_backend: str) -> None:
+    """Rows added while the database is stopped are kept and written once it is back; a
+    query meanwhile fails (the route's 503) instead of waiting for the writer; closing while
+    it is down does not hang."""
+    from sidecar.call_history import CallQuery
+    from sidecar.postgres import database_failure
+    from sidecar.postgres_call_history import PostgresCallHistory
+    from tests.fleet.test_postgres_stores import _row
+
+    server = await asyncio.to_thread(PostgresServer.start)
+    try:
+        history = await PostgresCallHistory.open(await server.new_database())
+        history.add(_row(1, time.time()))
+        await history.query(CallQuery())  # written
+        await asyncio.to_thread(server.pause)
+        history.add(_row(2, time.time()))
+        with pytest.raises(Exception) as failed:
+            async with asyncio.timeout(HANG_GUARD):
+                await history.query(CallQuery())
+        assert database_failure(failed.value) is not None
+        await asyncio.to_thread(server.resume)
+        async with asyncio.timeout(HANG_GUARD):
+            while len((await history.query(CallQuery()))[0]) < 2:  # noqa: ASYNC110
+                await asyncio.sleep(0.1)
+        assert [r.call_id for r in (await history.query(CallQuery()))[0]] == ["c2", "c1"]
+
+        await asyncio.to_thread(server.pause)
+        history.add(_row(3, time.time()))
+        async with asyncio.timeout(HANG_GUARD):
+            await history.aclose()  # logs the row it could not write
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+def test_sidecar_stdio_on_a_stopped_database_answers_a_json_rpc_error(tmp_path: Path) -> None:
+    """`sidecar stdio --store URL` (its on-demand daemon on the database): a call while the
+    database is stopped gets -32603 naming it, and the tool does not run; once it is back the
+    same call id runs."""
+    import queue
+    import threading
+
+    from tests.fleet.test_replicas import MANIFEST
+
+    runs = tmp_path / "runs.txt"
+    (tmp_path / "manifests").mkdir()
+    (tmp_path / "manifests" / "tools.toml").write_text(MANIFEST.replace("RUNS", str(runs)))
+    server = PostgresServer.start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+    env.update(SIDECAR_STATE_DIR=str(tmp_path / "state"),
+               SIDECAR_MANIFESTS=str(tmp_path / "manifests"), SIDECAR_DATABASE_TIMEOUT=BOUND)
+    try:
+        dsn = anyio.run(server.new_database)
+        database = f"127.0.0.1:{server.port}/{dsn.rsplit('/', 1)[1]}"
+        proc = subprocess.Popen([*SIDECAR, "stdio", "--store", dsn], env=env, text=True,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL)
+        assert proc.stdin is not None and proc.stdout is not None
+        lines: queue.Queue[str] = queue.Queue()
+        reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout],
+                                  daemon=True)
+        reader.start()
+
+        def send(message: dict[str, Any]) -> dict[str, Any] | None:
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+            proc.stdin.flush()
+            if "id" not in message:
+                return None
+            return dict(json.loads(lines.get(timeout=HANG_GUARD)))  # does not hang
+
+        def call(call_id: str) -> dict[str, Any] | None:
+            return send({"id": call_id, "method": "tools/call", "params": {
+                "name": "stamp", "arguments": {"line": call_id},
+                "_meta": {"io.mcp-sidecar/call_id": call_id}}})
+
+        try:
+            send({"id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"}}})
+            send({"method": "notifications/initialized"})
+            assert "result" in (call("before") or {})
+            server.pause()
+            try:
+                failed = call("during") or {}
+                assert failed["error"]["code"] == types.INTERNAL_ERROR, failed
+                assert failed["error"]["message"].startswith(
+                    f"the fleet database {database} is unavailable: call 'during' could not "
+                    "be claimed, so stamp did not run"), failed
+                listed = send({"id": "list", "method": "tools/list"}) or {}
+                assert "stamp" in {t["name"] for t in listed["result"]["tools"]}
+            finally:
+                server.resume()
+            again = call("during") or {}
+            assert again["result"]["content"][0]["text"] == "during\n", again
+            assert runs.read_text().splitlines() == ["before", "during"]
+        finally:
+            proc.stdin.close()
+            proc.wait(timeout=HANG_GUARD)
+            reader.join(timeout=HANG_GUARD)
+            proc.stdout.close()
+            subprocess.run([*SIDECAR, "stop"], env=env, capture_output=True, timeout=60,
+                           check=False)  # the on-demand daemon
+    finally:
+        server.stop()
