@@ -53,6 +53,7 @@ from sidecar.cli_output import (  # the exit statuses are part of the CLI's cont
 )
 from sidecar.cli_output import EXIT_BROKEN_PIPE as EXIT_BROKEN_PIPE
 from sidecar.cli_output import EXIT_DATABASE as EXIT_DATABASE
+from sidecar.cli_output import EXIT_LOCATION_FAILED as EXIT_LOCATION_FAILED
 from sidecar.cli_output import EXIT_OK as EXIT_OK
 from sidecar.cli_output import EXIT_STATE_IN_USE as EXIT_STATE_IN_USE
 from sidecar.cli_output import EXIT_TOOL_ERROR as EXIT_TOOL_ERROR
@@ -555,7 +556,7 @@ def _daemon_exit(args: argparse.Namespace, run: Callable[[], Any]) -> int:
     Traces are exported while it runs when the `OTEL_*` variables ask for them."""
     from managed_store import StoreInUse
     from sidecar import tracing
-    from sidecar.daemon import AddressInUse
+    from sidecar.daemon import AddressInUse, LocationFailed
 
     tracing.configure_from_env()
     try:
@@ -567,6 +568,9 @@ def _daemon_exit(args: argparse.Namespace, run: Callable[[], Any]) -> int:
     except AddressInUse as exc:
         print(f"sidecar: {exc.strerror}", file=sys.stderr)
         return EXIT_ADDRESS_IN_USE
+    except LocationFailed as exc:  # its traceback is logged (`serve`); this line comes last
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return EXIT_LOCATION_FAILED
     except Exception as exc:
         from sidecar.postgres import database_error_in
 

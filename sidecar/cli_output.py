@@ -16,6 +16,9 @@ EXIT_STATE_IN_USE, EXIT_ADDRESS_IN_USE = 4, 5
 EXIT_DATABASE = 6
 """The fleet database (`--store`, `SIDECAR_DATABASE_URL`) cannot be reached, or its schema is
 newer than this sidecar knows."""
+EXIT_LOCATION_FAILED = 7
+"""`serve`/`daemon`: a task of the running Location failed; the daemon stopped serving and
+ended (for a supervisor to start it again)."""
 EXIT_BROKEN_PIPE = 141  # what a shell reports for a process killed by SIGPIPE (128 + 13)
 
 

@@ -20,6 +20,7 @@ import logging
 import os
 import socket
 import time
+import traceback
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -56,12 +57,16 @@ if TYPE_CHECKING:
 
     from sidecar.serve.door import Activity, StdioDoor
 
+SHUTDOWN_GRACE = 10
+"""Seconds in-flight requests get when `serve` stops (a signal, or the Location failing)."""
+
 __all__ = [
     "DEFAULT_RETENTION_SECONDS",
     "DEFAULT_STORE_QUOTA_BYTES",
     "DEFAULT_WIRING",
     "AddressInUse",
     "Location",
+    "LocationFailed",
     "default_state_dir",
     "freeze_startup_heap",
     "grant_store_of",
@@ -135,6 +140,34 @@ class _Server(uvicorn_Server):
         yield
 
 
+class LocationFailed(Exception):
+    """A task of the running Location failed (the message names it): `serve` stopped serving,
+    closed the Location and ends, for a supervisor to start it again."""
+
+
+async def _stop_serving(server: _Server) -> None:
+    """uvicorn's shutdown (listeners closed, requests given the grace, lifespan ended), run
+    while the failed task group keeps cancelling this task; a signal meanwhile cuts the
+    grace short (uvicorn's force exit)."""
+    server.should_exit = True
+    with anyio.CancelScope(shield=True), anyio.move_on_after(SHUTDOWN_GRACE + 5):
+        await server.shutdown(sockets=server.sockets_to_serve)
+
+
+def _failure(exc: BaseException) -> str:
+    """What failed, in one line: the innermost error(s) of an exception group, with the
+    frame that raised them."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_failure(inner) for inner in exc.exceptions)
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if "site-packages" not in f.filename and f.filename.endswith(".py")]
+    where = ""
+    if ours or frames:
+        frame = (ours or frames)[-1]
+        where = f" (in {frame.name}, {Path(frame.filename).name}:{frame.lineno})"
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
 class DaemonRunning(Exception):
     """Another daemon owns the state directory (the message names it)."""
 
@@ -192,6 +225,7 @@ async def serve(
     main = asyncio.current_task()
     server: _Server | None = None
     stopping = False
+    failing = False  # the Location failed under a running server
 
     def stop(sig: int) -> None:
         nonlocal stopping
@@ -224,12 +258,27 @@ async def serve(
                 location, state, manifests, tcp=sock, host=host, token=token,
                 allowed_hosts=allowed_hosts, idle_exit=idle_exit,
             )
-            await server.serve(sockets=server.sockets_to_serve)
+            try:
+                await server.serve(sockets=server.sockets_to_serve)
+            except asyncio.CancelledError:
+                if stopping or not server.started:
+                    raise
+                # Not a signal (those only end the server's loop): a task group of the
+                # Location failed and cancels us. Stop serving before its stores close.
+                failing = True
+                await _stop_serving(server)
+                raise
         # leaving the Location closed every upstream server, plugin and store
     except asyncio.CancelledError:
         if not stopping:
             raise
         print("sidecar: stopped during startup", file=sys.stderr, flush=True)
+    except Exception as exc:
+        if not failing:
+            raise
+        log.error("a task of the Location failed while serving", exc_info=exc)
+        raise LocationFailed(f"stopped: a task of the Location failed: {_failure(exc)}") \
+            from exc
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
@@ -304,7 +353,7 @@ async def _daemon_server(
     app.state.api.health_extras["daemon"] = info.to_json()
     activity = Activity(app)
     config = uvicorn.Config(
-        activity, lifespan="on", log_level="warning", timeout_graceful_shutdown=10,
+        activity, lifespan="on", log_level="warning", timeout_graceful_shutdown=SHUTDOWN_GRACE,
         access_log=False, http=guarded_protocol(ConnectionLimits.from_env()),
     )
     server = _Server(config)

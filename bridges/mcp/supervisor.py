@@ -225,24 +225,35 @@ class Supervisor:
             try:
                 delay = await self._attempt(config)
             except _NeedsLogin:
-                await self._wait_for_login()
-                continue
+                try:
+                    await self._wait_for_login()
+                    continue
+                except Exception as exc:  # e.g. the grant store's database is gone
+                    delay = self._defect(exc)
             except _Permanent as exc:
                 self._set(state="failed", last_error=self._redact(str(exc)), retry_at=None,
                           pid=None)
                 await self._idle()
                 continue
-            except Exception as exc:  # a defect: report it, keep supervising
-                log.exception("[%s] supervisor error", self.key)
-                self._failures += 1
-                self._set(last_error=self._redact(f"internal error: {exc!r}"))
-                delay = self._backoff.delay(self._failures)
+            except Exception as exc:
+                delay = self._defect(exc)
             if self._restart:
                 continue
             self._set(state="backoff", retry_at=time.time() + delay, pid=None)
             self.settled.set()
             with anyio.move_on_after(delay):
                 await self._idle()
+
+    def _defect(self, exc: Exception) -> float:
+        """A defect (or a store failing under the supervisor): report it in the log and the
+        server's health, and keep supervising: nothing escapes `run`, whose failure would end
+        the pool's task group and with it the daemon. The delay before the next attempt."""
+        while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+            exc = exc.exceptions[0]  # from `_wait_for_login`'s task group
+        log.error("[%s] supervisor error", self.key, exc_info=exc)
+        self._failures += 1
+        self._set(last_error=self._redact(f"internal error: {exc!r}"))
+        return self._backoff.delay(self._failures)
 
     async def _wait_for_login(self) -> None:
         """`needs_auth` until a login stores tokens (or the configuration changes)."""
