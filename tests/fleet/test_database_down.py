@@ -170,6 +170,14 @@ async def answers_while_down(fleet: Fleet, snap: str, tag: str) -> None:
         for path in ("/v1/tools", "/metrics"):  # need no database (metrics: what is known)
             answer = await a.get(path)
             assert answer.status_code == 200, answer.text
+        # the web console: a page reading the database says so (503), as HTML
+        token = fleet.headers["authorization"].removeprefix("Bearer ")
+        async with httpx.AsyncClient(base_url=fleet.a, timeout=HANG_GUARD) as console:
+            logged_in = await console.post("/ui/login", data={"token": token})
+            assert logged_in.status_code == 303, logged_in.text
+            page = await console.get("/ui/calls")
+            assert page.status_code == 503, page.text
+            assert f"the fleet database {fleet.database} is unavailable" in page.text
         # a scoped token is checked against the database (not used before: not cached)
         scoped = {"authorization": f"Bearer {fleet.scoped}"}
         unavailable(fleet, await a.get("/v1/tools", headers=scoped),

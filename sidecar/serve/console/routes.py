@@ -14,6 +14,7 @@ from starlette.routing import BaseRoute, Route
 
 from managed_store import InvalidRef, ManagedNotFound
 from sidecar.call_history import CallQuery, InvalidQuery
+from sidecar.database_down import database_label, unavailable_message
 from sidecar.permission import Reply
 from sidecar.permission_service import RuleScope, UnknownAsk
 from sidecar.pins import NotHeld
@@ -91,6 +92,13 @@ class Console:
             except _BadInput as exc:
                 return _page("Bad request", f'<p class="bad">{pages.e(exc)}</p>', session, "",
                              status=400)
+            except Exception as exc:  # the fleet database down: say so (503), not a 500
+                message = unavailable_message(exc, "this page could not be shown",
+                                              database_label(self.location.database))
+                if message is None:
+                    raise
+                return _page("Unavailable", f'<p class="bad">{pages.e(message)}</p>', session,
+                             "", status=503)
         return run
 
     async def login(self, request: Request) -> Response:
