@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any
 
-from sidecar.postgres import DatabaseUnavailable, database_failure
+from sidecar.postgres import DatabaseUnavailable, database_failure, exception_chain
 
 __all__ = ["UNAVAILABLE", "database_label", "unavailable_message", "unless_down"]
 
@@ -35,7 +35,7 @@ def unavailable_message(exc: BaseException, what: str, label: str) -> str | None
     failure = database_failure(exc)
     if failure is None:
         return None
-    said = _said(exc)
+    said = next((e for e in exception_chain(exc) if isinstance(e, DatabaseUnavailable)), None)
     if said is not None:
         what = str(said)
     return f"{label} is unavailable: {what} ({_cause(failure)})"
@@ -55,24 +55,9 @@ async def unless_down(read: Awaitable[dict[str, Any]], database: Any, what: str
         return {}, message
 
 
-def _said(exc: BaseException) -> DatabaseUnavailable | None:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, DatabaseUnavailable):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
-
-
 def _cause(failure: BaseException) -> str:
     """Why: no answer in time, else the deepest cause's own words."""
-    chain: list[BaseException] = []
-    current: BaseException | None = failure
-    while current is not None and all(current is not c for c in chain):
-        chain.append(current)
-        current = current.__cause__ or current.__context__
+    chain = list(exception_chain(failure))
     if any(isinstance(c, TimeoutError) for c in chain):
         return "no answer within the database timeout (SIDECAR_DATABASE_TIMEOUT)"
     for c in reversed(chain):  # the root's words first: a wrapper repeats them

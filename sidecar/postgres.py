@@ -13,7 +13,7 @@ import asyncio
 import functools
 import logging
 import os
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 from sidecar.replica import replica_id
@@ -102,14 +102,18 @@ class SchemaTooNew(DatabaseError):
 def database_error_in(exc: BaseException) -> DatabaseError | None:
     """The `DatabaseError` that `exc` is or was raised from (a store may wrap it in its own
     error, e.g. `OutcomeLogError`), or None: what the CLI reports as one line."""
+    return next((e for e in exception_chain(exc) if isinstance(e, DatabaseError)), None)
+
+
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc`, then what it was raised from (`__cause__`, else `__context__`), and so on, each
+    once."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if isinstance(current, DatabaseError):
-            return current
+        yield current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
-    return None
 
 
 def database_failure(exc: BaseException) -> BaseException | None:
@@ -123,15 +127,11 @@ def database_failure(exc: BaseException) -> BaseException | None:
     unreachable = (asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
                    asyncpg.exceptions.OperatorInterventionError,
                    asyncpg.exceptions.InsufficientResourcesError)
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
+    for current in exception_chain(exc):
         if isinstance(current, (DatabaseError, *unreachable)):
             return current
         if isinstance(current, OSError | TimeoutError) and _raised_in_asyncpg(current):
             return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
     return None
 
 
