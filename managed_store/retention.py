@@ -11,8 +11,11 @@ The policy only chooses victims; the store deletes their rows and files.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from managed_store.errors import OwnerShareExceeded, RetentionError
 from managed_store.index import Index
@@ -80,31 +83,20 @@ class RetentionPolicy:
         if excess <= 0:
             return victims
         held = index.holdings()
-        stored = {o: total for o, (total, _) in held.items()}
-        oldest = {o: first for o, (_, first) in held.items()}
         queues: dict[str | None, list[ManagedRef]] = {}
-        last: dict[str | None, float] = {}
-        for victim in victims:  # already chosen: the owner's oldest, in order
-            stored[owner] -= victim.size_bytes
-            last[owner] = oldest[owner] = victim.created_at
-        weight = dict(stored)  # the incoming object counts for its owner
-        weight[owner] = weight.get(owner, 0) + incoming_bytes
-        while excess > 0:
-            candidates = [o for o, total in stored.items() if total > 0]
-            if not candidates:
-                break  # nothing left to evict: the commit fails on the quota check
-            # The largest holder; on a tie, the one whose oldest object is oldest.
-            largest = max(candidates, key=lambda o: (weight[o], -oldest[o]))
-            following = _next(index, largest, queues, last)
-            if following is None:  # cannot happen while its bytes are counted; stop looking
-                stored[largest] = 0
-                continue
-            victim = queues[largest].pop(0)
-            last[largest] = oldest[largest] = victim.created_at
-            victims.append(victim)
-            stored[largest] -= victim.size_bytes
-            weight[largest] -= victim.size_bytes
-            excess -= victim.size_bytes
+        order = largest_holders_first({o: total for o, (total, _) in held.items()},
+                                      {o: first for o, (_, first) in held.items()},
+                                      victims, owner, incoming_bytes, excess)
+        with contextlib.suppress(StopIteration):
+            holder, after = next(order)
+            while True:
+                queue = queues.get(holder)
+                if not queue:
+                    queue = queues[holder] = index.oldest_of(holder, _BATCH, after=after)
+                victim = queue.pop(0) if queue else None
+                if victim is not None:
+                    victims.append(victim)
+                holder, after = order.send(victim)
         return victims
 
 
@@ -129,14 +121,46 @@ def _covering(
     return chosen
 
 
-def _next(
-    index: Index,
-    owner: str | None,
-    queues: dict[str | None, list[ManagedRef]],
-    last: dict[str | None, float],
-) -> ManagedRef | None:
-    """`owner`'s oldest object not chosen yet (fetched in batches)."""
-    queue = queues.get(owner)
-    if not queue:
-        queue = queues[owner] = index.oldest_of(owner, _BATCH, after=last.get(owner, -1.0))
-    return queue[0] if queue else None
+class Sized(Protocol):
+    """What eviction needs of an object."""
+
+    @property
+    def size_bytes(self) -> int: ...
+
+    @property
+    def created_at(self) -> float: ...
+
+
+def largest_holders_first(
+    stored: dict[str | None, int], oldest: dict[str | None, float], chosen: Sequence[Sized],
+    owner: str | None, incoming: int, excess: int,
+) -> Generator[tuple[str | None, float], Sized | None, None]:
+    """The order in which the whole quota gives up `excess` bytes, without any I/O: the local
+    index and the S3 store's PostgreSQL index both drive it. `stored`/`oldest`: bytes held and
+    oldest `created_at` per owner; `chosen`: `owner`'s objects already chosen for its share
+    (oldest first); `incoming`: the bytes about to be stored for `owner`.
+
+    Yields `(holder, after)`, asking for `holder`'s oldest object created after `after`; the
+    caller sends it (it becomes a victim) or None when there is none. Ends when `excess` is
+    freed or nothing is left to evict (the quota check then refuses the commit)."""
+    stored, oldest = dict(stored), dict(oldest)
+    last: dict[str | None, float] = {}
+    for victim in chosen:  # already chosen: the owner's oldest, in order
+        stored[owner] -= victim.size_bytes
+        last[owner] = oldest[owner] = victim.created_at
+    weight = dict(stored)  # the incoming object counts for its owner
+    weight[owner] = weight.get(owner, 0) + incoming
+    while excess > 0:
+        candidates = [o for o, total in stored.items() if total > 0]
+        if not candidates:
+            return
+        # The largest holder; on a tie, the one whose oldest object is oldest.
+        largest = max(candidates, key=lambda o: (weight[o], -oldest[o]))
+        found = yield largest, last.get(largest, -1.0)
+        if found is None:  # cannot happen while its bytes are counted; stop looking at it
+            stored[largest] = 0
+            continue
+        last[largest] = oldest[largest] = found.created_at
+        stored[largest] -= found.size_bytes
+        weight[largest] -= found.size_bytes
+        excess -= found.size_bytes

@@ -10,10 +10,11 @@ of `conn`, so no other replica changes the holdings meanwhile.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from managed_store.retention import RetentionPolicy
+from managed_store.retention import RetentionPolicy, largest_holders_first
 
 _BATCH = 256
 _OBJECTS = "FROM sidecar_managed_objects WHERE location = $1"
@@ -53,34 +54,20 @@ async def over_quota(conn: Any, location: str, incoming: int, policy: RetentionP
     rows = await conn.fetch(
         f"SELECT owner, SUM(size_bytes) AS held, MIN(created_at) AS first {_OBJECTS} "
         "GROUP BY owner", location)
-    stored: dict[str | None, int] = {row["owner"]: int(row["held"]) for row in rows}
-    oldest: dict[str | None, float] = {row["owner"]: row["first"] for row in rows}
     queues: dict[str | None, list[_Object]] = {}
-    last: dict[str | None, float] = {}
-    for victim in victims:  # already chosen: the owner's oldest, in order
-        stored[owner] -= victim.size_bytes
-        last[owner] = oldest[owner] = victim.created_at
-    weight = dict(stored)  # the incoming object counts for its owner
-    weight[owner] = weight.get(owner, 0) + incoming
-    while excess > 0:
-        candidates = [o for o, held in stored.items() if held > 0]
-        if not candidates:
-            break  # nothing left to evict: the quota check refuses the commit
-        # The largest holder; on a tie, the one whose oldest object is oldest.
-        largest = max(candidates, key=lambda o: (weight[o], -oldest[o]))
-        queue = queues.get(largest)
-        if not queue:
-            queue = queues[largest] = await _oldest_of(conn, location, largest,
-                                                       last.get(largest, -1.0))
-        if not queue:  # cannot happen while its bytes are counted; stop looking at it
-            stored[largest] = 0
-            continue
-        victim = queue.pop(0)
-        last[largest] = oldest[largest] = victim.created_at
-        victims.append(victim)
-        stored[largest] -= victim.size_bytes
-        weight[largest] -= victim.size_bytes
-        excess -= victim.size_bytes
+    order = largest_holders_first({row["owner"]: int(row["held"]) for row in rows},
+                                  {row["owner"]: row["first"] for row in rows},
+                                  victims, owner, incoming, excess)
+    with contextlib.suppress(StopIteration):
+        holder, after = next(order)
+        while True:
+            queue = queues.get(holder)
+            if not queue:
+                queue = queues[holder] = await _oldest_of(conn, location, holder, after)
+            victim = queue.pop(0) if queue else None
+            if victim is not None:
+                victims.append(victim)
+            holder, after = order.send(victim)
     return [v.id for v in victims]
 
 
