@@ -69,6 +69,7 @@ from sidecar.managed_read import managed_read_tool
 from sidecar.metadata import DEFAULT_MAX_METADATA_BYTES
 from sidecar.outcome import Outcome
 from sidecar.overrides import Overrides
+from sidecar.pending_logins import LoginCallbacks
 from sidecar.permission import PermissionRule
 from sidecar.permission_service import PermissionService
 from sidecar.pins import Pins
@@ -227,6 +228,7 @@ class Location:
         wiring's."""
         self.grants: GrantStore | None = None
         """The fleet's OAuth grants (`Stores.grants`); None: see `grant_store()`."""
+        self.login_callbacks: LoginCallbacks | None = None  # `Stores.login_callbacks`
         self.cancellers: list[Callable[[str], Awaitable[str]]] = []
         """Cancel a call running in this process by id ("cancelling" or "not_running"; the
         HTTP app's calls): how another replica's cancel request reaches it."""
@@ -363,6 +365,7 @@ class Location:
             location.wiring = wired
             location.event_log_factory = stores.events
             location.grants = stores.grants
+            location.login_callbacks = stores.login_callbacks
             location.database = stores.database
             if stores.cancels is not None:
                 location.cancels = stores.cancels
