@@ -31,11 +31,13 @@ from mcp.shared.auth import AuthorizationCodeResult
 
 from bridges.manifest import ServerConfig
 from bridges.manifest_oauth import OAuthSettings
+from bridges.mcp.oauth.callback import PublicRedirect
 from bridges.mcp.oauth.providers import Interactive, build_auth
 from bridges.mcp.oauth.records import LoginStatus, RecordStorage, canonical_resource
 from bridges.mcp.sse import sse_transport
 from bridges.mcp.transport_state import TransportState
 from sidecar.grant_store import GrantStore, GrantStoreUnavailable
+from sidecar.pending_logins import LoginCallbacks
 
 log = logging.getLogger("bridges.mcp.oauth")
 
@@ -136,8 +138,13 @@ async def login(
     *,
     show: Callable[[str], Awaitable[None]],
     patience: float = LOGIN_TIMEOUT,
+    callbacks: LoginCallbacks | None = None,
 ) -> LoginResult:
-    """Authorize `server` once and store its tokens; never raises for an OAuth failure."""
+    """Authorize `server` once and store its tokens; never raises for an OAuth failure.
+
+    With `callbacks` (the daemon's public URL) and no redirect fixed by the manifest, the
+    redirect goes to `{public URL}/v1/auth/{server}/callback`, where any replica may finish
+    the login (`bridges.mcp.oauth.callback`); otherwise to a loopback listener here."""
     if config.url is None or config.oauth_mode == "none":
         return LoginResult(False, f"server {server!r} is not an HTTP server that may use "
                            "OAuth (`url`, and no `auth = \"none\"`)")
@@ -146,9 +153,18 @@ async def login(
     status = LoginStatus(server)
     storage = RecordStorage(store, server, canonical_resource(config.url))
     port, path = _callback_address(settings)
+    public = None
+    if callbacks is not None and settings.grant == "authorization_code" and not (
+        settings.redirect_uri or settings.callback_port
+    ):
+        public = PublicRedirect(server, canonical_resource(config.url), callbacks.pending,
+                                patience)
     async with contextlib.AsyncExitStack() as stack:
         interactive = None
-        if settings.grant == "authorization_code":
+        if public is not None:
+            assert callbacks is not None
+            interactive = public.interactive(callbacks.redirect_uri(server), show)
+        elif settings.grant == "authorization_code":
             try:
                 callback = await stack.enter_async_context(LoopbackCallback.open(port, path))
             except OSError as exc:
@@ -162,7 +178,11 @@ async def login(
         probe_error = await _probe(config, auth, patience)
     record = await storage.record()
     tokens = (record or {}).get("tokens")
-    if not tokens or float(record.get("obtained_at") or 0) < started:  # type: ignore[union-attr]
+    # finished by another replica: its clock stamped the tokens, so trust its outcome
+    elsewhere = public is not None and public.outcome is not None and (
+        public.outcome[0] == "authorized")
+    if not tokens or (float(record.get("obtained_at") or 0) < started  # type: ignore[union-attr]
+                      and not elsewhere):
         reason = status.reason or status.transient or probe_error or (
             "the server did not ask for authorization")
         return LoginResult(False, f"{server}: no tokens stored: {reason}")

@@ -1,0 +1,183 @@
+"""An OAuth login started on one replica completes on another: two `sidecar serve` replicas (A,
+B) on one real PostgreSQL database, both with `SIDECAR_PUBLIC_URL` pointing at B's address
+(what a load balancer in front of the fleet does: the browser's redirect may reach any
+replica), in front of a real OAuth-protected MCP server and its authorization server
+(tests/bridges/oauth_server.py).
+
+The login starts with `POST /v1/auth/cloud/login` on A; the "browser" (httpx following the
+authorize redirect) lands on B's `/v1/auth/cloud/callback` without a bearer token; B exchanges
+the code (the verifier came through the database, sealed) and stores the grant; A (whose
+login reports `authorized`) and B connect and call the server. Then the state attacks: the
+same redirect again (used), a made-up state (unknown), none (missing), a state past its expiry
+(expired), each 400 naming it and exchanging nothing; an `error=` from the authorization
+server is 400 naming it and the login that started it reports it. Neither replica's log holds
+the code or the state."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import subprocess
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import anyio
+import asyncpg
+import httpx
+import pytest
+
+from sidecar.pending_logins import state_key
+from tests.bridges.helpers import free_port
+from tests.bridges.oauth_server import OAuthServer
+from tests.fleet.postgres import PostgresServer
+from tests.fleet.test_replica_grants import call_whoami, start, stop, until
+from tests.live_server import live_server
+
+pytestmark = [pytest.mark.anyio,
+              pytest.mark.parametrize("anyio_backend", [("asyncio", {"use_uvloop": False})])]
+
+
+async def test_a_login_started_on_a_completes_on_b_and_bad_states_are_refused(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    protected = OAuthServer()
+    dsn = await postgres_server.new_database()
+    key = base64.b64encode(os.urandom(32)).decode()
+    token = secrets.token_urlsafe(32)
+    port_b = free_port()
+    async with live_server(protected) as port:
+        protected.base = f"http://127.0.0.1:{port}"
+        manifests = tmp_path / "manifests"
+        manifests.mkdir()
+        (manifests / "cloud.json").write_text(json.dumps({"mcpServers": {"cloud": {
+            "url": f"{protected.base}/mcp", "auth": "oauth", "timeouts": {"startup": 10}}}}))
+        common = {"SIDECAR_MANIFESTS": str(manifests), "SIDECAR_DATABASE_URL": dsn,
+                  "SIDECAR_TOKEN": token, "SIDECAR_GRANT_KEY": key,
+                  "SIDECAR_PUBLIC_URL": f"http://127.0.0.1:{port_b}/"}
+        started: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
+
+        async def start_one(name: str, port: int) -> None:
+            started[name] = await anyio.to_thread.run_sync(
+                lambda: start(tmp_path / name, name, common, port))
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(start_one, "a", 0)
+                tg.start_soon(start_one, "b", port_b)
+            clients = {name: httpx.AsyncClient(
+                base_url=url, timeout=30, headers={"authorization": f"Bearer {token}"})
+                for name, (_, url) in started.items()}
+            try:
+                await _scenario(protected, clients, dsn, tmp_path)
+            except BaseException:
+                for name in started:
+                    print(f"--- replica {name} ---\n" + (tmp_path / name / "serve.log")
+                          .read_text(errors="replace")[-6000:])
+                raise
+            finally:
+                for client in clients.values():
+                    await client.aclose()
+        finally:
+            for proc, _ in started.values():
+                await anyio.to_thread.run_sync(stop, proc)
+
+
+async def browse(url: str) -> httpx.Response:
+    """The user's browser: opens the URL and follows the redirects, with no bearer token."""
+    async with httpx.AsyncClient(follow_redirects=True, timeout=30) as browser:
+        return await browser.get(url)
+
+
+async def _scenario(protected: OAuthServer, clients: dict[str, httpx.AsyncClient], dsn: str,
+                    tmp_path: Path) -> None:
+    a, b = clients["a"], clients["b"]
+    public = str(b.base_url).rstrip("/")
+
+    async def ready(client: httpx.AsyncClient) -> bool:
+        health = (await client.get("/v1/health")).json()["servers"]["cloud"]
+        return bool(health["state"] == "ready")
+
+    assert not await ready(a) and not await ready(b)
+
+    # The login starts on A; its redirect URI is the public URL (B), not A's loopback.
+    begun = await a.post("/v1/auth/cloud/login")
+    assert begun.status_code == 202, begun.text
+    authorize = begun.json()["authorization_url"]
+    asked = parse_qs(urlsplit(authorize).query)
+    assert asked["redirect_uri"] == [f"{public}/v1/auth/cloud/callback"]
+    landed = await browse(authorize)
+    assert landed.status_code == 200, landed.text
+    assert landed.headers["sidecar-replica"] == "replica-b"
+    assert landed.headers["sidecar-login"] == "authorized"
+    assert "cloud: authorized" in landed.text
+    redirect = str(landed.url)  # what the browser was sent to: code and state
+    code = parse_qs(urlsplit(redirect).query)["code"][0]
+    state = parse_qs(urlsplit(redirect).query)["state"][0]
+    assert code not in landed.text and state not in landed.text
+
+    await until(lambda: ready(a), "A ready after the login finished on B")
+    await until(lambda: ready(b), "B ready after the login it finished")
+
+    async def a_reports_it() -> dict[str, Any] | None:
+        login = (await a.get("/v1/auth/cloud")).json()["login"]
+        return login if login["state"] != "pending" else None
+
+    login = await until(a_reports_it, "A's login reporting its end")
+    assert login["state"] == "authorized", login
+    called = await call_whoami(a, "whoami-a-1")
+    assert called["status"] == "completed", called
+    assert called["content"][0]["text"] == "authorized"
+    assert protected.grants.count("authorization_code") == 1
+
+    # The state attacks, on B's callback (no bearer token, as a browser).
+    callback = f"{public}/v1/auth/cloud/callback"
+    replay = await browse(redirect)
+    assert (replay.status_code, replay.headers["sidecar-login"]) == (400, "used_state")
+    assert "already completed" in replay.text
+    unknown = await browse(f"{callback}?state={secrets.token_urlsafe(32)}&code=abc")
+    assert (unknown.status_code, unknown.headers["sidecar-login"]) == (400, "unknown_state")
+    missing = await browse(f"{callback}?code=abc")
+    assert (missing.status_code, missing.headers["sidecar-login"]) == (400, "missing_state")
+    assert "no state" in missing.text
+    elsewhere = await browse(f"{public}/v1/auth/other/callback?{urlsplit(redirect).query}")
+    assert elsewhere.status_code == 400  # a state of `cloud` does not serve another server
+
+    again = await a.post("/v1/auth/cloud/login")  # a second login, left past its expiry
+    assert again.status_code == 202, again.text
+    async with httpx.AsyncClient(timeout=30) as browser:
+        sent_back = (await browser.get(again.json()["authorization_url"])).headers["location"]
+    late_state = parse_qs(urlsplit(sent_back).query)["state"][0]
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("UPDATE sidecar_pending_logins SET expires_at = now() - "
+                           "interval '1 second' WHERE key = $1", state_key(late_state))
+    finally:
+        await conn.close()
+    expired = await browse(sent_back)
+    assert (expired.status_code, expired.headers["sidecar-login"]) == (400, "expired_state")
+    assert "expired" in expired.text
+    assert protected.grants.count("authorization_code") == 1  # nothing exchanged
+
+    # The authorization server refuses (the user said no): named on the page, and the login
+    # (started on B this time: A's second one is still pending) reports it.
+    protected.deny = "access_denied"
+    denied_login = await b.post("/v1/auth/cloud/login")
+    assert denied_login.status_code == 202, denied_login.text
+    denied = await browse(denied_login.json()["authorization_url"])
+    assert (denied.status_code, denied.headers["sidecar-login"]) == (
+        400, "authorization_refused")
+    assert "error=access_denied" in denied.text and "the user said no" in denied.text
+
+    async def b_reports_it() -> dict[str, Any] | None:
+        login = (await b.get("/v1/auth/cloud")).json()["login"]
+        return login if login["state"] != "pending" else None
+
+    failed = await until(b_reports_it, "B's refused login reporting its end")
+    assert failed["state"] == "failed" and "access_denied" in failed["message"], failed
+
+    for name in ("a", "b"):
+        log = (tmp_path / name / "serve.log").read_text(errors="replace")
+        assert code not in log and state not in log and late_state not in log, name
