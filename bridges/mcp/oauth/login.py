@@ -1,13 +1,14 @@
 """One authorization of one server: what `sidecar auth login NAME` and `POST /v1/auth/...` run.
 
 `login` listens on a loopback callback (`127.0.0.1`, an ephemeral port unless the manifest's
-`oauth.callback_port`/`redirect_uri` fixes one), connects to the server with the login-mode
-auth (`build_auth(..., interactive=...)`), lets the server's 401 start the SDK's flow
-(discovery, registration, PKCE), shows the authorization URL, waits for the redirect, exchanges
-the code and stores the tokens. It then lists the server's tools once, with the new token, to
-say whether the server accepts it. Client-credentials grants need no browser: the same
-connection fetches a token. `logout` revokes the stored tokens where the authorization server
-has a revocation endpoint (RFC 7009) and forgets them.
+`oauth.callback_port`/`redirect_uri` fixes one; a daemon with a public URL has the redirect
+come to `/v1/auth/{server}/callback` instead, `bridges.mcp.oauth.callback`), connects to the
+server with the login-mode auth (`build_auth(..., interactive=...)`), lets the server's 401
+start the SDK's flow (discovery, registration, PKCE), shows the authorization URL, waits for
+the redirect, exchanges the code and stores the tokens. It then lists the server's tools once,
+with the new token, to say whether the server accepts it. Client-credentials grants need no
+browser: the same connection fetches a token. `logout` revokes the stored tokens where the
+authorization server has a revocation endpoint (RFC 7009) and forgets them.
 """
 
 from __future__ import annotations
