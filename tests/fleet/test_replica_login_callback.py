@@ -11,7 +11,8 @@ login reports `authorized`) and B connect and call the server. Then the state at
 same redirect again (used), a made-up state (unknown), none (missing), a state past its expiry
 (expired), each 400 naming it and exchanging nothing; an `error=` from the authorization
 server is 400 naming it and the login that started it reports it. Neither replica's log holds
-the code or the state."""
+the code or the state. Then the same through a real HAProxy in front of both replicas, with
+the gateway's public name as the public URL."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ import json
 import os
 import secrets
 import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -32,6 +36,7 @@ import pytest
 from sidecar.pending_logins import state_key
 from tests.bridges.helpers import free_port
 from tests.bridges.oauth_server import OAuthServer
+from tests.fleet.haproxy import HAProxy
 from tests.fleet.postgres import PostgresServer
 from tests.fleet.test_replica_grants import call_whoami, start, stop, until
 from tests.live_server import live_server
@@ -40,14 +45,14 @@ pytestmark = [pytest.mark.anyio,
               pytest.mark.parametrize("anyio_backend", [("asyncio", {"use_uvloop": False})])]
 
 
-async def test_a_login_started_on_a_completes_on_b_and_bad_states_are_refused(
-    postgres_server: PostgresServer, tmp_path: Path
-) -> None:
+@asynccontextmanager
+async def fleet(postgres_server: PostgresServer, tmp_path: Path, public_url: str,
+                port_b: int = 0) -> AsyncIterator[Fleet]:
+    """Replicas A and B (B on `port_b`) on one database, both with `public_url`, in front of
+    the OAuth-protected server; their logs are printed when the body fails."""
     protected = OAuthServer()
     dsn = await postgres_server.new_database()
-    key = base64.b64encode(os.urandom(32)).decode()
     token = secrets.token_urlsafe(32)
-    port_b = free_port()
     async with live_server(protected) as port:
         protected.base = f"http://127.0.0.1:{port}"
         manifests = tmp_path / "manifests"
@@ -55,8 +60,9 @@ async def test_a_login_started_on_a_completes_on_b_and_bad_states_are_refused(
         (manifests / "cloud.json").write_text(json.dumps({"mcpServers": {"cloud": {
             "url": f"{protected.base}/mcp", "auth": "oauth", "timeouts": {"startup": 10}}}}))
         common = {"SIDECAR_MANIFESTS": str(manifests), "SIDECAR_DATABASE_URL": dsn,
-                  "SIDECAR_TOKEN": token, "SIDECAR_GRANT_KEY": key,
-                  "SIDECAR_PUBLIC_URL": f"http://127.0.0.1:{port_b}/"}
+                  "SIDECAR_TOKEN": token,
+                  "SIDECAR_GRANT_KEY": base64.b64encode(os.urandom(32)).decode(),
+                  "SIDECAR_PUBLIC_URL": public_url}
         started: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
 
         async def start_one(name: str, port: int) -> None:
@@ -71,7 +77,7 @@ async def test_a_login_started_on_a_completes_on_b_and_bad_states_are_refused(
                 base_url=url, timeout=30, headers={"authorization": f"Bearer {token}"})
                 for name, (_, url) in started.items()}
             try:
-                await _scenario(protected, clients, dsn, tmp_path)
+                yield Fleet(protected, clients["a"], clients["b"], dsn, token)
             except BaseException:
                 for name in started:
                     print(f"--- replica {name} ---\n" + (tmp_path / name / "serve.log")
@@ -83,6 +89,70 @@ async def test_a_login_started_on_a_completes_on_b_and_bad_states_are_refused(
         finally:
             for proc, _ in started.values():
                 await anyio.to_thread.run_sync(stop, proc)
+
+
+@dataclass
+class Fleet:
+    protected: OAuthServer
+    a: httpx.AsyncClient
+    b: httpx.AsyncClient
+    dsn: str
+    token: str
+
+
+async def test_a_login_started_on_a_completes_on_b_and_bad_states_are_refused(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    port_b = free_port()
+    async with fleet(postgres_server, tmp_path, f"http://127.0.0.1:{port_b}/", port_b) as f:
+        await _scenario(f.protected, {"a": f.a, "b": f.b}, f.dsn, tmp_path)
+
+
+async def test_logins_through_a_load_balancer_complete_on_either_replica(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """A real HAProxy (round-robin) in front of A and B, which know the gateway's public name:
+    each login is started through the proxy and its redirect comes back through the proxy,
+    whichever replica each lands on; across the two logins (a request in between flips the
+    round-robin) one is started and finished on different replicas."""
+    async with fleet(postgres_server, tmp_path, "http://gateway.test") as f:
+        ports = [int(str(c.base_url).rsplit(":", 1)[1].strip("/")) for c in (f.a, f.b)]
+        proxy = await anyio.to_thread.run_sync(lambda: HAProxy.start(tmp_path, ports))
+        try:
+            async with httpx.AsyncClient(
+                base_url=proxy.url, timeout=30,
+                headers={"authorization": f"Bearer {f.token}", "host": "gateway.test"},
+            ) as gateway, httpx.AsyncClient(timeout=30) as browser:
+                pairs = []
+                for turn in range(2):
+                    begun = await gateway.post("/v1/auth/cloud/login")
+                    assert begun.status_code == 202, begun.text
+                    if turn == 1:
+                        await gateway.get("/v1/health")
+                    back = httpx.URL((await browser.get(
+                        begun.json()["authorization_url"])).headers["location"])
+                    assert (back.host, back.path) == ("gateway.test", "/v1/auth/cloud/callback")
+                    landed = await browser.get(f"{proxy.url}{back.raw_path.decode()}",
+                                               headers={"host": "gateway.test"})
+                    assert landed.headers["sidecar-login"] == "authorized", landed.text
+                    pairs.append((begun.headers["sidecar-replica"],
+                                  landed.headers["sidecar-replica"]))
+                    # until the starting replica has seen the outcome, a new POST there joins
+                    # the login it still believes pending (and gets its spent state)
+                    starter = {"replica-a": f.a, "replica-b": f.b}[pairs[-1][0]]
+                    await until(lambda c=starter: _login_ended(c), "the login reported ended")
+                assert any(started != finished for started, finished in pairs), pairs
+                assert f.protected.grants.count("authorization_code") == 2
+                for client in (f.a, f.b):
+                    called = await call_whoami(client, f"whoami-{secrets.token_hex(4)}")
+                    assert called["status"] == "completed", called
+        finally:
+            await anyio.to_thread.run_sync(proxy.stop)
+
+
+async def _login_ended(client: httpx.AsyncClient) -> dict[str, Any] | None:
+    login = (await client.get("/v1/auth/cloud")).json()["login"]
+    return login if login is not None and login["state"] != "pending" else None
 
 
 async def browse(url: str) -> httpx.Response:
@@ -121,11 +191,7 @@ async def _scenario(protected: OAuthServer, clients: dict[str, httpx.AsyncClient
     await until(lambda: ready(a), "A ready after the login finished on B")
     await until(lambda: ready(b), "B ready after the login it finished")
 
-    async def a_reports_it() -> dict[str, Any] | None:
-        login = (await a.get("/v1/auth/cloud")).json()["login"]
-        return login if login["state"] != "pending" else None
-
-    login = await until(a_reports_it, "A's login reporting its end")
+    login = await until(lambda: _login_ended(a), "A's login reporting its end")
     assert login["state"] == "authorized", login
     called = await call_whoami(a, "whoami-a-1")
     assert called["status"] == "completed", called
@@ -171,11 +237,7 @@ async def _scenario(protected: OAuthServer, clients: dict[str, httpx.AsyncClient
         400, "authorization_refused")
     assert "error=access_denied" in denied.text and "the user said no" in denied.text
 
-    async def b_reports_it() -> dict[str, Any] | None:
-        login = (await b.get("/v1/auth/cloud")).json()["login"]
-        return login if login["state"] != "pending" else None
-
-    failed = await until(b_reports_it, "B's refused login reporting its end")
+    failed = await until(lambda: _login_ended(b), "B's refused login reporting its end")
     assert failed["state"] == "failed" and "access_denied" in failed["message"], failed
 
     for name in ("a", "b"):
