@@ -20,9 +20,11 @@ import json
 import sys
 from collections import Counter
 
+from sidecar.cli_output import EXIT_DATABASE
 from sidecar.grant_keys import GRANT_KEY_ENV, GrantKeyMissing, Resealed, SealedGrantStore
 from sidecar.grant_store import GrantStore
 from sidecar.pending_logins import PENDING_LOGIN_SECONDS
+from sidecar.postgres import database_failure
 
 _SAID = {
     "resealed": "re-sealed with the first key",
@@ -36,7 +38,8 @@ _COUNTED = {"resealed": "re-sealed", "stale": "to re-seal",
 
 async def rekey(args: argparse.Namespace, store: GrantStore) -> int:
     """0: every record is (now) under the first key; 1: some record cannot be opened with any
-    given key (or, with `--check`, is still under another key); 2: no fleet database."""
+    given key (or, with `--check`, is still under another key); 2: no fleet database; 6: the
+    database failed midway (the records done stay done: each is one transaction)."""
     if not isinstance(store, SealedGrantStore):
         print(f"sidecar auth rekey: nothing to rekey: {_embedded(store)}, which "
               f"{GRANT_KEY_ENV} does not seal; rekey re-seals the OAuth grants of a fleet "
@@ -46,8 +49,18 @@ async def rekey(args: argparse.Namespace, store: GrantStore) -> int:
     if keys is None:
         raise GrantKeyMissing
     results: list[Resealed] = []
-    for server in await store.servers():
-        found = await store.reseal(server, check=args.check)
+    servers = await store.servers()
+    for done, server in enumerate(servers):
+        try:
+            found = await store.reseal(server, check=args.check)
+        except Exception as exc:
+            failure = database_failure(exc)
+            if failure is None:
+                raise
+            print(f"sidecar auth rekey: the fleet database failed at the grant of {server} "
+                  f"({done} of {len(servers)} done, each one whole; run it again): "
+                  f"{type(failure).__name__}: {failure}", file=sys.stderr)
+            return EXIT_DATABASE
         if found.outcome != "gone":  # forgotten (logout) meanwhile: nothing to seal
             results.append(found)
     counts: Counter[str] = Counter(r.outcome for r in results)

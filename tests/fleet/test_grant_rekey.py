@@ -2,7 +2,8 @@
 sealed with an old key are sealed again with the first key of `SIDECAR_GRANT_KEY` and then open
 with the new key alone; a record no key opens is reported by key id and left as it is (exit 1);
 `--check` changes nothing; a writer changing a grant while rekey runs loses nothing (rekey waits
-for the per-server change lock a replica holds, then seals what that replica wrote); without a
+for the per-server change lock a replica holds, then seals what that replica wrote); a connection
+cut midway is one line and exit 6, keeps what was done, and a second run finishes; without a
 database rekey says there is nothing to rekey. No key and no token is ever printed."""
 
 from __future__ import annotations
@@ -271,3 +272,42 @@ async def test_a_writer_during_rekey_loses_nothing(
         assert got["tokens"] == record(server)["tokens"]
     assert {k for k, _ in (await rows(dsn)).values()} == {kid(new)}
     no_secret_in(out + err, old, new)
+
+
+async def test_a_database_failure_midway_keeps_what_was_done(
+    dsn: str, opened: list[PostgresGrantStore], tmp_path: Path
+) -> None:
+    """rekey's connection is cut while it waits for `s-1`'s change lock: one line, exit 6,
+    `s-0` stays re-sealed, the others stay as they were; run again, it finishes."""
+    old, new = new_key(), new_key()
+    seed = await store_with(dsn, opened, old)
+    for server in ("s-0", "s-1", "s-2"):
+        await seed.put(server, record(server))
+    env = cli_env(tmp_path, f"{new},{old}")
+    holder = await asyncpg.connect(dsn)
+    try:
+        await holder.execute("SELECT pg_advisory_lock($1, hashtext('s-1'))", LOCK_GRANT_UPDATE)
+        async with await anyio.open_process(rekey_argv("--store", dsn), env=env) as proc:
+            with anyio.fail_after(60):
+                while not (waiting := await holder.fetchval(
+                        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                        "AND classid = $1 AND objid::bigint = "
+                        "(hashtext('s-1')::bigint & 4294967295)", LOCK_GRANT_UPDATE)):
+                    assert proc.returncode is None, "rekey ended without waiting"
+                    await anyio.sleep(0.05)
+                await holder.execute("SELECT pg_terminate_backend($1)", waiting)
+                await proc.wait()
+            assert proc.stderr is not None
+            err = b"".join([chunk async for chunk in proc.stderr]).decode()
+        await holder.execute("SELECT pg_advisory_unlock_all()")
+    finally:
+        await holder.close()
+    assert proc.returncode == 6, err
+    assert "the fleet database failed at the grant of s-1 (1 of 3 done" in err
+    assert "Traceback" not in err
+    assert {s: k for s, (k, _) in (await rows(dsn)).items()} == {
+        "s-0": kid(new), "s-1": kid(old), "s-2": kid(old)}
+    code, out, err2 = await rekey(env, "--store", dsn)
+    assert code == 0, err2
+    assert "3 grants: 2 re-sealed, 1 already under the first key" in out
+    no_secret_in(err + out + err2, old, new)
