@@ -38,7 +38,8 @@ _COUNTED = {"resealed": "re-sealed", "stale": "to re-seal",
 
 async def rekey(args: argparse.Namespace, store: GrantStore) -> int:
     """0: every record is (now) under the first key; 1: some record cannot be opened with any
-    given key (or, with `--check`, is still under another key); 2: no fleet database; 6: the
+    given key (or, with `--check`, is still under another key); 2: no fleet database (or no
+    key: `GrantKeyMissing`, reported by `cli_auth.run`); 6: the
     database failed midway (the records done stay done: each is one transaction)."""
     if not isinstance(store, SealedGrantStore):
         print(f"sidecar auth rekey: nothing to rekey: {_embedded(store)}, which "
@@ -72,7 +73,7 @@ async def rekey(args: argparse.Namespace, store: GrantStore) -> int:
                        for r in results},
             "counts": dict(counts)}, indent=2))
     else:
-        _print(args.check, keys.ids, results, counts)
+        _print(keys.ids, results, counts)
     failed = counts["unopenable"] + (counts["stale"] if args.check else 0)
     if counts["unopenable"]:
         names = ", ".join(r.server for r in results if r.outcome == "unopenable")
@@ -81,8 +82,7 @@ async def rekey(args: argparse.Namespace, store: GrantStore) -> int:
     return 1 if failed else 0
 
 
-def _print(check: bool, ids: tuple[str, ...], results: list[Resealed],
-           counts: Counter[str]) -> None:
+def _print(ids: tuple[str, ...], results: list[Resealed], counts: Counter[str]) -> None:
     print(f"first key of {GRANT_KEY_ENV}: key id {ids[0]} ({len(ids)} "
           f"key{'s' if len(ids) > 1 else ''} given)")
     for r in results:
