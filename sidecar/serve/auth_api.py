@@ -23,6 +23,7 @@ store that cannot be used (fleet: `SIDECAR_GRANT_KEY` missing or another replica
 
 from __future__ import annotations
 
+import contextlib
 import html
 import logging
 import time
@@ -143,6 +144,12 @@ class AuthApi:
                 message, code, status = str(exc), "exchange_failed", 502
             except GrantStoreUnavailable as exc:
                 message, code, status = str(exc), "grant_store_unavailable", 503
+            except Exception as exc:  # e.g. the database went down: the starter is told
+                with contextlib.suppress(Exception):
+                    await callbacks.pending.finish(state, "failed", (
+                        f"{server}: the replica that received the redirect failed to finish "
+                        f"the login ({type(exc).__name__}); start it again"))
+                raise
         await callbacks.pending.finish(state, "authorized" if status == 200 else "failed",
                                        message)
         log.info("[%s] login callback: %s", server, code)

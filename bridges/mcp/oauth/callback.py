@@ -28,6 +28,7 @@ import httpx2
 from mcp.client.auth import OAuthFlowError
 from mcp.client.auth.oauth2 import PKCEParameters
 from mcp.client.auth.utils import union_scopes, validate_authorization_response_iss
+from mcp.shared._request_clock import waiting_on_a_person
 from mcp.shared.auth import (
     AuthorizationCodeResult,
     OAuthClientInformationFull,
@@ -112,12 +113,13 @@ class PublicRedirect:
             "scope": context.client_metadata.scope, "started_by": replica_id(),
             "started_at": time.time(),
         }, self.ttl)
-        await context.redirect_handler(f"{endpoint}?{urlencode(params)}")
-        while True:  # another replica may finish it: its outcome is in the pending logins
-            outcome = await self.pending.outcome(state)
-            if outcome is not None:
-                break
-            await anyio.sleep(OUTCOME_POLL)
+        with waiting_on_a_person():  # as the SDK's step: a request's clock stops meanwhile
+            await context.redirect_handler(f"{endpoint}?{urlencode(params)}")
+            while True:  # another replica may finish it: its outcome is in the pending logins
+                outcome = await self.pending.outcome(state)
+                if outcome is not None:
+                    break
+                await anyio.sleep(OUTCOME_POLL)
         self.outcome = outcome
         if outcome[0] == "authorized":
             raise AuthorizedElsewhere(outcome[1])
