@@ -138,7 +138,7 @@ PRUNE_BATCH = 500
 _RECORD_BATCH = """
 SELECT sidecar_settle_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) AS stored
 """
-_RECORD_ONE = f"""
+RECORD_ONE = f"""
 WITH stored AS (
     INSERT INTO sidecar_outcomes (location, call_id, session_id, agent, message_id, tool,
                                   status, body, created_at, fingerprint)
@@ -164,7 +164,7 @@ async def _send_settles(conn: Any, settles: list[_Settle]) -> list[bool]:
     """One statement recording `settles`: for each, whether its outcome was stored (False:
     one was already). In key order, so replicas lock rows in the same order."""
     if len(settles) == 1:
-        return [await conn.fetchval(_RECORD_ONE, *settles[0])]
+        return [await conn.fetchval(RECORD_ONE, *settles[0])]
     order = sorted(range(len(settles)), key=lambda n: settles[n][:2])
     columns = zip(*(settles[n] for n in order), strict=True)
     rows = await conn.fetch(_RECORD_BATCH, *(list(column) for column in columns))
