@@ -23,6 +23,7 @@ import anyio
 import httpx
 import pytest
 
+from sidecar.pending_logins import public_url_from_env
 from tests.bridges.helpers import free_port
 from tests.bridges.oauth_server import OAuthServer
 from tests.fleet.test_replica_grants import SIDECAR, start, stop, until
@@ -114,3 +115,14 @@ def test_a_malformed_public_url_stops_serve_with_one_line(tmp_path: Path) -> Non
     assert run.returncode == 6, run.stderr
     assert "SIDECAR_PUBLIC_URL='gateway.example' is not an absolute http(s) URL" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_the_public_url_setting() -> None:
+    assert public_url_from_env({}) is None
+    assert public_url_from_env({"SIDECAR_PUBLIC_URL": " "}) is None
+    assert public_url_from_env({"SIDECAR_PUBLIC_URL": "https://gw.example/sidecar/"}) == (
+        "https://gw.example/sidecar")
+    for bad in ("gw.example", "ftp://gw.example", "https://gw.example/?a=1",
+                "https://user@gw.example", "https://gw.example/#x"):
+        with pytest.raises(ValueError, match="SIDECAR_PUBLIC_URL"):
+            public_url_from_env({"SIDECAR_PUBLIC_URL": bad})

@@ -1,5 +1,6 @@
-"""Pending OAuth logins (`sidecar.pending_logins`), in memory and on a real PostgreSQL database
-(`sidecar.postgres_pending_logins`, two stores on one database as two replicas): a state is
+"""The `PendingLogins` contract (OAuth logins waiting for the browser's redirect,
+`sidecar.pending_logins`), run against `MemoryPendingLogins` and `PostgresPendingLogins` (on
+the session's real PostgreSQL, two stores on one database as two replicas): a state is
 taken once, by the server it was started for, before its expiry; otherwise the rejection
 names why (unknown, used, expired). The outcome one replica records is read by another. On
 PostgreSQL the record is sealed with SIDECAR_GRANT_KEY (the verifier is not in the table, and
@@ -22,7 +23,6 @@ from sidecar.pending_logins import (
     LoginStateRejected,
     MemoryPendingLogins,
     PendingLogins,
-    public_url_from_env,
     state_key,
 )
 from sidecar.postgres_pending_logins import PostgresPendingLogins
@@ -156,14 +156,3 @@ async def test_on_postgresql_the_record_is_sealed_and_taken_once_under_a_race(
     finally:
         for store in stores:
             await store.aclose()
-
-
-def test_the_public_url_setting() -> None:
-    assert public_url_from_env({}) is None
-    assert public_url_from_env({"SIDECAR_PUBLIC_URL": " "}) is None
-    assert public_url_from_env({"SIDECAR_PUBLIC_URL": "https://gw.example/sidecar/"}) == (
-        "https://gw.example/sidecar")
-    for bad in ("gw.example", "ftp://gw.example", "https://gw.example/?a=1",
-                "https://user@gw.example", "https://gw.example/#x"):
-        with pytest.raises(ValueError, match="SIDECAR_PUBLIC_URL"):
-            public_url_from_env({"SIDECAR_PUBLIC_URL": bad})
