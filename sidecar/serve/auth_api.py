@@ -125,9 +125,9 @@ class AuthApi:
         error = query.get("error")
         config = self._config(server)
         if error is not None:
-            detail = query.get("error_description", "")[:300]
-            message = (f"{server}: the authorization server refused the login: error={error[:100]}"
-                       + (f" ({detail})" if detail else ""))
+            detail = _printable(query.get("error_description", ""), 300)
+            message = (f"{server}: the authorization server refused the login: "
+                       f"error={_printable(error, 100)}" + (f" ({detail})" if detail else ""))
             code, status = "authorization_refused", 400
         elif not query.get("code"):
             message, code, status = f"{server}: the redirect has no authorization code", (
@@ -161,10 +161,17 @@ class AuthApi:
 
 
 def _page(status: int, code: str, message: str) -> Response:
-    """The small page the browser shows: the message (escaped), the code in a header too."""
+    """The small page the browser shows: the message (escaped), the code in a header too.
+    Not cached and sending no referrer: its address holds the code and the state."""
     body = (f"<!doctype html><title>mcp-sidecar</title><p>{html.escape(message)}</p>"
             f"<!-- {code} -->")
-    return HTMLResponse(body, status_code=status, headers={"sidecar-login": code})
+    return HTMLResponse(body, status_code=status, headers={
+        "sidecar-login": code, "cache-control": "no-store", "referrer-policy": "no-referrer"})
+
+
+def _printable(text: str, limit: int) -> str:
+    """What the authorization server sent, as shown and reported: printable, bounded."""
+    return "".join(c for c in text[:limit] if c.isprintable())
 
 
 def _unavailable(exc: GrantStoreUnavailable) -> Response:

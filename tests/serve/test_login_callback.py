@@ -82,6 +82,7 @@ async def _through_the_public_url(base: str, token: str) -> None:
             assert landed.status_code == 200, landed.text
             assert landed.headers["sidecar-login"] == "authorized"
             assert landed.headers["content-type"].startswith("text/html")
+            assert landed.headers["cache-control"] == "no-store"
             again = await browser.get(forwarded, headers={"host": "gateway.test"})
             assert (again.status_code, again.headers["sidecar-login"]) == (400, "used_state")
 
