@@ -28,7 +28,8 @@ Exit codes: 0 success; 1 the call ended in an error outcome (or `check` found er
 unsafe configuration: see `sidecar.serve.serve_policy`); 3 the configured
 daemon is unreachable; 4 the state directory has a daemon already; 5 the port is in use; 6 the
 fleet database (`--store`, `$SIDECAR_DATABASE_URL`) is unreachable or its schema is newer
-than this sidecar knows.
+than this sidecar knows, or a command working on it itself (`auth`, `token`, `--embedded`)
+lost it midway: one line naming it (`sidecar.cli_database`).
 """
 
 from __future__ import annotations
@@ -378,6 +379,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser((__doc__ or "").split("\n")[0]).parse_args(argv)
+    try:
+        return _dispatch(args)
+    except Exception as exc:  # e.g. `tools --embedded` on a fleet database that failed
+        from sidecar.cli_database import command_of, database_line
+
+        line = database_line(exc, command_of(args))
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return EXIT_DATABASE
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     if os.environ.get("SIDECAR_RETENTION", "").strip():
         from sidecar.retention import retention_from_env
 
