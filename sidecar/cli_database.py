@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlsplit
 from sidecar.local_door import database_of
 from sidecar.postgres import DatabaseError, SchemaTooNew, exception_chain
 
-__all__ = ["command_of", "database_line", "database_url"]
+__all__ = ["command_of", "database_line", "database_url", "scrubbed"]
 
 
 def database_url() -> str:
@@ -43,7 +43,7 @@ def database_line(exc: BaseException, command: str, *, prefix: str = "sidecar") 
     else:
         label = f"the fleet database {database_of(url)}" if url else "the fleet database"
         text = f"{label} is unavailable: `{command}` did not finish ({_cause(failure)})"
-    return f"{prefix}: {_scrubbed(text, url)}"
+    return f"{prefix}: {scrubbed(text, url)}"
 
 
 def command_of(args: argparse.Namespace) -> str:
@@ -80,7 +80,7 @@ def _cause(failure: BaseException) -> str:
     return type(chain[-1]).__name__
 
 
-def _scrubbed(text: str, url: str) -> str:
+def scrubbed(text: str, url: str) -> str:
     """`text` on one line, without the URL's user or password."""
     text = " ".join(text.split())
     if not url:
