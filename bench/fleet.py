@@ -168,19 +168,33 @@ async def round_trip_floor(opts: argparse.Namespace, kernel: PostgresServer) -> 
     """What one round trip to PostgreSQL costs on this machine, beside a whole durable call
     on SQLite: a bare `SELECT 1` and a one-row INSERT (its own commit) on one asyncpg
     connection (no pool, no seam), and a sequential durable `echo` call through the seam with
-    SQLite. Taking turns in rounds; µs per operation (wall, this process's CPU, the server's
-    CPU)."""
+    SQLite. Then the floor of any call that makes the two round trips a durable call on
+    PostgreSQL makes: the outcome log's own two statements (`sidecar_claim_one`, the settle),
+    sent raw on one connection around a call through the seam that records nothing (what the
+    rest of a call costs). Taking turns in rounds; µs per operation (wall, this process's
+    CPU, the server's CPU)."""
     import asyncpg
+
+    from sidecar.postgres_claims import CLAIM_ONE
+    from sidecar.postgres_outcome_log import RECORD_ONE, PostgresOutcomeLog
 
     me = psutil.Process()
     pid = kernel.postmaster_pid()
-    conn = await asyncpg.connect(await kernel.new_database())
+    dsn = await kernel.new_database()
+    await (await PostgresOutcomeLog.open(dsn, max_size=1)).aclose()  # its tables and functions
+    conn = await asyncpg.connect(dsn)
     count = max(50, 2 * opts.seq)
     with tempfile.TemporaryDirectory(prefix="sidecar-fleet-") as tmp:
-        async with Location.open(tmp, state_dir=Path(tmp) / "state", durable=True,
-                                 name="floor", entry_point_plugins=False) as location:
-            location.tools.register({"echo": ECHO})
-            snapshot = location.snapshot()
+        async with contextlib.AsyncExitStack() as stack:
+            location = await stack.enter_async_context(Location.open(
+                tmp, state_dir=Path(tmp) / "state", durable=True, name="floor",
+                entry_point_plugins=False))
+            bare = await stack.enter_async_context(Location.open(
+                tmp, state_dir=Path(tmp) / "bare", durable=False, name="floor",
+                entry_point_plugins=False))
+            for each in (location, bare):
+                each.tools.register({"echo": ECHO})
+            snapshot, bare_snapshot = location.snapshot(), bare.snapshot()
             await conn.execute("CREATE TABLE floor (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
             run = uuid.uuid4().hex[:8]
 
@@ -188,11 +202,22 @@ async def round_trip_floor(opts: argparse.Namespace, kernel: PostgresServer) -> 
                 return await snapshot.execute("echo", {"text": "x"},
                                               ToolContext("bench", "bench", "m", f"{run}-{i}"))
 
+            async def two_statements(i: int) -> object:
+                call_id = f"{run}-{i}"
+                await conn.fetchrow(CLAIM_ONE, "floor", call_id, "fp", False, "floor", 30.0)
+                outcome = await bare_snapshot.execute(
+                    "echo", {"text": "x"}, ToolContext("bench", "bench", "m", call_id))
+                return await conn.fetchval(
+                    RECORD_ONE, "floor", call_id, "bench", "bench", "m", "echo",
+                    outcome.status, '{"echoed": "x"}', time.time(), "fp", call_id)
+
             kinds: dict[str, Callable[[int], Any]] = {
                 "SQLite: a durable `echo` call through the seam": sqlite_call,
                 "PostgreSQL: `SELECT 1`": lambda i: conn.fetchval("SELECT 1"),
                 "PostgreSQL: one-row INSERT, its own commit": lambda i: conn.execute(
                     "INSERT INTO floor VALUES ($1, 'x')", f"{run}-{i}"),
+                "the floor of two round trips: the claim and the settle statement sent raw "
+                "around an `echo` call through the seam that records nothing": two_statements,
             }
             spent = {kind: [0.0, 0.0, 0.0] for kind in kinds}
             for r in range(max(3, opts.blocks // 2)):

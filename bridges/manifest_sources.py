@@ -215,6 +215,7 @@ class ManifestSources:
                 ServerHealthChanged(key, health.to_json())
             ),
             grants=location.grant_store(), wait=not self._background,
+            login_callbacks=location.login_callbacks,
         )
         await self.pool.__aenter__()
         location.manifests = loaded

@@ -20,7 +20,7 @@ from managed_store.errors import (
     StoreClosed,
     StoreInUse,
 )
-from managed_store.index import StoreStats
+from managed_store.index import StagedStats, StoreStats
 from managed_store.line_chars import LineChars
 from managed_store.pattern import MAX_PATTERN_CHARS, InvalidPattern
 from managed_store.protocol import FdSpool, TextSpool, TextStore
@@ -46,6 +46,7 @@ __all__ = [
     "RetentionError",
     "SearchTimeout",
     "SpoolWriter",
+    "StagedStats",
     "StoreClosed",
     "StoreInUse",
     "StoreStats",

@@ -60,15 +60,32 @@ ORIGIN = LineMark(0, 0)
 
 
 @dataclass(frozen=True, slots=True)
+class StagedStats:
+    """Objects a write-behind store committed from its staging directory whose upload has not
+    ended yet (`managed_store.s3.staging`): how many, their bytes, the seconds since the
+    oldest of them was committed, how many failed an upload attempt (tried again with
+    backoff) and the last such failure."""
+
+    objects: int
+    bytes: int
+    oldest_seconds: float
+    retrying: int = 0
+    last_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class StoreStats:
     """What the store holds right now: number of objects and their total UTF-8 bytes; what it
-    evicted since it opened (by TTL, by quota); the bytes of its index files (database + WAL)."""
+    evicted since it opened (by TTL, by quota); the bytes of its index files (database + WAL);
+    for a store writing behind, what is staged here and not uploaded yet (None: the store
+    does not stage)."""
 
     count: int
     bytes: int
     evicted_expired: int = field(default=0, compare=False)
     evicted_quota: int = field(default=0, compare=False)
     index_bytes: int = field(default=0, compare=False)
+    staged: StagedStats | None = field(default=None, compare=False)
 
 
 def _ref(row: tuple[str, int, int, float, str]) -> ManagedRef:

@@ -12,6 +12,7 @@
     sidecar health [--json]                           per-server status
     sidecar check FILE... [--json] | --schema         validate manifests (no daemon)
     sidecar auth login NAME [--no-browser] | status [--json] | logout NAME   OAuth logins
+    sidecar auth rekey [--check]                      re-seal fleet grants with the first key
 
 One daemon owns a state directory (`sidecar.local_door`). `stdio`, `tools`, `call`, `managed`
 and `health` attach to it through the Unix sockets in the state directory, and start it on

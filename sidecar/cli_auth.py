@@ -3,6 +3,8 @@
     sidecar auth login NAME [--no-browser]   authorize NAME; exits 0 once its tokens are stored
     sidecar auth status [NAME] [--json]      per server: authorized, expiry, scopes, needs login
     sidecar auth logout NAME                 revoke (where supported) and forget NAME's tokens
+    sidecar auth rekey [--check] [--json]    seal every fleet grant with the first key
+                                             of SIDECAR_GRANT_KEY (`sidecar.cli_rekey`)
 
 Tokens live in the state directory (`oauth-tokens.json`, mode 0600), where a running daemon
 finds them: a server waiting in `needs_auth` reconnects within a second of a login. With
@@ -48,10 +50,15 @@ def oauth_servers(manifests: list[str]) -> tuple[dict[str, ServerConfig], list[s
 
 async def run(args: argparse.Namespace, manifests: list[str], state_dir: str,
               open_store: OpenGrantStore) -> int:
-    """Exit 0 on success, 1 for a failed login (or a server needing one, for `status`), 2 for
-    a bad request or an unusable grant store, 6 when the fleet database cannot be used."""
+    """Exit 0 on success, 1 for a failed login (or a server needing one, for `status`; a grant
+    no key opens, for `rekey`), 2 for a bad request or an unusable grant store, 6 when the
+    fleet database cannot be used."""
     try:
         async with open_store(Path(state_dir)) as store:
+            if args.auth_command == "rekey":
+                from sidecar.cli_rekey import rekey
+
+                return await rekey(args, store)
             return await _run(args, manifests, store)
     except GrantStoreUnavailable as exc:
         print(f"sidecar auth: {exc}", file=sys.stderr)

@@ -72,6 +72,17 @@ def state_line(state: dict[str, Any]) -> str:
             f"{up.get('wal_truncations', 0)} WAL truncations")
 
 
+def staged_line(staged: dict[str, Any]) -> str:
+    """A store writing behind: what this replica committed and has not uploaded yet."""
+    line = (f"  staged here, not uploaded yet: {staged['objects']} objects, "
+            f"{staged['bytes']:,} bytes")
+    if staged["objects"]:
+        line += f", oldest committed {staged['oldest_seconds']:g} s ago"
+    if staged.get("retrying"):
+        line += f"; {staged['retrying']} retrying after: {staged.get('last_error') or '?'}"
+    return line
+
+
 def print_health(report: dict[str, Any], as_json: bool) -> int:
     if as_json:
         print(json.dumps(report, indent=2))
@@ -86,6 +97,9 @@ def print_health(report: dict[str, Any], as_json: bool) -> int:
     colour = "32" if report["status"] == "ok" else "33"
     print(f"status: {style(report['status'], colour)}  tools: {report['tools']}  "
           f"store: {report['store']['objects']} objects, {report['store']['bytes']:,} bytes")
+    staged = report.get("store", {}).get("staged")
+    if staged:
+        print(staged_line(staged))
     if report.get("state"):
         print(state_line(report["state"]))
     for name, server in sorted(report.get("servers", {}).items()):

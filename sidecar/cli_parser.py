@@ -115,6 +115,13 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     logout_p = auth_sub.add_parser("logout", parents=[common, store],
                                    help="revoke and forget one server's tokens")
     logout_p.add_argument("name")
+    rekey_p = auth_sub.add_parser(
+        "rekey", parents=[common, store],
+        help="seal every OAuth grant of the fleet database with the first key of "
+        "SIDECAR_GRANT_KEY (so the others can be dropped)")
+    rekey_p.add_argument("--check", action="store_true",
+                         help="only report which grants are not under the first key (exit 1 "
+                         "while one is); change nothing")
     return parser
 
 

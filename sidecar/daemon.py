@@ -39,6 +39,7 @@ from sidecar.daemon_stores import (
     open_local_stores,
     open_token_store,
 )
+from sidecar.failure_drill import failure_drill
 from sidecar.local_door import OwnerLock
 from sidecar.location import (
     DEFAULT_STORE_QUOTA_BYTES,
@@ -258,6 +259,7 @@ async def serve(
                 location, state, manifests, tcp=sock, host=host, token=token,
                 allowed_hosts=allowed_hosts, idle_exit=idle_exit,
             )
+            await stack.enter_async_context(failure_drill())  # nothing unless asked for
             try:
                 await server.serve(sockets=server.sockets_to_serve)
             except asyncio.CancelledError:

@@ -22,6 +22,7 @@ from managed_store import ManagedStore
 from sidecar.call_history import SqliteCallHistory
 from sidecar.grant_store import GrantStore, open_grant_store
 from sidecar.outcome_log import SqliteOutcomeLog
+from sidecar.pending_logins import LoginCallbacks, MemoryPendingLogins, public_url_from_env
 from sidecar.permission_store import SqlitePermissionStore
 from sidecar.pins import SqlitePinStore
 from sidecar.shared_rounds import SharedRounds
@@ -326,6 +327,23 @@ async def _open_rounds(o: _Opening) -> SharedRounds | None:
     return rounds
 
 
+async def _open_login_callbacks(o: _Opening) -> LoginCallbacks | None:
+    try:
+        public_url = public_url_from_env()
+    except ValueError as exc:  # one line, exit 6, like the other backend settings
+        from sidecar.postgres import DatabaseError
+
+        raise DatabaseError(str(exc)) from exc
+    if public_url is None:
+        return None  # logins redirect to a loopback listener, as `sidecar auth login` does
+    if o.pool is None:
+        return LoginCallbacks(public_url, MemoryPendingLogins())  # one process
+    # a login started on one replica is finished by the replica the browser's redirect reaches
+    from sidecar.postgres_pending_logins import PostgresPendingLogins
+
+    return LoginCallbacks(public_url, await PostgresPendingLogins.on_pool(o.pool))
+
+
 @asynccontextmanager
 async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
     """A Location's stores. Embedded by default, in the state directory: `managed/`
@@ -348,7 +366,8 @@ async def open_local_stores(options: StoreOptions) -> AsyncIterator[Stores]:
         cancels = await _open_cancels(o)
         rounds = await _open_rounds(o)
         grants = await _open_grants(o)
+        login_callbacks = await _open_login_callbacks(o)
         yield Stores(managed=managed, outcomes=outcomes, permissions=permissions, tokens=tokens,
                      pins=pins, history=history, events=events, asks=asks,
                      snapshots=snapshots, cancels=cancels, database=_open_database_check(o),
-                     rounds=rounds, grants=grants)
+                     rounds=rounds, grants=grants, login_callbacks=login_callbacks)

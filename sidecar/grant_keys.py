@@ -10,7 +10,9 @@ key.
 Format: one or more keys separated by commas, each 32 random bytes in base64 (standard or
 URL-safe alphabet, padding optional). Make one with `openssl rand -base64 32`. The first key
 seals; every listed key opens. To rotate: put the new key first and keep the old one after it
-until every record was written again (each login and each refresh rewrites its record).
+until every record was sealed again: each login and each refresh rewrites its record, and
+`sidecar auth rekey` re-seals every record at once (`SealedGrantStore.reseal`), so the old key
+can be dropped even while some grant is never refreshed.
 
 Each sealed record names its key by a key id (`key_id`: 8 bytes of HMAC-SHA256 under the key,
 in hex), so a record sealed with a key this process does not have gives an error naming both
@@ -27,9 +29,9 @@ import hmac
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Protocol, runtime_checkable
 
-from sidecar.grant_store import GrantRecord, GrantStoreUnavailable
+from sidecar.grant_store import GrantRecord, GrantStore, GrantStoreUnavailable
 
 GRANT_KEY_ENV = "SIDECAR_GRANT_KEY"
 KEY_BYTES = 32
@@ -138,6 +140,45 @@ class GrantKeys:
         if not isinstance(record, dict):
             raise GrantSealError(f"the stored OAuth grant of {server!r} is not a record")
         return record
+
+
+Resealing = Literal["resealed", "current", "stale", "unopenable", "gone"]
+"""What `SealedGrantStore.reseal` found: `resealed` (sealed again with the first key),
+`current` (already under the first key), `stale` (under another key of ours; a check changes
+nothing), `unopenable` (no key of ours opens it: left as it is), `gone` (deleted meanwhile)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resealed:
+    """One record's `reseal`: what was found and the id of the key it was under (never a key,
+    never the record)."""
+
+    server: str
+    outcome: Resealing
+    key_id: str = ""
+    reason: str = ""
+    """Why an `unopenable` record does not open (names key ids only)."""
+
+
+@runtime_checkable
+class SealedGrantStore(GrantStore, Protocol):
+    """A `GrantStore` whose records are sealed with `SIDECAR_GRANT_KEY` (the fleet database's)."""
+
+    keys: GrantKeys | None
+
+    async def reseal(self, server: str, *, check: bool = False) -> Resealed:
+        """Seal `server`'s record again with the first key, under the same per-server lock
+        as `update` (so a concurrent change is never lost); `check`: only say what would be
+        done. A record no key opens is left as it is (`unopenable`)."""
+        ...
+
+
+def why_unopenable(keys: GrantKeys, kid: str) -> str:
+    """Why a record sealed under key id `kid` that `keys` failed to open does not open."""
+    if kid not in keys.ids:
+        return (f"sealed with key id {kid}, which is not in {GRANT_KEY_ENV} "
+                f"(key ids given: {', '.join(keys.ids)})")
+    return f"does not decrypt with its key (key id {kid}): it was changed in the database"
 
 
 def _aad(server: str) -> bytes:

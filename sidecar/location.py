@@ -60,15 +60,16 @@ from sidecar.codemode import (
     Sandbox,
     codemode_snapshot,
 )
-from sidecar.database_down import unless_down
 from sidecar.errors import SidecarError
 from sidecar.events import EventBus, RegistryChanged
 from sidecar.grant_store import GrantStore, open_grant_store
 from sidecar.hooks import Hooks
+from sidecar.location_health import health_report
 from sidecar.managed_read import managed_read_tool
 from sidecar.metadata import DEFAULT_MAX_METADATA_BYTES
 from sidecar.outcome import Outcome
 from sidecar.overrides import Overrides
+from sidecar.pending_logins import LoginCallbacks
 from sidecar.permission import PermissionRule
 from sidecar.permission_service import PermissionService
 from sidecar.pins import Pins
@@ -83,7 +84,6 @@ from sidecar.snapshot import Snapshot, SnapshotExpired, SnapshotStore, select
 from sidecar.snapshot_records import SnapshotRecipe, SnapshotSharing
 from sidecar.sqlite_wal import DEFAULT_WAL_CAP_BYTES
 from sidecar.state_dir import prepare_state_dir
-from sidecar.state_usage import usage_report
 from sidecar.store_pressure import StorePressure
 from sidecar.stores import (
     DatabaseCheck,
@@ -227,6 +227,7 @@ class Location:
         wiring's."""
         self.grants: GrantStore | None = None
         """The fleet's OAuth grants (`Stores.grants`); None: see `grant_store()`."""
+        self.login_callbacks: LoginCallbacks | None = None  # `Stores.login_callbacks`
         self.cancellers: list[Callable[[str], Awaitable[str]]] = []
         """Cancel a call running in this process by id ("cancelling" or "not_running"; the
         HTTP app's calls): how another replica's cancel request reaches it."""
@@ -363,6 +364,7 @@ class Location:
             location.wiring = wired
             location.event_log_factory = stores.events
             location.grants = stores.grants
+            location.login_callbacks = stores.login_callbacks
             location.database = stores.database
             if stores.cancels is not None:
                 location.cancels = stores.cancels
@@ -515,54 +517,10 @@ class Location:
 
     async def health(self) -> dict[str, Any]:
         """The truth about this Location: servers, plugins, manifest problems, store usage,
-        the state directory's size by part and what pruning and eviction removed
-        (`state`, see `sidecar.state_usage`).
-
-        `status` is "ok" when every enabled server is ready, no plugin failed, the
-        manifests have no errors and no tool of a `pin = "hold"` server differs from its pin;
-        else "degraded" (`definition_changes` lists every change, `warn` ones included).
-        With a fleet database that does not answer, "unavailable": `database` says why, and
-        what is read from the database (`store`, `state`) is left out.
-        """
-        unreachable = await self.database.unreachable() if self.database is not None else None
-        usage: dict[str, Any] = {}
-        if unreachable is None:  # (the check may be a second old: the read may fail first)
-            usage, unreachable = await unless_down(
-                usage_report(self), self.database, "the state's usage could not be read")
-        servers = {name: h.to_json() for name, h in self.server_health().items()}
-        plugins = {ref: s.to_json() for ref, s in self.plugins.status.items()}
-        problems = [
-            {"file": p.file, "path": p.path, "message": p.message, "severity": p.severity}
-            for p in self.manifests.problems
-        ]
-        pending = self.sources.reload_problems if self.sources is not None else []
-        reload_problems = [
-            {"file": p.file, "path": p.path, "message": p.message} for p in pending
-        ]
-        degraded = (
-            any(s["state"] not in ("ready", "disabled") for s in servers.values())
-            or any(p["state"] == "failed" for p in plugins.values())
-            or any(p["severity"] == "error" for p in problems)
-            or bool(reload_problems)
-            or any(c.policy == "hold" for c in self.pins.held.values())
-        )
-        report: dict[str, Any] = {
-            "status": "unavailable" if unreachable else "degraded" if degraded else "ok",
-            "location": self.name,
-            "servers": servers,
-            "plugins": plugins,
-            "manifest_problems": problems,
-            "reload_problems": reload_problems,
-            "definition_changes": [c.to_json() for c in self.pins.held.values()],
-            "rate_limited": self.rate_limits.rejected,
-            "tools": len(self.registry.effective()),
-            "reserved_name_conflicts": [c.to_json() for c in self.registry.reserved_conflicts()],
-        }
-        if self.database is not None:
-            report["database"] = ({"reachable": True} if unreachable is None
-                                  else {"reachable": False, "error": unreachable})
-        report.update(usage)
-        return report
+        the state directory's size by part and what pruning and eviction removed (`state`,
+        see `sidecar.state_usage`); `status` "ok", "degraded" or, with a fleet database that
+        does not answer, "unavailable" (`sidecar.location_health` says when and what)."""
+        return await health_report(self)
 
     def server_health(self) -> dict[str, ServerHealth]:
         """Health of the upstream MCP servers, by manifest key."""

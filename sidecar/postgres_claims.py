@@ -62,7 +62,8 @@ from sidecar.postgres import connection_lost
 from sidecar.postgres_batch import Batcher
 from sidecar.retention import parse_duration
 
-__all__ = ["CHANNEL", "DEFAULT_CLAIM_TTL", "PostgresClaims", "claim_key", "claim_ttl_from_env"]
+__all__ = ["CHANNEL", "CLAIM_ONE", "DEFAULT_CLAIM_TTL", "PostgresClaims", "claim_key",
+           "claim_ttl_from_env"]
 
 log = logging.getLogger("sidecar.postgres_claims")
 
@@ -241,7 +242,7 @@ replica whose expired claim this took over. Only deleting a `waited` claim NOTIF
 takes a lock that serialises every notifying commit of the cluster). (`sidecar_claim`, v3,
 stays for replicas of the previous version while a fleet upgrades: their settles NOTIFY
 always, and their duplicates, which do not mark, poll.)"""
-_CLAIM_ONE = "SELECT * FROM sidecar_claim_one($1, $2, $3, $4, $5, $6)"
+CLAIM_ONE = "SELECT * FROM sidecar_claim_one($1, $2, $3, $4, $5, $6)"
 _CLAIM_BATCH = "SELECT * FROM sidecar_claim_batch($1, $2, $3, $4, $5, $6)"
 # A claim's commit does not wait for its WAL to reach the disk: the connection the claims go
 # through has synchronous_commit=off for its session (`_asynchronous`; reset when it goes back
@@ -295,7 +296,7 @@ def _claim_row(claim: _Claim) -> tuple[str, str]:
 
 
 async def _asynchronous(conn: Any) -> None:
-    """The claims' connection: commits do not wait for the WAL flush (see `_CLAIM_ONE`)."""
+    """The claims' connection: commits do not wait for the WAL flush (see `CLAIM_ONE`)."""
     set_for_session = getattr(conn, "set_for_session", None)
     if set_for_session is not None:  # a pool of `sidecar.postgres.open_pool`
         await set_for_session("synchronous_commit", "off")
@@ -402,7 +403,7 @@ class PostgresClaims:
     async def _send(self, conn: Any, claims: list[_Claim]) -> list[Any]:
         """One statement claiming `claims` (see `sidecar.postgres_batch`)."""
         if len(claims) == 1:
-            return [await conn.fetchrow(_CLAIM_ONE, *claims[0], self.replica, self.ttl)]
+            return [await conn.fetchrow(CLAIM_ONE, *claims[0], self.replica, self.ttl)]
         # In key order: replicas claiming the same calls lock their rows in the same order.
         order = sorted(range(len(claims)), key=lambda n: claims[n][:2])
         sent = [claims[n] for n in order]

@@ -14,7 +14,9 @@ Records are encrypted at rest with `SIDECAR_GRANT_KEY` (`sidecar.grant_keys`); t
 holds the server key, the key id and the sealed bytes. Without the key the store refuses to
 read or write any record (`GrantKeyMissing`, naming the variable): tokens are never written to
 the database in the clear. Listing the servers and forgetting one (`delete`, for `sidecar auth
-logout` after a key was lost) need no key. Table `sidecar_grants`, component `grants` in
+logout` after a key was lost) need no key. `reseal` (for `sidecar auth rekey`) seals a record
+again with the first key under the same lock as `update`, so an old key can be retired even
+for a grant that is never refreshed. Table `sidecar_grants`, component `grants` in
 `sidecar_schema`.
 """
 
@@ -25,7 +27,13 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sidecar.grant_keys import GrantKeyMissing, GrantKeys
+from sidecar.grant_keys import (
+    GrantKeyMissing,
+    GrantKeys,
+    GrantSealError,
+    Resealed,
+    why_unopenable,
+)
 from sidecar.grant_store import LOCK_POLL, GrantRecord
 from sidecar.postgres import LOCK_GRANT_REFRESH, LOCK_GRANT_UPDATE, PostgresStore
 
@@ -92,6 +100,31 @@ CREATE TABLE sidecar_grants (
                 "ON CONFLICT (server) DO UPDATE SET key_id = EXCLUDED.key_id, "
                 "sealed = EXCLUDED.sealed, updated_at = now()", server, kid, sealed)
             return new
+
+    async def reseal(self, server: str, *, check: bool = False) -> Resealed:
+        keys = self._keys()
+        async with self._pool.acquire() as conn, conn.transaction():
+            if not check:  # the lock `update` holds: a concurrent change is never lost
+                await conn.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))",
+                                   LOCK_GRANT_UPDATE, server)
+            row = await conn.fetchrow(
+                "SELECT key_id, sealed FROM sidecar_grants WHERE server = $1", server)
+            if row is None:
+                return Resealed(server, "gone")
+            was = row["key_id"]
+            try:
+                record = keys.open(server, was, bytes(row["sealed"]))
+            except GrantSealError:
+                return Resealed(server, "unopenable", was, why_unopenable(keys, was))
+            if was == keys.ids[0]:
+                return Resealed(server, "current", was)
+            if check:
+                return Resealed(server, "stale", was)
+            kid, sealed = keys.seal(server, record)
+            # updated_at is left: the record's content did not change.
+            await conn.execute("UPDATE sidecar_grants SET key_id = $2, sealed = $3 "
+                               "WHERE server = $1", server, kid, sealed)
+            return Resealed(server, "resealed", was)
 
     async def delete(self, server: str) -> bool:
         async with self._pool.acquire() as conn, conn.transaction():

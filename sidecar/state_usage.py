@@ -56,11 +56,18 @@ def _small_databases(state_dir: Path) -> dict[str, int]:
 
 
 async def usage_report(location: Any) -> dict[str, Any]:
-    """The `store` and `state` sections of a Location's health report."""
+    """The `store` and `state` sections of a Location's health report. A store writing
+    behind (S3) adds `store.staged`: what this replica committed and has not uploaded yet."""
     stats = await location.seam.store.stats()
     quota = location.store_quota_bytes
-    return {"store": {"objects": stats.count, "bytes": stats.bytes,
-                      **location.store_pressure.report(stats, quota)},
+    store: dict[str, Any] = {"objects": stats.count, "bytes": stats.bytes,
+                             **location.store_pressure.report(stats, quota)}
+    if stats.staged is not None:
+        staged = stats.staged
+        store["staged"] = {"objects": staged.objects, "bytes": staged.bytes,
+                           "oldest_seconds": staged.oldest_seconds,
+                           "retrying": staged.retrying, "last_error": staged.last_error}
+    return {"store": store,
             "state": await state_usage(location.state_dir, location.seam.outcomes, stats,
                                        retention_seconds=location.retention_seconds,
                                        quota_bytes=quota)}

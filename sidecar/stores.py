@@ -17,6 +17,8 @@
     DatabaseCheck    whether the fleet database answers now (fleet only)
     SharedRounds     paused 2026-07-28 `/mcp` calls, resumable on any replica
                      (`sidecar.shared_rounds`; fleet only)
+    PendingLogins    OAuth logins waiting for the browser's redirect to the public URL
+                     (`sidecar.pending_logins`; `SIDECAR_PUBLIC_URL` only)
 
 Code outside the composition root names only these. The embedded implementations (SQLite files
 and a directory in the state dir: `SqliteOutcomeLog`, `SqlitePermissionStore`,
@@ -41,6 +43,7 @@ from sidecar.call_history import CallHistory
 from sidecar.events import EventBus
 from sidecar.grant_store import GrantStore
 from sidecar.outcome_log import OutcomeLog
+from sidecar.pending_logins import LoginCallbacks
 from sidecar.permission import PendingAsk, PermissionRule, Reply
 from sidecar.pins import PinStore
 from sidecar.shared_rounds import SharedRounds
@@ -269,6 +272,10 @@ class Stores:
     rounds: SharedRounds | None = None
     """Paused 2026-07-28 `/mcp` calls listed for a fleet's replicas; None: a paused call
     resumes only in the process that paused it."""
+    login_callbacks: LoginCallbacks | None = None
+    """OAuth logins redirect to the daemon's public URL (`SIDECAR_PUBLIC_URL`) and wait in
+    these pending logins (fleet: the database) for any replica to finish them; None: they
+    redirect to a loopback listener on the replica that started them."""
 
 
 class OpenStores(Protocol):

@@ -198,6 +198,8 @@ def layer_violations(edges: list[Import]) -> list[Import]:
 CONCRETE_STORES = {
     "ManagedStore": "managed_store.store",
     "MemorySnapshotRecords": "sidecar.snapshot_records",
+    "MemoryPendingLogins": "sidecar.pending_logins",
+    "PostgresPendingLogins": "sidecar.postgres_pending_logins",
     "S3TextStore": "managed_store.s3.store",
     "MemoryEventLog": "sidecar.serve.event_log",
     "PostgresAsks": "sidecar.postgres_asks",
@@ -222,7 +224,7 @@ IMPLEMENTATION_MODULES = {"sidecar.permission_store", "sidecar.postgres_outcome_
                           "sidecar.postgres_pins", "sidecar.postgres_call_history",
                           "sidecar.serve.postgres_event_log", "sidecar.postgres_asks",
                           "sidecar.postgres_snapshots", "sidecar.postgres_cancels",
-                          "sidecar.postgres_grants"}
+                          "sidecar.postgres_grants", "sidecar.postgres_pending_logins"}
 COMPOSITION_ROOT = ROOT_MODULES | {CLI_ENTRY_POINT}
 
 

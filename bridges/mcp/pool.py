@@ -38,6 +38,7 @@ from bridges.mcp.oauth.attempts import Logins
 from bridges.mcp.passthrough import Relay
 from bridges.mcp.supervisor import Supervisor
 from sidecar.grant_store import GrantStore
+from sidecar.pending_logins import LoginCallbacks
 from sidecar.permission import PermissionGate
 from sidecar.registry import Tools
 
@@ -56,6 +57,7 @@ class ServerPool:
         backoff: Backoff = DEFAULT_BACKOFF,
         grants: GrantStore | None = None,
         wait: bool = True,
+        login_callbacks: LoginCallbacks | None = None,
     ) -> None:
         self._initial = dict(servers)
         self._tools = tools
@@ -70,7 +72,7 @@ class ServerPool:
         self._wait = wait
         self.relay = Relay()
         """Where server-to-client requests and notifications go (`bridges.mcp.passthrough`)."""
-        self.logins = Logins(grants) if grants is not None else None
+        self.logins = Logins(grants, login_callbacks) if grants is not None else None
         """OAuth logins started inside the daemon (`/v1/auth`, the MCP facade)."""
 
     async def __aenter__(self) -> ServerPool:

@@ -47,6 +47,7 @@ import asyncpg
 import obstore
 
 from managed_store.errors import ManagedStoreError, RetentionError
+from managed_store.index import StagedStats
 from managed_store.layout import describe_os_error, fsync_dir, private_opener, unlink_quietly
 from managed_store.refs import validate_ref_id
 from managed_store.s3.index import Found, Staged
@@ -101,8 +102,11 @@ class Upload:
         """Set once the bytes are in the bucket."""
         self.failed = asyncio.Event()
         self.failure = ""
+        self.failed_at = 0.0
         self.task: asyncio.Task[None] | None = None
         self.begun = time.monotonic()
+        self.staged_at: float | None = None
+        """When its commit wrote its row (`time.monotonic()`); None before."""
         self._loop = loop
         self._part_bytes = part_bytes
         self._lock = threading.Lock()
@@ -228,6 +232,19 @@ class Staging:
         """Bytes committed from here and not uploaded yet."""
         return sum(u.size for u in self._uploads.values() if u.state is UploadState.STAGED)
 
+    def report(self) -> StagedStats:
+        """What waits here for its upload: objects committed as staged whose row is not
+        marked uploaded yet (as `staged_bytes` counts them), the age of the oldest commit,
+        and the uploads that failed an attempt (tried again) with the last failure."""
+        staged = [u for u in self._uploads.values() if u.state is UploadState.STAGED]
+        now = time.monotonic()
+        oldest = min((u.staged_at for u in staged if u.staged_at is not None), default=now)
+        retrying = [u for u in staged if u.failed.is_set() and not u.uploaded.is_set()]
+        return StagedStats(
+            objects=len(staged), bytes=sum(u.size for u in staged),
+            oldest_seconds=round(max(0.0, now - oldest), 1), retrying=len(retrying),
+            last_error=max(retrying, key=lambda u: u.failed_at).failure if retrying else None)
+
     def new(self, ref_id: str) -> Upload:
         """The upload of a new spool's object; `begin` it once the spool is entered."""
         return Upload(ref_id, self._key_of(ref_id), self.root / "objects" / ref_id,
@@ -266,6 +283,7 @@ class Staging:
         """The commit wrote the row: as staged (the upload marks it uploaded once done), or
         as uploaded (the upload had ended)."""
         upload.state = UploadState.STAGED if staged else UploadState.THROUGH
+        upload.staged_at = time.monotonic()
         if not upload.outcome.done():
             upload.outcome.set_result(upload.state)
 
@@ -298,8 +316,9 @@ class Staging:
         for name in files:
             if name not in rows:
                 await asyncio.to_thread(unlink_quietly, self.root / "objects" / name)
+        now, wall = time.monotonic(), time.time()
         for ref_id, size in rows.items():
-            if files.get(ref_id) != size:
+            if files.get(ref_id, (None, 0.0))[0] != size:
                 lost.append(ref_id)
                 await asyncio.to_thread(unlink_quietly, self.root / "objects" / ref_id)
                 continue
@@ -307,6 +326,8 @@ class Staging:
                             self._part_bytes, self._loop)
             upload.restored(size)
             upload.state = UploadState.STAGED
+            # committed when its file was last written (an earlier store's commit)
+            upload.staged_at = now - max(0.0, wall - files[ref_id][1])
             upload.outcome.set_result(UploadState.STAGED)
             self.begin(upload)
         if len(rows) > len(lost):
@@ -351,6 +372,7 @@ class Staging:
                 break
             except Exception as exc:
                 upload.failure = describe(exc)
+                upload.failed_at = time.monotonic()
                 upload.failed.set()
                 logger.warning("managed store: uploading %s failed (trying again in %g s): %s",
                                upload.ref_id, delay, upload.failure)
@@ -525,7 +547,8 @@ def _prepare(root: Path) -> tuple[str, int]:
     return staging_id, lock_fd
 
 
-def _files(directory: Path) -> dict[str, int]:
+def _files(directory: Path) -> dict[str, tuple[int, float]]:
+    """The staging files by name: (size, modification time)."""
     found = {}
     for entry in os.scandir(directory):
         try:
@@ -533,5 +556,6 @@ def _files(directory: Path) -> dict[str, int]:
         except (ValueError, ManagedStoreError):
             unlink_quietly(Path(entry.path))  # a stray name: nothing of ours
             continue
-        found[entry.name] = entry.stat().st_size
+        stat = entry.stat()
+        found[entry.name] = (stat.st_size, stat.st_mtime)
     return found

@@ -423,12 +423,14 @@ class S3TextStore:
 
     async def stats(self) -> StoreStats:
         """Objects and bytes of the whole location (every replica's); evictions counted by
-        this store since it opened; the bytes of the index tables."""
+        this store since it opened; the bytes of the index tables; writing behind, what this
+        store staged and has not uploaded yet (`staged`; None when it writes through)."""
         self._check_open()
         totals = await self._on_index(self._index.totals())
         return StoreStats(count=totals.count, bytes=totals.bytes,
                           evicted_expired=self._evicted_expired,
-                          evicted_quota=self._evicted_quota, index_bytes=totals.index_bytes)
+                          evicted_quota=self._evicted_quota, index_bytes=totals.index_bytes,
+                          staged=self._staging.report() if self._staging is not None else None)
 
     # -- retention -----------------------------------------------------------------------
 

@@ -40,6 +40,8 @@ def build_app(
     """`token=None` disables authentication (`--no-auth`); Host/Origin checks always apply.
     Besides `token` (every profile), the scoped tokens of `location.tokens` are accepted."""
     metrics = Metrics()
+    if location.login_callbacks is not None:  # the browser comes back by the public name
+        allowed_hosts = [*allowed_hosts, location.login_callbacks.host]
     events = location.new_event_log()
     api = Api(location, metrics=metrics, events=events, max_body_bytes=max_body_bytes)
 

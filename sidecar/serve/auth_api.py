@@ -5,9 +5,16 @@
     POST /v1/auth/{server}/login  start a login: answers once the authorization URL is known
                                   (202, `authorization_url`), or with the result when the grant
                                   needs no browser (client credentials: 200)
+    GET  /v1/auth/{server}/callback   the browser's redirect, with the daemon's public URL
+                                  (`SIDECAR_PUBLIC_URL`): no bearer token, the OAuth `state`
+                                  authorizes it; answers a small HTML page
 
-The daemon listens for the redirect on its own loopback callback (127.0.0.1), so the browser
-that opens the URL must run on the daemon's machine. The tokens go to the Location's grant
+Without a public URL the daemon listens for the redirect on its own loopback callback
+(127.0.0.1), so the browser that opens the URL must run on the daemon's machine. With one,
+the redirect comes to `/v1/auth/{server}/callback` on whichever replica the load balancer
+picks, which finishes the login another replica may have started (`sidecar.pending_logins`):
+an unknown, expired, already used or missing state is 400 naming which, and an `error=` of
+the authorization server is 400 naming it. The tokens go to the Location's grant
 store (the state directory; in a fleet the database, where every replica finds them), where
 the waiting server finds them (`bridges.mcp.oauth`). One login per server at a time. A grant
 store that cannot be used (fleet: `SIDECAR_GRANT_KEY` missing or another replica's) answers
@@ -16,26 +23,33 @@ store that cannot be used (fleet: `SIDECAR_GRANT_KEY` missing or another replica
 
 from __future__ import annotations
 
+import contextlib
+import html
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from bridges.mcp.oauth.attempts import Logins
+from bridges.mcp.oauth.callback import CallbackFailed, finish_login
 from bridges.mcp.oauth.records import grant_status
 from sidecar.grant_store import GrantStoreUnavailable
+from sidecar.pending_logins import PUBLIC_URL_ENV, LoginStateRejected
 
 if TYPE_CHECKING:
     from sidecar.location import Location
+
+log = logging.getLogger("sidecar.serve.auth")
 
 
 class AuthApi:
     def __init__(self, location: Location) -> None:
         self.location = location
         self.store = location.grant_store()
-        self._own = Logins(self.store)
+        self._own = Logins(self.store, location.login_callbacks)
 
     @property
     def logins(self) -> Logins:
@@ -48,6 +62,7 @@ class AuthApi:
         return [
             Route("/v1/auth/{server}", handled(self.status), methods=["GET"]),
             Route("/v1/auth/{server}/login", handled(self.start_login), methods=["POST"]),
+            Route("/v1/auth/{server}/callback", handled(self.callback), methods=["GET"]),
         ]
 
     def _config(self, server: str) -> Any:
@@ -88,8 +103,75 @@ class AuthApi:
             return None
         return (await self.logins.begin(server, config)).to_json()
 
+    async def callback(self, request: Request) -> Response:
+        """The authorization server's redirect (see the module docstring). Never echoes the
+        code or the state, and never logs them."""
+        server = request.path_params["server"]
+        callbacks = self.location.login_callbacks
+        if callbacks is None:
+            return _page(404, "not_configured", f"This daemon has no public URL "
+                         f"({PUBLIC_URL_ENV}): its logins redirect to a loopback callback.")
+        query = request.query_params
+        state = query.get("state")
+        if not state:
+            return _page(400, "missing_state", "The redirect has no state parameter: it "
+                         "cannot be matched to a login. Start the login again.")
+        try:
+            pending = await callbacks.pending.take(state, server)
+        except LoginStateRejected as exc:
+            return _page(400, exc.code, f"{exc}.")
+        except GrantStoreUnavailable as exc:
+            return _page(503, "grant_store_unavailable", str(exc))
+        error = query.get("error")
+        config = self._config(server)
+        if error is not None:
+            detail = _printable(query.get("error_description", ""), 300)
+            message = (f"{server}: the authorization server refused the login: "
+                       f"error={_printable(error, 100)}" + (f" ({detail})" if detail else ""))
+            code, status = "authorization_refused", 400
+        elif not query.get("code"):
+            message, code, status = f"{server}: the redirect has no authorization code", (
+                "missing_code"), 400
+        elif config is None:
+            message, code, status = (f"{server}: no HTTP server {server!r} that may use OAuth "
+                                     "in this replica's manifests"), "unknown_server", 404
+        else:
+            try:
+                message = await finish_login(server, config, self.store, pending,
+                                             query["code"], query.get("iss"))
+                code, status = "authorized", 200
+            except CallbackFailed as exc:
+                message, code, status = str(exc), "exchange_failed", 502
+            except GrantStoreUnavailable as exc:
+                message, code, status = str(exc), "grant_store_unavailable", 503
+            except Exception as exc:  # e.g. the database went down: the starter is told
+                with contextlib.suppress(Exception):
+                    await callbacks.pending.finish(state, "failed", (
+                        f"{server}: the replica that received the redirect failed to finish "
+                        f"the login ({type(exc).__name__}); start it again"))
+                raise
+        await callbacks.pending.finish(state, "authorized" if status == 200 else "failed",
+                                       message)
+        log.info("[%s] login callback: %s", server, code)
+        return _page(status, code, message + ("" if status != 200 else
+                                              ". You can close this window."))
+
     async def aclose(self) -> None:
         await self._own.aclose()
+
+
+def _page(status: int, code: str, message: str) -> Response:
+    """The small page the browser shows: the message (escaped), the code in a header too.
+    Not cached and sending no referrer: its address holds the code and the state."""
+    body = (f"<!doctype html><title>mcp-sidecar</title><p>{html.escape(message)}</p>"
+            f"<!-- {code} -->")
+    return HTMLResponse(body, status_code=status, headers={
+        "sidecar-login": code, "cache-control": "no-store", "referrer-policy": "no-referrer"})
+
+
+def _printable(text: str, limit: int) -> str:
+    """What the authorization server sent, as shown and reported: printable, bounded."""
+    return "".join(c for c in text[:limit] if c.isprintable())
 
 
 def _unavailable(exc: GrantStoreUnavailable) -> Response:

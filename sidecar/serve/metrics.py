@@ -7,6 +7,9 @@
 - `sidecar_text_bytes_total{kind="bounded"|"retained"}`: model-facing text after bounding,
   and text retained whole in the managed store
 - `sidecar_store_objects`, `sidecar_store_bytes`: managed store usage (read at scrape time)
+- `sidecar_store_staged_objects`, `sidecar_store_staged_bytes`,
+  `sidecar_store_staged_oldest_seconds`: objects this replica committed and has not uploaded
+  yet (only for a store writing behind: `SIDECAR_OBJECT_STORE`)
 - `sidecar_upstream_restarts{server}`, `sidecar_upstream_up{server}`: from server health
 - `sidecar_state_bytes{part}`: the state directory's size by part (see `sidecar.state_usage`)
 - `sidecar_rate_limited_total{limit}`: calls refused by a rate limit (`tool:NAME`,
@@ -25,6 +28,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from managed_store import StagedStats
 from sidecar.call_history import CallRecord
 from sidecar.content import TextContent
 from sidecar.outcome import Outcome
@@ -71,6 +75,8 @@ class Metrics:
         self.registry.register(self.state)
         self.rate_limited = _RateLimitCollector()
         self.registry.register(self.rate_limited)
+        self.staged = _StagedCollector()
+        self.registry.register(self.staged)
 
         self.call_duration = Histogram(
             "sidecar_call_duration_seconds", "Call duration by tool and server",
@@ -145,6 +151,7 @@ class Metrics:
         stats = await store_stats()
         self.store_objects.set(stats.count)
         self.store_bytes.set(stats.bytes)
+        self.staged.stats = getattr(stats, "staged", None)
         for name, health in servers.items():
             self.restarts.labels(name).set(health.get("restarts", 0))
             self.up.labels(name).set(1 if health.get("state") == "ready" else 0)
@@ -166,6 +173,30 @@ class _RateLimitCollector(Collector):
         for limit, count in self.counts.items():
             family.add_metric([limit], count)
         yield family
+
+
+class _StagedCollector(Collector):
+    """What a store writing behind staged here and has not uploaded (`StoreStats.staged`);
+    nothing for a store that does not stage."""
+
+    def __init__(self) -> None:
+        self.stats: StagedStats | None = None
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        staged = self.stats
+        if staged is None:
+            return
+        yield GaugeMetricFamily("sidecar_store_staged_objects",
+                                "Objects committed here and not uploaded yet",
+                                value=staged.objects)
+        yield GaugeMetricFamily("sidecar_store_staged_bytes",
+                                "Bytes committed here and not uploaded yet", value=staged.bytes)
+        yield GaugeMetricFamily("sidecar_store_staged_oldest_seconds",
+                                "Seconds since the oldest object not uploaded yet was committed",
+                                value=staged.oldest_seconds)
 
 
 class _StateCollector(Collector):

@@ -27,6 +27,11 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+def _html(description: str) -> dict[str, Any]:
+    return {"description": description,
+            "content": {"text/html": {"schema": {"type": "string"}}}}
+
+
 def _errors(*codes: int) -> dict[str, Any]:
     names = {400: "Bad request", 401: "Missing or wrong bearer token",
              403: "Host or Origin refused, or the token does not reach the profile",
@@ -192,13 +197,34 @@ def openapi_document() -> dict[str, Any]:
         }},
         "/v1/auth/{server}/login": {"post": {
             "summary": "Start an OAuth login in the daemon: 202 with `authorization_url` to "
-                       "open in a browser on the daemon's machine (the redirect comes back to "
-                       "the daemon's loopback callback), or 200 with the result when the grant "
-                       "needs no browser",
+                       "open in a browser (the redirect comes back to the daemon's loopback "
+                       "callback, so a browser on its machine; with `SIDECAR_PUBLIC_URL` to "
+                       "`/v1/auth/{server}/callback` on any replica), or 200 with the result "
+                       "when the grant needs no browser",
             "parameters": [_param("server", "path", {"type": "string"}, required=True)],
             "responses": {"200": _json(_OBJECT, "Login finished"),
                           "202": _json(_OBJECT, "Login waiting for the browser"),
                           **_errors(404, 503)},
+        }},
+        "/v1/auth/{server}/callback": {"get": {
+            "summary": "The browser's OAuth redirect when the daemon has a public URL "
+                       "(`SIDECAR_PUBLIC_URL`): finishes a login started on any replica. No "
+                       "bearer token: the login's single-use `state` authorizes it. Answers a "
+                       "small HTML page; the `Sidecar-Login` header names the result "
+                       "(`authorized`, `missing_state`, `unknown_state`, `expired_state`, "
+                       "`used_state`, `authorization_refused`, `missing_code`, "
+                       "`exchange_failed`, `not_configured`, ...)",
+            "security": [],
+            "parameters": [_param("server", "path", {"type": "string"}, required=True),
+                           *(_param(name, "query", {"type": "string"}) for name in (
+                               "state", "code", "iss", "error", "error_description"))],
+            "responses": {str(status): _html(text) for status, text in (
+                (200, "Authorized: the tokens are stored"),
+                (400, "The state is missing, unknown, expired or already used, or the "
+                      "authorization server answered `error`"),
+                (404, "No public URL configured, or no such server"),
+                (502, "The token endpoint refused the code or did not answer"),
+                (503, "The grant store cannot be used (SIDECAR_GRANT_KEY)"))},
         }},
         "/v1/openapi.json": {"get": {
             "summary": "This document",

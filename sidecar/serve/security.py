@@ -12,6 +12,8 @@
   the default profile is one) of its profiles, and on `/v1` only tools, snapshots and calls
   of its profiles (the API checks the profile) and retained text; anything else is 403
   `forbidden_profile`.
+- The OAuth login callback (`GET /v1/auth/NAME/callback`) needs no token: the browser's
+  redirect has none; the login's single-use `state` is what authorizes it.
 - Malformed requests are refused with 400 first (`request_problem`): a request target that
   is not a path (absolute-form `GET http://evil/...`), a duplicated Host or Origin header.
 
@@ -44,6 +46,9 @@ def token_owner(scope: Scope | None) -> str | None:
 """The ASGI scope key holding the id of the scoped token the request came with (absent: the
 all-access token, or no authentication): what per-client limits count against."""
 MCP_PROFILE_PATH = re.compile(r"/mcp(?:/([A-Za-z0-9_-]{1,64}))?")
+LOGIN_CALLBACK_PATH = re.compile(r"/v1/auth/[^/]+/callback")
+"""The browser's OAuth redirect (`SIDECAR_PUBLIC_URL`): it carries no bearer token; the
+login's `state` authorizes it (`sidecar.serve.auth_api`)."""
 SCOPED_API_PATHS = re.compile(r"/v1/(?:tools|snapshots|snapshots/[^/]+/calls|managed/[^/]+)")
 """What a scoped token may reach besides `/mcp` and `/mcp/NAME` of its profiles: listing
 tools, snapshots and calls on them (each checks the profile), and retained text."""
@@ -204,7 +209,9 @@ class SecurityMiddleware:
         path = scope["path"]
         own = self._own_auth is not None and (
             path == self._own_auth or path.startswith(self._own_auth + "/"))
-        if self._token is not None and path not in self._open and not own:
+        if self._token is not None and path not in self._open and not own and (
+            LOGIN_CALLBACK_PATH.fullmatch(path) is None
+        ):
             given = headers.get("authorization", "")
             scheme, _, value = given.partition(" ")
             value = value.strip()

@@ -43,6 +43,8 @@ class OAuthServer:
         self.revoked: list[str] = []
         self.meeting = 0
         self.met = anyio.Event()
+        self.deny: str | None = None
+        """An `error` code `/authorize` redirects back with instead of a code."""
         server = Server("protected", on_list_tools=self._list_tools, on_call_tool=self._call)
         self._mcp = server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True,
                                                json_response=True)
@@ -123,6 +125,11 @@ class OAuthServer:
 
     async def _authorize(self, request: Request) -> Response:
         query = request.query_params
+        if self.deny is not None:
+            refusal = urlencode({"error": self.deny, "error_description": "the user said no",
+                                 "state": query["state"]})
+            target = f"{query['redirect_uri']}?{refusal}"
+            return RedirectResponse(target, status_code=302)
         code = secrets.token_urlsafe(16)
         self.codes[code] = query["code_challenge"]
         target = f"{query['redirect_uri']}?{urlencode({'code': code, 'state': query['state']})}"

@@ -101,6 +101,39 @@ async def test_a_client_with_url_elicitation_is_asked_to_log_in(
         assert _text(again) == "authorized" and len(asked) == 1
 
 
+async def test_with_a_public_url_the_browser_comes_back_to_the_daemons_callback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`SIDECAR_PUBLIC_URL` (a gateway in front): the URL the client is asked to open redirects
+    to `/v1/auth/cloud/callback` under the public URL, not a loopback; the test plays the
+    gateway, forwarding the redirect to the daemon with the public Host."""
+    monkeypatch.setenv("SIDECAR_PUBLIC_URL", "https://gateway.test")
+    asked: list[str] = []
+    served_at: list[str] = []
+
+    async def open_through_the_gateway(ctx: Any, params: types.ElicitRequestParams) -> Any:
+        assert isinstance(params, types.ElicitRequestURLParams), params
+        asked.append(params.url)
+        async with httpx.AsyncClient(timeout=10) as browser:
+            back = httpx.URL((await browser.get(params.url)).headers["location"])
+            assert (back.host, back.path) == ("gateway.test", "/v1/auth/cloud/callback")
+            daemon = httpx.URL(served_at[0])
+            landed = await browser.get(back.copy_with(scheme="http", host=daemon.host,
+                                                      port=daemon.port),
+                                       headers={"host": "gateway.test"})
+        assert landed.headers["sidecar-login"] == "authorized", landed.text
+        return types.ElicitResult(action="accept")
+
+    async with waiting_for_login(tmp_path) as (served, _), connect(
+        served.url, "legacy", elicitation_callback=open_through_the_gateway
+    ) as client:
+        served_at.append(served.url)
+        await client.list_tools()
+        result = await client.call_tool("cloud_whoami", {})
+        assert not result.is_error and _text(result) == "authorized", _text(result)
+        assert len(asked) == 1
+
+
 async def test_a_declined_login_gives_the_plain_error(tmp_path: Path) -> None:
     async def decline(ctx: Any, params: types.ElicitRequestParams) -> Any:
         return types.ElicitResult(action="decline")

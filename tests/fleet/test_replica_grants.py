@@ -56,7 +56,8 @@ async def call_whoami(client: httpx.AsyncClient, call_id: str) -> dict[str, Any]
     return dict(answer.json())
 
 
-def start(root: Path, name: str, env_extra: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+def start(root: Path, name: str, env_extra: dict[str, str],
+          port: int = 0) -> tuple[subprocess.Popen[bytes], str]:
     """`sidecar serve` with its log in `root/serve.log` (read back when a check fails)."""
     root.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
@@ -64,7 +65,7 @@ def start(root: Path, name: str, env_extra: dict[str, str]) -> tuple[subprocess.
                **env_extra)
     log = root / "serve.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([*SIDECAR, "serve", "--port", "0"], env=env, stderr=out)
+        proc = subprocess.Popen([*SIDECAR, "serve", "--port", str(port)], env=env, stderr=out)
     deadline = time.monotonic() + WAIT
     while "listening on " not in (text := log.read_text(errors="replace")):
         if proc.poll() is not None or time.monotonic() > deadline:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import os
 import signal
@@ -21,7 +22,7 @@ import asyncpg
 import obstore
 import pytest
 
-from managed_store import ManagedNotFound, ManagedStoreError
+from managed_store import ManagedNotFound, ManagedStoreError, StagedStats
 from managed_store.s3 import S3Settings, S3TextStore, WriteSettings
 from tests.fleet.postgres import PostgresServer
 from tests.fleet.s3 import S3Server
@@ -200,6 +201,48 @@ async def test_a_store_reopened_on_the_same_staging_directory_resumes_the_upload
         finally:
             await again.aclose()
     assert fleet.staged_files() == []
+
+
+async def test_stats_say_what_waits_here_for_its_upload_and_why(fleet: Fleet) -> None:
+    """`stats().staged` (health's `store.staged`): objects committed here and not uploaded,
+    their bytes, the oldest commit's age; an upload that fails (a request timing out at the
+    paused bucket) is counted as retrying with its error, until an attempt succeeds."""
+    hurried = dataclasses.replace(fleet.settings, request_timeout=1.0, max_retries=0)
+    a = await S3TextStore.open(fleet.pool, hurried, staging_dir=fleet.tmp / "a",
+                               replica="replica-a", cleanup_interval=math.inf,
+                               heartbeat_seconds=BEAT)
+    try:
+        async with _reader(fleet) as b:
+            assert (await b.stats()).staged is None  # write-through: nothing is staged
+            nothing = (await a.stats()).staged
+            assert nothing == StagedStats(objects=0, bytes=0, oldest_seconds=0.0)
+            with fleet.paused():
+                first = await a.put(_lines(2000))
+                second = await a.put(_lines(3000, tag="two"))
+                staged = (await a.stats()).staged
+                assert staged is not None
+                assert (staged.objects, staged.bytes) == \
+                    (2, first.size_bytes + second.size_bytes)
+                assert staged.oldest_seconds >= 0
+                async with asyncio.timeout(60):  # a hang guard: each request times out in 1 s
+                    while True:
+                        staged = (await a.stats()).staged
+                        if staged is not None and staged.retrying == 2:
+                            break
+                        await asyncio.sleep(0.1)
+                assert staged.objects == 2 and staged.last_error is not None
+                assert "PUT" in staged.last_error and "error sending request" in \
+                    staged.last_error
+            async with asyncio.timeout(60):  # the next attempts go through
+                while True:
+                    staged = (await a.stats()).staged
+                    if staged is None or not staged.objects:
+                        break
+                    await asyncio.sleep(0.1)
+            assert staged == StagedStats(objects=0, bytes=0, oldest_seconds=0.0)
+            assert (await b.read_lines(second.id, 3000)).text == "two 3000 of the output\n"
+    finally:
+        await a.aclose()
 
 
 async def test_closing_finishes_the_uploads_first(fleet: Fleet) -> None:

@@ -3,6 +3,7 @@
     records.py    RecordStorage (the SDK's TokenStorage on the core GrantStore), LoginStatus
     providers.py  build_auth: the httpx2.Auth of one server (daemon or login mode)
     login.py      `sidecar auth login`: the loopback callback and one authorization
+    callback.py   a login whose redirect reaches the daemon's public URL, on any replica
     attempts.py   logins started inside the daemon (`/v1/auth`, the MCP facade), one per server
     refresher.py  refreshes a server's token before it expires, off the call path
 

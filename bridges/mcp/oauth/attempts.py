@@ -6,8 +6,9 @@ a downstream MCP client asked to open the authorization URL (URL-mode elicitatio
     await attempt.finished(within)                  # True once the login ended (any result)
 
 One login per server at a time: a second `begin` while one is pending joins it. The login
-itself is `login.login` (loopback callback on the daemon's machine, tokens to the grant store,
-where the waiting server finds them).
+itself is `login.login` (loopback callback on the daemon's machine, or, with the daemon's
+public URL, `GET /v1/auth/{server}/callback` on any replica; tokens to the grant store, where
+the waiting server finds them).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from bridges.manifest import ServerConfig
 from bridges.mcp.oauth.login import login
 from sidecar.grant_store import GrantStore
+from sidecar.pending_logins import LoginCallbacks
 
 URL_WAIT = 30.0
 """How long `begin` waits for discovery and registration to give the URL."""
@@ -51,8 +53,10 @@ class LoginAttempt:
 class Logins:
     """The daemon's logins, by server."""
 
-    def __init__(self, store: GrantStore) -> None:
+    def __init__(self, store: GrantStore, callbacks: LoginCallbacks | None = None) -> None:
         self.store = store
+        self.callbacks = callbacks
+        """The daemon's public URL and pending logins (None: loopback redirects)."""
         self._attempts: dict[str, LoginAttempt] = {}
 
     def get(self, server: str) -> LoginAttempt | None:
@@ -74,7 +78,8 @@ class Logins:
 
         async def run() -> None:
             try:
-                result = await login(server, config, self.store, show=show)
+                result = await login(server, config, self.store, show=show,
+                                     callbacks=self.callbacks)
                 attempt.state = "authorized" if result.ok else "failed"
                 attempt.message = result.message
             except Exception as exc:  # reported to whoever asks, never raised into the loop

@@ -1,13 +1,14 @@
 """One authorization of one server: what `sidecar auth login NAME` and `POST /v1/auth/...` run.
 
 `login` listens on a loopback callback (`127.0.0.1`, an ephemeral port unless the manifest's
-`oauth.callback_port`/`redirect_uri` fixes one), connects to the server with the login-mode
-auth (`build_auth(..., interactive=...)`), lets the server's 401 start the SDK's flow
-(discovery, registration, PKCE), shows the authorization URL, waits for the redirect, exchanges
-the code and stores the tokens. It then lists the server's tools once, with the new token, to
-say whether the server accepts it. Client-credentials grants need no browser: the same
-connection fetches a token. `logout` revokes the stored tokens where the authorization server
-has a revocation endpoint (RFC 7009) and forgets them.
+`oauth.callback_port`/`redirect_uri` fixes one; a daemon with a public URL has the redirect
+come to `/v1/auth/{server}/callback` instead, `bridges.mcp.oauth.callback`), connects to the
+server with the login-mode auth (`build_auth(..., interactive=...)`), lets the server's 401
+start the SDK's flow (discovery, registration, PKCE), shows the authorization URL, waits for
+the redirect, exchanges the code and stores the tokens. It then lists the server's tools once,
+with the new token, to say whether the server accepts it. Client-credentials grants need no
+browser: the same connection fetches a token. `logout` revokes the stored tokens where the
+authorization server has a revocation endpoint (RFC 7009) and forgets them.
 """
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ from mcp.shared.auth import AuthorizationCodeResult
 
 from bridges.manifest import ServerConfig
 from bridges.manifest_oauth import OAuthSettings
+from bridges.mcp.oauth.callback import PublicRedirect
 from bridges.mcp.oauth.providers import Interactive, build_auth
 from bridges.mcp.oauth.records import LoginStatus, RecordStorage, canonical_resource
 from bridges.mcp.sse import sse_transport
 from bridges.mcp.transport_state import TransportState
 from sidecar.grant_store import GrantStore, GrantStoreUnavailable
+from sidecar.pending_logins import LoginCallbacks
 
 log = logging.getLogger("bridges.mcp.oauth")
 
@@ -136,8 +139,13 @@ async def login(
     *,
     show: Callable[[str], Awaitable[None]],
     patience: float = LOGIN_TIMEOUT,
+    callbacks: LoginCallbacks | None = None,
 ) -> LoginResult:
-    """Authorize `server` once and store its tokens; never raises for an OAuth failure."""
+    """Authorize `server` once and store its tokens; never raises for an OAuth failure.
+
+    With `callbacks` (the daemon's public URL) and no redirect fixed by the manifest, the
+    redirect goes to `{public URL}/v1/auth/{server}/callback`, where any replica may finish
+    the login (`bridges.mcp.oauth.callback`); otherwise to a loopback listener here."""
     if config.url is None or config.oauth_mode == "none":
         return LoginResult(False, f"server {server!r} is not an HTTP server that may use "
                            "OAuth (`url`, and no `auth = \"none\"`)")
@@ -146,9 +154,18 @@ async def login(
     status = LoginStatus(server)
     storage = RecordStorage(store, server, canonical_resource(config.url))
     port, path = _callback_address(settings)
+    public = None
+    if callbacks is not None and settings.grant == "authorization_code" and not (
+        settings.redirect_uri or settings.callback_port
+    ):
+        public = PublicRedirect(server, canonical_resource(config.url), callbacks.pending,
+                                patience)
     async with contextlib.AsyncExitStack() as stack:
         interactive = None
-        if settings.grant == "authorization_code":
+        if public is not None:
+            assert callbacks is not None
+            interactive = public.interactive(callbacks.redirect_uri(server), show)
+        elif settings.grant == "authorization_code":
             try:
                 callback = await stack.enter_async_context(LoopbackCallback.open(port, path))
             except OSError as exc:
@@ -162,7 +179,11 @@ async def login(
         probe_error = await _probe(config, auth, patience)
     record = await storage.record()
     tokens = (record or {}).get("tokens")
-    if not tokens or float(record.get("obtained_at") or 0) < started:  # type: ignore[union-attr]
+    # finished by another replica: its clock stamped the tokens, so trust its outcome
+    elsewhere = public is not None and public.outcome is not None and (
+        public.outcome[0] == "authorized")
+    if not tokens or (float(record.get("obtained_at") or 0) < started  # type: ignore[union-attr]
+                      and not elsewhere):
         reason = status.reason or status.transient or probe_error or (
             "the server did not ask for authorization")
         return LoginResult(False, f"{server}: no tokens stored: {reason}")

@@ -36,7 +36,7 @@ import logging
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx2
@@ -94,6 +94,25 @@ class Interactive:
     """Shows the authorization URL (prints it, opens a browser)."""
     wait: Callable[[], Awaitable[AuthorizationCodeResult]]
     """Waits for the redirect back to `redirect_uri`."""
+    elsewhere: Callable[[Any], Awaitable[NoReturn]] | None = None
+    """Replaces the SDK's authorization step when the redirect may reach another replica
+    (`bridges.mcp.oauth.callback.PublicRedirect.authorize`): raises `AuthorizedElsewhere`
+    once that replica stored the tokens."""
+
+
+class AuthorizedElsewhere(Exception):
+    """The replica the browser's redirect reached finished this login and stored the tokens."""
+
+
+class _QuietElsewhere(logging.Filter):
+    """The SDK logs every exception leaving its flow as "OAuth flow error", with a traceback:
+    a login finished by another replica is not one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], AuthorizedElsewhere))
+
+
+logging.getLogger("mcp.client.auth.oauth2").addFilter(_QuietElsewhere())
 
 
 @dataclass
@@ -338,6 +357,12 @@ class _SidecarAuth:
                 outgoing = await flow.asend(response)
         except StopAsyncIteration:
             return
+        except AuthorizedElsewhere:  # the tokens are in the store: this and later requests
+            found = await self.storage.current()  # go with them, as after an exchange here
+            if found is not None:
+                self.context.current_tokens = found[1]
+                self._expiry_from(found[0])
+                request.headers["Authorization"] = f"Bearer {found[1].access_token}"
         except LoginRequired as exc:
             await self._note(exc.reason, exc.scope)
         except OAuthFlowError as exc:
@@ -427,7 +452,10 @@ class _SidecarAuth:
 
 
 class AuthorizationCodeAuth(_SidecarAuth, OAuthClientProvider):
-    pass
+    async def _perform_authorization(self) -> httpx2.Request:
+        if self.interactive is not None and self.interactive.elsewhere is not None:
+            await self.interactive.elsewhere(self)
+        return await super()._perform_authorization()
 
 
 class ClientSecretAuth(_SidecarAuth, ClientCredentialsOAuthProvider):

@@ -126,7 +126,8 @@ class Console:
 
     async def server_login(self, request: Request, session: ConsoleSession) -> Response:
         """Start the server's OAuth login in the daemon and send the browser to the
-        authorization page (the redirect comes back to the daemon's loopback callback)."""
+        authorization page (the redirect comes back to the daemon's loopback callback, or
+        with `SIDECAR_PUBLIC_URL` to `/v1/auth/{name}/callback` on any replica)."""
         name = request.path_params["name"]
         started = await self.begin_login(name) if self.begin_login is not None else None
         if started is None:

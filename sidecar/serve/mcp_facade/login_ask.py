@@ -12,7 +12,9 @@ ends, the call runs anyway and fails as before, naming `sidecar auth login NAME`
 without URL-mode elicitation are never asked.
 
 The redirect comes back to the daemon's loopback callback (127.0.0.1), so the browser that
-opens the URL must run on the daemon's machine, as for the `/v1` login.
+opens the URL must run on the daemon's machine, as for the `/v1` login; with the daemon's
+public URL (`SIDECAR_PUBLIC_URL`) it comes back to `/v1/auth/{server}/callback` there, on any
+replica (`bridges.mcp.oauth.callback`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,130 @@
+"""OAuth logins waiting for the browser's redirect, on PostgreSQL (`asyncpg`): every replica
+of a fleet can finish a login another replica started (`sidecar.pending_logins`).
+
+One row per login in `sidecar_pending_logins` (component `pending_logins`): the SHA-256 of its
+OAuth `state` (never the state), the server, the record sealed with `SIDECAR_GRANT_KEY` like
+the grants (`sidecar.grant_keys`; it holds the PKCE verifier and the registered client), the
+expiry and the use by the database's clock, and how the login ended (`outcome`, `message`:
+no secret). `take` marks the row used (and drops the sealed secrets) in the statement that
+reads it, so a state works once even when two replicas get the same redirect. Rows expired an
+hour ago are deleted by the next `add`. Without the key, `add` and `take` raise
+`GrantKeyMissing` naming it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from sidecar.grant_keys import GrantKeyMissing, GrantKeys, GrantSealError
+from sidecar.grant_store import GrantStoreUnavailable
+from sidecar.pending_logins import (
+    KEEP_USED_SECONDS,
+    LoginStateRejected,
+    PendingRecord,
+    state_key,
+)
+from sidecar.postgres import PostgresStore
+from sidecar.replica import replica_id
+
+if TYPE_CHECKING:
+    import asyncpg
+
+_TAKE = """
+WITH old AS (SELECT key, key_id, sealed FROM sidecar_pending_logins
+              WHERE key = $1 AND server = $2 AND used_at IS NULL AND expires_at > now()
+                FOR UPDATE)
+UPDATE sidecar_pending_logins p SET used_at = now(), replica_used = $3, sealed = NULL
+  FROM old WHERE p.key = old.key
+RETURNING old.key_id, old.sealed
+"""
+_WHY = """
+SELECT used_at IS NOT NULL AS used, expires_at <= now() AS expired
+  FROM sidecar_pending_logins WHERE key = $1 AND server = $2
+"""
+
+
+class PostgresPendingLogins(PostgresStore):
+    """See the module docstring. `await PostgresPendingLogins.on_pool(pool)`."""
+
+    COMPONENT = "pending_logins"
+    SCHEMA_VERSION = 1
+    MIGRATIONS: ClassVar[dict[int, str]] = {1: """
+CREATE TABLE sidecar_pending_logins (
+    key          TEXT PRIMARY KEY,
+    server       TEXT NOT NULL,
+    key_id       TEXT NOT NULL,
+    sealed       BYTEA,
+    replica      TEXT NOT NULL,
+    created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+    expires_at   TIMESTAMPTZ NOT NULL,
+    used_at      TIMESTAMPTZ,
+    replica_used TEXT,
+    outcome      TEXT,
+    message      TEXT
+);
+CREATE INDEX sidecar_pending_logins_expiry ON sidecar_pending_logins (expires_at);
+"""}
+
+    def __init__(self, pool: asyncpg.Pool, *, owns_pool: bool = False,
+                 location: str = "default") -> None:
+        super().__init__(pool, owns_pool=owns_pool, location=location)
+        self.keys: GrantKeys | None = GrantKeys.from_env()
+
+    def __repr__(self) -> str:
+        return f"PostgresPendingLogins(keys={self.keys!r})"
+
+    def _keys(self) -> GrantKeys:
+        if self.keys is None:
+            raise GrantKeyMissing
+        return self.keys
+
+    async def add(self, state: str, server: str, record: PendingRecord, ttl: float) -> None:
+        key = state_key(state)
+        kid, sealed = self._keys().seal(_bound(key), record)
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                "DELETE FROM sidecar_pending_logins "
+                "WHERE expires_at < now() - make_interval(secs => $1)", KEEP_USED_SECONDS)
+            await conn.execute(
+                "INSERT INTO sidecar_pending_logins (key, server, key_id, sealed, replica, "
+                "expires_at) VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6))",
+                key, server, kid, sealed, replica_id(), ttl)
+
+    async def take(self, state: str, server: str) -> PendingRecord:
+        key = state_key(state)
+        keys = self._keys()  # refused before the state is spent
+        async with self._pool.acquire() as conn:
+            row = await conn.fetchrow(_TAKE, key, server, replica_id())
+            if row is None:
+                why = await conn.fetchrow(_WHY, key, server)
+        if row is None:
+            if why is None:
+                raise LoginStateRejected("unknown_state", server)
+            raise LoginStateRejected("used_state" if why["used"] else "expired_state", server)
+        try:
+            return keys.open(_bound(key), row["key_id"], bytes(row["sealed"]))
+        except GrantSealError:
+            raise GrantStoreUnavailable(
+                f"the pending login of {server!r} was sealed with another SIDECAR_GRANT_KEY "
+                f"(key id {row['key_id']}): give every replica the same key") from None
+
+    async def finish(self, state: str, outcome: str, message: str) -> None:
+        async with self._pool.acquire() as conn:
+            await conn.execute(
+                "UPDATE sidecar_pending_logins SET outcome = $2, message = $3 WHERE key = $1",
+                state_key(state), outcome, message)
+
+    async def outcome(self, state: str) -> tuple[str, str] | None:
+        async with self._pool.acquire() as conn:
+            row = await conn.fetchrow(
+                "SELECT outcome, message FROM sidecar_pending_logins WHERE key = $1",
+                state_key(state))
+        if row is None or row["outcome"] is None:
+            return None
+        return str(row["outcome"]), str(row["message"] or "")
+
+
+def _bound(key: str) -> str:
+    """The associated data a record is sealed with: its row (a sealed record copied onto
+    another row does not open)."""
+    return f"pending login {key}"
