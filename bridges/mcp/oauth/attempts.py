@@ -107,7 +107,7 @@ class Logins:
         replica: its outcome is stored, and this replica has not looked since."""
         if self.callbacks is None or attempt.authorization_url is None:
             return False
-        states = parse_qs(urlsplit(attempt.authorization_url).query).get("state")
+        states = parse_qs(urlsplit(attempt.authorization_url).query).get("state") or []
         return bool(states) and await self.callbacks.pending.outcome(states[0]) is not None
 
     async def aclose(self) -> None:
