@@ -19,6 +19,7 @@ import codecs
 import contextlib
 import enum
 import functools
+import logging
 import os
 import queue
 import select
@@ -45,6 +46,8 @@ APPEND_DEPTH = 2
 """Reads `write_from` lets wait for its appending thread."""
 TAIL_BYTES = 36 * 1024
 """Bytes of the end of what `write_from` wrote that it keeps in `Drained.tail`."""
+
+logger = logging.getLogger(__name__)
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -299,6 +302,29 @@ class TempObject:
             self._ends_with_newline = data.endswith(b"\n")
 
 
+async def to_the_end(job: Awaitable[_T]) -> _T:
+    """Await `job` until it is done, even when the caller is cancelled meanwhile, then raise
+    that cancellation (never swallowed): for cleanup that must be over once a cancelled task
+    is seen to end. `asyncio.shield` alone returns at the cancellation and leaves the job
+    running unobserved, and an anyio cancel scope cancels every await again at each turn of
+    the loop, so a shielded step inside cleanup ended that cleanup at its first await.
+
+    A failure of `job` is raised when nothing was cancelled; after a cancellation it is only
+    logged (the cancellation is what the caller must see)."""
+    task = asyncio.ensure_future(job)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait([task])
+        except asyncio.CancelledError as exc:
+            cancelled = cancelled or exc
+    if cancelled is None:
+        return task.result()
+    if not task.cancelled() and (failure := task.exception()) is not None:
+        logger.warning("managed store: cleanup failed while cancelled: %s", failure)
+    raise cancelled
+
+
 async def _outwait(job: asyncio.Future[None]) -> None:
     """Wait until `job` is done, whatever cancellations arrive meanwhile (a thread still
     reading a file descriptor must let go of it before its owner may close it)."""
@@ -357,6 +383,7 @@ class SpoolWriter:
         # writes can be queued without waiting for the previous one. A one-write spool (every
         # `put()`) keeps to the shared pool and never pays for starting a thread.
         self._worker: ThreadPoolExecutor | None = None
+        self._discarding: asyncio.Future[None] | None = None
 
     @property
     def namespace(self) -> str:
@@ -473,13 +500,25 @@ class SpoolWriter:
             return ref
 
     async def abort(self) -> None:
-        """Discard everything written; a no-op after `commit()` started or a previous abort."""
+        """Discard everything written; a no-op after `commit()` started.
+
+        Returns once everything written is gone (the temp file, the engine's upload), also to
+        a caller cancelled meanwhile, whose cancellation is raised after it; a second call
+        waits for the same discard."""
         if self._state in (_SpoolState.NEW, _SpoolState.OPEN):
             self._state = _SpoolState.ABORTED
-            # Shielded: the temp file must go even if the caller is being cancelled. The job
-            # waits for the temp file's lock, so a write still running in a thread ends first.
-            await asyncio.shield(asyncio.to_thread(self._temp.discard))
-        self._stop_worker()
+            self._discarding = asyncio.ensure_future(self._discard())
+        try:
+            if self._discarding is not None:
+                await to_the_end(self._discarding)
+        finally:
+            self._stop_worker()
+
+    async def _discard(self) -> None:
+        """Remove everything written; run once, by the first `abort()`. Engines extend it."""
+        # The job waits for the temp file's lock, so a write still running in a thread ends
+        # first.
+        await asyncio.to_thread(self._temp.discard)
 
     def _require_open(self) -> None:
         if self._state is _SpoolState.OPEN:

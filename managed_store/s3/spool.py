@@ -1,9 +1,10 @@
 """The S3 engine's spool: a `SpoolWriter` whose key is recorded in the index as pending before
-its first byte goes up, and forgotten again when the spool is aborted (with its upload)."""
+its first byte goes up, and forgotten again when the spool is aborted (with its upload): by the
+time `abort()` returns, or a cancelled spool's task is seen to end, the upload is aborted and
+the pending row is gone."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Self
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Self
 import asyncpg
 
 from managed_store.errors import RetentionError
-from managed_store.spool import SpoolWriter, WrittenObject, _SpoolState
+from managed_store.spool import SpoolWriter, WrittenObject, _SpoolState, to_the_end
 
 if TYPE_CHECKING:
     from managed_store.s3.index import PostgresIndex
@@ -57,19 +58,21 @@ class S3Spool(SpoolWriter):
             begin()
         return entered
 
-    async def abort(self) -> None:
-        await super().abort()
-        if self._state is _SpoolState.ABORTED:
-            if self._abandon is not None:  # the background upload of the staging file
-                abandon, self._abandon = self._abandon, None
-                await asyncio.shield(abandon())
-            await self._forget()
+    async def _discard(self) -> None:
+        await super()._discard()
+        if self._abandon is not None:  # the background upload of the staging file
+            abandon, self._abandon = self._abandon, None
+            await abandon()
+        await self._drop_pending()
 
     async def _forget(self) -> None:
+        await to_the_end(self._drop_pending())
+
+    async def _drop_pending(self) -> None:
         if not self._pending:
             return
         self._pending = False
         try:
-            await asyncio.shield(self._index.forget(self._ref_id))
+            await self._index.forget(self._ref_id)
         except _DB_ERRORS as exc:  # the sweep drops it after the grace period
             logger.warning("managed store: could not drop a pending upload: %s", exc)

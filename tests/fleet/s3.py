@@ -157,8 +157,13 @@ class S3Server:
         if response.status_code == 404:
             return []
         response.raise_for_status()
+        # An entry without its `key` is no upload begun. Seen about once in 700 cancelled
+        # spools (2026-12-05): a bare `.uploads/<id>` directory, apparently left by a part
+        # PUT still on the wire when its upload was aborted (S3 documents that such a part
+        # "might or might not succeed"). It names no key, so no prefix either.
         keys = [base64.b64decode(entry["Extended"]["key"]).decode()
-                for entry in response.json().get("Entries") or ()]
+                for entry in response.json().get("Entries") or ()
+                if "key" in (entry.get("Extended") or {})]
         return sorted(key for key in keys if key.startswith(prefix + "/"))
 
     def rss_bytes(self) -> int:

@@ -93,6 +93,30 @@ async def test_cancelling_a_queued_write_aborts_the_spool(store: ManagedStore, r
     await eventually(lambda: not _spool_threads())
 
 
+async def test_a_spool_cancelled_by_its_scope_is_discarded_when_the_scope_exits(
+    store: ManagedStore, root: Path
+) -> None:
+    """An anyio cancel scope cancels every await of the cleanup again: the discard still ends
+    before the cancellation reaches the scope (a shielded discard used to be left running)."""
+    import anyio
+
+    under_way = anyio.Event()
+
+    async def produce() -> None:
+        async with store.open_spool() as spool:
+            while True:
+                await spool.write("y" * WINDOW)
+                under_way.set()
+
+    for _ in range(5):
+        under_way = anyio.Event()
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(produce)
+            await under_way.wait()
+            tasks.cancel_scope.cancel()
+        assert files_in(root) == []
+
+
 async def test_a_large_object_is_written_back_as_it_streams(
     store: ManagedStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
