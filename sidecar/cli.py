@@ -586,13 +586,16 @@ def _daemon_exit(args: argparse.Namespace, run: Callable[[], Any]) -> int:
     except LocationFailed as exc:  # its traceback is logged (`serve`); this line comes last
         print(f"sidecar: {exc}", file=sys.stderr)
         return EXIT_LOCATION_FAILED
-    except Exception as exc:
+    except Exception as exc:  # its own words, else lost while starting (`cli_database`)
+        from sidecar.cli_database import command_of, database_line, database_url, scrubbed
         from sidecar.postgres import database_error_in
 
         database = database_error_in(exc)
-        if database is None:
+        line = (scrubbed(f"sidecar: {database}", database_url()) if database is not None
+                else database_line(exc, command_of(args), outcome="could not start"))
+        if line is None:
             raise
-        print(f"sidecar: {database}", file=sys.stderr)
+        print(line, file=sys.stderr)
         return EXIT_DATABASE
     finally:
         tracing.shutdown()

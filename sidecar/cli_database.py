@@ -30,9 +30,10 @@ def database_url() -> str:
     return os.environ.get("SIDECAR_DATABASE_URL", "").strip()
 
 
-def database_line(exc: BaseException, command: str, *, prefix: str = "sidecar") -> str | None:
+def database_line(exc: BaseException, command: str, *, prefix: str = "sidecar",
+                  outcome: str = "did not finish") -> str | None:
     """`prefix: ...` for `exc` when the fleet database failed under `command` (e.g.
-    "sidecar auth status"), else None (a defect: let it raise)."""
+    "sidecar auth status", which then `outcome`), else None (a defect: let it raise)."""
     url = database_url()
     failure = _failure_in(exc, url)
     if failure is None:
@@ -42,7 +43,7 @@ def database_line(exc: BaseException, command: str, *, prefix: str = "sidecar") 
         text = str(said)  # its own words: a schema or a setting, not an outage
     else:
         label = f"the fleet database {database_of(url)}" if url else "the fleet database"
-        text = f"{label} is unavailable: `{command}` did not finish ({_cause(failure)})"
+        text = f"{label} is unavailable: `{command}` {outcome} ({_cause(failure)})"
     return f"{prefix}: {scrubbed(text, url)}"
 
 

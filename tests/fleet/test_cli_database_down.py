@@ -9,6 +9,7 @@ exits 6 (`EXIT_DATABASE`)."""
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -71,7 +72,8 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
     manifests.mkdir(exist_ok=True)
     (manifests / "oauth.json").write_text(MANIFEST)
     env.update(SIDECAR_STATE_DIR=str(tmp_path / "state"), SIDECAR_MANIFESTS=str(manifests),
-               SIDECAR_GRANT_KEY=KEY, SIDECAR_DATABASE_TIMEOUT=BOUND)
+               SIDECAR_GRANT_KEY=KEY, SIDECAR_DATABASE_TIMEOUT=BOUND,
+               SIDECAR_TOKEN=secrets.token_urlsafe(32))  # (`serve` says nothing of one)
     return env
 
 
@@ -160,17 +162,18 @@ async def test_a_connection_cut_midway_is_one_line_and_exit_6(
 
 
 @pytest.mark.parametrize("name", ["auth status", "token create", "calls --embedded",
-                                  "tools --embedded"])
+                                  "tools --embedded", "serve"])
 async def test_a_connection_cut_while_the_store_opens_is_one_line_and_exit_6(
     name: str, dsn: str, tmp_path: Path
 ) -> None:
     """The command waits for the schema lock (`LOCK_MIGRATE`, as while another replica
-    migrates) when its connection is cut."""
+    migrates) when its connection is cut. `serve` is a daemon: it could not start."""
     conn = await asyncpg.connect(dsn)
     try:
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", LOCK_MIGRATE)
-            async with await anyio.open_process(argv(EVERY[name], dsn),
+            command = EVERY.get(name, ["serve", "--port", "0", "--no-manifests"])
+            async with await anyio.open_process(argv(command, dsn),
                                                 env=cli_env(tmp_path)) as proc:
                 err = await cut_while_waiting(
                     proc, conn, "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND "
