@@ -29,7 +29,8 @@ unsafe configuration: see `sidecar.serve.serve_policy`); 3 the configured
 daemon is unreachable; 4 the state directory has a daemon already; 5 the port is in use; 6 the
 fleet database (`--store`, `$SIDECAR_DATABASE_URL`) is unreachable or its schema is newer
 than this sidecar knows, or a command working on it itself (`auth`, `token`, `--embedded`)
-lost it midway: one line naming it (`sidecar.cli_database`).
+lost it midway: one line naming it (`sidecar.cli_database`); or the daemon answered 503
+`unavailable` (its fleet database is down; `health`: status "unavailable").
 """
 
 from __future__ import annotations
@@ -461,8 +462,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(f"sidecar: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except (Refused, UnsafeStateDir) as exc:
-        print(f"sidecar: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        print(f"sidecar: {exc}", file=sys.stderr)  # a daemon's 503 names its database
+        return EXIT_DATABASE if getattr(exc, "database_down", False) else EXIT_USAGE
     except json.JSONDecodeError as exc:
         print(f"sidecar: --input is not valid JSON: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -27,6 +27,7 @@ from sidecar.postgres_grants import PostgresGrantStore
 from sidecar.postgres_tokens import PostgresTokenStore
 from tests.fleet.postgres import PostgresServer
 from tests.fleet.test_grant_rekey import new_key
+from tests.fleet.test_replicas import start_replica, stop
 
 # Every test runs the CLI as a process: one event loop flavour is enough.
 pytestmark = [pytest.mark.anyio,
@@ -226,3 +227,41 @@ async def test_a_stopped_or_frozen_database_is_one_line_and_exit_6(
             err = await cut_while_waiting(proc, conn, TABLE_WAIT, table, freeze=own_server)
         one_clear_line(proc.returncode or 0, err, dsn, name)
         assert "no answer within the database timeout" in err
+
+
+async def test_a_daemon_whose_database_is_down_makes_its_clients_exit_6(
+    own_server: PostgresServer, tmp_path: Path
+) -> None:
+    """The client commands ask a running `sidecar serve`; its fleet database stopped, the
+    daemon answers 503 `unavailable` naming the database, and the commands exit 6 as when
+    they use the database themselves: `health` prints the report (status unavailable, why),
+    `calls` and `call` one line."""
+    dsn = await own_server.new_database()
+    token = secrets.token_urlsafe(32)
+    proc, url = start_replica(tmp_path / "replica", dsn, token, tmp_path / "runs.txt",
+                              env_extra={"SIDECAR_DATABASE_TIMEOUT": BOUND})
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+        env.update(SIDECAR_STATE_DIR=str(tmp_path / "client"), SIDECAR_TOKEN=token,
+                   SIDECAR_URL=url)
+        sidecar = [sys.executable, "-m", "sidecar.cli"]
+        healthy = await anyio.run_process([*sidecar, "health"], env=env, check=False)
+        assert healthy.returncode == 0, healthy.stderr
+        own_server.pause()
+        try:
+            health = await anyio.run_process([*sidecar, "health"], env=env, check=False)
+            out, err = health.stdout.decode(), health.stderr.decode()
+            assert health.returncode == 6, out + err
+            assert "status: unavailable" in out and "Traceback" not in err
+            assert f"database: the fleet database {database_of(dsn)} is unavailable" in out
+            for command in (["calls"], ["call", "stamp", "--input", '{"line": "x"}']):
+                done = await anyio.run_process([*sidecar, *command], env=env, check=False)
+                err = done.stderr.decode()
+                assert done.returncode == 6, err
+                assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+                assert "answered 503: unavailable: the fleet database " \
+                    f"{database_of(dsn)} is unavailable" in err
+        finally:
+            own_server.resume()
+    finally:
+        stop(proc)
