@@ -15,6 +15,9 @@ what the fleet shares is a row of `sidecar_rounds` per paused state, written by 
     dropped  resumed by the holder itself, or expired there: the row is deleted in the
              background (a resume elsewhere meanwhile gets `RoundUnknown` from the holder)
     stopped  a holder shutting down marks its rows silent: a resume elsewhere is told at once
+    notes    while the holder continues the call, what it emits for the resuming request (the
+             `relay` column says what that request wants) goes through `sidecar_round_notes`
+             (`sidecar.postgres_round_notes`), read with the reply and deleted with the row
 
 Every replica LISTENs on the channel once it has held or resumed a call (`Listening`, on a
 pool connection), and polls as the fallback when notifications are lost: the holder every
