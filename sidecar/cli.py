@@ -28,7 +28,9 @@ Exit codes: 0 success; 1 the call ended in an error outcome (or `check` found er
 unsafe configuration: see `sidecar.serve.serve_policy`); 3 the configured
 daemon is unreachable; 4 the state directory has a daemon already; 5 the port is in use; 6 the
 fleet database (`--store`, `$SIDECAR_DATABASE_URL`) is unreachable or its schema is newer
-than this sidecar knows.
+than this sidecar knows, or a command working on it itself (`auth`, `token`, `--embedded`)
+lost it midway: one line naming it (`sidecar.cli_database`); or the daemon answered 503
+`unavailable` (its fleet database is down; `health`: status "unavailable").
 """
 
 from __future__ import annotations
@@ -378,6 +380,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser((__doc__ or "").split("\n")[0]).parse_args(argv)
+    try:
+        return _dispatch(args)
+    except Exception as exc:  # e.g. `tools --embedded` on a fleet database that failed
+        from sidecar.cli_database import command_of, database_line
+
+        line = database_line(exc, command_of(args))
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return EXIT_DATABASE
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     if os.environ.get("SIDECAR_RETENTION", "").strip():
         from sidecar.retention import retention_from_env
 
@@ -447,8 +462,8 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"sidecar: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except (Refused, UnsafeStateDir) as exc:
-        print(f"sidecar: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        print(f"sidecar: {exc}", file=sys.stderr)  # a daemon's 503 names its database
+        return EXIT_DATABASE if getattr(exc, "database_down", False) else EXIT_USAGE
     except json.JSONDecodeError as exc:
         print(f"sidecar: --input is not valid JSON: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -572,13 +587,16 @@ def _daemon_exit(args: argparse.Namespace, run: Callable[[], Any]) -> int:
     except LocationFailed as exc:  # its traceback is logged (`serve`); this line comes last
         print(f"sidecar: {exc}", file=sys.stderr)
         return EXIT_LOCATION_FAILED
-    except Exception as exc:
+    except Exception as exc:  # its own words, else lost while starting (`cli_database`)
+        from sidecar.cli_database import command_of, database_line, database_url, scrubbed
         from sidecar.postgres import database_error_in
 
         database = database_error_in(exc)
-        if database is None:
+        line = (scrubbed(f"sidecar: {database}", database_url()) if database is not None
+                else database_line(exc, command_of(args), outcome="could not start"))
+        if line is None:
             raise
-        print(f"sidecar: {database}", file=sys.stderr)
+        print(line, file=sys.stderr)
         return EXIT_DATABASE
     finally:
         tracing.shutdown()

@@ -29,9 +29,9 @@ from typing import Any
 from bridges.manifest import ServerConfig, load_manifests
 from bridges.mcp.oauth.login import login, logout
 from bridges.mcp.oauth.records import grant_status, login_command
+from sidecar.cli_database import database_line
 from sidecar.cli_output import EXIT_DATABASE
 from sidecar.grant_store import GrantStore, GrantStoreUnavailable
-from sidecar.postgres import DatabaseError
 
 OpenGrantStore = Callable[[Path], AbstractAsyncContextManager[GrantStore]]
 """The grants of a state directory, as the composition root chooses them
@@ -52,7 +52,8 @@ async def run(args: argparse.Namespace, manifests: list[str], state_dir: str,
               open_store: OpenGrantStore) -> int:
     """Exit 0 on success, 1 for a failed login (or a server needing one, for `status`; a grant
     no key opens, for `rekey`), 2 for a bad request or an unusable grant store, 6 when the
-    fleet database cannot be used."""
+    fleet database cannot be used: unreachable at the start, or lost or silent midway (one
+    line, `sidecar.cli_database`)."""
     try:
         async with open_store(Path(state_dir)) as store:
             if args.auth_command == "rekey":
@@ -63,8 +64,11 @@ async def run(args: argparse.Namespace, manifests: list[str], state_dir: str,
     except GrantStoreUnavailable as exc:
         print(f"sidecar auth: {exc}", file=sys.stderr)
         return 2
-    except DatabaseError as exc:
-        print(f"sidecar auth: {exc}", file=sys.stderr)
+    except Exception as exc:  # unreachable at the start, or lost midway: one line
+        line = database_line(exc, f"sidecar auth {args.auth_command}", prefix="sidecar auth")
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
         return EXIT_DATABASE
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sidecar.call_history import CallHistory, CallQuery, CallRecord, InvalidQuery
+from sidecar.cli_database import database_line
 from sidecar.cli_output import EXIT_DATABASE
-from sidecar.postgres import DatabaseError
 
 if TYPE_CHECKING:
     from sidecar.cli_targets import RemoteBackend
@@ -81,7 +81,8 @@ async def _local_pages(history: CallHistory | None, query: CallQuery, every: boo
 async def run(args: argparse.Namespace, state: Path, remote: RemoteBackend | None,
               open_history: OpenCallHistory) -> int:
     """Exit code 0, or 2 for a bad filter or a refused request, or 6 when the fleet database
-    cannot be used."""
+    cannot be used (`--embedded`: unreachable at the start, or lost or silent midway; one
+    line, `sidecar.cli_database`)."""
     params = _params(args)
     try:
         query = CallQuery.from_params(params)
@@ -100,11 +101,13 @@ async def run(args: argparse.Namespace, state: Path, remote: RemoteBackend | Non
                     break
     else:
         try:
-            history = await open_history(state)
-        except DatabaseError as exc:
-            print(f"sidecar: {exc}", file=sys.stderr)
+            rows, cursor = await _local_pages(await open_history(state), query, args.jsonl)
+        except Exception as exc:  # unreachable at the start, or lost midway: one line
+            line = database_line(exc, "sidecar calls --embedded")
+            if line is None:
+                raise
+            print(line, file=sys.stderr)
             return EXIT_DATABASE
-        rows, cursor = await _local_pages(history, query, args.jsonl)
     if args.jsonl:
         for row in rows:
             print(json.dumps(row, ensure_ascii=False))

@@ -84,9 +84,11 @@ def staged_line(staged: dict[str, Any]) -> str:
 
 
 def print_health(report: dict[str, Any], as_json: bool) -> int:
+    down = report["status"] == "unavailable"  # the fleet database does not answer
+    failed = EXIT_DATABASE if down else EXIT_TOOL_ERROR
     if as_json:
         print(json.dumps(report, indent=2))
-        return EXIT_OK if report["status"] == "ok" else EXIT_TOOL_ERROR
+        return EXIT_OK if report["status"] == "ok" else failed
     style = Style(sys.stdout)
     daemon = report.get("daemon")
     if isinstance(daemon, dict):
@@ -95,9 +97,12 @@ def print_health(report: dict[str, Any], as_json: bool) -> int:
               f"{daemon.get('state_dir')}, manifests: {manifests}"
               + (f", {daemon['url']}" if daemon.get("url") else ""))
     colour = "32" if report["status"] == "ok" else "33"
-    print(f"status: {style(report['status'], colour)}  tools: {report['tools']}  "
-          f"store: {report['store']['objects']} objects, {report['store']['bytes']:,} bytes")
-    staged = report.get("store", {}).get("staged")
+    store = report.get("store")  # (none while the fleet database does not answer)
+    print(f"status: {style(report['status'], colour)}  tools: {report['tools']}"
+          + (f"  store: {store['objects']} objects, {store['bytes']:,} bytes" if store else ""))
+    if down:
+        print(f"database: {(report.get('database') or {}).get('error', 'unreachable')}")
+    staged = (store or {}).get("staged")
     if staged:
         print(staged_line(staged))
     if report.get("state"):
@@ -114,7 +119,7 @@ def print_health(report: dict[str, Any], as_json: bool) -> int:
         print("degraded because:")
         for reason in reasons:
             print(f"  - {reason}")
-    return EXIT_OK if report["status"] == "ok" else EXIT_TOOL_ERROR
+    return EXIT_OK if report["status"] == "ok" else failed
 
 
 def degraded_reasons(report: dict[str, Any]) -> list[str]:

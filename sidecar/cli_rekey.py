@@ -5,8 +5,9 @@ A grant is re-sealed with the first key at its next write (login, refresh); one 
 written again (no refresh token, a long-lived access token) would keep the old key forever.
 `rekey` re-seals each record under the grant store's per-server change lock
 (`SealedGrantStore.reseal`), so a replica refreshing that grant at the same moment loses
-nothing. Per server it reports: re-sealed, already under the first key, or cannot be opened
-with any given key (named by key id; left as it is, exit 1). `--check` changes nothing and
+nothing. Per server it reports: re-sealed, already under the first key, cannot be opened
+with any given key (named by key id; left as it is, exit 1), or gone (forgotten by a logout
+while rekey ran: skipped). `--check` changes nothing and
 exits 1 while a record is not under the first key. The embedded stores (state directory file,
 OS keyring) are not sealed with `SIDECAR_GRANT_KEY`: there `rekey` says so and exits 2.
 Pending logins (`sidecar_pending_logins`) are not re-sealed: they last
@@ -20,9 +21,11 @@ import json
 import sys
 from collections import Counter
 
+from sidecar.cli_database import database_url, scrubbed
 from sidecar.cli_output import EXIT_DATABASE
 from sidecar.grant_keys import GRANT_KEY_ENV, GrantKeyMissing, Resealed, SealedGrantStore
 from sidecar.grant_store import GrantStore
+from sidecar.local_door import database_of
 from sidecar.pending_logins import PENDING_LOGIN_SECONDS
 from sidecar.postgres import database_failure
 
@@ -31,9 +34,11 @@ _SAID = {
     "stale": "needs rekey",
     "current": "already under the first key",
     "unopenable": "cannot be opened",
+    "gone": "gone (forgotten while rekey ran): skipped",
 }
 _COUNTED = {"resealed": "re-sealed", "stale": "to re-seal",
-            "current": "already under the first key", "unopenable": "cannot be opened"}
+            "current": "already under the first key", "unopenable": "cannot be opened",
+            "gone": "gone"}
 
 
 async def rekey(args: argparse.Namespace, store: GrantStore) -> int:
@@ -58,12 +63,13 @@ async def rekey(args: argparse.Namespace, store: GrantStore) -> int:
             failure = database_failure(exc)
             if failure is None:
                 raise
-            print(f"sidecar auth rekey: the fleet database failed at the grant of {server} "
-                  f"({done} of {len(servers)} done, each one whole; run it again): "
-                  f"{type(failure).__name__}: {failure}", file=sys.stderr)
+            where = database_of(database_url())
+            print(scrubbed(f"sidecar auth rekey: the fleet database {where} failed at the "
+                            f"grant of {server} ({done} of {len(servers)} done, each one "
+                            f"whole; run it again): {type(failure).__name__}: {failure}",
+                            database_url()), file=sys.stderr)
             return EXIT_DATABASE
-        if found.outcome != "gone":  # forgotten (logout) meanwhile: nothing to seal
-            results.append(found)
+        results.append(found)  # "gone": forgotten (logout) meanwhile, nothing to seal
     counts: Counter[str] = Counter(r.outcome for r in results)
     if args.json:
         print(json.dumps({

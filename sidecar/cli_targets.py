@@ -31,7 +31,19 @@ class Unreachable(Exception):
 
 
 class Refused(Exception):
-    """The daemon answered the request with an error (4xx/5xx)."""
+    """The daemon answered the request with an error (4xx/5xx): its HTTP `status` and /v1
+    error `code` ("" when the body was not a /v1 error)."""
+
+    def __init__(self, message: str, *, status: int = 0, code: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+    @property
+    def database_down(self) -> bool:
+        """The daemon's fleet database failed under the request (503 `unavailable`, naming
+        it): the CLI exits 6 as when it uses the database itself."""
+        return self.status == 503 and self.code == "unavailable"
 
 
 def find_daemon(state_dir: str) -> str | None:
@@ -166,20 +178,27 @@ class RemoteBackend:
         await self._client.aclose()
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self._answer(await self._send(method, path, **kwargs))
+
+    async def _send(self, method: str, path: str, **kwargs: Any) -> Any:
         import httpx
 
         try:
-            response = await self._client.request(method, path, **kwargs)
+            return await self._client.request(method, path, **kwargs)
         except httpx.TransportError as exc:
             raise Unreachable(f"the daemon at {self._url} is unreachable: {exc}",
                               refused=isinstance(exc, httpx.ConnectError)) from None
+
+    def _answer(self, response: Any) -> Any:
         if response.status_code >= 400:
+            code = ""
             try:
                 error = response.json()["error"]
-                message = f"{error['code']}: {error['message']}"
+                code, message = str(error["code"]), f"{error['code']}: {error['message']}"
             except (ValueError, KeyError, TypeError):
                 message = response.text[:500]
-            raise Refused(f"the daemon at {self._url} answered {response.status_code}: {message}")
+            raise Refused(f"the daemon at {self._url} answered {response.status_code}: {message}",
+                          status=response.status_code, code=code)
         return response.json()
 
     async def tools(self, fmt: str | None) -> list[dict[str, Any]]:
@@ -224,7 +243,17 @@ class RemoteBackend:
                     _show_progress(event["snapshot"])
 
     async def health(self) -> dict[str, Any]:
-        result: dict[str, Any] = await self._request("GET", "/v1/health")
+        """The daemon's health report, also when it answers 503 with one (its fleet database
+        does not answer: status "unavailable")."""
+        response = await self._send("GET", "/v1/health")
+        if response.status_code == 503:
+            try:
+                report = response.json()
+            except ValueError:
+                report = None
+            if isinstance(report, dict) and "status" in report:
+                return report
+        result: dict[str, Any] = self._answer(response)
         return result
 
     async def history(self, params: dict[str, str]) -> dict[str, Any]:

@@ -16,9 +16,9 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from sidecar.cli_database import database_line
 from sidecar.cli_output import EXIT_DATABASE
 from sidecar.local_door import database_mismatch, read_info
-from sidecar.postgres import DatabaseError
 from sidecar.state_dir import UnsafeStateDir, prepare_state_dir
 from sidecar.tokens import TokenError, TokenStore, create_token
 
@@ -46,7 +46,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
 async def run(args: argparse.Namespace, state: Path, open_store: OpenTokenStore) -> int:
     """Exit code 0 on success, 1 for an unknown id, 2 for a bad request, an unsafe state
     directory or a daemon on it that keeps its tokens elsewhere, 6 when the fleet database
-    cannot be used."""
+    cannot be used: unreachable at the start, or lost or silent midway (one line,
+    `sidecar.cli_database`)."""
     try:
         warning = prepare_state_dir(state)
     except UnsafeStateDir as exc:
@@ -62,10 +63,17 @@ async def run(args: argparse.Namespace, state: Path, open_store: OpenTokenStore)
         print(f"sidecar: {refusal}", file=sys.stderr)
         return 2
     try:
-        store = await open_store(state)
-    except DatabaseError as exc:
-        print(f"sidecar: {exc}", file=sys.stderr)
+        return await _run(args, state, open_store)
+    except Exception as exc:  # unreachable at the start, or lost midway: one line
+        line = database_line(exc, f"sidecar token {args.token_command}")
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
         return EXIT_DATABASE
+
+
+async def _run(args: argparse.Namespace, state: Path, open_store: OpenTokenStore) -> int:
+    store = await open_store(state)
     try:
         if args.token_command == "create":
             try:

@@ -3,7 +3,8 @@ sealed with an old key are sealed again with the first key of `SIDECAR_GRANT_KEY
 with the new key alone; a record no key opens is reported by key id and left as it is (exit 1);
 `--check` changes nothing; a writer changing a grant while rekey runs loses nothing (rekey waits
 for the per-server change lock a replica holds, then seals what that replica wrote); a connection
-cut midway is one line and exit 6, keeps what was done, and a second run finishes; without a
+cut midway is one line and exit 6, keeps what was done, and a second run finishes; a grant
+forgotten (logout) while rekey waits for it is reported as gone and skipped (exit 0); without a
 database rekey says there is nothing to rekey. No key and no token is ever printed."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import pytest
 
 from sidecar.grant_keys import GrantKeys, key_id
 from sidecar.grant_store import GrantRecord
+from sidecar.local_door import database_of
 from sidecar.postgres import LOCK_GRANT_UPDATE
 from sidecar.postgres_grants import PostgresGrantStore
 from tests.fleet.postgres import PostgresServer
@@ -303,11 +305,51 @@ async def test_a_database_failure_midway_keeps_what_was_done(
     finally:
         await holder.close()
     assert proc.returncode == 6, err
-    assert "the fleet database failed at the grant of s-1 (1 of 3 done" in err
-    assert "Traceback" not in err
+    assert f"the fleet database {database_of(dsn)} failed at the grant of s-1 (1 of 3 done" \
+        in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert {s: k for s, (k, _) in (await rows(dsn)).items()} == {
         "s-0": kid(new), "s-1": kid(old), "s-2": kid(old)}
     code, out, err2 = await rekey(env, "--store", dsn)
     assert code == 0, err2
     assert "3 grants: 2 re-sealed, 1 already under the first key" in out
     no_secret_in(err + out + err2, old, new)
+
+
+async def test_a_grant_forgotten_while_rekey_runs_is_reported_gone_and_skipped(
+    dsn: str, opened: list[PostgresGrantStore], tmp_path: Path
+) -> None:
+    """A replica forgets `s-1` (a logout: it holds the change lock and deletes the record)
+    while rekey waits for that lock: rekey then finds nothing to seal, says so, goes on."""
+    old, new = new_key(), new_key()
+    seed = await store_with(dsn, opened, old)
+    for server in ("s-0", "s-1", "s-2"):
+        await seed.put(server, record(server))
+    holder = await asyncpg.connect(dsn)
+    try:
+        await holder.execute("SELECT pg_advisory_lock($1, hashtext('s-1'))", LOCK_GRANT_UPDATE)
+        async with await anyio.open_process(rekey_argv("--store", dsn),
+                                            env=cli_env(tmp_path, f"{new},{old}")) as proc:
+            with anyio.fail_after(60):
+                while not await holder.fetchval(
+                        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                        "AND classid = $1 AND objid::bigint = "
+                        "(hashtext('s-1')::bigint & 4294967295)", LOCK_GRANT_UPDATE):
+                    assert proc.returncode is None, "rekey ended without waiting"
+                    await anyio.sleep(0.05)
+                await holder.execute("DELETE FROM sidecar_grants WHERE server = 's-1'")
+                await holder.execute("SELECT pg_advisory_unlock($1, hashtext('s-1'))",
+                                     LOCK_GRANT_UPDATE)
+                await proc.wait()
+            assert proc.stdout is not None and proc.stderr is not None
+            out = b"".join([chunk async for chunk in proc.stdout]).decode()
+            err = b"".join([chunk async for chunk in proc.stderr]).decode()
+    finally:
+        await holder.close()
+    assert proc.returncode == 0, err
+    assert "s-1: gone (forgotten while rekey ran): skipped" in out
+    assert "s-0: re-sealed" in out and "s-2: re-sealed" in out
+    assert "3 grants: 2 re-sealed, 1 gone" in out
+    assert {s: k for s, (k, _) in (await rows(dsn)).items()} == {"s-0": kid(new),
+                                                                "s-2": kid(new)}
+    no_secret_in(out + err, old, new)

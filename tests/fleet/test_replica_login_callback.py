@@ -137,17 +137,49 @@ async def test_logins_through_a_load_balancer_complete_on_either_replica(
                     assert landed.headers["sidecar-login"] == "authorized", landed.text
                     pairs.append((begun.headers["sidecar-replica"],
                                   landed.headers["sidecar-replica"]))
-                    # until the starting replica has seen the outcome, a new POST there joins
-                    # the login it still believes pending (and gets its spent state)
-                    starter = {"replica-a": f.a, "replica-b": f.b}[pairs[-1][0]]
-                    await until(lambda c=starter: _login_ended(c), "the login reported ended")
+                    # the next POST comes at once: a login whose redirect came back is never
+                    # joined, even before its replica has looked at the outcome
                 assert any(started != finished for started, finished in pairs), pairs
                 assert f.protected.grants.count("authorization_code") == 2
                 for client in (f.a, f.b):
+                    await until(lambda c=client: _ready(c), "connected after the logins")
                     called = await call_whoami(client, f"whoami-{secrets.token_hex(4)}")
                     assert called["status"] == "completed", called
         finally:
             await anyio.to_thread.run_sync(proxy.stop)
+
+
+async def test_a_login_finished_elsewhere_is_never_joined(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """A new login on A right after B finished A's previous one (before A's next look at the
+    outcome, every 0.5 s) starts afresh: joining would hand out the spent state, and the
+    browser would get `used_state`. Each turn's login is the one the turn before started."""
+    port_b = free_port()
+    async with fleet(postgres_server, tmp_path, f"http://127.0.0.1:{port_b}/", port_b) as f:
+        begun = await f.a.post("/v1/auth/cloud/login")
+        for _ in range(3):
+            assert begun.status_code == 202, begun.text
+            url = begun.json()["authorization_url"]
+            landed = await browse(url)
+            assert (landed.headers["sidecar-replica"], landed.headers["sidecar-login"]) == (
+                "replica-b", "authorized"), landed.text
+            again = await f.a.post("/v1/auth/cloud/login")  # at once
+            assert again.status_code == 202, again.text
+            assert _state(again.json()["authorization_url"]) != _state(url)
+            begun = again
+        assert f.protected.grants.count("authorization_code") == 3
+        await until(lambda: _ready(f.a), "A connected")
+        called = await call_whoami(f.a, "whoami-after-three")
+        assert called["status"] == "completed", called
+
+
+async def _ready(client: httpx.AsyncClient) -> bool:
+    return bool((await client.get("/v1/health")).json()["servers"]["cloud"]["state"] == "ready")
+
+
+def _state(url: str) -> str:
+    return parse_qs(urlsplit(url).query)["state"][0]
 
 
 async def _login_ended(client: httpx.AsyncClient) -> dict[str, Any] | None:

@@ -5,7 +5,9 @@ a downstream MCP client asked to open the authorization URL (URL-mode elicitatio
     attempt.authorization_url                       # what to open in a browser
     await attempt.finished(within)                  # True once the login ended (any result)
 
-One login per server at a time: a second `begin` while one is pending joins it. The login
+One login per server at a time: a second `begin` while one is pending joins it, unless its
+redirect already came back to another replica (the outcome is in the pending logins before
+this replica's next look at it): then its state is spent, and a new login starts. The login
 itself is `login.login` (loopback callback on the daemon's machine, or, with the daemon's
 public URL, `GET /v1/auth/{server}/callback` on any replica; tokens to the grant store, where
 the waiting server finds them).
@@ -18,6 +20,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from bridges.manifest import ServerConfig
 from bridges.mcp.oauth.login import login
@@ -58,6 +61,7 @@ class Logins:
         self.callbacks = callbacks
         """The daemon's public URL and pending logins (None: loopback redirects)."""
         self._attempts: dict[str, LoginAttempt] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def get(self, server: str) -> LoginAttempt | None:
         return self._attempts.get(server)
@@ -68,7 +72,11 @@ class Logins:
         passed."""
         running = self._attempts.get(server)
         if running is not None and running.state == "pending":
-            return running
+            if not await self._spent(running):
+                return running
+            newer = self._attempts.get(server)
+            if newer is not running and newer is not None and newer.state == "pending":
+                return newer  # another `begin` started the next one meanwhile: join it
         attempt = LoginAttempt()
         self._attempts[server] = attempt
 
@@ -88,12 +96,22 @@ class Logins:
                 attempt.url_known.set()
 
         attempt.task = asyncio.create_task(run(), name=f"oauth login {server}")
+        self._tasks.add(attempt.task)  # a replaced attempt still ends (and is closed) itself
+        attempt.task.add_done_callback(self._tasks.discard)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(attempt.url_known.wait()), URL_WAIT)
         return attempt
 
+    async def _spent(self, attempt: LoginAttempt) -> bool:
+        """Whether the redirect of `attempt` (pending here) already ended its login on another
+        replica: its outcome is stored, and this replica has not looked since."""
+        if self.callbacks is None or attempt.authorization_url is None:
+            return False
+        states = parse_qs(urlsplit(attempt.authorization_url).query).get("state") or []
+        return bool(states) and await self.callbacks.pending.outcome(states[0]) is not None
+
     async def aclose(self) -> None:
-        running = [a.task for a in self._attempts.values() if a.task is not None]
+        running = list(self._tasks)
         for task in running:
             task.cancel()
         if running:

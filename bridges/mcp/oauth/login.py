@@ -17,6 +17,7 @@ import asyncio
 import base64
 import contextlib
 import logging
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -217,14 +218,26 @@ async def _probe(config: ServerConfig, auth: httpx2.Auth, patience: float) -> st
                 async with Client(transport, mode=mode, cache=None,
                                   read_timeout_seconds=PROBE_TIMEOUT) as client:
                     await client.list_tools()
-    except TimeoutError:
-        return f"no answer within {patience:g} s"
     except Exception as exc:
         while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
             exc = exc.exceptions[0]  # type: ignore[assignment]
+        if _grant_store_failed(exc):
+            raise exc  # not the server's answer: the caller says the grant store failed
+        if isinstance(exc, TimeoutError):
+            return f"no answer within {patience:g} s"
         text = str(exc).strip().splitlines()
         return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
     return None
+
+
+def _grant_store_failed(exc: BaseException) -> bool:
+    """Whether `exc` is the fleet database failing under the grant store (read or written by
+    the SDK's auth flow during the probe), not the server refusing."""
+    if "asyncpg" not in sys.modules:  # the fleet extra, imported only by a fleet grant store
+        return False
+    from sidecar.postgres import database_failure
+
+    return database_failure(exc) is not None
 
 
 async def logout(server: str, config: ServerConfig | None, store: GrantStore) -> str:
