@@ -15,6 +15,9 @@ what the fleet shares is a row of `sidecar_rounds` per paused state, written by 
     dropped  resumed by the holder itself, or expired there: the row is deleted in the
              background (a resume elsewhere meanwhile gets `RoundUnknown` from the holder)
     stopped  a holder shutting down marks its rows silent: a resume elsewhere is told at once
+    notes    while the holder continues the call, what it emits for the resuming request (the
+             `relay` column says what that request wants) goes through `sidecar_round_notes`
+             (`sidecar.postgres_round_notes`), read with the reply and deleted with the row
 
 Every replica LISTENs on the channel once it has held or resumed a call (`Listening`, on a
 pool connection), and polls as the fallback when notifications are lost: the holder every
@@ -35,20 +38,21 @@ import contextlib
 import json
 import logging
 import secrets
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 import asyncpg
 
 from sidecar.postgres import Carried, Listening, failures, migrate
+from sidecar.postgres_round_notes import NOTES_MIGRATION, Outbox, write_notes
 from sidecar.replica import replica_id
-from sidecar.shared_rounds import Resume, RoundHolderGone, RoundLost, RoundUnknown
+from sidecar.shared_rounds import OnNote, Resume, RoundHolderGone, RoundLost, RoundUnknown
 
 log = logging.getLogger("sidecar.postgres_rounds")
 
 __all__ = ["CHANNEL", "PostgresRounds"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MIGRATIONS: dict[int, str] = {
     1: """
 CREATE TABLE sidecar_rounds (
@@ -68,6 +72,7 @@ CREATE TABLE sidecar_rounds (
 );
 CREATE INDEX sidecar_rounds_by_holder ON sidecar_rounds (holder);
 """,
+    2: NOTES_MIGRATION,
 }
 COMPONENT = "rounds"
 CHANNEL = "sidecar_rounds"
@@ -82,12 +87,17 @@ SELECT holder, request, responses IS NOT NULL AS used, expires_at > {_NOW} AS op
        seen_at > {_NOW} - {_SECS.format("$3")} AS alive
 FROM sidecar_rounds WHERE location = $1 AND key = $2 FOR UPDATE"""
 _REPLY = f"""
-WITH gone AS (DELETE FROM sidecar_rounds WHERE location = $1 AND key = $2 AND reply IS NOT NULL
-              RETURNING reply)
+WITH notes AS (DELETE FROM sidecar_round_notes WHERE location = $1 AND key = $2
+               RETURNING seq, body),
+     gone AS (DELETE FROM sidecar_rounds WHERE location = $1 AND key = $2
+              AND reply IS NOT NULL RETURNING reply)
 SELECT (SELECT reply FROM gone) AS reply, r.seen_at > {_NOW} - {_SECS.format("$3")} AS alive,
-       r.taken
+       r.taken, ARRAY(SELECT body FROM notes ORDER BY seq) AS notes
 FROM (SELECT 1) AS one
 LEFT JOIN sidecar_rounds r ON r.location = $1 AND r.key = $2"""
+"""The notes written so far (read and deleted: they are handed on now), and the reply when
+there is one (the row deleted with it). The holder writes its last notes in the reply's
+transaction, so a reply seen here comes with every note before it."""
 _PRUNE = f"""
 DELETE FROM sidecar_rounds
 WHERE (seen_at < {_NOW} - {_SECS.format("$1")} AND (responses IS NOT NULL OR expires_at < {_NOW}))
@@ -168,39 +178,46 @@ class PostgresRounds:
     async def _take(self, key: str) -> None:
         """A resume of a call held here reached another replica: continue the call (once)."""
         try:
-            responses = await self._pool.fetchval(
+            taken = await self._pool.fetchrow(
                 "UPDATE sidecar_rounds SET taken = true WHERE location = $1 AND key = $2 AND "
-                "holder = $3 AND responses IS NOT NULL AND NOT taken RETURNING responses",
-                self._location, key, self.holder)
+                "holder = $3 AND responses IS NOT NULL AND NOT taken "
+                "RETURNING responses, relay", self._location, key, self.holder)
         except _FAILURES as exc:
             log.warning("reading a resumed call's input failed (polling again): %s", exc)
             return
-        if responses is None or key in self._running:
+        if taken is None or key in self._running:
             return
         resume = self._held.pop(key, None)
-        task = asyncio.get_running_loop().create_task(self._continue(key, resume, responses),
-                                                      name="rounds-continue")
+        wants = None if taken["relay"] is None else json.loads(taken["relay"])
+        outbox = Outbox(self._pool, self._location, key, wants,
+                        notice=(CHANNEL, self._note(key, "noted")), spawn=self._task)
+        task = asyncio.get_running_loop().create_task(
+            self._continue(key, resume, taken["responses"], outbox), name="rounds-continue")
         self._running[key] = task
         task.add_done_callback(lambda _t: self._running.pop(key, None))
 
-    async def _continue(self, key: str, resume: Resume | None, responses: str) -> None:
+    async def _continue(self, key: str, resume: Resume | None, responses: str,
+                        outbox: Outbox) -> None:
         try:
-            value = None if resume is None else await resume(json.loads(responses))
+            value = None if resume is None else await resume(json.loads(responses), outbox)
             reply = {"unknown": True} if value is None else {"value": value}
         except asyncio.CancelledError:  # the resuming replica's request was cancelled
+            outbox.close()
             self._spawn(self._delete(key))
             raise
         except Exception as exc:  # a defect of the continuation: the resumer gets its text
             log.exception("continuing a call resumed on another replica failed")
             reply = {"failed": f"{type(exc).__name__}: {exc}"}
-        await self._carried.run(self._reply(key, json.dumps(reply, ensure_ascii=False)))
+        notes = await outbox.finish()
+        await self._carried.run(self._reply(key, json.dumps(reply, ensure_ascii=False), notes))
 
-    async def _reply(self, key: str, reply: str) -> None:
+    async def _reply(self, key: str, reply: str, notes: list[Any]) -> None:
         """Store the answer for the resuming replica; while the database fails, again every
         poll (until this closes): that replica waits as long as this one lives."""
         while True:
             try:
                 async with self._pool.acquire() as conn, conn.transaction():
+                    await write_notes(conn, self._location, key, notes)
                     await conn.execute(
                         f"UPDATE sidecar_rounds SET reply = $3, replied_at = {_NOW} "
                         "WHERE location = $1 AND key = $2", self._location, key, reply)
@@ -216,7 +233,8 @@ class PostgresRounds:
 
     # --- the resuming replica's side -----------------------------------------------------
 
-    async def resume(self, key: str, request: str, responses: Any) -> Any:
+    async def resume(self, key: str, request: str, responses: Any, *, wants: Any = None,
+                     on_note: OnNote | None = None) -> Any:
         await self._start()
         woken = asyncio.Event()
         self._waiting[key] = woken
@@ -231,9 +249,10 @@ class PostgresRounds:
                 if not row["alive"]:
                     raise RoundHolderGone(_replica(holder), self.silent_after, before=True)
                 await conn.execute(
-                    "UPDATE sidecar_rounds SET responses = $3, resumed_by = $4 "
+                    "UPDATE sidecar_rounds SET responses = $3, resumed_by = $4, relay = $5 "
                     "WHERE location = $1 AND key = $2", self._location, key,
-                    json.dumps(responses, ensure_ascii=False), self.holder)
+                    json.dumps(responses, ensure_ascii=False), self.holder,
+                    None if wants is None else json.dumps(wants, ensure_ascii=False))
                 await conn.execute("SELECT pg_notify($1, $2)", CHANNEL,
                                    self._note(key, "resumed", holder))
             handed = True
@@ -257,6 +276,9 @@ class PostgresRounds:
                     log.warning("waiting for a resumed call's answer (retrying): %s", exc)
                     continue
                 failing_since = None
+                for note in replied["notes"]:  # in order, before the answer
+                    if on_note is not None:
+                        await on_note(json.loads(note))
                 if replied["reply"] is not None:
                     return _unwrap(json.loads(replied["reply"]))
                 if not replied["alive"]:  # silent for too long, or its row pruned
@@ -296,7 +318,7 @@ class PostgresRounds:
             return
         if location != self._location:
             return
-        if event == "replied":
+        if event in ("replied", "noted"):
             woken = self._waiting.get(key)
             if woken is not None:
                 woken.set()
@@ -348,6 +370,13 @@ class PostgresRounds:
                     self._running[key].cancel()
         if prune:
             await self._pool.execute(_PRUNE, max(self.silent_after * 2, 60.0))
+
+    def _task(self, work: Awaitable[None]) -> asyncio.Future[None]:
+        """`work` in a task whose database operations end even when it is cancelled."""
+        task = asyncio.get_running_loop().create_task(self._carried.run(work))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         if self._closed:

@@ -10,11 +10,17 @@ resumes only where it paused.
 
     rounds.held(key, request, resume, ttl)   # the holder lists a paused call it holds
     rounds.dropped(key)                      # resumed by the holder itself, or expired
-    answer = await rounds.resume(key, request, responses)   # on any other replica
+    answer = await rounds.resume(key, request, responses,   # on any other replica
+                                 wants=..., on_note=...)
 
 `key` names one paused state (a digest of its token, never the token itself), `request` what a
 resume must repeat (a digest of the tool and its arguments). The values handed through are
 JSON-able; what they mean is the caller's.
+
+While the holder continues a call for another replica's request, what the call emits on the
+way (progress, log lines) can follow it there: `wants` (what the resuming request asked for)
+reaches the holder's `resume` with a `Relay`, and every note put into that relay reaches the
+resuming replica's `on_note`, in order, before the answer.
 """
 
 from __future__ import annotations
@@ -22,12 +28,35 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-__all__ = ["Resume", "RoundHolderGone", "RoundLost", "RoundUnknown", "SharedRounds"]
+__all__ = ["OnNote", "Relay", "Resume", "RoundHolderGone", "RoundLost", "RoundUnknown",
+           "SharedRounds"]
 
-Resume = Callable[[Any], Awaitable[Any]]
+
+class Relay(Protocol):
+    """The holder's line to the request that resumed a call through another replica, while
+    the call continues for it. `put` never waits (notes are written in the background, in
+    order, and the answer never overtakes one); what is put is the caller's to bound."""
+
+    @property
+    def wants(self) -> Any:
+        """What the resuming request asked to have relayed (its `resume(wants=)`); None:
+        nothing (every note is dropped)."""
+        ...
+
+    def put(self, note: Any, *, slot: str | None = None) -> None:
+        """Send `note` (JSON-able) on; a note with a `slot` replaces the one of the same slot
+        that has not reached the resuming replica yet (the latest progress, say)."""
+        ...
+
+
+Resume = Callable[[Any, Relay], Awaitable[Any]]
 """The holder's continuation of a paused call: takes the client's input responses (as the
-resuming replica received them) and returns the call's next state, or None when this replica
-no longer holds the call (resumed here meanwhile, or expired)."""
+resuming replica received them) and the relay to that replica's request, and returns the
+call's next state, or None when this replica no longer holds the call (resumed here
+meanwhile, or expired)."""
+
+OnNote = Callable[[Any], Awaitable[None]]
+"""The resuming replica's receiver of the notes the holder's `Relay` was given."""
 
 
 class RoundUnknown(Exception):
@@ -76,13 +105,16 @@ class SharedRounds(Protocol):
         (done in the background: the caller never waits for the database)."""
         ...
 
-    async def resume(self, key: str, request: str, responses: Any) -> Any:
+    async def resume(self, key: str, request: str, responses: Any, *, wants: Any = None,
+                     on_note: OnNote | None = None) -> Any:
         """Hand `responses` to the replica holding the paused call under `key` and wait for
         the value of its `resume` (for as long as that replica lives: the call is bounded by
-        its own timeout there). Raises `RoundUnknown` (not listed for `request`, already
-        resumed, expired, or the holder no longer had it), `RoundHolderGone` or `RoundLost`; a
-        defect of the holder's `resume` is a `RuntimeError` naming it. Cancelling
-        the wait cancels the continued call on the holder."""
+        its own timeout there). The notes its relay was given (asked for with `wants`) go to
+        `on_note` meanwhile, in order, all of them before this returns. Raises `RoundUnknown`
+        (not listed for `request`, already resumed, expired, or the holder no longer had it),
+        `RoundHolderGone` or `RoundLost`; a defect of the holder's `resume` is a
+        `RuntimeError` naming it. Cancelling the wait cancels the continued call on the
+        holder."""
         ...
 
     async def aclose(self) -> None: ...

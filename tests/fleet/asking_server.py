@@ -1,10 +1,11 @@
 """A handshake-era MCP server (stdio) whose tool asks the client for a completion once per
 question, for the fleet tests of paused 2026-07-28 `/mcp` calls:
 
-    ask(questions: [str, ...], hold: path?)
-        samples each question in turn, then waits until the file `hold` exists (when given);
-        returns the answers joined by " | ", and appends them to RUNS_FILE (or "cancelled"
-        when the call was cancelled)
+    ask(questions: [str, ...], hold: path?, progress: int?, logs: int?)
+        samples each question in turn, then reports `progress` steps (1..n of n, when the call
+        has a progressToken) and sends `logs` log messages ("log 1".."log n", info), then
+        waits until the file `hold` exists (when given); returns the answers joined by " | ",
+        and appends them to RUNS_FILE (or "cancelled" when the call was cancelled)
 
     python asking_server.py RUNS_FILE
 """
@@ -27,7 +28,9 @@ RUNS = Path(sys.argv[1]) if len(sys.argv) > 1 else None
 
 ASK = types.Tool(name="ask", description="Ask the client each question in turn", input_schema={
     "type": "object", "properties": {"questions": {"type": "array", "items": {"type": "string"}},
-                                     "hold": {"type": "string"}},
+                                     "hold": {"type": "string"},
+                                 "progress": {"type": "integer"},
+                                 "logs": {"type": "integer"}},
     "required": ["questions"]})
 
 
@@ -62,6 +65,11 @@ async def _ask(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolR
             metadata=ServerMessageMetadata(related_request_id=ctx.request_id))
         content = answer.content
         answers.append(content.text if isinstance(content, types.TextContent) else "?")
+    steps = int(arguments.get("progress", 0))
+    for step in range(1, steps + 1):
+        await ctx.session.report_progress(step, steps, f"step {step}")
+    for line in range(1, int(arguments.get("logs", 0)) + 1):
+        await ctx.session.send_log_message("info", f"log {line}", logger="asking")
     hold = arguments.get("hold")
     while hold and not await anyio.Path(hold).exists():  # noqa: ASYNC110
         await anyio.sleep(0.05)

@@ -16,7 +16,7 @@ import pytest
 from sidecar.postgres import open_pool
 from sidecar.postgres_rounds import PostgresRounds
 from sidecar.replica import replica_id
-from sidecar.shared_rounds import RoundHolderGone, RoundUnknown
+from sidecar.shared_rounds import Relay, RoundHolderGone, RoundUnknown
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = [pytest.mark.anyio,
@@ -49,7 +49,7 @@ async def pair(postgres_server: PostgresServer) -> AsyncIterator[Pair]:
 async def test_a_call_held_by_one_is_resumed_through_the_other(pair: Pair) -> None:
     seen: list[Any] = []
 
-    async def resume(responses: Any) -> Any:
+    async def resume(responses: Any, relay: Relay) -> Any:
         seen.append(responses)
         return {"result": {"text": f"continued with {responses['q']['text']}"}}
 
@@ -63,7 +63,7 @@ async def test_a_call_held_by_one_is_resumed_through_the_other(pair: Pair) -> No
 
 
 async def test_unknown_mismatched_and_no_longer_held_states_are_refused(pair: Pair) -> None:
-    async def resume(responses: Any) -> Any:
+    async def resume(responses: Any, relay: Relay) -> Any:
         return "done"
 
     await pair.a.held("k2", "req", resume, 60)
@@ -73,7 +73,7 @@ async def test_unknown_mismatched_and_no_longer_held_states_are_refused(pair: Pa
         await pair.b.resume("k2", "other", {})
     assert await pair.b.resume("k2", "req", {}) == "done"
 
-    async def gone(responses: Any) -> Any:
+    async def gone(responses: Any, relay: Relay) -> Any:
         return None  # resumed on the holder meanwhile
 
     await pair.a.held("k3", "req", gone, 60)
@@ -86,7 +86,7 @@ async def test_unknown_mismatched_and_no_longer_held_states_are_refused(pair: Pa
 
 
 async def test_a_state_dropped_by_its_holder_is_refused(pair: Pair) -> None:
-    async def resume(responses: Any) -> Any:
+    async def resume(responses: Any, relay: Relay) -> Any:
         raise AssertionError("dropped: resumed on the holder itself")
 
     await pair.a.held("k10", "req", resume, 60)
@@ -101,7 +101,7 @@ async def test_a_state_dropped_by_its_holder_is_refused(pair: Pair) -> None:
 
 
 async def test_a_silent_holder_is_named_before_anything_is_handed_over(pair: Pair) -> None:
-    async def resume(responses: Any) -> Any:
+    async def resume(responses: Any, relay: Relay) -> Any:
         raise AssertionError("a silent holder's call must not be resumed")
 
     await pair.a.held("k5", "req", resume, 60)
@@ -113,7 +113,7 @@ async def test_a_silent_holder_is_named_before_anything_is_handed_over(pair: Pai
 
 
 async def test_a_holder_that_shut_down_is_named_at_once(pair: Pair) -> None:
-    async def resume(responses: Any) -> Any:
+    async def resume(responses: Any, relay: Relay) -> Any:
         raise AssertionError("a stopped holder's call must not be resumed")
 
     await pair.a.held("k11", "req", resume, 60)
@@ -127,7 +127,7 @@ async def test_a_holder_that_shut_down_is_named_at_once(pair: Pair) -> None:
 async def test_a_holder_stopping_while_it_continues_ends_the_wait(pair: Pair) -> None:
     started = asyncio.Event()
 
-    async def resume(responses: Any) -> Any:
+    async def resume(responses: Any, relay: Relay) -> Any:
         started.set()
         await asyncio.Event().wait()  # continues until the holder stops
 
@@ -144,7 +144,7 @@ async def test_a_cancelled_resume_cancels_the_continued_call(pair: Pair) -> None
     started = asyncio.Event()
     cancelled = asyncio.Event()
 
-    async def resume(responses: Any) -> Any:
+    async def resume(responses: Any, relay: Relay) -> Any:
         started.set()
         try:
             await asyncio.Event().wait()
@@ -165,7 +165,7 @@ async def test_a_cancelled_resume_cancels_the_continued_call(pair: Pair) -> None
 
 
 async def test_a_failing_continuation_is_an_error_on_the_resuming_replica(pair: Pair) -> None:
-    async def resume(responses: Any) -> Any:
+    async def resume(responses: Any, relay: Relay) -> Any:
         raise ValueError("boom")
 
     await pair.a.held("k8", "req", resume, 60)
@@ -180,8 +180,95 @@ async def test_answers_are_found_by_polling_when_notifications_are_lost(pair: Pa
         await rounds._start()
         await rounds._listening.stop()
 
-    async def resume(responses: Any) -> Any:
+    async def resume(responses: Any, relay: Relay) -> Any:
         return "polled"
 
     await pair.a.held("k9", "req", resume, 60)
     assert await asyncio.wait_for(pair.b.resume("k9", "req", {}), 30) == "polled"
+
+
+async def notes_rows(pair: Pair) -> int:
+    return int(await pair.pool.fetchval("SELECT count(*) FROM sidecar_round_notes"))
+
+
+async def test_notes_of_the_continued_call_reach_the_resumer_in_order_before_the_answer(
+    pair: Pair,
+) -> None:
+    wanted: list[Any] = []
+
+    async def resume(responses: Any, relay: Relay) -> Any:
+        wanted.append(relay.wants)
+        for n in range(1, 6):
+            relay.put({"log": n})
+        await asyncio.sleep(0)  # a batch may be on its way meanwhile
+        relay.put({"log": 6})
+        return "answer"
+
+    got: list[Any] = []
+
+    async def on_note(note: Any) -> None:
+        got.append(note)
+
+    await pair.a.held("n1", "req", resume, 60)
+    answer = await pair.b.resume("n1", "req", {}, wants={"progress": True}, on_note=on_note)
+    assert answer == "answer"
+    assert wanted == [{"progress": True}]
+    assert got == [{"log": n} for n in range(1, 7)]
+    assert await notes_rows(pair) == 0 and await pair.rows() == 0  # deleted with the round
+
+
+async def test_a_slot_keeps_only_the_latest_unread_note(pair: Pair) -> None:
+    """While the resumer is busy with a first note, the holder reports progress twice, the
+    first written to the table before the second: only the second arrives, and the table
+    never held more than one row for the slot."""
+    got: list[Any] = []
+    busy, release = asyncio.Event(), asyncio.Event()
+    slot_rows: list[int] = []
+
+    async def written(body: str) -> None:
+        for _ in range(1500):  # a hang guard
+            if await pair.pool.fetchval(
+                    "SELECT count(*) FROM sidecar_round_notes WHERE body = $1", body):
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"{body} never written")
+
+    async def resume(responses: Any, relay: Relay) -> Any:
+        relay.put("first")
+        await asyncio.wait_for(busy.wait(), 30)
+        for step in range(1, 4):  # coalesced in memory: only 3 is written
+            relay.put({"progress": step}, slot="progress")
+        await written('{"progress": 3}')
+        relay.put({"progress": 4}, slot="progress")  # replaces the written, unread row
+        await written('{"progress": 4}')
+        slot_rows.append(int(await pair.pool.fetchval(
+            "SELECT count(*) FROM sidecar_round_notes WHERE slot = 'progress'")))
+        release.set()
+        return "done"
+
+    async def on_note(note: Any) -> None:
+        got.append(note)
+        if note == "first":
+            busy.set()
+            await asyncio.wait_for(release.wait(), 30)
+
+    await pair.a.held("n2", "req", resume, 60)
+    assert await pair.b.resume("n2", "req", {}, wants=True, on_note=on_note) == "done"
+    assert got == ["first", {"progress": 4}]
+    assert slot_rows == [1]
+
+
+async def test_nothing_is_written_when_the_resumer_wants_nothing(pair: Pair) -> None:
+    async def resume(responses: Any, relay: Relay) -> Any:
+        assert relay.wants is None
+        relay.put("unwanted")
+        return await pair.pool.fetchval("SELECT count(*) FROM sidecar_round_notes")
+
+    got: list[Any] = []
+
+    async def on_note(note: Any) -> None:
+        got.append(note)
+
+    await pair.a.held("n3", "req", resume, 60)
+    assert await pair.b.resume("n3", "req", {}, on_note=on_note) == 0
+    assert got == []

@@ -4,7 +4,9 @@ call (tests/fleet/asking_server.py), and the mcp SDK's client in the 2026-07-28 
 pauses on A (`input_required`, a `requestState` ending in `.replica-a`); its resume on B is
 answered by B with A's next state; a second pause is resumed on A; unknown, used and forged
 states are refused on B; after A was killed B names it; through HAProxy with round robin the
-SDK's own rounds land on both replicas."""
+SDK's own rounds land on both replicas; the progress and log notifications of a call continued
+on A for B's request reach B's client, with B's request's progress token, before the result,
+and no more than the per-round cap of log messages."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from sidecar.serve.mcp_facade import CALL_ID_KEY
+from sidecar.serve.mcp_facade.round_notes import LOGS_PER_ROUND
 from tests.fleet.haproxy import HAProxy
 from tests.fleet.postgres import PostgresServer
 from tests.fleet.test_replicas import start_replica, stop
@@ -105,10 +108,16 @@ async def unused(ctx: Any, params: types.CreateMessageRequestParams) -> Any:
 
 @asynccontextmanager
 async def client(url: str, token: str, answered_by: list[str] | None = None,
+                 sent: list[httpx2.Request] | None = None,
                  **kwargs: Any) -> AsyncIterator[Client]:
     """A 2026-07-28 client of `url`'s /mcp that can answer sampling requests; `answered_by`
-    gets "<requestState's holder>><the replica that answered>" for every resume."""
+    gets "<requestState's holder>><the replica that answered>" for every resume, `sent` every
+    request it sends."""
     kwargs.setdefault("sampling_callback", unused)
+
+    async def keep(request: httpx2.Request) -> None:
+        if sent is not None:
+            sent.append(request)
 
     async def note(response: httpx2.Response) -> None:
         body = json.loads(response.request.content or b"{}")
@@ -119,7 +128,7 @@ async def client(url: str, token: str, answered_by: list[str] | None = None,
 
     async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"},
                                   timeout=httpx2.Timeout(30),
-                                  event_hooks={"response": [note]}) as http:
+                                  event_hooks={"response": [note], "request": [keep]}) as http:
         transport = streamable_http_client(f"{url}/mcp", http_client=http)
         async with Client(transport, mode="2026-07-28", cache=None,  # type: ignore[arg-type]
                           read_timeout_seconds=30, **kwargs) as connected:
@@ -274,3 +283,140 @@ async def test_a_resume_after_the_holder_was_killed_names_it(short_lived: Fleet)
             await resume(b, ["still there?"], paused, "yes")
     assert "the paused call is gone; call the tool again" in failed.value.message
     assert set(own.runs()) <= {"cancelled"}  # the upstream's call ended with A, unanswered
+
+
+LOG_LEVEL = "io.modelcontextprotocol/logLevel"
+
+
+async def paused_by_the_sdk(url: str, token: str, arguments: dict[str, Any],
+                            call_id: str) -> tuple[types.InputRequiredResult, httpx2.Request]:
+    """A call paused on `url` by the SDK's client (its request with a progress token), and
+    that request as sent: the envelope a raw resume copies."""
+    sent: list[httpx2.Request] = []
+
+    async def ignored(progress: float, total: float | None, message: str | None) -> None:
+        return None
+
+    async with client(url, token, sent=sent) as on:
+        paused = await on.session.call_tool("ask", arguments, progress_callback=ignored,
+                                            meta={CALL_ID_KEY: call_id},
+                                            allow_input_required=True)
+    assert isinstance(paused, types.InputRequiredResult), paused
+    (request,) = [r for r in sent if b'"tools/call"' in r.content]
+    return paused, request
+
+
+async def raw_resume(url: str, like: httpx2.Request, paused: types.InputRequiredResult,
+                     answer: str, meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """Resume `paused` on `url` with a request copied from `like` (its headers, envelope and
+    arguments; `meta` added to its `_meta`): every JSON-RPC message of the answer's stream,
+    in order."""
+    body = json.loads(like.content)
+    params = body["params"]
+    (key,) = paused.input_requests
+    params["requestState"] = paused.request_state
+    params["inputResponses"] = {key: sampled(answer).model_dump(mode="json", by_alias=True,
+                                                                exclude_none=True)}
+    params["_meta"] = {k: v for k, v in params["_meta"].items()
+                       if k not in (CALL_ID_KEY, "progressToken")} | meta
+    body["id"] = 99
+    headers = {k: v for k, v in like.headers.items()
+               if k.lower() not in ("content-length", "host")}
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(30)) as http:
+        response = await http.post(f"{url}/mcp", content=json.dumps(body).encode(),
+                                   headers=headers)
+    assert response.status_code == 200, response.text
+    holder = paused.request_state.rpartition(".")[2]
+    assert response.headers["sidecar-replica"] != holder  # answered by the other replica
+    if response.headers["content-type"].startswith("application/json"):
+        return [response.json()]
+    return [json.loads(line[5:]) for line in response.text.splitlines()
+            if line.startswith("data:") and line[5:].strip()]
+
+
+async def test_progress_and_logs_of_a_call_resumed_on_b_reach_the_sdk_client(
+    fleet: Fleet,
+) -> None:
+    """The SDK's client: paused on A with one progress callback, resumed on B with another:
+    B's request gets the progress the call reports on A after the resume (the SDK delivers a
+    progress notification only to the request whose token it carries), and its log lines."""
+    before: list[tuple[float, float | None]] = []
+    after: list[tuple[float, float | None]] = []
+    logs: list[Any] = []
+
+    async def on_before(progress: float, total: float | None, message: str | None) -> None:
+        before.append((progress, total))
+
+    async def on_after(progress: float, total: float | None, message: str | None) -> None:
+        after.append((progress, total))
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logs.append(params.data)
+
+    arguments = {"questions": ["progress?"], "progress": 3, "logs": 2}
+    async with client(fleet.urls["replica-a"], fleet.token) as a, \
+            client(fleet.urls["replica-b"], fleet.token, logging_callback=on_log,
+                   log_level="info") as b:
+        paused = await a.session.call_tool("ask", arguments, progress_callback=on_before,
+                                           meta={CALL_ID_KEY: "relayed-sdk"},
+                                           allow_input_required=True)
+        assert isinstance(paused, types.InputRequiredResult), paused
+        (key,) = paused.input_requests
+        done = await b.session.call_tool(
+            "ask", arguments, progress_callback=on_after, request_state=paused.request_state,
+            input_responses={key: sampled("fine")}, allow_input_required=True)
+        assert isinstance(done, types.CallToolResult), done
+        assert done.content[0].text == "fine"  # type: ignore[union-attr]
+        with anyio.fail_after(10):  # a hang guard: the SDK hands notifications to tasks
+            while len(logs) < 2 or not after or after[-1] != (3, 3):  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+    assert before == []  # nothing was reported before the pause
+    values = [value for value, _ in after]
+    assert values == sorted(set(values)) and set(values) <= {1, 2, 3}  # coalesced, in order
+    assert logs == ["log 1", "log 2"]
+
+
+async def test_notifications_come_before_the_result_with_the_resumed_requests_token(
+    fleet: Fleet,
+) -> None:
+    """On the wire: B's answer to the resume is an event stream of A's notifications, each
+    progress carrying the resumed request's own token, then the result."""
+    arguments = {"questions": ["order?"], "progress": 3, "logs": 3}
+    paused, like = await paused_by_the_sdk(fleet.urls["replica-a"], fleet.token, arguments,
+                                           "relayed-raw")
+    sent = await raw_resume(fleet.urls["replica-b"], like, paused, "ordered",
+                            {"progressToken": "resumed-token", LOG_LEVEL: "info"})
+    *notes, last = sent
+    assert last["result"]["content"][0]["text"] == "ordered", last
+    assert all(n.get("method") for n in notes), notes
+    progress = [n["params"] for n in notes if n["method"] == "notifications/progress"]
+    assert {p["progressToken"] for p in progress} == {"resumed-token"}
+    values = [p["progress"] for p in progress]
+    assert values == sorted(set(values)) and values[-1] == 3 and progress[-1]["total"] == 3
+    logged = [n["params"]["data"] for n in notes if n["method"] == "notifications/message"]
+    assert logged == ["log 1", "log 2", "log 3"]
+    assert fleet.runs().count("ordered") == 1
+
+
+async def test_log_messages_past_the_cap_are_counted_not_relayed(fleet: Fleet) -> None:
+    """A chatty tool: the first LOGS_PER_ROUND log messages of the continued round reach the
+    client, then one warning counts the rest, then the result; without a log level opted in,
+    none."""
+    extra = 5
+    arguments = {"questions": ["chatty?"], "logs": LOGS_PER_ROUND + extra}
+    paused, like = await paused_by_the_sdk(fleet.urls["replica-a"], fleet.token, arguments,
+                                           "relayed-cap")
+    sent = await raw_resume(fleet.urls["replica-b"], like, paused, "capped",
+                            {LOG_LEVEL: "info"})
+    *notes, last = sent
+    assert last["result"]["content"][0]["text"] == "capped", last
+    logged = [n["params"] for n in notes if n["method"] == "notifications/message"]
+    assert [p["data"] for p in logged[:-1]] == [f"log {n}" for n in
+                                                range(1, LOGS_PER_ROUND + 1)]
+    assert logged[-1]["level"] == "warning"
+    assert logged[-1]["data"].startswith(f"{extra} more log messages of this call were not "
+                                         "relayed")
+    paused, like = await paused_by_the_sdk(fleet.urls["replica-a"], fleet.token,
+                                           {"questions": ["quiet?"], "logs": 3}, "relayed-off")
+    sent = await raw_resume(fleet.urls["replica-b"], like, paused, "quiet", {})
+    assert [m.get("method") for m in sent] == [None], sent  # the result alone

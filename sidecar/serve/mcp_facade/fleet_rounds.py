@@ -15,9 +15,10 @@ its token before the `input_required` answer leaves, and:
   it, never a hang; an unknown, used, expired or forged token is today's "Invalid or expired
   requestState".
 
-Progress and log notifications of a call continued for another replica's request stay on the
-holder (only the final answer travels). stdio sessions (a token bound to its session) and the
-embedded default keep the replica-local behaviour.
+Progress and log notifications of a call continued for another replica's request follow it
+there, in order, before the answer (`round_notes`: the resuming request's own progress token
+and log levels; progress coalesced, log messages capped per round). stdio sessions (a token
+bound to its session) and the embedded default keep the replica-local behaviour.
 """
 
 from __future__ import annotations
@@ -30,11 +31,21 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter
 
+from sidecar.serve.mcp_facade.relays import quietly
+from sidecar.serve.mcp_facade.round_notes import RelayedNotes, deliver, wants_of
 from sidecar.serve.mcp_facade.rounds import ROUND_TTL, Execution, request_digest
 from sidecar.serve.mcp_facade.sessions import Sessions
-from sidecar.shared_rounds import RoundHolderGone, RoundLost, RoundUnknown, SharedRounds
+from sidecar.shared_rounds import (
+    Relay,
+    RoundHolderGone,
+    RoundLost,
+    RoundUnknown,
+    SharedRounds,
+)
 
 if TYPE_CHECKING:
+    from mcp.server.context import ServerRequestContext
+
     from sidecar.location import Location
 
 _RESPONSES: TypeAdapter[types.InputResponses] = TypeAdapter(types.InputResponses)
@@ -68,8 +79,8 @@ class ResumeAnywhere:
         if shared is None:
             return
 
-        async def resume(responses: Any) -> dict[str, Any] | None:
-            return await self._resumed_for_another(token, execution, responses)
+        async def resume(responses: Any, relay: Relay) -> dict[str, Any] | None:
+            return await self._resumed_for_another(token, execution, responses, relay)
 
         await shared.held(round_key(token), execution.request, resume, ROUND_TTL)
 
@@ -79,19 +90,28 @@ class ResumeAnywhere:
             shared.dropped(round_key(token))
 
     async def _resume_elsewhere(
-        self, params: types.CallToolRequestParams
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult | None:
-        """A resume of a call another replica holds: its next state, answered here. None
-        when this replica has no shared rounds (the embedded default, stdio)."""
+        """A resume of a call another replica holds: its next state, answered here (and the
+        call's notifications on the way, on this request's stream). None when this replica
+        has no shared rounds (the embedded default, stdio)."""
         shared = self._shared_rounds()
         if shared is None:
             return None
         responses = {key: answer.model_dump(mode="json", by_alias=True, exclude_none=True)
                      for key, answer in (params.input_responses or {}).items()}
+        meta = dict(params.meta) if params.meta is not None else {}
+        progress_token = meta.get("progress_token", meta.get("progressToken"))
+        levels: frozenset[str] = getattr(ctx.session, "_allowed_log_levels", frozenset())
+
+        async def on_note(note: Any) -> None:
+            await quietly(deliver(note, ctx.session, ctx.request_id, progress_token, levels))
+
         try:
             state = await shared.resume(round_key(params.request_state or ""),
                                         request_digest(params.name, params.arguments or {}),
-                                        responses)
+                                        responses, wants=wants_of(progress_token, levels),
+                                        on_note=on_note)
         except RoundUnknown:
             raise MCPError(types.INVALID_PARAMS, INVALID_STATE) from None
         except RoundHolderGone as exc:
@@ -102,22 +122,28 @@ class ResumeAnywhere:
         return _answer_of(state)
 
     async def _resumed_for_another(
-        self, token: str, execution: Execution, responses: Any
+        self, token: str, execution: Execution, responses: Any, relay: Relay
     ) -> dict[str, Any] | None:
         """On the holder: continue a paused call with the input another replica received;
-        the next state as JSON for that replica (None: no longer held here)."""
+        the next state as JSON for that replica (None: no longer held here). Its progress and
+        log notifications meanwhile go to that replica's request through `relay`."""
         answers = _RESPONSES.validate_python(responses)
         if self._rounds.get(token) is not execution:
             return None
         del self._rounds[token]
+        notes = RelayedNotes(relay)
         call = self.sessions.calls.get(execution.call_id)
-        if call is not None:  # the request now waiting is on another replica: nothing to send
-            self.sessions.calls[execution.call_id] = replace(call, progress_token=None)
+        if call is not None:  # the request now waiting is on another replica: the relay
+            self.sessions.calls[execution.call_id] = replace(
+                call, channel=notes,
+                progress_token=call.progress_token if notes.progress else None)
         execution.answer(answers)
         try:
             step = await self._step(execution)
         except MCPError as exc:
             return {"error": exc.error.model_dump(mode="json", exclude_none=True)}
+        finally:
+            notes.close()
         kind = "input_required" if isinstance(step, types.InputRequiredResult) else "result"
         return {kind: step.model_dump(mode="json", by_alias=True, exclude_none=True)}
 

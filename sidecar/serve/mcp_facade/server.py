@@ -365,7 +365,7 @@ class McpFacade(FastAnswers, UpstreamRelay, ResumeAnywhere):
         stable = self.sessions.fixed  # stdio: one session; HTTP 2026: requests stand alone
         if execution is None and (foreign := foreign_round(token)) is not None:
             # a fleet: paused on another replica, which continues it (`fleet_rounds`)
-            elsewhere = await self._resume_elsewhere(params)
+            elsewhere = await self._resume_elsewhere(ctx, params)
             if elsewhere is None:  # no fleet database: only that replica can
                 raise MCPError(types.INVALID_PARAMS, foreign)
             return elsewhere
@@ -382,6 +382,7 @@ class McpFacade(FastAnswers, UpstreamRelay, ResumeAnywhere):
             self.sessions.calls[execution.call_id] = replace(
                 call, session=ctx.session, request_id=ctx.request_id,
                 progress_token=token_in if isinstance(token_in, str | int) else None,
+                channel=None,  # a relay to another replica's earlier resume, if any
             )
         execution.answer(params.input_responses)
         return await self._step(execution)
@@ -449,6 +450,13 @@ class McpFacade(FastAnswers, UpstreamRelay, ResumeAnywhere):
                         total, message = None, _compact(snap)
                     now = self.sessions.calls.get(call.call_id, call)
                     if now.progress_token is None:
+                        continue
+                    if now.channel is not None:  # continued for another replica's request
+                        await quietly(now.channel.notify(types.ProgressNotification(
+                            params=types.ProgressNotificationParams(
+                                progress_token=now.progress_token, progress=step,
+                                total=total if isinstance(total, int | float) else None,
+                                message=message if isinstance(message, str) else None))))
                         continue
                     await quietly(now.session.send_progress_notification(
                         now.progress_token,
