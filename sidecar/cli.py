@@ -595,8 +595,8 @@ def _daemon_exit(args: argparse.Namespace, run: Callable[[], Any]) -> int:
         from sidecar.postgres import database_error_in
 
         database = database_error_in(exc)
-        line = (scrubbed(f"sidecar: {database}", database_url()) if database is not None
-                else database_line(exc, command_of(args), outcome="could not start"))
+        line = database_line(exc, command_of(args), outcome="could not start") or (
+            scrubbed(f"sidecar: {database}", database_url()) if database is not None else None)
         if line is None:
             raise
         print(line, file=sys.stderr)

@@ -40,7 +40,7 @@ def database_line(exc: BaseException, command: str, *, prefix: str = "sidecar",
     if failure is None:
         return None
     said = next((e for e in exception_chain(failure) if isinstance(e, DatabaseError)), None)
-    if said is not None and (isinstance(said, SchemaTooNew) or said.__cause__ is None):
+    if said is not None and (isinstance(said, SchemaTooNew) or not _outage(failure)):
         text = str(said)  # its own words: a schema or a setting, not an outage
     else:
         label = f"the fleet database {database_of(url)}" if url else "the fleet database"
@@ -69,6 +69,21 @@ def _failure_in(exc: BaseException, url: str) -> BaseException | None:
     from sidecar.postgres import database_failure
 
     return database_failure(exc)
+
+
+def _outage(failure: BaseException) -> bool:
+    """Whether the database itself failed (an asyncpg error, or a refused, reset or timed
+    out connection inside asyncpg) rather than a setting (`SIDECAR_GRANT_KEY`,
+    `SIDECAR_OBJECT_STORE`, ...) the sidecar reports as a `DatabaseError` in its own words."""
+    for c in exception_chain(failure):
+        if type(c).__module__.startswith("asyncpg"):
+            return True
+        tb = c.__traceback__ if isinstance(c, OSError | TimeoutError) else None
+        while tb is not None:
+            if str(tb.tb_frame.f_globals.get("__name__", "")).startswith("asyncpg"):
+                return True
+            tb = tb.tb_next
+    return False
 
 
 def _cause(failure: BaseException) -> str:

@@ -90,7 +90,9 @@ def test_serve_says_in_one_line_when_the_database_cannot_be_used(
     unreachable = _serve(tmp_path, "--store", "postgres://nobody@127.0.0.1:9/none")
     assert unreachable.returncode == EXIT_DATABASE
     assert unreachable.stderr.splitlines()[-1].startswith(
-        "sidecar: cannot reach the fleet database:")
+        "sidecar: the fleet database 127.0.0.1:9/none is unavailable: `sidecar serve` could "
+        "not start (")
+    assert "nobody" not in unreachable.stderr
     assert "Traceback" not in unreachable.stderr
     dsn = anyio.run(postgres_server.new_database)
 
