@@ -251,7 +251,10 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
     elif kind == "socket":
         backend = RemoteBackend("http://localhost", state, uds=where)
     else:
+        from sidecar.cli_database import BriefDatabaseFailures
         from sidecar.daemon import Location, retention_from_env
+
+        BriefDatabaseFailures.install()
 
         retention = retention_from_env()
         backend = EmbeddedBackend(

@@ -15,6 +15,7 @@ in its own words. Anything else is a defect and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 from urllib.parse import unquote, urlsplit
@@ -22,7 +23,7 @@ from urllib.parse import unquote, urlsplit
 from sidecar.local_door import database_of
 from sidecar.postgres import DatabaseError, SchemaTooNew, exception_chain
 
-__all__ = ["command_of", "database_line", "database_url", "scrubbed"]
+__all__ = ["BriefDatabaseFailures", "command_of", "database_line", "database_url", "scrubbed"]
 
 
 def database_url() -> str:
@@ -94,3 +95,28 @@ def scrubbed(text: str, url: str) -> str:
         for form in {parts.username, unquote(parts.username)}:
             text = re.sub(rf"(?<![\w.-]){re.escape(form)}(?![\w.-])", "***", text)
     return text
+
+
+class BriefDatabaseFailures(logging.Filter):
+    """For a command that runs a Location in its own process (`--embedded`): a log record of
+    a fleet database failure (the stores retrying, asyncpg's pool reconnecting) is one line,
+    its cause instead of its traceback, so the command's stderr ends with its one line
+    (`database_line`) without tracebacks; every other record is left as it is."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and _failure_in(exc, database_url()) is not None:
+            record.msg = f"{record.getMessage()} ({_cause(exc)})"
+            record.args = None
+            record.exc_info = record.exc_text = None
+        return True
+
+    @classmethod
+    def install(cls) -> None:
+        """On a stderr handler of the root logger (WARNING, or `$SIDECAR_LOG_LEVEL`)."""
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handler.addFilter(cls())
+        root = logging.getLogger()
+        root.addHandler(handler)
+        root.setLevel(os.environ.get("SIDECAR_LOG_LEVEL", "WARNING").upper())

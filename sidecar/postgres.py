@@ -342,6 +342,7 @@ class Listening:
         self._poll_interval = poll_interval
         self._log = log
         self._conn: Any = None
+        self._restarting = asyncio.Lock()
 
     @property
     def lost(self) -> bool:
@@ -374,8 +375,14 @@ class Listening:
             await self._pool.release(conn)
 
     async def restart(self) -> None:
-        await self.stop()
-        await self.start()
+        """Listen on a new connection if the connection is lost. Callers racing here (a
+        store's poll and a request) restart once: two restarts at once used to hold two
+        connections, one of them never given back to the pool."""
+        async with self._restarting:
+            if not self.lost:
+                return
+            await self.stop()
+            await self.start()
 
     def _polling(self, exc: BaseException) -> None:
         self._log.warning("cannot listen for %s (polling every %gs): %s", self._what,

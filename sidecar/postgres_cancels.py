@@ -58,9 +58,12 @@ WITH made AS (INSERT INTO sidecar_cancels (location, call_id, replica) VALUES ($
 SELECT id, pg_notify('{CHANNEL}', 'cancel ' || $3) FROM made
 """
 _OPEN = """
-SELECT id, call_id FROM sidecar_cancels
+SELECT id, call_id, extract(epoch FROM now() - requested_at)::float8 AS age FROM sidecar_cancels
 WHERE replica = $1 AND location = $2 AND answer IS NULL ORDER BY id
 """
+LATE_SECONDS = 2.0
+"""An answer written this long after its request is logged (its requester may have given up:
+`/v1` waits 5 s), naming the request's age."""
 _ANSWER = f"""
 WITH done AS (UPDATE sidecar_cancels SET answer = $2 WHERE id = $1 AND answer IS NULL
               RETURNING id)
@@ -170,6 +173,9 @@ class PostgresCancels:
             answers = await asyncio.gather(*(self._answer(r["call_id"]) for r in rows))
             for row, answer in zip(rows, answers, strict=True):
                 await self._pool.execute(_ANSWER, row["id"], answer)
+                if row["age"] > LATE_SECONDS:
+                    log.warning("answered the cancel request for call %s (%s) %.1f s after it "
+                                "was made", row["call_id"], answer, row["age"])
         if sweep:
             await self._pool.execute(_SWEEP, STALE_SECONDS)
 

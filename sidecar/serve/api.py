@@ -393,7 +393,8 @@ class Api:
             if elsewhere is not None:  # a fleet: another replica runs it
                 return JSONResponse({"call_id": call_id, "status": "running",
                                      "replica": elsewhere})
-            raise ApiError(404, "unknown_call", f"no call {call_id!r} is running or settled")
+            if (outcome := await self._settled_meanwhile(call_id)) is None:
+                raise ApiError(404, "unknown_call", f"no call {call_id!r} is running or settled")
         fmt = self._format(request) if "format" in request.query_params else None
         return JSONResponse(self._outcome_json(outcome, fmt, None))
 
@@ -406,9 +407,16 @@ class Api:
             elsewhere = await self.location.running_on(call_id)
             if elsewhere is not None:
                 return await self._cancel_elsewhere(call_id, elsewhere)
+            if await self._settled_meanwhile(call_id):
+                raise ApiError(409, "already_settled", f"call {call_id!r} has already settled")
             raise ApiError(404, "unknown_call", f"no call {call_id!r} is running")
         running.task.cancel()
         return JSONResponse({"call_id": call_id, "status": "cancelling"}, status_code=202)
+
+    async def _settled_meanwhile(self, call_id: str) -> Outcome | None:
+        """A call with no outcome, then no claim: another replica may have settled it in
+        between (outcome stored as its claim is deleted), so look again before a 404."""
+        return await self.location.outcome(call_id)
 
     async def _cancel_elsewhere(self, call_id: str, replica: str) -> Response:
         """A fleet: `replica` holds the call's claim. It cancels the call as a local DELETE

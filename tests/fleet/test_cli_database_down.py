@@ -265,3 +265,43 @@ async def test_a_daemon_whose_database_is_down_makes_its_clients_exit_6(
             own_server.resume()
     finally:
         stop(proc)
+
+
+async def test_an_embedded_call_whose_database_stops_midway_ends_with_one_line_and_exit_6(
+    own_server: PostgresServer, tmp_path: Path
+) -> None:
+    """`sidecar call --embedded` runs the Location in its own process: the database stops
+    while the tool runs. The stores' retries are logged one line each (no traceback), and the
+    command ends with its one line naming the database, exit 6."""
+    dsn = await own_server.new_database()
+    started, gate = tmp_path / "started", tmp_path / "gate"
+    manifests = tmp_path / "tools"
+    manifests.mkdir()
+    (manifests / "tools.toml").write_text(f"""
+[tools.gated]
+kind = "command"
+description = "Say it started, wait for the gate"
+input = {{ type = "object", properties = {{}} }}
+argv = ["sh", "-c", "touch {started}; while [ ! -e {gate} ]; do sleep 0.05; done; echo done"]
+""")
+    env = {**cli_env(tmp_path), "SIDECAR_MANIFESTS": str(manifests)}
+    async with await anyio.open_process(argv(["call", "gated", "--embedded"], dsn),
+                                        env=env) as proc:
+        with anyio.fail_after(60):
+            while not started.exists():
+                assert proc.returncode is None, "the command ended before its tool ran"
+                await anyio.sleep(0.05)
+        own_server.pause()
+        try:
+            gate.touch()
+            with anyio.fail_after(60):
+                await proc.wait()
+        finally:
+            own_server.resume()
+        assert proc.stderr is not None
+        err = b"".join([chunk async for chunk in proc.stderr]).decode()
+    assert proc.returncode == 6, err
+    assert "Traceback" not in err and PASSWORD not in err
+    assert err.strip().splitlines()[-1].startswith(
+        f"sidecar: the fleet database {database_of(dsn)} is unavailable: `sidecar call "
+        "--embedded` did not finish")

@@ -105,3 +105,21 @@ async def test_locations_on_one_database_stay_apart(fleet: Fleet) -> None:
     a_other.running.add("c1")
     assert await b.cancels.request("c1", "a", wait=30) == "cancelling"
     assert a.asked == ["c1"] and a_other.asked == []
+
+
+async def test_restarts_racing_for_a_lost_listen_hold_one_connection(fleet: Fleet) -> None:
+    """A replica's poll and a request can both find the LISTEN connection lost and restart
+    it at once (`sidecar.postgres.Listening`): one connection listens, none is kept beside
+    it (two restarts at once used to hold two, one never given back)."""
+    import logging
+
+    from sidecar.postgres import Listening
+
+    listening = Listening(fleet.pool, "sidecar_test_restart", lambda *_: None, what="tests",
+                          poll_interval=1.0, log=logging.getLogger("tests"))
+    assert listening.lost  # not started
+    await asyncio.gather(*(listening.restart() for _ in range(3)))
+    assert not listening.lost
+    assert fleet.pool.get_size() - fleet.pool.get_idle_size() == 1
+    await listening.stop()
+    assert fleet.pool.get_size() - fleet.pool.get_idle_size() == 0
