@@ -420,3 +420,39 @@ async def test_log_messages_past_the_cap_are_counted_not_relayed(fleet: Fleet) -
                                            {"questions": ["quiet?"], "logs": 3}, "relayed-off")
     sent = await raw_resume(fleet.urls["replica-b"], like, paused, "quiet", {})
     assert [m.get("method") for m in sent] == [None], sent  # the result alone
+
+
+async def test_after_a_round_relayed_through_b_a_resume_on_a_gets_its_progress(
+    fleet: Fleet,
+) -> None:
+    """Paused on A, resumed on B (which relays for its request), paused again, resumed on A:
+    the progress reported after that goes to A's own request again, not to B's spent relay."""
+    questions = ["first?", "second?"]
+    arguments = {"questions": questions, "progress": 2}
+    seen: list[tuple[float, float | None]] = []
+
+    async def ignored(progress: float, total: float | None, message: str | None) -> None:
+        return None
+
+    async def on_a(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total))
+
+    async with client(fleet.urls["replica-a"], fleet.token) as a, \
+            client(fleet.urls["replica-b"], fleet.token) as b:
+        paused = await a.session.call_tool("ask", arguments, progress_callback=ignored,
+                                           meta={CALL_ID_KEY: "relayed-then-local"},
+                                           allow_input_required=True)
+        assert isinstance(paused, types.InputRequiredResult), paused
+        (key,) = paused.input_requests
+        again = await b.session.call_tool(
+            "ask", arguments, progress_callback=ignored, request_state=paused.request_state,
+            input_responses={key: sampled("one")}, allow_input_required=True)
+        assert isinstance(again, types.InputRequiredResult), again
+        (key,) = again.input_requests
+        done = await a.session.call_tool(
+            "ask", arguments, progress_callback=on_a, request_state=again.request_state,
+            input_responses={key: sampled("two")}, allow_input_required=True)
+        assert done.content[0].text == "one | two"  # type: ignore[union-attr]
+        with anyio.fail_after(10):  # a hang guard: the SDK hands progress to tasks
+            while not seen or seen[-1] != (2, 2):  # noqa: ASYNC110
+                await anyio.sleep(0.02)
