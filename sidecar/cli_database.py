@@ -121,7 +121,7 @@ class BriefDatabaseFailures(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if exc is not None and _failure_in(exc, database_url()) is not None:
-            record.msg = f"{record.getMessage()} ({_cause(exc)})"
+            record.msg = scrubbed(f"{record.getMessage()} ({_cause(exc)})", database_url())
             record.args = None
             record.exc_info = record.exc_text = None
         return True

@@ -305,3 +305,21 @@ argv = ["sh", "-c", "touch {started}; while [ ! -e {gate} ]; do sleep 0.05; done
     assert err.strip().splitlines()[-1].startswith(
         f"sidecar: the fleet database {database_of(dsn)} is unavailable: `sidecar call "
         "--embedded` did not finish")
+
+
+@pytest.mark.parametrize("name", ["auth status", "token list"])
+async def test_a_server_message_quoting_the_user_does_not_print_it(
+    name: str, dsn: str, tmp_path: Path
+) -> None:
+    """The server refuses an unknown role and its message quotes it: the line hides it (and
+    the password), and still names the database."""
+    stranger = dsn.replace("postgresql://test@", f"postgresql://stranger-7c1:{PASSWORD}@", 1)
+    done = await anyio.run_process(
+        [sys.executable, "-m", "sidecar.cli", *EVERY[name], "--store", stranger],
+        env=cli_env(tmp_path), check=False)
+    err = done.stderr.decode()
+    assert done.returncode == 6, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert f"the fleet database {database_of(dsn)} is unavailable: `sidecar {name}`" in err
+    assert 'role "***" does not exist' in err
+    assert "stranger-7c1" not in err and PASSWORD not in err
