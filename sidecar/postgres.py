@@ -321,10 +321,17 @@ class Carried:
 
 def failures() -> tuple[type[BaseException], ...]:
     """What a database operation of a fleet store may raise when the database fails (the
-    server gone, a connection lost): a store logs these and retries or polls."""
-    import asyncpg
+    server gone, a connection lost): a store logs these and retries or polls.
 
-    return (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+    `InternalClientError` too: a pooled connection whose server process was ended (the
+    server stopped or restarted, `pg_terminate_backend`) has read the server's last error
+    but not yet its end for about a millisecond, and a statement sent on it then fails with
+    "cannot switch to state ...; another operation ... is in progress" (asyncpg 0.32). A
+    poll that let it through stopped for good, silently."""
+    import asyncpg
+    from asyncpg.exceptions import InternalClientError
+
+    return (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, InternalClientError)
 
 
 class Listening:

@@ -204,6 +204,9 @@ class PostgresAsks:
                 await self._carried.run(self._refresh())
             except _FAILURES as exc:
                 log.warning("refreshing this replica's asks failed (retrying): %s", exc)
+            except Exception as exc:  # never ends the poll: the waiting calls depend on it
+                log.warning("refreshing this replica's asks failed (retrying): %s: %s",
+                            type(exc).__name__, exc)
 
     async def _refresh(self) -> None:
         if self._listening.lost:

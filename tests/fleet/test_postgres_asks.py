@@ -200,3 +200,49 @@ async def test_an_answer_whose_notification_was_lost_reaches_the_caller_by_polli
         assert await a.listed() == []
     finally:
         await a.aclose()
+
+
+async def test_an_answer_reaches_the_caller_after_its_replicas_connections_were_ended(
+    postgres_server: PostgresServer,
+) -> None:
+    """2026-12-05: ending A's server processes (as a database stop or restart does) while
+    A's poll runs once made asyncpg raise `InternalClientError` from a pooled connection
+    whose end it had not read yet; it escaped the poll, which stopped for good: A then
+    neither re-listened nor read its answered asks, and its call waited forever without a
+    warning. Here A's connections (its LISTEN one too) are ended again and again while it
+    polls, then B answers: the answer reaches A's call (by NOTIFY or by the poll)."""
+    dsn = await postgres_server.new_database()
+    pool_a, pool_b = await open_pool(dsn), await open_pool(dsn)
+    ender = await asyncpg.connect(dsn)
+    asks_a = await PostgresAsks.on_pool(pool_a, "default", poll_interval=0.002)
+    asks_b = await PostgresAsks.on_pool(pool_b, "default", poll_interval=0.2)
+    a = await PermissionService.open(None, defaults=ASK_EVERYTHING, shared=asks_a)
+    b = await PermissionService.open(None, defaults=ASK_EVERYTHING, shared=asks_b)
+    try:
+        call = asyncio.ensure_future(a.ask(req("deploy")))
+        ask = await listed_on(b, "deploy")
+        a_pids = ("SELECT pid FROM pg_stat_activity WHERE application_name = $1 "
+                  "AND datname = current_database() AND pid <> pg_backend_pid()")
+        name = await pool_a.fetchval("SELECT current_setting('application_name')")
+        for round_ in range(200):  # the window is about a millisecond: hit it many times
+            pids = [r["pid"] for r in await ender.fetch(a_pids, name)]
+            await ender.execute("SELECT pg_terminate_backend(p) FROM unnest($1::int[]) p",
+                                pids)
+            await asyncio.sleep((round_ % 7) * 0.0005)
+        # (B's connections were ended too, sharing the process's application_name: each
+        # ended one is seen closed, and replaced, once its end is read)
+        await asyncio.sleep(0.05)
+        # A's poll still runs: its connections back, B's answer reaches A's call
+        await b.reply(ask.id, "once")
+        async with asyncio.timeout(10):  # hang guard: A polls every 2 ms here
+            await call
+        assert await a.listed() == []
+    finally:
+        call.cancel()
+        await ender.close()
+        for service in (a, b):
+            await service.aclose()
+        for asks in (asks_a, asks_b):
+            await asks.aclose()
+        await pool_a.close()
+        await pool_b.close()
