@@ -136,3 +136,17 @@ def test_a_weak_token_is_accepted_by_a_daemon_without_tcp(tmp_path: Path) -> Non
     while (state / "daemon.json").exists():
         assert time.monotonic() < end, "the on-demand daemon did not leave"
         time.sleep(0.1)
+
+
+def test_a_new_token_is_not_written_into_a_log(tmp_path: Path) -> None:
+    """stderr to a pipe, as a service manager or `daemon.log` gets it: a newly created token
+    is named by its file, never printed (the terminal case prints it, for the person there)."""
+    state = tmp_path / "state"
+    env = sidecar_env(state)
+    env.pop("SIDECAR_TOKEN", None)
+    with serving(state, env=env) as daemon:
+        token = daemon.token
+        said = "".join(daemon.stderr)
+        assert f"new bearer token in {state / 'token'}" in said
+        assert token not in said
+        assert _health(daemon.port, token) == 200
