@@ -152,11 +152,12 @@ class ManagedStore:
         if self._closed:
             return
         self._closed = True
+        if self._cleanup_task is not None:
+            self._cleanup_task.cancel()
         await to_the_end(self._close())
 
     async def _close(self) -> None:
         if self._cleanup_task is not None:
-            self._cleanup_task.cancel()
             await asyncio.wait([self._cleanup_task])
         try:
             for spool in list(self._spools):

@@ -240,11 +240,12 @@ class S3TextStore:
         if self._closed:
             return
         self._closed = True
+        if self._cleanup_task is not None:
+            self._cleanup_task.cancel()
         await to_the_end(self._close())
 
     async def _close(self) -> None:
         if self._cleanup_task is not None:
-            self._cleanup_task.cancel()
             await asyncio.wait([self._cleanup_task])
         try:
             for spool in list(self._spools):
@@ -310,8 +311,7 @@ class S3TextStore:
             raise StoreClosed("managed store is closed")
         # Once started, a commit runs to its end so the index and the bucket agree; a
         # cancelled caller just never learns the id (the object ages out like any other).
-        # A shield (not `to_the_end`) by design: nothing waits for the commit but `aclose`,
-        # which waits for every one in `_commits`.
+        # A shield (not `to_the_end`) by design: only `aclose` waits (for all `_commits`).
         job = asyncio.create_task(self._commit_job(ref_id, written, namespace, owner, upload))
         self._commits.add(job)
         job.add_done_callback(self._commits.discard)
