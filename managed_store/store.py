@@ -52,7 +52,7 @@ from managed_store.reading import (
 )
 from managed_store.refs import ManagedRef, new_ref_id, validate_ref_id
 from managed_store.retention import RetentionPolicy
-from managed_store.spool import SpoolWriter, WrittenObject
+from managed_store.spool import SpoolWriter, WrittenObject, to_the_end
 
 if TYPE_CHECKING:
     from managed_store.protocol import TextStore
@@ -144,21 +144,31 @@ class ManagedStore:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Stop the cleanup task, abort open spools, close the index. Idempotent."""
+        """Stop the cleanup task, abort open spools, close the index. Idempotent.
+
+        Returns once the root is unlocked (another store may open it), also to a caller
+        cancelled meanwhile, whose cancellation is raised after (`to_the_end`): a cancelled
+        close used to stop at its first await and leave the index open and the root locked."""
         if self._closed:
             return
         self._closed = True
         if self._cleanup_task is not None:
             self._cleanup_task.cancel()
+        await to_the_end(self._close())
+
+    async def _close(self) -> None:
+        if self._cleanup_task is not None:
             await asyncio.wait([self._cleanup_task])
-        for spool in list(self._spools):
-            await spool.abort()
-        # Queued behind any commit still running, so those finish (or fail) first.
-        close = asyncio.get_running_loop().run_in_executor(self._executor, self._close_sync)
         try:
-            await asyncio.shield(close)
+            for spool in list(self._spools):
+                await spool.abort()
         finally:
-            self._executor.shutdown(wait=False)
+            # Queued behind any commit still running, so those finish (or fail) first.
+            try:
+                await asyncio.get_running_loop().run_in_executor(self._executor,
+                                                                 self._close_sync)
+            finally:
+                self._executor.shutdown(wait=False)
 
     # -- writing -------------------------------------------------------------------------
 
@@ -214,6 +224,8 @@ class ManagedStore:
             raise StoreClosed("managed store is closed") from None
         # Shielded: once started, a commit runs to its end so the index and the files agree;
         # a cancelled caller just never learns the id (the object ages out like any other).
+        # A shield (not `to_the_end`) by design: nothing waits for it, as every later use of
+        # the index, `aclose` included, runs on the same thread after it.
         return await asyncio.shield(job)
 
     # -- reading -------------------------------------------------------------------------

@@ -51,6 +51,7 @@ from bridges.manifest import load_manifests
 from bridges.manifest_schema import manifest_json_schema
 from bridges.manifest_tools import manifest_tool_validator
 from sidecar import cli_calls, cli_tokens
+from sidecar.cli_database import database_url, door_exit, use_store
 from sidecar.cli_output import (  # the exit statuses are part of the CLI's contract
     EXIT_ADDRESS_IN_USE as EXIT_ADDRESS_IN_USE,
 )
@@ -232,7 +233,7 @@ def _attach(args: argparse.Namespace) -> tuple[str, str]:
     state = _state_dir(args)
     _prepare_state(state)
     info, started = ensure_daemon(state, _wanted_manifests(args), _manifests(args),
-                                  idle_exit=_idle_exit(args), database=_wanted_database())
+                                  idle_exit=_idle_exit(args), database=database_url() or None)
     if started:
         print(f"sidecar: started the {info.describe()}; it exits after "
               f"{info.idle_exit or 0:g} s without clients", file=sys.stderr)
@@ -400,7 +401,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from sidecar.retention import retention_from_env
 
         retention_from_env()  # a bad value: one line, exit 2, before any daemon starts
-    store_error = _use_store(args)
+    store_error = use_store(args)
     if store_error is not None:
         print(f"sidecar: {store_error}", file=sys.stderr)
         return EXIT_USAGE
@@ -425,10 +426,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             _prepare_state(_state_dir(args))
             return attach_stdio(_state_dir(args), _wanted_manifests(args), _manifests(args),
                                 idle_exit=_idle_exit(args), profile=args.profile,
-                                database=_wanted_database())
+                                database=database_url() or None)
         except (DoorError, UnsafeStateDir) as exc:
             print(f"sidecar: {exc}", file=sys.stderr)
-            return _door_exit(exc)
+            return door_exit(exc)
     if args.command in ("stdio", "serve", "daemon"):
         # SIGTERM before the daemon's loop handles it (`sidecar.start_signals`): unwind, and
         # stop the servers spawned ahead (`bridges.prestart`) instead of orphaning them.
@@ -460,7 +461,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             return int(_run(_client(args, kind, where)))
     except DoorError as exc:
         print(f"sidecar: {exc}", file=sys.stderr)
-        return _door_exit(exc)
+        return door_exit(exc)
     except Unreachable as exc:
         print(f"sidecar: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
@@ -470,38 +471,6 @@ def _dispatch(args: argparse.Namespace) -> int:
     except json.JSONDecodeError as exc:
         print(f"sidecar: --input is not valid JSON: {exc}", file=sys.stderr)
         return EXIT_USAGE
-
-
-STORE_SCHEMES = ("postgres://", "postgresql://")
-
-
-def _wanted_database() -> str | None:
-    """The fleet database a client command asks for (`--store` is in the environment by
-    now); None: whichever the daemon uses."""
-    return os.environ.get("SIDECAR_DATABASE_URL", "").strip() or None
-
-
-def _door_exit(exc: Exception) -> int:
-    """A daemon started on demand that could not use the fleet database: that status;
-    otherwise a usage error."""
-    return EXIT_DATABASE if getattr(exc, "daemon_exit", None) == EXIT_DATABASE else EXIT_USAGE
-
-
-def _use_store(args: argparse.Namespace) -> str | None:
-    """`--store URL` wins over `$SIDECAR_DATABASE_URL`: it is put there, so that the stores,
-    `sidecar token` and a daemon this command starts on demand all use it. The problem with
-    the URL, or None."""
-    if not hasattr(args, "store"):
-        return None  # a command that opens no store (`check`, `stop`, ...)
-    flag = args.store
-    if flag is not None:
-        os.environ["SIDECAR_DATABASE_URL"] = flag.strip()
-    url = os.environ.get("SIDECAR_DATABASE_URL", "").strip()
-    if url and not url.startswith(STORE_SCHEMES):
-        where = "--store" if flag is not None else "$SIDECAR_DATABASE_URL"
-        return (f"{where}: the fleet database is a postgres:// or postgresql:// URL, not "
-                f"{url.split(':', 1)[0]!r}")
-    return None
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:

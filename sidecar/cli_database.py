@@ -20,15 +20,42 @@ import os
 import re
 from urllib.parse import unquote, urlsplit
 
+from sidecar.cli_output import EXIT_DATABASE, EXIT_USAGE
 from sidecar.local_door import database_of
 from sidecar.postgres import DatabaseError, SchemaTooNew, exception_chain
 
-__all__ = ["BriefDatabaseFailures", "command_of", "database_line", "database_url", "scrubbed"]
+__all__ = ["STORE_SCHEMES", "BriefDatabaseFailures", "command_of", "database_line",
+           "database_url", "door_exit", "scrubbed", "use_store"]
+
+STORE_SCHEMES = ("postgres://", "postgresql://")
 
 
 def database_url() -> str:
     """The fleet database the command uses (`--store` is in the environment by now)."""
     return os.environ.get("SIDECAR_DATABASE_URL", "").strip()
+
+
+def use_store(args: argparse.Namespace) -> str | None:
+    """`--store URL` wins over `$SIDECAR_DATABASE_URL`: it is put there, so that the stores,
+    `sidecar token` and a daemon this command starts on demand all use it. The problem with
+    the URL, or None."""
+    if not hasattr(args, "store"):
+        return None  # a command that opens no store (`check`, `stop`, ...)
+    flag = args.store
+    if flag is not None:
+        os.environ["SIDECAR_DATABASE_URL"] = flag.strip()
+    url = database_url()
+    if url and not url.startswith(STORE_SCHEMES):
+        where = "--store" if flag is not None else "$SIDECAR_DATABASE_URL"
+        return (f"{where}: the fleet database is a postgres:// or postgresql:// URL, not "
+                f"{url.split(':', 1)[0]!r}")
+    return None
+
+
+def door_exit(exc: Exception) -> int:
+    """A daemon started on demand that could not use the fleet database: that status;
+    otherwise a usage error."""
+    return EXIT_DATABASE if getattr(exc, "daemon_exit", None) == EXIT_DATABASE else EXIT_USAGE
 
 
 def database_line(exc: BaseException, command: str, *, prefix: str = "sidecar",

@@ -444,8 +444,14 @@ def _serve_token(
         return None
     token, created = load_or_create_token(state)
     if created:
-        print(f"sidecar: new bearer token (also in {state / TOKEN_FILE}): {token}",
-              file=sys.stderr, flush=True)
+        # Shown to a person at a terminal only: stderr that goes to a file (a daemon started
+        # on demand writes it to daemon.log, a service manager to its journal) gets the path.
+        if sys.stderr.isatty():
+            print(f"sidecar: new bearer token (also in {state / TOKEN_FILE}): {token}",
+                  file=sys.stderr, flush=True)
+        else:
+            print(f"sidecar: new bearer token in {state / TOKEN_FILE} (mode 0600)",
+                  file=sys.stderr, flush=True)
         return token
     from_env = bool(os.environ.get("SIDECAR_TOKEN"))
     check_token(token, "SIDECAR_TOKEN" if from_env else str(state / TOKEN_FILE),

@@ -53,6 +53,7 @@ from managed_store.refs import validate_ref_id
 from managed_store.s3.index import Found, Staged
 from managed_store.s3.objects import describe
 from managed_store.sink import FileSink
+from managed_store.spool import to_the_end
 from managed_store.store import _not_found
 
 if TYPE_CHECKING:
@@ -289,7 +290,14 @@ class Staging:
 
     async def abandon(self, ref_ids: Sequence[str]) -> None:
         """Stop the uploads of these objects (aborting their multipart uploads) and delete
-        their files. Ids without an upload here are ignored. The caller deletes the keys."""
+        their files. Ids without an upload here are ignored. The caller deletes the keys.
+
+        Returns once the uploads ended and the files are gone, also to a caller cancelled
+        meanwhile (a cleanup stopped by `aclose`, a cancel scope), whose cancellation is raised
+        after: `close` no longer sees these uploads, so none may still read its file then."""
+        await to_the_end(self._abandon(ref_ids))
+
+    async def _abandon(self, ref_ids: Sequence[str]) -> None:
         stopped = []
         for ref_id in ref_ids:
             upload = self._uploads.pop(ref_id, None)
@@ -302,7 +310,7 @@ class Staging:
                 upload.task.cancel()
                 stopped.append(upload.task)
         if stopped:
-            await asyncio.shield(asyncio.wait(stopped))
+            await asyncio.wait(stopped)
         for ref_id in ref_ids:
             await asyncio.to_thread(unlink_quietly, self.root / "objects" / ref_id)
 
@@ -339,7 +347,13 @@ class Staging:
 
     async def close(self, wait: float) -> None:
         """Let running uploads end within `wait` seconds, then stop the rest (their files stay
-        for the next store on this directory) and release the directory."""
+        for the next store on this directory) and release the directory.
+
+        Returns once the directory is released, also to a caller cancelled meanwhile, whose
+        cancellation is raised after (another store may open the directory then)."""
+        await to_the_end(self._close(wait))
+
+    async def _close(self, wait: float) -> None:
         running = [u.task for u in self._uploads.values() if u.task is not None
                    and not u.task.done()]
         if running and wait > 0:
@@ -353,7 +367,7 @@ class Staging:
                 self._uploads[ref_id].size, wait, self.root)
             task.cancel()
         if left:
-            await asyncio.shield(asyncio.wait(left.values()))
+            await asyncio.wait(left.values())
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
             await asyncio.wait([self._heartbeat_task])
@@ -497,7 +511,12 @@ async def _head_start(upload: Upload) -> None:
 
 async def _abort(writer: AsyncWritableFile) -> None:
     """Leave the writer with an error, which aborts its multipart upload; bounded, and kept
-    going in the background when the caller is cancelled meanwhile."""
+    going in the background when the caller is cancelled meanwhile.
+
+    A shield (not `to_the_end`) by design: nothing waits for the abort (an upload that did
+    not complete leaves no object under its key; its parts are left to the bucket's lifecycle
+    rules after `_ABORT_WAIT` anyway), and the upload task running this must end promptly
+    when `abandon` or `close` cancels it again."""
     job = asyncio.ensure_future(writer.__aexit__(RetentionError, RetentionError("abandoned"),
                                                  None))
     try:

@@ -61,7 +61,7 @@ from managed_store.s3.objects import RangedReader, S3Sink, describe
 from managed_store.s3.settings import S3Settings
 from managed_store.s3.spool import S3Spool
 from managed_store.s3.staging import StagedSink, Staging, Upload, wait_for_upload
-from managed_store.spool import SpoolWriter, WrittenObject
+from managed_store.spool import SpoolWriter, WrittenObject, to_the_end
 from managed_store.store import (
     GREP_TIME_LIMIT,
     _check_int,
@@ -233,19 +233,28 @@ class S3TextStore:
 
     async def aclose(self) -> None:
         """Stop the cleanup task, abort open spools, let running commits end, then give the
-        uploads still running (write-behind) up to `close_wait_seconds`. Idempotent."""
+        uploads still running (write-behind) up to `close_wait_seconds`. Idempotent.
+
+        Returns once all that is done (staging directory released, no commit using the pool),
+        also to a caller cancelled meanwhile, whose cancellation is raised after."""
         if self._closed:
             return
         self._closed = True
         if self._cleanup_task is not None:
             self._cleanup_task.cancel()
+        await to_the_end(self._close())
+
+    async def _close(self) -> None:
+        if self._cleanup_task is not None:
             await asyncio.wait([self._cleanup_task])
-        for spool in list(self._spools):
-            await spool.abort()
-        if self._commits:
-            await asyncio.shield(asyncio.wait(list(self._commits)))
-        if self._staging is not None:
-            await self._staging.close(self._close_wait)
+        try:
+            for spool in list(self._spools):
+                await spool.abort()
+            if self._commits:
+                await asyncio.wait(list(self._commits))
+        finally:
+            if self._staging is not None:
+                await self._staging.close(self._close_wait)
 
     # -- writing -------------------------------------------------------------------------
 
@@ -302,6 +311,7 @@ class S3TextStore:
             raise StoreClosed("managed store is closed")
         # Once started, a commit runs to its end so the index and the bucket agree; a
         # cancelled caller just never learns the id (the object ages out like any other).
+        # A shield (not `to_the_end`) by design: only `aclose` waits (for all `_commits`).
         job = asyncio.create_task(self._commit_job(ref_id, written, namespace, owner, upload))
         self._commits.add(job)
         job.add_done_callback(self._commits.discard)

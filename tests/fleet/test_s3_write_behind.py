@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import asyncpg
 import obstore
 import pytest
@@ -309,6 +310,47 @@ async def test_a_long_spool_uploads_its_parts_while_it_writes_and_an_abort_stops
         assert fleet.s3.uploads_in_progress(fleet.settings.prefix) == []
         assert fleet.staged_files() == []
         assert await fleet.pool.fetchval("SELECT count(*) FROM sidecar_managed_pending") == 0
+    finally:
+        await a.aclose()
+
+
+async def test_a_close_cancelled_by_its_scope_has_released_the_staging_directory(
+        fleet: Fleet) -> None:
+    """An anyio cancel scope cancels every await of the close again: the close still ends
+    (spools aborted, staging directory released) before the cancellation reaches the scope
+    (it used to stop at its first spool abort, keeping the directory locked)."""
+    a = await fleet.writer()
+    async with a.open_spool() as spool:
+        await spool.write(_lines(100))
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await a.aclose()
+        assert scope.cancelled_caught
+    assert fleet.staged_files() == []
+    assert await fleet.pool.fetchval("SELECT count(*) FROM sidecar_managed_pending") == 0
+    again = await fleet.writer()  # the directory is free again
+    await again.aclose()
+
+
+async def test_an_abandon_cancelled_by_its_scope_has_stopped_the_upload_and_deleted_the_file(
+        fleet: Fleet) -> None:
+    """`Staging.abandon` (what a cleanup evicting an object still uploading here runs) under a
+    cancelled scope: the upload has ended and its file is gone when the cancellation reaches
+    the scope (a shielded wait used to return at once, leaving both)."""
+    a = await fleet.writer()
+    try:
+        with fleet.paused():
+            ref = await a.put(_lines(100))  # its upload waits for the paused bucket
+            assert fleet.staged_files() == [ref.id]
+            staging = a._staging  # no public path reaches abandon in the caller's own task
+            assert staging is not None
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                await staging.abandon([ref.id])
+            assert scope.cancelled_caught
+            assert fleet.staged_files() == []
+            assert (await a.stats()).staged == StagedStats(objects=0, bytes=0,
+                                                           oldest_seconds=0.0)
     finally:
         await a.aclose()
 

@@ -136,3 +136,47 @@ def test_a_weak_token_is_accepted_by_a_daemon_without_tcp(tmp_path: Path) -> Non
     while (state / "daemon.json").exists():
         assert time.monotonic() < end, "the on-demand daemon did not leave"
         time.sleep(0.1)
+
+
+def test_a_new_token_is_not_written_into_a_log(tmp_path: Path) -> None:
+    """stderr to a pipe, as a service manager or `daemon.log` gets it: a newly created token
+    is named by its file, never printed (the terminal case prints it, for the person there)."""
+    state = tmp_path / "state"
+    env = sidecar_env(state)
+    env.pop("SIDECAR_TOKEN", None)
+    with serving(state, env=env) as daemon:
+        token = daemon.token
+        said = "".join(daemon.stderr)
+        assert f"new bearer token in {state / 'token'}" in said
+        assert token not in said
+        assert _health(daemon.port, token) == 200
+
+
+def test_a_new_token_is_printed_to_a_terminal(tmp_path: Path) -> None:
+    """stderr a terminal (a pseudo-terminal here): the person starting `sidecar serve` sees
+    the new token once."""
+    import os
+    import pty
+    import select
+    import signal
+
+    state = tmp_path / "state"
+    env = sidecar_env(state)
+    env.pop("SIDECAR_TOKEN", None)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([*SIDECAR, "serve", "--port", "0"], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=follower)
+    os.close(follower)
+    said = b""
+    try:
+        while b"listening on" not in said:
+            assert select.select([leader], [], [], 30)[0], said  # never waits forever
+            chunk = os.read(leader, 4096)
+            assert chunk, said
+            said += chunk
+        token = (state / "token").read_text().strip()
+        assert f"new bearer token (also in {state / 'token'}): {token}" in said.decode()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        os.close(leader)

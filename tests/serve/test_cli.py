@@ -47,11 +47,12 @@ def daemon(tmp_path):
         proc.stderr.close()
 
 
-def test_serve_prints_the_token_once_and_clients_use_the_running_daemon(daemon):
+def test_serve_names_its_new_token_and_clients_use_the_running_daemon(daemon):
     token_file = daemon["state"] / "token"
     assert oct(token_file.stat().st_mode & 0o777) == "0o600"
     token = token_file.read_text().strip()
-    assert any(token in line for line in daemon["stderr"])  # printed once, at creation
+    said = "".join(daemon["stderr"])  # a pipe: the path is printed, never the token
+    assert f"new bearer token in {token_file}" in said and token not in said
     info = json.loads((daemon["state"] / "daemon.json").read_text())
     assert info["url"] == daemon["url"]
     env = {"SIDECAR_STATE_DIR": str(daemon["state"])}  # finds daemon.json and the token

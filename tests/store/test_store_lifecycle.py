@@ -54,6 +54,24 @@ async def test_close_aborts_open_spools(root: Path) -> None:
             await spool.write("more")
 
 
+async def test_a_close_cancelled_by_its_scope_has_unlocked_the_root_when_the_scope_exits(
+    root: Path,
+) -> None:
+    """An anyio cancel scope cancels every await of the close again: the close still ends
+    (spools aborted, index closed, root unlocked) before the cancellation reaches the scope
+    (it used to stop at its first await, leaving the root locked)."""
+    store = await ManagedStore.open(root, cleanup_interval=0.01)
+    async with store.open_spool() as spool:
+        await spool.write("half a line")
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await store.aclose()
+        assert scope.cancelled_caught
+    assert files_in(root) == []
+    async with await ManagedStore.open(root):  # the root is free again
+        pass
+
+
 async def test_50_concurrent_puts(store: ManagedStore) -> None:
     texts = [f"object {n}\n" * (n + 1) for n in range(50)]
     refs = await asyncio.gather(
