@@ -296,7 +296,9 @@ def fd_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 async def test_spooled_output_is_read_off_the_loop_unless_lines_are_published(location, fd_reads):
     code = ("import sys\nw = sys.stdout.write\n"
             "for i in range(1, 100_001): w(f'line {i:08d} caf\u00e9 \u20ac\\n')\n"
-            "sys.stderr.write('e' * 200_000)")
+            "sys.stderr.write('e' * 3_000_000)")
+    # stderr beyond one read of the loop (READ_SIZE, a full pipe): whenever the loop wakes,
+    # bytes are left for the spool's thread (200 KB could all be there for one read)
     entries = {"threaded": py(code, memory_cap_bytes=65536),
                "published": py(code, memory_cap_bytes=65536, progress=True)}
     async with manifest_tools(location, entries):
