@@ -126,7 +126,8 @@ def database_failure(exc: BaseException) -> BaseException | None:
 
     unreachable = (asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
                    asyncpg.exceptions.OperatorInterventionError,
-                   asyncpg.exceptions.InsufficientResourcesError)
+                   asyncpg.exceptions.InsufficientResourcesError,
+                   asyncpg.exceptions.InternalClientError)  # see `failures`
     for current in exception_chain(exc):
         if isinstance(current, (DatabaseError, *unreachable)):
             return current

@@ -58,7 +58,7 @@ import asyncpg
 from sidecar.errors import CallIdConflict
 from sidecar.outcome import Outcome
 from sidecar.outcome_log import _replayed, expired_outcome
-from sidecar.postgres import connection_lost
+from sidecar.postgres import connection_lost, failures
 from sidecar.postgres_batch import Batcher
 from sidecar.retention import parse_duration
 
@@ -285,7 +285,7 @@ def claim_ttl_from_env() -> float:
         raise SystemExit(2) from None
 
 
-_DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+_DB_ERRORS = failures()
 
 _Claim = tuple[str, str, str, bool]
 """One call to claim: location, call id, fingerprint, and whether its caller waits."""

@@ -34,7 +34,7 @@ from sidecar.outcome_log import (
     _replayed,
     expired_outcome,
 )
-from sidecar.postgres import LOCK_PRUNE_OUTCOMES, DatabaseError, migrate, open_pool
+from sidecar.postgres import LOCK_PRUNE_OUTCOMES, DatabaseError, failures, migrate, open_pool
 from sidecar.postgres_batch import Batcher
 from sidecar.postgres_claims import (
     CHANNEL,
@@ -49,6 +49,7 @@ from sidecar.replica import replica_id
 from sidecar.tool import ToolContext
 
 log = logging.getLogger("sidecar.postgres_outcome_log")
+_FAILURES = failures()
 
 SETTLE_FUNCTION = f"""
 CREATE FUNCTION sidecar_settle_batch(p_locations TEXT[], p_call_ids TEXT[],
@@ -243,7 +244,7 @@ class PostgresOutcomeLog:
                 found = await conn.fetchrow(
                     "SELECT body, fingerprint FROM sidecar_outcomes WHERE location = $1 AND "
                     "call_id = $2", location, outcome.call_id)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except _FAILURES as exc:
             raise OutcomeLogError(f"recording the outcome of {outcome.call_id!r}: {exc}") from exc
         finally:
             self.claims.settled(location, outcome.call_id)
@@ -255,7 +256,7 @@ class PostgresOutcomeLog:
     async def claim(self, location: str, call_id: str, fingerprint: str = "") -> Outcome | None:
         try:
             return await self.claims.claim(location, call_id, fingerprint)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except _FAILURES as exc:
             raise OutcomeLogError(f"claiming call {call_id!r}: {exc}") from exc
 
     async def release(self, location: str, call_id: str) -> None:
@@ -264,7 +265,7 @@ class PostgresOutcomeLog:
     async def holder(self, location: str, call_id: str) -> str | None:
         try:
             return await self.claims.holder(location, call_id)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except _FAILURES as exc:
             raise OutcomeLogError(f"reading the claim on call {call_id!r}: {exc}") from exc
 
     async def get(self, location: str, call_id: str, fingerprint: str = "") -> Outcome | None:
@@ -301,7 +302,7 @@ class PostgresOutcomeLog:
                         "< $1 ORDER BY created_at LIMIT $2) RETURNING location, call_id, tool, "
                         "created_at) INSERT INTO sidecar_expired SELECT * FROM gone "
                         "ON CONFLICT DO NOTHING RETURNING 1", cutoff, batch)
-            except (OSError, asyncpg.PostgresError) as exc:
+            except _FAILURES as exc:
                 raise OutcomeLogError(f"pruning the outcome log: {exc}") from exc
             total += len(moved)
             self._pruned += len(moved)

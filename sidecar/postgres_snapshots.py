@@ -15,9 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import asyncpg
-
-from sidecar.postgres import LOCK_SNAPSHOTS, PostgresStore
+from sidecar.postgres import LOCK_SNAPSHOTS, PostgresStore, failures
 from sidecar.snapshot_records import (
     SnapshotLimits,
     SnapshotRecipe,
@@ -49,7 +47,7 @@ CREATE INDEX sidecar_snapshots_by_owner ON sidecar_snapshots (location, owner, s
 }
 COMPONENT = "snapshots"
 
-_DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+_DB_ERRORS = failures()
 
 
 def _session_key(session_id: str | None) -> str:

@@ -21,7 +21,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+# InternalClientError: a pooled connection whose server process just ended (a database
+# restart) fails a statement so for about a millisecond (sidecar.postgres.failures)
+_DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
+              asyncpg.exceptions.InternalClientError)
 
 
 class S3Spool(SpoolWriter):

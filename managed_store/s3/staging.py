@@ -78,7 +78,10 @@ _RETRY_MAX = 30.0
 _ABORT_WAIT = 5.0
 _WAIT_FIRST = 0.05
 _WAIT_MAX = 0.25
-_DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+# InternalClientError: a pooled connection whose server process just ended (a database
+# restart) fails a statement so for about a millisecond (sidecar.postgres.failures)
+_DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
+              asyncpg.exceptions.InternalClientError)
 
 
 class UploadState(enum.Enum):

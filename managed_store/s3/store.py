@@ -78,7 +78,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-_DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+_DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
+              asyncpg.exceptions.InternalClientError)
 _CHARS_PREFETCH = 256 * 1024
 """Bytes past a line's mark that `read_chars` loads with its first GET."""
 _SWEEP_BATCH = 1000
