@@ -29,9 +29,13 @@ import hmac
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from sidecar.grant_store import GrantRecord, GrantStore, GrantStoreUnavailable
+from sidecar.postgres import PostgresStore
+
+if TYPE_CHECKING:
+    import asyncpg
 
 GRANT_KEY_ENV = "SIDECAR_GRANT_KEY"
 KEY_BYTES = 32
@@ -179,6 +183,25 @@ def why_unopenable(keys: GrantKeys, kid: str) -> str:
         return (f"sealed with key id {kid}, which is not in {GRANT_KEY_ENV} "
                 f"(key ids given: {', '.join(keys.ids)})")
     return f"does not decrypt with its key (key id {kid}): it was changed in the database"
+
+
+class SealedPostgresStore(PostgresStore):
+    """A fleet store whose rows are sealed with `SIDECAR_GRANT_KEY`: `keys` from the
+    environment at construction (None without it; `GrantKeyInvalid` when malformed), settable
+    afterwards; `_keys()` raises `GrantKeyMissing` while there are none."""
+
+    def __init__(self, pool: asyncpg.Pool, *, owns_pool: bool = False,
+                 location: str = "default") -> None:
+        super().__init__(pool, owns_pool=owns_pool, location=location)
+        self.keys: GrantKeys | None = GrantKeys.from_env()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(keys={self.keys!r})"
+
+    def _keys(self) -> GrantKeys:
+        if self.keys is None:
+            raise GrantKeyMissing
+        return self.keys
 
 
 def _aad(server: str) -> bytes:

@@ -28,20 +28,19 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sidecar.grant_keys import (
-    GrantKeyMissing,
-    GrantKeys,
     GrantSealError,
     Resealed,
+    SealedPostgresStore,
     why_unopenable,
 )
 from sidecar.grant_store import LOCK_POLL, GrantRecord
-from sidecar.postgres import LOCK_GRANT_REFRESH, LOCK_GRANT_UPDATE, PostgresStore
+from sidecar.postgres import LOCK_GRANT_REFRESH, LOCK_GRANT_UPDATE
 
 if TYPE_CHECKING:
-    import asyncpg
+    pass
 
 
-class PostgresGrantStore(PostgresStore):
+class PostgresGrantStore(SealedPostgresStore):
     """See the module docstring. `await PostgresGrantStore.on_pool(pool)` on the replica's
     pool, or `.open(dsn)` with a pool of its own (the CLI). The keys come from
     `SIDECAR_GRANT_KEY` (`GrantKeyInvalid` at open when it is malformed); `keys` may be set
@@ -57,19 +56,6 @@ CREATE TABLE sidecar_grants (
     updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 """}
-
-    def __init__(self, pool: asyncpg.Pool, *, owns_pool: bool = False,
-                 location: str = "default") -> None:
-        super().__init__(pool, owns_pool=owns_pool, location=location)
-        self.keys: GrantKeys | None = GrantKeys.from_env()
-
-    def __repr__(self) -> str:
-        return f"PostgresGrantStore(keys={self.keys!r})"
-
-    def _keys(self) -> GrantKeys:
-        if self.keys is None:
-            raise GrantKeyMissing
-        return self.keys
 
     async def get(self, server: str) -> GrantRecord | None:
         async with self._pool.acquire() as conn:

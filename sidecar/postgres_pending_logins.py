@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from sidecar.grant_keys import GrantKeyMissing, GrantKeys, GrantSealError
+from sidecar.grant_keys import GrantSealError, SealedPostgresStore
 from sidecar.grant_store import GrantStoreUnavailable
 from sidecar.pending_logins import (
     KEEP_USED_SECONDS,
@@ -23,11 +23,10 @@ from sidecar.pending_logins import (
     PendingRecord,
     state_key,
 )
-from sidecar.postgres import PostgresStore
 from sidecar.replica import replica_id
 
 if TYPE_CHECKING:
-    import asyncpg
+    pass
 
 _TAKE = """
 WITH old AS (SELECT key, key_id, sealed FROM sidecar_pending_logins
@@ -43,7 +42,7 @@ SELECT used_at IS NOT NULL AS used, expires_at <= now() AS expired
 """
 
 
-class PostgresPendingLogins(PostgresStore):
+class PostgresPendingLogins(SealedPostgresStore):
     """See the module docstring. `await PostgresPendingLogins.on_pool(pool)`."""
 
     COMPONENT = "pending_logins"
@@ -64,19 +63,6 @@ CREATE TABLE sidecar_pending_logins (
 );
 CREATE INDEX sidecar_pending_logins_expiry ON sidecar_pending_logins (expires_at);
 """}
-
-    def __init__(self, pool: asyncpg.Pool, *, owns_pool: bool = False,
-                 location: str = "default") -> None:
-        super().__init__(pool, owns_pool=owns_pool, location=location)
-        self.keys: GrantKeys | None = GrantKeys.from_env()
-
-    def __repr__(self) -> str:
-        return f"PostgresPendingLogins(keys={self.keys!r})"
-
-    def _keys(self) -> GrantKeys:
-        if self.keys is None:
-            raise GrantKeyMissing
-        return self.keys
 
     async def add(self, state: str, server: str, record: PendingRecord, ttl: float) -> None:
         key = state_key(state)
