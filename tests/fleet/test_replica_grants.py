@@ -20,6 +20,8 @@ import secrets
 import signal
 import subprocess
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +88,40 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         raise
 
 
+@asynccontextmanager
+async def replicas(tmp_path: Path, token: str, envs: dict[str, tuple[dict[str, str], int]]
+                   ) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
+    """`sidecar serve` replicas started at once (name -> its environment and port, 0: any),
+    a client for each with the bearer token; their logs printed when the body fails; all
+    stopped at the end."""
+    started: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
+
+    async def start_one(name: str, env: dict[str, str], port: int) -> None:
+        started[name] = await anyio.to_thread.run_sync(
+            lambda: start(tmp_path / name, name, env, port))
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for name, (env, port) in envs.items():
+                tg.start_soon(start_one, name, env, port)
+        clients = {name: httpx.AsyncClient(
+            base_url=url, timeout=30, headers={"authorization": f"Bearer {token}"})
+            for name, (_, url) in started.items()}
+        try:
+            yield clients
+        except BaseException:
+            for name in started:
+                print(f"--- replica {name} ---\n" + (tmp_path / name / "serve.log")
+                      .read_text(errors="replace")[-6000:])
+            raise
+        finally:
+            for client in clients.values():
+                await client.aclose()
+    finally:
+        for proc, _ in started.values():
+            await anyio.to_thread.run_sync(stop, proc)
+
+
 async def test_one_login_serves_every_replica_and_refreshes_never_collide(
     postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
@@ -101,33 +137,10 @@ async def test_one_login_serves_every_replica_and_refreshes_never_collide(
             "url": f"{protected.base}/mcp", "auth": "oauth", "timeouts": {"startup": 10}}}}))
         common = {"SIDECAR_MANIFESTS": str(manifests), "SIDECAR_DATABASE_URL": dsn,
                   "SIDECAR_TOKEN": token}
-        started: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
-
-        async def start_one(name: str, env: dict[str, str]) -> None:
-            started[name] = await anyio.to_thread.run_sync(
-                lambda: start(tmp_path / name, name, env))
-
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(start_one, "a", {**common, "SIDECAR_GRANT_KEY": key})
-                tg.start_soon(start_one, "b", {**common, "SIDECAR_GRANT_KEY": key})
-                tg.start_soon(start_one, "c", common)
-            clients = {name: httpx.AsyncClient(
-                base_url=url, timeout=30, headers={"authorization": f"Bearer {token}"})
-                for name, (_, url) in started.items()}
-            try:
-                await _scenario(protected, clients, dsn, manifests, key, tmp_path)
-            except BaseException:
-                for name in started:
-                    print(f"--- replica {name} ---\n" + (tmp_path / name / "serve.log")
-                          .read_text(errors="replace")[-6000:])
-                raise
-            finally:
-                for client in clients.values():
-                    await client.aclose()
-        finally:
-            for proc, _ in started.values():
-                await anyio.to_thread.run_sync(stop, proc)
+        async with replicas(tmp_path, token, {
+                "a": ({**common, "SIDECAR_GRANT_KEY": key}, 0),
+                "b": ({**common, "SIDECAR_GRANT_KEY": key}, 0), "c": (common, 0)}) as clients:
+            await _scenario(protected, clients, dsn, manifests, key, tmp_path)
 
 
 async def _scenario(protected: OAuthServer, clients: dict[str, httpx.AsyncClient], dsn: str,

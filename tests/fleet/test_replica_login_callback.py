@@ -20,7 +20,6 @@ import base64
 import json
 import os
 import secrets
-import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from tests.bridges.helpers import free_port
 from tests.bridges.oauth_server import OAuthServer
 from tests.fleet.haproxy import HAProxy
 from tests.fleet.postgres import PostgresServer
-from tests.fleet.test_replica_grants import call_whoami, start, stop, until
+from tests.fleet.test_replica_grants import call_whoami, replicas, until
 from tests.live_server import live_server
 
 pytestmark = [pytest.mark.anyio,
@@ -63,32 +62,9 @@ async def fleet(postgres_server: PostgresServer, tmp_path: Path, public_url: str
                   "SIDECAR_TOKEN": token,
                   "SIDECAR_GRANT_KEY": base64.b64encode(os.urandom(32)).decode(),
                   "SIDECAR_PUBLIC_URL": public_url}
-        started: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
-
-        async def start_one(name: str, port: int) -> None:
-            started[name] = await anyio.to_thread.run_sync(
-                lambda: start(tmp_path / name, name, common, port))
-
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(start_one, "a", 0)
-                tg.start_soon(start_one, "b", port_b)
-            clients = {name: httpx.AsyncClient(
-                base_url=url, timeout=30, headers={"authorization": f"Bearer {token}"})
-                for name, (_, url) in started.items()}
-            try:
-                yield Fleet(protected, clients["a"], clients["b"], dsn, token)
-            except BaseException:
-                for name in started:
-                    print(f"--- replica {name} ---\n" + (tmp_path / name / "serve.log")
-                          .read_text(errors="replace")[-6000:])
-                raise
-            finally:
-                for client in clients.values():
-                    await client.aclose()
-        finally:
-            for proc, _ in started.values():
-                await anyio.to_thread.run_sync(stop, proc)
+        async with replicas(tmp_path, token,
+                            {"a": (common, 0), "b": (common, port_b)}) as clients:
+            yield Fleet(protected, clients["a"], clients["b"], dsn, token)
 
 
 @dataclass
