@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import secrets
 import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -134,6 +136,14 @@ class OAuthServer:
         self.codes[code] = query["code_challenge"]
         target = f"{query['redirect_uri']}?{urlencode({'code': code, 'state': query['state']})}"
         return RedirectResponse(target, status_code=302)
+
+    def manifests(self, directory: Path) -> Path:
+        """`directory`, made, with one manifest: the MCP server `cloud` at this server's
+        `/mcp` (`base` set), logging in with OAuth."""
+        directory.mkdir()
+        (directory / "cloud.json").write_text(json.dumps({"mcpServers": {"cloud": {
+            "url": f"{self.base}/mcp", "auth": "oauth", "timeouts": {"startup": 10}}}}))
+        return directory
 
     def _issue(self) -> dict[str, Any]:
         access, refresh = secrets.token_urlsafe(24), secrets.token_urlsafe(24)

@@ -14,7 +14,6 @@ again. After `sidecar auth logout` a call through B is refused; a login started 
 from __future__ import annotations
 
 import base64
-import json
 import os
 import secrets
 import signal
@@ -131,10 +130,7 @@ async def test_one_login_serves_every_replica_and_refreshes_never_collide(
     token = secrets.token_urlsafe(32)
     async with live_server(protected) as port:
         protected.base = f"http://127.0.0.1:{port}"
-        manifests = tmp_path / "cloud-manifests"
-        manifests.mkdir()
-        (manifests / "cloud.json").write_text(json.dumps({"mcpServers": {"cloud": {
-            "url": f"{protected.base}/mcp", "auth": "oauth", "timeouts": {"startup": 10}}}}))
+        manifests = protected.manifests(tmp_path / "cloud-manifests")
         common = {"SIDECAR_MANIFESTS": str(manifests), "SIDECAR_DATABASE_URL": dsn,
                   "SIDECAR_TOKEN": token}
         async with replicas(tmp_path, token, {

@@ -17,7 +17,6 @@ the gateway's public name as the public URL."""
 from __future__ import annotations
 
 import base64
-import json
 import os
 import secrets
 from collections.abc import AsyncIterator
@@ -54,10 +53,7 @@ async def fleet(postgres_server: PostgresServer, tmp_path: Path, public_url: str
     token = secrets.token_urlsafe(32)
     async with live_server(protected) as port:
         protected.base = f"http://127.0.0.1:{port}"
-        manifests = tmp_path / "manifests"
-        manifests.mkdir()
-        (manifests / "cloud.json").write_text(json.dumps({"mcpServers": {"cloud": {
-            "url": f"{protected.base}/mcp", "auth": "oauth", "timeouts": {"startup": 10}}}}))
+        manifests = protected.manifests(tmp_path / "manifests")
         common = {"SIDECAR_MANIFESTS": str(manifests), "SIDECAR_DATABASE_URL": dsn,
                   "SIDECAR_TOKEN": token,
                   "SIDECAR_GRANT_KEY": base64.b64encode(os.urandom(32)).decode(),

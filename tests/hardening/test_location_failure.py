@@ -12,7 +12,6 @@ the failure is contained where it happens: the server's health names it
 from __future__ import annotations
 
 import base64
-import json
 import os
 import signal
 import subprocess
@@ -88,10 +87,7 @@ async def test_the_grant_store_failing_under_a_supervisor_is_contained(
     dsn = await own_postgres.new_database()
     async with live_server(protected) as port:
         protected.base = f"http://127.0.0.1:{port}"
-        manifests = tmp_path / "manifests"
-        manifests.mkdir()
-        (manifests / "cloud.json").write_text(json.dumps({"mcpServers": {"cloud": {
-            "url": f"{protected.base}/mcp", "auth": "oauth", "timeouts": {"startup": 10}}}}))
+        manifests = protected.manifests(tmp_path / "manifests")
         proc, log, url = _start(tmp_path / "replica", {
             "SIDECAR_MANIFESTS": str(manifests), "SIDECAR_DATABASE_URL": dsn,
             "SIDECAR_GRANT_KEY": base64.b64encode(os.urandom(32)).decode(),

@@ -12,7 +12,6 @@ line naming the variable."""
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import subprocess
@@ -41,10 +40,7 @@ async def test_public_url_callback_in_memory_and_loopback_without_it(tmp_path: P
     port = free_port()
     async with live_server(protected) as upstream:
         protected.base = f"http://127.0.0.1:{upstream}"
-        manifests = tmp_path / "manifests"
-        manifests.mkdir()
-        (manifests / "cloud.json").write_text(json.dumps({"mcpServers": {"cloud": {
-            "url": f"{protected.base}/mcp", "auth": "oauth", "timeouts": {"startup": 10}}}}))
+        manifests = protected.manifests(tmp_path / "manifests")
         common = {"SIDECAR_MANIFESTS": str(manifests), "SIDECAR_TOKEN": token}
         public, _ = await anyio.to_thread.run_sync(lambda: start(
             tmp_path / "public", "public",
