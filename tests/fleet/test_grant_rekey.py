@@ -235,12 +235,7 @@ async def test_a_writer_during_rekey_loses_nothing(
         async def wait_for_rekey_to_queue(proc: anyio.abc.Process) -> None:
             conn = await asyncpg.connect(dsn)
             try:
-                while not await conn.fetchval(
-                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
-                        "NOT granted AND classid = $1 AND objid::bigint = "
-                        "(hashtext('s-00')::bigint & 4294967295)", LOCK_GRANT_UPDATE):
-                    assert proc.returncode is None, "rekey ended without waiting"
-                    await anyio.sleep(0.05)
+                await until_rekey_waits_for(conn, "s-00", proc)
             finally:
                 await conn.close()
             release.set()  # the held change commits; rekey gets the lock after it
@@ -331,12 +326,7 @@ async def test_a_grant_forgotten_while_rekey_runs_is_reported_gone_and_skipped(
         async with await anyio.open_process(rekey_argv("--store", dsn),
                                             env=cli_env(tmp_path, f"{new},{old}")) as proc:
             with anyio.fail_after(60):
-                while not await holder.fetchval(
-                        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
-                        "AND classid = $1 AND objid::bigint = "
-                        "(hashtext('s-1')::bigint & 4294967295)", LOCK_GRANT_UPDATE):
-                    assert proc.returncode is None, "rekey ended without waiting"
-                    await anyio.sleep(0.05)
+                await until_rekey_waits_for(holder, "s-1", proc)
                 await holder.execute("DELETE FROM sidecar_grants WHERE server = 's-1'")
                 await holder.execute("SELECT pg_advisory_unlock($1, hashtext('s-1'))",
                                      LOCK_GRANT_UPDATE)
@@ -353,3 +343,13 @@ async def test_a_grant_forgotten_while_rekey_runs_is_reported_gone_and_skipped(
     assert {s: k for s, (k, _) in (await rows(dsn)).items()} == {"s-0": kid(new),
                                                                 "s-2": kid(new)}
     no_secret_in(out + err, old, new)
+
+
+async def until_rekey_waits_for(conn: Any, server: str, proc: anyio.abc.Process) -> None:
+    """Until the rekey process `proc` waits for the change lock of `server`'s grant."""
+    while not await conn.fetchval(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+            "AND classid = $1 AND objid::bigint = (hashtext($2)::bigint & 4294967295)",
+            LOCK_GRANT_UPDATE, server):
+        assert proc.returncode is None, "rekey ended without waiting"
+        await anyio.sleep(0.05)
