@@ -22,7 +22,12 @@ from managed_store import ManagedStore
 from sidecar.call_history import SqliteCallHistory
 from sidecar.grant_store import GrantStore, open_grant_store
 from sidecar.outcome_log import SqliteOutcomeLog
-from sidecar.pending_logins import LoginCallbacks, MemoryPendingLogins, public_url_from_env
+from sidecar.pending_logins import (
+    LoginCallbacks,
+    MemoryPendingLogins,
+    exchange_timeout_from_env,
+    public_url_from_env,
+)
 from sidecar.permission_store import SqlitePermissionStore
 from sidecar.pins import SqlitePinStore
 from sidecar.shared_rounds import SharedRounds
@@ -330,6 +335,7 @@ async def _open_rounds(o: _Opening) -> SharedRounds | None:
 async def _open_login_callbacks(o: _Opening) -> LoginCallbacks | None:
     try:
         public_url = public_url_from_env()
+        exchange_timeout = exchange_timeout_from_env()
     except ValueError as exc:  # one line, exit 6, like the other backend settings
         from sidecar.postgres import DatabaseError
 
@@ -337,11 +343,12 @@ async def _open_login_callbacks(o: _Opening) -> LoginCallbacks | None:
     if public_url is None:
         return None  # logins redirect to a loopback listener, as `sidecar auth login` does
     if o.pool is None:
-        return LoginCallbacks(public_url, MemoryPendingLogins())  # one process
+        return LoginCallbacks(public_url, MemoryPendingLogins(), exchange_timeout)  # one process
     # a login started on one replica is finished by the replica the browser's redirect reaches
     from sidecar.postgres_pending_logins import PostgresPendingLogins
 
-    return LoginCallbacks(public_url, await PostgresPendingLogins.on_pool(o.pool))
+    return LoginCallbacks(public_url, await PostgresPendingLogins.on_pool(o.pool),
+                          exchange_timeout)
 
 
 @asynccontextmanager

@@ -5,7 +5,8 @@ One row per login in `sidecar_pending_logins` (component `pending_logins`): the 
 OAuth `state` (never the state), the server, the record sealed with `SIDECAR_GRANT_KEY` like
 the grants (`sidecar.grant_keys`; it holds the PKCE verifier and the registered client), the
 expiry and the use by the database's clock, and how the login ended (`outcome`, `message`:
-no secret). `take` marks the row used (and drops the sealed secrets) in the statement that
+no secret). `outcome` and `latest` judge a row by the database's clock (`pending_logins.seen`).
+`take` marks the row used (and drops the sealed secrets) in the statement that
 reads it, so a state works once even when two replicas get the same redirect. Rows expired an
 hour ago are deleted by the next `add`. Without the key, `add` and `take` raise
 `GrantKeyMissing` naming it.
@@ -13,20 +14,19 @@ hour ago are deleted by the next `add`. Without the key, `add` and `take` raise
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import Any, ClassVar
 
 from sidecar.grant_keys import GrantSealError, SealedPostgresStore
 from sidecar.grant_store import GrantStoreUnavailable
 from sidecar.pending_logins import (
     KEEP_USED_SECONDS,
+    LoginSeen,
     LoginStateRejected,
     PendingRecord,
+    seen,
     state_key,
 )
 from sidecar.replica import replica_id
-
-if TYPE_CHECKING:
-    pass
 
 _TAKE = """
 WITH old AS (SELECT key, key_id, sealed FROM sidecar_pending_logins
@@ -39,6 +39,14 @@ RETURNING old.key_id, old.sealed
 _WHY = """
 SELECT used_at IS NOT NULL AS used, expires_at <= now() AS expired
   FROM sidecar_pending_logins WHERE key = $1 AND server = $2
+"""
+
+
+_SEEN = """
+SELECT key, server, replica, extract(epoch FROM created_at) AS started_at,
+       expires_at <= now() AS expired, replica_used,
+       extract(epoch FROM now() - used_at) AS taken_for, outcome, message
+  FROM sidecar_pending_logins
 """
 
 
@@ -100,14 +108,30 @@ CREATE INDEX sidecar_pending_logins_expiry ON sidecar_pending_logins (expires_at
                 "UPDATE sidecar_pending_logins SET outcome = $2, message = $3 WHERE key = $1",
                 state_key(state), outcome, message)
 
-    async def outcome(self, state: str) -> tuple[str, str] | None:
+    async def outcome(self, state: str, within: float) -> tuple[str, str] | None:
+        async with self._pool.acquire() as conn:
+            row = await conn.fetchrow(_SEEN + " WHERE key = $1", state_key(state))
+        if row is None or (row["outcome"] is None and row["replica_used"] is None):
+            return None
+        found = _seen(row, within)
+        return None if found.state == "pending" else (found.state, found.message)
+
+    async def latest(self, server: str, within: float) -> LoginSeen | None:
         async with self._pool.acquire() as conn:
             row = await conn.fetchrow(
-                "SELECT outcome, message FROM sidecar_pending_logins WHERE key = $1",
-                state_key(state))
-        if row is None or row["outcome"] is None:
-            return None
-        return str(row["outcome"]), str(row["message"] or "")
+                _SEEN + " WHERE server = $1 ORDER BY created_at DESC LIMIT 1", server)
+        return None if row is None else _seen(row, within)
+
+
+def _seen(row: Any, within: float) -> LoginSeen:
+    outcome = None if row["outcome"] is None else (str(row["outcome"]),
+                                                   str(row["message"] or ""))
+    taken_for = row["taken_for"]
+    return seen(str(row["key"]), str(row["server"]), replica=str(row["replica"]),
+                started_at=float(row["started_at"]), expired=bool(row["expired"]),
+                taken_by=row["replica_used"],
+                taken_for=None if taken_for is None else float(taken_for),
+                outcome=outcome, within=within)
 
 
 def _bound(key: str) -> str:

@@ -1,7 +1,7 @@
 """`/v1/auth/{server}`: OAuth logins of the Location's HTTP servers, started in the daemon.
 
     GET  /v1/auth/{server}        the server's authorization (as `sidecar auth status --json`)
-                                  and the state of a login started here
+                                  and the state of its newest login (`login`)
     POST /v1/auth/{server}/login  start a login: answers once the authorization URL is known
                                   (202, `authorization_url`), or with the result when the grant
                                   needs no browser (client credentials: 200)
@@ -14,11 +14,15 @@ Without a public URL the daemon listens for the redirect on its own loopback cal
 the redirect comes to `/v1/auth/{server}/callback` on whichever replica the load balancer
 picks, which finishes the login another replica may have started (`sidecar.pending_logins`):
 an unknown, expired, already used or missing state is 400 naming which, and an `error=` of
-the authorization server is 400 naming it. The tokens go to the Location's grant
-store (the state directory; in a fleet the database, where every replica finds them), where
-the waiting server finds them (`bridges.mcp.oauth`). One login per server at a time. A grant
-store that cannot be used (fleet: `SIDECAR_GRANT_KEY` missing or another replica's) answers
-503 `grant_store_unavailable` with the reason.
+the authorization server is 400 naming it. The exchange at the token endpoint is bounded
+(`SIDECAR_LOGIN_EXCHANGE_TIMEOUT`, 30 s: 502 past it); a replica that stops mid-exchange fails
+the login on the starting replica after twice that, naming it. `login` in `GET` is the newest
+login of the server in the fleet: the one started here (with its authorization URL), or, with
+a public URL, a newer one another replica started or finished (state, message, `replica`).
+The tokens go to the Location's grant store (the state directory; in a fleet the database,
+where every replica finds them), where the waiting server finds them (`bridges.mcp.oauth`).
+One login per server at a time. A grant store that cannot be used (fleet: `SIDECAR_GRANT_KEY`
+missing or another replica's) answers 503 `grant_store_unavailable` with the reason.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from bridges.mcp.oauth.callback import CallbackFailed, finish_login
 from bridges.mcp.oauth.records import grant_status
 from sidecar.grant_store import GrantStoreUnavailable
 from sidecar.pending_logins import PUBLIC_URL_ENV, LoginStateRejected
+from sidecar.replica import replica_id
 
 if TYPE_CHECKING:
     from sidecar.location import Location
@@ -82,9 +87,26 @@ class AuthApi:
         if config is None and record is None:
             return _not_found(server)
         report = grant_status(server, config, record, time.time())
-        running = self.logins.get(server)
-        report["login"] = running.to_json() if running is not None else None
+        report["login"] = await self._login(server)
         return JSONResponse({"server": server, **report})
+
+    async def _login(self, server: str) -> dict[str, Any] | None:
+        """The newest login of `server`: this replica's own (it holds the authorization URL),
+        unless the pending logins know a newer one (another replica's)."""
+        running = self.logins.get(server)
+        mine = None if running is None else {**running.to_json(), "replica": replica_id()}
+        callbacks = self.location.login_callbacks
+        if callbacks is None:
+            return mine
+        try:
+            newest = await callbacks.pending.latest(server, callbacks.finish_within)
+        except Exception as exc:  # the grant store answered: still show this replica's own
+            log.debug("[%s] pending logins unreadable: %s", server, type(exc).__name__)
+            return mine
+        if newest is None or (running is not None and (
+                running.state_key == newest.key or running.started_at >= newest.started_at)):
+            return mine
+        return newest.to_json()
 
     async def start_login(self, request: Request) -> Response:
         server = request.path_params["server"]
@@ -138,7 +160,8 @@ class AuthApi:
         else:
             try:
                 message = await finish_login(server, config, self.store, pending,
-                                             query["code"], query.get("iss"))
+                                             query["code"], query.get("iss"),
+                                             callbacks.exchange_timeout)
                 code, status = "authorized", 200
             except CallbackFailed as exc:
                 message, code, status = str(exc), "exchange_failed", 502

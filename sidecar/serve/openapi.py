@@ -191,7 +191,8 @@ def openapi_document() -> dict[str, Any]:
         }},
         "/v1/auth/{server}": {"get": {
             "summary": "A server's OAuth authorization (authorized, expiry, scopes, needs "
-                       "login, the command to run) and the state of a login started here",
+                       "login, the command to run) and the state of its newest login "
+                       "(`login`; with a public URL, also one another replica started)",
             "parameters": [_param("server", "path", {"type": "string"}, required=True)],
             "responses": {"200": _json(_OBJECT, "Authorization state"), **_errors(404, 503)},
         }},

@@ -47,6 +47,8 @@ class OAuthServer:
         self.met = anyio.Event()
         self.deny: str | None = None
         """An `error` code `/authorize` redirects back with instead of a code."""
+        self.token_gate: anyio.Event | None = None
+        """When set, `/token` records the grant asked for, then answers once the event is."""
         server = Server("protected", on_list_tools=self._list_tools, on_call_tool=self._call)
         self._mcp = server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True,
                                                json_response=True)
@@ -156,6 +158,8 @@ class OAuthServer:
         form = await request.form()
         grant = str(form.get("grant_type"))
         self.grants.append(grant)
+        if self.token_gate is not None:
+            await self.token_gate.wait()
         if grant == "authorization_code":
             challenge = self.codes.pop(str(form.get("code")), None)
             verifier = str(form.get("code_verifier", "")).encode()

@@ -2,7 +2,9 @@
 `sidecar.pending_logins`), run against `MemoryPendingLogins` and `PostgresPendingLogins` (on
 the session's real PostgreSQL, two stores on one database as two replicas): a state is
 taken once, by the server it was started for, before its expiry; otherwise the rejection
-names why (unknown, used, expired). The outcome one replica records is read by another. On
+names why (unknown, used, expired). The outcome one replica records is read by another; a
+login taken but never finished (its receiver stopped) reads as failed after `within`, naming
+the receiver; `latest` is the server's newest login as any replica sees it. On
 PostgreSQL the record is sealed with SIDECAR_GRANT_KEY (the verifier is not in the table, and
 the state is not either), two replicas taking one state at once get it once, and without the
 key nothing is added or taken."""
@@ -26,6 +28,7 @@ from sidecar.pending_logins import (
     state_key,
 )
 from sidecar.postgres_pending_logins import PostgresPendingLogins
+from sidecar.replica import replica_id
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio
@@ -80,12 +83,13 @@ async def rejected(store: PendingLogins, state: str, server: str = "cloud") -> s
 async def test_a_state_is_taken_once_by_any_replica(replicas: Replicas) -> None:
     state = secrets.token_urlsafe(32)
     await replicas.a.add(state, "cloud", RECORD, 60)
-    assert await replicas.b.outcome(state) is None
+    assert await replicas.b.outcome(state, 60) is None
     assert await replicas.b.take(state, "cloud") == RECORD
     assert await rejected(replicas.a, state) == "used_state"
     assert await rejected(replicas.b, state) == "used_state"
     await replicas.b.finish(state, "authorized", "cloud: authorized; tokens stored")
-    assert await replicas.a.outcome(state) == ("authorized", "cloud: authorized; tokens stored")
+    assert await replicas.a.outcome(state, 60) == (
+        "authorized", "cloud: authorized; tokens stored")
 
 
 async def test_unknown_expired_and_another_servers_states_are_refused(
@@ -99,6 +103,41 @@ async def test_unknown_expired_and_another_servers_states_are_refused(
     await replicas.expire(state)
     assert await rejected(replicas.b, state) == "expired_state"
     assert "expired" in str(await _why(replicas.b, state))
+
+
+async def test_a_login_taken_and_never_finished_fails_and_latest_shows_the_newest(
+    replicas: Replicas,
+) -> None:
+    state = secrets.token_urlsafe(32)
+    await replicas.a.add(state, "cloud", RECORD, 60)
+    waiting = await replicas.b.latest("cloud", 60)
+    assert waiting is not None and (waiting.key, waiting.state) == (state_key(state), "pending")
+    assert "waiting for the browser" in waiting.message and waiting.replica == replica_id()
+    assert waiting.to_json()["authorization_url"] is None  # only the starter holds it
+    assert await replicas.b.latest("other", 60) is None
+
+    await replicas.b.take(state, "cloud")  # ... and the receiver stops mid-exchange
+    assert await replicas.a.outcome(state, 60) is None  # still being finished
+    taken = await replicas.a.latest("cloud", 60)
+    assert taken is not None and taken.state == "pending" and "reached replica" in taken.message
+    await anyio.sleep(0.3)
+    failed = await replicas.a.outcome(state, 0.2)
+    assert failed is not None and failed[0] == "failed", failed
+    assert "did not finish the login" in failed[1] and replica_id() in failed[1], failed
+    assert (await replicas.b.latest("cloud", 0.2)).state == "failed"  # type: ignore[union-attr]
+    # a receiver that was only slow still records its outcome, and that is what is read
+    stored = ("authorized", "cloud: authorized; tokens stored")
+    await replicas.b.finish(state, *stored)
+    assert await replicas.a.outcome(state, 0.2) == stored
+
+    newer = secrets.token_urlsafe(32)
+    await replicas.b.add(newer, "cloud", RECORD, 60)
+    latest = await replicas.a.latest("cloud", 60)
+    assert latest is not None and (latest.key, latest.state) == (state_key(newer), "pending")
+    await replicas.expire(newer)
+    expired = await replicas.a.latest("cloud", 60)
+    assert expired is not None and expired.state == "failed", expired
+    assert "did not come back" in expired.message
 
 
 async def _why(store: PendingLogins, state: str) -> LoginStateRejected:

@@ -88,11 +88,12 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @asynccontextmanager
-async def replicas(tmp_path: Path, token: str, envs: dict[str, tuple[dict[str, str], int]]
+async def replicas(tmp_path: Path, token: str, envs: dict[str, tuple[dict[str, str], int]],
+                   processes: dict[str, subprocess.Popen[bytes]] | None = None,
                    ) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
     """`sidecar serve` replicas started at once (name -> its environment and port, 0: any),
     a client for each with the bearer token; their logs printed when the body fails; all
-    stopped at the end."""
+    stopped at the end. `processes`, when given, gets each replica's process (to kill one)."""
     started: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
 
     async def start_one(name: str, env: dict[str, str], port: int) -> None:
@@ -106,6 +107,8 @@ async def replicas(tmp_path: Path, token: str, envs: dict[str, tuple[dict[str, s
         clients = {name: httpx.AsyncClient(
             base_url=url, timeout=30, headers={"authorization": f"Bearer {token}"})
             for name, (_, url) in started.items()}
+        if processes is not None:
+            processes.update({name: proc for name, (proc, _) in started.items()})
         try:
             yield clients
         except BaseException:

@@ -12,13 +12,16 @@ same redirect again (used), a made-up state (unknown), none (missing), a state p
 (expired), each 400 naming it and exchanging nothing; an `error=` from the authorization
 server is 400 naming it and the login that started it reports it. Neither replica's log holds
 the code or the state. Then the same through a real HAProxy in front of both replicas, with
-the gateway's public name as the public URL."""
+the gateway's public name as the public URL. B shows A's login while it waits and once it
+ended. A token endpoint that does not answer, or a receiving replica killed mid-exchange, fails
+the login within the exchange bound (`SIDECAR_LOGIN_EXCHANGE_TIMEOUT`)."""
 
 from __future__ import annotations
 
 import base64
 import os
 import secrets
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -45,9 +48,10 @@ pytestmark = [pytest.mark.anyio,
 
 @asynccontextmanager
 async def fleet(postgres_server: PostgresServer, tmp_path: Path, public_url: str,
-                port_b: int = 0) -> AsyncIterator[Fleet]:
-    """Replicas A and B (B on `port_b`) on one database, both with `public_url`, in front of
-    the OAuth-protected server; their logs are printed when the body fails."""
+                port_b: int = 0, extra: dict[str, str] | None = None) -> AsyncIterator[Fleet]:
+    """Replicas A and B (B on `port_b`) on one database, both with `public_url` (and `extra`
+    in their environment), in front of the OAuth-protected server; their logs are printed when
+    the body fails."""
     protected = OAuthServer()
     dsn = await postgres_server.new_database()
     token = secrets.token_urlsafe(32)
@@ -57,10 +61,11 @@ async def fleet(postgres_server: PostgresServer, tmp_path: Path, public_url: str
         common = {"SIDECAR_MANIFESTS": str(manifests), "SIDECAR_DATABASE_URL": dsn,
                   "SIDECAR_TOKEN": token,
                   "SIDECAR_GRANT_KEY": base64.b64encode(os.urandom(32)).decode(),
-                  "SIDECAR_PUBLIC_URL": public_url}
-        async with replicas(tmp_path, token,
-                            {"a": (common, 0), "b": (common, port_b)}) as clients:
-            yield Fleet(protected, clients["a"], clients["b"], dsn, token)
+                  "SIDECAR_PUBLIC_URL": public_url, **(extra or {})}
+        processes: dict[str, subprocess.Popen[bytes]] = {}
+        async with replicas(tmp_path, token, {"a": (common, 0), "b": (common, port_b)},
+                            processes) as clients:
+            yield Fleet(protected, clients["a"], clients["b"], dsn, token, processes)
 
 
 @dataclass
@@ -70,6 +75,7 @@ class Fleet:
     b: httpx.AsyncClient
     dsn: str
     token: str
+    processes: dict[str, subprocess.Popen[bytes]]
 
 
 async def test_a_login_started_on_a_completes_on_b_and_bad_states_are_refused(
@@ -146,6 +152,58 @@ async def test_a_login_finished_elsewhere_is_never_joined(
         assert called["status"] == "completed", called
 
 
+async def test_a_slow_token_endpoint_or_a_receiver_that_dies_mid_exchange_fails_the_login(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """With `SIDECAR_LOGIN_EXCHANGE_TIMEOUT=1`: a token endpoint that never answers is a 502
+    on the page after 1 s, and the login on A fails with it; a receiving replica killed (-9)
+    while it waits on the token endpoint fails the login on A within twice the timeout (not
+    the 5 minutes of the state), naming that replica."""
+    port_b = free_port()
+    async with fleet(postgres_server, tmp_path, f"http://127.0.0.1:{port_b}/", port_b,
+                     {"SIDECAR_LOGIN_EXCHANGE_TIMEOUT": "1"}) as f:
+        f.protected.token_gate = gate = anyio.Event()
+        try:
+            begun = await f.a.post("/v1/auth/cloud/login")
+            assert begun.status_code == 202, begun.text
+            landed = await browse(begun.json()["authorization_url"])
+            assert (landed.status_code, landed.headers["sidecar-login"]) == (
+                502, "exchange_failed"), landed.text
+            assert "did not answer within 1 s" in landed.text
+            failed = await until(lambda: _login_ended(f.a), "A's login reporting the 502")
+            assert failed["state"] == "failed" and "within 1 s" in failed["message"], failed
+
+            begun = await f.a.post("/v1/auth/cloud/login")
+            assert begun.status_code == 202, begun.text
+            asked = len(f.protected.grants)
+            async with httpx.AsyncClient(timeout=30) as browser:
+                back = (await browser.get(begun.json()["authorization_url"])).headers["location"]
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_quietly, browser.get(back))  # B takes it, asks for tokens
+                    await until(lambda: _true(len(f.protected.grants) > asked),
+                                "B at the token endpoint")
+                    f.processes["b"].kill()
+                    await anyio.to_thread.run_sync(f.processes["b"].wait)
+            ended = await until(lambda: _login_ended(f.a), "A's login failing, B gone")
+            assert ended["state"] == "failed", ended
+            assert "replica-b" in ended["message"] and "did not finish" in ended["message"]
+            assert ended == (await f.a.get("/v1/auth/cloud")).json()["login"]
+        finally:
+            gate.set()
+
+
+async def _quietly(request: Any) -> None:
+    """A request whose end does not matter (its server is about to die)."""
+    try:
+        await request
+    except httpx.HTTPError:
+        pass
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
 async def _ready(client: httpx.AsyncClient) -> bool:
     return bool((await client.get("/v1/health")).json()["servers"]["cloud"]["state"] == "ready")
 
@@ -182,6 +240,11 @@ async def _scenario(protected: OAuthServer, clients: dict[str, httpx.AsyncClient
     authorize = begun.json()["authorization_url"]
     asked = parse_qs(urlsplit(authorize).query)
     assert asked["redirect_uri"] == [f"{public}/v1/auth/cloud/callback"]
+    # B did not start it and has no URL to show, but knows the login is waiting, and where
+    on_b = (await b.get("/v1/auth/cloud")).json()["login"]
+    assert (on_b["state"], on_b["replica"], on_b["authorization_url"]) == (
+        "pending", "replica-a", None), on_b
+    assert (await a.get("/v1/auth/cloud")).json()["login"]["authorization_url"] == authorize
     landed = await browse(authorize)
     assert landed.status_code == 200, landed.text
     assert landed.headers["sidecar-replica"] == "replica-b"
@@ -197,6 +260,8 @@ async def _scenario(protected: OAuthServer, clients: dict[str, httpx.AsyncClient
 
     login = await until(lambda: _login_ended(a), "A's login reporting its end")
     assert login["state"] == "authorized", login
+    on_b = (await b.get("/v1/auth/cloud")).json()["login"]
+    assert (on_b["state"], on_b["replica"]) == ("authorized", "replica-a"), on_b
     called = await call_whoami(a, "whoami-a-1")
     assert called["status"] == "completed", called
     assert called["content"][0]["text"] == "authorized"

@@ -7,8 +7,8 @@ login redirects to `https://gateway.test/sidecar/v1/auth/cloud/callback`, which 
 reaches without a bearer token; the public Host is allowed, another is not; the server becomes
 ready, and the same redirect again is refused as used. Without it, nothing
 changes: the login redirects to a loopback listener (`http://127.0.0.1:PORT/callback`) and
-the callback route answers 404 `not_configured`. A malformed public URL stops `serve` with one
-line naming the variable."""
+the callback route answers 404 `not_configured`. A malformed public URL or exchange timeout
+stops `serve` with one line naming the variable."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import anyio
 import httpx
 import pytest
 
-from sidecar.pending_logins import public_url_from_env
+from sidecar.pending_logins import exchange_timeout_from_env, public_url_from_env
 from tests.bridges.helpers import free_port
 from tests.bridges.oauth_server import OAuthServer
 from tests.fleet.test_replica_grants import SIDECAR, start, stop, until
@@ -103,15 +103,32 @@ async def _loopback_as_before(base: str, token: str) -> None:
         assert (loopback.hostname, loopback.path) == ("127.0.0.1", "/callback")
 
 
-def test_a_malformed_public_url_stops_serve_with_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("variable", "value", "said"), [
+    ("SIDECAR_PUBLIC_URL", "gateway.example",
+     "SIDECAR_PUBLIC_URL='gateway.example' is not an absolute http(s) URL"),
+    ("SIDECAR_LOGIN_EXCHANGE_TIMEOUT", "soon",
+     "SIDECAR_LOGIN_EXCHANGE_TIMEOUT='soon' is not a number of seconds in (0, 3600]"),
+])
+def test_a_malformed_login_setting_stops_serve_with_one_line(
+    tmp_path: Path, variable: str, value: str, said: str
+) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
-    env.update(SIDECAR_STATE_DIR=str(tmp_path / "state"), SIDECAR_PUBLIC_URL="gateway.example",
-               SIDECAR_TOKEN=secrets.token_urlsafe(32))
+    env.update(SIDECAR_STATE_DIR=str(tmp_path / "state"), SIDECAR_TOKEN=secrets.token_urlsafe(32),
+               SIDECAR_PUBLIC_URL="https://gateway.example")
+    env[variable] = value
     run = subprocess.run([*SIDECAR, "serve", "--port", "0"], env=env, capture_output=True,
                          text=True, timeout=60, check=False)
     assert run.returncode == 6, run.stderr
-    assert "SIDECAR_PUBLIC_URL='gateway.example' is not an absolute http(s) URL" in run.stderr
+    assert said in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_the_exchange_timeout_setting() -> None:
+    assert exchange_timeout_from_env({}) == 30.0
+    assert exchange_timeout_from_env({"SIDECAR_LOGIN_EXCHANGE_TIMEOUT": " 2.5 "}) == 2.5
+    for bad in ("0", "-1", "nan", "inf", "3601", "soon"):
+        with pytest.raises(ValueError, match="SIDECAR_LOGIN_EXCHANGE_TIMEOUT"):
+            exchange_timeout_from_env({"SIDECAR_LOGIN_EXCHANGE_TIMEOUT": bad})
 
 
 def test_the_public_url_setting() -> None:

@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 from bridges.manifest import ServerConfig
 from bridges.mcp.oauth.login import login
 from sidecar.grant_store import GrantStore
-from sidecar.pending_logins import LoginCallbacks
+from sidecar.pending_logins import LoginCallbacks, state_key
 
 URL_WAIT = 30.0
 """How long `begin` waits for discovery and registration to give the URL."""
@@ -43,6 +43,15 @@ class LoginAttempt:
     def to_json(self) -> dict[str, Any]:
         return {"state": self.state, "authorization_url": self.authorization_url,
                 "message": self.message, "started_at": self.started_at}
+
+    @property
+    def state_key(self) -> str | None:
+        """The key its pending login is kept under (`pending_logins.state_key`), once the
+        authorization URL (which carries the OAuth state) is known."""
+        if self.authorization_url is None:
+            return None
+        states = parse_qs(urlsplit(self.authorization_url).query).get("state") or []
+        return state_key(states[0]) if states else None
 
     async def finished(self, within: float) -> bool:
         """Wait up to `within` seconds for the login to end; whether it did."""
@@ -108,7 +117,8 @@ class Logins:
         if self.callbacks is None or attempt.authorization_url is None:
             return False
         states = parse_qs(urlsplit(attempt.authorization_url).query).get("state") or []
-        return bool(states) and await self.callbacks.pending.outcome(states[0]) is not None
+        return bool(states) and await self.callbacks.pending.outcome(
+            states[0], self.callbacks.finish_within) is not None
 
     async def aclose(self) -> None:
         running = list(self._tasks)

@@ -51,7 +51,6 @@ from sidecar.replica import replica_id
 
 OUTCOME_POLL = 0.5
 """How often the starting replica looks for the login's outcome."""
-EXCHANGE_TIMEOUT = 30.0
 
 
 class CallbackFailed(Exception):
@@ -68,6 +67,9 @@ class PublicRedirect:
     """The canonical resource URL the grant is bound to."""
     pending: PendingLogins
     ttl: float
+    finish_within: float
+    """How long after its redirect was taken the login may go without an outcome (the
+    receiving replica stopped mid-exchange): then it fails, naming that replica."""
     outcome: tuple[str, str] | None = None
 
     def interactive(self, redirect_uri: str,
@@ -116,7 +118,7 @@ class PublicRedirect:
         with waiting_on_a_person():  # as the SDK's step: a request's clock stops meanwhile
             await context.redirect_handler(f"{endpoint}?{urlencode(params)}")
             while True:  # another replica may finish it: its outcome is in the pending logins
-                outcome = await self.pending.outcome(state)
+                outcome = await self.pending.outcome(state, self.finish_within)
                 if outcome is not None:
                     break
                 await anyio.sleep(OUTCOME_POLL)
@@ -135,9 +137,11 @@ def _dump(model: Any) -> Any:
 
 
 async def finish_login(server: str, config: ServerConfig, store: GrantStore,
-                       record: dict[str, Any], code: str, iss: str | None) -> str:
+                       record: dict[str, Any], code: str, iss: str | None,
+                       exchange_timeout: float) -> str:
     """Exchange `code` for the login `record` describes and store the tokens; the sentence to
-    show. `CallbackFailed` with the reason (never the code) otherwise."""
+    show. `CallbackFailed` with the reason (never the code) otherwise, also when the token
+    endpoint has not answered within `exchange_timeout` seconds (the whole exchange)."""
     assert config.url is not None
     if record.get("resource") != canonical_resource(config.url):
         raise CallbackFailed(f"the login of {server!r} was started for another URL of the "
@@ -165,9 +169,13 @@ async def finish_login(server: str, config: ServerConfig, store: GrantStore,
         validate_authorization_response_iss(iss, metadata)  # RFC 9207
         request = await provider._exchange_token_authorization_code(
             code, str(record["code_verifier"]))
-        async with httpx2.AsyncClient(timeout=EXCHANGE_TIMEOUT) as http:
-            response = await http.send(request)
-            await response.aread()
+        with anyio.fail_after(exchange_timeout):
+            async with httpx2.AsyncClient(timeout=exchange_timeout) as http:
+                response = await http.send(request)
+                await response.aread()
+    except TimeoutError:
+        raise CallbackFailed(f"{server}: the token endpoint did not answer within "
+                             f"{exchange_timeout:g} s") from None
     except OAuthFlowError as exc:
         raise CallbackFailed(f"{server}: {exc}") from None
     except httpx2.HTTPError as exc:

@@ -160,7 +160,7 @@ async def login(
         settings.redirect_uri or settings.callback_port
     ):
         public = PublicRedirect(server, canonical_resource(config.url), callbacks.pending,
-                                patience)
+                                patience, callbacks.finish_within)
     async with contextlib.AsyncExitStack() as stack:
         interactive = None
         if public is not None:
