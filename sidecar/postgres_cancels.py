@@ -166,6 +166,9 @@ class PostgresCancels:
             except _FAILURES as exc:
                 log.warning("reading the cancel requests for this replica failed (retrying "
                             "in %g s): %s", self._poll_interval, exc)
+            except Exception:  # never ends the loop: other replicas' cancels wait on it
+                log.exception("reading the cancel requests for this replica failed "
+                              "unexpectedly (retrying in %g s)", self._poll_interval)
 
     async def _serve_open(self, *, sweep: bool) -> None:
         rows = await self._pool.fetch(_OPEN, self.replica, self._location)

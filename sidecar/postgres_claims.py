@@ -505,6 +505,9 @@ class PostgresClaims:
             except _DB_ERRORS as exc:
                 log.warning("renewing this replica's claims failed (retrying in %g s): %s",
                             self.ttl / 3, exc)
+            except Exception:  # never ends the renewal: the running calls' claims need it
+                log.exception("renewing this replica's claims failed unexpectedly (retrying "
+                              "in %g s)", self.ttl / 3)
 
     async def aclose(self) -> None:
         if self._renewer is not None:

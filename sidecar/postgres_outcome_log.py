@@ -317,6 +317,9 @@ class PostgresOutcomeLog:
             except OutcomeLogError as exc:
                 log.warning("pruning the outcome log failed (retrying in %ss): %s", interval,
                             exc)
+            except Exception:  # never ends the pruning: the log would grow without bound
+                log.exception("pruning the outcome log failed unexpectedly (retrying in %ss)",
+                              interval)
             await asyncio.sleep(interval)
 
     async def stats(self) -> OutcomeLogStats:

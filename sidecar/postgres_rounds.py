@@ -348,6 +348,9 @@ class PostgresRounds:
                 await self._carried.run(self._refresh(prune=polls % PRUNE_EVERY == 0))
             except _FAILURES as exc:
                 log.warning("refreshing this replica's paused calls failed (retrying): %s", exc)
+            except Exception:  # never ends the poll: paused calls and resumes depend on it
+                log.exception("refreshing this replica's paused calls failed unexpectedly "
+                              "(retrying)")
 
     async def _refresh(self, *, prune: bool) -> None:
         if self._listens and self._listening.lost:

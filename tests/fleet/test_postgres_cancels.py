@@ -14,7 +14,7 @@ import pytest
 
 from sidecar.postgres import open_pool
 from sidecar.postgres_cancels import PostgresCancels
-from tests.fleet.postgres import PostgresServer
+from tests.fleet.postgres import FailsOnce, PostgresServer
 
 pytestmark = pytest.mark.anyio
 
@@ -76,6 +76,19 @@ async def test_lost_notifications_are_made_up_for_by_polling(fleet: Fleet) -> No
     await a.cancels._listening.stop()  # a hears no NOTIFY: it finds the request by polling
     assert await b.cancels.request("c1", "a", wait=30) == "cancelling"
     assert a.asked == ["c1"]
+
+
+async def test_the_poll_outlives_an_error_of_its_statement(
+    fleet: Fleet, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A's loop reading its cancel requests meets an unforeseen error: it logs it and goes
+    on, and B's request is answered (a dead loop would leave every request to A unanswered)."""
+    a, b = await fleet.replica("a"), await fleet.replica("b")
+    a.running.add("c1")
+    a.cancels._pool = FailsOnce(a.cancels._pool, RuntimeError("unforeseen"))
+    assert await b.cancels.request("c1", "a", wait=30) == "cancelling"
+    assert a.cancels._pool.spent and a.asked == ["c1"]
+    assert "reading the cancel requests for this replica failed" in caplog.text
 
 
 async def test_a_request_nobody_answers_ends_after_its_wait(fleet: Fleet) -> None:

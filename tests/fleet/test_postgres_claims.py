@@ -4,6 +4,7 @@ database stand for two replicas (tests/fleet/postgres.py)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from sidecar.postgres_claims import CHANNEL, claim_key
 from sidecar.postgres_outcome_log import PostgresOutcomeLog
 from sidecar.seam import Seam
 from sidecar.tool import ToolContext
-from tests.fleet.postgres import PostgresServer
+from tests.fleet.postgres import INTERNAL_CLIENT_ERROR, FailsOnce, PostgresServer
 
 pytestmark = pytest.mark.anyio
 
@@ -165,6 +166,30 @@ async def test_live_claims_are_renewed(dsn: str) -> None:
     finally:
         await a.aclose()
     assert await claim_rows(dsn) == []  # closing releases the claims of calls still running
+
+
+@pytest.mark.parametrize("error", [INTERNAL_CLIENT_ERROR, RuntimeError("unforeseen")],
+                         ids=["InternalClientError", "RuntimeError"])
+async def test_the_renewal_outlives_an_error_of_its_statement(
+    dsn: str, error: Exception, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A renewal that dies stops renewing every running call's claim, silently, and another
+    replica would run those calls again once they expire: it logs the error and goes on."""
+    a = await PostgresOutcomeLog.open(dsn, replica="a", claim_ttl=0.6)
+    try:
+        assert await a.claim("loc", "c1", "fp") is None
+        a.claims._pool = failing = FailsOnce(a.claims._pool, error)
+        deadline = time.monotonic() + 30
+        while not failing.spent:
+            assert time.monotonic() < deadline, "the renewal never ran"
+            await asyncio.sleep(0.02)
+        [after_error] = await claim_rows(dsn)
+        while (await claim_rows(dsn))[0]["expires_at"] == after_error["expires_at"]:
+            assert time.monotonic() < deadline, "no renewal after the error"
+            await asyncio.sleep(0.05)
+        assert "renewing this replica's claims failed" in caplog.text
+    finally:
+        await a.aclose()
 
 
 async def test_the_same_call_on_both_replicas_runs_once(

@@ -17,7 +17,7 @@ from sidecar.postgres import open_pool
 from sidecar.postgres_rounds import PostgresRounds
 from sidecar.replica import replica_id
 from sidecar.shared_rounds import Relay, RoundHolderGone, RoundUnknown
-from tests.fleet.postgres import PostgresServer
+from tests.fleet.postgres import FailsOnce, PostgresServer
 
 pytestmark = [pytest.mark.anyio,
               pytest.mark.parametrize("anyio_backend", [("asyncio", {"use_uvloop": False})])]
@@ -185,6 +185,25 @@ async def test_answers_are_found_by_polling_when_notifications_are_lost(pair: Pa
 
     await pair.a.held("k9", "req", resume, 60)
     assert await asyncio.wait_for(pair.b.resume("k9", "req", {}), 30) == "polled"
+
+
+async def test_the_poll_outlives_an_error_of_its_statement(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The holder's poll meets an unforeseen error (nobody listens: the poll is all there
+    is): it logs it and goes on, and the resume through B still gets A's answer."""
+    for rounds in (pair.a, pair.b):
+        await rounds._start()
+        await rounds._listening.stop()
+
+    async def resume(responses: Any, relay: Relay) -> Any:
+        return "polled"
+
+    await pair.a.held("k10", "req", resume, 60)
+    pair.a._pool = failing = FailsOnce(pair.a._pool, RuntimeError("unforeseen"))
+    assert await asyncio.wait_for(pair.b.resume("k10", "req", {}), 30) == "polled"
+    assert failing.spent
+    assert "refreshing this replica's paused calls failed" in caplog.text
 
 
 async def notes_rows(pair: Pair) -> int:
