@@ -10,8 +10,10 @@ with any given key (named by key id; left as it is, exit 1), or gone (forgotten 
 while rekey ran: skipped). `--check` changes nothing and
 exits 1 while a record is not under the first key. The embedded stores (state directory file,
 OS keyring) are not sealed with `SIDECAR_GRANT_KEY`: there `rekey` says so and exits 2.
-Pending logins (`sidecar_pending_logins`) are not re-sealed: they last
-`PENDING_LOGIN_SECONDS`. No key and no record is ever printed.
+Then the logins waiting for their browser's redirect (`sidecar_pending_logins`, when the
+replicas have a public URL) are sealed again with the first key too, counted in one line
+(`pending logins: ...`); one no key opens cannot be finished and expires within
+`PENDING_LOGIN_SECONDS` (reported, not a failure). No key and no record is ever printed.
 """
 
 from __future__ import annotations
@@ -70,6 +72,17 @@ async def rekey(args: argparse.Namespace, store: GrantStore) -> int:
                             database_url()), file=sys.stderr)
             return EXIT_DATABASE
         results.append(found)  # "gone": forgotten (logout) meanwhile, nothing to seal
+    try:
+        waiting = await store.reseal_pending_logins(check=args.check)
+    except Exception as exc:
+        failure = database_failure(exc)
+        if failure is None:
+            raise
+        print(scrubbed(f"sidecar auth rekey: the fleet database {database_of(database_url())} "
+                        f"failed at the pending logins (every grant done; run it again): "
+                        f"{type(failure).__name__}: {failure}", database_url()),
+              file=sys.stderr)
+        return EXIT_DATABASE
     counts: Counter[str] = Counter(r.outcome for r in results)
     if args.json:
         print(json.dumps({
@@ -77,10 +90,10 @@ async def rekey(args: argparse.Namespace, store: GrantStore) -> int:
             "grants": {r.server: {"outcome": r.outcome, "key_id": r.key_id,
                                   **({"reason": r.reason} if r.reason else {})}
                        for r in results},
-            "counts": dict(counts)}, indent=2))
+            "counts": dict(counts), "pending_logins": dict(waiting)}, indent=2))
     else:
-        _print(keys.ids, results, counts)
-    failed = counts["unopenable"] + (counts["stale"] if args.check else 0)
+        _print(keys.ids, results, counts, waiting)
+    failed = counts["unopenable"] + (counts["stale"] + waiting["stale"] if args.check else 0)
     if counts["unopenable"]:
         names = ", ".join(r.server for r in results if r.outcome == "unopenable")
         print(f"sidecar auth rekey: no key of {GRANT_KEY_ENV} opens the grant of {names}: "
@@ -88,7 +101,8 @@ async def rekey(args: argparse.Namespace, store: GrantStore) -> int:
     return 1 if failed else 0
 
 
-def _print(ids: tuple[str, ...], results: list[Resealed], counts: Counter[str]) -> None:
+def _print(ids: tuple[str, ...], results: list[Resealed], counts: Counter[str],
+           waiting: Counter[str]) -> None:
     print(f"first key of {GRANT_KEY_ENV}: key id {ids[0]} ({len(ids)} "
           f"key{'s' if len(ids) > 1 else ''} given)")
     for r in results:
@@ -103,12 +117,16 @@ def _print(ids: tuple[str, ...], results: list[Resealed], counts: Counter[str]) 
     total = len(results)
     summary = ", ".join(f"{counts[k]} {_COUNTED[k]}" for k in _COUNTED if counts[k])
     print(f"{total} grant{'' if total == 1 else 's'}" + (f": {summary}" if summary else ""))
-    if counts["stale"]:
+    if waiting:
+        said = ", ".join(f"{waiting[k]} {_COUNTED[k]}" for k in _COUNTED if waiting[k])
+        print(f"pending logins (waiting for the browser): {said}" + (
+            f" (those cannot be finished: they expire within {PENDING_LOGIN_SECONDS:g} s)"
+            if waiting["unopenable"] else ""))
+    if counts["stale"] or waiting["stale"]:
         print("run `sidecar auth rekey` without --check to re-seal them")
     elif not counts["unopenable"]:
         print(f"every grant is under key id {ids[0]}: the other keys can be dropped from "
-              f"{GRANT_KEY_ENV} once every replica seals with this one (and has for "
-              f"{PENDING_LOGIN_SECONDS:g} s, the longest a pending login lasts)")
+              f"{GRANT_KEY_ENV} once every replica seals with this one")
 
 
 def _embedded(store: GrantStore) -> str:

@@ -90,8 +90,10 @@ async def grant_store_of(state: Path) -> AsyncIterator[GrantStore]:
         yield open_grant_store(state)
         return
     from sidecar.postgres_grants import PostgresGrantStore
+    from sidecar.postgres_pending_logins import PostgresPendingLogins
 
     grants = await PostgresGrantStore.open(database_url)
+    grants.waiting_logins = functools.partial(PostgresPendingLogins.if_kept, database_url)
     try:
         yield grants
     finally:

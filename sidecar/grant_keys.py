@@ -35,6 +35,8 @@ from sidecar.grant_store import GrantRecord, GrantStore, GrantStoreUnavailable
 from sidecar.postgres import PostgresStore
 
 if TYPE_CHECKING:
+    from collections import Counter
+
     import asyncpg
 
 GRANT_KEY_ENV = "SIDECAR_GRANT_KEY"
@@ -175,6 +177,25 @@ class SealedGrantStore(GrantStore, Protocol):
         as `update` (so a concurrent change is never lost); `check`: only say what would be
         done. A record no key opens is left as it is (`unopenable`)."""
         ...
+
+    async def reseal_pending_logins(self, *, check: bool = False) -> Counter[str]:
+        """The same for the logins waiting for their browser's redirect (sealed with the same
+        keys, `WaitingLogins`): counts by outcome."""
+        ...
+
+
+class WaitingLogins(Protocol):
+    """The fleet's logins waiting for their browser's redirect, sealed with the grants' keys
+    (`sidecar.postgres_pending_logins`), as `sidecar auth rekey` re-seals them."""
+
+    keys: GrantKeys | None
+
+    async def reseal_waiting(self, *, check: bool = False) -> Counter[str]:
+        """Seal each waiting login again with the first key; counts by outcome (`resealed`,
+        `current`, `unopenable`; with `check`, which writes nothing, `stale`)."""
+        ...
+
+    async def aclose(self) -> None: ...
 
 
 def why_unopenable(keys: GrantKeys, kid: str) -> str:

@@ -23,21 +23,20 @@ for a grant that is never refreshed. Table `sidecar_grants`, component `grants` 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from sidecar.grant_keys import (
     GrantSealError,
     Resealed,
     SealedPostgresStore,
+    WaitingLogins,
     why_unopenable,
 )
 from sidecar.grant_store import LOCK_POLL, GrantRecord
 from sidecar.postgres import LOCK_GRANT_REFRESH, LOCK_GRANT_UPDATE
-
-if TYPE_CHECKING:
-    pass
 
 
 class PostgresGrantStore(SealedPostgresStore):
@@ -45,6 +44,10 @@ class PostgresGrantStore(SealedPostgresStore):
     pool, or `.open(dsn)` with a pool of its own (the CLI). The keys come from
     `SIDECAR_GRANT_KEY` (`GrantKeyInvalid` at open when it is malformed); `keys` may be set
     afterwards."""
+
+    waiting_logins: Callable[[], Awaitable[WaitingLogins | None]] | None = None
+    """Opens the fleet's logins waiting for their redirect, for `reseal_pending_logins` (the
+    composition root sets it for `sidecar auth`; None: there are none to re-seal)."""
 
     COMPONENT = "grants"
     SCHEMA_VERSION = 1
@@ -86,6 +89,16 @@ CREATE TABLE sidecar_grants (
                 "ON CONFLICT (server) DO UPDATE SET key_id = EXCLUDED.key_id, "
                 "sealed = EXCLUDED.sealed, updated_at = now()", server, kid, sealed)
             return new
+
+    async def reseal_pending_logins(self, *, check: bool = False) -> Counter[str]:
+        waiting = None if self.waiting_logins is None else await self.waiting_logins()
+        if waiting is None:
+            return Counter()
+        try:
+            waiting.keys = self.keys
+            return await waiting.reseal_waiting(check=check)
+        finally:
+            await waiting.aclose()
 
     async def reseal(self, server: str, *, check: bool = False) -> Resealed:
         keys = self._keys()

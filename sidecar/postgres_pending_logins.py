@@ -9,11 +9,13 @@ no secret). `outcome` and `latest` judge a row by the database's clock (`pending
 `take` marks the row used (and drops the sealed secrets) in the statement that
 reads it, so a state works once even when two replicas get the same redirect. Rows expired an
 hour ago are deleted by the next `add`. Without the key, `add` and `take` raise
-`GrantKeyMissing` naming it.
+`GrantKeyMissing` naming it. `reseal_waiting` seals the logins still waiting for their
+redirect with the first key again (`sidecar auth rekey`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, ClassVar
 
 from sidecar.grant_keys import GrantSealError, SealedPostgresStore
@@ -26,6 +28,7 @@ from sidecar.pending_logins import (
     seen,
     state_key,
 )
+from sidecar.postgres import open_pool
 from sidecar.replica import replica_id
 
 _TAKE = """
@@ -101,6 +104,51 @@ CREATE INDEX sidecar_pending_logins_expiry ON sidecar_pending_logins (expires_at
             raise GrantStoreUnavailable(
                 f"the pending login of {server!r} was sealed with another SIDECAR_GRANT_KEY "
                 f"(key id {row['key_id']}): give every replica the same key") from None
+
+    @classmethod
+    async def if_kept(cls, dsn: str) -> PostgresPendingLogins | None:
+        """The pending logins of a database whose replicas keep them (a public URL made the
+        table), on a connection of their own; else None: nothing is created here."""
+        pool = await open_pool(dsn, min_size=1, max_size=1)
+        try:
+            async with pool.acquire() as conn:
+                table = await conn.fetchval("SELECT to_regclass('sidecar_pending_logins')")
+            if table is not None:
+                return await cls.on_pool(pool, owns_pool=True)
+        except BaseException:
+            await pool.close()
+            raise
+        await pool.close()
+        return None
+
+    async def reseal_waiting(self, *, check: bool = False) -> Counter[str]:
+        """Seal every login still waiting for its redirect (its record not taken, not
+        expired) with the first key again, in one transaction that holds their rows (a
+        `take` meanwhile waits, then opens the new seal). Counts by outcome, as for the
+        grants: `resealed`, `current`, `unopenable` (no given key opens it: it cannot be
+        finished and expires), or with `check`, which writes nothing, `stale`."""
+        keys = self._keys()
+        counts: Counter[str] = Counter()
+        async with self._pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(
+                "SELECT key, key_id, sealed FROM sidecar_pending_logins WHERE sealed IS NOT "
+                "NULL AND used_at IS NULL AND expires_at > now() ORDER BY key"
+                + ("" if check else " FOR UPDATE"))
+            for row in rows:
+                was, bound = row["key_id"], _bound(row["key"])
+                try:
+                    record = keys.open(bound, was, bytes(row["sealed"]))
+                except GrantSealError:
+                    counts["unopenable"] += 1
+                    continue
+                if was == keys.ids[0] or check:
+                    counts["current" if was == keys.ids[0] else "stale"] += 1
+                    continue
+                kid, sealed = keys.seal(bound, record)
+                await conn.execute("UPDATE sidecar_pending_logins SET key_id = $2, sealed = $3 "
+                                   "WHERE key = $1", row["key"], kid, sealed)
+                counts["resealed"] += 1
+        return counts
 
     async def finish(self, state: str, outcome: str, message: str) -> None:
         async with self._pool.acquire() as conn:

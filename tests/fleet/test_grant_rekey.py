@@ -1,11 +1,13 @@
 """`sidecar auth rekey` against the real PostgreSQL server, run as a real process: records
 sealed with an old key are sealed again with the first key of `SIDECAR_GRANT_KEY` and then open
 with the new key alone; a record no key opens is reported by key id and left as it is (exit 1);
-`--check` changes nothing; a writer changing a grant while rekey runs loses nothing (rekey waits
-for the per-server change lock a replica holds, then seals what that replica wrote); a connection
-cut midway is one line and exit 6, keeps what was done, and a second run finishes; a grant
-forgotten (logout) while rekey waits for it is reported as gone and skipped (exit 0); without a
-database rekey says there is nothing to rekey. No key and no token is ever printed."""
+`--check` changes nothing; the logins waiting for their browser's redirect are re-sealed too
+(one no key opens is reported, not a failure); a writer changing a grant while rekey runs loses
+nothing (rekey waits for the per-server change lock a replica holds, then seals what that
+replica wrote); a connection cut midway is one line and exit 6, keeps what was done, and a
+second run finishes; a grant forgotten (logout) while rekey waits for it is reported as gone
+and skipped (exit 0); without a database rekey says there is nothing to rekey. No key and no
+token is ever printed."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from sidecar.grant_store import GrantRecord
 from sidecar.local_door import database_of
 from sidecar.postgres import LOCK_GRANT_UPDATE
 from sidecar.postgres_grants import PostgresGrantStore
+from sidecar.postgres_pending_logins import PostgresPendingLogins
 from tests.fleet.postgres import PostgresServer
 
 # Every test runs the CLI as a process: one event loop flavour is enough.
@@ -118,11 +121,21 @@ async def test_old_records_are_resealed_and_one_no_key_opens_is_left(
                            "get_byte(sealed, 20) # 1) WHERE server = 'changed'")
     finally:
         await conn.close()
+    # two logins waiting for their browser's redirect: one under the old key, one under a key
+    # not given (it cannot be finished; reported, not a failure)
+    waiting_state, lost_state = "state-" + "w" * 40, "state-" + "l" * 40
+    for state, key in ((waiting_state, old), (lost_state, lost)):
+        pending = await PostgresPendingLogins.open(dsn)
+        pending.keys = GrantKeys.parse(key)
+        await pending.add(state, "alpha", {"code_verifier": "secret-verifier"}, 300)
+        await pending.aclose()
     env = cli_env(tmp_path, f"{new},{old}")
     untouched = await rows(dsn)
 
     code, out, err = await rekey(env, "--check", "--store", dsn)
     assert code == 1, err
+    assert ("pending logins (waiting for the browser): 1 to re-seal, 1 cannot be opened "
+            "(those cannot be finished: they expire within 300 s)") in out
     assert f"alpha: needs rekey (under key id {kid(old)})" in out
     assert "gamma: already under the first key" in out
     assert f"lost: cannot be opened, left as it is: sealed with key id {kid(lost)}, " \
@@ -138,6 +151,7 @@ async def test_old_records_are_resealed_and_one_no_key_opens_is_left(
     assert {s: g["outcome"] for s, g in report["grants"].items()} == {
         "alpha": "stale", "beta": "stale", "changed": "unopenable", "gamma": "current",
         "lost": "unopenable"}
+    assert report["pending_logins"] == {"stale": 1, "unopenable": 1}
     assert await rows(dsn) == untouched
 
     code, out2, err2 = await rekey(env, "--store", dsn)
@@ -145,6 +159,14 @@ async def test_old_records_are_resealed_and_one_no_key_opens_is_left(
     assert f"alpha: re-sealed with the first key (was under key id {kid(old)})" in out2
     assert "beta: re-sealed" in out2 and "gamma: already under the first key" in out2
     assert "no key of SIDECAR_GRANT_KEY opens the grant of changed, lost" in err2
+    assert "pending logins (waiting for the browser): 1 re-sealed, 1 cannot be opened" in out2
+    finishing = await PostgresPendingLogins.open(dsn)
+    try:  # the waiting login is finished by a replica that has the new key alone
+        finishing.keys = GrantKeys.parse(new)
+        assert await finishing.take(waiting_state, "alpha") == {
+            "code_verifier": "secret-verifier"}
+    finally:
+        await finishing.aclose()
     after = await rows(dsn)
     assert {s: after[s][0] for s in ("alpha", "beta", "gamma")} == dict.fromkeys(
         ("alpha", "beta", "gamma"), kid(new))
@@ -159,6 +181,7 @@ async def test_old_records_are_resealed_and_one_no_key_opens_is_left(
     code, out3, err3 = await rekey(env, "--check", "--store", dsn)
     assert code == 0, err3
     assert "3 grants: 3 already under the first key" in out3
+    assert "pending logins (waiting for the browser): 1 cannot be opened" in out3
     assert f"every grant is under key id {kid(new)}" in out3
     code, out4, err4 = await rekey(cli_env(tmp_path, None), "--store", dsn)
     assert code == 2 and "SIDECAR_GRANT_KEY, which is not set" in err4
