@@ -28,6 +28,7 @@ import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 
 from sidecar.serve.mcp_facade import CALL_ID_KEY
@@ -141,20 +142,24 @@ def sampled(text: str) -> types.CreateMessageResult:
 
 
 async def pause(on: Client, questions: list[str], call_id: str,
-                **more: str) -> types.InputRequiredResult:
+                on_progress: ProgressFnT | None = None,
+                **more: Any) -> types.InputRequiredResult:
     first = await on.session.call_tool("ask", {"questions": questions, **more},
+                                       progress_callback=on_progress,
                                        meta={CALL_ID_KEY: call_id}, allow_input_required=True)
     assert isinstance(first, types.InputRequiredResult), first.content[0].text  # type: ignore[union-attr]
     return first
 
 
 async def resume(on: Client, questions: list[str], state: types.InputRequiredResult,
-                 answer: str, **more: str) -> types.CallToolResult | types.InputRequiredResult:
+                 answer: str, on_progress: ProgressFnT | None = None,
+                 **more: Any) -> types.CallToolResult | types.InputRequiredResult:
     (key, request), = state.input_requests.items()
     assert request.method == "sampling/createMessage"
     return await on.session.call_tool(
-        "ask", {"questions": questions, **more}, request_state=state.request_state,
-        input_responses={key: sampled(answer)}, allow_input_required=True)
+        "ask", {"questions": questions, **more}, progress_callback=on_progress,
+        request_state=state.request_state, input_responses={key: sampled(answer)},
+        allow_input_required=True)
 
 
 def question(state: types.InputRequiredResult) -> str:
@@ -353,18 +358,12 @@ async def test_progress_and_logs_of_a_call_resumed_on_b_reach_the_sdk_client(
     async def on_log(params: types.LoggingMessageNotificationParams) -> None:
         logs.append(params.data)
 
-    arguments = {"questions": ["progress?"], "progress": 3, "logs": 2}
+    asked = ["progress?"]
     async with client(fleet.urls["replica-a"], fleet.token) as a, \
             client(fleet.urls["replica-b"], fleet.token, logging_callback=on_log,
                    log_level="info") as b:
-        paused = await a.session.call_tool("ask", arguments, progress_callback=on_before,
-                                           meta={CALL_ID_KEY: "relayed-sdk"},
-                                           allow_input_required=True)
-        assert isinstance(paused, types.InputRequiredResult), paused
-        (key,) = paused.input_requests
-        done = await b.session.call_tool(
-            "ask", arguments, progress_callback=on_after, request_state=paused.request_state,
-            input_responses={key: sampled("fine")}, allow_input_required=True)
+        paused = await pause(a, asked, "relayed-sdk", on_before, progress=3, logs=2)
+        done = await resume(b, asked, paused, "fine", on_after, progress=3, logs=2)
         assert isinstance(done, types.CallToolResult), done
         assert done.content[0].text == "fine"  # type: ignore[union-attr]
         with anyio.fail_after(10):  # a hang guard: the SDK hands notifications to tasks
@@ -428,7 +427,6 @@ async def test_after_a_round_relayed_through_b_a_resume_on_a_gets_its_progress(
     """Paused on A, resumed on B (which relays for its request), paused again, resumed on A:
     the progress reported after that goes to A's own request again, not to B's spent relay."""
     questions = ["first?", "second?"]
-    arguments = {"questions": questions, "progress": 2}
     seen: list[tuple[float, float | None]] = []
 
     async def ignored(progress: float, total: float | None, message: str | None) -> None:
@@ -439,19 +437,10 @@ async def test_after_a_round_relayed_through_b_a_resume_on_a_gets_its_progress(
 
     async with client(fleet.urls["replica-a"], fleet.token) as a, \
             client(fleet.urls["replica-b"], fleet.token) as b:
-        paused = await a.session.call_tool("ask", arguments, progress_callback=ignored,
-                                           meta={CALL_ID_KEY: "relayed-then-local"},
-                                           allow_input_required=True)
-        assert isinstance(paused, types.InputRequiredResult), paused
-        (key,) = paused.input_requests
-        again = await b.session.call_tool(
-            "ask", arguments, progress_callback=ignored, request_state=paused.request_state,
-            input_responses={key: sampled("one")}, allow_input_required=True)
+        paused = await pause(a, questions, "relayed-then-local", ignored, progress=2)
+        again = await resume(b, questions, paused, "one", ignored, progress=2)
         assert isinstance(again, types.InputRequiredResult), again
-        (key,) = again.input_requests
-        done = await a.session.call_tool(
-            "ask", arguments, progress_callback=on_a, request_state=again.request_state,
-            input_responses={key: sampled("two")}, allow_input_required=True)
+        done = await resume(a, questions, again, "two", on_a, progress=2)
         assert done.content[0].text == "one | two"  # type: ignore[union-attr]
         with anyio.fail_after(10):  # a hang guard: the SDK hands progress to tasks
             while not seen or seen[-1] != (2, 2):  # noqa: ASYNC110
