@@ -198,6 +198,22 @@ class WaitingLogins(Protocol):
     async def aclose(self) -> None: ...
 
 
+def resealing(keys: GrantKeys, bound: str, was: str, sealed: bytes, *,
+              check: bool) -> tuple[Resealing, tuple[str, bytes] | None]:
+    """What `reseal` does with one record sealed under key id `was` (`bound`: what it was
+    sealed with, as for `seal`): `unopenable`, `current`, `stale` (`check`), or `resealed`
+    with the new (key id, sealed) to write."""
+    try:
+        record = keys.open(bound, was, sealed)
+    except GrantSealError:
+        return "unopenable", None
+    if was == keys.ids[0]:
+        return "current", None
+    if check:
+        return "stale", None
+    return "resealed", keys.seal(bound, record)
+
+
 def why_unopenable(keys: GrantKeys, kid: str) -> str:
     """Why a record sealed under key id `kid` that `keys` failed to open does not open."""
     if kid not in keys.ids:

@@ -108,6 +108,11 @@ class LoginSeen:
     started_at: float
     replica: str
 
+    @property
+    def ended(self) -> tuple[str, str] | None:
+        """(state, message) once the login ended, None while it is pending (`outcome`)."""
+        return None if self.state == "pending" else (self.state, self.message)
+
     def to_json(self) -> dict[str, Any]:
         """As `GET /v1/auth/{server}` shows a login (`login`), without the authorization
         URL, which only the starting replica holds."""
@@ -124,7 +129,10 @@ def seen(key: str, server: str, *, replica: str, started_at: float, expired: boo
     if outcome is not None:
         state, message = outcome
     elif taken_by is not None and taken_for is not None and taken_for > within:
-        state, message = "failed", unfinished(server, taken_by, taken_for)
+        state, message = "failed", (
+            f"{server}: replica {taken_by} received the browser's redirect {taken_for:.0f} s "
+            "ago and did not finish the login (it may have stopped mid-exchange); start the "
+            "login again")
     elif taken_by is not None:
         state, message = "pending", (f"the browser's redirect reached replica {taken_by}, "
                                      "which is finishing the login")
@@ -135,13 +143,6 @@ def seen(key: str, server: str, *, replica: str, started_at: float, expired: boo
         state, message = "pending", (f"waiting for the browser (started on replica "
                                      f"{replica}, which shows its authorization URL)")
     return LoginSeen(key, state, message, started_at, replica)
-
-
-def unfinished(server: str, replica: str, seconds: float) -> str:
-    """Why a login taken `seconds` ago by `replica` and never finished failed."""
-    return (f"{server}: replica {replica} received the browser's redirect {seconds:.0f} s ago "
-            "and did not finish the login (it may have stopped mid-exchange); start the "
-            "login again")
 
 
 def exchange_timeout_from_env(environ: Any = None) -> float:
@@ -206,8 +207,7 @@ class MemoryPendingLogins:
         entry = self._entries.get(key)
         if entry is None or (entry.outcome is None and entry.used_at is None):
             return None
-        found = self._seen(key, entry, within)
-        return None if found.state == "pending" else (found.state, found.message)
+        return self._seen(key, entry, within).ended
 
     async def latest(self, server: str, within: float) -> LoginSeen | None:
         mine = [(e.started_at, k) for k, e in self._entries.items() if e.server == server]

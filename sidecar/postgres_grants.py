@@ -29,10 +29,10 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, ClassVar
 
 from sidecar.grant_keys import (
-    GrantSealError,
     Resealed,
     SealedPostgresStore,
     WaitingLogins,
+    resealing,
     why_unopenable,
 )
 from sidecar.grant_store import LOCK_POLL, GrantRecord
@@ -111,19 +111,13 @@ CREATE TABLE sidecar_grants (
             if row is None:
                 return Resealed(server, "gone")
             was = row["key_id"]
-            try:
-                record = keys.open(server, was, bytes(row["sealed"]))
-            except GrantSealError:
-                return Resealed(server, "unopenable", was, why_unopenable(keys, was))
-            if was == keys.ids[0]:
-                return Resealed(server, "current", was)
-            if check:
-                return Resealed(server, "stale", was)
-            kid, sealed = keys.seal(server, record)
-            # updated_at is left: the record's content did not change.
-            await conn.execute("UPDATE sidecar_grants SET key_id = $2, sealed = $3 "
-                               "WHERE server = $1", server, kid, sealed)
-            return Resealed(server, "resealed", was)
+            outcome, new = resealing(keys, server, was, bytes(row["sealed"]), check=check)
+            if outcome == "unopenable":
+                return Resealed(server, outcome, was, why_unopenable(keys, was))
+            if new is not None:  # updated_at is left: the record's content did not change
+                await conn.execute("UPDATE sidecar_grants SET key_id = $2, sealed = $3 "
+                                   "WHERE server = $1", server, *new)
+            return Resealed(server, outcome, was)
 
     async def delete(self, server: str) -> bool:
         async with self._pool.acquire() as conn, conn.transaction():

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, ClassVar
 
-from sidecar.grant_keys import GrantSealError, SealedPostgresStore
+from sidecar.grant_keys import GrantSealError, SealedPostgresStore, resealing
 from sidecar.grant_store import GrantStoreUnavailable
 from sidecar.pending_logins import (
     KEEP_USED_SECONDS,
@@ -135,19 +135,12 @@ CREATE INDEX sidecar_pending_logins_expiry ON sidecar_pending_logins (expires_at
                 "NULL AND used_at IS NULL AND expires_at > now() ORDER BY key"
                 + ("" if check else " FOR UPDATE"))
             for row in rows:
-                was, bound = row["key_id"], _bound(row["key"])
-                try:
-                    record = keys.open(bound, was, bytes(row["sealed"]))
-                except GrantSealError:
-                    counts["unopenable"] += 1
-                    continue
-                if was == keys.ids[0] or check:
-                    counts["current" if was == keys.ids[0] else "stale"] += 1
-                    continue
-                kid, sealed = keys.seal(bound, record)
-                await conn.execute("UPDATE sidecar_pending_logins SET key_id = $2, sealed = $3 "
-                                   "WHERE key = $1", row["key"], kid, sealed)
-                counts["resealed"] += 1
+                outcome, new = resealing(keys, _bound(row["key"]), row["key_id"],
+                                         bytes(row["sealed"]), check=check)
+                if new is not None:
+                    await conn.execute("UPDATE sidecar_pending_logins SET key_id = $2, "
+                                       "sealed = $3 WHERE key = $1", row["key"], *new)
+                counts[outcome] += 1
         return counts
 
     async def finish(self, state: str, outcome: str, message: str) -> None:
@@ -161,8 +154,7 @@ CREATE INDEX sidecar_pending_logins_expiry ON sidecar_pending_logins (expires_at
             row = await conn.fetchrow(_SEEN + " WHERE key = $1", state_key(state))
         if row is None or (row["outcome"] is None and row["replica_used"] is None):
             return None
-        found = _seen(row, within)
-        return None if found.state == "pending" else (found.state, found.message)
+        return _seen(row, within).ended
 
     async def latest(self, server: str, within: float) -> LoginSeen | None:
         async with self._pool.acquire() as conn:

@@ -45,13 +45,18 @@ class LoginAttempt:
                 "message": self.message, "started_at": self.started_at}
 
     @property
-    def state_key(self) -> str | None:
-        """The key its pending login is kept under (`pending_logins.state_key`), once the
-        authorization URL (which carries the OAuth state) is known."""
+    def oauth_state(self) -> str | None:
+        """The OAuth `state` its authorization URL carries, once the URL is known."""
         if self.authorization_url is None:
             return None
         states = parse_qs(urlsplit(self.authorization_url).query).get("state") or []
-        return state_key(states[0]) if states else None
+        return states[0] if states else None
+
+    @property
+    def state_key(self) -> str | None:
+        """The key its pending login is kept under (`pending_logins.state_key`)."""
+        state = self.oauth_state
+        return None if state is None else state_key(state)
 
     async def finished(self, within: float) -> bool:
         """Wait up to `within` seconds for the login to end; whether it did."""
@@ -114,11 +119,11 @@ class Logins:
     async def _spent(self, attempt: LoginAttempt) -> bool:
         """Whether the redirect of `attempt` (pending here) already ended its login on another
         replica: its outcome is stored, and this replica has not looked since."""
-        if self.callbacks is None or attempt.authorization_url is None:
+        state = attempt.oauth_state
+        if self.callbacks is None or state is None:
             return False
-        states = parse_qs(urlsplit(attempt.authorization_url).query).get("state") or []
-        return bool(states) and await self.callbacks.pending.outcome(
-            states[0], self.callbacks.finish_within) is not None
+        return await self.callbacks.pending.outcome(
+            state, self.callbacks.finish_within) is not None
 
     async def aclose(self) -> None:
         running = list(self._tasks)
