@@ -5,9 +5,9 @@
 
 A row says who called what and how it ended: call id, tool, server, profile, session, agent,
 status, error kind, start time and duration, the input's size and a copy of it as the audit
-setting allows (`full`, `redacted` (default: secrets and configured fields masked, long strings
-cut) or `none`), the content's size, the refs retained for it, and whether the outcome was a
-replay of an earlier one.
+setting allows (`full`, `redacted` (default: secret-looking and configured keys masked, JSON
+text redacted too, long strings cut; see `sidecar.audit_redaction`) or `none`), the content's
+size, the refs retained for it, and whether the outcome was a replay of an earlier one.
 
 The history is not the outcome log: the outcome log makes a call durable before it is answered
 (one row per call id, exactly once); the history is written after the answer, off the call's
@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
+from sidecar.audit_redaction import Redaction
 from sidecar.content import TextContent
 from sidecar.outcome import Outcome
 from sidecar.state_dir import PRIVATE_DIR_MODE, create_private_file
@@ -44,12 +45,6 @@ AuditInputs = Literal["full", "redacted", "none"]
 
 log = logging.getLogger("sidecar.call_history")
 
-SECRET_WORDS = ("password", "passwd", "secret", "token", "apikey", "api_key", "authorization",
-                "cookie", "credential", "private_key", "session_key", "access_key")
-"""An input key containing one of these (case-insensitive) is masked in `redacted` mode."""
-MASK = "***"
-MAX_STRING = 256
-"""In `redacted` mode a longer string is cut to this many characters and says how long it was."""
 MAX_STORED_INPUT = 64 * 1024
 """Bytes of input JSON kept per row, in any mode; a larger copy is replaced by a note."""
 MAX_LIMIT = 1000
@@ -207,64 +202,19 @@ def _iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
 
 
-def redact(value: Any, mask_fields: frozenset[str] = frozenset()) -> Any:
-    """`value` with secret-looking and configured keys masked and long strings cut: a copy
-    where something changed, else `value` itself (and its unchanged parts)."""
-    return _redact(value, mask_fields, {})
-
-
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _COMPACT_ANY = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
 """Built once: `json.dumps` with any argument builds an encoder per call (~1 µs each)."""
-_MAX_VERDICTS = 4096
-
-
-def _masked(key: Any, mask_fields: frozenset[str], verdicts: dict[str, bool]) -> bool:
-    verdict = verdicts.get(key) if type(key) is str else None
-    if verdict is None:
-        lowered = str(key).lower()
-        verdict = lowered in mask_fields or any(word in lowered for word in SECRET_WORDS)
-        if type(key) is str:
-            if len(verdicts) >= _MAX_VERDICTS:
-                verdicts.clear()
-            verdicts[key] = verdict
-    return verdict
-
-
-def _redact(value: Any, mask_fields: frozenset[str], verdicts: dict[str, bool]) -> Any:
-    if isinstance(value, str):
-        if len(value) > MAX_STRING:
-            return value[:MAX_STRING] + f"... ({len(value)} characters)"
-        return value
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        same = type(value) is dict
-        for key, item in value.items():
-            if _masked(key, mask_fields, verdicts):
-                out[str(key)] = MASK
-                same = False
-                continue
-            kept = _redact(item, mask_fields, verdicts)
-            out[str(key)] = kept
-            same = same and kept is item and type(key) is str
-        return value if same else out
-    if isinstance(value, list):
-        items = [_redact(item, mask_fields, verdicts) for item in value]
-        if type(value) is list and all(a is b for a, b in zip(items, value, strict=True)):
-            return value
-        return items
-    return value
-
-
 @dataclass(slots=True)
 class AuditSettings:
     """Manifest `[audit]`: `inputs = "full" | "redacted" | "none"`, `mask = ["field", ...]`."""
 
     inputs: AuditInputs = "redacted"
     mask: frozenset[str] = field(default_factory=frozenset)
-    _verdicts: dict[str, bool] = field(default_factory=dict, init=False, repr=False,
-                                       compare=False)
-    """Key -> masked or not (keys repeat from call to call; bounded)."""
+    _redaction: Redaction = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._redaction = Redaction(self.mask)
 
     def keep(self, raw_input: Any) -> tuple[int, Any]:
         """The input's size in bytes of JSON, and the copy the setting keeps of it."""
@@ -282,8 +232,7 @@ class AuditSettings:
         size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
         if self.inputs == "none":
             return size, None, None
-        kept = raw_input if self.inputs == "full" else _redact(raw_input, self.mask,
-                                                                self._verdicts)
+        kept = raw_input if self.inputs == "full" else self._redaction.copy(raw_input)
         if kept is raw_input and encoded is not None:
             kept_json = encoded
         else:

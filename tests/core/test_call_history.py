@@ -9,15 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.audit_redaction import MASK, redact
 from sidecar.call_history import (
-    MASK,
     AuditSettings,
     CallQuery,
     CallRecord,
     InvalidQuery,
     SqliteCallHistory,
     parse_time,
-    redact,
 )
 
 pytestmark = pytest.mark.anyio
