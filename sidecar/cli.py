@@ -50,13 +50,14 @@ from typing import TYPE_CHECKING, Any
 from bridges.manifest import load_manifests
 from bridges.manifest_schema import manifest_json_schema
 from bridges.manifest_tools import manifest_tool_validator
-from sidecar import cli_calls, cli_tokens
+from sidecar import cli_asks, cli_calls, cli_tokens
 from sidecar.cli_database import database_url, door_exit, use_store
 from sidecar.cli_output import (  # the exit statuses are part of the CLI's contract
     EXIT_ADDRESS_IN_USE as EXIT_ADDRESS_IN_USE,
 )
 from sidecar.cli_output import EXIT_BROKEN_PIPE as EXIT_BROKEN_PIPE
 from sidecar.cli_output import EXIT_DATABASE as EXIT_DATABASE
+from sidecar.cli_output import EXIT_INTERRUPTED as EXIT_INTERRUPTED
 from sidecar.cli_output import EXIT_LOCATION_FAILED as EXIT_LOCATION_FAILED
 from sidecar.cli_output import EXIT_OK as EXIT_OK
 from sidecar.cli_output import EXIT_STATE_IN_USE as EXIT_STATE_IN_USE
@@ -262,6 +263,11 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
             state, _manifests(args),
             lambda root, **options: Location.open(root, retention_seconds=retention, **options),
         )
+    if args.command == "asks":  # asks wait in a running daemon: embedded has none
+        if isinstance(backend, EmbeddedBackend):
+            return await cli_asks.run(args, None)
+        async with backend:
+            return await cli_asks.run(args, backend)
     if args.command == "calls":  # embedded: reads the history file, starts nothing
         from sidecar.daemon import open_call_history
 
@@ -275,7 +281,7 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
             return print_health(await backend.health(), args.json)
         await _servers_started(backend)
         if args.command == "tools":
-            return print_tools(await backend.tools(args.format), args)
+            return print_tools(await backend.tools(args.format, args.profile), args)
         if args.command == "call":
             name, raw_input = args.name, args.input
         else:
@@ -292,7 +298,8 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
         context = {"session_id": getattr(args, "session", "cli"), "agent": "cli",
                    "message_id": call_id, "call_id": call_id}
         progress = getattr(args, "progress", False) or (sys.stderr.isatty() and not args.json)
-        outcome = await backend.call(name, raw_input, context, show_progress=progress)
+        outcome = await backend.call(name, raw_input, context, show_progress=progress,
+                                     profile=getattr(args, "profile", None))
         return print_outcome(outcome, args.json)
 
 
@@ -371,6 +378,9 @@ def _auth(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C outside a call (a call says what became of it)
+        print("sidecar: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader of stdout left (`sidecar call ... | head`). Point stdout at /dev/null so
         # that the interpreter's last flush cannot fail again, and say it once.
@@ -440,7 +450,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             from bridges.prestart import PRESTARTED
 
             PRESTARTED.discard()
-    from sidecar.cli_targets import Refused, Unreachable
+    from sidecar.cli_targets import Interrupted, Refused, Unreachable
     from sidecar.local_door import DoorError
 
     if args.command == "call":
@@ -459,6 +469,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             # the daemon went away just then (its --idle-exit): find or start one again
             kind, where = _attach(args)
             return int(_run(_client(args, kind, where)))
+    except Interrupted as exc:
+        print(exc.line(), file=sys.stderr)
+        return 128 + exc.signum
     except DoorError as exc:
         print(f"sidecar: {exc}", file=sys.stderr)
         return door_exit(exc)

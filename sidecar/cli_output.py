@@ -19,6 +19,7 @@ newer than this sidecar knows."""
 EXIT_LOCATION_FAILED = 7
 """`serve`/`daemon`: a task of the running Location failed; the daemon stopped serving and
 ended (for a supervisor to start it again)."""
+EXIT_INTERRUPTED = 130  # SIGINT (128 + 2); a call ended by SIGTERM exits 143
 EXIT_BROKEN_PIPE = 141  # what a shell reports for a process killed by SIGPIPE (128 + 13)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from sidecar import cli_calls, cli_tokens, client_config
+from sidecar import cli_asks, cli_calls, cli_tokens, client_config
 from sidecar.local_door import DEFAULT_IDLE_EXIT
 from sidecar.serve.replay import FORMATS
 
@@ -66,6 +66,8 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     tools = sub.add_parser("tools", parents=[client], help="list the effective tools")
     tools.add_argument("--format", choices=FORMATS, default=None,
                        help="print definitions in a provider format (JSON)")
+    tools.add_argument("--profile", default=None, metavar="NAME",
+                       help="this profile's tools (default: the default profile's)")
     tools.add_argument("approve", nargs="*", metavar="approve NAME",
                        help="accept the changed upstream definition of tool NAME (pinning; "
                        "needs the running daemon)")
@@ -76,6 +78,9 @@ def build_parser(description: str) -> argparse.ArgumentParser:
                       "- from stdin")
     call.add_argument("--session", default="cli", help="session id (default: cli)")
     call.add_argument("--call-id", default=None, help="call id (default: a fresh one)")
+    call.add_argument("--profile", default=None, metavar="NAME",
+                      help="call through this profile: its tools, rules and limits (default: "
+                      "the default profile)")
     call.add_argument("--progress", action="store_true",
                       help="show progress on stderr even when it is not a terminal (then as "
                       "plain lines)")
@@ -97,6 +102,7 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     cli_tokens.add_parser(sub, argparse.ArgumentParser(add_help=False,
                                                        parents=[common, store]))
     cli_calls.add_parser(sub, client)
+    cli_asks.add_parser(sub, client)
     check = sub.add_parser("check", help="validate manifests without starting anything")
     check.add_argument("files", nargs="*", metavar="FILE", help="manifest files or directories")
     check.add_argument("--schema", action="store_true", help="print the manifest JSON Schema")

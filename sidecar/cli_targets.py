@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import sys
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
@@ -46,6 +47,48 @@ class Refused(Exception):
         return self.status == 503 and self.code == "unavailable"
 
 
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
+ASK_NOTICE_AFTER = 0.3
+"""How long a call runs before the CLI looks for a permission ask it waits on (then every
+`ASK_POLL` seconds)."""
+ASK_POLL = 1.0
+WITHDRAW_TIMEOUT = 5.0
+"""How long an interrupted call waits for the daemon to cancel it."""
+UNKNOWN_CALL_GRACE = 0.5
+"""How long an interrupted call asks again of a daemon that does not know it yet (its
+request may be on the way)."""
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM ended a call: `signum`, its `call_id`, and what the daemon did
+    (`RemoteBackend._withdraw`)."""
+
+    def __init__(self, signum: int, call_id: str, withdrawn: str) -> None:
+        super().__init__(call_id)
+        self.signum, self.call_id, self.withdrawn = signum, call_id, withdrawn
+
+    def line(self) -> str:
+        """What the CLI prints: one line."""
+        name = signal.Signals(self.signum).name
+        return f"sidecar: interrupted ({name}): " + {
+            "cancelled": f"call {self.call_id} was cancelled on the daemon; a permission ask "
+                         "it waited on is withdrawn, so nothing runs it later",
+            "settled": f"call {self.call_id} had already finished (`sidecar calls` shows it)",
+            "unknown": f"call {self.call_id} had not reached the daemon",
+            "unanswered": f"the daemon did not confirm cancelling call {self.call_id} "
+                          f"(`sidecar calls` shows what became of it)",
+        }[self.withdrawn]
+
+
+def ask_notice(ask: dict[str, Any], url: str | None) -> str:
+    """Where to answer the permission ask a call waits on (`url`: the daemon's HTTP address,
+    whose console lists it; None for a daemon on its local doors only)."""
+    console = f" in the console at {url.rstrip('/')}/ui/asks or" if url else ""
+    return (f"sidecar: waiting for a permission answer to {ask.get('action')!r} (ask "
+            f"{ask.get('id')}): answer it{console} with `sidecar asks reply "
+            f"{ask.get('id')} once|always|reject`")
+
+
 def find_daemon(state_dir: str) -> str | None:
     """The URL of a `sidecar serve` running on this state directory, if its pid is alive."""
     try:
@@ -80,10 +123,12 @@ class Backend(Protocol):
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None: ...
 
-    async def tools(self, fmt: str | None) -> list[dict[str, Any]]: ...
+    async def tools(self, fmt: str | None, profile: str | None = None) -> list[dict[str, Any]]:
+        ...
 
     async def call(
-        self, name: str, raw_input: str, context: dict[str, str], *, show_progress: bool
+        self, name: str, raw_input: str, context: dict[str, str], *, show_progress: bool,
+        profile: str | None = None,
     ) -> dict[str, Any]: ...
 
     async def health(self) -> dict[str, Any]: ...
@@ -118,8 +163,9 @@ class EmbeddedBackend:
         assert self.location is not None
         return self.location
 
-    async def tools(self, fmt: str | None) -> list[dict[str, Any]]:
-        definitions = self._loc().snapshot(hide_denied=False, keep=False).definitions
+    async def tools(self, fmt: str | None, profile: str | None = None) -> list[dict[str, Any]]:
+        definitions = self._loc().snapshot(hide_denied=False, keep=False,
+                                           profile=profile).definitions
         if fmt is None:
             return [d.to_json() for d in definitions]
         from sidecar.serve.replay import definitions_for, parse_format
@@ -127,10 +173,11 @@ class EmbeddedBackend:
         return list(definitions_for(parse_format(fmt), definitions))
 
     async def call(
-        self, name: str, raw_input: str, context: dict[str, str], *, show_progress: bool
+        self, name: str, raw_input: str, context: dict[str, str], *, show_progress: bool,
+        profile: str | None = None,
     ) -> dict[str, Any]:
         location = self._loc()
-        snapshot = location.snapshot(session_id=context["session_id"])
+        snapshot = location.snapshot(session_id=context["session_id"], profile=profile)
         ctx = ToolContext(**context)
         if not show_progress:
             return (await snapshot.execute(name, raw_input, ctx)).to_json()
@@ -170,6 +217,8 @@ class RemoteBackend:
         self._client: httpx.AsyncClient = httpx.AsyncClient(
             base_url=url, headers=headers, timeout=None, transport=transport)
         self._url = uds or url
+        self._state_dir = state_dir
+        self._http_url = url if uds is None else None
 
     async def __aenter__(self) -> RemoteBackend:
         return self
@@ -177,8 +226,10 @@ class RemoteBackend:
     async def __aexit__(self, *exc: object) -> None:
         await self._client.aclose()
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+    async def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """The daemon's JSON answer to one `/v1` request (`Refused` for an error)."""
         return self._answer(await self._send(method, path, **kwargs))
+
 
     async def _send(self, method: str, path: str, **kwargs: Any) -> Any:
         import httpx
@@ -201,36 +252,112 @@ class RemoteBackend:
                           status=response.status_code, code=code)
         return response.json()
 
-    async def tools(self, fmt: str | None) -> list[dict[str, Any]]:
-        body = await self._request("GET", "/v1/tools", params={"format": fmt or "mcp"})
+    async def tools(self, fmt: str | None, profile: str | None = None) -> list[dict[str, Any]]:
+        params = {"format": fmt or "mcp", **({"profile": profile} if profile else {})}
+        body = await self.request("GET", "/v1/tools", params=params)
         return list(body["tools"])
 
     async def approve(self, name: str) -> dict[str, Any]:
         """Accept a tool's changed upstream definition (`sidecar.pins`)."""
         from urllib.parse import quote
 
-        body = await self._request("POST", f"/v1/tools/{quote(name, safe='')}/approve")
+        body = await self.request("POST", f"/v1/tools/{quote(name, safe='')}/approve")
         return dict(body["approved"])
 
     async def call(
-        self, name: str, raw_input: str, context: dict[str, str], *, show_progress: bool
+        self, name: str, raw_input: str, context: dict[str, str], *, show_progress: bool,
+        profile: str | None = None,
     ) -> dict[str, Any]:
-        snapshot = await self._request(
-            "POST", "/v1/snapshots", json={"session_id": context["session_id"]}
-        )
-        body = {"name": name, "input": json.loads(raw_input), "context": context}
-        path = f"/v1/snapshots/{snapshot['id']}/calls"
-        if not show_progress:
-            result: dict[str, Any] = await self._request("POST", path, json=body)
-            return result
-        follower = asyncio.create_task(self._follow_progress(context["call_id"]))
+        """The call's outcome. SIGINT or SIGTERM while it runs cancels it on the daemon (a
+        permission ask it waits on is withdrawn, so a later answer runs nothing), then raises
+        `Interrupted`."""
+        body = json.loads(raw_input)  # before anything reaches the daemon
+        work = asyncio.create_task(self._call(name, body, context, show_progress, profile))
+        signals: list[int] = []
+        loop = asyncio.get_running_loop()
+
+        def interrupt(signum: int) -> None:
+            signals.append(signum)
+            work.cancel()
+
+        for signum in INTERRUPTS:
+            loop.add_signal_handler(signum, interrupt, signum)
         try:
-            result = await self._request("POST", path, json=body)
+            return await work
+        except asyncio.CancelledError:
+            if not signals or not work.cancelled():
+                raise
         finally:
-            follower.cancel()
-            await asyncio.wait([follower])
-            _end_progress()
+            for signum in INTERRUPTS:
+                loop.remove_signal_handler(signum)
+        raise Interrupted(signals[0], context["call_id"], await self._withdraw(context["call_id"]))
+
+    async def _call(self, name: str, raw_input: Any, context: dict[str, str],
+                    show_progress: bool, profile: str | None) -> dict[str, Any]:
+        snapshot = await self.request(
+            "POST", "/v1/snapshots",
+            json={"session_id": context["session_id"],
+                  **({"profile": profile} if profile is not None else {})},
+        )
+        body = {"name": name, "input": raw_input, "context": context}
+        path = f"/v1/snapshots/{snapshot['id']}/calls"
+        watchers = [asyncio.create_task(self._say_where_to_answer(context))]
+        if show_progress:
+            watchers.append(asyncio.create_task(self._follow_progress(context["call_id"])))
+        try:
+            result: dict[str, Any] = await self.request("POST", path, json=body)
+        finally:
+            for watcher in watchers:
+                watcher.cancel()
+            await asyncio.wait(watchers)
+            if show_progress:
+                _end_progress()
         return result
+
+    async def _say_where_to_answer(self, context: dict[str, str]) -> None:
+        """Once the call waits for a permission answer, say where to give it (stderr)."""
+        import httpx
+
+        await asyncio.sleep(ASK_NOTICE_AFTER)
+        while True:
+            try:
+                listed = await self.request("GET", "/v1/permissions",
+                                             params={"session_id": context["session_id"]})
+            except (Refused, Unreachable, httpx.HTTPError, ValueError):
+                return  # best effort: the call itself reports what went wrong
+            for ask in listed.get("pending", []):
+                if ask.get("source", {}).get("call_id") == context["call_id"]:
+                    url = self._http_url or find_daemon(self._state_dir)
+                    print(ask_notice(ask, url), file=sys.stderr, flush=True)
+                    return
+            await asyncio.sleep(ASK_POLL)
+
+    async def _withdraw(self, call_id: str) -> str:
+        """Cancel `call_id` on the daemon and wait (bounded) until it is no longer running:
+        "cancelled", "settled" (it had finished), "unknown" (the daemon never got it) or
+        "unanswered" (the daemon did not answer in time)."""
+        import httpx
+
+        try:
+            async with asyncio.timeout(WITHDRAW_TIMEOUT):
+                response = await self._send("DELETE", f"/v1/calls/{call_id}")
+                # a request already sent may start the call just after: look again a while
+                for _ in range(int(UNKNOWN_CALL_GRACE / 0.05)):
+                    if response.status_code != 404:
+                        break
+                    await asyncio.sleep(0.05)
+                    response = await self._send("DELETE", f"/v1/calls/{call_id}")
+                if response.status_code == 409:
+                    return "settled"
+                if response.status_code == 404:
+                    return "unknown"
+                while True:  # the daemon's cancel ends the call (and its ask) just after
+                    state = await self._send("GET", f"/v1/calls/{call_id}")
+                    if state.status_code != 200 or state.json().get("status") != "running":
+                        return "cancelled"
+                    await asyncio.sleep(0.05)
+        except (TimeoutError, Refused, Unreachable, httpx.HTTPError, ValueError):
+            return "unanswered"
 
     async def _follow_progress(self, call_id: str) -> None:
         """Show the call's progress snapshots from the daemon's event stream (best effort)."""
@@ -257,5 +384,5 @@ class RemoteBackend:
         return result
 
     async def history(self, params: dict[str, str]) -> dict[str, Any]:
-        result: dict[str, Any] = await self._request("GET", "/v1/calls", params=params)
+        result: dict[str, Any] = await self.request("GET", "/v1/calls", params=params)
         return result
