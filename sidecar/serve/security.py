@@ -36,6 +36,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 GRANT_KEY = "sidecar.grant"
 """The ASGI scope key holding the profiles a scoped token reaches (absent: every profile)."""
 TOKEN_KEY = "sidecar.token"
+ADMIT_KEY = "sidecar.admit"
+"""The ASGI scope key of a callable (no arguments) the HTTP connection puts there: called once
+the request presented a valid bearer token, so that a connection flood evicts the
+connections of clients without one first (`sidecar.serve.http_guard`)."""
 
 
 def token_owner(scope: Scope | None) -> str | None:
@@ -168,6 +172,12 @@ async def _refuse(send: Send, status: int, code: str, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def _admit(scope: Scope) -> None:
+    admit = scope.get(ADMIT_KEY)
+    if callable(admit):
+        admit()
+
+
 class SecurityMiddleware:
     """ASGI middleware: Host/Origin checks, then the bearer token."""
 
@@ -215,9 +225,9 @@ class SecurityMiddleware:
             given = headers.get("authorization", "")
             scheme, _, value = given.partition(" ")
             value = value.strip()
-            if scheme.lower() != "bearer" or not hmac.compare_digest(
-                value.encode(), self._token
-            ):
+            verified_all = scheme.lower() == "bearer" and hmac.compare_digest(
+                value.encode(), self._token)
+            if not verified_all:
                 try:
                     verified = await self._scoped(value) if self._scoped is not None and (
                         scheme.lower() == "bearer") else None
@@ -227,6 +237,7 @@ class SecurityMiddleware:
                 if verified is None:
                     await _refuse(send, 401, "unauthorized", "a valid bearer token is required")
                     return
+                _admit(scope)
                 token_id, grant = verified
                 refusal = self._scope_refusal(scope["path"], grant)
                 if refusal is not None:
@@ -234,6 +245,8 @@ class SecurityMiddleware:
                     return
                 scope[GRANT_KEY] = grant
                 scope[TOKEN_KEY] = token_id
+            else:
+                _admit(scope)
         await self.app(scope, receive, send)
 
     def _scope_refusal(self, path: str, grant: frozenset[str]) -> str | None:

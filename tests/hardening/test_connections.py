@@ -10,6 +10,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,7 @@ def _connect(daemon: Daemon) -> socket.socket:
     return sock
 
 
-def _answer(sock: socket.socket) -> tuple[int, dict[str, object]]:
+def _answer(sock: socket.socket) -> tuple[int, dict[str, Any]]:
     """Read until the daemon closes: the status and the JSON body (30 s at most: generous,
     it proves the connection was not left open forever)."""
     data = b""
@@ -46,17 +47,54 @@ def _answer(sock: socket.socket) -> tuple[int, dict[str, object]]:
 def test_idle_connections_are_capped_then_timed_out(limited: Daemon) -> None:
     idle = [_connect(limited) for _ in range(40)]
     try:
-        over = _connect(limited)
-        status, body = _answer(over)  # refused before a byte is read, no token needed
+        over = _connect(limited)  # served: the oldest connection without a token makes room
+        status, body = _answer(idle[0])
         assert status == 503 and body["error"]["code"] == "too_many_connections"
-        over.close()
-        for sock in idle:
+        assert "made room" in body["error"]["message"]
+        for sock in [*idle[1:], over]:
             status, body = _answer(sock)
             assert status == 408 and body["error"]["code"] == "request_timeout"
+        over.close()
     finally:
         for sock in idle:
             sock.close()
     limited.health()
+
+
+def test_a_cap_full_of_answered_requests_refuses_the_next(limited: Daemon) -> None:
+    streams = [_connect(limited) for _ in range(40)]
+    try:
+        for sock in streams:  # /v1/events answers for ever: each holds a request
+            sock.sendall(b"GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         b"Authorization: Bearer " + limited.token.encode() + b"\r\n\r\n")
+        for sock in streams:
+            assert sock.recv(12).startswith(b"HTTP/1.1 200")
+        over = _connect(limited)
+        status, body = _answer(over)  # refused before a byte is read
+        assert status == 503 and body["error"]["code"] == "too_many_connections"
+        assert "valid token" in body["error"]["message"]
+        over.close()
+    finally:
+        for sock in streams:
+            sock.close()
+    limited.health(timeout=30)
+
+
+def test_header_allowance_shrinks_near_the_cap(tmp_path: Path) -> None:
+    env = {**LIMITS, "SIDECAR_HTTP_HEADER_TIMEOUT": "10"}
+    daemon = start_daemon(tmp_path, env=env, manifests={"text.toml": TEXT_TOOL})
+    idle = [_connect(daemon) for _ in range(35)]  # 30 of 40 is where pressure begins
+    try:
+        status, body = _answer(idle[-1])  # 10 s / 5: answered before the first
+        assert status == 408, body
+        assert "within 2 s (shortened from 10 s" in body["error"]["message"]
+        idle[0].setblocking(False)
+        with pytest.raises(BlockingIOError):  # still waiting out its 10 s
+            idle[0].recv(1)
+    finally:
+        for sock in idle:
+            sock.close()
+        stop_daemon(daemon)
 
 
 def test_half_sent_headers_and_bodies_time_out(limited: Daemon) -> None:
@@ -121,3 +159,27 @@ def test_a_daemon_out_of_descriptors_reports_operational(tmp_path: Path) -> None
         for sock in idle:
             sock.close()
         stop_daemon(daemon)
+
+
+def test_a_flood_without_a_token_does_not_keep_out_a_client_with_one(
+        daemon: Daemon) -> None:
+    """Issue 38 item 4: 512 idle connections (the default cap) held without a token, renewed
+    as they are evicted; a client with the token is served all along."""
+    flood = [_connect(daemon) for _ in range(512)]
+    latencies: list[float] = []
+    try:
+        for _ in range(10):
+            flood.extend(_connect(daemon) for _ in range(16))  # the flood goes on
+            started = time.monotonic()
+            daemon.health(timeout=10)  # a fresh connection: it makes room, then is served
+            latencies.append(time.monotonic() - started)
+        outcome = daemon.call("text", {"line": "served", "count": 1}, "flooded")
+        assert outcome["status"] == "completed", outcome
+        assert "served" in outcome["content"][0]["text"]
+        status, body = _answer(flood[0])  # the oldest made room first
+        assert status == 503 and body["error"]["code"] == "too_many_connections"
+    finally:
+        for sock in flood:
+            sock.close()
+    print(f"/v1/health during the flood: max {max(latencies) * 1000:.0f} ms, "
+          f"median {sorted(latencies)[len(latencies) // 2] * 1000:.0f} ms")
