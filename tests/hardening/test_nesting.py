@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from sidecar.json_depth import MAX_JSON_DEPTH
 from tests.hardening.conftest import SIDECAR, Daemon, start_daemon, stop_daemon
 
@@ -44,26 +46,29 @@ def test_v1_answers_deep_json_with_a_400_and_keeps_serving(daemon: Daemon) -> No
     daemon.health()
 
 
-def test_mcp_answers_deep_json_with_a_jsonrpc_parse_error(daemon: Daemon) -> None:
+@pytest.mark.parametrize("path", ["/mcp", "/mcp/default"])
+def test_mcp_answers_deep_json_with_a_jsonrpc_parse_error(daemon: Daemon, path: str) -> None:
+    """Issue 38 item 8: `/mcp/NAME` accepted 70-100 levels; the limit is the same on every
+    MCP endpoint."""
     with daemon.client() as client:
-        for depth in (1000, MAX_JSON_DEPTH + 1):
+        for depth in (1000, 100, 70, MAX_JSON_DEPTH + 1):
             body = ('{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": '
                     + nested(depth) + "}")
-            response = client.post("/mcp", content=body, headers=MCP_HEADERS)
+            response = client.post(path, content=body, headers=MCP_HEADERS)
             assert response.status_code == 400, response.text
             answer = response.json()
             assert answer["id"] is None and answer["error"]["code"] == -32700
             assert "levels deep" in answer["error"]["message"]
-        init = client.post("/mcp", headers=MCP_HEADERS, json=_initialize(1))
+        init = client.post(path, headers=MCP_HEADERS, json=_initialize(1))
         assert init.status_code == 200
         session = {**MCP_HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
-        client.post("/mcp", headers=session,
+        client.post(path, headers=session,
                     json={"jsonrpc": "2.0", "method": "notifications/initialized"})
         deep_call = ('{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": '
                      '{"name": "managed_read", "arguments": {"ref": ' + nested(1000) + "}}}")
-        refused = client.post("/mcp", content=deep_call, headers=session)
+        refused = client.post(path, content=deep_call, headers=session)
         assert refused.status_code == 400 and refused.json()["error"]["code"] == -32700
-        listed = client.post("/mcp", headers=session,
+        listed = client.post(path, headers=session,
                              json={"jsonrpc": "2.0", "id": 3, "method": "tools/list"})
         assert listed.status_code == 200 and "managed_read" in listed.text
     daemon.health()

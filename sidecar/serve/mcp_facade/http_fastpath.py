@@ -30,6 +30,9 @@ checked its owner and protocol era, and the transport has counted the request ag
 timeout, so none of that is redone here. `_admit_session` and `_handle_request` are private
 names of mcp 2.x; when they are missing, `HttpFastPath.installed` is False and every request
 takes the SDK's path (a test asserts that the fast path is on).
+
+`guard_depth` puts the nesting limit of `sidecar.json_depth` in front of a session manager,
+the same on `/mcp` and every `/mcp/NAME`.
 """
 
 from __future__ import annotations
@@ -41,11 +44,14 @@ from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 from mcp.server.streamable_http import check_accept_headers
+from mcp.server.transport_security import RequestBodyLimitMiddleware
 from pydantic import ValidationError
 from starlette.requests import Request
-from starlette.types import Message, Receive, Scope, Send
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sidecar import json_depth
+from sidecar.json_depth import JsonTooDeep
 from sidecar.serve.mcp_facade.fast_answers import (
     Asks,
     FastCall,
@@ -297,3 +303,47 @@ def _replay(first: Message, receive: Receive) -> Receive:
         return pending.pop() if pending else await receive()
 
     return replayed
+
+
+def guard_depth(manager: Any) -> None:
+    """Put the nesting limit of every JSON input in front of `manager`'s request handling
+    (`/mcp` and each `/mcp/NAME`), behind its body-size limit, which joins the body into one
+    message."""
+    limit = manager.asgi_app
+    if isinstance(limit, RequestBodyLimitMiddleware):
+        limit.app = _DepthGuard(limit.app)
+    else:  # an SDK without the middleware: guard the whole app (bodies unjoined)
+        manager.asgi_app = _DepthGuard(limit)
+
+
+class _DepthGuard:
+    """400 with a JSON-RPC parse error for a POST body nested deeper than `MAX_JSON_DEPTH`:
+    the SDK's `json.loads` would accept it (or raise `RecursionError`, a plain-text 500)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        first = await receive()
+        body = first.get("body", b"") if first["type"] == "http.request" else b""
+        if not first.get("more_body", False) and _too_deep(body):
+            error = types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(
+                code=types.PARSE_ERROR, message=f"Parse error: {JsonTooDeep()}"))
+            response = Response(error.model_dump_json(by_alias=True, exclude_unset=True),
+                                status_code=400, media_type="application/json")
+            await response(scope, receive, send)
+            return
+        await self.app(scope, _replay(first, receive), send)
+
+
+def _too_deep(body: bytes) -> bool:
+    try:
+        json_depth.loads(body)
+    except JsonTooDeep:
+        return True
+    except ValueError:
+        return False  # malformed otherwise: the SDK answers it
+    return False

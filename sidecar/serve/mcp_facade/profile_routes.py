@@ -19,7 +19,7 @@ from anyio.abc import TaskStatus
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
 
-from sidecar.serve.mcp_facade.http_fastpath import HttpFastPath
+from sidecar.serve.mcp_facade.http_fastpath import HttpFastPath, guard_depth
 from sidecar.serve.mcp_facade.server import McpFacade
 
 if TYPE_CHECKING:
@@ -86,7 +86,8 @@ class ProfileEndpoints:
 
 
 def http_manager(facade: McpFacade) -> StreamableHTTPSessionManager:
-    """The session manager of one facade, with the JSON fast path installed."""
+    """The session manager of one facade, with the JSON fast path and the nesting limit
+    installed."""
     from mcp.server.transport_security import TransportSecuritySettings
 
     manager = StreamableHTTPSessionManager(
@@ -96,6 +97,7 @@ def http_manager(facade: McpFacade) -> StreamableHTTPSessionManager:
         security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     HttpFastPath(facade).install(manager)
+    guard_depth(manager)
     return manager
 
 

@@ -21,17 +21,13 @@ from io import TextIOWrapper
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import anyio
-import mcp_types as types
 from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import RequestBodyLimitMiddleware, TransportSecuritySettings
-from starlette.responses import Response
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
-from sidecar import json_depth
-from sidecar.json_depth import JsonTooDeep
-from sidecar.serve.mcp_facade.http_fastpath import HttpFastPath
+from sidecar.serve.mcp_facade.http_fastpath import HttpFastPath, guard_depth
 from sidecar.serve.mcp_facade.profile_routes import ProfileEndpoints, http_manager
 from sidecar.serve.mcp_facade.server import McpFacade, new_session_id
 from sidecar.serve.mcp_facade.stdio_fastpath import FastCalls
@@ -120,53 +116,13 @@ def mcp_http(location: Location) -> tuple[list[BaseRoute], AbstractAsyncContextM
 class McpEndpoint:
     """The ASGI app of `/mcp`: the SDK's session manager, with `fast_path` installed on it.
 
-    Behind the manager's body-size limit (which joins the body into one message) a POST
-    body nested deeper than `MAX_JSON_DEPTH` is answered here, 400 with a JSON-RPC parse
-    error: the SDK's `json.loads` would raise `RecursionError`, a plain-text 500."""
+    A POST body nested deeper than `MAX_JSON_DEPTH` is answered 400 with a JSON-RPC parse
+    error (`guard_depth`, as on `/mcp/NAME`)."""
 
     def __init__(self, manager: StreamableHTTPSessionManager, fast_path: HttpFastPath) -> None:
         self.manager = manager
         self.fast_path = fast_path
-        limit = manager.asgi_app
-        if isinstance(limit, RequestBodyLimitMiddleware):
-            limit.app = _DepthGuard(limit.app)
-        else:  # an SDK without the middleware: guard the whole app (bodies unjoined)
-            manager.asgi_app = _DepthGuard(limit)
+        guard_depth(manager)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.manager.asgi_app(scope, receive, send)
-
-
-class _DepthGuard:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
-            await self.app(scope, receive, send)
-            return
-        first = await receive()
-        body = first.get("body", b"") if first["type"] == "http.request" else b""
-        if not first.get("more_body", False) and _too_deep(body):
-            error = types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(
-                code=types.PARSE_ERROR, message=f"Parse error: {JsonTooDeep()}"))
-            response = Response(error.model_dump_json(by_alias=True, exclude_unset=True),
-                                status_code=400, media_type="application/json")
-            await response(scope, receive, send)
-            return
-        pending = [first]
-
-        async def replayed() -> Message:
-            return pending.pop() if pending else await receive()
-
-        await self.app(scope, replayed, send)
-
-
-def _too_deep(body: bytes) -> bool:
-    try:
-        json_depth.loads(body)
-    except JsonTooDeep:
-        return True
-    except ValueError:
-        return False  # malformed otherwise: the SDK answers it
-    return False
