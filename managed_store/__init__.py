@@ -26,6 +26,7 @@ from managed_store.pattern import MAX_PATTERN_CHARS, InvalidPattern
 from managed_store.protocol import FdSpool, TextSpool, TextStore
 from managed_store.reading import GrepMatch, GrepResult, TextSlice
 from managed_store.refs import ManagedRef
+from managed_store.search import SearchLimits, TooManySearches
 from managed_store.spool import Drained, SpoolWriter
 from managed_store.store import ManagedStore
 
@@ -44,6 +45,7 @@ __all__ = [
     "ManagedStoreError",
     "OwnerShareExceeded",
     "RetentionError",
+    "SearchLimits",
     "SearchTimeout",
     "SpoolWriter",
     "StagedStats",
@@ -53,4 +55,5 @@ __all__ = [
     "TextSlice",
     "TextSpool",
     "TextStore",
+    "TooManySearches",
 ]

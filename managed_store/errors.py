@@ -14,6 +14,8 @@ offset, an invalid regex, an empty namespace) are plain `ValueError`s, raised be
         │   │                       invalid UTF-8, quota impossible); nothing is left behind
         │   └── OwnerShareExceeded  one object larger than its owner's share of the quota
         ├── SearchTimeout           a grep ran past its time limit
+        ├── TooManySearches         the owner already runs its share of concurrent greps
+        │                           (defined in `managed_store.search`)
         ├── StoreInUse              another live store (process) holds the root
         └── StoreClosed             the store (or spool) was used after it was closed
 

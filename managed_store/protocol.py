@@ -79,7 +79,8 @@ class TextStore(Protocol):
     ) -> LineChars: ...
 
     async def grep(
-        self, ref_id: str, pattern: str, *, max_matches: int = 100, context: int = 0
+        self, ref_id: str, pattern: str, *, max_matches: int = 100, context: int = 0,
+        owner: str | None = None, time_limit: float | None = None,
     ) -> GrepResult: ...
 
     async def stat(self, ref_id: str) -> ManagedRef: ...

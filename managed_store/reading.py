@@ -10,18 +10,15 @@ Each reader comes twice: on a path (the local store opens the file) and `..._in`
 
 from __future__ import annotations
 
-import threading
-import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from managed_store.errors import SearchTimeout
 from managed_store.index import LineMark
-from managed_store.pattern import LinePattern
 from managed_store.refs import ManagedRef
+from managed_store.search import LineMatcher
 
 _BLOCK = 64 * 1024
 GREP_LINE_BYTES = 64 * 1024
@@ -30,7 +27,9 @@ GREP_LINE_BYTES = 64 * 1024
 # thread for hundreds of milliseconds, because each release resets the GIL's switch timer.
 # One refill per MiB leaves the regular 5 ms switch interval in charge.
 READ_BUFFER = 1024 * 1024
-_STOP_POLL_LINES = 1024
+# A batch is what one round trip to a search worker carries (a longer line goes alone).
+_BATCH_BYTES = 1024 * 1024
+_BATCH_LINES = 8192
 
 
 class ObjectReader(Protocol):
@@ -167,76 +166,90 @@ def byte_range_in(
 
 
 def grep_lines(
-    path: Path,
-    ref: ManagedRef,
-    pattern: LinePattern,
-    *,
-    max_matches: int,
-    context: int,
-    stop: threading.Event,
-    time_limit: float,
+    path: Path, ref: ManagedRef, matcher: LineMatcher, *, max_matches: int, context: int
 ) -> GrepResult:
-    """Stream the object line by line (memory O(longest line)) and collect matches.
+    """Stream the object in batches of lines (memory O(batch + longest line)) and collect
+    the lines `matcher` flags.
 
     Stops early once `max_matches` matches have their context and one more match proved the
-    result truncated, or when `stop` is set (the caller was cancelled; the result is then
-    thrown away). Raises `SearchTimeout` after `time_limit` seconds.
+    result truncated, or when the matcher reports the search cancelled (the result is then
+    thrown away). The matcher raises `SearchTimeout` past its deadline.
     """
     with path.open("rb", buffering=READ_BUFFER) as file:
-        return grep_in(file, ref, pattern, max_matches=max_matches, context=context, stop=stop,
-                       time_limit=time_limit)
+        return grep_in(file, ref, matcher, max_matches=max_matches, context=context)
 
 
 def grep_in(
-    file: ObjectReader,
-    ref: ManagedRef,
-    pattern: LinePattern,
-    *,
-    max_matches: int,
+    file: ObjectReader, ref: ManagedRef, matcher: LineMatcher, *, max_matches: int,
     context: int,
-    stop: threading.Event,
-    time_limit: float,
 ) -> GrepResult:
     """`grep_lines` on an open object, read from its start."""
-    before: deque[str] = deque(maxlen=context)
-    found: list[_Found] = []
-    waiting: deque[_Found] = deque()  # matches still collecting their `after` lines
-    truncated = False
-    search, stopped = pattern.matches, stop.is_set
-    deadline = time.monotonic() + time_limit
-    for number, raw in enumerate(file, start=1):
-        if number % _STOP_POLL_LINES == 0 or len(raw) > GREP_LINE_BYTES:
-            if stopped():
-                break
-            if time.monotonic() > deadline:
-                raise SearchTimeout(
-                    f"the search of {ref.id} stopped after {time_limit:g} s at line "
-                    f"{number:,}: narrow the pattern or read the text in ranges"
-                )
-        # Editors treat CRLF as one line ending; a regex anchored with `$` should too.
-        raw = raw.rstrip(b"\n").removesuffix(b"\r")
-        matched = not truncated and search(raw)
-        if not matched and not context:
-            continue  # the common case, kept cheap
-        line = raw.decode("utf-8")
-        if matched and len(found) == max_matches:
-            truncated, matched = True, False
-            if not waiting:
-                break
-        shown = _shown(raw, line)
-        for item in waiting:
-            item.after.append(shown)
-        while waiting and len(waiting[0].after) >= context:
-            waiting.popleft()
-        if matched:
-            found.append(_Found(number, shown, tuple(before)))
-            if context:
-                waiting.append(found[-1])
-        elif truncated and not waiting:
+    collect = _Collect(context, max_matches)
+    number = 0
+    for batch in _batches(file):
+        # Past the last match wanted, lines are read only for the context of earlier ones.
+        flags = bytes(len(batch)) if collect.truncated else matcher.flags(batch, number + 1)
+        if flags is None:
             break
-        before.append(shown)
-    matches = tuple(GrepMatch(f.line, f.text, f.before, tuple(f.after)) for f in found)
-    return GrepResult(ref, matches, truncated)
+        for raw, flag in zip(batch, flags, strict=True):
+            number += 1
+            if not collect.line(number, raw, flag == 1):
+                return collect.result(ref)
+    return collect.result(ref)
+
+
+def _batches(file: ObjectReader) -> Iterator[list[bytes]]:
+    """The object's lines without their endings, about `_BATCH_BYTES` at a time."""
+    batch: list[bytes] = []
+    size = 0
+    for raw in file:
+        # Editors treat CRLF as one line ending; a regex anchored with `$` should too.
+        line = raw.rstrip(b"\n").removesuffix(b"\r")
+        batch.append(line)
+        size += len(line) + 1
+        if size >= _BATCH_BYTES or len(batch) >= _BATCH_LINES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+class _Collect:
+    """Matches and their context lines, fed one line at a time."""
+
+    def __init__(self, context: int, max_matches: int) -> None:
+        self.context, self.max_matches = context, max_matches
+        self.before: deque[str] = deque(maxlen=context)
+        self.found: list[_Found] = []
+        self.waiting: deque[_Found] = deque()  # matches still collecting their `after` lines
+        self.truncated = False
+
+    def line(self, number: int, raw: bytes, matched: bool) -> bool:
+        """Take line `number`; False once nothing more is needed."""
+        matched = matched and not self.truncated
+        if not matched and not self.context:
+            return True  # the common case, kept cheap
+        if matched and len(self.found) == self.max_matches:
+            self.truncated, matched = True, False
+            if not self.waiting:
+                return False
+        shown = _shown(raw, raw.decode("utf-8"))
+        for item in self.waiting:
+            item.after.append(shown)
+        while self.waiting and len(self.waiting[0].after) >= self.context:
+            self.waiting.popleft()
+        if matched:
+            self.found.append(_Found(number, shown, tuple(self.before)))
+            if self.context:
+                self.waiting.append(self.found[-1])
+        elif self.truncated and not self.waiting:
+            return False
+        self.before.append(shown)
+        return True
+
+    def result(self, ref: ManagedRef) -> GrepResult:
+        matches = tuple(GrepMatch(f.line, f.text, f.before, tuple(f.after)) for f in self.found)
+        return GrepResult(ref, matches, self.truncated)
 
 
 @dataclass(slots=True)

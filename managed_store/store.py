@@ -7,7 +7,8 @@ spools, close the index, unlock).
 Threads: one dedicated thread owns the SQLite connection and runs everything that changes
 which objects exist (commit, eviction, reconciliation), so those never race each other. Reading
 and writing object bytes runs in the default executor, so a large read or write never holds up
-the index. Nothing blocks the event loop.
+the index. Searches run in threads and worker processes of their own (`managed_store.search`).
+Nothing blocks the event loop.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import logging
 import math
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -52,6 +52,7 @@ from managed_store.reading import (
 )
 from managed_store.refs import ManagedRef, new_ref_id, validate_ref_id
 from managed_store.retention import RetentionPolicy
+from managed_store.search import Searches, SearchLimits
 from managed_store.spool import SpoolWriter, WrittenObject, to_the_end
 
 if TYPE_CHECKING:
@@ -66,7 +67,6 @@ _MAX_OWNER = 256
 # Offsets and limits past this are refused as arguments: SQLite's INTEGER ends at 2**63 - 1,
 # and no object comes near either.
 MAX_POSITION = 2**62
-GREP_TIME_LIMIT = 30.0
 
 
 class ManagedStore:
@@ -83,12 +83,14 @@ class ManagedStore:
         policy: RetentionPolicy,
         cleanup_interval: float,
         executor: ThreadPoolExecutor,
+        searches: SearchLimits,
     ) -> None:
         # Private: `open()` builds the pieces in order and undoes them if a step fails.
         self._layout = layout
         self._policy = policy
         self._cleanup_interval = cleanup_interval
         self._executor = executor
+        self._searches = Searches(searches)
         self._index: Index | None = None
         self._lock: StoreLock | None = None
         self._spools: set[SpoolWriter] = set()
@@ -107,11 +109,13 @@ class ManagedStore:
         quota_bytes: int = 2 * 1024**3,
         cleanup_interval: float = 3600.0,
         owner_share: float = 0.5,
+        searches: SearchLimits | None = None,
     ) -> Self:
         """Open (creating if needed) the store at `root` and run a first `cleanup()`.
 
         `ttl_seconds` may be `math.inf`; `cleanup_interval=math.inf` disables the periodic
         cleanup. `owner_share` is the part of the quota one owner may hold (see `put`).
+        `searches` bounds `grep` (default: `SearchLimits.from_environ(os.environ)`).
         Raises `ManagedStoreError` if the root is in use or cannot be opened.
         """
         policy = RetentionPolicy(ttl_seconds=ttl_seconds, quota_bytes=quota_bytes,
@@ -119,7 +123,8 @@ class ManagedStore:
         if not cleanup_interval > 0:
             raise ValueError(f"cleanup_interval must be > 0, got {cleanup_interval!r}")
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="managed-store-index")
-        store = cls(StoreLayout(Path(root)), policy, cleanup_interval, executor)
+        store = cls(StoreLayout(Path(root)), policy, cleanup_interval, executor,
+                    searches or SearchLimits.from_environ(os.environ))
         try:
             await asyncio.get_running_loop().run_in_executor(executor, store._open_sync)
             await store.cleanup()
@@ -157,6 +162,7 @@ class ManagedStore:
         await to_the_end(self._close())
 
     async def _close(self) -> None:
+        self._searches.close()
         if self._cleanup_task is not None:
             await asyncio.wait([self._cleanup_task])
         try:
@@ -275,35 +281,33 @@ class ManagedStore:
         *,
         max_matches: int = 100,
         context: int = 0,
-        time_limit: float = GREP_TIME_LIMIT,
+        owner: str | None = None,
+        time_limit: float | None = None,
     ) -> GrepResult:
         """Lines matching the RE2 `pattern` (`search`, per line, without line ending).
 
         Raises `InvalidPattern` (a `ValueError`) for a pattern that is too long, invalid or
-        uses syntax RE2 leaves out (see `managed_store.pattern`), and `SearchTimeout` when
-        the scan runs past `time_limit` seconds. Memory is O(longest line); each returned
-        line is cut to 64 KiB.
+        uses syntax RE2 leaves out (see `managed_store.pattern`), `TooManySearches` when
+        `owner` already runs as many as the store's `SearchLimits.per_owner`, and
+        `SearchTimeout` when the search runs past `time_limit` seconds (default: the
+        store's), also inside one long line (see `managed_store.search`). Memory is
+        O(longest line); each returned line is cut to 64 KiB.
         """
         ref_id = validate_ref_id(ref_id)
         _check_int("max_matches", max_matches, 1)
         _check_int("context", context, 0)
         check_pattern(pattern)
-        # Compiling a long pattern takes milliseconds: never on the event loop.
-        compiled = await asyncio.to_thread(compile_pattern, pattern)
-        ref = await self._on_index_thread(self._lookup, ref_id)
-        # The scan cannot be interrupted from outside its thread, so it polls this flag: a
-        # cancelled grep stops within 1,024 lines instead of reading the rest of the object.
-        stop = threading.Event()
-        try:
-            return await self._read_file(
-                ref,
-                functools.partial(
-                    grep_lines, pattern=compiled, max_matches=max_matches, context=context,
-                    stop=stop, time_limit=time_limit,
-                ),
-            )
-        finally:
-            stop.set()
+        with self._searches.admitted(owner):
+            # Compiling a long pattern takes milliseconds: never on the event loop.
+            await self._searches.in_thread(functools.partial(compile_pattern, pattern))
+            ref = await self._on_index_thread(self._lookup, ref_id)
+            path = self._layout.object_path(ref.id)
+            try:
+                return await self._searches.run(ref.id, pattern, functools.partial(
+                    grep_lines, path, ref, max_matches=max_matches, context=context),
+                    time_limit=time_limit)
+            except FileNotFoundError:
+                raise _not_found(ref.id) from None  # evicted since the lookup
 
     async def stat(self, ref_id: str) -> ManagedRef:
         ref_id = validate_ref_id(ref_id)

@@ -22,6 +22,7 @@ from managed_store import (
     ManagedNotFound,
     SearchTimeout,
     TextStore,
+    TooManySearches,
 )
 from sidecar.bounding import line_count, utf8_length
 from sidecar.errors import ErrorKind, ToolFailure
@@ -31,6 +32,12 @@ DEFAULT_LIMIT = 200
 HEADER_RESERVE_BYTES = 512
 """Bytes of the bound kept for the `[...]` header line of a page."""
 MAX_LENGTH = 10_000_000
+
+
+def search_owner(owner: str | None) -> str:
+    """Who a search counts against (its concurrent searches are capped): the scoped token
+    (`"token:<id>"`), else the all-access token, one client however many sessions use it."""
+    return owner if owner is not None else "the all-access token"
 
 
 class ManagedReadInput(BaseModel):
@@ -68,11 +75,13 @@ def managed_read_tool(store: TextStore, bounds: Bounds = DEFAULT_BOUNDS) -> Tool
 
     async def run(args: ManagedReadInput, ctx: CallContext) -> ToolResponse:
         try:
-            return await _page(store, args, budget)
+            return await _page(store, args, budget, search_owner(ctx.runner.owner))
         except InvalidPattern as exc:
             raise ToolFailure(str(exc), kind=ErrorKind.INVALID_INPUT) from None
         except SearchTimeout as exc:
             raise ToolFailure(str(exc), kind=ErrorKind.TIMEOUT) from None
+        except TooManySearches as exc:
+            raise ToolFailure(str(exc), kind=ErrorKind.UNAVAILABLE) from None
         except (InvalidRef, ManagedNotFound) as exc:
             raise ToolFailure(f"{exc}. Use the ref exactly as the truncated result gave it.") \
                 from None
@@ -94,9 +103,10 @@ def managed_read_tool(store: TextStore, bounds: Bounds = DEFAULT_BOUNDS) -> Tool
     )
 
 
-async def _page(store: TextStore, args: ManagedReadInput, budget: Budget) -> ToolResponse:
+async def _page(store: TextStore, args: ManagedReadInput, budget: Budget,
+                owner: str) -> ToolResponse:
     if args.pattern is not None:
-        return await _grep(store, args, budget)
+        return await _grep(store, args, budget, owner)
     if args.start is not None:
         return await _read_chars(store, args.ref, args.offset, args.start, args.length, budget)
     part = await store.read_lines(args.ref, offset=args.offset, limit=min(args.limit,
@@ -170,9 +180,13 @@ async def _read_chars(
     return ToolResponse(content=f"[{ref}: {span}{more}]\n{text}")
 
 
-async def _grep(store: TextStore, args: ManagedReadInput, budget: Budget) -> ToolResponse:
+async def _grep(store: TextStore, args: ManagedReadInput, budget: Budget,
+                owner: str) -> ToolResponse:
+    """Searches count against the call's client (`search_owner`), as `GET
+    /v1/managed/{ref}?pattern=` does (`managed_store.search`)."""
     assert args.pattern is not None
-    found = await store.grep(args.ref, args.pattern, max_matches=args.limit, context=args.context)
+    found = await store.grep(args.ref, args.pattern, max_matches=args.limit, context=args.context,
+                             owner=owner)
     if not found.matches:
         return ToolResponse(content=f"[{args.ref}: no line matches {args.pattern!r}]")
     lines: list[str] = []

@@ -31,8 +31,8 @@ import asyncio
 import functools
 import logging
 import math
-import threading
-from collections.abc import Callable, Coroutine, Sequence
+import os
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn, Self, TypeVar
@@ -61,9 +61,9 @@ from managed_store.s3.objects import RangedReader, S3Sink, describe
 from managed_store.s3.settings import S3Settings
 from managed_store.s3.spool import S3Spool
 from managed_store.s3.staging import StagedSink, Staging, Upload, wait_for_upload
+from managed_store.search import LineMatcher, Searches, SearchLimits
 from managed_store.spool import SpoolWriter, WrittenObject, to_the_end
 from managed_store.store import (
-    GREP_TIME_LIMIT,
     _check_int,
     _check_namespace,
     _check_owner,
@@ -115,6 +115,8 @@ class S3TextStore:
         self._read_wait = read_wait
         self._close_wait = close_wait
         self._heartbeat = heartbeat
+        # The environment's search limits (`SearchLimits.from_environ`), as the local store.
+        self._searches = Searches(SearchLimits.from_environ(os.environ))
         self._spools: set[SpoolWriter] = set()
         self._commits: set[asyncio.Task[ManagedRef]] = set()
         self._cleanup_task: asyncio.Task[None] | None = None
@@ -246,6 +248,7 @@ class S3TextStore:
         await to_the_end(self._close())
 
     async def _close(self) -> None:
+        self._searches.close()
         if self._cleanup_task is not None:
             await asyncio.wait([self._cleanup_task])
         try:
@@ -410,21 +413,32 @@ class S3TextStore:
         return await self._read_object(found, read, window if line <= ref.lines else None)
 
     async def grep(self, ref_id: str, pattern: str, *, max_matches: int = 100,
-                   context: int = 0, time_limit: float = GREP_TIME_LIMIT) -> GrepResult:
-        """Lines matching the RE2 `pattern` (see `ManagedStore.grep`), streamed with one GET."""
+                   context: int = 0, owner: str | None = None,
+                   time_limit: float | None = None) -> GrepResult:
+        """Lines matching the RE2 `pattern` (see `ManagedStore.grep`), streamed with one GET,
+        in a search thread and worker process (`managed_store.search`)."""
         ref_id = validate_ref_id(ref_id)
         _check_int("max_matches", max_matches, 1)
         _check_int("context", context, 0)
         check_pattern(pattern)
-        compiled = await asyncio.to_thread(compile_pattern, pattern)
-        found = await self._found(ref_id, self._index.get(ref_id))
-        stop = threading.Event()
-        try:
-            return await self._read_object(found, functools.partial(
-                grep_in, ref=found[0], pattern=compiled, max_matches=max_matches, context=context,
-                stop=stop, time_limit=time_limit))
-        finally:
-            stop.set()
+        with self._searches.admitted(owner):
+            await self._searches.in_thread(functools.partial(compile_pattern, pattern))
+            found = await self._found(ref_id, self._index.get(ref_id))
+            # The matcher exists only in the search thread, which runs the read.
+            matchers: list[LineMatcher] = []
+
+            def read(reader: ObjectReader) -> GrepResult:
+                return grep_in(reader, found[0], matchers[0], max_matches=max_matches,
+                               context=context)
+
+            def offload(job: Callable[[], GrepResult]) -> Awaitable[GrepResult]:
+                def scan(matcher: LineMatcher) -> GrepResult:
+                    matchers.append(matcher)
+                    return job()
+
+                return self._searches.run(ref_id, pattern, scan, time_limit=time_limit)
+
+            return await self._read_object(found, read, offload=offload)
 
     async def stat(self, ref_id: str) -> ManagedRef:
         """The ref, from the index: at once on any replica, also while the object is still
@@ -528,18 +542,22 @@ class S3TextStore:
         return found
 
     async def _read_object(self, found: Found, fn: Callable[[ObjectReader], _T],
-                           window: tuple[int, int] | None = None) -> _T:
-        """`fn` on a reader of the object, in a worker thread: its staging file while this
+                           window: tuple[int, int] | None = None, *,
+                           offload: Callable[[Callable[[], _T]], Awaitable[_T]] | None = None,
+                           ) -> _T:
+        """`fn` on a reader of the object, in a worker thread (`offload`: another way to run
+        it off the loop; greps use their own threads): its staging file while this
         replica is still uploading it, else its bytes in the bucket (waiting for another
         replica's upload first). From the bucket, the bytes of `window` are fetched first,
         here: a read that stays within them (a page of lines, a byte range) holds a thread
         only while it scans, never while it waits for the network."""
+        run = offload or asyncio.to_thread
         ref, staged = found
         if staged is not None:
             path = await self._uploaded_or_local(ref.id, staged)
             if path is not None:
                 try:
-                    return await asyncio.to_thread(_read_file, path, fn)
+                    return await run(functools.partial(_read_file, path, fn))
                 except FileNotFoundError:
                     pass  # uploaded and deleted since: read the bucket
                 except OSError as exc:
@@ -556,8 +574,8 @@ class S3TextStore:
                     reader.install(clipped[0], data)
                     return fn(reader)
 
-                return await asyncio.to_thread(fn_on_data, reader)
-            return await asyncio.to_thread(fn, reader)
+                return await run(functools.partial(fn_on_data, reader))
+            return await run(functools.partial(fn, reader))
         except FileNotFoundError:
             raise _not_found(ref.id) from None  # evicted between the lookup and the read
         except (ObjectStoreError, OSError) as exc:

@@ -90,7 +90,7 @@ async def test_grep_uses_re2_and_names_what_it_does_not_support(store: ManagedSt
 
 async def test_grep_stops_at_its_time_limit(store: ManagedStore) -> None:
     ref = await store.put("line\n" * 5000)
-    with pytest.raises(SearchTimeout, match="stopped after 0 s at line 1,024"):
+    with pytest.raises(SearchTimeout, match="stopped after 0 s at line 1:"):
         await store.grep(ref.id, "nothing", time_limit=0)
 
 
