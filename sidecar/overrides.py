@@ -3,9 +3,11 @@
 An `Override` matches tools by a glob over effective names (or, with `server`, over that MCP
 server's upstream names) and may change: the name, title, description (replace or append),
 annotations; hide arguments with fixed values (removed from the advertised schema, put into
-every call); give arguments defaults (filled in when the model leaves them out); or leave the
-tool out (`enabled = False`). Location-wide overrides apply first, then the ones of the
-profile a snapshot is taken through; later fields win.
+every call; an input key that differs from a hidden name only by case, whitespace or
+look-alike characters is refused, `sidecar.key_skeleton`); give arguments defaults (filled in
+when the model leaves them out); or leave the tool out (`enabled = False`). Location-wide
+overrides apply first, then the ones of the profile a snapshot is taken through; later fields
+win.
 
 The seam validates the model's input against the reshaped schema; the reshaped tool then
 fills in defaults and fixed values and hands the result to the original tool, whose own input
@@ -26,6 +28,7 @@ from typing import Any
 
 from sidecar.codec import JsonSchemaCodec
 from sidecar.errors import CodecError, ErrorKind, SchemaDefinitionError, ToolFailure
+from sidecar.key_skeleton import skeleton
 from sidecar.names import is_valid_name
 from sidecar.registry import Entry
 from sidecar.tool import Annotations, CallContext, Tool, tool_with
@@ -119,9 +122,12 @@ def apply_override(entry: Entry, override: Override) -> Entry:
 
 def _filling(tool: Tool, hidden: Mapping[str, Any], defaults: Mapping[str, Any]) -> Any:
     inner, codec = tool.execute, tool.input
+    shadows = frozenset(skeleton(key) for key in hidden)
 
     async def execute(value: Any, ctx: CallContext) -> Any:
-        arguments = {**defaults, **(value if isinstance(value, Mapping) else {}), **hidden}
+        given = value if isinstance(value, Mapping) else {}
+        _refuse_lookalikes(given, hidden, shadows, ctx.tool_name)
+        arguments = {**defaults, **given, **hidden}
         try:
             original = codec.decode(arguments)
         except CodecError as exc:
@@ -132,6 +138,23 @@ def _filling(tool: Tool, hidden: Mapping[str, Any], defaults: Mapping[str, Any])
         return await inner(original, ctx)
 
     return execute
+
+
+def _refuse_lookalikes(given: Mapping[str, Any], hidden: Mapping[str, Any],
+                       shadows: frozenset[str], tool_name: str) -> None:
+    """`invalid_input` for a key the model sent that is not a hidden argument's name but
+    differs from one only by case, whitespace or look-alike characters (`Env`, `env `, `env`
+    with a Cyrillic U+0435 when `env` is fixed): an upstream that reads names loosely would
+    take it for the fixed argument, and it would reach the upstream next to it. The message
+    names the key sent, not the hidden name or its value."""
+    if not shadows:
+        return
+    for key in given:
+        if key not in hidden and isinstance(key, str) and skeleton(key) in shadows:
+            raise ToolFailure(
+                f"input key {key!r} of {tool_name} is refused: it differs only by case, "
+                "whitespace or look-alike characters from an argument the manifest fixes",
+                kind=ErrorKind.INVALID_INPUT)
 
 
 class Overrides:
