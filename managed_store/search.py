@@ -98,7 +98,7 @@ class LineMatcher:
         if self._stop.is_set():
             return None
         if time.monotonic() >= self._deadline:
-            raise self._timeout(first_line)
+            raise _timeout(self._ref_id, self._time_limit, first_line)
         self._worker.send(b"L", b"\n".join(lines))
         while True:
             left = self._deadline - time.monotonic()
@@ -107,15 +107,16 @@ class LineMatcher:
                 self._worker.kill()
                 if self._stop.is_set():
                     return None
-                raise self._timeout(first_line)
+                raise _timeout(self._ref_id, self._time_limit, first_line)
             if self._worker.answered(min(left, _POLL)):
                 return self._worker.receive(len(lines))
 
-    def _timeout(self, line: int) -> SearchTimeout:
-        return SearchTimeout(
-            f"the search of {self._ref_id} stopped after {self._time_limit:g} s at line "
-            f"{line:,}: narrow the pattern or read the text in ranges"
-        )
+
+def _timeout(ref_id: str, time_limit: float, line: int) -> SearchTimeout:
+    return SearchTimeout(
+        f"the search of {ref_id} stopped after {time_limit:g} s at line {line:,}: narrow the "
+        "pattern or read the text in ranges"
+    )
 
 
 class Searches:
@@ -194,6 +195,8 @@ class Searches:
 
     def _scan(self, ref_id: str, pattern: str, scan: Callable[[LineMatcher], _T],
               deadline: float, limit: float, stop: threading.Event) -> _T:
+        if time.monotonic() >= deadline:  # it waited its whole time for a thread
+            raise _timeout(ref_id, limit, 1)
         worker = self._take()
         try:
             worker.use(pattern)

@@ -21,11 +21,18 @@ from starlette.responses import JSONResponse as StarletteJSONResponse
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from managed_store import InvalidPattern, InvalidRef, ManagedNotFound, SearchTimeout
+from managed_store import (
+    InvalidPattern,
+    InvalidRef,
+    ManagedNotFound,
+    SearchTimeout,
+    TooManySearches,
+)
 from sidecar import json_depth, tracing
 from sidecar.call_history import CallQuery, InvalidQuery
 from sidecar.database_down import database_label, unavailable_message
 from sidecar.json_depth import JsonTooDeep
+from sidecar.managed_read import search_owner
 from sidecar.outcome import Outcome
 from sidecar.permission_service import UnknownAsk
 from sidecar.pins import NotHeld
@@ -459,7 +466,8 @@ class Api:
             if pattern is not None:
                 limit = self._int(request, "limit", 100, 1, 10_000)
                 context = self._int(request, "context", 0, 0, 50)
-                found = await store.grep(ref, pattern, max_matches=limit, context=context)
+                found = await store.grep(ref, pattern, max_matches=limit, context=context,
+                                         owner=search_owner(_owner(request)))
                 return JSONResponse({
                     "ref": ref,
                     "pattern": pattern,
@@ -495,6 +503,8 @@ class Api:
             raise ApiError(400, "invalid_parameter", str(exc), "pattern") from None
         except SearchTimeout as exc:
             raise ApiError(422, "search_timeout", str(exc), "pattern") from None
+        except TooManySearches as exc:
+            raise ApiError(429, "too_many_searches", str(exc), "pattern") from None
         except ValueError as exc:
             raise ApiError(400, "invalid_parameter", str(exc)) from None
         return JSONResponse({
