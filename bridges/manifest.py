@@ -221,6 +221,8 @@ class ManifestSet:
     servers: dict[str, Sourced] = field(default_factory=dict)
     tools: dict[str, Sourced] = field(default_factory=dict)
     rules: list[Rule] = field(default_factory=list)
+    rule_sources: list[tuple[str, str]] = field(default_factory=list)
+    """(file, JSON path) of each of `rules`."""
     plugins: list[Sourced] = field(default_factory=list)
     bounds: BoundsConfig = field(default_factory=BoundsConfig)
     codemode: Literal["direct", "codemode", "both"] | None = None
@@ -588,5 +590,7 @@ def _load_permissions(
         result.problems.extend(_validation_problems(file, "$.permissions", exc))
         return
     result.rules.extend(config.rules)
+    result.rule_sources.extend((file, f"$.permissions.rules[{i}]")
+                               for i in range(len(config.rules)))
     if config.ask_timeout is not None:
         result.ask_timeout = config.ask_timeout

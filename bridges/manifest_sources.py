@@ -33,6 +33,7 @@ from bridges.manifest import (
     load_manifests,
 )
 from bridges.manifest import manifest_files as manifest_files_of
+from bridges.manifest_globs import ToolNames, unmatched_globs
 from bridges.manifest_overrides import OverrideConfig
 from bridges.manifest_profiles import ProfileConfig, RateLimitConfig
 from bridges.manifest_tools import ManifestTools, manifest_tool_validator
@@ -133,6 +134,20 @@ def override_problems(loaded: ManifestSet, effective: Mapping[str, Entry]) -> li
     return problems
 
 
+def tool_names(location: Location) -> ToolNames:
+    """What the manifests' globs may match in `location` now (`bridges.manifest_globs`)."""
+    effective = location.registry.effective()
+    names = set(effective)
+    names.update(location.profiles.entries(None, effective))  # after overrides
+    upstream: dict[str, set[str]] = {}
+    for entry in effective.values():
+        if entry.tool.permission_action:
+            names.add(entry.tool.permission_action)
+        if entry.origin.startswith("mcp:"):
+            upstream.setdefault(entry.origin[4:], set()).add(entry.key)
+    return ToolNames(frozenset(names), {k: frozenset(v) for k, v in upstream.items()})
+
+
 def _report(problems: Sequence[ManifestProblem]) -> list[dict[str, Any]]:
     return [
         {"file": p.file, "path": p.path, "message": p.message, "hint": p.hint,
@@ -166,6 +181,8 @@ class ManifestSources:
         self.reload_problems: list[ManifestProblem] = []
         self._lock = asyncio.Lock()
         self._fingerprint: tuple[tuple[str, int, int], ...] = ()
+        self._unmatched: tuple[object, int, list[ManifestProblem]] | None = None
+        self._unmatched_report: asyncio.Task[None] | None = None
 
     def _fingerprint_now(self) -> tuple[tuple[str, int, int], ...]:
         """(path, mtime_ns, size) of every manifest file: what a reload would read."""
@@ -219,12 +236,52 @@ class ManifestSources:
         )
         await self.pool.__aenter__()
         location.manifests = loaded
+        self._report_unmatched_when_settled()
         return self
+
+    def unmatched_globs(self) -> list[ManifestProblem]:
+        """The globs of the applied manifests that match none of the tools registered now
+        (`bridges.manifest_globs`); none while a server is on its first attempt (its tools are
+        not known yet). Cached until the registry or the manifests change."""
+        if self.pool is None or self.pool.starting():
+            return []
+        location = self._location
+        loaded, version = location.manifests, location.registry.version
+        cached = self._unmatched
+        if cached is not None and cached[0] is loaded and cached[1] == version:
+            return cached[2]
+        problems = unmatched_globs(loaded, tool_names(location))
+        self._unmatched = (loaded, version, problems)
+        return problems
+
+    def _report_unmatched_when_settled(self) -> None:
+        """One log line naming the globs that match no tool, once every server has settled
+        its first attempt (at start, and after each reload)."""
+        if self._unmatched_report is not None:
+            self._unmatched_report.cancel()
+        self._unmatched_report = asyncio.get_running_loop().create_task(
+            self._log_unmatched(), name="unmatched-globs")
+
+    async def _log_unmatched(self) -> None:
+        assert self.pool is not None
+        await self.pool.settled()
+        await self._location.definitions_checked()
+        try:
+            problems = self.unmatched_globs()
+        except Exception:  # a report, never a reason for the daemon to fail
+            log.exception("matching the manifests' globs against the tools failed")
+            return
+        if problems:
+            log.warning("manifest globs that match no tool (they apply to nothing): %s",
+                        "; ".join(str(p) for p in problems))
 
     async def __aexit__(
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         try:
+            if self._unmatched_report is not None:
+                self._unmatched_report.cancel()
+                await asyncio.wait([self._unmatched_report])
             if self.pool is not None:
                 await self.pool.__aexit__(t, e, tb)
         finally:
@@ -305,6 +362,7 @@ class ManifestSources:
             await self._sync_plugins(loaded)
             self._location.manifests = loaded
             self.reload_problems = []
+            self._report_unmatched_when_settled()
             self._location.events.publish(ManifestsReloaded(True, _report(loaded.problems)))
             log.info("manifests reloaded: %d server(s), %d tool(s)", len(loaded.servers),
                      len(loaded.tools))

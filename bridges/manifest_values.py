@@ -31,7 +31,9 @@ class ManifestProblem:
     path: str
     message: str
     hint: str = ""
-    severity: Literal["error", "note"] = "error"
+    severity: Literal["error", "warning", "note"] = "error"
+    """"warning": valid, but likely not what was meant (a glob that matches no tool,
+    `bridges.manifest_globs`)."""
     unknown_key: bool = False
     """A key mcp-sidecar does not know (`sidecar check` fails on it unless --allow-unknown)."""
 

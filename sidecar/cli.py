@@ -47,9 +47,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bridges.manifest import load_manifests
-from bridges.manifest_schema import manifest_json_schema
-from bridges.manifest_tools import manifest_tool_validator
 from sidecar import cli_asks, cli_calls, cli_tokens
 from sidecar.cli_database import database_url, door_exit, use_store
 from sidecar.cli_output import (  # the exit statuses are part of the CLI's contract
@@ -153,41 +150,6 @@ def _read_input(raw: str) -> str:
     return raw
 
 
-def _check(args: argparse.Namespace) -> int:
-    if args.schema:
-        print(json.dumps(manifest_json_schema(), indent=2, sort_keys=True))
-        return EXIT_OK
-    if not args.files:
-        print("sidecar check: name at least one manifest file or directory", file=sys.stderr)
-        return EXIT_USAGE
-    loaded = load_manifests(args.files, tool_validator=manifest_tool_validator(Path.cwd()))
-    if args.json:
-        print(json.dumps({
-            "files": loaded.files,
-            "servers": sorted(loaded.servers),
-            "tools": sorted(loaded.tools),
-            "problems": [
-                {"file": p.file, "path": p.path, "message": p.message, "hint": p.hint,
-                 "severity": p.severity, "unknown_key": p.unknown_key}
-                for p in loaded.problems
-            ],
-        }, indent=2))
-    unknown = [p for p in loaded.problems if p.unknown_key and p.severity != "error"]
-    if not args.json:
-        for problem in loaded.problems:
-            print(f"{problem.severity}: {problem}")
-        print(f"{len(loaded.files)} file(s), {len(loaded.servers)} server(s), "
-              f"{len(loaded.tools)} tool(s), {len(loaded.errors)} error(s), "
-              f"{len(unknown)} unknown key(s)"
-              + (" (allowed)" if unknown and args.allow_unknown else ""))
-        if unknown and not args.allow_unknown:
-            print("unknown keys fail the check: fix them, or pass --allow-unknown (keys other "
-                  "MCP clients use are kept as they are)")
-    if loaded.errors or (unknown and not args.allow_unknown):
-        return EXIT_TOOL_ERROR
-    return EXIT_OK
-
-
 async def stdio(
     *, state_dir: str | None, manifests: list[str], profile: str | None = None
 ) -> None:
@@ -244,7 +206,7 @@ def _attach(args: argparse.Namespace) -> tuple[str, str]:
 
 
 async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
-    from sidecar.cli_targets import EmbeddedBackend, RemoteBackend
+    from sidecar.cli_targets import EmbeddedBackend, RemoteBackend, servers_started
 
     state = str(_state_dir(args))
     backend: Backend
@@ -279,9 +241,10 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
             return await _approve(backend, args)
         if args.command == "health":
             return print_health(await backend.health(), args.json)
-        await _servers_started(backend)
+        await servers_started(backend)
         if args.command == "tools":
-            return print_tools(await backend.tools(args.format, args.profile), args)
+            profile = "*" if args.all else args.profile
+            return print_tools(await backend.tools(args.format, profile), args)
         if args.command == "call":
             name, raw_input = args.name, args.input
         else:
@@ -301,21 +264,6 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
         outcome = await backend.call(name, raw_input, context, show_progress=progress,
                                      profile=getattr(args, "profile", None))
         return print_outcome(outcome, args.json)
-
-
-STARTUP_WAIT = 120.0
-"""How long `tools`, `call` and `managed read` wait for a daemon's servers still starting."""
-
-
-async def _servers_started(backend: Backend) -> None:
-    """Wait until no upstream server of the daemon is still on its first attempt (a daemon
-    starts them in the background), so that the command sees their tools."""
-    deadline = asyncio.get_running_loop().time() + STARTUP_WAIT
-    while asyncio.get_running_loop().time() < deadline:
-        servers = (await backend.health()).get("servers", {})
-        if not any(server.get("state") == "starting" for server in servers.values()):
-            return
-        await asyncio.sleep(0.1)
 
 
 async def _approve(backend: Backend, args: argparse.Namespace) -> int:
@@ -416,7 +364,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(f"sidecar: {store_error}", file=sys.stderr)
         return EXIT_USAGE
     if args.command == "check":
-        return _check(args)
+        from sidecar import cli_check
+
+        return cli_check.run(args, _state_dir(args))
     if args.command == "auth":
         return _auth(args)
     if args.command == "token":

@@ -139,4 +139,13 @@ def degraded_reasons(report: dict[str, Any]) -> list[str]:
                 for p in report.get("manifest_problems", []) if p.get("severity") == "error"]
     reasons += [f"manifest reload rejected: {p['file']}: {p['path']}: {p['message']}"
                 for p in report.get("reload_problems", [])]
+    reasons += [f"manifest {p['file']}: {p['path']}: {p['message']}"
+                + (f" ({p['hint']})" if p.get("hint") else "")
+                for p in report.get("unmatched_globs", [])]
+    reasons += [f"tool {c['tool']} ({c['key']}) changed upstream and is held "
+                f"({c['action'].replace('_', ' ')}): review it, then `sidecar tools approve "
+                f"{c['tool']}`" for c in report.get("definition_changes", [])
+                if c.get("policy") == "hold"]
+    if report.get("status") == "degraded" and not reasons:  # a reason this CLI does not know
+        reasons.append("the daemon did not say why (see `sidecar health --json`)")
     return reasons

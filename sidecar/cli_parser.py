@@ -68,6 +68,8 @@ def build_parser(description: str) -> argparse.ArgumentParser:
                        help="print definitions in a provider format (JSON)")
     tools.add_argument("--profile", default=None, metavar="NAME",
                        help="this profile's tools (default: the default profile's)")
+    tools.add_argument("--all", action="store_true",
+                       help="every tool, whichever profile serves it (the all-access token)")
     tools.add_argument("approve", nargs="*", metavar="approve NAME",
                        help="accept the changed upstream definition of tool NAME (pinning; "
                        "needs the running daemon)")
@@ -103,8 +105,19 @@ def build_parser(description: str) -> argparse.ArgumentParser:
                                                        parents=[common, store]))
     cli_calls.add_parser(sub, client)
     cli_asks.add_parser(sub, client)
-    check = sub.add_parser("check", help="validate manifests without starting anything")
+    check = sub.add_parser(
+        "check", help="validate manifests without starting anything",
+        description="Validate manifest files: every error of every entry, with its file and "
+        "JSON path. --live also matches their globs against a running daemon's tools.")
     check.add_argument("files", nargs="*", metavar="FILE", help="manifest files or directories")
+    check.add_argument("--live", action="store_true",
+                       help="also report rule, profile, override and rate-limit globs that "
+                       "match none of the running daemon's tools (starts no daemon)")
+    check.add_argument("--url", default=None,
+                       help="with --live: a running daemon (default $SIDECAR_URL, or the state "
+                       "directory's)")
+    check.add_argument("--state-dir", help="with --live: the daemon's state directory (default "
+                       "$SIDECAR_STATE_DIR or $XDG_STATE_HOME/mcp-sidecar)")
     check.add_argument("--schema", action="store_true", help="print the manifest JSON Schema")
     check.add_argument("--json", action="store_true", help="machine-readable output")
     check.add_argument("--allow-unknown", action="store_true",

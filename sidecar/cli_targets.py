@@ -134,6 +134,22 @@ class Backend(Protocol):
     async def health(self) -> dict[str, Any]: ...
 
 
+STARTUP_WAIT = 120.0
+"""How long `tools`, `call`, `managed read` and `check --live` wait for a daemon's servers
+still starting."""
+
+
+async def servers_started(backend: Backend) -> None:
+    """Wait until no upstream server of the daemon is still on its first attempt (a daemon
+    starts them in the background), so that the command sees their tools."""
+    deadline = asyncio.get_running_loop().time() + STARTUP_WAIT
+    while asyncio.get_running_loop().time() < deadline:
+        servers = (await backend.health()).get("servers", {})
+        if not any(server.get("state") == "starting" for server in servers.values()):
+            return
+        await asyncio.sleep(0.1)
+
+
 class OpenLocation(Protocol):
     """`Location.open` as the CLI entry point wires it (`sidecar.daemon.Location.open`)."""
 

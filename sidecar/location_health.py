@@ -7,7 +7,9 @@ problems, held definition changes, rate-limit rejections, the tool count, the ma
 fleet, whether the database answers (`database`).
 
 `status` is "ok" when every enabled server is ready, no plugin failed, the manifests have no
-errors and no tool of a `pin = "hold"` server differs from its pin; else "degraded"
+errors, every glob of their rules, profiles, overrides and rate limits matches a tool
+(`unmatched_globs`, see `bridges.manifest_globs`; known once no server is on its first
+attempt) and no tool of a `pin = "hold"` server differs from its pin; else "degraded"
 (`definition_changes` lists every change, `warn` ones included). With a fleet database that
 does not answer, "unavailable": `database` says why, and what is read from the database
 (`store`, `state`) is left out.
@@ -38,14 +40,20 @@ async def health_report(location: Location) -> dict[str, Any]:
         {"file": p.file, "path": p.path, "message": p.message, "severity": p.severity}
         for p in location.manifests.problems
     ]
-    pending = location.sources.reload_problems if location.sources is not None else []
+    sources = location.sources
+    pending = sources.reload_problems if sources is not None else []
     reload_problems = [{"file": p.file, "path": p.path, "message": p.message} for p in pending]
+    unmatched = [
+        {"file": p.file, "path": p.path, "message": p.message, "hint": p.hint}
+        for p in (sources.unmatched_globs() if sources is not None else ())
+    ]
     held = location.pins.held.values()
     degraded = (
         any(s["state"] not in ("ready", "disabled") for s in servers.values())
         or any(p["state"] == "failed" for p in plugins.values())
         or any(p["severity"] == "error" for p in problems)
         or bool(reload_problems)
+        or bool(unmatched)
         or any(c.policy == "hold" for c in held)
     )
     registry = location.registry
@@ -56,6 +64,7 @@ async def health_report(location: Location) -> dict[str, Any]:
         "plugins": plugins,
         "manifest_problems": problems,
         "reload_problems": reload_problems,
+        "unmatched_globs": unmatched,
         "definition_changes": [c.to_json() for c in held],
         "rate_limited": location.rate_limits.rejected,
         "tools": len(registry.effective()),

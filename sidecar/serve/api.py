@@ -265,10 +265,19 @@ class Api:
 
     async def list_tools(self, request: Request) -> Response:
         fmt = self._format(request)
-        profile = self._profile(request, request.query_params.get("profile"))
-        snapshot = self.location.snapshot(hide_denied=False, keep=False, profile=profile)
-        return json_with({"format": fmt}, "tools",
-                         self.definitions.encoded(fmt, snapshot.definitions))
+        wanted = request.query_params.get("profile")
+        if wanted == "*":  # every tool, whichever profile serves it (`sidecar tools --all`)
+            if not profile_allowed(request.scope, "*"):
+                raise ApiError(403, "forbidden_profile", "only the all-access token lists "
+                               "every tool (profile=*)", "profile")
+            location = self.location
+            served = location.profiles.entries(None, location.registry.effective())
+            definitions = tuple(e.definition for e in served.values())
+        else:
+            definitions = self.location.snapshot(
+                hide_denied=False, keep=False, profile=self._profile(request, wanted)
+            ).definitions
+        return json_with({"format": fmt}, "tools", self.definitions.encoded(fmt, definitions))
 
     async def approve(self, request: Request) -> Response:
         """Accept a tool's changed upstream definition (`sidecar.pins`)."""

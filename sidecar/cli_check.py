@@ -1,0 +1,101 @@
+"""`sidecar check FILE... [--live] [--json] [--allow-unknown] | --schema`: validate manifests.
+
+Without `--live` nothing starts and nothing is asked. With `--live` the globs of the files'
+permission rules, profiles (`include`, `exclude`), overrides and rate limits are also matched
+against the tools of the running daemon (`--url`, else the state directory's; none is started):
+each that matches none is a warning, and warnings fail the check like errors
+(`bridges.manifest_globs`).
+
+Exit 0: clean; 1: errors, unknown keys (unless `--allow-unknown`) or, with `--live`, globs
+that match no tool; 2: usage; 3: `--live` and no daemon answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+from bridges.manifest import ManifestSet, load_manifests
+from bridges.manifest_globs import ToolNames, unmatched_globs
+from bridges.manifest_schema import manifest_json_schema
+from bridges.manifest_tools import manifest_tool_validator
+from sidecar.cli_output import EXIT_OK, EXIT_TOOL_ERROR, EXIT_UNREACHABLE, EXIT_USAGE
+
+
+class NoDaemon(Exception):
+    """`--live` found no running daemon to match against."""
+
+
+def run(args: argparse.Namespace, state: Path) -> int:
+    if args.schema:
+        print(json.dumps(manifest_json_schema(), indent=2, sort_keys=True))
+        return EXIT_OK
+    if not args.files:
+        print("sidecar check: name at least one manifest file or directory", file=sys.stderr)
+        return EXIT_USAGE
+    loaded = load_manifests(args.files, tool_validator=manifest_tool_validator(Path.cwd()))
+    if args.live:
+        from sidecar.cli_targets import Refused, Unreachable
+
+        try:
+            names = asyncio.run(_live_names(args, state))
+        except (NoDaemon, Unreachable, Refused) as exc:
+            print(f"sidecar check --live: {exc}", file=sys.stderr)
+            return EXIT_UNREACHABLE
+        loaded.problems.extend(unmatched_globs(loaded, names))
+    return _report(args, loaded)
+
+
+def _report(args: argparse.Namespace, loaded: ManifestSet) -> int:
+    unknown = [p for p in loaded.problems if p.unknown_key and p.severity != "error"]
+    warnings = [p for p in loaded.problems if p.severity == "warning"]
+    if args.json:
+        print(json.dumps({
+            "files": loaded.files,
+            "servers": sorted(loaded.servers),
+            "tools": sorted(loaded.tools),
+            "problems": [
+                {"file": p.file, "path": p.path, "message": p.message, "hint": p.hint,
+                 "severity": p.severity, "unknown_key": p.unknown_key}
+                for p in loaded.problems
+            ],
+        }, indent=2))
+    else:
+        for problem in loaded.problems:
+            print(f"{problem.severity}: {problem}")
+        print(f"{len(loaded.files)} file(s), {len(loaded.servers)} server(s), "
+              f"{len(loaded.tools)} tool(s), {len(loaded.errors)} error(s), "
+              + (f"{len(warnings)} glob(s) matching no tool, " if args.live else "")
+              + f"{len(unknown)} unknown key(s)"
+              + (" (allowed)" if unknown and args.allow_unknown else ""))
+        if unknown and not args.allow_unknown:
+            print("unknown keys fail the check: fix them, or pass --allow-unknown (keys other "
+                  "MCP clients use are kept as they are)")
+    if loaded.errors or warnings or (unknown and not args.allow_unknown):
+        return EXIT_TOOL_ERROR
+    return EXIT_OK
+
+
+async def _live_names(args: argparse.Namespace, state: Path) -> ToolNames:
+    """Every tool name of the running daemon (after its servers' first attempts)."""
+    from sidecar.cli_targets import RemoteBackend, servers_started
+    from sidecar.local_door import HTTP_SOCKET, read_info, socket_path
+
+    url = args.url or os.environ.get("SIDECAR_URL")
+    if url:
+        backend = RemoteBackend(url, str(state))
+    else:
+        info = read_info(state)
+        if info is None:
+            raise NoDaemon(f"no daemon runs on {state} (start `sidecar serve`, or pass --url); "
+                           "without --live the check needs none")
+        backend = RemoteBackend("http://localhost", str(state),
+                                uds=socket_path(state, HTTP_SOCKET))
+    async with backend:
+        await servers_started(backend)
+        listed = await backend.request("GET", "/v1/tools", params={"profile": "*"})
+    return ToolNames(frozenset(str(t["name"]) for t in listed["tools"]))
