@@ -50,7 +50,8 @@ async def test_tools_list_and_call_in_both_eras(served: Served, mode: str) -> No
         numbers = await raw_call(client, "numbers", {"text": "x"})
         if mode == "legacy":
             assert numbers.structured_content == {"result": [1, 2, 3]}
-            assert listed["numbers"].output_schema["properties"]["result"]["type"] == "array"
+            schema = listed["numbers"].meta["sidecar/outputSchema"]  # bounded: not outputSchema
+            assert schema["properties"]["result"]["type"] == "array"
         else:
             assert numbers.structured_content == [1, 2, 3]
         upstream = await raw_call(client, "test_simple_text", {})

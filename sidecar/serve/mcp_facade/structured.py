@@ -9,13 +9,15 @@ servers the manifest key `structured_output`):
   the value together fit the tool's byte bound. Otherwise the JSON is retained whole in the
   managed store and left out of the result; a note in the text names its ref and how to read
   it (`managed_read` by characters: it is one line), and `_meta["sidecar/structured"]` has
-  `{"ref", "bytes"}`. When the tool advertises an `outputSchema`, that result is flagged
-  `isError` (its text says the call succeeded): a successful result without
-  `structuredContent` is invalid for such a tool, and clients that check (the Python `mcp`
-  client) would raise instead of showing anything. The text keeps within the bound: if the
-  note does not fit beside it, the text is bounded again (its full form retained).
-- `full`: always sent whole (trusted programmatic clients that never show it to a model).
-- `off`: never sent, and no `outputSchema` is advertised, so no client expects it.
+  `{"ref", "bytes"}`. Such a result is a success: the tool's schema is advertised under
+  `_meta["sidecar/outputSchema"]` of its `tools/list` entry, not as `outputSchema`, because a
+  success without `structuredContent` is invalid for a tool with an `outputSchema` (the
+  Python `mcp` client raises) and an error result reaches the model as a failure (pydantic-ai
+  raises `ModelRetry`). The text keeps within the bound: if the note does not fit beside it,
+  the text is bounded again (its full form retained).
+- `full`: always sent whole, and `outputSchema` advertised (trusted programmatic clients that
+  never show it to a model).
+- `off`: never sent, and no schema is advertised, so no client expects it.
 
 `/v1` and Code Mode are programmatic: they keep the full `output` whatever this says.
 """
@@ -35,6 +37,8 @@ from sidecar.snapshot import Snapshot
 from sidecar.tool import Bounds, StructuredOutput
 
 STRUCTURED_META = f"{META_PREFIX}structured"
+OUTPUT_SCHEMA_META = f"{META_PREFIX}outputSchema"
+"""In a `tools/list` entry's `_meta`: the output schema of a `bounded` tool (see above)."""
 
 
 def mode_of(snapshot: Snapshot, tool: str) -> StructuredOutput:
@@ -42,11 +46,19 @@ def mode_of(snapshot: Snapshot, tool: str) -> StructuredOutput:
     return (entry.tool.structured_output if entry is not None else None) or "bounded"
 
 
-def strip_output_schemas(listing: list[dict[str, Any]], snapshot: Snapshot) -> None:
-    """`off` tools advertise no `outputSchema` (in place, on wire tool definitions)."""
+def advertise_output_schemas(listing: list[dict[str, Any]], snapshot: Snapshot) -> None:
+    """Each tool's `outputSchema` as its rule advertises it (in place, on wire tool
+    definitions): kept for `full`, moved to `_meta["sidecar/outputSchema"]` for `bounded`,
+    dropped for `off`."""
     for tool in listing:
-        if "outputSchema" in tool and mode_of(snapshot, tool["name"]) == "off":
-            del tool["outputSchema"]
+        if "outputSchema" not in tool:
+            continue
+        mode = mode_of(snapshot, tool["name"])
+        if mode == "full":
+            continue
+        schema = tool.pop("outputSchema")
+        if mode == "bounded":
+            tool["_meta"] = {**tool.get("_meta", {}), OUTPUT_SCHEMA_META: schema}
 
 
 async def bound_structured(
@@ -83,8 +95,6 @@ async def bound_structured(
         wire["content"] = await _bound_again(wire["content"], bounds, note_bytes, store,
                                              namespace, wire)
     wire["content"].append({"type": "text", "text": note})
-    if entry is not None and entry.definition.output_schema is not None:
-        wire["isError"] = True
     meta = wire.setdefault("_meta", {})
     meta[STRUCTURED_META] = {"ref": ref.id, "bytes": ref.size_bytes}
     return wire

@@ -10,8 +10,9 @@ Runner context of a call (`ToolContext`), from the request:
 
 Results are `result_for("mcp", outcome, ...)`: bounded content, `structuredContent` (wrapped as
 `{"result": ...}` for 2025-era sessions when not an object; relayed by the tool's
-`structured_output` rule, see `structured`), `isError` for every failure (operational ones
-show only their error id).
+`structured_output` rule, see `structured`; a bounded result is always a success), `isError`
+for every failure (operational ones show only their error id). `tools/list` advertises
+`outputSchema` by the same rule.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import mcp_types as types
 
 from managed_store import TextStore
 from sidecar.outcome import Outcome
-from sidecar.serve.mcp_facade.structured import bound_structured, strip_output_schemas
+from sidecar.serve.mcp_facade.structured import advertise_output_schemas, bound_structured
 from sidecar.serve.replay import definitions_for, result_for
 from sidecar.snapshot import Snapshot
 from sidecar.tool import Bounds, ToolContext
@@ -42,7 +43,7 @@ DEFAULT_AGENT = "mcp-client"
 
 def tool_list(snapshot: Snapshot, *, modern: bool) -> types.ListToolsResult:
     wire = definitions_for("mcp", snapshot.definitions, wrap_structured=not modern)
-    strip_output_schemas(wire, snapshot)
+    advertise_output_schemas(wire, snapshot)
     return types.ListToolsResult(tools=[types.Tool.model_validate(d) for d in wire])
 
 
