@@ -46,6 +46,9 @@ class Outcome:
     managed: tuple[ManagedText, ...] = ()
     replayed: bool = field(default=False, compare=False)
     """True when this outcome was read back from the durable log instead of executed."""
+    refused: bool = field(default=False, compare=False)
+    """True when the call was refused before anything else (not admitted, or its call id
+    belongs to another call): nothing ran and nothing is recorded under its id."""
 
     @classmethod
     def failed(

@@ -139,17 +139,31 @@ class OutcomeLogError(SidecarError):
     """The durable log could not be read or written."""
 
 
-def call_fingerprint(tool: str, raw_input: Any, session_id: str, agent: str) -> str:
+def call_principal(owner: str | None, profile: str | None) -> str | None:
+    """Who a call runs as, for `call_fingerprint`: its scoped token (`ToolContext.owner`) and
+    the profile its snapshot serves; None for the all-access token on the default profile."""
+    if owner is None and profile is None:
+        return None
+    return f"{owner or ''}|{profile or ''}"
+
+
+def call_fingerprint(tool: str, raw_input: Any, session_id: str, agent: str,
+                     principal: str | None = None) -> str:
     """What makes two calls under one id the same call: the tool name as called, the input
-    as canonical JSON (sorted keys; a JSON string is parsed first), the session and the
-    agent. A hex digest."""
+    as canonical JSON (sorted keys; a JSON string is parsed first), the session, the agent
+    and the principal (`call_principal`: a call id never replays or joins across tokens or
+    profiles). A hex digest; without a principal, the digest outcomes stored before the
+    principal counted still match."""
     if isinstance(raw_input, str | bytes):
         try:
             raw_input = json_depth.loads(raw_input)
         except ValueError:  # too deep included: the seam then refuses it as invalid_input
             raw_input = raw_input.decode("utf-8", "replace") if isinstance(raw_input, bytes) \
                 else raw_input
-    canonical = _CANONICAL.encode([tool, raw_input, session_id, agent])
+    parts = [tool, raw_input, session_id, agent]
+    if principal is not None:
+        parts.append(principal)
+    canonical = _CANONICAL.encode(parts)
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
-from sidecar.errors import SidecarError
+from sidecar.errors import CallError, ErrorKind, SidecarError
 from sidecar.events import DefinitionChanged, EventSink
 from sidecar.registry import Entry, ToolDefinition
 from sidecar.state_dir import PRIVATE_DIR_MODE, create_private_file
@@ -257,6 +257,20 @@ class Pins:
             await self.store.put(pin)
         except Exception:
             log.exception("recording the pin of %s failed (it holds until restart)", pin.key)
+
+    def refusal(self, entry: Entry) -> CallError | None:
+        """The seam's admission check: a tool whose schema change is held (`withdrawn`) is
+        callable from no snapshot, also not from one captured before the change (its upstream
+        would run the new definition)."""
+        if not self.held or not entry.origin.startswith("mcp:"):
+            return None
+        change = self.held.get(f"{entry.origin[4:]}/{entry.key}")
+        if change is None or change.action != "withdrawn":
+            return None
+        return CallError(ErrorKind.UNAVAILABLE, (
+            f"Tool {change.name} is held: its server changed its definition and the change "
+            f"waits for approval (`sidecar tools approve {change.name}`, or the console's "
+            "definitions page). It was not run."))
 
     async def approve(self, name: str) -> HeldChange:
         """Pin the held definition of tool `name` (effective name or `<server>/<tool>` key)."""

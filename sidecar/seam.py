@@ -1,10 +1,12 @@
 """The execution seam: the one path every call takes (DESIGN.md, steps 1-10).
 
     execute(snapshot, name, raw_input, context)
-      0. a call_id already settled -> the stored outcome; one already in flight -> wait for it
-         (only for the same call: another tool, input, session or agent under a used id
-         fails `conflict` and runs nothing); in flight here: the in-flight map, on another
-         replica of a fleet: the outcome log's claim (`OutcomeLog.claim`)
+      0. admission: the snapshot resolves the name (its profile) and `admission` checks pass
+         (a held pin), else the call is refused; a refused call never sees a replay or a join
+      0'. a call_id already settled -> the stored outcome; one already in flight -> wait for
+         it (only for the same call: another tool, input, session, agent, token or profile
+         under a used id fails `conflict` and runs nothing); in flight here: the in-flight
+         map, on another replica of a fleet: the outcome log's claim (`OutcomeLog.claim`)
       1. before hooks (repair name/input, or reject)
       2. resolve the captured tool (unknown / final step -> explicit model-visible error)
       3. decode input (invalid input never executes; the error names the JSON path)
@@ -47,9 +49,9 @@ from sidecar.events import CallProgress, CallSettled, EventSink
 from sidecar.hooks import AfterCall, BeforeCall, Hooks
 from sidecar.metadata import DEFAULT_MAX_METADATA_BYTES, bound_metadata
 from sidecar.outcome import ManagedText, Outcome
-from sidecar.outcome_log import OutcomeLog, OutcomeLogError, call_fingerprint
+from sidecar.outcome_log import OutcomeLog, OutcomeLogError, call_fingerprint, call_principal
 from sidecar.postgres import DatabaseUnavailable, database_failure
-from sidecar.registry import Resolver
+from sidecar.registry import Entry, Resolver
 from sidecar.suggest import closest
 from sidecar.tool import DEFAULT_BOUNDS, Bounds, CallContext, ToolContext, ToolResponse
 from sidecar.unrecorded import OutcomeKept, Unrecorded
@@ -94,16 +96,22 @@ class Seam:
     """call_id -> the call running under it (duplicate callers wait for it)."""
     unrecorded: Unrecorded = field(default_factory=Unrecorded)
     """Outcomes run while the fleet database did not answer, recorded once it is back."""
+    admission: list[Callable[[Entry], CallError | None]] = field(default_factory=list)
+    """Checks a resolved entry passes before a call is replayed, joined or run (a held pin
+    refuses a definition an older snapshot still captured)."""
 
     async def execute(
         self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext
     ) -> Outcome:
         call_id = context.call_id
+        principal = call_principal(context.owner, getattr(snapshot, "profile", None))
+        # admission first (before hooks may repair the name: then it follows them)
+        refused = None if self.hooks.before else self._refusal(snapshot, name)
         fingerprint: str | None = None
         while (inflight := self._inflight.get(call_id)) is not None:
             if fingerprint is None:
                 fingerprint = call_fingerprint(name, raw_input, context.session_id,
-                                               context.agent)
+                                               context.agent, principal)
             if inflight.fingerprint() != fingerprint:
                 return _conflict(call_id, name)
             waiter: asyncio.Future[Outcome | None] = asyncio.get_running_loop().create_future()
@@ -114,7 +122,8 @@ class Seam:
             # the first attempt was cancelled and recorded nothing: run it ourselves
         waiters: list[asyncio.Future[Outcome | None]] = []
         running = self._inflight[call_id] = _InFlight(
-            name, raw_input, context.session_id, context.agent, fingerprint, waiters)
+            name, raw_input, context.session_id, context.agent, principal, fingerprint, waiters)
+        running.refused = refused
         outcome: Outcome | None = None
         started = time.perf_counter()
         try:
@@ -133,6 +142,18 @@ class Seam:
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(outcome)
+
+    def _refusal(self, snapshot: Resolver, name: str) -> CallError | None:
+        """Admission: the error a call on `name` gets before anything else happens (not in
+        the snapshot's profile, a final step, a definition held since the snapshot)."""
+        entry = snapshot.resolve(name)
+        if isinstance(entry, CallError):
+            return entry
+        for check in self.admission:
+            refused = check(entry)
+            if refused is not None:
+                return refused
+        return None
 
     def _audit(self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext,
                outcome: Outcome, started: float) -> None:
@@ -162,13 +183,15 @@ class Seam:
         self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext,
         running: _InFlight,
     ) -> Outcome:
+        refused = running.refused
         if self.outcomes is None:
-            return await self._settle_and_publish(snapshot, name, raw_input, context)
+            return await self._settle_and_publish(snapshot, name, raw_input, context, refused)
         fingerprint = running.fingerprint()
         try:  # the stored outcome, or the claim to run it (waits for another replica's run)
             stored = await self.outcomes.claim(self.location, context.call_id, fingerprint)
         except CallIdConflict:
-            return _conflict(context.call_id, name)
+            return _conflict(context.call_id, name) if refused is None \
+                else _refusal(context.call_id, name, refused)
         except OutcomeLogError as exc:
             if database_failure(exc) is not None:  # the fleet database: the tool did not run
                 raise DatabaseUnavailable(
@@ -176,11 +199,12 @@ class Seam:
                     "retry with the same call id once the database is back") from exc
             failed = _operational("reading the outcome log failed", name, context.call_id, exc)
             return Outcome.failed(context.call_id, name, failed.error)
-        if stored is not None:
-            return stored
+        if stored is not None:  # replayed only to a caller admitted now
+            return stored if refused is None else _refusal(context.call_id, name, refused)
         recorded = False
         try:
-            outcome = await self._settle_and_publish(snapshot, name, raw_input, context)
+            outcome = await self._settle_and_publish(snapshot, name, raw_input, context,
+                                                     refused)
             with tracing.step("record_outcome"):
                 stored = await self.outcomes.record(self.location, outcome, context, fingerprint)
             recorded = True  # recording dropped the claim
@@ -200,23 +224,25 @@ class Seam:
                 await self.outcomes.release(self.location, context.call_id)
 
     async def _settle_and_publish(
-        self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext
+        self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext,
+        refused: CallError | None,
     ) -> Outcome:
         if self.observers:
             started = time.perf_counter()
-            outcome = await self._settle(snapshot, name, raw_input, context)
+            outcome = await self._settle(snapshot, name, raw_input, context, refused)
             elapsed = time.perf_counter() - started
             for observe in self.observers:
                 observe(outcome, elapsed)
         else:
-            outcome = await self._settle(snapshot, name, raw_input, context)
+            outcome = await self._settle(snapshot, name, raw_input, context, refused)
         if self.events is not None and self.events.active:
             kind = outcome.error.kind.value if outcome.error is not None else None
             self.events.publish(CallSettled(outcome.call_id, outcome.tool, outcome.status, kind))
         return outcome
 
     async def _settle(
-        self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext
+        self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext,
+        refused: CallError | None,
     ) -> Outcome:
         call_id = context.call_id
         if self.hooks.before:
@@ -225,7 +251,10 @@ class Seam:
             except _Failed as failed:
                 return Outcome.failed(call_id, name, failed.error)
             name, raw_input = call.name, call.input
+            refused = self._refusal(snapshot, name)  # admitted as repaired
         try:
+            if refused is not None:  # not admitted: the id's outcome is the refusal
+                raise _Failed(refused)
             entry = snapshot.resolve(name)
             if isinstance(entry, CallError):
                 raise _Failed(entry)
@@ -368,30 +397,40 @@ class _InFlight:
     when something compares it: the outcome log (claim, record) or a duplicate arriving while
     it runs. Without an outcome log a call with a unique id never pays for it."""
 
-    __slots__ = ("_fingerprint", "agent", "name", "raw_input", "session_id", "waiters")
+    __slots__ = ("_fingerprint", "agent", "name", "principal", "raw_input", "refused",
+                 "session_id", "waiters")
 
     def __init__(self, name: str, raw_input: Any, session_id: str, agent: str,
-                 fingerprint: str | None, waiters: list[asyncio.Future[Outcome | None]]) -> None:
+                 principal: str | None, fingerprint: str | None,
+                 waiters: list[asyncio.Future[Outcome | None]]) -> None:
         self.name, self.raw_input = name, raw_input
-        self.session_id, self.agent = session_id, agent
+        self.session_id, self.agent, self.principal = session_id, agent, principal
+        self.refused: CallError | None = None
+        """Admission's error for this call (`Seam._refusal`), decided before anything ran."""
         self._fingerprint = fingerprint
         self.waiters = waiters
 
     def fingerprint(self) -> str:
         if self._fingerprint is None:
             self._fingerprint = call_fingerprint(self.name, self.raw_input, self.session_id,
-                                                 self.agent)
+                                                 self.agent, self.principal)
         return self._fingerprint
+
+
+def _refusal(call_id: str, name: str, error: CallError) -> Outcome:
+    """A call not admitted under an id that already has an outcome or a claim: it is refused
+    as under a fresh id, and nothing of the id's call is shown or recorded."""
+    return replace(Outcome.failed(call_id, name, error), refused=True)
 
 
 def _conflict(call_id: str, name: str) -> Outcome:
     """A used call id sent with another call: nothing runs, nothing is recorded."""
-    return Outcome.failed(call_id, name, CallError(
+    return replace(Outcome.failed(call_id, name, CallError(
         ErrorKind.CONFLICT,
         f"Call id {call_id!r} was already used for a different call (another tool, input, "
-        f"session or agent); {name} was not run. Send a new call id for a new call; reuse an "
-        "id only to retry the very same call.",
-    ))
+        f"session, agent, token or profile); {name} was not run. Send a new call id for a "
+        "new call; reuse an id only to retry the very same call.",
+    )), refused=True)
 
 
 def _input_bytes(raw_input: Any) -> int:

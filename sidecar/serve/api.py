@@ -34,6 +34,7 @@ from sidecar.database_down import database_label, unavailable_message
 from sidecar.json_depth import JsonTooDeep
 from sidecar.managed_read import search_owner
 from sidecar.outcome import Outcome
+from sidecar.outcome_log import call_fingerprint, call_principal
 from sidecar.permission_service import UnknownAsk
 from sidecar.pins import NotHeld
 from sidecar.replica import replica_id
@@ -95,6 +96,7 @@ class ApiError(Exception):
 class _Running:
     task: asyncio.Task[Outcome]
     started: float
+    fingerprint: Callable[[], str]
 
 
 class CallTracker:
@@ -104,18 +106,25 @@ class CallTracker:
         self.running: dict[str, _Running] = {}
         self._finished: OrderedDict[str, tuple[float, Outcome]] = OrderedDict()
 
-    def start(self, call_id: str, run: Callable[[], Any]) -> asyncio.Task[Outcome]:
+    def start(self, call_id: str, fingerprint: Callable[[], str],
+              run: Callable[[], Any]) -> asyncio.Task[Outcome]:
+        """The task of the call running under `call_id` when it is this call (`fingerprint`,
+        as `call_fingerprint`, computed only then), else a new one. Another call under a
+        running id runs untracked: the seam refuses it (`conflict`); the running one keeps
+        the id."""
         current = self.running.get(call_id)
-        if current is not None:
+        if current is not None and current.fingerprint() == fingerprint():
             return current.task
         task: asyncio.Task[Outcome] = asyncio.create_task(run(), name=f"call:{call_id}")
-        self.running[call_id] = _Running(task, time.time())
-        task.add_done_callback(lambda t: self._done(call_id, t))
+        if current is None:
+            self.running[call_id] = _Running(task, time.time(), fingerprint)
+            task.add_done_callback(lambda t: self._done(call_id, t))
         return task
 
     def _done(self, call_id: str, task: asyncio.Task[Outcome]) -> None:
         self.running.pop(call_id, None)
-        if not task.cancelled() and task.exception() is None:
+        # a refused call (not admitted, or another call's id) never stands for the id
+        if not task.cancelled() and task.exception() is None and not task.result().refused:
             self._finished[call_id] = (time.monotonic(), task.result())
             while len(self._finished) > _FINISHED_KEEP:
                 self._finished.popitem(last=False)
@@ -334,9 +343,13 @@ class Api:
                 except ValueError:
                     pass  # the seam reports invalid JSON as invalid_input
             raw_input = input_from_strict(entry.definition.input_schema, raw_input)
+        def fingerprint() -> str:
+            return call_fingerprint(body.name, raw_input, c.session_id, c.agent,
+                                    call_principal(context.owner, snapshot.profile))
+
         with tracing.continued(request.headers):  # the call's task starts in the client's trace
             task = self.calls.start(
-                c.call_id, lambda: snapshot.execute(body.name, raw_input, context)
+                c.call_id, fingerprint, lambda: snapshot.execute(body.name, raw_input, context)
             )
         if "respond-async" in request.headers.get("prefer", ""):
             return JSONResponse(

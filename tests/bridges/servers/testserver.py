@@ -169,9 +169,10 @@ async def list_tools(
     if ctx.session not in SESSIONS:
         SESSIONS.append(ctx.session)
     if ARGS.descriptions:
-        for tool_name, description in (await anyio.to_thread.run_sync(read_descriptions)).items():
-            if tool_name in TOOLS:
-                TOOLS[tool_name] = TOOLS[tool_name].model_copy(update={"description": description})
+        for tool_name, change in (await anyio.to_thread.run_sync(read_descriptions)).items():
+            if tool_name in TOOLS:  # a description, or {"description": ..., "input_schema": ...}
+                update = change if isinstance(change, dict) else {"description": change}
+                TOOLS[tool_name] = TOOLS[tool_name].model_copy(update=update)
     names = sorted(TOOLS)
     start = int(params.cursor) if params is not None and params.cursor else 0
     size = ARGS.page_size or len(names) or 1
@@ -182,10 +183,10 @@ async def list_tools(
     return types.ListToolsResult(tools=[TOOLS[n] for n in names[start:end]], next_cursor=cursor)
 
 
-def read_descriptions() -> dict[str, str]:
+def read_descriptions() -> dict[str, str | dict[str, Any]]:
     try:
         with open(ARGS.descriptions) as f:
-            found: dict[str, str] = json.load(f)
+            found: dict[str, str | dict[str, Any]] = json.load(f)
             return found
     except FileNotFoundError:
         return {}
