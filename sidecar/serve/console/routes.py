@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -37,11 +40,75 @@ class _BadInput(Exception):
     pass
 
 
+LOGIN_BODY_LIMIT = 16 * 1024
+"""The largest `/ui/login` body read (a token is 43 characters): checked before the token,
+and nothing of it is written to disk."""
+
+
+def _digest(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def _policy(script: str = "") -> str:
+    """The Content-Security-Policy of a console page: nothing but the console's own style and
+    `script` (a `<script>` element, allowed by its hash) runs; no framing, forms post only to
+    the console."""
+    body = script.removeprefix("<script>").removesuffix("</script>")
+    scripts = _digest(body) if script else "'none'"
+    return (f"default-src 'none'; style-src {_STYLE_HASH}; script-src {scripts}; "
+            "connect-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+            "base-uri 'none'")
+
+
+_STYLE_HASH = _digest(pages.STYLE)
+SECURITY_HEADERS = {
+    "content-security-policy": _policy(), "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff", "referrer-policy": "same-origin",
+}
+"""Sent with every console answer; a page with a script sends its own policy. The referrer
+policy is `same-origin`, not `no-referrer`: with the latter a browser's form POST says
+`Origin: null`, which the Origin check refuses."""
+
+
+def _secured(endpoint: Callable[[Request], Awaitable[Response]],
+             ) -> Callable[[Request], Awaitable[Response]]:
+    async def run(request: Request) -> Response:
+        response = await endpoint(request)
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        return response
+    return run
+
+
 def _page(title: str, body: str, session: ConsoleSession, active: str, script: str = "",
           status: int = 200) -> HTMLResponse:
     return HTMLResponse(pages.layout(title, body, csrf=session.csrf, active=active,
                                      script=script), status_code=status,
-                        headers={"cache-control": "no-store"})
+                        headers={"cache-control": "no-store",
+                                 "content-security-policy": _policy(script)})
+
+
+async def _login_token(request: Request) -> str | None:
+    """The `token` field of a login form, read into memory up to `LOGIN_BODY_LIMIT` bytes;
+    `_TooLarge` past it (or when Content-Length says so), None without one."""
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() != (
+            "application/x-www-form-urlencoded"):
+        return None
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > LOGIN_BODY_LIMIT:
+        raise _TooLarge()
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > LOGIN_BODY_LIMIT:
+            raise _TooLarge()
+    fields = urllib.parse.parse_qs(body.decode("latin-1"), max_num_fields=16)
+    values = fields.get("token")
+    return values[0] if values else None
+
+
+class _TooLarge(Exception):
+    pass
 
 
 def _events_url(events: EventLog) -> str:
@@ -57,9 +124,11 @@ class Console:
         self.begin_login = begin_login
 
     def routes(self) -> list[BaseRoute]:
-        g = self._guarded
+        def g(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+            return _secured(self._guarded(handler))
+
         return [
-            Route("/ui/login", self.login, methods=["GET", "POST"]),
+            Route("/ui/login", _secured(self.login), methods=["GET", "POST"]),
             Route("/ui/logout", g(self.logout), methods=["POST"]),
             Route("/ui", g(self.servers), methods=["GET"]),
             Route("/ui/servers/{name}/login", g(self.server_login), methods=["POST"]),
@@ -106,9 +175,13 @@ class Console:
             if self.sessions.session(request) is not None:
                 return RedirectResponse("/ui", status_code=303)
             return HTMLResponse(pages.login_page(None))
-        form = await request.form()
-        token = form.get("token")
-        if not isinstance(token, str) or not self.sessions.token_ok(token):
+        try:
+            token = await _login_token(request)
+        except (_TooLarge, ValueError):
+            return HTMLResponse(pages.login_page(
+                f"The login form is larger than {LOGIN_BODY_LIMIT} bytes or has too many "
+                "fields."), status_code=413)
+        if token is None or not self.sessions.token_ok(token):
             return HTMLResponse(pages.login_page("That token is not this daemon's."),
                                 status_code=401)
         response = RedirectResponse("/ui", status_code=303)
