@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from managed_store import ManagedStoreError, OwnerShareExceeded, TextStore
+from managed_store import ManagedStoreError, OwnerShareExceeded, RetentionError, TextStore
 from sidecar import json_depth, tracing
 from sidecar.bounding import apply_preview, plan_bounding, scrub_surrogates
 from sidecar.call_history import SettledCall
@@ -68,6 +68,18 @@ class _Failed(Exception):
         super().__init__(error.message)
         self.error = error
         self.partial = partial
+
+
+def _not_kept(tool: str, call_id: str, exc: RetentionError) -> _Failed:
+    """Oversized text the store could not keep (a full disk, the store quota): operational,
+    never a lossy success, and the message says why (the store's own words name the cause,
+    never a path)."""
+    error_id = new_error_id()
+    log.error("retaining the output of %s failed (call %s, error id %s): %s", tool, call_id,
+              error_id, exc, exc_info=exc)
+    message = (f"the output of {tool} could not be kept whole, so the call failed: {exc} "
+               f"(error id {error_id})")
+    return _Failed(CallError(ErrorKind.OPERATIONAL, message, error_id=error_id))
 
 
 def _operational(what: str, tool: str, call_id: str, exc: BaseException) -> _Failed:
@@ -296,6 +308,8 @@ class Seam:
             raise _Failed(CallError(failure.kind, failure.message), partial) from None
         except OwnerShareExceeded as exc:  # the tool's own spool: a client's limit, not a defect
             raise _Failed(_over_share(name, exc)) from None
+        except RetentionError as exc:  # the tool's own spool: a full disk, the store quota
+            raise _not_kept(name, call_id, exc) from None
         except Exception as exc:
             failed = _operational(f"tool {name} raised", name, call_id, exc)
             failed.partial = self._bound_meta(ctx.last_progress, name, call_id, "partial snapshot")
@@ -334,6 +348,8 @@ class Seam:
                                        owner=context.store_owner)
         except OwnerShareExceeded as exc:
             raise _Failed(_over_share(name, exc)) from None
+        except RetentionError as exc:
+            raise _not_kept(name, call_id, exc) from None
         except ManagedStoreError as exc:
             raise _operational("retaining oversized text failed", name, call_id, exc) from None
         retained = ManagedText(ref=ref.id, size_bytes=ref.size_bytes, lines=ref.lines)

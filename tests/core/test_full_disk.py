@@ -48,6 +48,9 @@ async def test_enospc_while_retaining_is_operational_not_lossy(tmp_path, tiny_st
         assert full.status == "error" and full.error.kind is ErrorKind.OPERATIONAL
         assert full.content == ()
         assert "No space left on device" in caplog.text or "ENOSPC" in caplog.text
+        # the caller is told why, not only "internal error"
+        assert "ENOSPC (No space left on device)" in full.error.message, full.error.message
+        assert "could not be kept whole" in full.error.message
         stored = await loc.outcome("c2")
         assert stored is not None and stored.error.kind is ErrorKind.OPERATIONAL
         # the earlier retained text is intact and readable
