@@ -22,6 +22,7 @@ Errors are JSON: `{"error": {"code", "message"}}`. The token is never logged.
 
 from __future__ import annotations
 
+import errno
 import hmac
 import ipaddress
 import json
@@ -32,6 +33,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from sidecar.serve.serve_policy import check_token_file
 
 GRANT_KEY = "sidecar.grant"
 """The ASGI scope key holding the profiles a scoped token reaches (absent: every profile)."""
@@ -72,17 +75,28 @@ LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
 
 def load_or_create_token(state_dir: Path) -> tuple[str, bool]:
-    """(token, created): `SIDECAR_TOKEN` if set, else the state file, else a new one."""
+    """(token, created): `SIDECAR_TOKEN` if set, else the state file, else a new one.
+    `UnsafeConfiguration` for a state file that is a symlink, another user's, or readable or
+    writable by others (`serve_policy.check_token_file`)."""
     explicit = os.environ.get("SIDECAR_TOKEN")
     if explicit:
         return explicit, False
     path = state_dir / TOKEN_FILE
     try:
-        token = path.read_text().strip()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        fd = -1
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        check_token_file(path, path.lstat())  # a symlink: refused
+        raise
+    if fd >= 0:
+        with os.fdopen(fd) as f:
+            check_token_file(path, os.fstat(f.fileno()))
+            token = f.read(64 * 1024).strip()
         if token:
             return token, False
-    except FileNotFoundError:
-        pass
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     token = secrets.token_urlsafe(32)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

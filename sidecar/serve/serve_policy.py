@@ -13,7 +13,9 @@
   fewer than 8 distinct characters is weak whatever its length. The token the daemon creates
   (`secrets.token_urlsafe(32)`, 43 characters) passes; so do `openssl rand -hex 32` and
   `openssl rand -base64 32`. A uuid4 (122 bits) does not.
-- A token file readable by other users: a warning (the daemon creates it 0600).
+- A token file (`<state>/token`) that is a symlink, belongs to another user, or that other
+  users may read or write: refused (`check_token_file`), before the token is read. The
+  daemon creates it 0600; `chmod 600` fixes a loose one.
 """
 
 from __future__ import annotations
@@ -97,13 +99,26 @@ def weak_tokens_allowed(flag: bool) -> bool:
     return flag or os.environ.get(ALLOW_WEAK_TOKEN_ENV, "") not in ("", "0")
 
 
-def token_file_warning(path: Path) -> str | None:
-    """A warning when the token file exists and other users may read it, else None."""
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        return None
+def check_token_file(path: Path, info: os.stat_result) -> None:
+    """`UnsafeConfiguration` unless `info` (the `lstat` or `fstat` of the token file at
+    `path`) is a regular file of this user that no one else may read or write."""
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISREG(info.st_mode):
+        raise UnsafeConfiguration(
+            f"refusing the token file {path}: it is not a regular file (a symlink?); "
+            f"remove it and the daemon makes a new one, or set SIDECAR_TOKEN")
+    if info.st_uid != os.geteuid():
+        raise UnsafeConfiguration(
+            f"refusing the token file {path}: it belongs to uid {info.st_uid}, not to this "
+            f"user; remove it and the daemon makes a new one")
+    mode = stat.S_IMODE(info.st_mode)
     if mode & (stat.S_IRGRP | stat.S_IROTH | stat.S_IWGRP | stat.S_IWOTH):
-        return (f"warning: the token file {path} is readable or writable by other users "
-                f"(mode {stat.S_IMODE(mode):04o}); run: chmod 600 {path}")
+        raise UnsafeConfiguration(
+            f"refusing the token file {path}: other users may read or write it (mode "
+            f"{mode:04o}), so they may have the token; run: chmod 600 {path}, and replace "
+            f"the token if others could have read it")
+
+
+def token_file_warning(path: Path) -> str | None:
+    """None: a loose token file is refused when it is read (`check_token_file`, from
+    `sidecar.serve.security.load_or_create_token`), so nothing is left to warn about."""
     return None

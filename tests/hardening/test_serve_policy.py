@@ -74,7 +74,7 @@ def test_random_tokens_of_32_bytes_are_accepted(tmp_path: Path) -> None:
             assert _health(daemon.port, strong) == 200
 
 
-def test_a_weak_token_file_is_refused_and_a_loose_one_warned_about(tmp_path: Path) -> None:
+def test_a_weak_loose_or_linked_token_file_is_refused(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     token_file = state / "token"
@@ -85,12 +85,25 @@ def test_a_weak_token_file_is_refused_and_a_loose_one_warned_about(tmp_path: Pat
     assert f"refusing the bearer token from {token_file}" in refused.stderr
     strong = secrets.token_urlsafe(32)
     token_file.write_text(strong + "\n")
-    token_file.chmod(0o644)
+    token_file.chmod(0o644)  # issue 38 item 8: refused, not warned about
+    refused = run_cli("serve", "--port", "0", env=sidecar_env(state))
+    assert refused.returncode == EXIT_USAGE, refused.stderr
+    assert f"refusing the token file {token_file}: other users may read" in refused.stderr
+    assert "mode 0644" in refused.stderr and strong not in refused.stderr
+    assert "Traceback" not in refused.stderr
+    elsewhere = tmp_path / "elsewhere"
+    token_file.rename(elsewhere)
+    elsewhere.chmod(0o600)
+    token_file.symlink_to(elsewhere)
+    refused = run_cli("serve", "--port", "0", env=sidecar_env(state))
+    assert refused.returncode == EXIT_USAGE, refused.stderr
+    assert f"refusing the token file {token_file}: it is not a regular file" in refused.stderr
+    assert not (state / "daemon.json").exists()
+    token_file.unlink()
+    elsewhere.rename(token_file)
     with serving(state) as daemon:
         assert _health(daemon.port, strong) == 200
-        warning = "".join(daemon.stderr)
-        assert f"the token file {token_file} is readable or writable by other users" in warning
-        assert "mode 0644" in warning and strong not in warning
+        assert "token file" not in "".join(daemon.stderr)
 
 
 def test_no_auth_off_loopback_is_refused_without_the_second_flag(tmp_path: Path) -> None:
