@@ -119,6 +119,10 @@ class ServerConfig(BaseModel):
     """The largest `tools/list` answer (one page, as JSON) this server may send (over stdio,
     streamable HTTP or SSE); a larger one is refused unparsed and the server does not start
     (the reason in health)."""
+    max_tools: Annotated[int, Field(ge=1)] = 10_000
+    """The most tools this server offers (those `tools.allow` / `tools.deny` filter out do not
+    count): the tools listed after them are left out unchecked, later pages are not asked for,
+    and health's `over_max_tools` says how many (`bridges.mcp.listing`)."""
     protocol: Literal["auto", "legacy", "2026-07-28"] = "auto"
     """Protocol era: `auto` probes `server/discover` then falls back to `initialize`;
     `legacy` skips the probe (for servers that ignore unknown methods)."""

@@ -42,16 +42,16 @@ from mcp.client.session import (
 )
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
-from mcp.shared.inbound import find_invalid_x_mcp_header
 from mcp.shared.message import SessionMessage
 from mcp_types.methods import SERVER_RESULTS
 from mcp_types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel, Discriminator, Tag, TypeAdapter, ValidationError
+from pydantic import BaseModel, Discriminator, Tag, TypeAdapter
 
 from bridges.manifest import ServerConfig
 from bridges.mcp.direct_requests import RESULT_TOO_LARGE
 from bridges.mcp.http_limit import LISTING_REFUSAL, LimitedTransport
 from bridges.mcp.http_parse import streamable_http_client
+from bridges.mcp.listing import CheckedPage, Listing, ToolLimit, check_page
 from bridges.mcp.sse import sse_transport
 from bridges.mcp.stdio import DirectRequests, StderrTail, stdio_transport
 from bridges.mcp.transport_state import TransportState
@@ -129,35 +129,45 @@ class Connection:
         return Era("legacy")
 
     async def list_tools(
-        self, max_page_bytes: int | None = None
-    ) -> tuple[list[types.Tool], str | None]:
-        """Every page of `tools/list`, and a warning if the listing had to stop early.
+        self, max_page_bytes: int | None = None, limit: ToolLimit | None = None
+    ) -> Listing:
+        """Every page of `tools/list` (up to `limit.max_tools` offered tools), and a warning if
+        the listing had to stop early.
 
         A page is checked in a worker thread, tool by tool (a page can be tens of megabytes:
-        the SDK's session checks it on the event loop in one piece, 2-6 s for 50 MB). Over
-        stdio it is asked for on the pipe directly, and a page over `max_page_bytes` is
-        refused unparsed (`MCPError` naming `max_listing_bytes`); over streamable HTTP the
-        transport (`http_limit.LimitedTransport`) fails a listing over `max_listing_bytes`
-        before the SDK parses it, on the loop."""
+        the SDK's session checks it on the event loop in one piece, 2-6 s for 50 MB), and the
+        tools past the cap are counted, not checked (`bridges.mcp.listing`). Over stdio it is
+        asked for on the pipe directly, and a page over `max_page_bytes` is refused unparsed
+        (`MCPError` naming `max_listing_bytes`); over streamable HTTP the transport
+        (`http_limit.LimitedTransport`) fails a listing over `max_listing_bytes` before it is
+        parsed (off the loop, `http_parse`)."""
+        limit = limit or ToolLimit()
         tools: list[types.Tool] = []
         seen: set[str] = set()
         cursor: str | None = None
+        offered = 0
         for _ in range(MAX_LIST_PAGES):
+            room = limit.max_tools - offered
             if self._direct is not None:
-                page = await self._direct_list(cursor, max_page_bytes)
+                checked = await self._direct_list(cursor, max_page_bytes, room, limit)
             else:
-                page = await self._session_list(cursor)
+                checked = await self._session_list(cursor, room, limit)
+            page = checked.page
             tools.extend(page.tools)
+            offered += checked.offered
             cursor = page.next_cursor
+            if checked.over_cap:
+                return Listing(tools, None, checked.over_cap, limit.max_tools)
             if cursor is None:
-                return tools, None
+                return Listing(tools, max_tools=limit.max_tools)
             if cursor in seen:
-                return tools, (
+                return Listing(tools, (
                     f"tools/list repeated the cursor {cursor!r}; kept the {len(tools)} tools "
                     "listed before it"
-                )
+                ), max_tools=limit.max_tools)
             seen.add(cursor)
-        return tools, f"tools/list did not end after {MAX_LIST_PAGES} pages; kept {len(tools)}"
+        return Listing(tools, f"tools/list did not end after {MAX_LIST_PAGES} pages; kept "
+                       f"{len(tools)}", max_tools=limit.max_tools)
 
     async def call(
         self,
@@ -204,8 +214,8 @@ class Connection:
 
 
     async def _direct_list(
-        self, cursor: str | None, max_bytes: int | None
-    ) -> types.ListToolsResult:
+        self, cursor: str | None, max_bytes: int | None, room: int, limit: ToolLimit
+    ) -> CheckedPage:
         """One `tools/list` page on the pipe, stamped as `ClientSession.send_request` does."""
         assert self._direct is not None
         direct, stamp = self._direct
@@ -216,10 +226,14 @@ class Connection:
             "tools/list", data["params"], read_timeout=LIST_READ_TIMEOUT,
             max_answer=None if max_bytes is None else (max_bytes, "max_listing_bytes"))
         foreign = _later_revision_fields(self._client.protocol_version, "tools/list")
+        box = [raw]
+        del raw  # the thread frees the page
         # Not abandoned on cancellation: the page is dropped in the thread either way.
-        return await anyio.to_thread.run_sync(_listing_page, [raw], foreign, self.modern)
+        return await anyio.to_thread.run_sync(check_page, box, foreign, self.modern, room,
+                                              limit.offered)
 
-    async def _session_list(self, cursor: str | None) -> types.ListToolsResult:
+    async def _session_list(self, cursor: str | None, room: int, limit: ToolLimit
+                            ) -> CheckedPage:
         """One `tools/list` page through the SDK session's dispatcher (stamped and timed as
         `ClientSession.send_request` does), checked in a worker thread, then absorbed by the
         session (its per-tool state for later calls). Without those SDK internals, the
@@ -230,7 +244,7 @@ class Connection:
         absorb = getattr(session, "_absorb_tool_listing", None)
         if not (callable(send) and callable(stamp) and callable(absorb)):
             params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
-            return await session.list_tools(params=params)
+            return CheckedPage(await session.list_tools(params=params), 0, 0)
         data: dict[str, Any] = {"method": "tools/list"}
         if cursor is not None:
             data["params"] = {"cursor": cursor}
@@ -249,10 +263,14 @@ class Connection:
                 raise
             raise MCPError(RESULT_TOO_LARGE, exc.message[at:]) from None
         foreign = _later_revision_fields(self._client.protocol_version, "tools/list")
-        page = await anyio.to_thread.run_sync(_listing_page, [raw], foreign, self.modern)
+        box = [raw]
+        del raw  # the thread frees the page
+        checked = await anyio.to_thread.run_sync(check_page, box, foreign, self.modern, room,
+                                                 limit.offered)
+        page = checked.page
         listed: types.ListToolsResult = absorb(
-            page, complete=cursor is None and page.next_cursor is None)
-        return listed
+            page, complete=cursor is None and page.next_cursor is None and not checked.over_cap)
+        return CheckedPage(listed, checked.offered, checked.over_cap)
 
     async def _direct_call(
         self, request: types.CallToolRequest, call_timeout: float, progress: ProgressFnT | None
@@ -281,45 +299,6 @@ class Connection:
         if not (foreign := _later_revision_fields(version)).isdisjoint(raw):
             raw = {key: value for key, value in raw.items() if key not in foreign}
         return _CALL_RESULT.validate_python(raw, by_name=False)
-
-
-def _listing_page(
-    box: list[dict[str, Any]], foreign: frozenset[str], modern: bool
-) -> types.ListToolsResult:
-    """A `tools/list` result checked tool by tool (each a short step, so the event loop's
-    thread gets the interpreter between them); the raw page is freed here, off the loop. As
-    the SDK's session does, a 2026-era listing drops tools whose `x-mcp-header` annotations
-    are invalid."""
-    raw = box.pop()
-    ttl = raw.get("ttlMs")
-    if isinstance(ttl, int | float) and not isinstance(ttl, bool) and ttl < 0:
-        raw["ttlMs"] = 0  # floored, as the SDK does (2026-07-28 caching SHOULD)
-    listed = raw.get("tools")
-    if not isinstance(listed, list):
-        raise MCPError(types.INTERNAL_ERROR, "the server's tools/list result is not a valid "
-                       "ListToolsResult (at tools: a list is required)")
-    where: tuple[str | int, ...] = ()
-    try:
-        tools: list[types.Tool] = []
-        for index, tool in enumerate(listed):
-            where = ("tools", index)
-            checked = types.Tool.model_validate(tool, by_name=False)
-            if modern and (reason := find_invalid_x_mcp_header(checked.input_schema)):
-                log.warning("dropping tool %r: invalid x-mcp-header (%s)", checked.name, reason)
-                continue
-            tools.append(checked)
-        where = ()
-        rest = {key: value for key, value in raw.items()
-                if key != "tools" and key not in foreign}
-        page = types.ListToolsResult.model_validate({**rest, "tools": []}, by_name=False)
-    except ValidationError as exc:
-        detail = exc.errors(include_input=False)[0]
-        path = ".".join(str(part) for part in (*where, *detail["loc"]))
-        raise MCPError(types.INTERNAL_ERROR, "the server's tools/list result is not a valid "
-                       f"ListToolsResult (at {path or 'the top'}: {detail['msg']})") from None
-    finally:
-        del raw, listed
-    return page.model_copy(update={"tools": tools})
 
 
 @functools.cache

@@ -49,6 +49,8 @@ class ServerHealth:
     skipped: tuple[SkippedTool, ...] = ()
     filtered: int = 0
     """Upstream tools left out on purpose by `tools.allow` / `tools.deny`."""
+    over_max_tools: str | None = None
+    """Why tools were left out past the server's `max_tools` (naming the cap and how many)."""
     restarts: int = 0
     """Connections made after the first one (reconnects and configuration restarts)."""
     last_call_latency_ms: float | None = None
@@ -69,6 +71,7 @@ class ServerHealth:
             "tool_count": self.tool_count,
             "skipped": [s.to_json() for s in self.skipped],
             "filtered": self.filtered,
+            "over_max_tools": self.over_max_tools,
             "restarts": self.restarts,
             "last_call_latency_ms": self.last_call_latency_ms,
             "since": self.since,

@@ -28,6 +28,7 @@ Nothing here raises into the pool: a failing server only changes its own health.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import re
@@ -43,7 +44,7 @@ from mcp.shared.exceptions import MCPError
 from bridges.manifest import ServerConfig
 from bridges.mcp.backoff import Backoff
 from bridges.mcp.calls import Caller, log_text
-from bridges.mcp.catalog import build_catalog
+from bridges.mcp.catalog import build_catalog, offered
 from bridges.mcp.connection import (
     ConfigProblem,
     Connection,
@@ -53,6 +54,7 @@ from bridges.mcp.connection import (
 )
 from bridges.mcp.health import ServerHealth
 from bridges.mcp.listening import describe, listen_for_changes
+from bridges.mcp.listing import ToolLimit
 from bridges.mcp.log_budget import LogBudget
 from bridges.mcp.oauth.upstream import UpstreamAuth
 from bridges.mcp.passthrough import InflightCall, Relay
@@ -434,15 +436,18 @@ class Supervisor:
     # --- tools ---------------------------------------------------------------------------
 
     async def _list_and_register(self, connection: Connection) -> None:
-        listing, warning = await connection.list_tools(self.config.max_listing_bytes)
+        config = self.config
+        listing = await connection.list_tools(config.max_listing_bytes, ToolLimit(
+            config.max_tools, functools.partial(offered, config=config)))
         # Off the loop (schemas can be megabytes); a start-up timeout that fires meanwhile
         # abandons the thread instead of waiting for it.
         catalog = await anyio.to_thread.run_sync(
-            build_catalog, self.key, self.config, listing, self.caller, abandon_on_cancel=True)
+            build_catalog, self.key, config, listing.tools, self.caller, abandon_on_cancel=True)
         for skipped in catalog.skipped:
             log.warning("[%s] tool %r left out: %s", self.key, skipped.name, skipped.reason)
-        if warning:
-            log.warning("[%s] %s", self.key, warning)
+        for warning in (listing.warning, listing.cap_reason):
+            if warning:
+                log.warning("[%s] %s", self.key, warning)
         namespace = self.config.effective_namespace(self.key)
         try:
             if self._scope is None:
@@ -456,14 +461,14 @@ class Supervisor:
             self._set(last_error=self._redact(f"registering its tools failed: {exc}"))
             return
         self._set(tool_count=len(catalog.tools), skipped=catalog.skipped,
-                  filtered=catalog.filtered)
+                  filtered=catalog.filtered, over_max_tools=listing.cap_reason)
         self._tools_changed()
 
     def _unregister(self) -> None:
         if self._scope is not None:
             self._scope.close()
             self._scope = None
-            self._set(tool_count=0, skipped=(), filtered=0)
+            self._set(tool_count=0, skipped=(), filtered=0, over_max_tools=None)
             self._tools_changed()
 
     async def _relist_loop(self, connection: Connection) -> None:

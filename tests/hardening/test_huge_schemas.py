@@ -245,3 +245,58 @@ def test_an_allowed_huge_tools_list_over_http_is_taken(tmp_path: Path, mode: str
     finally:
         server.kill()  # an open event stream would hold a graceful shutdown
         server.wait(timeout=30)
+
+
+def test_a_listing_of_66000_small_tools_is_cut_at_max_tools(tmp_path: Path) -> None:
+    """Issue 38 item 7: two upstreams (stdio, and streamable HTTP with `max_tools = 5000`)
+    each list 66,000 small tools (20 MB). Health answers every poll within PATIENCE while the
+    listings are parsed and registered; each server offers its cap, and health's
+    `over_max_tools` names the cap and how many were left out."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    small = {"HUGE_LIST_TOOLS": "66000"}
+    server = subprocess.Popen([sys.executable, str(HUGE_LIST_HTTP), str(port)],
+                              env={**os.environ, **small, "HUGE_LIST_MODE": "json"})
+    try:
+        _wait_for_port(port)
+        manifest = {"mcpServers": {
+            "stdio": {"command": sys.executable, "args": [str(HUGE_LIST)], "env": small,
+                      "timeouts": {"startup": 120}},
+            "http": {"url": f"http://127.0.0.1:{port}/mcp", "type": "http",
+                     "protocol": "legacy", "max_tools": 5000, "timeouts": {"startup": 120}},
+        }}
+        daemon = start_daemon(tmp_path, manifests={"servers.json": json.dumps(manifest)})
+        try:
+            slowest = 0.0
+            deadline = time.monotonic() + 180
+            while True:
+                began = time.monotonic()
+                servers = daemon.health(timeout=PATIENCE)["servers"]
+                slowest = max(slowest, time.monotonic() - began)
+                states = {name: servers.get(name, {}).get("state") for name in ("stdio", "http")}
+                if all(s not in (None, "starting") for s in states.values()):
+                    break
+                assert time.monotonic() < deadline, servers
+                time.sleep(0.05)
+            print(f"slowest /v1/health while listing: {slowest:.2f} s")
+            for name, cap in (("stdio", 10_000), ("http", 5_000)):
+                state = servers[name]
+                assert state["state"] == "ready", state
+                assert state["tool_count"] == cap, state
+                assert state["over_max_tools"] == (
+                    f"{66_000 - cap:,} more tools listed after the first {cap:,} were left "
+                    f"out: over this server's max_tools ({cap:,}); later pages of tools/list "
+                    "were not asked for; raise max_tools for this server to offer them")
+            assert f"over this server's max_tools ({5000:,})" in daemon.log()
+            # Under the cap: registered and sent (this server answers every call with `{}`);
+            # past it: no such tool.
+            sent = daemon.call("stdio_tool_009999", {"query": "q"}, "under-cap")
+            assert "the call failed upstream" in sent["error"]["message"], sent
+            past = daemon.call("stdio_tool_010000", {"query": "q"}, "past-cap")
+            assert past["error"]["kind"] == "unknown_tool", past
+        finally:
+            stop_daemon(daemon)
+    finally:
+        server.kill()
+        server.wait(timeout=30)

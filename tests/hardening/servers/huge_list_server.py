@@ -2,7 +2,9 @@
 JSON (many tools, each with an `inputSchema` of many small properties: structure, not one long
 string), written in 1 MiB pieces. With `HUGE_LIST_MARKS` set to a folder, it creates
 `piece-N` there after writing piece N and waits for the test to create `ack-N` before it
-writes the next, so that a test can order its own requests against the send."""
+writes the next, so that a test can order its own requests against the send. With
+`HUGE_LIST_TOOLS` set to a number, the listing is that many small tools instead (about 300
+bytes each: 66,000 make 20 MB)."""
 
 from __future__ import annotations
 
@@ -31,7 +33,20 @@ def handshake(piece: int) -> None:
         time.sleep(0.005)
 
 
+def small_tools(count: int) -> list[dict]:
+    return [{"name": f"tool_{k:06d}", "description": f"small tool number {k} of {count}, "
+             "listed to make the listing long", "inputSchema": {
+                 "type": "object", "properties": {
+                     "query": {"type": "string", "description": "what to look for"},
+                     "limit": {"type": "integer", "minimum": 1, "maximum": 100}},
+                 "required": ["query"]}} for k in range(count)]
+
+
 def listing(rid: int | str, megabytes: float) -> bytes:
+    if os.environ.get("HUGE_LIST_TOOLS"):
+        tools = small_tools(int(os.environ["HUGE_LIST_TOOLS"]))
+        return (json.dumps({"jsonrpc": "2.0", "id": rid, "result": {"tools": tools}})
+                + "\n").encode()
     schema = {"type": "object", "properties": {
         f"p{i}": {"type": "string", "description": "d" * 40} for i in range(200)}}
     one = len(json.dumps(schema))
