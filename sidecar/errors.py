@@ -15,7 +15,8 @@ what the *seam* reports about a call.
 
 Every terminal failure of a call becomes one `CallError` inside an `Outcome`; its `kind` is one
 of `ErrorKind` (`conflict`: the call id already settled a different call, so nothing ran;
-`expired`: the call id's outcome was pruned after the retention period, so nothing ran).
+`expired`: the call id's outcome was pruned after the retention period, so nothing ran;
+`interrupted`: the call started but never settled durably, so it is not run again).
 Every kind is model-visible except `operational`, which carries an `error_id` that also
 appears in the daemon log next to the traceback.
 """
@@ -42,6 +43,9 @@ class ErrorKind(enum.StrEnum):
     OPERATIONAL = "operational"
     EXPIRED = "expired"
     """A replayed call id whose outcome was pruned after the retention period: nothing ran."""
+    INTERRUPTED = "interrupted"
+    """A call id whose call started but never settled durably (the daemon was killed, or its
+    outcome could not be recorded): it is not run again, and whether it finished is unknown."""
 
     @property
     def model_visible(self) -> bool:

@@ -91,6 +91,14 @@ CREATE TABLE IF NOT EXISTS outcomes (
 ) WITHOUT ROWID;
 DROP INDEX IF EXISTS outcomes_session;
 CREATE INDEX IF NOT EXISTS outcomes_by_age ON outcomes (created_at);
+CREATE TABLE IF NOT EXISTS started (
+    location   TEXT NOT NULL,
+    call_id    TEXT NOT NULL,
+    tool       TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    PRIMARY KEY (location, call_id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS expired (
     location   TEXT NOT NULL,
     call_id    TEXT NOT NULL,
@@ -200,13 +208,16 @@ class OutcomeLog(Protocol):
         settled."""
         ...
 
-    async def claim(self, location: str, call_id: str, fingerprint: str = "") -> Outcome | None:
-        """Before a call runs: its stored outcome (as `get`), or None once this process holds
-        the call's in-flight claim and must run it, then `record` (which drops the claim) or
-        `release`. While another replica holds a live claim on the same call, wait (cancellable)
-        for its outcome, or take the claim over when it expires; a live claim or an outcome of
-        another call under `call_id` raises `CallIdConflict`. A log one process owns needs no
-        claims (the seam's in-flight map makes local duplicates wait): its `claim` is `get`."""
+    async def claim(self, location: str, call_id: str, fingerprint: str = "",
+                    tool: str = "") -> Outcome | None:
+        """Before a call runs (`tool`: its name): its stored outcome (as `get`), or None once
+        this process holds the call's in-flight claim and must run it, then `record` (which
+        drops the claim) or `release`. While another replica holds a live claim on the same
+        call, wait (cancellable) for its outcome, or take the claim over when it expires; a
+        live claim or an outcome of another call under `call_id` raises `CallIdConflict`. A
+        log one process owns keeps its claims as started rows (a call it was killed under is
+        `interrupted` at the next open); the seam's in-flight map makes local duplicates
+        wait."""
         ...
 
     async def release(self, location: str, call_id: str) -> None:
@@ -367,6 +378,8 @@ class SqliteOutcomeLog:
         self._outcomes = 0
         self._expired = 0
         self._pruned = 0
+        self._unrecorded: dict[tuple[str, str], tuple[str, str, str]] = {}
+        """Calls that ran but whose outcome could not be recorded: (tool, fingerprint, why)."""
         self._worker = _Worker(lambda: self._conn, self._disconnect, name="outcome-log",
                                upkeep=lambda: self._keeper)
         self._closed = False
@@ -417,6 +430,7 @@ class SqliteOutcomeLog:
             if "fingerprint" not in columns:  # a log from before fingerprints: migrated here
                 conn.execute(
                     "ALTER TABLE outcomes ADD COLUMN fingerprint TEXT NOT NULL DEFAULT ''")
+            self._interrupt_started(conn)
             for location, call_id in conn.execute("SELECT location, call_id FROM outcomes"):
                 self._settled.add(location, call_id)
                 self._outcomes += 1
@@ -430,6 +444,24 @@ class SqliteOutcomeLog:
             raise
         keeper.configure(conn)
         self._conn, self._keeper = conn, keeper
+
+    def _interrupt_started(self, conn: sqlite3.Connection) -> None:
+        """Calls the last process started and never settled (it was killed, or could not
+        record them) become `interrupted` outcomes: a retry answers that, never runs them
+        again, and `GET /v1/calls/{id}` shows it."""
+        rows = conn.execute(
+            "SELECT location, call_id, tool, fingerprint, started_at FROM started").fetchall()
+        for location, call_id, tool, fingerprint, started_at in rows:
+            outcome = interrupted_outcome(str(call_id), str(tool), float(started_at),
+                                          "the daemon stopped before it settled")
+            body = json.dumps(outcome.to_json(include_output=False), ensure_ascii=False)
+            conn.execute(
+                f"INSERT OR IGNORE INTO outcomes ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (location, call_id, "", "", "", tool, "error", body, time.time(), fingerprint))
+        if rows:
+            conn.execute("DELETE FROM started")
+            logger.warning("%d call(s) had started and not settled when the daemon stopped; "
+                           "they are recorded as interrupted", len(rows))
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -450,6 +482,8 @@ class SqliteOutcomeLog:
             inserted = db.execute(
                 f"INSERT OR IGNORE INTO outcomes ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)", row
             ).rowcount
+            db.execute("DELETE FROM started WHERE location=? AND call_id=?",
+                       (location, outcome.call_id))
             self._settled.add(location, outcome.call_id)
             if inserted:
                 self._outcomes += 1
@@ -460,17 +494,46 @@ class SqliteOutcomeLog:
             ).fetchone()
             return str(found[0]), str(found[1])
 
-        existing = await self._run(write)
+        try:
+            existing = await self._run(write)
+        except OutcomeLogError as exc:  # its start stays: a retry answers `interrupted`
+            self._unrecorded[(location, outcome.call_id)] = (
+                outcome.tool, fingerprint, f"its outcome could not be recorded ({exc})")
+            raise
         if existing is None:
             return outcome
         return _replayed(outcome.call_id, existing, fingerprint)
 
-    async def claim(self, location: str, call_id: str, fingerprint: str = "") -> Outcome | None:
-        """`get`: one process owns this log, and its seam's in-flight map is the claim."""
-        return await self.get(location, call_id, fingerprint)
+    async def claim(self, location: str, call_id: str, fingerprint: str = "",
+                    tool: str = "") -> Outcome | None:
+        """`get`, then the call's start is written (behind: the writer commits it with its
+        next batch, before the call's outcome) so that a call the daemon was killed under
+        is known at the next open (`_interrupt_started`). The seam's in-flight map is the
+        claim between the callers of this process."""
+        stored = await self.get(location, call_id, fingerprint)
+        if stored is not None:
+            return stored
+        unrecorded = self._unrecorded.get((location, call_id))
+        if unrecorded is not None:
+            tool, recorded_print, reason = unrecorded
+            if fingerprint and recorded_print and fingerprint != recorded_print:
+                raise CallIdConflict(call_id)
+            return interrupted_outcome(call_id, tool, time.time(), reason)
+        self._write_behind(functools.partial(
+            _start, location, call_id, tool, fingerprint, time.time()))
+        return None
 
     async def release(self, location: str, call_id: str) -> None:
-        """Nothing to release (see `claim`)."""
+        """Forget the call's start (cancelled before it settled: a duplicate may run it),
+        unless its outcome could not be recorded (then it stays `interrupted`)."""
+        if (location, call_id) not in self._unrecorded:
+            self._write_behind(functools.partial(_unstart, location, call_id))
+
+    def _write_behind(self, job: Callable[[sqlite3.Connection], None]) -> None:
+        if self._closed or self._conn is None:
+            return
+        future = self._worker.submit(lambda: job(self._db()))
+        future.add_done_callback(_log_failed_start)
 
     async def holder(self, location: str, call_id: str) -> str | None:
         return None  # no claims (see `claim`)
@@ -586,6 +649,33 @@ class SqliteOutcomeLog:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+
+def _start(location: str, call_id: str, tool: str, fingerprint: str, started_at: float,
+           db: sqlite3.Connection) -> None:
+    db.execute("INSERT OR REPLACE INTO started VALUES (?,?,?,?,?)",
+               (location, call_id, tool, fingerprint, started_at))
+
+
+def _unstart(location: str, call_id: str, db: sqlite3.Connection) -> None:
+    db.execute("DELETE FROM started WHERE location=? AND call_id=?", (location, call_id))
+
+
+def _log_failed_start(future: asyncio.Future[None]) -> None:
+    if not future.cancelled() and (exc := future.exception()) is not None:
+        logger.warning("recording a call's start failed: %s", exc)
+
+
+def interrupted_outcome(call_id: str, tool: str, started_at: float, reason: str) -> Outcome:
+    """What a retry of a call that started and never settled durably gets: `interrupted`,
+    naming what is known; the tool is not run again."""
+    when = datetime.fromtimestamp(started_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    name = f" ({tool})" if tool else ""
+    message = (f"call id {call_id!r}{name} started by {when} but never settled: {reason}. "
+               "Whether the tool finished is unknown; it was not run again. Check its "
+               "effects, then use a new call id to run it again.")
+    return Outcome(call_id=call_id, tool=tool or "unknown", status="error",
+                   error=CallError(ErrorKind.INTERRUPTED, message), replayed=True)
 
 
 def expired_outcome(

@@ -253,7 +253,8 @@ class PostgresOutcomeLog:
                                    self.retention_seconds)
         return _replayed(outcome.call_id, (found["body"], found["fingerprint"]), fingerprint)
 
-    async def claim(self, location: str, call_id: str, fingerprint: str = "") -> Outcome | None:
+    async def claim(self, location: str, call_id: str, fingerprint: str = "",
+                    tool: str = "") -> Outcome | None:
         try:
             return await self.claims.claim(location, call_id, fingerprint)
         except _FAILURES as exc:

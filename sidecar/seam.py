@@ -200,7 +200,8 @@ class Seam:
             return await self._settle_and_publish(snapshot, name, raw_input, context, refused)
         fingerprint = running.fingerprint()
         try:  # the stored outcome, or the claim to run it (waits for another replica's run)
-            stored = await self.outcomes.claim(self.location, context.call_id, fingerprint)
+            stored = await self.outcomes.claim(self.location, context.call_id, fingerprint,
+                                               name)
         except CallIdConflict:
             return _conflict(context.call_id, name) if refused is None \
                 else _refusal(context.call_id, name, refused)

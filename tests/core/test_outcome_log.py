@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -169,3 +170,39 @@ async def test_a_log_from_before_fingerprints_is_migrated_and_still_replays(tmp_
         await log.aclose()
     columns = [row[1] for row in sqlite3.connect(path).execute("PRAGMA table_info(outcomes)")]
     assert columns[-1] == "fingerprint"
+
+
+async def test_a_call_whose_outcome_could_not_be_recorded_is_interrupted_not_run_again(
+    tmp_path: Path,
+) -> None:
+    """Its start stays: a retry in this process and after a reopen answers `interrupted`
+    (naming the tool and why), never None, which would run the tool again."""
+    path = tmp_path / "outcomes.sqlite"
+    log = await SqliteOutcomeLog.open(path)
+    try:
+        await log._run(lambda: log._db().execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON outcomes WHEN NEW.call_id = 'doomed' "
+            "BEGIN SELECT RAISE(ABORT, 'disk says no'); END"))
+        assert await log.claim("loc", "doomed", "print", "deploy") is None
+        ran = Outcome(call_id="doomed", tool="deploy", status="completed",
+                      content=(TextContent("deployed"),))
+        with pytest.raises(OutcomeLogError, match="disk says no"):
+            await log.record("loc", ran, ToolContext("s", "a", "m", "doomed"), "print")
+        await log.release("loc", "doomed")  # what the seam does next: the start stays
+        retry = await log.claim("loc", "doomed", "print", "deploy")
+        assert retry is not None and retry.error is not None
+        assert retry.error.kind == "interrupted" and "could not be recorded" in \
+            retry.error.message and "(deploy)" in retry.error.message
+        with pytest.raises(CallIdConflict):
+            await log.claim("loc", "doomed", "another call", "deploy")
+        await log._run(lambda: log._db().execute("DROP TRIGGER refuse"))
+    finally:
+        await log.aclose()
+    reopened = await SqliteOutcomeLog.open(path)
+    try:
+        stored = await reopened.claim("loc", "doomed", "print", "deploy")
+        assert stored is not None and stored.error is not None
+        assert stored.error.kind == "interrupted" and stored.replayed
+        assert await reopened.claim("loc", "fresh", "p", "t") is None
+    finally:
+        await reopened.aclose()
