@@ -53,7 +53,9 @@ def uncapped(tmp_path: Path) -> Iterator[Daemon]:
 
 @pytest.fixture
 def capped(tmp_path: Path) -> Iterator[Daemon]:
-    yield from _searching_daemon(tmp_path)  # the default: 2 searches per client
+    # The default cap (2 searches per client); a longer limit keeps both slots taken while
+    # the test sends its refused requests.
+    yield from _searching_daemon(tmp_path, SIDECAR_SEARCH_TIME_LIMIT="6")
 
 
 def _long_line(daemon: Daemon) -> str:
@@ -142,7 +144,7 @@ def test_a_client_past_its_concurrent_searches_gets_429_naming_the_cap(capped: D
                for n in range(2)]
     for thread in running:
         thread.start()
-    time.sleep(0.5)  # both admitted; each holds a slot until its time limit
+    time.sleep(1.0)  # both admitted (generous); each holds a slot until its 6 s limit
     with capped.client() as client:
         refused = client.get(f"/v1/managed/{ref}", params={"pattern": "b"})
     assert refused.status_code == 429, refused.text
