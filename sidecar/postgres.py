@@ -13,6 +13,7 @@ import asyncio
 import functools
 import logging
 import os
+import sys
 from collections.abc import Awaitable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
@@ -122,8 +123,9 @@ def database_failure(exc: BaseException) -> BaseException | None:
     (asyncpg's connection errors, a server shutting down or refusing new connections, too
     many connections), or an `OSError`/`TimeoutError` raised inside asyncpg (the connection
     refused, or no answer within `SIDECAR_DATABASE_TIMEOUT`)."""
-    import asyncpg
-
+    asyncpg = sys.modules.get("asyncpg")  # not imported: none of its errors can exist (and
+    if asyncpg is None:  # an install without the fleet extra has no asyncpg to import)
+        return next((c for c in exception_chain(exc) if isinstance(c, DatabaseError)), None)
     unreachable = (asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
                    asyncpg.exceptions.OperatorInterventionError,
                    asyncpg.exceptions.InsufficientResourcesError,
