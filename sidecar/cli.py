@@ -61,7 +61,7 @@ from sidecar.cli_output import EXIT_STATE_IN_USE as EXIT_STATE_IN_USE
 from sidecar.cli_output import EXIT_TOOL_ERROR as EXIT_TOOL_ERROR
 from sidecar.cli_output import EXIT_UNREACHABLE as EXIT_UNREACHABLE
 from sidecar.cli_output import EXIT_USAGE as EXIT_USAGE
-from sidecar.cli_output import Style, print_health, print_outcome, print_tools
+from sidecar.cli_output import Style, held_note, print_health, print_outcome, print_tools
 from sidecar.cli_parser import build_parser
 from sidecar.local_door import OwnerLock
 from sidecar.serve.serve_policy import UnsafeConfiguration
@@ -263,7 +263,12 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
         progress = getattr(args, "progress", False) or (sys.stderr.isatty() and not args.json)
         outcome = await backend.call(name, raw_input, context, show_progress=progress,
                                      profile=getattr(args, "profile", None))
-        return print_outcome(outcome, args.json)
+        status = print_outcome(outcome, args.json)
+        if (outcome.get("error") or {}).get("kind") == "unknown_tool":
+            note = held_note(await backend.health(), name)  # withdrawn until approved
+            if note is not None:
+                print(f"sidecar: {note}", file=sys.stderr)
+        return status
 
 
 async def _approve(backend: Backend, args: argparse.Namespace) -> int:
@@ -372,7 +377,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "token":
         from sidecar.daemon import open_token_store
 
-        return int(_run(cli_tokens.run(args, _state_dir(args), open_token_store)))
+        return int(_run(cli_tokens.run(args, _state_dir(args), open_token_store,
+                                       _explicit_manifests(args))))
     if args.command == "stop":
         return _stop(args)
     if args.command == "client-config":

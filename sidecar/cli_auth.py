@@ -40,12 +40,28 @@ OpenGrantStore = Callable[[Path], AbstractAsyncContextManager[GrantStore]]
 
 def oauth_servers(manifests: list[str]) -> tuple[dict[str, ServerConfig], list[str]]:
     """The manifests' servers that may use OAuth, and the manifest errors (as text)."""
+    servers, errors = manifest_servers(manifests)
+    return {key: c for key, c in servers.items() if c.oauth_mode != "none"}, errors
+
+
+def manifest_servers(manifests: list[str]) -> tuple[dict[str, ServerConfig], list[str]]:
+    """Every server of the manifests, and the manifest errors (as text)."""
     loaded = load_manifests(manifests)
-    servers = {
-        key: sourced.value for key, sourced in loaded.servers.items()
-        if sourced.value.oauth_mode != "none"
-    }
-    return servers, [str(p) for p in loaded.errors]
+    return ({key: sourced.value for key, sourced in loaded.servers.items()},
+            [str(p) for p in loaded.errors])
+
+
+def no_login_for(name: str, servers: dict[str, ServerConfig]) -> str:
+    """Why server `name` has no OAuth login to start or show (it is not an HTTP server that
+    may use OAuth, or the manifests do not name it)."""
+    config = servers.get(name)
+    oauth = sorted(k for k, c in servers.items() if c.oauth_mode != "none")
+    known = f"(servers that may: {', '.join(oauth) or 'none'})"
+    if config is None:
+        return f"no server {name!r} in the manifests {known}"
+    if config.url is None:
+        return f"server {name!r} is a stdio server: it has no OAuth login {known}"
+    return f"server {name!r} does not use OAuth (`auth = \"none\"`) {known}"
 
 
 async def run(args: argparse.Namespace, manifests: list[str], state_dir: str,
@@ -73,8 +89,12 @@ async def run(args: argparse.Namespace, manifests: list[str], state_dir: str,
 
 
 async def _run(args: argparse.Namespace, manifests: list[str], store: GrantStore) -> int:
-    servers, errors = oauth_servers(manifests)
+    every, errors = manifest_servers(manifests)
+    servers = {key: c for key, c in every.items() if c.oauth_mode != "none"}
     if args.auth_command == "status":
+        if args.name and args.name not in servers and args.name not in await store.servers():
+            print(f"sidecar auth status: {no_login_for(args.name, every)}", file=sys.stderr)
+            return 2
         return await _status(args, servers, store)
     name = args.name
     config = servers.get(name)
@@ -82,9 +102,7 @@ async def _run(args: argparse.Namespace, manifests: list[str], store: GrantStore
         print(await logout(name, config, store))
         return 0
     if config is None:
-        known = ", ".join(sorted(servers)) or "none"
-        print(f"sidecar auth login: no HTTP server {name!r} that may use OAuth in the manifests "
-              f"(servers that may: {known})", file=sys.stderr)
+        print(f"sidecar auth login: {no_login_for(name, every)}", file=sys.stderr)
         for error in errors:
             print(f"  manifest: {error}", file=sys.stderr)
         return 2
@@ -97,8 +115,15 @@ async def _run(args: argparse.Namespace, manifests: list[str], store: GrantStore
         if not webbrowser.open(url):
             print("No browser here: open the URL above yourself.", file=sys.stderr, flush=True)
 
-    result = await login(name, config, store, show=show)
-    print(result.message, file=sys.stderr)
+    try:
+        result = await login(name, config, store, show=show)
+    except (GrantStoreUnavailable, OSError, ValueError) as exc:  # one line, not a traceback
+        print(f"sidecar auth login: {name}: failed: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return 1
+    # the reason may end with the advice to log in, which is what just failed
+    message = result.message.replace(f"; run `{login_command(name)}`", "")
+    print(message if result.ok else f"sidecar auth login: {message}", file=sys.stderr)
     return 0 if result.ok else 1
 
 

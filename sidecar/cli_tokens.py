@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from bridges.manifest import load_manifests
 from sidecar.cli_database import database_line
 from sidecar.cli_output import EXIT_DATABASE
 from sidecar.local_door import database_mismatch, read_info
@@ -43,11 +44,36 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     revoke.add_argument("id", help="the token id (tok_...)")
 
 
-async def run(args: argparse.Namespace, state: Path, open_store: OpenTokenStore) -> int:
-    """Exit code 0 on success, 1 for an unknown id, 2 for a bad request, an unsafe state
-    directory or a daemon on it that keeps its tokens elsewhere, 6 when the fleet database
-    cannot be used: unreachable at the start, or lost or silent midway (one line,
-    `sidecar.cli_database`)."""
+def profile_names(manifests: list[str]) -> list[str]:
+    """The profiles a token may name: those the manifests declare, and the implicit
+    all-tools `default` unless `default_profile` names another."""
+    from sidecar.profiles import DEFAULT_PROFILE
+
+    loaded = load_manifests(manifests)
+    names = set(loaded.profiles)
+    if loaded.default_profile is None or loaded.default_profile.value not in loaded.profiles:
+        names.add(DEFAULT_PROFILE)
+    return sorted(names)
+
+
+def undeclared(wanted: list[str], manifests: list[str]) -> str | None:
+    """Why a token for `wanted` would reach nothing (a profile no manifest declares)."""
+    known = profile_names(manifests)
+    missing = [p for p in wanted if p not in known]
+    if not missing:
+        return None
+    where = ", ".join(manifests) or "no manifests"
+    return (f"no profile {', '.join(repr(m) for m in missing)} in the manifests ({where}); "
+            f"declared: {', '.join(known)}")
+
+
+async def run(args: argparse.Namespace, state: Path, open_store: OpenTokenStore,
+              manifests: list[str] | None = None) -> int:
+    """`create` refuses a profile that the running daemon's manifests (else `manifests`, when
+    named) do not declare. Exit code 0 on success, 1 for an unknown id, 2 for a bad request
+    (such a profile), an unsafe state directory or a daemon on it that keeps its tokens
+    elsewhere, 6 when the fleet database cannot be used: unreachable at the start, or lost or
+    silent midway (one line, `sidecar.cli_database`)."""
     try:
         warning = prepare_state_dir(state)
     except UnsafeStateDir as exc:
@@ -56,6 +82,13 @@ async def run(args: argparse.Namespace, state: Path, open_store: OpenTokenStore)
     if warning:
         print(f"sidecar: {warning}", file=sys.stderr)
     daemon = read_info(state)  # its tokens must be the ones this command changes
+    # the profiles to check against: the running daemon's manifests, else those named
+    known = list(daemon.manifests) if daemon is not None else manifests
+    if args.token_command == "create" and known is not None:
+        problem = undeclared(args.profile, known)
+        if problem is not None:
+            print(f"sidecar token create: {problem}", file=sys.stderr)
+            return 2
     database = os.environ.get("SIDECAR_DATABASE_URL", "").strip()
     refusal = (database_mismatch(daemon, database, "would change tokens in")
                if daemon is not None else None)
@@ -93,6 +126,9 @@ async def _run(args: argparse.Namespace, state: Path, open_store: OpenTokenStore
             records = await store.list()
             if args.json:
                 print(json.dumps([r.to_json() for r in records]))
+            elif not records:
+                print("no scoped tokens (make one with `sidecar token create --profile NAME`; "
+                      "the state directory's own token reaches everything)", file=sys.stderr)
             for r in records if not args.json else ():
                 made = time.strftime("%Y-%m-%d %H:%M", time.gmtime(r.created_at))
                 print(f"{r.id}  {','.join(r.profiles)}  {made} UTC  {r.label}".rstrip())
