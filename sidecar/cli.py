@@ -335,13 +335,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("sidecar: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
-        # The reader of stdout left (`sidecar call ... | head`). Point stdout at /dev/null so
-        # that the interpreter's last flush cannot fail again, and say it once.
+        # The reader of stdout left (`sidecar tools | head`): what it wanted it has, so end
+        # quietly, as `cat` and `grep` do (exit 141, what a shell reports for SIGPIPE). Point
+        # stdout at /dev/null so that the interpreter's last flush cannot fail again.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-        print("sidecar: stdout was closed before the output was written (broken pipe)",
-              file=sys.stderr)
         return EXIT_BROKEN_PIPE
 
 
@@ -478,6 +477,10 @@ def _run_daemon(args: argparse.Namespace) -> int:
 
     serving = args.command == "serve"
     state = _state_dir(args)
+    taken = _address_taken(args.host, args.port) if serving else None
+    if taken is not None:  # before anything is created (state directory, token, lock)
+        print(f"sidecar: {taken}", file=sys.stderr)
+        return EXIT_ADDRESS_IN_USE
     # the lock first: a daemon that is not going to own the state starts no server; but
     # nothing is written into a state directory that is not private (`sidecar.state_dir`)
     try:
@@ -506,6 +509,24 @@ def _run_daemon(args: argparse.Namespace) -> int:
     except (UnsafeConfiguration, UnsafeStateDir) as exc:
         print(f"sidecar: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _address_taken(host: str, port: int) -> str | None:
+    """Why `serve` cannot listen on host:port, when something listens there already (the
+    daemon binds it again later: this only spares a state directory for nothing)."""
+    import errno
+    import socket
+
+    if not port:
+        return None
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        socket.create_server((host, port), family=family).close()
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            return (f"{host}:{port} is already in use (by another sidecar serve, or another "
+                    "program); choose another --port")
+    return None
 
 
 def _daemon_exit(args: argparse.Namespace, run: Callable[[], Any]) -> int:

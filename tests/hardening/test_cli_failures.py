@@ -1,5 +1,6 @@
-"""Issue 26 item 15: starting a second daemon on a state directory, serving on a port in use,
-and a reader closing stdout early each end in one line on stderr and a distinct exit code."""
+"""Issue 26 item 15: starting a second daemon on a state directory and serving on a port in
+use each end in one line on stderr and a distinct exit code (a port in use before anything is
+created); a reader closing stdout early (`| head`) ends the command quietly, exit 141."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def test_a_port_in_use(daemon: Daemon, tmp_path: Path) -> None:
     assert taken.returncode == EXIT_ADDRESS_IN_USE, taken.stderr
     line = _one_line(taken.stderr)
     assert f"127.0.0.1:{daemon.port} is already in use" in line
-    assert not (tmp_path / "other-state" / "daemon.json").exists()
+    assert not (tmp_path / "other-state").exists()  # no state directory, token or lock
+    assert "token" not in taken.stderr
     daemon.health()
 
 
@@ -58,7 +60,7 @@ def test_stdout_closed_early_is_a_broken_pipe_exit(daemon: Daemon) -> None:
             stdout=write, stderr=subprocess.PIPE, text=True, timeout=120, check=False)
     finally:
         os.close(write)
-    for result in (listed, called):
+    for result in (listed, called):  # quietly, as `cat` or `grep` in a pipe
         assert result.returncode == EXIT_BROKEN_PIPE, result.stderr
-        assert "broken pipe" in _one_line(result.stderr)
+        assert result.stderr == "", result.stderr
     daemon.health()
