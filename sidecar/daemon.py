@@ -21,7 +21,7 @@ import os
 import socket
 import time
 import traceback
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -135,6 +135,7 @@ class _Server(uvicorn_Server):
     start a graceful shutdown, so the Location closes (children stopped) before we exit."""
 
     sockets_to_serve: list[socket.socket]
+    facade: FacadeHealth
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -142,8 +143,9 @@ class _Server(uvicorn_Server):
 
 
 class LocationFailed(Exception):
-    """A task of the running Location failed (the message names it): `serve` stopped serving,
-    closed the Location and ends, for a supervisor to start it again."""
+    """A task of the running Location, or of its MCP facade (`FacadeHealth`), failed (the
+    message names it): `serve` stopped serving, closed the Location and ends, for a
+    supervisor (or the next `sidecar stdio`) to start it again."""
 
 
 async def _stop_serving(server: _Server) -> None:
@@ -262,6 +264,8 @@ async def serve(
             await stack.enter_async_context(failure_drill())  # nothing unless asked for
             try:
                 await server.serve(sockets=server.sockets_to_serve)
+                if server.facade.error is not None:
+                    raise LocationFailed(f"stopped: {server.facade.error}")
             except asyncio.CancelledError:
                 if stopping or not server.started:
                     raise
@@ -331,28 +335,46 @@ async def _daemon_server(
     door = StdioDoor(location, state / STDIO_SOCKET, daemon=info)
     mcp_routes, mcp_lifespan = mcp_http(location)
     holder: list[_Server] = []
+    facade = FacadeHealth()
+
+    def failed(what: str, exc: BaseException) -> None:
+        if facade.fail(what, exc):
+            holder[0].should_exit = True
 
     @asynccontextmanager
     async def lifespans() -> AsyncIterator[None]:
-        async with mcp_lifespan, asyncio.TaskGroup() as tasks:
-            door_task = tasks.create_task(door.run(), name="stdio door")
-            watcher = tasks.create_task(
-                _watch(holder[0], door, activity, state, idle_exit), name="daemon watcher")
-            print(f"sidecar: listening on {url or state / HTTP_SOCKET}", file=sys.stderr,
-                  flush=True)
-            try:
-                yield
-            finally:
-                door_task.cancel()
-                watcher.cancel()
-                with contextlib.suppress(FileNotFoundError):
-                    info_path.unlink()
+        serving = False
+        try:
+            async with mcp_lifespan, asyncio.TaskGroup() as tasks:
+                door_task = tasks.create_task(
+                    _supervised("the stdio door", door.run(), failed), name="stdio door")
+                watcher = tasks.create_task(_supervised(
+                    "the daemon watcher", _watch(holder[0], door, activity, state, idle_exit),
+                    failed), name="daemon watcher")
+                print(f"sidecar: listening on {url or state / HTTP_SOCKET}", file=sys.stderr,
+                      flush=True)
+                serving = True
+                try:
+                    yield
+                finally:
+                    door_task.cancel()
+                    watcher.cancel()
+                    with contextlib.suppress(FileNotFoundError):
+                        info_path.unlink()
+        except Exception as exc:
+            if not serving:
+                raise
+            # A task of the MCP facade's own groups died: /mcp cannot serve any more (the
+            # SDK's session manager runs once). The daemon exits and lets go of the state
+            # directory instead of answering /v1 without a facade.
+            failed("the MCP facade", exc)
 
     app = build_app(
         location, token=token, allowed_hosts=allowed_hosts, extra_routes=mcp_routes,
         extra_lifespan=lifespans(),
     )
     app.state.api.health_extras["daemon"] = info.to_json()
+    facade.report_in(app.state.api.health_extras)
     activity = Activity(app)
     config = uvicorn.Config(
         activity, lifespan="on", log_level="warning", timeout_graceful_shutdown=SHUTDOWN_GRACE,
@@ -360,8 +382,49 @@ async def _daemon_server(
     )
     server = _Server(config)
     server.sockets_to_serve = sockets
+    server.facade = facade
     holder.append(server)
     return server
+
+
+class FacadeHealth:
+    """The daemon's MCP facade (the stdio door, `/mcp`, the idle watcher) in `/v1/health`:
+    `mcp_facade` is {"state": "serving"}, or {"state": "failed", "error": ...} once a task of
+    it died; from then on `status` is "unavailable" (503) while the daemon stops (nothing
+    restarts: the SDK's session manager of /mcp runs once, and the door's socket is the
+    daemon's identity for its watcher)."""
+
+    def __init__(self) -> None:
+        self.value: dict[str, str] = {"state": "serving"}
+        self._report: dict[str, object] | None = None
+
+    def report_in(self, extras: dict[str, object]) -> None:
+        self._report = extras
+        extras["mcp_facade"] = self.value
+
+    @property
+    def error(self) -> str | None:
+        return self.value.get("error")
+
+    def fail(self, what: str, exc: BaseException) -> bool:
+        """Record the first failure; whether it was the first. The daemon says it in one line
+        when it exits (`LocationFailed`)."""
+        if self.error is not None:
+            return False
+        self.value.update(state="failed", error=f"{what} failed: {_failure(exc)}")
+        if self._report is not None:  # the health extras are merged over the report
+            self._report["status"] = "unavailable"
+        return True
+
+
+async def _supervised(
+    what: str, work: Awaitable[None], failed: Callable[[str, BaseException], None]
+) -> None:
+    """`work`, whose failure is reported to `failed` instead of ending its task group."""
+    try:
+        await work
+    except Exception as exc:
+        failed(what, exc)
 
 
 async def _watch(

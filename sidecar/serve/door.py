@@ -9,6 +9,8 @@
 runs on them exactly as `sidecar stdio` on its own pipes would (the same fast paths; no bytes
 pass through the client process); in "stream" mode the connection itself carries the session.
 A client asking for other manifests than the daemon's is refused with one line that says so.
+One session's failure ends that session alone (logged); a client going away mid-answer is no
+failure at all.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ log = logging.getLogger("sidecar.door")
 
 HELLO_TIMEOUT = 10.0
 MAX_HELLO_BYTES = 1 << 20
+ACCEPT_RETRY = 0.5
+"""How long the door waits after a failed accept (out of descriptors) before the next one."""
 
 
 def bind_unix(path: Path) -> socket.socket:
@@ -79,7 +83,12 @@ class StdioDoor:
         try:
             async with anyio.create_task_group() as tg:
                 while True:
-                    conn, _ = await loop.sock_accept(listener)
+                    try:
+                        conn, _ = await loop.sock_accept(listener)
+                    except OSError as exc:  # EMFILE and the like: the door stays open
+                        log.warning("%s could not accept a client: %s", self.path, exc)
+                        await anyio.sleep(ACCEPT_RETRY)
+                        continue
                     tg.start_soon(self._session, conn)
         finally:
             listener.close()
@@ -87,8 +96,20 @@ class StdioDoor:
                 self.path.unlink()
 
     async def _session(self, conn: socket.socket) -> None:
-        fds: list[int] = []
+        """One client's session; whatever goes wrong in it ends it alone, logged."""
         self.sessions += 1
+        try:
+            await self._attach(conn)
+        except Exception:
+            log.exception("the session of a client on %s failed; other clients are unaffected",
+                          self.path)
+        finally:
+            conn.close()
+            self.sessions -= 1
+            self.last_active = time.monotonic()
+
+    async def _attach(self, conn: socket.socket) -> None:
+        fds: list[int] = []
         try:
             try:
                 hello, fds = await asyncio.to_thread(_receive_hello, conn)
@@ -107,7 +128,11 @@ class StdioDoor:
             loop = asyncio.get_running_loop()
             answer = ({"ok": False, "error": refusal} if refusal is not None
                       else {"ok": True, "daemon": self.daemon.to_json()})
-            await loop.sock_sendall(conn, json.dumps(answer).encode() + b"\n")
+            try:
+                await loop.sock_sendall(conn, json.dumps(answer).encode() + b"\n")
+            except OSError as exc:
+                log.info("client pid %s left before its answer: %s", hello.get("pid"), exc)
+                return
             if refusal is not None:
                 log.info("refused a client (pid %s): %s", hello.get("pid"), refusal)
                 return
@@ -117,15 +142,12 @@ class StdioDoor:
             if mode == "fds":
                 wire, fds = (fds[0], fds[1]), []
                 await self._serve_until_gone(conn, wire, profile)
-            else:
+            else:  # the connection is the wire, both ways (one socket transport)
                 await serve_stdio(self.location, profile=profile,
                                   fds=(os.dup(conn.fileno()), os.dup(conn.fileno())))
         finally:
             for fd in fds:
                 os.close(fd)
-            conn.close()
-            self.sessions -= 1
-            self.last_active = time.monotonic()
 
     def _profile_refusal(self, profile: Any) -> str | None:
         if profile is not None and not isinstance(profile, str):

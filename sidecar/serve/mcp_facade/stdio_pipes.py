@@ -15,6 +15,13 @@ stderr), so children and stray prints cannot corrupt it, and puts both back on e
 else (a regular file, a terminal, explicit streams) keeps the SDK's threaded transport: the
 event loop cannot watch a regular file, and making a terminal non-blocking would leak into the
 shell that shares it.
+
+A socket side runs on a socket transport, not a pipe transport: uvloop's write-pipe transport
+reads its descriptor to notice the reader going away, so on a socket it would swallow the
+client's bytes (stdin and stdout one socket) and close itself when the client half-closes
+(stdin ended; its answers not yet written). Stdin and stdout on one socket share one transport.
+A write once the client has gone raises `ConnectionResetError` (uvloop raises `RuntimeError`
+on a closed transport), which ends the session and nothing else.
 """
 
 from __future__ import annotations
@@ -22,9 +29,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import io
 import json
 import logging
 import os
+import socket
 import stat
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -39,6 +48,7 @@ from pydantic import ValidationError
 
 from bridges.mcp.framing import LargeLine, LineFramer, OversizedLine
 from sidecar import json_depth
+from sidecar.local_door import pipes_available as pipes_available
 
 log = logging.getLogger("sidecar.mcp")
 
@@ -51,15 +61,6 @@ EOF_GRACE = 2.0
 """When stdin ends, how long requests read before the end still get to be answered (a client
 that writes a request and closes stdin, as a shell pipeline does, gets its answer); what is
 still running then is cancelled."""
-
-
-def pipes_available() -> bool:
-    """Whether fds 0 and 1 are both pipes or sockets."""
-    try:
-        modes = (os.fstat(0).st_mode, os.fstat(1).st_mode)
-    except OSError:
-        return False
-    return all(stat.S_ISFIFO(m) or stat.S_ISSOCK(m) for m in modes)
 
 
 @dataclass(slots=True)
@@ -103,11 +104,11 @@ async def pipe_wire(
     take_raw: Callable[[Any], bool], busy: Callable[[], bool],
     *, fds: tuple[int, int] | None = None,
 ) -> AsyncIterator[PipeWire]:
-    """Serve the wire on fds 0 and 1 (check `pipes_available` first), or on `fds` (a client's
-    stdin and stdout handed to the daemon over its local door; the wire owns and closes them,
-    and fds 0 and 1 are left alone). `take_raw` is offered every parsed message first; what it
-    keeps is not passed on. `busy` says whether requests `take_raw` kept are still running
-    (see `EOF_GRACE`)."""
+    """Serve the wire on fds 0 and 1 (check `sidecar.local_door.pipes_available` first), or
+    on `fds` (a client's stdin and stdout handed to the daemon over its local door; the wire
+    owns and closes them, and fds 0 and 1 are left alone). `take_raw` is offered every parsed
+    message first; what it keeps is not passed on. `busy` says whether requests `take_raw`
+    kept are still running (see `EOF_GRACE`)."""
     loop = asyncio.get_running_loop()
     saved: tuple[int, int] | None = None
     if fds is None:
@@ -119,22 +120,13 @@ async def pipe_wire(
     to_sdk, read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write, from_sdk = anyio.create_memory_object_stream[SessionMessage](0)
     reader = asyncio.StreamReader(limit=READ_CHUNK, loop=loop)
-    read_transport: asyncio.BaseTransport | None = None
-    write_transport: asyncio.WriteTransport | None = None
+    opened: list[asyncio.BaseTransport] = []
     try:
-        read_transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader, loop=loop),
-            os.fdopen(wire_in, "rb", buffering=0),
-        )
-        wire_in = -1
-        write_transport, protocol = await loop.connect_write_pipe(
-            lambda: asyncio.streams.FlowControlMixin(loop=loop),
-            os.fdopen(wire_out, "wb", buffering=0),
-        )
-        wire_out = -1
-        writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
+        writer = await _open_wire(loop, reader, wire_in, wire_out, opened)
 
         async def send_line(line: bytes) -> None:
+            if writer.transport.is_closing():  # uvloop would raise RuntimeError
+                raise ConnectionResetError("the client's stdout is closed")
             writer.write(line)
             await writer.drain()
 
@@ -158,16 +150,76 @@ async def pipe_wire(
                     await written.wait()
                 tg.cancel_scope.cancel()
     finally:
-        for transport in (read_transport, write_transport):
-            if transport is not None:
-                transport.close()
-        for fd in (wire_in, wire_out):
-            if fd >= 0:
-                os.close(fd)
+        for transport in opened:
+            transport.close()
         for stream in (to_sdk, read, write, from_sdk):
             stream.close()
         if saved is not None:
             _restore(*saved)
+
+
+async def _open_wire(
+    loop: asyncio.AbstractEventLoop, reader: asyncio.StreamReader, wire_in: int, wire_out: int,
+    opened: list[asyncio.BaseTransport],
+) -> asyncio.StreamWriter:
+    """Transports that feed `reader` from `wire_in` and write to `wire_out`, appended to
+    `opened` as they open; the writer. Owns both descriptors from the call on."""
+    def reading() -> asyncio.Protocol:
+        return asyncio.StreamReaderProtocol(reader, loop=loop)
+
+    same = _socket_identity(wire_in)
+    if same is not None and same == _socket_identity(wire_out):
+        os.close(wire_out)
+        transport, protocol = await _attach(loop, wire_in, reading, writes=False)
+        opened.append(transport)
+        return asyncio.StreamWriter(transport, protocol, reader, loop)
+    try:
+        transport, _ = await _attach(loop, wire_in, reading, writes=False)
+    except BaseException:
+        os.close(wire_out)
+        raise
+    opened.append(transport)
+    transport, protocol = await _attach(loop, wire_out, lambda: _WriteOnly(loop=loop),
+                                        writes=True)
+    opened.append(transport)
+    return asyncio.StreamWriter(transport, protocol, None, loop)
+
+
+async def _attach(
+    loop: asyncio.AbstractEventLoop, fd: int, protocol: Callable[[], asyncio.Protocol],
+    *, writes: bool,
+) -> tuple[Any, asyncio.Protocol]:
+    """A socket transport on `fd` when it is a socket, else a pipe transport; `fd` is the
+    transport's (closed here should it fail to open)."""
+    owner: socket.socket | io.FileIO
+    owner = (socket.socket(fileno=fd) if _socket_identity(fd) is not None
+             else io.FileIO(fd, "wb" if writes else "rb"))
+    try:
+        if isinstance(owner, socket.socket):
+            return await loop.connect_accepted_socket(protocol, owner)
+        if writes:
+            return await loop.connect_write_pipe(protocol, owner)
+        return await loop.connect_read_pipe(protocol, owner)
+    except BaseException:
+        owner.close()
+        raise
+
+
+class _WriteOnly(asyncio.streams.FlowControlMixin, asyncio.Protocol):
+    """The protocol of stdout alone: what a socket's peer sends is dropped, and its half-close
+    leaves our side writable."""
+
+    def data_received(self, data: bytes) -> None:
+        pass
+
+    def eof_received(self) -> bool:
+        return True
+
+
+def _socket_identity(fd: int) -> tuple[int, int] | None:
+    """(device, inode) of `fd` when it is a socket, else None."""
+    info = os.fstat(fd)
+    return (info.st_dev, info.st_ino) if stat.S_ISSOCK(info.st_mode) else None
 
 
 async def _read_lines(
