@@ -20,9 +20,11 @@ The hello on `stdio.sock` is one JSON line from the client,
 `{"mode": "fds" | "stream", "manifests": [absolute paths] | null, "pid": N, "profile": name |
 null}` (with the two
 descriptors attached in "fds" mode), answered by one JSON line, `{"ok": true, "daemon": {...}}`
-or `{"ok": false, "error": "..."}`. In "fds" mode the connection then only says when the
-session ended (the daemon closes it); in "stream" mode (stdin or stdout is not a pipe, e.g. a
-terminal) it carries the MCP bytes both ways.
+or `{"ok": false, "error": "..."}`. In "fds" mode (stdin and stdout are pipes or stream
+sockets) the connection then only says when the session ended (the daemon closes it); in
+"stream" mode (either is a regular file, a terminal, anything an event loop cannot watch) it
+carries the MCP bytes both ways, relayed by `sidecar stdio`, whose end of input it passes on
+as a half-close.
 
 This module uses the standard library only: `sidecar stdio` runs it before, and instead of,
 importing the daemon.
@@ -172,12 +174,23 @@ def socket_path(state: Path, name: str) -> str:
 
 
 def pipes_available() -> bool:
-    """Whether fds 0 and 1 are both pipes or sockets (what the daemon can serve directly)."""
+    """Whether fds 0 and 1 are both pipes or stream sockets (what an event loop can watch,
+    so the daemon can serve them directly); a regular file or a terminal is not."""
+    return all(_watchable(fd) for fd in (0, 1))
+
+
+def _watchable(fd: int) -> bool:
     try:
-        modes = (os.fstat(0).st_mode, os.fstat(1).st_mode)
+        mode = os.fstat(fd).st_mode
     except OSError:
         return False
-    return all(stat.S_ISFIFO(m) or stat.S_ISSOCK(m) for m in modes)
+    if not stat.S_ISSOCK(mode):
+        return stat.S_ISFIFO(mode)
+    sock = socket.socket(fileno=fd)
+    try:
+        return sock.type == socket.SOCK_STREAM
+    finally:
+        sock.detach()
 
 
 def idle_exit_default() -> float:
