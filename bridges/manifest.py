@@ -474,13 +474,20 @@ def _load_server(
         result.problems.extend(_validation_problems(
             file, base, exc, hint="see schema/manifest.schema.json for the keys of a server"
         ))
+        _unknown_server_keys(file, base, value, result)  # every problem of the entry at once
         return
-    for extra in config.unknown_keys:
+    _unknown_server_keys(file, base, value, result)
+    result.servers[key] = Sourced(file, key, config)
+
+
+def _unknown_server_keys(file: str, base: str, value: Any, result: ManifestSet) -> None:
+    known = model_keys(ServerConfig)
+    extras = sorted(k for k in value if k not in known) if isinstance(value, dict) else []
+    for extra in extras:
         result.problems.append(ManifestProblem(
             file, f"{base}.{extra}", "key not used by mcp-sidecar, kept as is", severity="note",
-            hint=did_you_mean(extra, model_keys(ServerConfig)), unknown_key=True,
+            hint=did_you_mean(extra, known), unknown_key=True,
         ))
-    result.servers[key] = Sourced(file, key, config)
 
 
 def _load_tool(

@@ -1,6 +1,8 @@
 """`sidecar check FILE... [--live] [--json] [--allow-unknown] | --schema`: validate manifests.
 
-Without `--live` nothing starts and nothing is asked. With `--live` the globs of the files'
+Every problem of every entry is reported, and the programs stdio servers and command tools
+run are looked up on PATH (`missing_programs`). Without `--live` nothing starts and nothing
+is asked. With `--live` the globs of the files'
 permission rules, profiles (`include`, `exclude`), overrides and rate limits are also matched
 against the tools of the running daemon (`--url`, else the state directory's; none is started):
 each that matches none is a warning, and warnings fail the check like errors
@@ -16,13 +18,15 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
-from bridges.manifest import ManifestSet, load_manifests
+from bridges.manifest import ManifestProblem, ManifestSet, load_manifests
 from bridges.manifest_globs import ToolNames, unmatched_globs
 from bridges.manifest_schema import manifest_json_schema
 from bridges.manifest_tools import manifest_tool_validator
+from bridges.manifest_tools.config import CommandToolConfig
 from sidecar.cli_output import EXIT_OK, EXIT_TOOL_ERROR, EXIT_UNREACHABLE, EXIT_USAGE
 
 
@@ -38,6 +42,7 @@ def run(args: argparse.Namespace, state: Path) -> int:
         print("sidecar check: name at least one manifest file or directory", file=sys.stderr)
         return EXIT_USAGE
     loaded = load_manifests(args.files, tool_validator=manifest_tool_validator(Path.cwd()))
+    loaded.problems.extend(missing_programs(loaded))
     if args.live:
         from sidecar.cli_targets import Refused, Unreachable
 
@@ -48,6 +53,42 @@ def run(args: argparse.Namespace, state: Path) -> int:
             return EXIT_UNREACHABLE
         loaded.problems.extend(unmatched_globs(loaded, names))
     return _report(args, loaded)
+
+
+def missing_programs(loaded: ManifestSet) -> list[ManifestProblem]:
+    """The programs the manifests' stdio servers and command tools run that this machine
+    does not have (not on PATH, or no executable file at that path): they would fail to
+    start, or fail every call."""
+    found: list[ManifestProblem] = []
+    for key, sourced in loaded.servers.items():
+        config = sourced.value
+        if config.command and not config.disabled:
+            path = (config.env or {}).get("PATH") or os.environ.get("PATH")
+            if not _runnable(config.command, path):
+                found.append(_missing(sourced.file, f"$.mcpServers.{key}.command",
+                                      config.command, "the server cannot start"))
+    for key, sourced in loaded.tools.items():
+        config = sourced.value
+        if not isinstance(config, CommandToolConfig) or not config.argv:
+            continue
+        if "{" not in config.argv[0] and not _runnable(config.argv[0], os.environ.get("PATH")):
+            found.append(_missing(sourced.file, f"$.tools.{key}.argv[0]", config.argv[0],
+                                  "every call of the tool fails"))
+    return found
+
+
+def _runnable(program: str, path: str | None) -> bool:
+    if os.sep in program or (os.altsep and os.altsep in program):
+        if not os.path.isabs(os.path.expanduser(program)):
+            return True  # relative to where it runs, which this check does not know
+        return os.access(os.path.expanduser(program), os.X_OK)
+    return shutil.which(program, path=path) is not None
+
+
+def _missing(file: str, path: str, program: str, effect: str) -> ManifestProblem:
+    return ManifestProblem(file, path, f"command {program!r} does not exist here: {effect}",
+                           hint="install it, or name it by its full path (a client that "
+                           "starts the daemon may have a shorter PATH than this shell)")
 
 
 def _report(args: argparse.Namespace, loaded: ManifestSet) -> int:

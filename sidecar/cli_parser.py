@@ -122,7 +122,7 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="machine-readable output")
     check.add_argument("--allow-unknown", action="store_true",
                        help="do not fail on keys mcp-sidecar does not know (they are ignored)")
-    auth = sub.add_parser("auth", help="OAuth logins of HTTP servers (see sidecar.cli_auth)")
+    auth = sub.add_parser("auth", help="OAuth logins of HTTP servers (docs/oauth.md)")
     auth_sub = auth.add_subparsers(dest="auth_command", required=True)
     login_p = auth_sub.add_parser("login", parents=[common, store], help="authorize one server")
     login_p.add_argument("name")
@@ -141,7 +141,46 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     rekey_p.add_argument("--check", action="store_true",
                          help="only report which grants are not under the first key (exit 1 "
                          "while one is); change nothing")
+    _describe(parser, [])
     return parser
+
+
+DESCRIPTIONS = {
+    "serve": "Run the daemon in this process: HTTP on --host:--port (/v1, /mcp, the /ui "
+             "console, /metrics) and its local doors (Unix sockets in the state directory). "
+             "Refuses weak tokens, and --no-auth off loopback.",
+    "stdio": "Serve one MCP client on stdin/stdout from the state directory's daemon "
+             "(started on demand), or from this process alone with --standalone.",
+    "daemon": "Run the daemon on its local doors only (Unix sockets in the state directory); "
+              "client commands start one on demand, so this is rarely typed.",
+    "tools": "List the tools a profile serves (the default profile's unless --profile, every "
+             "tool with --all), or `tools approve NAME` to accept a held definition change.",
+    "call": "Call one tool through the daemon, as a model would: the outcome's text on stdout, "
+            "an error on stderr (exit 1). Ctrl-C cancels the call on the daemon.",
+    "managed": "Read text that a truncated tool result kept (a managed reference, m_...).",
+    "managed read": "Read retained text by lines, by characters inside one line, or the lines "
+                    "matching a pattern.",
+    "health": "The daemon's status, each server's state, and every reason it is degraded "
+              "(exit 1 when degraded).",
+    "stop": "Stop the daemon that owns the state directory, and its upstream servers.",
+    "token": "Bearer tokens scoped to profiles (docs/profiles.md); they need no running "
+             "daemon.",
+    "auth": "OAuth logins of the manifests' HTTP servers (docs/oauth.md).",
+}
+
+
+def _describe(parser: argparse.ArgumentParser, path: list[str]) -> None:
+    """Give every subcommand's --help page a description: its own, else its one-line help."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        helps = {a.dest: a.help for a in action._choices_actions}
+        for name, sub in action.choices.items():
+            key = " ".join([*path, name])
+            if not sub.description:
+                text = DESCRIPTIONS.get(key) or helps.get(name) or ""
+                sub.description = (text[:1].upper() + text[1:]).rstrip(".") + "." if text else None
+            _describe(sub, [*path, name])
 
 
 def _version() -> str:

@@ -43,8 +43,11 @@ CLIENTS = ("claude-desktop", "claude-code", "cursor", "vscode", "codex", "generi
 def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "client-config", parents=parents,
-        help="print (or --install) an MCP client's configuration for `sidecar stdio`")
-    parser.add_argument("client", choices=CLIENTS)
+        help="print (or --install) an MCP client's configuration for `sidecar stdio`",
+        description="Print the entry that makes an MCP client start `sidecar stdio` (JSON, "
+        "or TOML for codex; --json prints JSON for every client), or merge it into the "
+        "client's config file with --install.")
+    parser.add_argument("client", choices=CLIENTS, help="the MCP client to configure")
     parser.add_argument("--name", default="sidecar", help="the server's key (default sidecar)")
     parser.add_argument("--install", action="store_true",
                         help="merge it into the client's config file (shows the diff first)")
@@ -192,6 +195,11 @@ def run(args: argparse.Namespace, manifests: list[str], state: Path) -> int:
     command = stdio_command(manifests, state, store)
     text, merge = snippet(args.client, args.name, command, env)
     if not args.install:
+        if args.json and args.client == "codex":  # its file is TOML; the same entry as JSON
+            entry: dict[str, Any] = {"command": command[0], "args": command[1:]}
+            if env:
+                entry["env"] = env
+            text = json.dumps({"mcp_servers": {args.name: entry}}, indent=2) + "\n"
         print(text, end="")
         return 0
     target = Path(args.config_file) if args.config_file else standard_file(args.client)

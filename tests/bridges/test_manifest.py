@@ -157,7 +157,7 @@ def test_shipped_schema_is_current_and_accepts_the_examples():
 
 
 def test_sidecar_check_reports_file_path_and_hint(tmp_path):
-    good = write(tmp_path, "good.toml", '[mcpServers.a]\ncommand = "x"\n')
+    good = write(tmp_path, "good.toml", '[mcpServers.a]\ncommand = "sh"\n')
     bad = write(tmp_path, "bad.json", json.dumps({"mcpServers": {"b": {"args": []}}}))
     run = [sys.executable, "-m", "sidecar.cli", "check"]
     ok = subprocess.run([*run, str(good)], capture_output=True, text=True, check=False)

@@ -121,3 +121,52 @@ def test_auth_commands_on_a_stdio_an_unknown_and_an_unreachable_server(tmp_path:
     assert len(lines) == 1 and "Traceback" not in failed.stderr, failed.stderr
     assert lines[0].startswith("sidecar auth login: remote: no tokens stored")
     assert "sidecar auth login remote" not in lines[0]
+
+
+def test_check_reports_every_problem_of_an_entry_and_programs_that_do_not_exist(
+        tmp_path: Path) -> None:
+    (tmp_path / "a.toml").write_text(
+        '[mcpServers.gitx]\ncommand = "uvx-no-such-program"\nargs = "x"\n'
+        'namepsace = "g"\n\n'
+        '[mcpServers.ok]\ncommand = "no-such-program-either"\n\n'
+        '[tools.run]\nkind = "command"\ndescription = "d"\ninput = { type = "object" }\n'
+        'argv = ["no-such-binary-zz", "-v"]\n')
+    checked = run_cli("check", str(tmp_path / "a.toml"), env=sidecar_env(tmp_path / "state"))
+    assert checked.returncode == 1
+    out = checked.stdout
+    assert "$.mcpServers.gitx.args: Input should be a valid list" in out
+    assert "$.mcpServers.gitx.namepsace" in out and "did you mean 'namespace'?" in out
+    assert "$.mcpServers.ok.command: command 'no-such-program-either' does not exist" in out
+    assert "$.tools.run.argv[0]: command 'no-such-binary-zz' does not exist" in out
+    assert not (tmp_path / "state").exists()  # nothing started, nothing written
+
+
+def test_help_pages_and_client_config_json(tmp_path: Path) -> None:
+    import argparse
+    import re
+
+    from sidecar.cli import __doc__ as cli_doc
+    from sidecar.cli_parser import build_parser
+
+    def pages(parser: argparse.ArgumentParser, path: list[str]) -> Iterator[tuple[str, str]]:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    assert sub.description, f"`sidecar {' '.join([*path, name])} --help`"
+                    yield " ".join([*path, name]), sub.format_help()
+                    yield from pages(sub, [*path, name])
+
+    parser = build_parser((cli_doc or "").split("\n")[0])
+    every = [("", parser.format_help()), *pages(parser, [])]
+    assert len(every) > 20
+    for name, text in every:
+        assert not re.search(r"\b(sidecar|bridges|managed_store)\.[a-z_]+", text), name
+    env = sidecar_env(tmp_path / "state")
+    for command in (["check", "--help"], ["asks", "--help"], ["token", "create", "--help"]):
+        shown = run_cli(*command, env=env)
+        assert shown.returncode == 0 and "\n\nusage" not in shown.stdout
+        assert shown.stdout.split("\n\n")[1].strip()  # the description, after the usage
+    codex = run_cli("client-config", "codex", "--json", env=env)
+    assert codex.returncode == 0, codex.stderr
+    entry = json.loads(codex.stdout)["mcp_servers"]["sidecar"]
+    assert entry["args"][0] == "stdio"
