@@ -88,6 +88,9 @@ class CallRecord:
     content_bytes: int
     retained: tuple[str, ...]
     replayed: bool
+    error: str | None = None
+    """A failed call's error message as its caller saw it (cut to `MAX_STORED_ERROR`
+    characters); None for a success."""
     seq: int = 0
     """Order of insertion; the cursor of a query."""
     input_json: str | None = field(default=None, compare=False, repr=False)
@@ -261,8 +264,19 @@ def record_of(
         started_at=call.started_at, duration_ms=round(call.duration * 1000, 3),
         input_bytes=size, input=kept, content_bytes=shown,
         retained=tuple(m.ref for m in outcome.managed), replayed=call.replayed,
-        input_json=kept_json,
+        error=_error_text(outcome), input_json=kept_json,
     )
+
+
+MAX_STORED_ERROR = 4000
+"""Characters of a failed call's error message the history keeps."""
+
+
+def _error_text(outcome: Outcome) -> str | None:
+    if outcome.error is None:
+        return None
+    message = outcome.error.message
+    return message if len(message) <= MAX_STORED_ERROR else message[:MAX_STORED_ERROR] + "…"
 
 
 _SCHEMA = """
@@ -283,13 +297,16 @@ CREATE TABLE IF NOT EXISTS calls (
     input         TEXT,
     content_bytes INTEGER NOT NULL,
     retained      TEXT NOT NULL,
-    replayed      INTEGER NOT NULL
+    replayed      INTEGER NOT NULL,
+    error         TEXT
 );
 CREATE INDEX IF NOT EXISTS calls_started ON calls (started_at);
 """
+_ADD_ERROR = "ALTER TABLE calls ADD COLUMN error TEXT"
+"""For a history written before failed calls kept their message."""
 _COLUMNS = ("seq", "call_id", "tool", "server", "profile", "session_id", "agent", "message_id",
             "status", "error_kind", "started_at", "duration_ms", "input_bytes", "input",
-            "content_bytes", "retained", "replayed")
+            "content_bytes", "retained", "replayed", "error")
 _FILTERS = {"tool": "tool", "server": "server", "status": "status", "session": "session_id",
             "agent": "agent", "profile": "profile"}
 
@@ -365,6 +382,8 @@ class SqliteCallHistory:
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA journal_size_limit=8388608")
         db.executescript(_SCHEMA)
+        if "error" not in {row[1] for row in db.execute("PRAGMA table_info(calls)")}:
+            db.execute(_ADD_ERROR)
         self._db = db
 
     def _serve(self) -> None:
@@ -407,7 +426,7 @@ class SqliteCallHistory:
              r.input_json if r.input_json is not None
              else None if r.input is None else json.dumps(r.input, ensure_ascii=False, default=str),
              r.content_bytes, "[]" if not r.retained else json.dumps(list(r.retained)),
-             int(r.replayed))
+             int(r.replayed), r.error)
             for r in rows
         ]
         try:

@@ -4,16 +4,21 @@ Like the other client commands it asks the state directory's daemon (`GET /v1/ca
 local socket or `--url`); with `--embedded` it reads the history itself and starts nothing:
 the state directory's `history.sqlite`, or the fleet database's (`--store`,
 `SIDECAR_DATABASE_URL`). `--jsonl` prints every matching row (all pages) as JSON Lines,
-for export; `--json` prints one page with its `next_cursor`.
+for export; `--json` prints one page with its `next_cursor`. A row of a failed call ends with
+its error message. `--since`/`--until` also take a duration back from now (`30s`, `15m`,
+`1h`, `2d`, `1w`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,19 +41,40 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     calls = sub.add_parser("calls", parents=[client], help="the call history (newest first)")
     for name in FILTERS:
         calls.add_argument(f"--{name}", default=None, help={
-            "since": "from this time (ISO 8601, UTC unless an offset is given, or epoch s)",
-            "until": "before this time", "limit": "rows per page (1-1000, default 50)",
+            "since": "from this time (ISO 8601, UTC unless an offset is given, or epoch s) "
+                     "or this long ago (30s, 15m, 1h, 2d, 1w)",
+            "until": "before this time (the same forms)",
+            "limit": "rows per page (1-1000, default 50)",
             "cursor": "the next page (printed after a page)",
         }.get(name, f"only calls with this {name}"))
     calls.add_argument("--jsonl", action="store_true",
                        help="every matching row as JSON Lines (an export)")
 
 
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+ERROR_SHOWN = 300
+"""Characters of a failed call's error message on its line (`--json` has all of it)."""
+
+
 def _params(args: argparse.Namespace) -> dict[str, str]:
     params = {name: str(getattr(args, name)) for name in FILTERS
               if getattr(args, name) is not None}
+    for name in ("since", "until"):
+        if name in params:
+            params[name] = _ago(params[name])
     params.setdefault("limit", "50")
     return params
+
+
+def _ago(value: str) -> str:
+    """A duration back from now (`1h`) as the UTC time it names; anything else as given."""
+    found = _DURATION.fullmatch(value.strip().lower())
+    if found is None:
+        return value
+    seconds = float(found[1]) * _UNIT_SECONDS[found[2]]
+    moment = max(time.time() - seconds, 0.0)
+    return datetime.fromtimestamp(moment, UTC).isoformat(timespec="seconds")
 
 
 def _line(row: dict[str, Any]) -> str:
@@ -58,7 +84,14 @@ def _line(row: dict[str, Any]) -> str:
     where = f"{row['server']}/" if row.get("server") else ""
     return (f"{row['started_at']}  {row['call_id']}  {where}{row['tool']}  {status}  "
             f"{row['duration_ms']:.1f} ms  session {row['session_id']}  agent {row['agent']}"
-            f"{refs}")
+            f"{refs}{_error(row.get('error'))}")
+
+
+def _error(message: str | None) -> str:
+    if not message:
+        return ""
+    flat = " ".join(message.split())
+    return "  error: " + (flat if len(flat) <= ERROR_SHOWN else flat[:ERROR_SHOWN] + "…")
 
 
 async def _local_pages(history: CallHistory | None, query: CallQuery, every: bool

@@ -40,7 +40,7 @@ log = logging.getLogger("sidecar.postgres_call_history")
 
 _WRITTEN = _COLUMNS[1:]  # every column but `seq`, which the database numbers
 _TYPES = ("text", "text", "text", "text", "text", "text", "text", "text", "text", "float8",
-          "float8", "int8", "text", "int8", "text", "bool")
+          "float8", "int8", "text", "int8", "text", "bool", "text")
 # A batch of rows in one statement (one array per column): `executemany` would execute the
 # INSERT once per row. `seq` numbers them in the order they were added.
 _INSERT = (
@@ -62,7 +62,7 @@ class PostgresCallHistory(PostgresStore):
     retention_seconds=...)` on the replica's pool, or `.open(dsn)` with a pool of its own."""
 
     COMPONENT = "call_history"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2
     MIGRATIONS: ClassVar[dict[int, str]] = {1: """
 CREATE TABLE sidecar_calls (
     seq           BIGSERIAL PRIMARY KEY,
@@ -86,7 +86,7 @@ CREATE TABLE sidecar_calls (
 );
 CREATE INDEX sidecar_calls_by_location ON sidecar_calls (location, seq);
 CREATE INDEX sidecar_calls_by_age ON sidecar_calls (started_at);
-"""}
+""", 2: "ALTER TABLE sidecar_calls ADD COLUMN error TEXT"}
 
     def __init__(self, pool: asyncpg.Pool, *, owns_pool: bool = False,
                  location: str = "default") -> None:
@@ -148,7 +148,7 @@ CREATE INDEX sidecar_calls_by_age ON sidecar_calls (started_at);
                  r.input_json if r.input_json is not None
                  else None if r.input is None
                  else json.dumps(r.input, ensure_ascii=False, default=str),
-                 r.content_bytes, json.dumps(list(r.retained)), r.replayed)
+                 r.content_bytes, json.dumps(list(r.retained)), r.replayed, r.error)
                 for r in rows
             ]
             try:

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ class Daemon:
     url: str
     token: str
     proc: subprocess.Popen[str]
+    env: dict[str, str]
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=30,
@@ -76,9 +78,16 @@ class Daemon:
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    root = tmp_path_factory.mktemp("console")
+    with serving(tmp_path_factory.mktemp("console"), {"tools.toml": MANIFEST}) as started:
+        yield started
+
+
+@contextmanager
+def serving(root: Path, manifests: dict[str, str]) -> Iterator[Daemon]:
+    """A real `sidecar serve` on port 0 with these manifest files, until the block ends."""
     (root / "manifests").mkdir()
-    (root / "manifests" / "tools.toml").write_text(MANIFEST)
+    for name, text in manifests.items():
+        (root / "manifests" / name).write_text(text)
     token = secrets.token_urlsafe(32)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
     env.update(SIDECAR_STATE_DIR=str(root / "state"), SIDECAR_MANIFESTS=str(root / "manifests"),
@@ -97,7 +106,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
             if "listening on" in line:
                 url = line.split("listening on ")[1].strip()
         drain.start()
-        yield Daemon(url, token, proc)
+        yield Daemon(url, token, proc, env)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)

@@ -13,13 +13,18 @@ NAV = (("servers", "/ui"), ("tools", "/ui/tools"), ("calls", "/ui/calls"),
        ("asks", "/ui/asks"), ("managed", "/ui/managed"))
 
 STYLE = """
-body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2430;background:#f6f7f9}
+body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2430;background:#f6f7f9;
+overflow-wrap:anywhere}
 header{background:#1d2430;color:#fff;padding:.6em 1.2em;display:flex;gap:1.2em;align-items:center}
 header a{color:#cfd8e6;text-decoration:none}header a.on{color:#fff;font-weight:600}
 header form{margin-left:auto}main{padding:1em 1.4em;max-width:1200px}
 table{border-collapse:collapse;width:100%;background:#fff}
 th,td{border-bottom:1px solid #e3e6ea;padding:.35em .5em;text-align:left;vertical-align:top}
-th{background:#eef1f5;font-weight:600}pre{background:#fff;border:1px solid #e3e6ea;
+th{background:#eef1f5;font-weight:600;overflow-wrap:normal}.num{white-space:nowrap;overflow-wrap:normal}
+.when,.status{overflow-wrap:normal}.when span{white-space:nowrap}.id{min-width:6em}
+.name{min-width:10em}.short{min-width:5em}.input{min-width:10em}
+tr.failure td{border-top:0;padding-top:0}tr.failed td{border-bottom:0}
+.error{white-space:pre-wrap}pre{background:#fff;border:1px solid #e3e6ea;
 padding:.6em;overflow:auto;max-height:60vh;white-space:pre-wrap;word-break:break-all}
 .ok{color:#11712f}.bad{color:#b3261e}.warn{color:#8a5a00}.muted{color:#6b7480}
 form.inline{display:inline}input,select,button{font:inherit;padding:.2em .4em}
@@ -172,16 +177,40 @@ def calls_page(rows: Sequence[Any], filters: Mapping[str, str], next_cursor: str
     form = f"<form method=get class=card id=filters>{inputs}<button>filter</button></form>"
     live = ('<h2>Live</h2><table id=live><thead><tr><th>time</th><th>event</th><th>call</th>'
             '<th>tool</th><th>status</th></tr></thead><tbody></tbody></table>')
-    body = table(
-        ["started", "call", "tool", "server", "session", "agent", "status", "ms", "in B",
-         "out B", "retained", "input"],
-        [history_row(r) for r in rows], empty="No calls match.",
-    )
+    body = history_table(rows)
     query = {k: v for k, v in filters.items() if v}
     more = (f'<p><a href="/ui/calls?{e(urlencode({**query, "cursor": next_cursor}))}">older '
             f"calls</a></p>" if next_cursor else "")
     export = f'<p><a href="/ui/calls.jsonl?{e(urlencode(query))}">export as JSON Lines</a></p>'
     return f"{live}<h2>History</h2>{form}{body}{more}{export}"
+
+
+HISTORY_COLUMNS = ("started (UTC)", "call", "tool", "session", "agent", "status", "ms",
+                   "bytes in/out", "retained", "input")
+_COLUMN_CLASS = {"started (UTC)": "when", "call": "id", "tool": "name", "session": "id",
+                 "agent": "short", "status": "status", "ms": "num", "bytes in/out": "num",
+                 "input": "input"}
+"""Columns kept from being squeezed by long ids and inputs (which wrap anywhere instead)."""
+
+
+def history_table(rows: Sequence[Any]) -> str:
+    """The history's rows; a failed call's error message on a row of its own below it."""
+    if not rows:
+        return '<p class="muted">No calls match.</p>'
+    classes = [f" class={_COLUMN_CLASS[h]}" if h in _COLUMN_CLASS else ""
+               for h in HISTORY_COLUMNS]
+    head = "".join(f"<th{k}>{e(h)}</th>" for h, k in zip(HISTORY_COLUMNS, classes, strict=True))
+    lines = []
+    for r in rows:
+        cells = "".join(f"<td{k}>{c}</td>"
+                        for c, k in zip(history_row(r), classes, strict=True))
+        if not r.error:
+            lines.append(f"<tr>{cells}</tr>")
+            continue
+        lines.append(f"<tr class=failed>{cells}</tr><tr class=failure><td></td>"
+                     f'<td colspan={len(HISTORY_COLUMNS) - 1} class="bad error">error: '
+                     f"{e(r.error)}</td></tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(lines)}</tbody></table>"
 
 
 def history_row(r: Any) -> list[str]:
@@ -190,9 +219,20 @@ def history_row(r: Any) -> list[str]:
               f'{" (replayed)" if r.replayed else ""}</span>')
     refs = " ".join(f'<a href="/ui/managed?ref={e(ref)}">{e(ref)}</a>' for ref in r.retained)
     shown = json.dumps(r.input, ensure_ascii=False)
-    return [e(r.to_json()["started_at"]), f"<code>{e(r.call_id)}</code>", e(r.tool),
-            e(r.server), e(r.session_id), e(r.agent), status, e(r.duration_ms),
-            e(r.input_bytes), e(r.content_bytes), refs, f"<code>{e(shown[:300])}</code>"]
+    server = f'<span class=muted>{e(r.server)}/</span>' if r.server else ""
+    day, moment = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.started_at)).split()
+    return [f"<span>{day}</span> <span>{moment}</span>", f"<code>{e(r.call_id)}</code>",
+            server + e(r.tool), e(r.session_id), e(r.agent), status, e(r.duration_ms),
+            f"{e(r.input_bytes)} / {e(r.content_bytes)}",
+            refs, f"<code>{e(_cut(shown, INPUT_SHOWN))}</code>"]
+
+
+INPUT_SHOWN = 160
+"""Characters of a call's input in its row (the export has all of it)."""
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 LIVE_SCRIPT = """<script>
@@ -201,7 +241,8 @@ const source = new EventSource('/ui/events');
 function row(kind, data) {
   const tr = document.createElement('tr');
   for (const v of [new Date().toISOString().slice(11, 19), kind, data.call_id || '',
-                   data.tool || '', data.status || data.message || '']) {
+                   data.tool || '',
+                   [data.status || data.message || '', data.error_kind || ''].join(' ')]) {
     const td = document.createElement('td'); td.textContent = v; tr.appendChild(td);
   }
   live.prepend(tr);
