@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -101,3 +102,23 @@ def test_the_wire_leaves_fds_0_and_1_while_serving(tmp_path: Path) -> None:
             if stream is not None:
                 stream.close()
     assert proc.returncode == 0
+
+
+def test_one_socket_as_stdin_and_stdout_half_closed_gets_every_answer(tmp_path: Path) -> None:
+    """The standalone wire on one socket for both (on asyncio; the shared daemon's, on uvloop,
+    is `test_shared_daemon_stdio`): the client half-closes once its requests are written,
+    and the answers still come back on the same socket."""
+    p = params(tmp_path)
+    ours, theirs = socket.socketpair()
+    with ours:
+        with theirs:
+            proc = subprocess.Popen([p.command, *p.args], stdin=theirs, stdout=theirs,
+                                    stderr=subprocess.DEVNULL)
+        ours.sendall(conversation().encode())
+        ours.shutdown(socket.SHUT_WR)
+        ours.settimeout(60)
+        data = b""
+        while chunk := ours.recv(1 << 16):
+            data += chunk
+    assert proc.wait(30) == 0
+    check(answers(data.decode()))
