@@ -3,7 +3,7 @@
     [profiles.coding]
     servers = ["git", "files"]          # MCP server keys
     include = ["web_fetch"]             # globs over effective names (added to `servers`)
-    exclude = ["git_push*"]
+    exclude = ["git_reset"]
     read_only = true                    # annotation filters: read_only, destructive,
                                         # idempotent, open_world
     codemode = "both"

@@ -100,6 +100,12 @@ def test_token_commands_name_the_declared_profiles(daemon: Daemon) -> None:
     assert "no scoped tokens" in run_cli("token", "list", env=env).stderr  # nothing made
     made = run_cli("token", "create", "--profile", "coding", env=env)
     assert made.returncode == 0 and made.stdout.startswith("sct_")
+    # every tool (`tools --all`) is for the all-access token only
+    every = f"{daemon.url}/v1/tools?profile=*"
+    scoped = httpx.get(every, headers={"authorization": f"Bearer {made.stdout.strip()}"})
+    assert scoped.status_code == 403 and scoped.json()["error"]["code"] == "forbidden_profile"
+    full = httpx.get(every, headers={"authorization": f"Bearer {daemon.token}"})
+    assert "alpha_crash" in [t["name"] for t in full.json()["tools"]]
 
 
 def test_auth_commands_on_a_stdio_an_unknown_and_an_unreachable_server(tmp_path: Path) -> None:
