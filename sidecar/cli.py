@@ -6,11 +6,12 @@
     sidecar daemon [--idle-exit S]                    the daemon on its local doors only
     sidecar client-config CLIENT [--install]          an MCP client's configuration
     sidecar stop                                      stop the state directory's daemon
-    sidecar tools [--format mcp|openai|anthropic|gemini] [--json]
-    sidecar call NAME [--input JSON] [--json]         one call through the seam
+    sidecar tools [--profile P | --all] [--format mcp|openai|anthropic|gemini] [--json]
+    sidecar call NAME [--input JSON] [--profile P] [--json]   one call through the seam
+    sidecar asks [reply ID once|always|reject]        permission asks (`sidecar.cli_asks`)
     sidecar managed read REF [--offset N] [--limit N] [--pattern RE] [--start C] [--length N]
     sidecar health [--json]                           per-server status
-    sidecar check FILE... [--json] | --schema         validate manifests (no daemon)
+    sidecar check FILE... [--live] [--json] | --schema   validate manifests (`sidecar.cli_check`)
     sidecar auth login NAME [--no-browser] | status [--json] | logout NAME   OAuth logins
     sidecar auth rekey [--check]                      re-seal fleet grants with the first key
 
