@@ -32,7 +32,8 @@ from tests.facade.test_stdio_pipes import answers, check, conversation
 
 ROOT = Path(__file__).resolve().parents[2]
 STDIO = [sys.executable, "-m", "sidecar.cli", "stdio"]
-SLEEP = {"name": "test_sleep", "arguments": {"seconds": 0.5}}
+SLEEP_SECONDS = 0.5
+SLEEP = {"name": "test_sleep", "arguments": {"seconds": SLEEP_SECONDS}}
 ANSWERED = {1, 2, 3, "four", 5, 6}
 """The ids `conversation()` gets answers for (`check` looks at them)."""
 
@@ -177,8 +178,11 @@ def _handshake(proc: subprocess.Popen[bytes]) -> None:
     for line in conversation().splitlines(keepends=True)[:3]:  # initialize, initialized, list
         proc.stdin.write(line.encode())
     proc.stdin.flush()
-    for expected in (1, 2):
-        assert json.loads(proc.stdout.readline())["id"] == expected
+    got: set[Any] = set()
+    while got != {1, 2}:  # notifications may come in between
+        line = proc.stdout.readline()
+        assert line, f"the session ended before answering the handshake: {got}"
+        got |= set(answers(line.decode()))
 
 
 def _call(proc: subprocess.Popen[bytes], request_id: int, progress: bool) -> None:
@@ -218,11 +222,12 @@ def test_clients_that_leave_while_answered_hurt_no_other_client(daemon: Daemon) 
         assert time.monotonic() < deadline, relayed_out.read_text()
         time.sleep(0.05)
     _call(relayed, 7, True)
+    time.sleep(SLEEP_SECONDS / 2)  # the call reached the daemon; its answer is not due yet
     relayed.send_signal(signal.SIGKILL)
     relayed.stdin.close()
     for proc in [*leaving, relayed]:
         proc.wait(30)
-    time.sleep(SLEEP["arguments"]["seconds"] + 0.5)  # the answers were due by now
+    time.sleep(SLEEP_SECONDS + 0.5)  # the answers were due by now
 
     assert daemon_pid(daemon.state) == pid  # daemon.json is still there, same daemon
     check(answers(_files(daemon, daemon.state.parent, stdin_file=True, stdout_file=True)))
@@ -268,3 +273,24 @@ def test_a_facade_task_that_dies_stops_the_daemon_in_one_line_and_frees_the_stat
     lock = OwnerLock.acquire(state)
     assert lock is not None, "the daemon kept the state's lock"
     lock.release()
+
+
+def test_the_health_report_names_a_failed_facade_while_the_daemon_stops() -> None:
+    """What `/v1/health` merges over the Location's report (`Api.health_extras`) once a task
+    of the facade died: 503 (`unavailable`), the first failure named, later ones ignored.
+    (A real daemon closes its listeners as it stops, so no new request sees this window.)"""
+    from sidecar.daemon import FacadeHealth
+
+    extras: dict[str, object] = {}
+    facade = FacadeHealth()
+    facade.report_in(extras)
+    assert extras == {"mcp_facade": {"state": "serving"}}
+    try:
+        raise OSError(28, "No space left on device")
+    except OSError as exc:
+        assert facade.fail("the stdio door", exc)
+        assert not facade.fail("the daemon watcher", exc)
+    assert extras["status"] == "unavailable"
+    failed = extras["mcp_facade"]
+    assert isinstance(failed, dict) and failed["state"] == "failed"
+    assert failed["error"].startswith("the stdio door failed: OSError: [Errno 28] No space")
