@@ -62,7 +62,7 @@ from sidecar.cli_output import EXIT_STATE_IN_USE as EXIT_STATE_IN_USE
 from sidecar.cli_output import EXIT_TOOL_ERROR as EXIT_TOOL_ERROR
 from sidecar.cli_output import EXIT_UNREACHABLE as EXIT_UNREACHABLE
 from sidecar.cli_output import EXIT_USAGE as EXIT_USAGE
-from sidecar.cli_output import Style, held_note, print_health, print_outcome, print_tools
+from sidecar.cli_output import Style, print_health, print_outcome, print_tools
 from sidecar.cli_parser import build_parser
 from sidecar.local_door import OwnerLock
 from sidecar.serve.serve_policy import UnsafeConfiguration
@@ -264,12 +264,7 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
         progress = getattr(args, "progress", False) or (sys.stderr.isatty() and not args.json)
         outcome = await backend.call(name, raw_input, context, show_progress=progress,
                                      profile=getattr(args, "profile", None))
-        status = print_outcome(outcome, args.json)
-        if (outcome.get("error") or {}).get("kind") == "unknown_tool":
-            note = held_note(await backend.health(), name)  # withdrawn until approved
-            if note is not None:
-                print(f"sidecar: {note}", file=sys.stderr)
-        return status
+        return print_outcome(outcome, args.json)  # a held tool's error names the approval
 
 
 async def _approve(backend: Backend, args: argparse.Namespace) -> int:

@@ -123,16 +123,6 @@ def print_health(report: dict[str, Any], as_json: bool) -> int:
     return EXIT_OK if report["status"] == "ok" else failed
 
 
-def held_note(report: dict[str, Any], name: str) -> str | None:
-    """Why tool `name` is not served, when a held definition change withdrew it."""
-    for change in report.get("definition_changes", []):
-        if change.get("tool") == name and change.get("action") == "withdrawn":
-            return (f"tool {name} is held: its server changed its definition, and it is "
-                    f"withdrawn until approved; review the change (`sidecar health --json`), "
-                    f"then run `sidecar tools approve {name}`")
-    return None
-
-
 def degraded_reasons(report: dict[str, Any]) -> list[str]:
     """Why `status` is "degraded", one plain sentence each."""
     reasons = []

@@ -494,7 +494,6 @@ def _serve_token(
     from sidecar.serve.serve_policy import (
         check_no_auth,
         check_token,
-        token_file_warning,
         weak_tokens_allowed,
     )
 
@@ -519,10 +518,7 @@ def _serve_token(
     from_env = bool(os.environ.get("SIDECAR_TOKEN"))
     check_token(token, "SIDECAR_TOKEN" if from_env else str(state / TOKEN_FILE),
                 allow_weak=weak_tokens_allowed(allow_weak_token) or not tcp)
-    loose = None if from_env else token_file_warning(state / TOKEN_FILE)
-    if loose is not None:
-        print(f"sidecar: {loose}", file=sys.stderr, flush=True)
-    return token
+    return token  # (a loose or linked token file was refused as it was read)
 
 
 async def stdio(

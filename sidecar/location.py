@@ -207,6 +207,7 @@ class Location:
         self._checks: set[asyncio.Task[None]] = set()  # `check_definitions_soon` in flight
         self.pins.on_approve = self.profiles.changed
         seam.admission.append(self.pins.refusal)
+        seam.unserved.append(self.pins.withdrawn)
         self.profiles.common.append(self.pins.reshape)
         self.profiles.common.append(self.overrides.reshape_common)
         self.profiles.wrappers.append(self.overrides.reshape_profile)

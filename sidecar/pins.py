@@ -267,10 +267,14 @@ class Pins:
         change = self.held.get(f"{entry.origin[4:]}/{entry.key}")
         if change is None or change.action != "withdrawn":
             return None
-        return CallError(ErrorKind.UNAVAILABLE, (
-            f"Tool {change.name} is held: its server changed its definition and the change "
-            f"waits for approval (`sidecar tools approve {change.name}`, or the console's "
-            "definitions page). It was not run."))
+        return _held_error(change.name)
+
+    def withdrawn(self, name: str) -> CallError | None:
+        """Why `name` is missing from a snapshot when a held change withdrew it (the seam
+        says so instead of `unknown_tool`)."""
+        if any(c.name == name and c.action == "withdrawn" for c in self.held.values()):
+            return _held_error(name)
+        return None
 
     async def approve(self, name: str) -> HeldChange:
         """Pin the held definition of tool `name` (effective name or `<server>/<tool>` key)."""
@@ -295,6 +299,13 @@ class Pins:
             await asyncio.wait(list(self._writes))
         if self.store is not None:
             await self.store.aclose()
+
+
+def _held_error(name: str) -> CallError:
+    return CallError(ErrorKind.UNAVAILABLE, (
+        f"Tool {name} is held: its server changed its definition and the change waits for "
+        f"approval (`sidecar tools approve {name}`, or the console's definitions page). It "
+        "was not run."))
 
 
 class SqlitePinStore:

@@ -111,6 +111,9 @@ class Seam:
     admission: list[Callable[[Entry], CallError | None]] = field(default_factory=list)
     """Checks a resolved entry passes before a call is replayed, joined or run (a held pin
     refuses a definition an older snapshot still captured)."""
+    unserved: list[Callable[[str], CallError | None]] = field(default_factory=list)
+    """Why a name the snapshot does not serve is missing, when something knows better than
+    `unknown_tool` (a definition withdrawn until approved)."""
 
     async def execute(
         self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext
@@ -160,6 +163,10 @@ class Seam:
         the snapshot's profile, a final step, a definition held since the snapshot)."""
         entry = snapshot.resolve(name)
         if isinstance(entry, CallError):
+            if entry.kind is ErrorKind.UNKNOWN_TOOL:
+                for why in self.unserved:
+                    if (known := why(name)) is not None:
+                        return known
             return entry
         for check in self.admission:
             refused = check(entry)

@@ -116,9 +116,3 @@ def check_token_file(path: Path, info: os.stat_result) -> None:
             f"refusing the token file {path}: other users may read or write it (mode "
             f"{mode:04o}), so they may have the token; run: chmod 600 {path}, and replace "
             f"the token if others could have read it")
-
-
-def token_file_warning(path: Path) -> str | None:
-    """None: a loose token file is refused when it is read (`check_token_file`, from
-    `sidecar.serve.security.load_or_create_token`), so nothing is left to warn about."""
-    return None

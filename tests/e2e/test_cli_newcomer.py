@@ -81,7 +81,7 @@ def test_a_held_definition_is_a_health_reason_and_a_call_names_the_approval(
 
     called = run_cli("call", "alpha_newcomer", env=env)
     assert called.returncode == 1
-    assert "tool alpha_newcomer is held" in called.stderr
+    assert "Tool alpha_newcomer is held" in called.stderr and "unavailable" in called.stderr
     assert "`sidecar tools approve alpha_newcomer`" in called.stderr
     approved = run_cli("tools", "approve", "alpha_newcomer", env=env)
     assert approved.returncode == 0, approved.stderr

@@ -126,7 +126,8 @@ async def test_under_hold_a_new_tool_is_withdrawn_until_approved(tmp_path: Path)
         assert loc.pins.held["alpha/newcomer"].action == "withdrawn"
         assert "alpha_newcomer" not in loc.snapshot().names
         refused = await loc.snapshot().execute("alpha_newcomer", {}, ctx("n2"))
-        assert refused.error is not None and refused.error.kind == "unknown_tool"
+        assert refused.error is not None and refused.error.kind == "unavailable"
+        assert "sidecar tools approve alpha_newcomer" in refused.error.message
         await loc.pins.approve("alpha_newcomer")
         assert "alpha_newcomer" in loc.snapshot().names
         ran = await loc.snapshot().execute("alpha_newcomer", {}, ctx("n3"))
