@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -183,6 +183,8 @@ class ManifestSources:
         self._fingerprint: tuple[tuple[str, int, int], ...] = ()
         self._unmatched: tuple[object, int, list[ManifestProblem]] | None = None
         self._unmatched_report: asyncio.Task[None] | None = None
+        self._matching: asyncio.Task[None] | None = None
+        self._unsubscribe: Callable[[], None] = lambda: None
 
     def _fingerprint_now(self) -> tuple[tuple[str, int, int], ...]:
         """(path, mtime_ns, size) of every manifest file: what a reload would read."""
@@ -236,23 +238,51 @@ class ManifestSources:
         )
         await self.pool.__aenter__()
         location.manifests = loaded
+        self._unsubscribe = location.registry.on_change(self._tools_changed)
         self._report_unmatched_when_settled()
         return self
 
     def unmatched_globs(self) -> list[ManifestProblem]:
-        """The globs of the applied manifests that match none of the tools registered now
+        """The globs of the applied manifests that match none of the tools registered
         (`bridges.manifest_globs`); none while a server is on its first attempt (its tools are
-        not known yet). Cached until the registry or the manifests change."""
+        not known yet). Matched in a worker thread once the registry's new definitions are
+        checked against their pins, never per call: while the tools or manifests change, this
+        is the last result and a new one is under way."""
         if self.pool is None or self.pool.starting():
             return []
+        if not self._unmatched_current():
+            self._match_soon()
+        return self._unmatched[2] if self._unmatched is not None else []
+
+    def _unmatched_current(self) -> bool:
+        cached, location = self._unmatched, self._location
+        return (cached is not None and cached[0] is location.manifests
+                and cached[1] == location.registry.version)
+
+    def _tools_changed(self) -> None:
+        if self.pool is not None and not self.pool.starting():
+            self._match_soon()
+
+    def _match_soon(self) -> asyncio.Task[None]:
+        if self._matching is None or self._matching.done():
+            self._matching = asyncio.get_running_loop().create_task(
+                self._match_globs(), name="match-globs")
+        return self._matching
+
+    async def _match_globs(self) -> None:
+        """Match until the result is current: a listing of thousands of tools changes the
+        registry a few times, each matched once it settles, not at every health request."""
         location = self._location
-        loaded, version = location.manifests, location.registry.version
-        cached = self._unmatched
-        if cached is not None and cached[0] is loaded and cached[1] == version:
-            return cached[2]
-        problems = unmatched_globs(loaded, tool_names(location))
-        self._unmatched = (loaded, version, problems)
-        return problems
+        while not self._unmatched_current():
+            await location.definitions_checked()  # then `tool_names` reuses their entries
+            loaded, version = location.manifests, location.registry.version
+            try:
+                names = tool_names(location)
+                problems = await asyncio.to_thread(unmatched_globs, loaded, names)
+            except Exception:  # a report, never a reason for the daemon to fail
+                log.exception("matching the manifests' globs against the tools failed")
+                problems = []
+            self._unmatched = (loaded, version, problems)
 
     def _report_unmatched_when_settled(self) -> None:
         """One log line naming the globs that match no tool, once every server has settled
@@ -265,12 +295,9 @@ class ManifestSources:
     async def _log_unmatched(self) -> None:
         assert self.pool is not None
         await self.pool.settled()
-        await self._location.definitions_checked()
-        try:
-            problems = self.unmatched_globs()
-        except Exception:  # a report, never a reason for the daemon to fail
-            log.exception("matching the manifests' globs against the tools failed")
-            return
+        while not self._unmatched_current():  # (not cancelled with this report: it is shared)
+            await asyncio.wait([self._match_soon()])
+        problems = self.unmatched_globs()
         if problems:
             log.warning("manifest globs that match no tool (they apply to nothing): %s",
                         "; ".join(str(p) for p in problems))
@@ -279,9 +306,11 @@ class ManifestSources:
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         try:
-            if self._unmatched_report is not None:
-                self._unmatched_report.cancel()
-                await asyncio.wait([self._unmatched_report])
+            self._unsubscribe()
+            for task in (self._unmatched_report, self._matching):
+                if task is not None:
+                    task.cancel()
+                    await asyncio.wait([task])
             if self.pool is not None:
                 await self.pool.__aexit__(t, e, tb)
         finally:

@@ -29,7 +29,7 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -65,6 +65,9 @@ class PinStore(Protocol):
 
     async def put(self, pin: Pin) -> None: ...
 
+    async def put_many(self, pins: Sequence[Pin]) -> None:
+        """`put` of each pin, in one transaction (a first listing pins thousands)."""
+
     async def aclose(self) -> None: ...
 
 
@@ -78,13 +81,21 @@ def definition_json(definition: ToolDefinition) -> dict[str, Any]:
     }
 
 
-def _fingerprints(
-    todo: list[tuple[str, ToolDefinition]],
-) -> dict[str, tuple[ToolDefinition, dict[str, Any], str]]:
-    prints: dict[str, tuple[ToolDefinition, dict[str, Any], str]] = {}
-    for key, definition in todo:
-        now = definition_json(definition)
-        prints[key] = (definition, now, fingerprint(now))
+_Print = tuple[ToolDefinition, dict[str, Any], str]
+"""A definition, what is pinned of it (`definition_json`) and its fingerprint."""
+
+
+def _fingerprints(entries: list[Entry], known: Mapping[str, _Print]) -> dict[str, _Print]:
+    """The fingerprints of the MCP definitions among `entries` that `known` has not seen."""
+    prints: dict[str, _Print] = {}
+    for entry in entries:
+        if not entry.origin.startswith("mcp:"):
+            continue
+        key = f"{entry.origin[4:]}/{entry.key}"
+        seen = known.get(key)
+        if seen is None or seen[0] is not entry.definition:
+            now = definition_json(entry.definition)
+            prints[key] = (entry.definition, now, fingerprint(now))
     return prints
 
 
@@ -132,9 +143,10 @@ class Pins:
         self.pins: dict[str, Pin] = {}
         self.held: dict[str, HeldChange] = {}
         self.on_approve: Callable[[], None] = lambda: None
-        self._writes: set[asyncio.Task[None]] = set()
+        self._unwritten: list[Pin] = []
+        self._writing: asyncio.Task[None] | None = None
         self._approvals: asyncio.Task[None] | None = None
-        self._prints: dict[str, tuple[ToolDefinition, dict[str, Any], str]] = {}
+        self._prints: dict[str, _Print] = {}
 
     async def load(self) -> None:
         if self.store is not None:
@@ -144,12 +156,8 @@ class Pins:
         """Fingerprint, in a worker thread, the MCP definitions `reshape` has not seen yet: a
         listing of thousands of tools is megabytes of JSON to serialize (about 1 s for 50 MB),
         which `reshape` would otherwise do on the event loop."""
-        todo = [(f"{e.origin[4:]}/{e.key}", e.definition) for e in entries.values()
-                if e.origin.startswith("mcp:")]
-        todo = [(key, d) for key, d in todo
-                if (known := self._prints.get(key)) is None or known[0] is not d]
-        if todo:
-            self._prints.update(await asyncio.to_thread(_fingerprints, todo))
+        listed, known = list(entries.values()), dict(self._prints)  # picked in the thread too
+        self._prints.update(await asyncio.to_thread(_fingerprints, listed, known))
 
     def reshape(self, entries: Mapping[str, Entry]) -> Mapping[str, Entry]:
         pinned_servers = {key.split("/", 1)[0] for key in self.pins}
@@ -218,9 +226,11 @@ class Pins:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # a snapshot taken outside a loop: pinned until restart
             return
-        task = loop.create_task(self._write(pin))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
+        # Written in batches by one task: the pins of a listing of thousands of tools are one
+        # job of the store's thread, not a task and a job each.
+        self._unwritten.append(pin)
+        if self._writing is None or self._writing.done():
+            self._writing = loop.create_task(self._write_unwritten(), name="pin-writes")
 
     def _follow_approvals(self) -> None:
         if self.store is None or (self._approvals is not None and not self._approvals.done()):
@@ -251,12 +261,15 @@ class Pins:
                          ", ".join(c.name for c in approved))
                 self.on_approve()
 
-    async def _write(self, pin: Pin) -> None:
+    async def _write_unwritten(self) -> None:
         assert self.store is not None
-        try:
-            await self.store.put(pin)
-        except Exception:
-            log.exception("recording the pin of %s failed (it holds until restart)", pin.key)
+        while self._unwritten:
+            batch, self._unwritten = self._unwritten, []
+            try:
+                await self.store.put_many(batch)
+            except Exception:
+                log.exception("recording the pins of %s failed (they hold until restart)",
+                              _keys(batch))
 
     def refusal(self, entry: Entry) -> CallError | None:
         """The seam's admission check: a tool whose schema change is held (`withdrawn`) is
@@ -295,10 +308,15 @@ class Pins:
         if self._approvals is not None:
             self._approvals.cancel()
             await asyncio.wait([self._approvals])  # never swallows our own cancellation
-        if self._writes:
-            await asyncio.wait(list(self._writes))
+        if self._writing is not None:
+            await asyncio.wait([self._writing])
         if self.store is not None:
             await self.store.aclose()
+
+
+def _keys(pins: Sequence[Pin]) -> str:
+    shown = ", ".join(pin.key for pin in pins[:3])
+    return shown if len(pins) <= 3 else f"{shown} and {len(pins) - 3} more"
 
 
 def _held_error(name: str) -> CallError:
@@ -353,6 +371,21 @@ class SqlitePinStore:
         await self._run(lambda: self._db().execute(
             "INSERT OR REPLACE INTO pins VALUES (?,?,?,?)",
             (pin.key, pin.fingerprint, json.dumps(pin.definition), pin.pinned_at)))
+
+    async def put_many(self, pins: Sequence[Pin]) -> None:
+        pins = list(pins)  # serialized, and written in one transaction, in the store's thread
+        await self._run(lambda: self._put_rows(pins))
+
+    def _put_rows(self, pins: list[Pin]) -> None:
+        db = self._db()
+        db.execute("BEGIN")
+        try:
+            db.executemany("INSERT OR REPLACE INTO pins VALUES (?,?,?,?)", [
+                (p.key, p.fingerprint, json.dumps(p.definition), p.pinned_at) for p in pins])
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
 
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None

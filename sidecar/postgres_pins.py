@@ -11,6 +11,7 @@ Location's name (Locations on one database stay apart). Table `sidecar_pins`, co
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import ClassVar
 
 from sidecar.pins import Pin
@@ -42,11 +43,14 @@ CREATE TABLE sidecar_pins (
                 for r in rows]
 
     async def put(self, pin: Pin) -> None:
-        async with self._pool.acquire() as conn:
-            await conn.execute(
+        await self.put_many([pin])
+
+    async def put_many(self, pins: Sequence[Pin]) -> None:
+        rows = [(self.location, p.key, p.fingerprint, json.dumps(p.definition), p.pinned_at)
+                for p in pins]
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.executemany(
                 "INSERT INTO sidecar_pins (location, key, fingerprint, definition, pinned_at) "
                 "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (location, key) DO UPDATE SET "
                 "fingerprint = EXCLUDED.fingerprint, definition = EXCLUDED.definition, "
-                "pinned_at = EXCLUDED.pinned_at",
-                self.location, pin.key, pin.fingerprint, json.dumps(pin.definition),
-                pin.pinned_at)
+                "pinned_at = EXCLUDED.pinned_at", rows)

@@ -4,7 +4,7 @@ holds a changed definition in another that opens later on the same storage)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 import anyio
@@ -89,6 +89,35 @@ async def test_pins_survive_a_restart(open_store: OpenStore) -> None:
     await store.aclose()
     assert await (await open_store()).load() == [pin("alpha/echo")]
 
+
+async def test_put_many_stores_every_pin_and_replaces_earlier_ones(open_store: OpenStore) -> None:
+    """A first listing's pins are written as one batch (thousands of tools: one transaction)."""
+    store = await open_store()
+    await store.put(pin("alpha/t0000"))
+    batch = [pin(f"alpha/t{k:04d}", f"tool {k}", 2.0) for k in range(2_000)]
+    await store.put_many(batch)
+    await store.put_many([])
+    assert sorted(await store.load(), key=lambda p: p.key) == batch
+
+
+async def test_one_listing_is_pinned_in_one_write(tmp_path: Path) -> None:
+    """`Pins` hands the store the pins a reshape made in one `put_many`, not one per tool."""
+    writes: list[int] = []
+
+    class Counting(SqlitePinStore):
+        async def put_many(self, pins: Sequence[Pin]) -> None:
+            writes.append(len(pins))
+            await super().put_many(pins)
+
+    pins = Pins(await Counting.open(tmp_path / "pins.sqlite"))
+    pins.policy = lambda server: "warn"
+    pins.reshape({f"alpha_t{k}": Entry(e.tool, f"t{k}", e.definition, e.origin)
+                  for k in range(500) for e in [_entry(f"tool {k}")]})
+    await pins.aclose()
+    assert writes == [500]
+    reopened = await SqlitePinStore.open(tmp_path / "pins.sqlite")
+    assert len(await reopened.load()) == 500
+    await reopened.aclose()
 
 async def test_a_pin_made_by_one_holds_a_change_in_another(open_store: OpenStore) -> None:
     """The first `Pins` trusts its first listing and pins it; a second one opened later on
