@@ -77,8 +77,8 @@ def check_page(box: list[dict[str, Any]], foreign: frozenset[str], modern: bool,
                room: int, offered: Callable[[str], bool]) -> CheckedPage:
     """A `tools/list` result checked tool by tool (each a short step, so the event loop's
     thread gets the interpreter between them), keeping at most `room` offered tools; the raw
-    page is freed here, off the loop. As the SDK's session does, a 2026-era listing drops
-    tools whose `x-mcp-header` annotations are invalid."""
+    page is emptied and freed here, off the loop. As the SDK's session does, a 2026-era
+    listing drops tools whose `x-mcp-header` annotations are invalid."""
     raw = box.pop()
     ttl = raw.get("ttlMs")
     if isinstance(ttl, int | float) and not isinstance(ttl, bool) and ttl < 0:
@@ -116,6 +116,11 @@ def check_page(box: list[dict[str, Any]], foreign: frozenset[str], modern: bool,
                        f"ListToolsResult (at {path or 'the top'}: {detail['msg']})") from None
     finally:
         size = len(listed)
+        # Emptied, not only let go: the transport's message may still hold the page (over
+        # streamable HTTP it does), and the tools would then be freed on the event loop by
+        # whoever drops it last (a quarter of a second for 66,000 tools), after the trim.
+        listed.clear()
+        raw.clear()
         del raw, listed, tool
         if size >= RELEASE_AT:
             release_heap()

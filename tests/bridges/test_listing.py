@@ -23,6 +23,16 @@ def test_tools_past_the_room_are_counted_not_checked() -> None:
     assert (checked.offered, checked.over_cap) == (3, 2) and box == []
 
 
+def test_the_page_is_emptied_even_when_the_transport_still_holds_it() -> None:
+    """Over streamable HTTP the SDK's message keeps the page: it is emptied in the checking
+    thread so that its tools are not freed later by the event loop."""
+    box = _page(3, nextCursor="c")
+    held = box[0]
+    checked = check_page(box, frozenset(), False, 10, lambda name: True)
+    assert [t.name for t in checked.page.tools] == ["t0", "t1", "t2"]
+    assert held == {} and checked.page.next_cursor == "c"
+
+
 def test_filtered_tools_do_not_count_against_the_cap() -> None:
     checked = check_page(_page(6, nextCursor="c"), frozenset(), False, 2,
                          lambda name: name in ("t1", "t4", "t5"))
