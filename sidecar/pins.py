@@ -161,10 +161,13 @@ class Pins:
 
     def reshape(self, entries: Mapping[str, Entry]) -> Mapping[str, Entry]:
         pinned_servers = {key.split("/", 1)[0] for key in self.pins}
+        policies: dict[str, PinPolicy | None] = {}  # asked once per server, not per tool
         result: dict[str, Entry] = {}
         for name, entry in entries.items():
             server = entry.origin[4:] if entry.origin.startswith("mcp:") else None
-            policy = self.policy(server) if server is not None else None
+            if server is not None and server not in policies:
+                policies[server] = self.policy(server)
+            policy = policies[server] if server is not None else None
             if server is None or policy is None or policy == "off":
                 result[name] = entry
                 continue

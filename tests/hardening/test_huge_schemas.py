@@ -33,6 +33,8 @@ HANG = "import time; time.sleep(3600)"
 
 
 PATIENCE = 10.0
+LISTING_PATIENCE = 1.8
+"""Health's bound while 66,000 small tools are listed: twice the slowest answer measured."""
 
 
 def _server(daemon: Daemon, name: str) -> dict[str, Any]:
@@ -249,9 +251,11 @@ def test_an_allowed_huge_tools_list_over_http_is_taken(tmp_path: Path, mode: str
 
 def test_a_listing_of_66000_small_tools_is_cut_at_max_tools(tmp_path: Path) -> None:
     """Issue 38 item 7: two upstreams (stdio, and streamable HTTP with `max_tools = 5000`)
-    each list 66,000 small tools (20 MB). Health answers every poll within PATIENCE while the
-    listings are parsed and registered; each server offers its cap, and health's
-    `over_max_tools` names the cap and how many were left out."""
+    each list 66,000 small tools (20 MB). Health answers every poll within LISTING_PATIENCE
+    while the listings are parsed and registered (measured on 2 shared cores: at most 0.86 s;
+    1.2-2.5 s while pins were written and globs matched on the loop per tool); each server
+    offers its cap, and health's `over_max_tools` names the cap and how many were left
+    out."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -280,6 +284,7 @@ def test_a_listing_of_66000_small_tools_is_cut_at_max_tools(tmp_path: Path) -> N
                 assert time.monotonic() < deadline, servers
                 time.sleep(0.05)
             print(f"slowest /v1/health while listing: {slowest:.2f} s")
+            assert slowest < LISTING_PATIENCE, f"/v1/health took {slowest:.2f} s once"
             for name, cap in (("stdio", 10_000), ("http", 5_000)):
                 state = servers[name]
                 assert state["state"] == "ready", state
