@@ -9,7 +9,8 @@ fleet, whether the database answers (`database`).
 `status` is "ok" when every enabled server is ready, no plugin failed, the manifests have no
 errors, every glob of their rules, profiles, overrides and rate limits matches a tool
 (`unmatched_globs`, see `bridges.manifest_globs`; known once no server is on its first
-attempt) and no tool of a `pin = "hold"` server differs from its pin; else "degraded"
+attempt, matched off the event loop once changed tools are checked: until then the last
+result) and no tool of a `pin = "hold"` server differs from its pin; else "degraded"
 (`definition_changes` lists every change, `warn` ones included). With a fleet database that
 does not answer, "unavailable": `database` says why, and what is read from the database
 (`store`, `state`) is left out.
