@@ -260,6 +260,10 @@ class ManifestSources:
                 and cached[1] == location.registry.version)
 
     def _tools_changed(self) -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # changed outside the loop: matched at the next health request
+            return
         if self.pool is not None and not self.pool.starting():
             self._match_soon()
 
