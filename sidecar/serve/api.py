@@ -274,6 +274,7 @@ class Api:
 
     async def list_tools(self, request: Request) -> Response:
         fmt = self._format(request)
+        await self.location.definitions_checked()  # fingerprinted off the loop first
         wanted = request.query_params.get("profile")
         if wanted == "*":  # every tool, whichever profile serves it (`sidecar tools --all`)
             if not profile_allowed(request.scope, "*"):
@@ -298,6 +299,7 @@ class Api:
 
     async def create_snapshot(self, request: Request) -> Response:
         body = await self._body(request, SnapshotBody)
+        await self.location.definitions_checked()  # fingerprinted off the loop first
         snapshot = self.location.snapshot(
             session_id=body.session_id, allow=body.allow, deny=body.deny,
             final_step=body.final_step, codemode=body.codemode,
