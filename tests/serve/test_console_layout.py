@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
 from playwright.sync_api import Page, expect
 
+from sidecar.cli_calls import _ago
 from tests.serve.test_console import SIDECAR, Daemon, login, serving, shot
 from tests.serve.test_console import browser as browser  # a fixture
 from tests.serve.test_console import page as page  # a fixture
@@ -134,7 +137,15 @@ def test_sidecar_calls_prints_the_error_of_a_failed_call(
     assert whole["calls"][0]["error"] == history["error"]
 
 
-@pytest.mark.parametrize("since", ["30s", "15m", "1h", "2d", "1w", "90 m"])
+@pytest.mark.parametrize(("since", "seconds"), [
+    ("30s", 30), ("15m", 900), ("1h", 3600), ("2d", 172_800), ("1w", 604_800), ("90 m", 5400)])
+def test_a_duration_names_that_long_ago(since: str, seconds: int) -> None:
+    named = datetime.fromisoformat(_ago(since)).timestamp()
+    assert abs(time.time() - seconds - named) < 5
+    assert _ago("2026-12-01T00:00:00") == "2026-12-01T00:00:00"  # a time stays as given
+
+
+@pytest.mark.parametrize("since", ["1h", "90 m"])  # every form: `_ago` above
 def test_sidecar_calls_since_takes_a_duration(daemon: Daemon, since: str) -> None:
     daemon.call(LONG_TOOL, {"n": 1}, f"just-now-{since}", session=f"s-since-{since}")
     shown = calls(daemon, "--session", f"s-since-{since}", "--since", since)
