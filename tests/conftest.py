@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.daemons import stop_daemon
+from tests.daemons import stop_daemons
 from tests.fleet.postgres import PostgresServer
 from tests.fleet.s3 import S3Server
 
@@ -30,8 +30,7 @@ def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, bool]]
 @pytest.fixture(autouse=True, scope="session")
 def stop_leftover_daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     yield
-    for info in tmp_path_factory.getbasetemp().rglob("daemon.json"):
-        stop_daemon(info.parent)
+    stop_daemons(info.parent for info in tmp_path_factory.getbasetemp().rglob("daemon.json"))
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -19,18 +20,37 @@ def daemon_pid(state: Path) -> int | None:
 
 def stop_daemon(state: Path, timeout: float = 30.0) -> None:
     """SIGTERM the state's daemon, if one runs, and wait until it has exited."""
-    pid = daemon_pid(state)
-    if pid is None:
-        return
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    stop_daemons([state], timeout)
+
+
+def stop_daemons(states: Iterable[Path], timeout: float = 30.0) -> None:
+    """SIGTERM the daemons of `states` at once, then wait until they have exited (one
+    deadline for all; SIGKILL for those still there)."""
+    running = []
+    for state in states:
+        pid = daemon_pid(state)
+        if pid is None:
+            continue
         try:
-            os.kill(pid, 0)
+            os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    os.kill(pid, signal.SIGKILL)
+            continue
+        running.append(pid)
+    deadline = time.monotonic() + timeout
+    while running and time.monotonic() < deadline:
+        running = [pid for pid in running if _alive(pid)]
+        if running:
+            time.sleep(0.05)
+    for pid in running:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
