@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,8 @@ class Daemon:
     token: str
     proc: subprocess.Popen[str]
     env: dict[str, str]
+    log: list[str] = field(default_factory=list)
+    """The daemon's stderr so far (shown when it stops answering)."""
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=30,
@@ -64,6 +66,29 @@ class Daemon:
 
     def call(self, name: str, arguments: dict[str, Any], call_id: str, session: str = "s1",
              wait: bool = True) -> dict[str, Any]:
+        try:
+            return self._call(name, arguments, call_id, session, wait)
+        except httpx.ConnectError as exc:
+            raise AssertionError(f"the daemon does not answer ({exc}); exit status "
+                                 f"{self.proc.poll()}; its stderr:\n{''.join(self.log)}") from exc
+
+    def answering(self, within: float = 30.0) -> None:
+        """Return once `/v1/health` answers; fail with the daemon's stderr if it exits."""
+        deadline = time.monotonic() + within
+        while True:
+            try:
+                with self.client() as client:
+                    client.get("/v1/health")
+                return
+            except httpx.TransportError as exc:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"the daemon does not answer ({exc}); exit status {self.proc.poll()}; "
+                        f"its stderr:\n{''.join(self.log)}") from exc
+                time.sleep(0.05)
+
+    def _call(self, name: str, arguments: dict[str, Any], call_id: str, session: str,
+              wait: bool) -> dict[str, Any]:
         with self.client() as client:
             snap = client.post("/v1/snapshots", json={"session_id": session}).json()["id"]
             response = client.post(
@@ -97,7 +122,11 @@ def serving(root: Path, manifests: dict[str, str]) -> Iterator[Daemon]:
     assert proc.stderr is not None
     url = ""
     lines: list[str] = []
-    drain = threading.Thread(target=lambda: proc.stderr and proc.stderr.read(), daemon=True)
+    def keep_reading() -> None:
+        assert proc.stderr is not None
+        lines.extend(proc.stderr)
+
+    drain = threading.Thread(target=keep_reading, daemon=True)
     try:
         while not url:
             line = proc.stderr.readline()
@@ -106,7 +135,9 @@ def serving(root: Path, manifests: dict[str, str]) -> Iterator[Daemon]:
             if "listening on" in line:
                 url = line.split("listening on ")[1].strip()
         drain.start()
-        yield Daemon(url, token, proc, env)
+        daemon = Daemon(url, token, proc, env, lines)
+        daemon.answering()
+        yield daemon
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
