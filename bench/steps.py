@@ -3,23 +3,14 @@ the per-call work a user gets by default, measured side by side in one process.
 
     .venv/bin/python bench/steps.py [--calls N] [--rounds R] [--write]
 
-Rungs (each keeps everything of the rung before it):
-
-    seam             `Snapshot.execute` of a Python echo tool (JSON Schema codec): decode,
-                     run, encode, bound content; no outcome log, no history
-    + outcome log    the durable SQLite outcome record (and the call's start row)
-    + history row    the call history, `[audit] inputs = "none"`
-    + redaction      `inputs = "redacted"` (the default): the input's redacted copy
-    + profile        a declared profile serving the tool, with a rate limit on it
-    + tracing        an OpenTelemetry SDK tracer provider (spans made, none exported)
-
-The Locations are open at once and take turns in blocks of `--calls` sequential calls, the
-order rotating each round. `cpu µs/call` is this process's CPU time (the event loop and the
-SQLite writer threads) per call, the median over rounds; `price` is its difference from the
-rung above (the median of the same-round differences). What the ladder does not cover yet:
-the MCP transports (decode/encode of JSON-RPC, the upstream round trip: `bench/compare.py`),
-the permission check of bridged tools, and pins (they apply to MCP servers' tools).
-`--write` puts the table into bench/RESULTS.md between its `steps.py` markers.
+Rungs, each keeping the one before: the seam alone (a Python echo tool, JSON Schema codec, no
+outcome log or history), + the durable SQLite outcome record, + the history row (inputs
+"none"), + redaction (inputs "redacted", the default), + a profile with a rate limit, + an
+OpenTelemetry SDK tracer provider. Blocks of `--calls` sequential calls take turns, the order
+rotating each round; `cpu µs/call` is this process's CPU (loop and writer threads) per call,
+the median over rounds; `price` is the median same-round difference from the rung above.
+Not covered yet: the MCP transports and upstream round trip (`bench/compare.py`), permission
+checks of bridged tools, pins. `--write` puts the table into bench/RESULTS.md.
 """
 
 from __future__ import annotations

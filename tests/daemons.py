@@ -38,7 +38,7 @@ def stop_daemons(states: Iterable[Path], timeout: float = 30.0) -> None:
         running.append(pid)
     deadline = time.monotonic() + timeout
     while running and time.monotonic() < deadline:
-        running = [pid for pid in running if _alive(pid)]
+        running = [pid for pid in running if alive(pid)]
         if running:
             time.sleep(0.05)
     for pid in running:
@@ -48,7 +48,8 @@ def stop_daemons(states: Iterable[Path], timeout: float = 30.0) -> None:
             pass
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists (a zombie counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

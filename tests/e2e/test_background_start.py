@@ -21,7 +21,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters, types
 
-from tests.daemons import daemon_pid, stop_daemon
+from tests.daemons import alive, daemon_pid, stop_daemon
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,14 +58,6 @@ def setup(tmp_path: Path) -> Any:
 async def _starting(client: Client) -> list[str]:
     listed = await client.list_tools()
     return list((listed.meta or {}).get(STARTING_KEY, []))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
@@ -132,6 +124,6 @@ def test_sigterm_while_a_server_is_starting_stops_everything(setup):
     hang = int(setup["hang_pid"].read_text())
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 60
-    while (_alive(pid) or _alive(hang)) and time.monotonic() < deadline:
+    while (alive(pid) or alive(hang)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(pid) and not _alive(hang)
+    assert not alive(pid) and not alive(hang)
