@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bridges.manifest import ServerConfig, Timeouts  # noqa: E402
+from bridges.manifest.loading import ServerConfig, Timeouts  # noqa: E402
 from bridges.mcp import ServerPool  # noqa: E402
 from sidecar import Location, ToolContext  # noqa: E402
 

@@ -48,8 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sidecar import Location, Tool, ToolContext, ToolFailure, ToolResponse
 from sidecar.codemode import Sandbox, codemode_snapshot
-from sidecar.content import text_of
-from sidecar.snapshot import Snapshot
+from sidecar.execution.snapshot import Snapshot
+from sidecar.model.content import text_of
 
 REPO = "acme/widgets"
 

@@ -264,7 +264,7 @@ def disk(nbytes: int) -> None:
 
 async def startup(servers: int, upstream: str) -> None:
     from sidecar import Location
-    from sidecar.daemon import freeze_startup_heap
+    from sidecar.daemon.daemon import freeze_startup_heap
 
     freeze_startup_heap()  # as `sidecar serve` and `sidecar stdio` do before they open
     with tempfile.TemporaryDirectory() as tmp:

@@ -68,8 +68,8 @@ from fleet_servers import DURABLE_SETTINGS, PostgresServer, SeaweedS3  # noqa: E
 from timing import pct  # noqa: E402
 
 from sidecar import Location, ToolContext  # noqa: E402
-from sidecar.content import TextContent  # noqa: E402
-from sidecar.outcome import Outcome  # noqa: E402
+from sidecar.model.content import TextContent  # noqa: E402
+from sidecar.model.outcome import Outcome  # noqa: E402
 
 
 def fmt_ratios(ratios: list[float]) -> tuple[str, str]:
@@ -175,8 +175,8 @@ async def round_trip_floor(opts: argparse.Namespace, kernel: PostgresServer) -> 
     CPU, the server's CPU)."""
     import asyncpg
 
-    from sidecar.postgres_claims import CLAIM_ONE
-    from sidecar.postgres_outcome_log import RECORD_ONE, PostgresOutcomeLog
+    from sidecar.backends.postgres.claims import CLAIM_ONE
+    from sidecar.backends.postgres.outcome_log import RECORD_ONE, PostgresOutcomeLog
 
     me = psutil.Process()
     pid = kernel.postmaster_pid()

@@ -10,7 +10,7 @@ import os
 from pydantic import BaseModel
 
 from sidecar import CallContext, Tool
-from sidecar.registry import Tools
+from sidecar.registry.registry import Tools
 
 
 class EchoIn(BaseModel):

@@ -32,8 +32,9 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sidecar import Location, Tool, ToolContext, ToolResponse, tracing
-from sidecar.call_history import SqliteCallHistory
+from sidecar import Location, Tool, ToolContext, ToolResponse
+from sidecar.model import tracing
+from sidecar.stores.call_history import SqliteCallHistory
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "RESULTS.md"

@@ -1,7 +1,7 @@
 """Upstream stdio servers started before the daemon's own imports, and adopted by its pool.
 
     prestart_servers(manifest_paths)   # the CLI, first thing: spawns every stdio server
-    import sidecar.daemon              # ~0.7 s of imports (mostly the `mcp` SDK's models)
+    import sidecar.daemon.daemon              # ~0.7 s of imports (mostly the `mcp` SDK's models)
     ...                                # the pool's stdio transport claims each process
     PRESTARTED.discard()               # once the Location is open: stops the unclaimed ones
 
@@ -10,7 +10,7 @@ with an SDK needs as long again to start, and until now it was spawned only afte
 Started first, it starts on another core while we import, and the time until every server is
 ready is about the longer of the two instead of their sum.
 
-This module imports no SDK: the manifests are read with `bridges.manifest` (pydantic only).
+This module imports no SDK: the manifests are read with `bridges.manifest.loading` (pydantic only).
 A prestarted process is adopted only by a transport whose `StdioSpec` is equal (command,
 args, environment, cwd): a manifest that changed in between, or an entry the Location does not
 start, leaves its process unclaimed, and `discard` stops it. Nothing here reports problems: an
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bridges.child_groups import die_with_parent
-from bridges.manifest import ServerConfig, load_manifests
+from bridges.manifest.loading import ServerConfig, load_manifests
 
 log = logging.getLogger("bridges.prestart")
 

@@ -14,20 +14,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sidecar.content import (
+from sidecar.execution.hooks import AfterCall, BeforeCall
+from sidecar.model.content import (
     AudioContent,
     ImageContent,
     ResourceContent,
     ResourceLink,
     TextContent,
 )
-from sidecar.errors import CallError, ErrorKind, ToolFailure, ToolUnavailable
-from sidecar.hooks import AfterCall, BeforeCall
-from sidecar.outcome import ManagedText, Outcome
-from sidecar.tool import Annotations, Bounds, CallContext, Tool, ToolContext, ToolResponse
+from sidecar.model.errors import CallError, ErrorKind, ToolFailure, ToolUnavailable
+from sidecar.model.outcome import ManagedText, Outcome
+from sidecar.model.tool import Annotations, Bounds, CallContext, Tool, ToolContext, ToolResponse
 
 if TYPE_CHECKING:
-    from sidecar.daemon import Location
+    from sidecar.daemon.daemon import Location
 
 __all__ = [
     "AfterCall",
@@ -54,11 +54,11 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # The Location class lives in the core (`sidecar.location`); the public name is the
+    # The Location class lives in the core (`sidecar.location.location`); the public name is the
     # composition root's subclass that attaches the manifests' sources by default. It is
     # loaded lazily so that `import sidecar` (and every bridge) imports the core only.
     if name == "Location":
-        from sidecar.daemon import Location
+        from sidecar.daemon.daemon import Location
 
         return Location
     raise AttributeError(f"module 'sidecar' has no attribute {name!r}")

@@ -1,18 +1,11 @@
-"""The layers of DESIGN.md, checked on the import graph of `sidecar/`, `bridges/` and
-`managed_store/` (read with `ast`, nothing is imported).
-
-    root       sidecar.daemon,           wires everything (daemon_stores: which implementation
-               sidecar.daemon_stores     keeps each store); imported only by the CLI entry point
-                                         (`sidecar.cli`) and, lazily, by the `sidecar.Location`
-                                         re-export in `sidecar/__init__.py`
-    frontends  sidecar.serve.*, sidecar.cli*
-    sources    bridges.*                 beside the frontends: core + managed_store only
-    core       sidecar.* (the rest)      core + managed_store only
-    storage    managed_store.*           nothing of ours
+"""The layers of docs/architecture.md, checked on the import graph of `sidecar/`, `bridges/` and
+`managed_store/` (read with `ast`, nothing is imported). One table, keyed by package, says what
+each package may import (`MAY_IMPORT`); a package may always import its own modules.
 
 An edge is every `import` / `from ... import` of one of our modules, at module level or inside a
 function. Imports under `if TYPE_CHECKING:` add no run-time dependency: they are left out of the
-cycle and layer checks, but an import of the composition root counts wherever it is.
+cycle and layer checks (a frontend types against `Location` that way), but an import of a backend
+or of the composition root counts wherever it is.
 """
 
 from __future__ import annotations
@@ -26,11 +19,37 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("sidecar", "bridges", "managed_store")
-ROOT_MODULE = "sidecar.daemon"
-ROOT_MODULES = {ROOT_MODULE, "sidecar.daemon_stores"}
-"""The composition root: the daemon and its store choices (one opener per store)."""
-CLI_ENTRY_POINT = "sidecar.cli"
-PUBLIC_API = "sidecar"  # the package: re-exports `Location` from the root, lazily
+
+CORE = ("sidecar.model", "sidecar.registry", "sidecar.stores", "sidecar.policy",
+        "sidecar.execution", "sidecar.codemode", "sidecar.location")
+"""The core, lowest first: a core package imports only the ones before it (and
+`managed_store`, the library whose `TextStore` is the managed store's port)."""
+BACKENDS = ("sidecar.backends.sqlite", "sidecar.backends.local", "sidecar.backends.postgres")
+FACES = ("bridges.mcp", "bridges.mcp.oauth")
+"""The package faces of the MCP bridge the frontends may use (their `__init__`), nothing below."""
+DRIVERS = ("asyncpg", "obstore")
+"""Optional drivers: named only by the backends (and the managed store's own S3 implementation)."""
+DRIVER_PLACES = (*BACKENDS, "managed_store.s3")
+
+MAY_IMPORT: dict[str, tuple[str, ...]] = {
+    "managed_store": (),
+    **{package: (*CORE[:i], "managed_store") for i, package in enumerate(CORE)},
+    **dict.fromkeys(BACKENDS, ("sidecar.stores", "sidecar.model", "managed_store")),
+    "bridges": ("sidecar.model", "sidecar.registry", "sidecar.stores", "managed_store"),
+    "sidecar.formats": ("sidecar.model", "sidecar.registry"),
+    "sidecar.serve": (*CORE, "sidecar.formats", "managed_store", *FACES),
+    "sidecar.cli": (*CORE, *BACKENDS, "sidecar.formats", "sidecar.serve", "sidecar.daemon",
+                    "bridges", "managed_store"),
+    "sidecar.daemon": (*CORE, *BACKENDS, "sidecar.formats", "sidecar.serve", "bridges",
+                       "managed_store"),
+    "sidecar": ("sidecar.model", "sidecar.execution", "sidecar.cli", "sidecar.daemon"),
+}
+"""Who may import whom. `sidecar` itself is the public API (`__init__` re-exports, the lazy
+`Location` from the composition root, `__main__`). The composition root (`sidecar.daemon`) and
+the CLI sit on top; only they (and tests) import backends."""
+EXACT = {"bridges.mcp", "bridges.mcp.oauth"}
+"""Entries of `MAY_IMPORT` that allow that module only, not the modules below it."""
+ROOT = "sidecar.daemon"
 
 Kind = Literal["module", "function", "type_checking"]
 
@@ -143,108 +162,72 @@ def find_cycle(edges: list[Import]) -> list[str] | None:
     return None
 
 
-def layer(module: str) -> str:
-    if module in ROOT_MODULES:
-        return "root"
-    if module == PUBLIC_API:
-        return "public api"
-    top = module.split(".")[0]
-    if top == "managed_store":
-        return "storage"
-    if top == "bridges":
-        return "sources"
-    if module == "sidecar.serve" or module.startswith(("sidecar.serve.", "sidecar.cli")):
-        return "frontend"
-    return "core"
+def package(module: str) -> str:
+    """The entry of `MAY_IMPORT` a module belongs to: the longest package that holds it."""
+    candidates = [p for p in MAY_IMPORT if module == p or module.startswith(p + ".")]
+    assert candidates, f"{module} is in no package of the table"
+    return max(candidates, key=len)
 
 
-ALLOWED: dict[str, set[str]] = {
-    "storage": {"storage"},
-    "core": {"core", "storage"},
-    "sources": {"sources", "core", "storage"},
-    "frontend": {"frontend", "sources", "core", "storage"},
-    "public api": {"core"},
-    "root": {"root", "frontend", "sources", "core", "storage", "public api"},
-}
-
-
-def root_violations(edges: list[Import]) -> list[Import]:
-    """Imports of the composition root by anything but the CLI entry point and the lazy
-    `sidecar.Location` re-export (function level, or for types). TYPE_CHECKING imports count
-    everywhere else: a frontend types against the core's `Location`."""
-    return [
-        e for e in edges
-        if e.target in ROOT_MODULES
-        and e.source != CLI_ENTRY_POINT
-        and e.source not in ROOT_MODULES
-        and not (e.source == PUBLIC_API and e.kind != "module")
-    ]
+def allowed(source: str, target: str) -> bool:
+    home = package(source)
+    if package(target) == home:
+        return True
+    for entry in MAY_IMPORT[home]:
+        if entry in EXACT:
+            if target == entry:
+                return True
+        elif target == entry or target.startswith(entry + "."):
+            return True
+    return False
 
 
 def layer_violations(edges: list[Import]) -> list[Import]:
-    bad: list[Import] = []
-    for edge in edges:
-        if edge.kind == "type_checking" or edge.target in ROOT_MODULES:
-            continue  # no run-time dependency / checked by `root_violations`
-        if edge.source == CLI_ENTRY_POINT:
-            continue  # the entry point sits on top with the root
-        if layer(edge.target) not in ALLOWED[layer(edge.source)]:
-            bad.append(edge)
-    return bad
+    return [e for e in edges if e.kind != "type_checking" and not allowed(e.source, e.target)]
 
 
-# The store implementations (`sidecar.stores` lists their interfaces), by class name and
-# defining module. Only the composition root chooses them.
-CONCRETE_STORES = {
-    "ManagedStore": "managed_store.store",
-    "MemorySnapshotRecords": "sidecar.snapshot_records",
-    "MemoryPendingLogins": "sidecar.pending_logins",
-    "PostgresPendingLogins": "sidecar.postgres_pending_logins",
-    "S3TextStore": "managed_store.s3.store",
-    "MemoryEventLog": "sidecar.serve.event_log",
-    "PostgresAsks": "sidecar.postgres_asks",
-    "PostgresCancels": "sidecar.postgres_cancels",
-    "PostgresEventLog": "sidecar.serve.postgres_event_log",
-    "PostgresGrantStore": "sidecar.postgres_grants",
-    "PostgresOutcomeLog": "sidecar.postgres_outcome_log",
-    "PostgresCallHistory": "sidecar.postgres_call_history",
-    "PostgresPermissionStore": "sidecar.postgres_permission_store",
-    "PostgresPinStore": "sidecar.postgres_pins",
-    "PostgresRounds": "sidecar.postgres_rounds",
-    "PostgresSnapshotRecords": "sidecar.postgres_snapshots",
-    "PostgresTokenStore": "sidecar.postgres_tokens",
-    "SqliteCallHistory": "sidecar.call_history",
-    "SqliteOutcomeLog": "sidecar.outcome_log",
-    "SqlitePermissionStore": "sidecar.permission_store",
-    "SqlitePinStore": "sidecar.pins",
-    "SqliteTokenStore": "sidecar.tokens",
-}
-IMPLEMENTATION_MODULES = {"sidecar.permission_store", "sidecar.postgres_outcome_log",
-                          "sidecar.postgres_permission_store", "sidecar.postgres_tokens",
-                          "sidecar.postgres_pins", "sidecar.postgres_call_history",
-                          "sidecar.serve.postgres_event_log", "sidecar.postgres_asks",
-                          "sidecar.postgres_snapshots", "sidecar.postgres_cancels",
-                          "sidecar.postgres_grants", "sidecar.postgres_pending_logins"}
-COMPOSITION_ROOT = ROOT_MODULES | {CLI_ENTRY_POINT}
-
-
-def concrete_store_imports(edges: list[Import]) -> list[Import]:
-    """Imports of a store implementation outside the composition root: by class name, or of
-    a module that holds nothing else. `managed_store` is exempt: it is the library that
-    defines `ManagedStore` (its `__init__` re-exports it)."""
-
-    def names_one(e: Import) -> bool:
-        return e.name in CONCRETE_STORES or e.target in IMPLEMENTATION_MODULES
-
+def hidden_violations(edges: list[Import]) -> list[Import]:
+    """Imports of a backend or of the composition root for types only, by a module that may
+    not import them at run time: the frontends and the core type against the ports."""
     return [
         e for e in edges
-        if names_one(e) and e.source not in COMPOSITION_ROOT
-        and not e.source.startswith("managed_store")
+        if e.kind == "type_checking" and not allowed(e.source, e.target)
+        and (package(e.target) in BACKENDS or package(e.target) == ROOT)
     ]
 
 
+def driver_names(base: Path) -> list[str]:
+    """Modules outside the backends that import an optional driver or name it in code (an
+    import, `sys.modules["asyncpg"]`, an attribute): docstrings and comments do not count."""
+    found: list[str] = []
+    for module, path in modules(base).items():
+        if package(module) in DRIVER_PLACES or module.startswith("managed_store.s3"):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                           ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)
+                      and isinstance(node.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Name):
+                names = [node.id]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and id(node) not in docstrings:
+                names = [node.value]
+            for name in names:
+                if name.split(".")[0] in DRIVERS:
+                    found.append(f"{module} (line {getattr(node, 'lineno', 0)}): {name}")
+    return found
+
+
 def _describe(bad: list[Import]) -> str:
-    lines = (f"  {e}  [{layer(e.source)} -> {layer(e.target)}]" for e in bad)
+    lines = (f"  {e}  [{package(e.source)} -> {package(e.target)}]" for e in bad)
     return "\n".join(dict.fromkeys(lines))
 
 
@@ -264,42 +247,37 @@ def test_no_import_cycle(edges: list[Import]) -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
 
 
-def test_only_the_cli_imports_the_composition_root(edges: list[Import]) -> None:
-    bad = root_violations(edges)
-    assert not bad, "the composition root is imported from below:\n" + _describe(bad)
+def test_every_module_is_in_a_package_of_the_table() -> None:
+    for module in modules(REPO):
+        package(module)
 
 
 def test_layers(edges: list[Import]) -> None:
     bad = layer_violations(edges)
-    assert not bad, "imports against the layers of DESIGN.md:\n" + _describe(bad)
+    assert not bad, "imports against docs/architecture.md:\n" + _describe(bad)
 
 
-def test_only_the_composition_root_names_a_store_implementation(edges: list[Import]) -> None:
-    bad = concrete_store_imports(edges)
-    assert not bad, (
-        "store implementations named outside the composition root (use the interfaces in "
-        "sidecar.stores):\n" + _describe(bad)
-    )
+def test_backends_and_the_root_are_not_named_even_for_types(edges: list[Import]) -> None:
+    bad = hidden_violations(edges)
+    assert not bad, "a backend or the composition root named for types:\n" + _describe(bad)
 
 
-def test_every_store_implementation_is_where_the_test_looks(edges: list[Import]) -> None:
-    for name, module in CONCRETE_STORES.items():
-        path = modules(REPO)[module]
-        assert f"class {name}" in path.read_text(), f"{name} is not defined in {module}"
+def test_only_the_backends_name_a_driver() -> None:
+    assert driver_names(REPO) == []
 
 
-def test_the_layers_are_all_present(edges: list[Import]) -> None:
-    seen = {layer(e.source) for e in edges} | {layer(e.target) for e in edges}
-    assert seen == set(ALLOWED)
+def test_every_package_of_the_table_exists() -> None:
+    homes = {package(m) for m in modules(REPO)}
+    assert homes == set(MAY_IMPORT), f"in the table, without a module: {set(MAY_IMPORT) - homes}"
 
 
 # --- the checker, on small made-up trees (so a broken walker cannot pass the real one) ------
 
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
-    for package in PACKAGES:
-        (tmp_path / package).mkdir()
-        (tmp_path / package / "__init__.py").write_text("")
+    for package_name in PACKAGES:
+        (tmp_path / package_name).mkdir()
+        (tmp_path / package_name / "__init__.py").write_text("")
     for name, text in files.items():
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -339,60 +317,58 @@ def test_relative_imports_are_resolved(tmp_path: Path) -> None:
     assert cycle == ["bridges.p", "bridges.p.q", "bridges.p"]
 
 
-def test_an_import_of_the_root_is_found_even_for_types(tmp_path: Path) -> None:
-    edges = imports(_tree(tmp_path, {
-        "sidecar/daemon.py": "",
-        "sidecar/cli.py": "import sidecar.daemon\n",
-        "sidecar/serve/__init__.py": "",
-        "sidecar/serve/app.py": (
-            "from typing import TYPE_CHECKING\n"
-            "if TYPE_CHECKING:\n    from sidecar.daemon import Location\n"
-        ),
-        "sidecar/__init__.py": "def __getattr__(n):\n    from sidecar.daemon import Location\n",
-    }))
-    assert [(e.source, e.kind) for e in root_violations(edges)] == [
-        ("sidecar.serve.app", "type_checking")
-    ]
-
-
-def test_a_store_implementation_outside_the_root_is_found(tmp_path: Path) -> None:
-    edges = imports(_tree(tmp_path, {
-        "sidecar/daemon.py": "from sidecar.outcome_log import SqliteOutcomeLog\n",
-        "sidecar/outcome_log.py": "class SqliteOutcomeLog: ...\nclass OutcomeLog: ...\n",
-        "sidecar/seam.py": "from sidecar.outcome_log import OutcomeLog\n",
-        "sidecar/location.py": "def f():\n    from sidecar.outcome_log import SqliteOutcomeLog\n",
-        "managed_store/__init__.py": "from managed_store.store import ManagedStore\n",
-        "managed_store/store.py": "class ManagedStore: ...\n",
-    }))
-    assert [(e.source, e.name) for e in concrete_store_imports(edges)] == [
-        ("sidecar.location", "SqliteOutcomeLog")
-    ]
-
-
 def test_layer_violations_are_named(tmp_path: Path) -> None:
     edges = imports(_tree(tmp_path, {
-        "managed_store/store.py": "from sidecar.tool import Tool\n",
-        "sidecar/tool.py": "def f():\n    import bridges.mcp\n",
-        "sidecar/serve/__init__.py": "",
-        "sidecar/seam.py": "from sidecar.serve import app\n",
-        "sidecar/serve/app.py": "from bridges.mcp import x\n",
-        "bridges/mcp.py": "from managed_store.store import y\nx = 1\n",
+        "managed_store/store.py": "from sidecar.model.tool import Tool\n",
+        "sidecar/model/tool.py": "def f():\n    import bridges.mcp\n",
+        "sidecar/registry/registry.py": "from sidecar.model.tool import Tool\n",
+        "sidecar/execution/seam.py": "from sidecar.serve import app\n",
+        "sidecar/serve/app.py": "from bridges.mcp import x\nfrom bridges.mcp.pool import y\n",
+        "sidecar/serve/api.py": "from sidecar.backends.sqlite import z\n",
+        "sidecar/backends/sqlite/__init__.py": "from sidecar.backends.postgres import w\n",
+        "sidecar/backends/postgres/__init__.py": "w = 1\n",
+        "bridges/mcp/__init__.py": "from managed_store.store import y\nx = 1\n",
+        "bridges/mcp/pool.py": "from sidecar.execution.seam import s\ny = 1\n",
     }))
     assert sorted((e.source, e.target) for e in layer_violations(edges)) == [
-        ("managed_store.store", "sidecar.tool"),
-        ("sidecar.seam", "sidecar.serve.app"),
-        ("sidecar.tool", "bridges.mcp"),
+        ("bridges.mcp.pool", "sidecar.execution.seam"),
+        ("managed_store.store", "sidecar.model.tool"),
+        ("sidecar.backends.sqlite", "sidecar.backends.postgres"),
+        ("sidecar.execution.seam", "sidecar.serve.app"),
+        ("sidecar.model.tool", "bridges.mcp"),
+        ("sidecar.serve.api", "sidecar.backends.sqlite"),
+        ("sidecar.serve.app", "bridges.mcp.pool"),
     ]
 
 
-def test_the_store_choices_are_part_of_the_root(tmp_path: Path) -> None:
+def test_a_backend_named_for_types_is_found(tmp_path: Path) -> None:
     edges = imports(_tree(tmp_path, {
-        "sidecar/daemon.py": "from sidecar.daemon_stores import open_local_stores\n",
-        "sidecar/daemon_stores.py": "from sidecar.outcome_log import SqliteOutcomeLog\n",
-        "sidecar/outcome_log.py": "class SqliteOutcomeLog: ...\n",
-        "sidecar/seam.py": "from sidecar.daemon_stores import open_local_stores\n",
+        "sidecar/backends/sqlite/store.py": "class SqliteStore: ...\n",
+        "sidecar/daemon/daemon.py": "from sidecar.backends.sqlite.store import SqliteStore\n",
+        "sidecar/serve/app.py": (
+            "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from sidecar.backends.sqlite.store import SqliteStore\n"
+            "    from sidecar.location.location import Location\n"
+        ),
+        "sidecar/location/location.py": "class Location: ...\n",
     }))
-    assert concrete_store_imports(edges) == []
-    assert [(e.source, e.target) for e in root_violations(edges)] == [
-        ("sidecar.seam", "sidecar.daemon_stores")
+    assert [(e.source, e.target) for e in hidden_violations(edges)] == [
+        ("sidecar.serve.app", "sidecar.backends.sqlite.store")
+    ]
+
+
+def test_a_driver_named_outside_the_backends_is_found(tmp_path: Path) -> None:
+    base = _tree(tmp_path, {
+        "sidecar/stores/errors.py": (
+            '"""Mentions asyncpg in a docstring: fine."""\n'
+            "import sys\n# asyncpg in a comment: fine\n"
+            "driver = sys.modules.get('asyncpg')\n"
+        ),
+        "sidecar/backends/postgres/pool.py": "import asyncpg\n",
+        "managed_store/s3/objects.py": "import obstore\n",
+        "bridges/x.py": "def f():\n    from obstore.store import S3Store\n",
+    })
+    assert sorted(driver_names(base)) == [
+        "bridges.x (line 2): obstore.store",
+        "sidecar.stores.errors (line 4): asyncpg",
     ]

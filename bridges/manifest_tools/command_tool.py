@@ -36,10 +36,10 @@ from bridges.manifest_tools.templates import (
     value_text,
 )
 from managed_store import TextStore
-from sidecar.content import ContentItem, TextContent
-from sidecar.errors import ErrorKind, ToolFailure
-from sidecar.permission import PermissionGate, PermissionRequest
-from sidecar.tool import CallContext, Tool, ToolResponse
+from sidecar.model.content import ContentItem, TextContent
+from sidecar.model.errors import ErrorKind, ToolFailure
+from sidecar.model.permissions import PermissionGate, PermissionRequest
+from sidecar.model.tool import CallContext, Tool, ToolResponse
 
 SHELL = "/bin/sh"
 

@@ -1,6 +1,7 @@
 """Manifest tool entries (`[tools.NAME]` with `kind = "http"` or `kind = "command"`).
 
-`validate_tool_entry(file, path, raw)` is the `tool_validator` for `bridges.manifest`: it turns
+`validate_tool_entry(file, path, raw)` is the `tool_validator` for `bridges.manifest.loading`: it
+turns
 one raw entry (after `${env:VAR}` interpolation) into a frozen `HttpToolConfig` or
 `CommandToolConfig`, or returns None with `ManifestProblem`s that name the JSON path of every
 fault. `manifest_tool_validator(root)` does the same and also resolves `cwd` against the
@@ -19,12 +20,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 
+from bridges.manifest.values import BoundsConfig, ManifestProblem, did_you_mean, model_keys
 from bridges.manifest_tools.shell_slots import place_slots
 from bridges.manifest_tools.templates import Template, authority_end, quoted_slots
-from bridges.manifest_values import BoundsConfig, ManifestProblem, did_you_mean, model_keys
-from sidecar.codec import make_codec
-from sidecar.errors import SchemaDefinitionError
-from sidecar.tool import Annotations, Bounds
+from sidecar.model.codec import make_codec
+from sidecar.model.errors import SchemaDefinitionError
+from sidecar.model.tool import Annotations, Bounds
 
 KiB = 1024
 MiB = 1024 * KiB

@@ -31,11 +31,11 @@ from bridges.manifest_tools.templates import (
     value_text,
 )
 from managed_store import TextStore
-from sidecar import tracing
-from sidecar.content import AudioContent, ContentItem, ImageContent
-from sidecar.errors import ErrorKind, ToolFailure
-from sidecar.permission import PermissionGate, PermissionRequest
-from sidecar.tool import CallContext, Tool, ToolResponse
+from sidecar.model import tracing
+from sidecar.model.content import AudioContent, ContentItem, ImageContent
+from sidecar.model.errors import ErrorKind, ToolFailure
+from sidecar.model.permissions import PermissionGate, PermissionRequest
+from sidecar.model.tool import CallContext, Tool, ToolResponse
 
 EXCERPT_BYTES = 1000
 EXCERPT_LINES = 20

@@ -24,14 +24,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
-from bridges.manifest import Sourced
+from bridges.manifest.loading import Sourced
 from bridges.manifest_tools.command_tool import command_tool
 from bridges.manifest_tools.config import CommandToolConfig, HttpToolConfig, ManifestToolConfig
 from managed_store import TextStore
-from sidecar.errors import RegistrationError
-from sidecar.permission import PermissionGate
-from sidecar.registry import Scope, Tools
-from sidecar.tool import Tool
+from sidecar.model.errors import RegistrationError
+from sidecar.model.permissions import PermissionGate
+from sidecar.model.tool import Tool
+from sidecar.registry.registry import Scope, Tools
 
 if TYPE_CHECKING:
     import httpx

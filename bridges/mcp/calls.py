@@ -24,7 +24,7 @@ from mcp.shared.exceptions import MCPError
 from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
-from bridges.manifest import ServerConfig
+from bridges.manifest.loading import ServerConfig
 from bridges.mcp.catalog import UpstreamTool
 from bridges.mcp.connection import Connection
 from bridges.mcp.passthrough import InflightCall
@@ -37,10 +37,10 @@ from bridges.mcp.results import (
     tool_response,
     transport_failure,
 )
-from sidecar import tracing
-from sidecar.errors import ErrorKind, ToolFailure
-from sidecar.permission import PermissionGate, PermissionRequest
-from sidecar.tool import CallContext
+from sidecar.model import tracing
+from sidecar.model.errors import ErrorKind, ToolFailure
+from sidecar.model.permissions import PermissionGate, PermissionRequest
+from sidecar.model.tool import CallContext
 
 InputRequestFnT = Callable[[InflightCall, Any], Awaitable[Any]]
 """Answers a request embedded in a 2026-07-28 `input_required` result of one call."""

@@ -33,16 +33,16 @@ from typing import Any
 import mcp_types as types
 import pydantic_core
 
-from bridges.manifest import AnnotationPermissions, ServerConfig
-from bridges.manifest import Decision as ManifestDecision
+from bridges.manifest.loading import AnnotationPermissions, ServerConfig
+from bridges.manifest.loading import Decision as ManifestDecision
 from bridges.mcp.codecs import PassCodec, WarnCodec
 from bridges.mcp.health import SkippedTool
-from sidecar.codec import Codec, JsonSchemaCodec
-from sidecar.errors import RegistrationError, SchemaDefinitionError
-from sidecar.names import RESERVED_NAMES, plain_names
-from sidecar.permission import Decision
-from sidecar.registry import build_entries
-from sidecar.tool import Annotations, Bounds, CallContext, Tool
+from sidecar.model.codec import Codec, JsonSchemaCodec
+from sidecar.model.errors import RegistrationError, SchemaDefinitionError
+from sidecar.model.names import RESERVED_NAMES, plain_names
+from sidecar.model.permissions import Decision
+from sidecar.model.tool import Annotations, Bounds, CallContext, Tool
+from sidecar.registry.registry import build_entries
 
 _RESTRICTIVENESS: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
 

@@ -12,8 +12,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from sidecar.codec import JsonSchemaCodec
-from sidecar.errors import CodecError
+from sidecar.model.codec import JsonSchemaCodec
+from sidecar.model.errors import CodecError
 
 log = logging.getLogger("bridges.mcp")
 

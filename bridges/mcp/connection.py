@@ -47,7 +47,7 @@ from mcp_types.methods import SERVER_RESULTS
 from mcp_types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Discriminator, Tag, TypeAdapter
 
-from bridges.manifest import ServerConfig
+from bridges.manifest.loading import ServerConfig
 from bridges.mcp.direct_requests import RESULT_TOO_LARGE
 from bridges.mcp.http_limit import LISTING_REFUSAL, LimitedTransport
 from bridges.mcp.http_parse import streamable_http_client
@@ -56,7 +56,7 @@ from bridges.mcp.sse import sse_transport
 from bridges.mcp.stdio import DirectRequests, StderrTail, stdio_transport
 from bridges.mcp.transport_state import TransportState
 from bridges.prestart import StdioSpec
-from sidecar import tracing
+from sidecar.model import tracing
 
 log = logging.getLogger("bridges.mcp")
 

@@ -30,17 +30,17 @@ from types import TracebackType
 import anyio
 import anyio.abc
 
-from bridges.manifest import ServerConfig
+from bridges.manifest.loading import ServerConfig
 from bridges.mcp.backoff import DEFAULT_BACKOFF, Backoff
 from bridges.mcp.connection import Connection
 from bridges.mcp.health import ServerHealth
 from bridges.mcp.oauth.attempts import Logins
 from bridges.mcp.passthrough import Relay
 from bridges.mcp.supervisor import Supervisor
-from sidecar.grant_store import GrantStore
-from sidecar.pending_logins import LoginCallbacks
-from sidecar.permission import PermissionGate
-from sidecar.registry import Tools
+from sidecar.model.permissions import PermissionGate
+from sidecar.registry.registry import Tools
+from sidecar.stores.grants import GrantStore
+from sidecar.stores.pending_logins import LoginCallbacks
 
 
 class ServerPool:

@@ -28,7 +28,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from bridges.mcp.stdio import ConnectionLost, RequestTimedOut
-from sidecar.content import (
+from sidecar.model.content import (
     AudioContent,
     ContentItem,
     ImageContent,
@@ -36,8 +36,8 @@ from sidecar.content import (
     ResourceLink,
     TextContent,
 )
-from sidecar.errors import ErrorKind, ToolFailure
-from sidecar.tool import ToolResponse
+from sidecar.model.errors import ErrorKind, ToolFailure
+from sidecar.model.tool import ToolResponse
 
 NO_CONTENT = "(no content)"
 _PROTOCOL_META_PREFIX = "io.modelcontextprotocol/"

@@ -41,7 +41,7 @@ import mcp_types as types
 from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.shared.exceptions import MCPError
 
-from bridges.manifest import ServerConfig
+from bridges.manifest.loading import ServerConfig
 from bridges.mcp.backoff import Backoff
 from bridges.mcp.calls import Caller, log_text
 from bridges.mcp.catalog import build_catalog, offered
@@ -62,10 +62,10 @@ from bridges.mcp.redact import Redactor
 from bridges.mcp.results import is_transport_loss
 from bridges.mcp.stdio import StderrTail
 from bridges.mcp.transport_state import TransportState
-from sidecar.errors import RegistrationError
-from sidecar.grant_store import GrantStore
-from sidecar.permission import PermissionGate
-from sidecar.registry import Scope, Tools
+from sidecar.model.errors import RegistrationError
+from sidecar.model.permissions import PermissionGate
+from sidecar.registry.registry import Scope, Tools
+from sidecar.stores.grants import GrantStore
 
 log = logging.getLogger("bridges.mcp")
 

@@ -40,7 +40,8 @@ from managed_store.retention import RetentionPolicy
 from managed_store.s3.quota import over_quota
 
 LOCK_MIGRATE = 0x51DECA2_0000
-"""The key every fleet component migrates under (`sidecar.postgres.LOCK_MIGRATE`): kept equal
+"""The key every fleet component migrates under (`sidecar.backends.postgres.pool.LOCK_MIGRATE`):
+kept equal
 here because this library imports nothing of the daemon."""
 LOCK_MANAGED_QUOTA = 0x51DECA2_0003
 """Held (per transaction) while a replica commits an object or evicts: one quota check at a

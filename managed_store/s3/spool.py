@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # InternalClientError: a pooled connection whose server process just ended (a database
-# restart) fails a statement so for about a millisecond (sidecar.postgres.failures)
+# restart) fails a statement so for about a millisecond (sidecar.backends.postgres.pool.failures)
 _DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
               asyncpg.exceptions.InternalClientError)
 

@@ -79,7 +79,7 @@ _ABORT_WAIT = 5.0
 _WAIT_FIRST = 0.05
 _WAIT_MAX = 0.25
 # InternalClientError: a pooled connection whose server process just ended (a database
-# restart) fails a statement so for about a millisecond (sidecar.postgres.failures)
+# restart) fails a statement so for about a millisecond (sidecar.backends.postgres.pool.failures)
 _DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
               asyncpg.exceptions.InternalClientError)
 

@@ -15,7 +15,6 @@ import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
-from sidecar.codec import make_codec
 from sidecar.codemode.catalog import Catalog
 from sidecar.codemode.limits import CodeModeLimits
 from sidecar.codemode.nested import NestedCalls
@@ -23,9 +22,10 @@ from sidecar.codemode.program import ProgramRun
 from sidecar.codemode.sandbox import RunGuard, Sandbox
 from sidecar.codemode.search import SearchIndex
 from sidecar.codemode.stubs import StubWriter
-from sidecar.errors import ErrorKind, ToolFailure
-from sidecar.snapshot import Snapshot
-from sidecar.tool import Annotations, CallContext, Tool, ToolResponse
+from sidecar.execution.snapshot import Snapshot
+from sidecar.model.codec import make_codec
+from sidecar.model.errors import ErrorKind, ToolFailure
+from sidecar.model.tool import Annotations, CallContext, Tool, ToolResponse
 
 EXECUTE_DESCRIPTION = """\
 Run a short Python program that calls tools as async functions. Only what the program prints \

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sidecar.names import sanitize
-from sidecar.registry import Entry, ToolDefinition
+from sidecar.model.names import sanitize
+from sidecar.registry.registry import Entry, ToolDefinition
 
 _NON_IDENT = re.compile(r"[^A-Za-z0-9_]")
 

@@ -26,11 +26,11 @@ from sidecar.codemode.catalog import Catalog
 from sidecar.codemode.limits import CodeModeLimits
 from sidecar.codemode.program import ProgramError, limit_error
 from sidecar.codemode.sandbox import RunGuard, ToolTree
-from sidecar.content import text_of
-from sidecar.errors import CallError, ErrorKind
-from sidecar.outcome import Outcome
-from sidecar.snapshot import Snapshot
-from sidecar.tool import ToolContext
+from sidecar.execution.snapshot import Snapshot
+from sidecar.model.content import text_of
+from sidecar.model.errors import CallError, ErrorKind
+from sidecar.model.outcome import Outcome
+from sidecar.model.tool import ToolContext
 
 
 @dataclass(frozen=True, slots=True)

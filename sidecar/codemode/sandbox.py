@@ -45,7 +45,7 @@ from sidecar.codemode.program import (
     refused_import,
     to_json_value,
 )
-from sidecar.errors import SidecarError
+from sidecar.model.errors import SidecarError
 
 PRELUDE = "import asyncio\nimport tools\n"
 PROGRAM_FILE = "<python-input-1>"

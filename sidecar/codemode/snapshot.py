@@ -11,7 +11,7 @@ outer one is returned (and is what a runner executes against); the inner one, he
 affects later snapshots only. In the outer snapshot the tools left to Code Mode are `removed`
 (calling them directly fails `unavailable`); in the inner one, the direct-only tools and the
 built-ins are.
-The registry never lets another registration take a built-in's name (`sidecar.registry`);
+The registry never lets another registration take a built-in's name (`sidecar.registry.registry`);
 entries handed here by other means that do are shadowed on the direct list (with a warning);
 with codemode=True they are still callable from programs.
 """
@@ -26,9 +26,9 @@ from sidecar.codemode.builtins import describe_tool, execute_tool, search_tool
 from sidecar.codemode.catalog import Catalog
 from sidecar.codemode.limits import DEFAULT_LIMITS, CodeModeLimits
 from sidecar.codemode.sandbox import Sandbox
-from sidecar.registry import Entry, build_entries
-from sidecar.seam import Seam
-from sidecar.snapshot import Snapshot
+from sidecar.execution.seam import Seam
+from sidecar.execution.snapshot import Snapshot
+from sidecar.registry.registry import Entry, build_entries
 
 CodeModeSetting = Literal["direct", "codemode", "both"]
 MODES: tuple[CodeModeSetting, ...] = ("direct", "codemode", "both")

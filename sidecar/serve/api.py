@@ -28,21 +28,9 @@ from managed_store import (
     SearchTimeout,
     TooManySearches,
 )
-from sidecar import json_depth, tracing
-from sidecar.call_history import CallQuery, InvalidQuery
-from sidecar.database_down import database_label, unavailable_message
-from sidecar.json_depth import JsonTooDeep
-from sidecar.managed_read import search_owner
-from sidecar.outcome import Outcome
-from sidecar.outcome_log import call_fingerprint, call_principal
-from sidecar.permission_service import UnknownAsk
-from sidecar.pins import NotHeld
-from sidecar.replica import replica_id
-from sidecar.serve.api_bodies import CallBody, ReplyBody, SnapshotBody
-from sidecar.serve.auth_api import AuthApi
-from sidecar.serve.listing_cache import ListingCache
-from sidecar.serve.metrics import CONTENT_TYPE, Metrics
-from sidecar.serve.replay import (
+from sidecar.execution.managed_read import search_owner
+from sidecar.execution.snapshot import SnapshotExpired
+from sidecar.formats import (
     FORMATS,
     Format,
     UnknownFormat,
@@ -51,15 +39,27 @@ from sidecar.serve.replay import (
     parse_format,
     result_for,
 )
+from sidecar.location.ports import EventLog
+from sidecar.model import json_depth, tracing
+from sidecar.model.json_depth import JsonTooDeep
+from sidecar.model.outcome import Outcome
+from sidecar.model.replica import replica_id
+from sidecar.model.tool import ToolContext
+from sidecar.policy.permission_service import UnknownAsk
+from sidecar.registry.pins import NotHeld
+from sidecar.serve.api_bodies import CallBody, ReplyBody, SnapshotBody
+from sidecar.serve.auth_api import AuthApi
+from sidecar.serve.listing_cache import ListingCache
+from sidecar.serve.metrics import CONTENT_TYPE, Metrics
 from sidecar.serve.security import profile_allowed, token_owner
 from sidecar.serve.unavailable import UNAVAILABLE, route_unavailable
-from sidecar.snapshot import SnapshotExpired
-from sidecar.snapshot_records import SnapshotRecordsError
-from sidecar.stores import EventLog
-from sidecar.tool import ToolContext
+from sidecar.stores.call_history import CallQuery, InvalidQuery
+from sidecar.stores.database_down import database_label, unavailable_message
+from sidecar.stores.outcome_log import call_fingerprint, call_principal
+from sidecar.stores.snapshot_records import SnapshotRecordsError
 
 if TYPE_CHECKING:
-    from sidecar.location import Location
+    from sidecar.location.location import Location
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 CANCEL_WAIT = 5.0
@@ -290,7 +290,7 @@ class Api:
         return json_with({"format": fmt}, "tools", self.definitions.encoded(fmt, definitions))
 
     async def approve(self, request: Request) -> Response:
-        """Accept a tool's changed upstream definition (`sidecar.pins`)."""
+        """Accept a tool's changed upstream definition (`sidecar.registry.pins`)."""
         try:
             change = await self.location.pins.approve(request.path_params["name"])
         except NotHeld as exc:

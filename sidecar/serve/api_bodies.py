@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sidecar.serve.replay import Format
+from sidecar.formats import Format
 
 Id = Annotated[str, Field(min_length=1, max_length=512)]
 

@@ -16,16 +16,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sidecar.database_down import database_label, unavailable_message
-from sidecar.replica import REPLICA_HEADER, replica_id
+from sidecar.model.replica import REPLICA_HEADER, replica_id
 from sidecar.serve.api import DEFAULT_MAX_BODY_BYTES, Api
 from sidecar.serve.console import console_routes
 from sidecar.serve.metrics import Metrics
 from sidecar.serve.security import SecurityMiddleware, TokenUnverifiable
-from sidecar.tokens import verify_token
+from sidecar.stores.database_down import database_label, unavailable_message
+from sidecar.stores.tokens import verify_token
 
 if TYPE_CHECKING:
-    from sidecar.location import Location
+    from sidecar.location.location import Location
 
 
 def build_app(

@@ -12,7 +12,7 @@
 Without a public URL the daemon listens for the redirect on its own loopback callback
 (127.0.0.1), so the browser that opens the URL must run on the daemon's machine. With one,
 the redirect comes to `/v1/auth/{server}/callback` on whichever replica the load balancer
-picks, which finishes the login another replica may have started (`sidecar.pending_logins`):
+picks, which finishes the login another replica may have started (`sidecar.stores.pending_logins`):
 an unknown, expired, already used or missing state is 400 naming which, and an `error=` of
 the authorization server is 400 naming it. The exchange at the token endpoint is bounded
 (`SIDECAR_LOGIN_EXCHANGE_TIMEOUT`, 30 s: 502 past it); a replica that stops mid-exchange fails
@@ -40,12 +40,12 @@ from starlette.routing import Route
 from bridges.mcp.oauth.attempts import Logins
 from bridges.mcp.oauth.callback import CallbackFailed, finish_login
 from bridges.mcp.oauth.records import grant_status
-from sidecar.grant_store import GrantStoreUnavailable
-from sidecar.pending_logins import PUBLIC_URL_ENV, LoginStateRejected
-from sidecar.replica import replica_id
+from sidecar.model.replica import replica_id
+from sidecar.stores.grants import GrantStoreUnavailable
+from sidecar.stores.pending_logins import PUBLIC_URL_ENV, LoginStateRejected
 
 if TYPE_CHECKING:
-    from sidecar.location import Location
+    from sidecar.location.location import Location
 
 log = logging.getLogger("sidecar.serve.auth")
 

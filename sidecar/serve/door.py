@@ -5,7 +5,8 @@
     await door.run()                                # MCP sessions until cancelled
 
 `StdioDoor` serves one MCP session per `sidecar stdio` client (the protocol is in
-`sidecar.local_door`): in "fds" mode the client hands over its stdin and stdout and the session
+`sidecar.serve.local_door`): in "fds" mode the client hands over its stdin and stdout and the
+session
 runs on them exactly as `sidecar stdio` on its own pipes would (the same fast paths; no bytes
 pass through the client process); in "stream" mode the connection itself carries the session.
 A client asking for other manifests than the daemon's is refused with one line that says so.
@@ -29,12 +30,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sidecar.local_door import DaemonInfo, manifests_mismatch
-from sidecar.profiles import UnknownProfile
+from sidecar.registry.profiles import UnknownProfile
+from sidecar.serve.local_door import DaemonInfo, manifests_mismatch
 from sidecar.serve.mcp_facade import serve_stdio
 
 if TYPE_CHECKING:
-    from sidecar.location import Location
+    from sidecar.location.location import Location
 
 log = logging.getLogger("sidecar.door")
 

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict
 from typing import Any
 
-from sidecar.events import (
+from sidecar.model.events import (
     CallProgress,
     CallSettled,
     DefinitionChanged,
@@ -81,7 +81,7 @@ def encode_event(event: Event) -> tuple[str, str]:
 
 
 class MemoryEventLog:
-    """Implements `EventLog` (`sidecar.stores`) in memory: the newest `capacity` events."""
+    """Implements `EventLog` (`sidecar.location.ports`) in memory: the newest `capacity` events."""
 
     def __init__(self, bus: EventBus, *, capacity: int = 2048) -> None:
         self._bus = bus

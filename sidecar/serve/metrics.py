@@ -11,7 +11,8 @@
   `sidecar_store_staged_oldest_seconds`: objects this replica committed and has not uploaded
   yet (only for a store writing behind: `SIDECAR_OBJECT_STORE`)
 - `sidecar_upstream_restarts{server}`, `sidecar_upstream_up{server}`: from server health
-- `sidecar_state_bytes{part}`: the state directory's size by part (see `sidecar.state_usage`)
+- `sidecar_state_bytes{part}`: the state directory's size by part (see
+`sidecar.location.state_usage`)
 - `sidecar_rate_limited_total{limit}`: calls refused by a rate limit (`tool:NAME`,
   `profile:NAME`, `profile:NAME:tool:NAME`)
 - `sidecar_outcomes_stored`, `sidecar_outcomes_expired` (tombstones of pruned outcomes);
@@ -29,9 +30,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from managed_store import StagedStats
-from sidecar.call_history import CallRecord
-from sidecar.content import TextContent
-from sidecar.outcome import Outcome
+from sidecar.model.content import TextContent
+from sidecar.model.outcome import Outcome
+from sidecar.stores.call_history import CallRecord
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MAX_LABELSETS = 500
@@ -144,8 +145,8 @@ class Metrics:
         state: Mapping[str, Any] | None = None,
         rate_limited: Mapping[str, int] | None = None,
     ) -> bytes:
-        """`state` is the health report's `state` section (`sidecar.state_usage`);
-        `rate_limited` its calls refused by each rate limit (`sidecar.ratelimit`)."""
+        """`state` is the health report's `state` section (`sidecar.location.state_usage`);
+        `rate_limited` its calls refused by each rate limit (`sidecar.policy.ratelimit`)."""
         self.state.report = state
         self.rate_limited.counts = rate_limited or {}
         stats = await store_stats()

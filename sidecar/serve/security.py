@@ -7,7 +7,7 @@
   localhost, [::1], plus configured extra hosts) or whose `Origin`, when present, is not a
   local origin is refused with 403, before authentication and before any route runs. Both
   are parsed strictly (`parse_authority`): `[::1]evil` or `localhost:1@evil` is not local.
-- Scoped tokens (`sidecar.tokens`, `sidecar token create --profile NAME`): a bearer that is
+- Scoped tokens (`sidecar.stores.tokens`, `sidecar token create --profile NAME`): a bearer that is
   not the token above is looked up (`scoped`); it reaches only `/mcp/NAME` (and `/mcp` when
   the default profile is one) of its profiles, and on `/v1` only tools, snapshots and calls
   of its profiles (the API checks the profile) and retained text; anything else is 403

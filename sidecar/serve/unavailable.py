@@ -1,12 +1,12 @@
 """/v1 answers while the fleet database is down: 503 `unavailable`, naming the database and
-what the route could not do (`sidecar.database_down`)."""
+what the route could not do (`sidecar.stores.database_down`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from sidecar.database_down import UNAVAILABLE, database_label, unavailable_message
+from sidecar.stores.database_down import UNAVAILABLE, database_label, unavailable_message
 
 __all__ = ["UNAVAILABLE", "route_unavailable"]
 

@@ -16,7 +16,7 @@ import anyio
 import anyio.to_thread
 import psutil
 
-from bridges.manifest import ServerConfig
+from bridges.manifest.loading import ServerConfig
 from sidecar import ToolContext
 
 HERE = Path(__file__).resolve().parent

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bridges.manifest import ServerConfig
+from bridges.manifest.loading import ServerConfig
 from bridges.mcp import ServerPool
 from sidecar import (
     AudioContent,
@@ -20,8 +20,8 @@ from sidecar import (
     ResourceLink,
     TextContent,
 )
-from sidecar.errors import ErrorKind
-from sidecar.events import CallProgress
+from sidecar.model.errors import ErrorKind
+from sidecar.model.events import CallProgress
 from tests.bridges.helpers import SharedServer, ctx, eventually, read_events, stdio
 
 pytestmark = pytest.mark.anyio

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from bridges.manifest import ServerConfig
+from bridges.manifest.loading import ServerConfig
 from bridges.mcp import ServerPool
 from sidecar import Location
-from sidecar.errors import ErrorKind
+from sidecar.model.errors import ErrorKind
 from tests.bridges.helpers import ctx, eventually, stdio
 from tests.bridges.test_supervision import FAST
 

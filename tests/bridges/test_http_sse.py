@@ -11,11 +11,11 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from bridges.manifest import ServerConfig
+from bridges.manifest.loading import ServerConfig
 from bridges.mcp import ServerPool
 from sidecar import Location, TextContent
-from sidecar.errors import ErrorKind
-from sidecar.events import CallProgress
+from sidecar.model.errors import ErrorKind
+from sidecar.model.events import CallProgress
 from tests.bridges.helpers import HttpServers, ctx, eventually, read_events
 
 pytestmark = pytest.mark.anyio

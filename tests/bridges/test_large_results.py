@@ -7,7 +7,7 @@ import pytest
 
 from bridges.mcp import ServerPool
 from sidecar import Location, TextContent
-from sidecar.errors import ErrorKind
+from sidecar.model.errors import ErrorKind
 from tests.bridges.helpers import ctx, stdio
 
 pytestmark = pytest.mark.anyio

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridges.manifest import ServerConfig
+from bridges.manifest.loading import ServerConfig
 from bridges.mcp import ServerPool
 from sidecar import Location, TextContent, Tool, ToolResponse
 from tests.bridges.helpers import HttpServers, ctx, eventually, legacy, stdio

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bridges.manifest import ServerConfig
+from bridges.manifest.loading import ServerConfig
 from bridges.mcp import ServerPool
 from sidecar import Location, TextContent
 from tests.bridges.helpers import ctx

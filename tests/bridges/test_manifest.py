@@ -9,8 +9,8 @@ from pathlib import Path
 
 import jsonschema
 
-from bridges.manifest import ServerConfig, load_manifests
-from bridges.manifest_schema import manifest_json_schema
+from bridges.manifest.loading import ServerConfig, load_manifests
+from bridges.manifest.schema import manifest_json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 

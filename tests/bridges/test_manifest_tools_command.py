@@ -16,7 +16,7 @@ import pytest
 from bridges.manifest_tools import BASE_ENV
 from managed_store import Drained, SpoolWriter
 from sidecar import ErrorKind, TextContent
-from sidecar.permission import PermissionRule
+from sidecar.model.permissions import PermissionRule
 from tests.bridges.manifest_tools_support.location import (
     call,
     context,

@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from bridges.manifest import load_manifests
+from bridges.manifest.loading import load_manifests
 from bridges.manifest_tools import (
     CommandToolConfig,
     HttpRequestConfig,

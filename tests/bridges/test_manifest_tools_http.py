@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from bridges.manifest import load_manifests
+from bridges.manifest.loading import load_manifests
 from bridges.manifest_tools import manifest_tool_validator
 from sidecar import ErrorKind, ImageContent
-from sidecar.permission import PermissionRule
+from sidecar.model.permissions import PermissionRule
 from tests.bridges.manifest_tools_support.http_app import (
     PNG,
     SECRET_TOKEN,

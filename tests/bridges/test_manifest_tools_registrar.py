@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from bridges.manifest import load_manifests
+from bridges.manifest.loading import load_manifests
 from bridges.manifest_tools import ManifestTools, manifest_tool_validator
 from sidecar import ErrorKind, Tool, ToolResponse
-from sidecar.errors import RegistrationError
+from sidecar.model.errors import RegistrationError
 from tests.bridges.manifest_tools_support.location import (
     call,
     eventually,

@@ -15,12 +15,12 @@ import anyio
 import httpx
 import pytest
 
-from bridges.manifest import ServerConfig
+from bridges.manifest.loading import ServerConfig
 from bridges.mcp import ServerPool
 from bridges.mcp.oauth.login import login, logout
 from sidecar import Location
-from sidecar.errors import ErrorKind
-from sidecar.grant_store import FileGrantStore
+from sidecar.model.errors import ErrorKind
+from sidecar.stores.grants import FileGrantStore
 from tests.bridges.helpers import ctx, eventually
 from tests.bridges.oauth_server import OAuthServer
 from tests.live_server import live_server

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from bridges.manifest import ServerConfig
+from bridges.manifest.loading import ServerConfig
 from bridges.mcp import ServerPool
 from bridges.mcp.oauth.login import login
 from bridges.mcp.oauth.upstream import UpstreamAuth
 from sidecar import Location
-from sidecar.grant_keys import GrantKeys
-from sidecar.grant_store import FileGrantStore, GrantStore
-from sidecar.postgres_grants import PostgresGrantStore
+from sidecar.backends.postgres.grant_keys import GrantKeys
+from sidecar.backends.postgres.grants import PostgresGrantStore
+from sidecar.stores.grants import FileGrantStore, GrantStore
 from tests.bridges.helpers import ctx, eventually
 from tests.bridges.oauth_server import OAuthServer
 from tests.bridges.test_oauth import follow

@@ -9,10 +9,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bridges.manifest import ServerConfig
+from bridges.manifest.loading import ServerConfig
 from bridges.mcp import ServerPool
 from sidecar import ImageContent, Location, TextContent
-from sidecar.events import CallProgress
+from sidecar.model.events import CallProgress
 from tests.bridges.helpers import (
     LOOPBACK_PRELOAD,
     HttpServers,

@@ -91,7 +91,7 @@ async def test_secrets_never_reach_health_or_logs(
                         env={"API_TOKEN": secret}),
         "http": {"url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": f"Bearer {secret}"}},
     }
-    from bridges.manifest import ServerConfig
+    from bridges.manifest.loading import ServerConfig
 
     configs = {k: v if isinstance(v, ServerConfig) else ServerConfig(**v)
                for k, v in servers.items()}

@@ -8,7 +8,7 @@ from pydantic import BaseModel
 
 from bridges.mcp import ServerPool
 from sidecar import Location, Tool, ToolResponse
-from sidecar.errors import ErrorKind
+from sidecar.model.errors import ErrorKind
 from tests.bridges.helpers import ctx, stdio
 
 pytestmark = pytest.mark.anyio

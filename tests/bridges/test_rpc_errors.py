@@ -8,10 +8,10 @@ import sys
 import anyio
 import pytest
 
-from bridges.manifest import ServerConfig
+from bridges.manifest.loading import ServerConfig
 from bridges.mcp import ServerPool
 from sidecar import Location
-from sidecar.errors import ErrorKind
+from sidecar.model.errors import ErrorKind
 from tests.bridges.helpers import SERVERS, SharedServer, ctx
 
 pytestmark = pytest.mark.anyio

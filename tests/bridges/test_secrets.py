@@ -13,8 +13,8 @@ import pytest
 from keyring.backends.fail import Keyring as FailKeyring
 from keyring.backends.null import Keyring as NullKeyring
 
-from bridges.manifest import ServerConfig, load_manifests
-from sidecar.grant_store import FileGrantStore
+from bridges.manifest.loading import ServerConfig, load_manifests
+from sidecar.stores.grants import FileGrantStore
 
 
 def write(tmp_path: Path, entry: dict[str, object]) -> Path:

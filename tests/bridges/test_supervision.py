@@ -9,10 +9,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from bridges.manifest import ServerConfig
+from bridges.manifest.loading import ServerConfig
 from bridges.mcp import Backoff, ServerHealth, ServerPool
 from sidecar import Location, TextContent, Tool, ToolResponse
-from sidecar.errors import ErrorKind
+from sidecar.model.errors import ErrorKind
 from tests.bridges.helpers import (
     ctx,
     eventually,

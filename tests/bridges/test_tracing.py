@@ -15,9 +15,10 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from bridges.manifest import AnnotationPermissions
+from bridges.manifest.loading import AnnotationPermissions
 from bridges.mcp import ServerPool
-from sidecar import Location, tracing
+from sidecar import Location
+from sidecar.model import tracing
 from tests.bridges.helpers import ctx, eventually, read_events, stdio
 
 pytestmark = pytest.mark.anyio

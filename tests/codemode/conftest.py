@@ -13,9 +13,9 @@ from pydantic import BaseModel, Field
 
 from sidecar import Location, Tool, ToolContext, ToolFailure, ToolResponse
 from sidecar.codemode import CodeModeLimits, Sandbox, codemode_snapshot
-from sidecar.outcome import Outcome
-from sidecar.permission import PermissionRequest
-from sidecar.snapshot import Snapshot
+from sidecar.execution.snapshot import Snapshot
+from sidecar.model.outcome import Outcome
+from sidecar.model.permissions import PermissionRequest
 
 
 class AddIn(BaseModel):

@@ -13,9 +13,9 @@ from sidecar import Tool, ToolResponse
 from sidecar.codemode.catalog import Catalog, identifier
 from sidecar.codemode.search import search, tokens
 from sidecar.codemode.stubs import describe
-from sidecar.content import text_of
-from sidecar.errors import ErrorKind
-from sidecar.registry import Entry, Registry
+from sidecar.model.content import text_of
+from sidecar.model.errors import ErrorKind
+from sidecar.registry.registry import Entry, Registry
 
 from .conftest import Env, ctx
 

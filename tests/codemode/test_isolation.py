@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.content import text_of
+from sidecar.model.content import text_of
 
 from .conftest import Env
 

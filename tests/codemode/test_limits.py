@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sidecar.codemode import CodeModeLimits
-from sidecar.content import text_of
+from sidecar.model.content import text_of
 
 from .conftest import Env
 

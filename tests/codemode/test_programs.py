@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from sidecar.content import text_of
-from sidecar.errors import ErrorKind
-from sidecar.permission import PermissionRule
+from sidecar.model.content import text_of
+from sidecar.model.errors import ErrorKind
+from sidecar.model.permissions import PermissionRule
 
 from .conftest import Env, wait_until
 

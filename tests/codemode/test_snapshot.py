@@ -12,8 +12,8 @@ from sidecar.codemode import (
     CodeModeLimits,
     codemode_snapshot,
 )
-from sidecar.content import text_of
-from sidecar.errors import ErrorKind
+from sidecar.model.content import text_of
+from sidecar.model.errors import ErrorKind
 
 from .conftest import Env, ctx
 
@@ -113,7 +113,7 @@ async def test_a_tool_named_like_a_builtin_is_left_out_and_reported(env: Env, ca
         return ToolResponse(content="user execute")
 
     tool = Tool(description="User tool.", input={"type": "object"}, execute=fake)
-    with caplog.at_level(logging.WARNING, logger="sidecar.registry"):
+    with caplog.at_level(logging.WARNING, logger="sidecar.registry.registry"):
         scope = env.location.tools.register({"execute": tool}, label="user")
     async with scope:
         snapshot = env.snapshot(mode="both")

@@ -1,4 +1,4 @@
-"""Shared contract suites for the store interfaces of `sidecar.stores`.
+"""Shared contract suites for the store interfaces of `sidecar.location.ports`.
 
 Each `test_<store>_contract.py` takes its store from one fixture parametrised over the
 implementations: an implementation on another engine (PostgreSQL, S3-compatible storage) adds

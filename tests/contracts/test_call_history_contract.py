@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from sidecar.call_history import CallQuery, CallRecord, InvalidQuery, SqliteCallHistory
-from sidecar.postgres_call_history import PostgresCallHistory
-from sidecar.stores import CallHistory
+from sidecar.backends.postgres.call_history import PostgresCallHistory
+from sidecar.location.ports import CallHistory
+from sidecar.stores.call_history import CallQuery, CallRecord, InvalidQuery, SqliteCallHistory
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio
@@ -30,7 +30,7 @@ async def _sqlite(tmp_path: Path, request: pytest.FixtureRequest) -> OpenHistory
 
 async def _postgres(tmp_path: Path, request: pytest.FixtureRequest) -> OpenHistory:
     """A fresh database on the session's real PostgreSQL server (a pool per open)."""
-    from sidecar.postgres import open_pool
+    from sidecar.backends.postgres.pool import open_pool
 
     server: PostgresServer = request.getfixturevalue("postgres_server")
     dsn = await server.new_database()

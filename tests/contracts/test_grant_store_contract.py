@@ -20,15 +20,15 @@ import pytest
 from keyring.backend import KeyringBackend
 from keyring.backends.fail import Keyring as FailKeyring
 
-from sidecar.grant_keys import GrantKeys
-from sidecar.grant_store import (
+from sidecar.backends.postgres.grant_keys import GrantKeys
+from sidecar.backends.postgres.grants import PostgresGrantStore
+from sidecar.stores.grants import (
     FileGrantStore,
     GrantStore,
     GrantStoreUnavailable,
     KeyringGrantStore,
     open_grant_store,
 )
-from sidecar.postgres_grants import PostgresGrantStore
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio

@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from managed_store import InvalidRef, ManagedNotFound, ManagedStore, StoreStats
-from sidecar.stores import TextStore
+from sidecar.location.ports import TextStore
 from tests.fleet.postgres import PostgresServer
 from tests.fleet.s3 import S3Server
 

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.content import TextContent
-from sidecar.errors import CallError, CallIdConflict, ErrorKind
-from sidecar.outcome import Outcome
-from sidecar.outcome_log import SqliteOutcomeLog
-from sidecar.postgres_outcome_log import PostgresOutcomeLog
-from sidecar.replica import replica_id
-from sidecar.stores import OutcomeLog
-from sidecar.tool import ToolContext
+from sidecar.backends.postgres.outcome_log import PostgresOutcomeLog
+from sidecar.location.ports import OutcomeLog
+from sidecar.model.content import TextContent
+from sidecar.model.errors import CallError, CallIdConflict, ErrorKind
+from sidecar.model.outcome import Outcome
+from sidecar.model.replica import replica_id
+from sidecar.model.tool import ToolContext
+from sidecar.stores.outcome_log import SqliteOutcomeLog
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio

@@ -1,5 +1,5 @@
 """The `PendingLogins` contract (OAuth logins waiting for the browser's redirect,
-`sidecar.pending_logins`), run against `MemoryPendingLogins` and `PostgresPendingLogins` (on
+`sidecar.stores.pending_logins`), run against `MemoryPendingLogins` and `PostgresPendingLogins` (on
 the session's real PostgreSQL, two stores on one database as two replicas): a state is
 taken once, by the server it was started for, before its expiry; otherwise the rejection
 names why (unknown, used, expired). The outcome one replica records is read by another; a
@@ -20,15 +20,15 @@ import anyio
 import asyncpg
 import pytest
 
-from sidecar.grant_keys import GrantKeyMissing, GrantKeys
-from sidecar.pending_logins import (
+from sidecar.backends.postgres.grant_keys import GrantKeyMissing, GrantKeys
+from sidecar.backends.postgres.pending_logins import PostgresPendingLogins
+from sidecar.model.replica import replica_id
+from sidecar.stores.pending_logins import (
     LoginStateRejected,
     MemoryPendingLogins,
     PendingLogins,
     state_key,
 )
-from sidecar.postgres_pending_logins import PostgresPendingLogins
-from sidecar.replica import replica_id
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio

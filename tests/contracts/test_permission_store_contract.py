@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.permission import PermissionRequest, PermissionRule
-from sidecar.permission_service import PermissionService
-from sidecar.permission_store import SqlitePermissionStore
-from sidecar.postgres_permission_store import PostgresPermissionStore
-from sidecar.stores import PermissionStore, StoredRule
+from sidecar.backends.postgres.permissions import PostgresPermissionStore
+from sidecar.backends.sqlite.permissions import SqlitePermissionStore
+from sidecar.location.ports import PermissionStore, StoredRule
+from sidecar.model.permissions import PermissionRequest, PermissionRule
+from sidecar.policy.permission_service import PermissionService
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio

@@ -10,11 +10,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from sidecar.pins import Pin, Pins, SqlitePinStore, definition_json, fingerprint
-from sidecar.postgres_pins import PostgresPinStore
-from sidecar.registry import Entry, ToolDefinition
-from sidecar.stores import PinStore
-from sidecar.tool import Tool
+from sidecar.backends.postgres.pins import PostgresPinStore
+from sidecar.location.ports import PinStore
+from sidecar.model.tool import Tool
+from sidecar.registry.pins import Pin, Pins, SqlitePinStore, definition_json, fingerprint
+from sidecar.registry.registry import Entry, ToolDefinition
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio
@@ -144,9 +144,9 @@ async def test_an_approval_through_another_releases_a_held_change(
 ) -> None:
     """Both hold the same change (two replicas of a fleet on one database); approving it
     through one releases it in the other at its next look at the store."""
-    import sidecar.pins
+    import sidecar.registry.pins
 
-    monkeypatch.setattr(sidecar.pins, "APPROVAL_POLL_SECONDS", 0.02)
+    monkeypatch.setattr(sidecar.registry.pins, "APPROVAL_POLL_SECONDS", 0.02)
     both = [Pins(await open_store()), Pins(await open_store())]
     for pins in both:
         pins.policy = lambda server: "hold"

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from sidecar.postgres import open_pool
-from sidecar.postgres_snapshots import PostgresSnapshotRecords
-from sidecar.snapshot_records import (
+from sidecar.backends.postgres.pool import open_pool
+from sidecar.backends.postgres.snapshots import PostgresSnapshotRecords
+from sidecar.stores.snapshot_records import (
     MemorySnapshotRecords,
     SnapshotLimits,
     SnapshotRecipe,
@@ -164,8 +164,8 @@ async def test_a_database_gone_is_a_records_error(postgres_server: PostgresServe
 async def test_a_version_1_table_is_migrated(postgres_server: PostgresServer) -> None:
     """PostgreSQL only: a database made by the first layout (no owner column) gets it at
     open, keeping its rows."""
-    from sidecar import postgres_snapshots
-    from sidecar.postgres import migrate
+    from sidecar.backends.postgres import snapshots as postgres_snapshots
+    from sidecar.backends.postgres.pool import migrate
 
     dsn = await postgres_server.new_database()
     pool = await open_pool(dsn, max_size=1)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sidecar.audit_redaction import (
+from sidecar.model.audit_redaction import (
     MASK,
     MAX_PARSED,
     Redaction,
@@ -14,7 +14,7 @@ from sidecar.audit_redaction import (
     key_words,
     redact,
 )
-from sidecar.call_history import AuditSettings
+from sidecar.stores.call_history import AuditSettings
 
 
 @pytest.mark.parametrize(("key", "words"), [

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sidecar.bounding import (
+from sidecar.execution.bounding import (
     bound_content,
     line_count,
     marker_text,
@@ -12,9 +12,9 @@ from sidecar.bounding import (
     render_preview,
     utf8_length,
 )
-from sidecar.content import ImageContent, TextContent
-from sidecar.outcome import ManagedText
-from sidecar.tool import Bounds
+from sidecar.model.content import ImageContent, TextContent
+from sidecar.model.outcome import ManagedText
+from sidecar.model.tool import Bounds
 
 REF = "m_" + "a" * 26
 # Texts rich in newlines and multi-byte characters, long enough to cross small bounds.

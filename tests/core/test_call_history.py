@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.audit_redaction import MASK, redact
-from sidecar.call_history import (
+from sidecar.model.audit_redaction import MASK, redact
+from sidecar.stores.call_history import (
     AuditSettings,
     CallQuery,
     CallRecord,

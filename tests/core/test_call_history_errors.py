@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.call_history import CallQuery, SqliteCallHistory
+from sidecar.stores.call_history import CallQuery, SqliteCallHistory
 from tests.core.test_call_history import row
 
 pytestmark = pytest.mark.anyio

@@ -3,9 +3,9 @@ from typing import Any
 import pydantic
 import pytest
 
-from sidecar.codec import JsonSchemaCodec, PydanticCodec, make_codec, validator_cache_size
-from sidecar.errors import CodecError, SchemaDefinitionError
-from sidecar.tool import Tool
+from sidecar.model.codec import JsonSchemaCodec, PydanticCodec, make_codec, validator_cache_size
+from sidecar.model.errors import CodecError, SchemaDefinitionError
+from sidecar.model.tool import Tool
 
 
 class Point(pydantic.BaseModel):

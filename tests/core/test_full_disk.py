@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from sidecar import Location, Tool, ToolContext, ToolResponse
-from sidecar.errors import ErrorKind
+from sidecar.model.errors import ErrorKind
 
 pytestmark = pytest.mark.anyio
 
@@ -38,7 +38,7 @@ async def test_enospc_while_retaining_is_operational_not_lossy(tmp_path, tiny_st
     async def run(args: In, ctx):
         return ToolResponse(content=("z" * 99 + "\n") * (args.size // 100))
 
-    caplog.set_level(logging.ERROR, logger="sidecar.seam")
+    caplog.set_level(logging.ERROR, logger="sidecar.execution.seam")
     async with Location.open(tmp_path, state_dir=tiny_state) as loc:
         loc.tools.register({"dump": Tool(description="d", input=In, execute=run)})
         snap = loc.snapshot()

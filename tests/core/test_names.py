@@ -3,7 +3,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.names import MAX_NAME_LENGTH, effective_name, is_valid_name
+from sidecar.model.names import MAX_NAME_LENGTH, effective_name, is_valid_name
 
 VALID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 keys = st.text(min_size=1, max_size=200)
@@ -75,9 +75,9 @@ def test_a_key_that_already_starts_with_the_namespace_is_not_prefixed_again():
 
 
 def test_dropping_the_prefix_never_takes_a_name_another_key_gets_by_the_plain_rule():
-    from sidecar.names import plain_names
-    from sidecar.registry import build_entries
-    from sidecar.tool import Tool
+    from sidecar.model.names import plain_names
+    from sidecar.model.tool import Tool
+    from sidecar.registry.registry import build_entries
 
     plain = plain_names([("status", "git"), ("git_status", "git")])
     assert plain == {"git_status"}

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.content import TextContent
-from sidecar.errors import CallIdConflict
-from sidecar.outcome import Outcome
-from sidecar.outcome_log import (
+from sidecar.model.content import TextContent
+from sidecar.model.errors import CallIdConflict
+from sidecar.model.outcome import Outcome
+from sidecar.model.tool import ToolContext
+from sidecar.stores.outcome_log import (
     CHECKPOINT_EVERY,
     OutcomeLogError,
     SettledFilter,
     SqliteOutcomeLog,
 )
-from sidecar.tool import ToolContext
 
 pytestmark = pytest.mark.anyio
 

@@ -13,10 +13,10 @@ import pytest
 from pydantic import BaseModel
 
 from sidecar import Location, TextContent, Tool, ToolContext
-from sidecar.errors import ErrorKind
-from sidecar.outcome import Outcome
-from sidecar.outcome_log import SqliteOutcomeLog
-from sidecar.sqlite_wal import file_size, wal_path
+from sidecar.backends.sqlite.wal import file_size, wal_path
+from sidecar.model.errors import ErrorKind
+from sidecar.model.outcome import Outcome
+from sidecar.stores.outcome_log import SqliteOutcomeLog
 
 pytestmark = pytest.mark.anyio
 

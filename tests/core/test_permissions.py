@@ -8,11 +8,11 @@ import pytest
 from pydantic import BaseModel
 
 from sidecar import Location, Tool, ToolContext, ToolResponse
-from sidecar.errors import ErrorKind, ToolFailure
-from sidecar.events import PermissionAsked
-from sidecar.permission import PermissionRequest, PermissionRule, decide
-from sidecar.permission_service import PermissionService, UnknownAsk
-from sidecar.permission_store import SqlitePermissionStore
+from sidecar.backends.sqlite.permissions import SqlitePermissionStore
+from sidecar.model.errors import ErrorKind, ToolFailure
+from sidecar.model.events import PermissionAsked
+from sidecar.model.permissions import PermissionRequest, PermissionRule, decide
+from sidecar.policy.permission_service import PermissionService, UnknownAsk
 
 pytestmark = pytest.mark.anyio
 

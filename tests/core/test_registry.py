@@ -8,9 +8,9 @@ import pytest
 from pydantic import BaseModel
 
 from sidecar import Location, Tool, ToolContext, ToolResponse
-from sidecar.errors import ErrorKind, RegistrationError
-from sidecar.registry import Registry, Tools, application_registry
-from sidecar.snapshot import SnapshotExpired, SnapshotStore
+from sidecar.execution.snapshot import SnapshotExpired, SnapshotStore
+from sidecar.model.errors import ErrorKind, RegistrationError
+from sidecar.registry.registry import Registry, Tools, application_registry
 
 pytestmark = pytest.mark.anyio
 

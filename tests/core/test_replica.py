@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-CODE = "import os; from sidecar.replica import replica_id; print(replica_id(), os.getpid())"
+CODE = "import os; from sidecar.model.replica import replica_id; print(replica_id(), os.getpid())"
 
 
 def run(value: str | None) -> tuple[str, str]:

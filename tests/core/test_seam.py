@@ -22,8 +22,8 @@ from sidecar import (
     ToolResponse,
     ToolUnavailable,
 )
-from sidecar.call_history import CallQuery
-from sidecar.errors import ErrorKind
+from sidecar.model.errors import ErrorKind
+from sidecar.stores.call_history import CallQuery
 
 pytestmark = pytest.mark.anyio
 
@@ -198,7 +198,7 @@ async def test_other_exceptions_are_operational_with_an_id_in_the_log(location, 
     async def run(args, context):
         raise KeyError("secret internal detail")
 
-    caplog.set_level(logging.ERROR, logger="sidecar.seam")
+    caplog.set_level(logging.ERROR, logger="sidecar.execution.seam")
     async with location.tools.register({"t": Tool(description="d", input=EchoIn, execute=run)}):
         outcome = await location.snapshot().execute("t", {"text": "x"}, ctx())
     error = outcome.error
@@ -312,7 +312,7 @@ async def test_oversized_or_invalid_metadata_is_dropped_with_a_warning(location,
         "big": Tool(description="d", input=EchoIn, execute=big),
         "bad": Tool(description="d", input=EchoIn, execute=bad),
     }
-    caplog.set_level(logging.WARNING, logger="sidecar.metadata")
+    caplog.set_level(logging.WARNING, logger="sidecar.model.metadata")
     async with location.tools.register(tools):
         snap = location.snapshot()
         big_outcome = await snap.execute("big", {"text": "x"}, ctx("c1"))
@@ -443,7 +443,7 @@ async def test_registration_is_validated_whole(location):
 
     good = Tool(description="d", input=EchoIn, execute=run)
     bad = Tool(description="d", input={"type": "string"}, execute=run)
-    from sidecar.errors import RegistrationError
+    from sidecar.model.errors import RegistrationError
 
     with pytest.raises(RegistrationError, match="'bad'"):
         location.tools.register({"good": good, "bad": bad})

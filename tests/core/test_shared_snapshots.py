@@ -13,11 +13,11 @@ import pytest
 from pydantic import BaseModel
 
 from sidecar import Location, Tool, ToolContext, ToolResponse
-from sidecar.content import TextContent
-from sidecar.daemon import DEFAULT_WIRING, open_local_stores
-from sidecar.snapshot import SnapshotExpired
-from sidecar.snapshot_records import MemorySnapshotRecords, SnapshotRecords
-from sidecar.stores import StoreOptions, Stores
+from sidecar.daemon.daemon import DEFAULT_WIRING, open_local_stores
+from sidecar.execution.snapshot import SnapshotExpired
+from sidecar.location.ports import StoreOptions, Stores
+from sidecar.model.content import TextContent
+from sidecar.stores.snapshot_records import MemorySnapshotRecords, SnapshotRecords
 
 pytestmark = pytest.mark.anyio
 

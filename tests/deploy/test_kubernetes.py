@@ -16,8 +16,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from bridges.manifest import load_manifests
-from sidecar.state_dir import UnsafeStateDir, prepare_state_dir
+from bridges.manifest.loading import load_manifests
+from sidecar.stores.state_dir import UnsafeStateDir, prepare_state_dir
 from tests.deploy.daemon_facts import (
     CHILD_ENV,
     FLEET_CONTRACT_ENV,

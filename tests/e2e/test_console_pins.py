@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from sidecar import Location
-from sidecar.events import DefinitionChanged
+from sidecar.model.events import DefinitionChanged
 from sidecar.serve.app import build_app
 from tests.e2e.test_pins import CHANGED, ORIGINAL, TOKEN, ctx, description, manifests, ready
 from tests.live_server import live_server

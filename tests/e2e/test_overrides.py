@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from sidecar import Location, ToolContext
-from sidecar.events import ManifestsReloaded
+from sidecar.model.events import ManifestsReloaded
 from tests.bridges.helpers import TESTSERVER
 
 pytestmark = pytest.mark.anyio

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from sidecar import Location, ToolContext
-from sidecar.events import DefinitionChanged
+from sidecar.model.events import DefinitionChanged
 from sidecar.serve.app import build_app
 from tests.bridges.helpers import TESTSERVER
 from tests.live_server import live_server

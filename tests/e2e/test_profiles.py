@@ -20,7 +20,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from sidecar import Location, ToolContext
-from sidecar.profiles import UnknownProfile
+from sidecar.registry.profiles import UnknownProfile
 from sidecar.serve.app import build_app
 from sidecar.serve.mcp_facade import mcp_http
 from tests.bridges.helpers import TESTSERVER

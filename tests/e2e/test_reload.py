@@ -11,8 +11,8 @@ import psutil
 import pytest
 
 from sidecar import Location, ToolContext
-from sidecar.errors import ErrorKind
-from sidecar.events import ManifestsReloaded
+from sidecar.model.errors import ErrorKind
+from sidecar.model.events import ManifestsReloaded
 from tests.bridges.helpers import TESTSERVER
 
 pytestmark = pytest.mark.anyio

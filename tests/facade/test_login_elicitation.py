@@ -19,9 +19,9 @@ import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 
-from bridges.manifest import ServerConfig
+from bridges.manifest.loading import ServerConfig
 from bridges.mcp.oauth.login import login
-from sidecar.grant_store import FileGrantStore
+from sidecar.stores.grants import FileGrantStore
 from tests.bridges.helpers import eventually
 from tests.bridges.oauth_server import OAuthServer
 from tests.daemons import stop_daemon

@@ -14,7 +14,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from sidecar.replica import replica_id
+from sidecar.model.replica import replica_id
 from sidecar.serve.mcp_facade import CALL_ID_KEY, rounds
 from tests.facade.conftest import Served, fixture_server, serving
 from tests.facade.test_http import connect

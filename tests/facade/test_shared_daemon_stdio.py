@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sidecar.local_door import OwnerLock
+from sidecar.serve.local_door import OwnerLock
 from tests.daemons import daemon_pid, stop_daemon
 from tests.facade.conftest import fixture_server, write_manifest
 from tests.facade.test_stdio_pipes import answers, check, conversation
@@ -279,7 +279,7 @@ def test_the_health_report_names_a_failed_facade_while_the_daemon_stops() -> Non
     """What `/v1/health` merges over the Location's report (`Api.health_extras`) once a task
     of the facade died: 503 (`unavailable`), the first failure named, later ones ignored.
     (A real daemon closes its listeners as it stops, so no new request sees this window.)"""
-    from sidecar.daemon import FacadeHealth
+    from sidecar.daemon.daemon import FacadeHealth
 
     extras: dict[str, object] = {}
     facade = FacadeHealth()

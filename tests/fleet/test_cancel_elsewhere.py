@@ -2,7 +2,7 @@
 on one real PostgreSQL database. A call running on A is cancelled through B exactly as a
 DELETE on A cancels it (202 `cancelling`, the waiting caller gets 409 `cancelled`, nothing is
 recorded); when A is dead (kill -9) B answers 409 `running_elsewhere` after a bounded wait
-instead of hanging. `sidecar/postgres_cancels.py` carries the request."""
+instead of hanging. `sidecar/backends/postgres/cancels.py` carries the request."""
 
 from __future__ import annotations
 

@@ -20,11 +20,11 @@ import anyio.abc
 import asyncpg
 import pytest
 
-from sidecar.local_door import database_of
-from sidecar.postgres import LOCK_MIGRATE
-from sidecar.postgres_call_history import PostgresCallHistory
-from sidecar.postgres_grants import PostgresGrantStore
-from sidecar.postgres_tokens import PostgresTokenStore
+from sidecar.backends.postgres.call_history import PostgresCallHistory
+from sidecar.backends.postgres.grants import PostgresGrantStore
+from sidecar.backends.postgres.pool import LOCK_MIGRATE
+from sidecar.backends.postgres.tokens import PostgresTokenStore
+from sidecar.serve.local_door import database_of
 from tests.fleet.postgres import PostgresServer
 from tests.fleet.test_grant_rekey import new_key
 from tests.fleet.test_replicas import start_replica, stop

@@ -366,9 +366,9 @@ async def test_call_history_rows_wait_for_the_database(anyio_backend: str) -> No
     """Rows added while the database is stopped are kept and written once it is back; a
     query meanwhile fails (the route's 503) instead of waiting for the writer; closing while
     it is down does not hang."""
-    from sidecar.call_history import CallQuery
-    from sidecar.postgres import database_failure
-    from sidecar.postgres_call_history import PostgresCallHistory
+    from sidecar.backends.postgres.call_history import PostgresCallHistory
+    from sidecar.backends.postgres.pool import database_failure
+    from sidecar.stores.call_history import CallQuery
     from tests.fleet.test_postgres_stores import _row
 
     server = await asyncio.to_thread(PostgresServer.start)

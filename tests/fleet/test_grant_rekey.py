@@ -26,12 +26,12 @@ import anyio.abc
 import asyncpg
 import pytest
 
-from sidecar.grant_keys import GrantKeys, key_id
-from sidecar.grant_store import GrantRecord
-from sidecar.local_door import database_of
-from sidecar.postgres import LOCK_GRANT_UPDATE
-from sidecar.postgres_grants import PostgresGrantStore
-from sidecar.postgres_pending_logins import PostgresPendingLogins
+from sidecar.backends.postgres.grant_keys import GrantKeys, key_id
+from sidecar.backends.postgres.grants import PostgresGrantStore
+from sidecar.backends.postgres.pending_logins import PostgresPendingLogins
+from sidecar.backends.postgres.pool import LOCK_GRANT_UPDATE
+from sidecar.serve.local_door import database_of
+from sidecar.stores.grants import GrantRecord
 from tests.fleet.postgres import PostgresServer
 
 # Every test runs the CLI as a process: one event loop flavour is enough.

@@ -1,4 +1,5 @@
-"""The replica's pool (`sidecar.postgres.open_pool`) resets a connection going back to it only
+"""The replica's pool (`sidecar.backends.postgres.pool.open_pool`) resets a connection going back
+to it only
 when the connection may carry session state: whatever a store did on it, the next borrower
 finds no LISTEN, no advisory lock, no open transaction and no changed setting. Checked on a
 real PostgreSQL (tests/fleet/postgres.py) with a pool of one connection, so the borrower
@@ -14,9 +15,9 @@ import asyncpg
 import pytest
 
 from managed_store.s3 import S3Settings, S3TextStore
-from sidecar.postgres import open_pool
-from sidecar.postgres_claims import CHANNEL
-from sidecar.postgres_outcome_log import PostgresOutcomeLog
+from sidecar.backends.postgres.claims import CHANNEL
+from sidecar.backends.postgres.outcome_log import PostgresOutcomeLog
+from sidecar.backends.postgres.pool import open_pool
 from tests.fleet.postgres import PostgresServer
 from tests.fleet.s3 import S3Server
 

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 import asyncpg
 import pytest
 
-from sidecar.errors import ErrorKind, ToolFailure
-from sidecar.permission import PendingAsk, PermissionRequest, PermissionRule
-from sidecar.permission_service import PermissionService, UnknownAsk
-from sidecar.postgres import open_pool
-from sidecar.postgres_asks import PostgresAsks
-from sidecar.postgres_permission_store import PostgresPermissionStore
+from sidecar.backends.postgres.asks import PostgresAsks
+from sidecar.backends.postgres.permissions import PostgresPermissionStore
+from sidecar.backends.postgres.pool import open_pool
+from sidecar.model.errors import ErrorKind, ToolFailure
+from sidecar.model.permissions import PendingAsk, PermissionRequest, PermissionRule
+from sidecar.policy.permission_service import PermissionService, UnknownAsk
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio

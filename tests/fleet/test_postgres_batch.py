@@ -1,4 +1,5 @@
-"""Group commit (`sidecar.postgres_batch.Batcher`) on a real PostgreSQL: what each caller gets,
+"""Group commit (`sidecar.backends.postgres.batch.Batcher`) on a real PostgreSQL: what each caller
+gets,
 cancellation, error isolation. The statement doubles integers given as text; a gate held by
 the test keeps a batch in flight while the test acts."""
 
@@ -11,8 +12,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from sidecar.postgres import open_pool
-from sidecar.postgres_batch import Batcher
+from sidecar.backends.postgres.batch import Batcher
+from sidecar.backends.postgres.pool import open_pool
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio

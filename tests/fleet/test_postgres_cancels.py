@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import asyncpg
 import pytest
 
-from sidecar.postgres import open_pool
-from sidecar.postgres_cancels import PostgresCancels
+from sidecar.backends.postgres.cancels import PostgresCancels
+from sidecar.backends.postgres.pool import open_pool
 from tests.fleet.postgres import FailsOnce, PostgresServer
 
 pytestmark = pytest.mark.anyio
@@ -122,11 +122,12 @@ async def test_locations_on_one_database_stay_apart(fleet: Fleet) -> None:
 
 async def test_restarts_racing_for_a_lost_listen_hold_one_connection(fleet: Fleet) -> None:
     """A replica's poll and a request can both find the LISTEN connection lost and restart
-    it at once (`sidecar.postgres.Listening`): one connection listens, none is kept beside
+    it at once (`sidecar.backends.postgres.pool.Listening`): one connection listens, none is kept
+    beside
     it (two restarts at once used to hold two, one never given back)."""
     import logging
 
-    from sidecar.postgres import Listening
+    from sidecar.backends.postgres.pool import Listening
 
     listening = Listening(fleet.pool, "sidecar_test_restart", lambda *_: None, what="tests",
                           poll_interval=1.0, log=logging.getLogger("tests"))

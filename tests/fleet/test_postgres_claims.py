@@ -1,4 +1,4 @@
-"""In-flight claims on PostgreSQL (`sidecar.postgres_claims`): two outcome logs on one real
+"""In-flight claims on PostgreSQL (`sidecar.backends.postgres.claims`): two outcome logs on one real
 database stand for two replicas (tests/fleet/postgres.py)."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import asyncpg
 import pytest
 
 from sidecar import Location, Tool, ToolFailure, ToolResponse
-from sidecar.content import TextContent
-from sidecar.errors import CallIdConflict, ErrorKind
-from sidecar.outcome import Outcome
-from sidecar.outcome_log import OutcomeLogError
-from sidecar.postgres_claims import CHANNEL, claim_key
-from sidecar.postgres_outcome_log import PostgresOutcomeLog
-from sidecar.seam import Seam
-from sidecar.tool import ToolContext
+from sidecar.backends.postgres.claims import CHANNEL, claim_key
+from sidecar.backends.postgres.outcome_log import PostgresOutcomeLog
+from sidecar.execution.seam import Seam
+from sidecar.model.content import TextContent
+from sidecar.model.errors import CallIdConflict, ErrorKind
+from sidecar.model.outcome import Outcome
+from sidecar.model.tool import ToolContext
+from sidecar.stores.outcome_log import OutcomeLogError
 from tests.fleet.postgres import INTERNAL_CLIENT_ERROR, FailsOnce, PostgresServer
 
 pytestmark = pytest.mark.anyio

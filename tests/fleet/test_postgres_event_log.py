@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from sidecar.events import EventBus, RegistryChanged
-from sidecar.postgres import open_pool
-from sidecar.serve.postgres_event_log import PostgresEventLog
-from sidecar.stores import NumberedEvent
+from sidecar.backends.postgres.event_log import PostgresEventLog
+from sidecar.backends.postgres.pool import open_pool
+from sidecar.location.ports import NumberedEvent
+from sidecar.model.events import EventBus, RegistryChanged
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio

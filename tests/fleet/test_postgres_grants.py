@@ -16,15 +16,15 @@ from pathlib import Path
 import anyio
 import pytest
 
-from sidecar.grant_keys import (
+from sidecar.backends.postgres.grant_keys import (
     GrantKeyInvalid,
     GrantKeyMissing,
     GrantKeys,
     GrantSealError,
     key_id,
 )
-from sidecar.postgres import DatabaseError, open_pool
-from sidecar.postgres_grants import PostgresGrantStore
+from sidecar.backends.postgres.grants import PostgresGrantStore
+from sidecar.backends.postgres.pool import DatabaseError, open_pool
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio
@@ -130,7 +130,7 @@ async def test_a_malformed_key_is_refused_at_open(
     with pytest.raises(GrantKeyInvalid, match="SIDECAR_GRANT_KEY: the key is not base64"):
         await PostgresGrantStore.open(dsn)
 
-    from sidecar.daemon_stores import _open_grants, _Opening
+    from sidecar.daemon.stores import _open_grants, _Opening
 
     pool = await open_pool(dsn)
     try:

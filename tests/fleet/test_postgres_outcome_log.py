@@ -9,11 +9,11 @@ import time
 import asyncpg
 import pytest
 
-from sidecar.content import TextContent
-from sidecar.outcome import Outcome
-from sidecar.outcome_log import OutcomeLogError
-from sidecar.postgres_outcome_log import SCHEMA_VERSION, PostgresOutcomeLog
-from sidecar.tool import ToolContext
+from sidecar.backends.postgres.outcome_log import SCHEMA_VERSION, PostgresOutcomeLog
+from sidecar.model.content import TextContent
+from sidecar.model.outcome import Outcome
+from sidecar.model.tool import ToolContext
+from sidecar.stores.outcome_log import OutcomeLogError
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio

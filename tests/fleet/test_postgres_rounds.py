@@ -13,10 +13,10 @@ from typing import Any
 import asyncpg
 import pytest
 
-from sidecar.postgres import open_pool
-from sidecar.postgres_rounds import PostgresRounds
-from sidecar.replica import replica_id
-from sidecar.shared_rounds import Relay, RoundHolderGone, RoundUnknown
+from sidecar.backends.postgres.pool import open_pool
+from sidecar.backends.postgres.rounds import PostgresRounds
+from sidecar.model.replica import replica_id
+from sidecar.stores.shared_rounds import Relay, RoundHolderGone, RoundUnknown
 from tests.fleet.postgres import FailsOnce, PostgresServer
 
 pytestmark = [pytest.mark.anyio,

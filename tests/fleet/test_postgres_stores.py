@@ -13,20 +13,20 @@ import anyio
 import asyncpg
 import pytest
 
-from sidecar.call_history import CallQuery, CallRecord
-from sidecar.cli_output import EXIT_DATABASE
-from sidecar.postgres import (
+from sidecar.backends.postgres.call_history import PostgresCallHistory
+from sidecar.backends.postgres.permissions import PostgresPermissionStore
+from sidecar.backends.postgres.pins import PostgresPinStore
+from sidecar.backends.postgres.pool import (
     LOCK_PRUNE_CALLS,
     DatabaseError,
     PostgresStore,
     SchemaTooNew,
     database_error_in,
 )
-from sidecar.postgres_call_history import PostgresCallHistory
-from sidecar.postgres_permission_store import PostgresPermissionStore
-from sidecar.postgres_pins import PostgresPinStore
-from sidecar.postgres_tokens import PostgresTokenStore
-from sidecar.tokens import create_token, verify_token
+from sidecar.backends.postgres.tokens import PostgresTokenStore
+from sidecar.cli.output import EXIT_DATABASE
+from sidecar.stores.call_history import CallQuery, CallRecord
+from sidecar.stores.tokens import create_token, verify_token
 from tests.fleet.postgres import PostgresServer
 from tests.fleet.test_replicas import SIDECAR
 

@@ -34,7 +34,7 @@ import asyncpg
 import httpx
 import pytest
 
-from sidecar.pending_logins import state_key
+from sidecar.stores.pending_logins import state_key
 from tests.bridges.helpers import free_port
 from tests.bridges.oauth_server import OAuthServer
 from tests.fleet.haproxy import HAProxy

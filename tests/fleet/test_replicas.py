@@ -124,7 +124,7 @@ def test_the_same_call_id_sent_to_both_at_once_has_one_outcome(
 ) -> None:
     """Both answers are the one stored outcome, and the command ran once: the replica that
     did not claim the call id waits for the other's outcome and replays it
-    (`sidecar/postgres_claims.py`; tests/fleet/test_claims.py has the kill -9 case)."""
+    (`sidecar/backends/postgres/claims.py`; tests/fleet/test_claims.py has the kill -9 case)."""
     url_a, url_b, token, runs = replicas
 
     async def both() -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-from sidecar.postgres import LOCK_PRUNE_OUTCOMES
+from sidecar.backends.postgres.pool import LOCK_PRUNE_OUTCOMES
 from tests.fleet.postgres import PostgresServer
 from tests.fleet.test_replicas import start_replica, stop
 

@@ -4,7 +4,7 @@ line naming the failed task; its state directory is left intact for the next sta
 
 No task of the daemon is known to fail that way any more (`test_location_failure.py` shows the
 last known one contained), so the failure is made with the documented drill
-(`sidecar.failure_drill`): `SIDECAR_DRILL_LOCATION_FAILURE=1`, then SIGUSR2, raises in a task
+(`sidecar.daemon.failure_drill`): `SIDECAR_DRILL_LOCATION_FAILURE=1`, then SIGUSR2, raises in a task
 of a task group the serving task entered, as a failing supervisor's task group would. The
 daemon is a real `sidecar serve` process; nothing of it is mocked."""
 

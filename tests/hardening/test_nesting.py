@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.json_depth import MAX_JSON_DEPTH
+from sidecar.model.json_depth import MAX_JSON_DEPTH
 from tests.hardening.conftest import SIDECAR, Daemon, start_daemon, stop_daemon
 
 MCP_HEADERS = {"content-type": "application/json",

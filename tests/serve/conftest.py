@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from sidecar import Location, Tool, ToolResponse
-from sidecar.permission import PermissionRequest, PermissionRule
+from sidecar.model.permissions import PermissionRequest, PermissionRule
 from sidecar.serve.app import build_app
 from tests.live_server import live_server
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from sidecar import Tool
-from sidecar.serve.replay import definitions_for
+from sidecar.formats import definitions_for
 from tests.serve.conftest import TOKEN, EchoIn, EchoOut
 
 pytestmark = pytest.mark.anyio

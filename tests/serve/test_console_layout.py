@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from sidecar.cli_calls import _ago
+from sidecar.cli.calls import _ago
 from tests.serve.test_console import SIDECAR, Daemon, login, serving, shot
 from tests.serve.test_console import browser as browser  # a fixture
 from tests.serve.test_console import page as page  # a fixture

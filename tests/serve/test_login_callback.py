@@ -22,7 +22,7 @@ import anyio
 import httpx
 import pytest
 
-from sidecar.pending_logins import exchange_timeout_from_env, public_url_from_env
+from sidecar.stores.pending_logins import exchange_timeout_from_env, public_url_from_env
 from tests.bridges.helpers import free_port
 from tests.bridges.oauth_server import OAuthServer
 from tests.fleet.test_replica_grants import SIDECAR, start, stop, until

@@ -3,11 +3,11 @@ and past `MAX_LABELSETS` (tool, server) pairs new pairs still count under `other
 
 from __future__ import annotations
 
-from sidecar.call_history import CallRecord
-from sidecar.content import TextContent
-from sidecar.outcome import Outcome
+from sidecar.model.content import TextContent
+from sidecar.model.outcome import Outcome
 from sidecar.serve import metrics as metrics_module
 from sidecar.serve.metrics import Metrics
+from sidecar.stores.call_history import CallRecord
 
 
 def record(tool: str, server: str | None = "up", replayed: bool = False) -> CallRecord:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from bridges.manifest import load_manifests
+from bridges.manifest.loading import load_manifests
 
 ROOT = Path(__file__).resolve().parents[2]
 

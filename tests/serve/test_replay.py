@@ -21,19 +21,7 @@ import mcp.types
 import pytest
 from mcp_types import _v2025_11_25 as wire_2025
 
-from sidecar.content import (
-    AudioContent,
-    ContentItem,
-    ImageContent,
-    ResourceContent,
-    ResourceLink,
-    TextContent,
-    content_from_output,
-)
-from sidecar.errors import CallError, ErrorKind
-from sidecar.outcome import ManagedText, Outcome
-from sidecar.registry import ToolDefinition
-from sidecar.serve.replay import (
+from sidecar.formats import (
     FORMATS,
     NotStrictable,
     UnknownFormat,
@@ -45,6 +33,18 @@ from sidecar.serve.replay import (
     result_for,
     strict_schema,
 )
+from sidecar.model.content import (
+    AudioContent,
+    ContentItem,
+    ImageContent,
+    ResourceContent,
+    ResourceLink,
+    TextContent,
+    content_from_output,
+)
+from sidecar.model.errors import CallError, ErrorKind
+from sidecar.model.outcome import ManagedText, Outcome
+from sidecar.registry.registry import ToolDefinition
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.retention import parse_duration
+from sidecar.model.retention import parse_duration
 
 
 @pytest.mark.parametrize(("text", "seconds"), [

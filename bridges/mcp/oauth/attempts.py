@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from bridges.manifest import ServerConfig
+from bridges.manifest.loading import ServerConfig
 from bridges.mcp.oauth.login import login
-from sidecar.grant_store import GrantStore
-from sidecar.pending_logins import LoginCallbacks, state_key
+from sidecar.stores.grants import GrantStore
+from sidecar.stores.pending_logins import LoginCallbacks, state_key
 
 URL_WAIT = 30.0
 """How long `begin` waits for discovery and registration to give the URL."""

@@ -1,5 +1,5 @@
 """Logins whose redirect comes back to the daemon's public URL, on whichever replica the load
-balancer picks (`SIDECAR_PUBLIC_URL`; `sidecar.pending_logins`).
+balancer picks (`SIDECAR_PUBLIC_URL`; `sidecar.stores.pending_logins`).
 
 The replica that starts the login (`PublicRedirect.authorize`, in place of the SDK's
 authorization step) has discovered the authorization server and registered the client as
@@ -37,7 +37,7 @@ from mcp.shared.auth import (
 )
 from pydantic import ValidationError
 
-from bridges.manifest import ServerConfig
+from bridges.manifest.loading import ServerConfig
 from bridges.mcp.oauth.providers import (
     AuthorizationCodeAuth,
     AuthorizedElsewhere,
@@ -45,9 +45,9 @@ from bridges.mcp.oauth.providers import (
     build_auth,
 )
 from bridges.mcp.oauth.records import LoginStatus, canonical_resource
-from sidecar.grant_store import GrantStore
-from sidecar.pending_logins import PendingLogins
-from sidecar.replica import replica_id
+from sidecar.model.replica import replica_id
+from sidecar.stores.grants import GrantStore
+from sidecar.stores.pending_logins import PendingLogins
 
 OUTCOME_POLL = 0.5
 """How often the starting replica looks for the login's outcome."""

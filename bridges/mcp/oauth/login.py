@@ -31,15 +31,15 @@ from mcp.client.auth import OAuthFlowError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult
 
-from bridges.manifest import ServerConfig
-from bridges.manifest_oauth import OAuthSettings
+from bridges.manifest.loading import ServerConfig
+from bridges.manifest.oauth import OAuthSettings
 from bridges.mcp.oauth.callback import PublicRedirect
 from bridges.mcp.oauth.providers import Interactive, build_auth
 from bridges.mcp.oauth.records import LoginStatus, RecordStorage, canonical_resource
 from bridges.mcp.sse import sse_transport
 from bridges.mcp.transport_state import TransportState
-from sidecar.grant_store import GrantStore, GrantStoreUnavailable
-from sidecar.pending_logins import LoginCallbacks
+from sidecar.stores.grants import GrantStore, GrantStoreUnavailable
+from sidecar.stores.pending_logins import LoginCallbacks
 
 log = logging.getLogger("bridges.mcp.oauth")
 
@@ -235,7 +235,7 @@ def _grant_store_failed(exc: BaseException) -> bool:
     the SDK's auth flow during the probe), not the server refusing."""
     if "asyncpg" not in sys.modules:  # the fleet extra, imported only by a fleet grant store
         return False
-    from sidecar.postgres import database_failure
+    from sidecar.backends.postgres.pool import database_failure
 
     return database_failure(exc) is not None
 

@@ -52,15 +52,15 @@ from mcp.client.auth.utils import extract_field_from_www_auth, union_scopes
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata
 from pydantic import AnyUrl, ValidationError
 
-from bridges.manifest import ServerConfig
-from bridges.manifest_oauth import OAuthSettings
+from bridges.manifest.loading import ServerConfig
+from bridges.manifest.oauth import OAuthSettings
 from bridges.mcp.oauth.records import (
     LoginStatus,
     RecordStorage,
     canonical_resource,
     restore_metadata,
 )
-from sidecar.grant_store import GrantRecord, GrantStore, GrantStoreUnavailable
+from sidecar.stores.grants import GrantRecord, GrantStore, GrantStoreUnavailable
 
 log = logging.getLogger("bridges.mcp.oauth")
 

@@ -27,7 +27,7 @@ from mcp.shared.auth import (
 from mcp.shared.auth_utils import resource_url_from_server_url
 from pydantic import ValidationError
 
-from sidecar.grant_store import GrantRecord, GrantStore
+from sidecar.stores.grants import GrantRecord, GrantStore
 
 
 def canonical_resource(url: str) -> str:

@@ -21,10 +21,10 @@ from typing import Literal
 
 import anyio
 
-from bridges.manifest import ServerConfig
+from bridges.manifest.loading import ServerConfig
 from bridges.mcp.oauth.providers import CrossAppAuth, SidecarAuth, build_auth
 from bridges.mcp.oauth.records import LoginStatus, RecordStorage
-from sidecar.grant_store import GrantRecord, GrantStore, GrantStoreUnavailable
+from sidecar.stores.grants import GrantRecord, GrantStore, GrantStoreUnavailable
 
 log = logging.getLogger("bridges.mcp.oauth")
 

@@ -16,17 +16,17 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response, Stream
 from starlette.routing import BaseRoute, Route
 
 from managed_store import InvalidRef, ManagedNotFound
-from sidecar.call_history import CallQuery, InvalidQuery
-from sidecar.database_down import database_label, unavailable_message
-from sidecar.permission import Reply
-from sidecar.permission_service import RuleScope, UnknownAsk
-from sidecar.pins import NotHeld
+from sidecar.location.ports import EventLog
+from sidecar.model.permissions import Reply
+from sidecar.policy.permission_service import RuleScope, UnknownAsk
+from sidecar.registry.pins import NotHeld
 from sidecar.serve.console import pages
 from sidecar.serve.console.auth import ConsoleSession, ConsoleSessions
-from sidecar.stores import EventLog
+from sidecar.stores.call_history import CallQuery, InvalidQuery
+from sidecar.stores.database_down import database_label, unavailable_message
 
 if TYPE_CHECKING:
-    from sidecar.location import Location
+    from sidecar.location.location import Location
 
 Handler = Callable[[Request, ConsoleSession], Awaitable[Response]]
 BeginLogin = Callable[[str], Awaitable[dict[str, Any] | None]]

@@ -41,8 +41,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types.methods import serialize_server_result
 
-from sidecar import tracing
-from sidecar.database_down import database_label, unavailable_message
+from sidecar.model import tracing
 from sidecar.serve.listing_cache import ListingCache
 from sidecar.serve.mcp_facade import tools
 from sidecar.serve.mcp_facade.sessions import (
@@ -51,9 +50,10 @@ from sidecar.serve.mcp_facade.sessions import (
     Sessions,
     SessionState,
 )
+from sidecar.stores.database_down import database_label, unavailable_message
 
 if TYPE_CHECKING:
-    from sidecar.snapshot import Snapshot
+    from sidecar.execution.snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True)

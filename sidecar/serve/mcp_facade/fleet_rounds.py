@@ -2,7 +2,7 @@
 
 A call paused for the client's input (`rounds`) keeps running in the replica that paused it;
 its `requestState` token ends in `.<replica id>`. When the Location has `SharedRounds` (a
-fleet database, `sidecar.shared_rounds`) every paused state is listed there under a digest of
+fleet database, `sidecar.stores.shared_rounds`) every paused state is listed there under a digest of
 its token before the `input_required` answer leaves, and:
 
 - a resume that reaches the same replica takes the local path (`McpFacade._resume`, no
@@ -35,7 +35,7 @@ from sidecar.serve.mcp_facade.relays import quietly
 from sidecar.serve.mcp_facade.round_notes import RelayedNotes, deliver, wants_of
 from sidecar.serve.mcp_facade.rounds import ROUND_TTL, Execution, request_digest
 from sidecar.serve.mcp_facade.sessions import Sessions
-from sidecar.shared_rounds import (
+from sidecar.stores.shared_rounds import (
     Relay,
     RoundHolderGone,
     RoundLost,
@@ -46,7 +46,7 @@ from sidecar.shared_rounds import (
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
 
-    from sidecar.location import Location
+    from sidecar.location.location import Location
 
 _RESPONSES: TypeAdapter[types.InputResponses] = TypeAdapter(types.InputResponses)
 INVALID_STATE = "Invalid or expired requestState"

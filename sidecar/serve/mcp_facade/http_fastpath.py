@@ -31,7 +31,7 @@ timeout, so none of that is redone here. `_admit_session` and `_handle_request` 
 names of mcp 2.x; when they are missing, `HttpFastPath.installed` is False and every request
 takes the SDK's path (a test asserts that the fast path is on).
 
-`guard_depth` puts the nesting limit of `sidecar.json_depth` in front of a session manager,
+`guard_depth` puts the nesting limit of `sidecar.model.json_depth` in front of a session manager,
 the same on `/mcp` and every `/mcp/NAME`.
 """
 
@@ -50,8 +50,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sidecar import json_depth
-from sidecar.json_depth import JsonTooDeep
+from sidecar.model import json_depth
+from sidecar.model.json_depth import JsonTooDeep
 from sidecar.serve.mcp_facade.fast_answers import (
     Asks,
     FastCall,

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import mcp_types as types
 
-from sidecar.events import ServerHealthChanged
-from sidecar.snapshot import Snapshot
+from sidecar.execution.snapshot import Snapshot
+from sidecar.model.events import ServerHealthChanged
 
 if TYPE_CHECKING:
-    from sidecar.location import Location
+    from sidecar.location.location import Location
 
 MCP_ORIGIN = "mcp:"
 LOGIN_WAIT = 300.0

@@ -1,4 +1,4 @@
-"""`/mcp/{profile}`: one MCP endpoint per profile (`sidecar.profiles`), next to `/mcp`.
+"""`/mcp/{profile}`: one MCP endpoint per profile (`sidecar.registry.profiles`), next to `/mcp`.
 
 Each profile gets its own `McpFacade` (its sessions, its listings, its `list_changed`) and its
 own streamable-HTTP session manager, made on the first request that names the profile and
@@ -23,7 +23,7 @@ from sidecar.serve.mcp_facade.http_fastpath import HttpFastPath, guard_depth
 from sidecar.serve.mcp_facade.server import McpFacade
 
 if TYPE_CHECKING:
-    from sidecar.location import Location
+    from sidecar.location.location import Location
 
 Manager = Callable[[McpFacade], StreamableHTTPSessionManager]
 

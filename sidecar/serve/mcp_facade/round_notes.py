@@ -8,7 +8,7 @@ would reach that request on one machine:
                        log levels it opted in to with `io.modelcontextprotocol/logLevel`)
     holder             `RelayedNotes(relay)` is the continued call's channel
                        (`DownstreamCall.channel`): progress and log notifications become notes
-                       of the relay (`sidecar.shared_rounds.Relay`)
+                       of the relay (`sidecar.stores.shared_rounds.Relay`)
     resuming replica   `deliver(note, ...)` sends each note on its request's stream, with ITS
                        progress token, before the answer
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import mcp_types as types
 
-from sidecar.shared_rounds import Relay
+from sidecar.stores.shared_rounds import Relay
 
 __all__ = ["LOGS_PER_ROUND", "NOTE_BYTES", "RelayedNotes", "deliver", "wants_of"]
 

@@ -31,7 +31,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 
-from sidecar.replica import replica_id
+from sidecar.model.replica import replica_id
 
 ROUND_TTL = 300.0
 

@@ -51,10 +51,10 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from bridges.mcp.passthrough import InflightCall
-from sidecar import tracing
-from sidecar.database_down import database_label, unavailable_message
-from sidecar.events import CallProgress, CallSettled
-from sidecar.profiles import UnknownProfile
+from sidecar.execution.snapshot import Snapshot
+from sidecar.model import tracing
+from sidecar.model.events import CallProgress, CallSettled
+from sidecar.registry.profiles import UnknownProfile
 from sidecar.serve.listing_cache import ListingCache
 from sidecar.serve.mcp_facade import login_ask, tools, upstream
 from sidecar.serve.mcp_facade.fast_answers import FastAnswers
@@ -73,10 +73,10 @@ from sidecar.serve.mcp_facade.sessions import (
     Sessions,
     SessionState,
 )
-from sidecar.snapshot import Snapshot
+from sidecar.stores.database_down import database_label, unavailable_message
 
 if TYPE_CHECKING:
-    from sidecar.location import Location
+    from sidecar.location.location import Location
 
 log = logging.getLogger("sidecar.mcp")
 
@@ -98,7 +98,7 @@ class McpFacade(FastAnswers, UpstreamRelay, ResumeAnywhere):
     ) -> None:
         self.location = location
         self.profile = profile
-        """The profile served (`sidecar.profiles`; None: the default one)."""
+        """The profile served (`sidecar.registry.profiles`; None: the default one)."""
         self.sessions = Sessions(session_id)
         self.bus = InMemorySubscriptionBus()
         self._listings = ListingCache[types.ListToolsResult](4)

@@ -18,8 +18,8 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from sidecar.execution.snapshot import Snapshot
 from sidecar.serve.security import token_owner
-from sidecar.snapshot import Snapshot
 
 LOG_LEVELS: tuple[str, ...] = (
     "debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"

@@ -47,8 +47,8 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from bridges.mcp.framing import LargeLine, LineFramer, OversizedLine
-from sidecar import json_depth
-from sidecar.local_door import pipes_available as pipes_available
+from sidecar.model import json_depth
+from sidecar.serve.local_door import pipes_available as pipes_available
 
 log = logging.getLogger("sidecar.mcp")
 
@@ -104,7 +104,7 @@ async def pipe_wire(
     take_raw: Callable[[Any], bool], busy: Callable[[], bool],
     *, fds: tuple[int, int] | None = None,
 ) -> AsyncIterator[PipeWire]:
-    """Serve the wire on fds 0 and 1 (check `sidecar.local_door.pipes_available` first), or
+    """Serve the wire on fds 0 and 1 (check `sidecar.serve.local_door.pipes_available` first), or
     on `fds` (a client's stdin and stdout handed to the daemon over its local door; the wire
     owns and closes them, and fds 0 and 1 are left alone). `take_raw` is offered every parsed
     message first; what it keeps is not passed on. `busy` says whether requests `take_raw`

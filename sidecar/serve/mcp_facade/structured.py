@@ -29,12 +29,12 @@ from typing import Any
 import pydantic_core
 
 from managed_store import TextStore
-from sidecar.bounding import apply_preview, plan_bounding, utf8_length
-from sidecar.content import content_from_json
-from sidecar.outcome import Outcome
-from sidecar.serve.replay.results import META_PREFIX, mcp_content
-from sidecar.snapshot import Snapshot
-from sidecar.tool import Bounds, StructuredOutput
+from sidecar.execution.bounding import apply_preview, plan_bounding, utf8_length
+from sidecar.execution.snapshot import Snapshot
+from sidecar.formats.results import META_PREFIX, mcp_content
+from sidecar.model.content import content_from_json
+from sidecar.model.outcome import Outcome
+from sidecar.model.tool import Bounds, StructuredOutput
 
 STRUCTURED_META = f"{META_PREFIX}structured"
 OUTPUT_SCHEMA_META = f"{META_PREFIX}outputSchema"

@@ -24,11 +24,11 @@ from typing import Any
 import mcp_types as types
 
 from managed_store import TextStore
-from sidecar.outcome import Outcome
+from sidecar.execution.snapshot import Snapshot
+from sidecar.formats import definitions_for, result_for
+from sidecar.model.outcome import Outcome
+from sidecar.model.tool import Bounds, ToolContext
 from sidecar.serve.mcp_facade.structured import advertise_output_schemas, bound_structured
-from sidecar.serve.replay import definitions_for, result_for
-from sidecar.snapshot import Snapshot
-from sidecar.tool import Bounds, ToolContext
 
 log = logging.getLogger("sidecar.mcp")
 

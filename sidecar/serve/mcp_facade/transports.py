@@ -34,7 +34,7 @@ from sidecar.serve.mcp_facade.stdio_fastpath import FastCalls
 from sidecar.serve.mcp_facade.stdio_pipes import pipe_wire, pipes_available
 
 if TYPE_CHECKING:
-    from sidecar.location import Location
+    from sidecar.location.location import Location
 
 MCP_PATH = "/mcp"
 
@@ -45,7 +45,7 @@ async def serve_stdio(
 ) -> None:
     """Serve one MCP client on stdin/stdout until stdin closes. Nothing else is written to
     stdout: logs belong on stderr. One session id per call (`stdio-<hex>`). `profile`: the
-    profile served (`sidecar.profiles`; None: the default one).
+    profile served (`sidecar.registry.profiles`; None: the default one).
 
     On pipes (how agents start MCP servers) the wire runs on the event loop
     (`stdio_pipes`); otherwise, or with explicit streams, on the SDK's threaded transport.

@@ -1,0 +1,8 @@
+"""`python -m sidecar`: the `sidecar` command."""
+
+import sys
+
+from sidecar.cli.main import main
+
+if __name__ == "__main__":
+    sys.exit(main())

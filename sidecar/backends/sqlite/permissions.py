@@ -1,0 +1,95 @@
+"""`SqlitePermissionStore`: `always` permission replies in `<state>/permissions.sqlite`.
+
+The embedded `PermissionStore` (`sidecar.location.ports`). One connection, used from one worker
+thread, so no read or write blocks the event loop. Only the composition root names this class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from sidecar.location.ports import StoredRule
+from sidecar.model.permissions import PermissionRule
+from sidecar.stores.state_dir import PRIVATE_DIR_MODE, create_private_file
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS always_rules (
+    location   TEXT NOT NULL,
+    session_id TEXT NOT NULL,   -- '' for a Location-wide rule
+    action     TEXT NOT NULL,
+    resource   TEXT,
+    decision   TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS always_rules_location ON always_rules (location);
+"""
+
+
+class SqlitePermissionStore:
+    """Implements `PermissionStore` on one SQLite file (created 0600)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="permissions")
+        self._conn: sqlite3.Connection | None = None
+
+    @classmethod
+    async def open(cls, path: Path) -> SqlitePermissionStore:
+        store = cls(path)
+        try:
+            await store._run(store._connect)
+        except BaseException:
+            await store.aclose()
+            raise
+        return store
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    def _connect(self) -> None:
+        self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        create_private_file(self._path)  # 0600 from the start; SQLite's -wal/-shm follow it
+        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA journal_size_limit=1048576")  # rare writes: keep no big WAL
+        conn.executescript(_SCHEMA)
+        self._conn = conn
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise RuntimeError("the permission store is closed")
+        return self._conn
+
+    async def rules(self, location: str) -> list[StoredRule]:
+        def read() -> list[StoredRule]:
+            rows = self._db().execute(
+                "SELECT session_id, action, resource, decision FROM always_rules "
+                "WHERE location=? ORDER BY created_at, rowid",
+                (location,),
+            ).fetchall()
+            return [
+                StoredRule(session_id, PermissionRule(action, decision, resource))
+                for session_id, action, resource, decision in rows
+            ]
+
+        return await self._run(read)
+
+    async def add(self, location: str, session_id: str, rule: PermissionRule) -> None:
+        row = (location, session_id, rule.action, rule.resource, rule.decision, time.time())
+        await self._run(
+            lambda: self._db().execute("INSERT INTO always_rules VALUES (?,?,?,?,?,?)", row)
+        )
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await self._run(conn.close)
+        self._executor.shutdown(wait=False)
