@@ -220,9 +220,8 @@ def driver_names(base: Path) -> list[str]:
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
                     and id(node) not in docstrings:
                 names = [node.value]
-            for name in names:
-                if name.split(".")[0] in DRIVERS:
-                    found.append(f"{module} (line {getattr(node, 'lineno', 0)}): {name}")
+            line = getattr(node, "lineno", 0)
+            found += [f"{module} (line {line}): {n}" for n in names if n.split(".")[0] in DRIVERS]
     return found
 
 

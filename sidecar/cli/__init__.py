@@ -13,7 +13,7 @@ __all__ = ["main"]
 
 def __getattr__(name: str) -> Any:
     if name == "main":
-        from sidecar.cli.main import main
+        from sidecar.cli.commands import main
 
         return main
     raise AttributeError(f"module 'sidecar.cli' has no attribute {name!r}")

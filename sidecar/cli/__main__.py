@@ -2,7 +2,7 @@
 
 import sys
 
-from sidecar.cli.main import main
+from sidecar.cli.commands import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,5 +1,5 @@
 """`sidecar`'s argument parser: every command, its flags and their defaults (a contract: extend,
-never rename). `sidecar.cli.main` runs what it parses.
+never rename). `sidecar.cli.commands` runs what it parses.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from sidecar.serve.local_door import DEFAULT_IDLE_EXIT
 
 
 def build_parser(description: str) -> argparse.ArgumentParser:
-    """`sidecar`'s commands and flags (`sidecar.cli.main` runs them); `description`: the first
+    """`sidecar`'s commands and flags (`sidecar.cli.commands` runs them); `description`: the first
     line of `--help`."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--state-dir", help="state directory (default: $SIDECAR_STATE_DIR or "

@@ -1,5 +1,5 @@
 """Where a CLI command runs (its target): an embedded Location, or a running daemon over `/v1`
-(`sidecar.cli.main` picks one; `Backend` is what both offer)."""
+(`sidecar.cli.commands` picks one; `Backend` is what both offer)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ sources the manifests declare) and exports the wired class as `sidecar.Location`
 daemon commands (`serve`: native API + MCP over HTTP; `stdio`: MCP over stdin/stdout) from
 startup to graceful shutdown. Which implementation keeps each store is chosen in
 `sidecar.daemon.stores`, the root's other module. Nothing imports it but the CLI entry point
-(`sidecar.cli.main`) and the lazy `sidecar.Location` re-export (checked by
+(`sidecar.cli.commands`) and the lazy `sidecar.Location` re-export (checked by
 `tests/test_architecture.py`).
 """
 

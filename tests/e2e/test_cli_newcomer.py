@@ -151,7 +151,7 @@ def test_help_pages_and_client_config_json(tmp_path: Path) -> None:
     import argparse
     import re
 
-    from sidecar.cli.main import __doc__ as cli_doc
+    from sidecar.cli.commands import __doc__ as cli_doc
     from sidecar.cli.parser import build_parser
 
     def pages(parser: argparse.ArgumentParser, path: list[str]) -> Iterator[tuple[str, str]]:

@@ -8,7 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from sidecar.cli.main import EXIT_ADDRESS_IN_USE, EXIT_BROKEN_PIPE, EXIT_STATE_IN_USE
+from sidecar.cli.commands import EXIT_ADDRESS_IN_USE, EXIT_BROKEN_PIPE, EXIT_STATE_IN_USE
 from tests.hardening.conftest import SIDECAR, Daemon
 
 

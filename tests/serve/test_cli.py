@@ -153,7 +153,7 @@ def test_the_daemon_commands_freeze_the_startup_heap_before_their_loop_runs(argv
     """`main` with the daemon's body replaced by one that reports what the collector sees."""
     found = _in_subprocess(f"""
 import gc, json
-import sidecar.cli.main as cli
+import sidecar.cli.commands as cli
 seen = {{}}
 async def body(**kwargs):
     seen["frozen"] = gc.get_freeze_count()
@@ -175,7 +175,7 @@ def test_a_daemon_without_http_tools_does_not_import_httpx(tmp_path):
 import asyncio, json, sys
 from pathlib import Path
 from typing import Any
-import sidecar.cli.main, sidecar.serve.mcp_facade
+import sidecar.cli.commands, sidecar.serve.mcp_facade
 from sidecar import Location
 root = Path({str(tmp_path)!r})
 async def names(manifests):
@@ -200,7 +200,7 @@ def test_the_daemon_commands_spawn_their_stdio_servers_before_importing_the_sdk(
     found = _in_subprocess(f"""
 import json, sys
 import bridges.prestart
-import sidecar.cli.main as cli
+import sidecar.cli.commands as cli
 seen = {{}}
 def prestart(manifests):
     seen["manifests"] = [str(m) for m in manifests]
@@ -224,7 +224,7 @@ def test_sidecar_stdio_stops_prestarted_servers_its_location_did_not_claim(tmp_p
     found = _in_subprocess(f"""
 import json, os
 from bridges.prestart import PRESTARTED, StdioSpec
-import sidecar.cli.main as cli
+import sidecar.cli.commands as cli
 PRESTARTED.start([StdioSpec("sleep", ("60",), {{}}, None, 1)])
 [pid] = PRESTARTED.pids()
 code = cli.main(["stdio", "--standalone", "--manifests", {str(tmp_path / "manifests")!r},
