@@ -1,5 +1,6 @@
 """What CLI commands print, and the exit status they end with (part of the CLI's contract;
-`sidecar.cli.commands` re-exports the statuses): an outcome, a tool list, a health report, in colour on
+`sidecar.cli.commands` re-exports the statuses): an outcome, a tool list, a health report, in
+colour on
 a terminal (`Style`, off with `NO_COLOR`) or as JSON with `--json`.
 """
 

@@ -26,7 +26,7 @@ and a directory in the state dir: `SqliteOutcomeLog`, `SqlitePermissionStore`,
 chosen in `sidecar/daemon/daemon.py`, which hands them to `Location.open` as `Stores` through its
 `Wiring`
 (`OpenStores` + `EventLogFactory`). A fleet backend (PostgreSQL, S3-compatible storage)
-implements the same Protocols and passes the shared contract suites in `tests/contracts/`.
+implements the same Protocols and passes the shared contract suites in `tests/stores/`.
 Each Protocol is exactly what its callers use; the contract suites say what each method
 promises.
 """

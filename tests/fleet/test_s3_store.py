@@ -364,7 +364,7 @@ async def _alive(store: S3TextStore, *refs: str) -> list[bool]:
 
 
 async def test_owner_shares_hold_for_the_fleet(place: Place) -> None:
-    """The local store's per-owner rules (tests/store/test_store_owners.py) on S3, with two
+    """The local store's per-owner rules (tests/managed_store/test_store_owners.py) on S3, with two
     stores (replicas) writing for the owners."""
     a = await place.open(quota_bytes=100)  # share: 50 bytes
     other_pool = await asyncpg.create_pool(place.dsn, min_size=1, max_size=2)

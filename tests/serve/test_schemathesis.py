@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.serve.test_cli import SIDECAR
+from tests.cli.test_cli import SIDECAR
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -22,7 +22,8 @@ streams and a router per POST). Two requests are answered beside it, on both tra
 
 `fast_request` takes that decision for both transports; `FastAnswers` (mixed into
 `McpFacade`) answers with the same facade code and the same wire result the SDK route gives
-(checked byte for byte by `tests/facade/test_fast_answers_contract.py`). The transports that
+(checked byte for byte by `tests/serve/mcp_facade/test_fast_answers_contract.py`). The transports
+that
 use them: `stdio_fastpath` (the SDK's stdio streams and our pipes, `stdio_pipes`) and
 `http_fastpath` (/mcp). The rest of this module is their shared bookkeeping: calls in flight
 and their cancellation, server-to-client requests, the encoded listing.

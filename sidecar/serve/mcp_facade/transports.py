@@ -8,7 +8,7 @@ Which route a request takes, on both transports: plain `tools/call` (once tools 
 later `tools/list` of a 2025-era session take the fast route (`fast_answers`: the table and the
 reasons; stdio: `stdio_fastpath`, HTTP: `http_fastpath`); every other request takes the SDK's
 route into `McpFacade` (`server`). Both give the same bytes
-(`tests/facade/test_fast_answers_contract.py`). Security (bearer
+(`tests/serve/mcp_facade/test_fast_answers_contract.py`). Security (bearer
 token, Host/Origin) is the app's `SecurityMiddleware`: the SDK's own DNS-rebinding check is off
 so that one policy applies to every route.
 """

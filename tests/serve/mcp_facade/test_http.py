@@ -16,7 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from sidecar import Tool, ToolResponse
 from sidecar.serve.mcp_facade import CALL_ID_KEY
-from tests.facade.conftest import TOKEN, EchoIn, Served
+from tests.serve.mcp_facade.conftest import TOKEN, EchoIn, Served
 
 pytestmark = pytest.mark.anyio
 

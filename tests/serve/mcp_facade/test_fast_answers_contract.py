@@ -35,8 +35,8 @@ from sidecar.serve.mcp_facade import CALL_ID_KEY, MESSAGE_ID_KEY, mcp_http
 from sidecar.serve.mcp_facade.server import McpFacade
 from sidecar.serve.mcp_facade.stdio_fastpath import FastCalls
 from sidecar.serve.mcp_facade.transports import McpEndpoint
-from tests.facade.conftest import TOKEN, local_tools
 from tests.live_server import live_server
+from tests.serve.mcp_facade.conftest import TOKEN, local_tools
 
 pytestmark = pytest.mark.anyio
 

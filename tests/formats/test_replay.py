@@ -1,7 +1,7 @@
 """Provider replay: golden files per provider, plus structural checks of every wire value.
 
-Goldens live in `tests/serve/golden/<format>/<case>.json`. After a deliberate change, run
-`UPDATE_GOLDEN=1 pytest tests/serve/test_replay.py` and review the diff by eye against the
+Goldens live in `tests/formats/golden/<format>/<case>.json`. After a deliberate change, run
+`UPDATE_GOLDEN=1 pytest tests/formats/test_replay.py` and review the diff by eye against the
 provider's documented shape before committing it.
 """
 

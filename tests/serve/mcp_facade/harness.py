@@ -1,7 +1,8 @@
 """Run the MCP facade over a Location, the way `sidecar stdio` / `sidecar serve` will.
 
-    python tests/facade/harness.py stdio --manifests DIR --state-dir DIR
-    python tests/facade/harness.py http --manifests DIR --state-dir DIR [--port P] [--token T]
+    python tests/serve/mcp_facade/harness.py stdio --manifests DIR --state-dir DIR
+    python tests/serve/mcp_facade/harness.py http --manifests DIR --state-dir DIR [--port P]
+    [--token T]
 
 `http` prints `listening on http://127.0.0.1:PORT` to stderr once it serves (`--token` empty:
 no authentication). Logs go to stderr; stdout carries only MCP messages in stdio mode.
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import uvicorn
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
 
 from sidecar import Location  # noqa: E402

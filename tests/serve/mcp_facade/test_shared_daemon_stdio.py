@@ -27,10 +27,10 @@ import pytest
 
 from sidecar.serve.local_door import OwnerLock
 from tests.daemons import daemon_pid, stop_daemon
-from tests.facade.conftest import fixture_server, write_manifest
-from tests.facade.test_stdio_pipes import answers, check, conversation
+from tests.serve.mcp_facade.conftest import fixture_server, write_manifest
+from tests.serve.mcp_facade.test_stdio_pipes import answers, check, conversation
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 STDIO = [sys.executable, "-m", "sidecar.cli", "stdio"]
 SLEEP_SECONDS = 0.5
 SLEEP = {"name": "test_sleep", "arguments": {"seconds": SLEEP_SECONDS}}

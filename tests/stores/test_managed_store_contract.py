@@ -175,7 +175,7 @@ async def test_the_quota_evicts_oldest_first(open_store: OpenStore) -> None:
 
 async def test_every_engine_takes_an_owner(open_store: OpenStore) -> None:
     """`owner=` is part of the contract: every engine accepts it (the directory engine also
-    enforces per-owner shares: tests/store/test_store_owners.py)."""
+    enforces per-owner shares: tests/managed_store/test_store_owners.py)."""
     store = await open_store(quota_bytes=1000)
     put = await store.put("a" * 40, owner="session:a")
     async with store.open_spool(owner="token:b") as spool:

@@ -16,11 +16,11 @@ from mcp.shared.exceptions import MCPError
 
 from sidecar import Location
 from sidecar.serve.mcp_facade import CALL_ID_KEY
-from tests.facade.conftest import HARNESS, fixture_server, write_manifest
-from tests.facade.test_relays import elicitation, roots_answer, sampling
+from tests.serve.mcp_facade.conftest import HARNESS, fixture_server, write_manifest
+from tests.serve.mcp_facade.test_relays import elicitation, roots_answer, sampling
 
 pytestmark = pytest.mark.anyio
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def params(tmp_path: Path, protocol: str = "legacy") -> StdioServerParameters:

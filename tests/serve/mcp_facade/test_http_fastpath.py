@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from sidecar.serve.mcp_facade import CALL_ID_KEY
-from tests.facade.conftest import TOKEN, Served
+from tests.serve.mcp_facade.conftest import TOKEN, Served
 
 pytestmark = pytest.mark.anyio
 

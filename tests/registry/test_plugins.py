@@ -10,7 +10,7 @@ import pytest
 from sidecar import Location
 
 pytestmark = pytest.mark.anyio
-P = "tests.core.plugin_fixtures.sample"
+P = "tests.registry.plugin_fixtures.sample"
 
 
 async def test_plugins_activate_into_their_own_scopes_and_failures_are_isolated(tmp_path):

@@ -13,12 +13,12 @@ import pytest
 
 from sidecar import Tool, ToolContext, ToolResponse
 from sidecar.serve.mcp_facade import CALL_ID_KEY
-from tests.facade.conftest import EchoIn, serving
-from tests.facade.test_http import connect, raw_call
+from tests.serve.mcp_facade.conftest import EchoIn, serving
+from tests.serve.mcp_facade.test_http import connect, raw_call
 
 pytestmark = pytest.mark.anyio
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EVERYTHING = REPO / ".deps/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 
 

@@ -21,7 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.hardening.daemon_process import serving, sidecar_env
 
 pytestmark = pytest.mark.anyio
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TESTSERVER = REPO / "tests/bridges/servers/testserver.py"
 BOUND = 50 * 1024
 BIG = 2_000_000

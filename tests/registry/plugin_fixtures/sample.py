@@ -1,4 +1,4 @@
-"""Plugins used by tests/core/test_plugins.py (imported by dotted reference)."""
+"""Plugins used by tests/registry/test_plugins.py (imported by dotted reference)."""
 
 from pydantic import BaseModel
 

@@ -16,8 +16,8 @@ from mcp.shared.exceptions import MCPError
 
 from sidecar.model.replica import replica_id
 from sidecar.serve.mcp_facade import CALL_ID_KEY, rounds
-from tests.facade.conftest import Served, fixture_server, serving
-from tests.facade.test_http import connect
+from tests.serve.mcp_facade.conftest import Served, fixture_server, serving
+from tests.serve.mcp_facade.test_http import connect
 
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "2026-07-28"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.stores.call_history import CallQuery, SqliteCallHistory
-from tests.core.test_call_history import row
+from tests.backends.sqlite.test_call_history import row
 
 pytestmark = pytest.mark.anyio
 

@@ -18,7 +18,7 @@ from mcp.shared.memory import create_client_server_memory_streams
 from sidecar import Location
 from sidecar.serve.mcp_facade.server import McpFacade
 from sidecar.serve.mcp_facade.stdio_fastpath import FastCalls
-from tests.facade.conftest import local_tools
+from tests.serve.mcp_facade.conftest import local_tools
 
 pytestmark = pytest.mark.anyio
 

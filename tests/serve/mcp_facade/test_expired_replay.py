@@ -10,8 +10,8 @@ import pytest
 
 from sidecar import Tool, ToolResponse
 from sidecar.serve.mcp_facade import CALL_ID_KEY
-from tests.facade.conftest import EchoIn, serving
-from tests.facade.test_http import connect, raw_call
+from tests.serve.mcp_facade.conftest import EchoIn, serving
+from tests.serve.mcp_facade.test_http import connect, raw_call
 
 pytestmark = pytest.mark.anyio
 

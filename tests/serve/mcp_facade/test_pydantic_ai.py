@@ -31,8 +31,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from tests.facade.test_structured_success import BIG, BOUND, REPO, manifests
 from tests.hardening.daemon_process import serving, sidecar_env
+from tests.serve.mcp_facade.test_structured_success import BIG, BOUND, REPO, manifests
 
 pytestmark = pytest.mark.anyio
 REF = re.compile(r'managed_read\(ref="([^"]+)", offset=1, start=0\)')

@@ -25,12 +25,12 @@ from sidecar.stores.grants import FileGrantStore
 from tests.bridges.helpers import eventually
 from tests.bridges.oauth_server import OAuthServer
 from tests.daemons import stop_daemon
-from tests.facade.conftest import Served, serving
-from tests.facade.test_http import connect
 from tests.live_server import live_server
+from tests.serve.mcp_facade.conftest import Served, serving
+from tests.serve.mcp_facade.test_http import connect
 
 pytestmark = pytest.mark.anyio
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ERAS = ["legacy", "2026-07-28"]
 
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.facade.test_stdio_and_conformance import params
+from tests.serve.mcp_facade.test_stdio_and_conformance import params
 
 TEXT = "This is a simple text response for testing."
 WIDE = "é ✓ 😀 \u2028 \"quoted\" \\ back"

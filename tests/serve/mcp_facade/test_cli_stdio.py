@@ -14,7 +14,7 @@ from mcp import Client, StdioServerParameters, types
 from tests.daemons import stop_daemon
 
 pytestmark = pytest.mark.anyio
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
