@@ -38,7 +38,7 @@ from bridges.manifest_tools.templates import (
 from managed_store import TextStore
 from sidecar.model.content import ContentItem, TextContent
 from sidecar.model.errors import ErrorKind, ToolFailure
-from sidecar.model.permissions import PermissionGate, PermissionRequest
+from sidecar.model.permissions import PermissionGate, ask_permission
 from sidecar.model.tool import CallContext, Tool, ToolResponse
 
 SHELL = "/bin/sh"
@@ -107,13 +107,11 @@ class CommandCall:
             raise ToolFailure(f"{tool}: {exc}") from None
         env = command_env(config, os.environ)
         redact = Redactor([*config.env.values(), *(env.get(n, "") for n in config.env_allow)])
-        if self._permissions is not None:
-            await self._permissions.ask(PermissionRequest(
-                session_id=ctx.session_id, agent=ctx.agent, message_id=ctx.message_id,
-                call_id=ctx.call_id, action=tool, resources=(config.program,),
-                metadata={"kind": "command", "argv": _shown(argv), "cwd": config.cwd},
-                default=config.permission,
-            ))
+        await ask_permission(
+            self._permissions, ctx, resources=(config.program,),
+            metadata={"kind": "command", "argv": _shown(argv), "cwd": config.cwd},
+            default=config.permission,
+        )
         spec = ProcessSpec(
             argv=tuple(argv),
             cwd=cwd,

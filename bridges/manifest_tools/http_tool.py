@@ -34,7 +34,7 @@ from managed_store import TextStore
 from sidecar.model import tracing
 from sidecar.model.content import AudioContent, ContentItem, ImageContent
 from sidecar.model.errors import ErrorKind, ToolFailure
-from sidecar.model.permissions import PermissionGate, PermissionRequest
+from sidecar.model.permissions import PermissionGate, ask_permission
 from sidecar.model.tool import CallContext, Tool, ToolResponse
 
 EXCERPT_BYTES = 1000
@@ -91,13 +91,11 @@ class HttpCall:
         tool = ctx.tool_name
         request = self._build(args, tool)
         url = str(request.url)
-        if self._permissions is not None:
-            await self._permissions.ask(PermissionRequest(
-                session_id=ctx.session_id, agent=ctx.agent, message_id=ctx.message_id,
-                call_id=ctx.call_id, action=tool, resources=(url,),
-                metadata={"kind": "http", "method": request.method, "url": url},
-                default=self._config.permission,
-            ))
+        await ask_permission(
+            self._permissions, ctx, resources=(url,),
+            metadata={"kind": "http", "method": request.method, "url": url},
+            default=self._config.permission,
+        )
         what = f"{tool}: {request.method} {url}"
         deadline = asyncio.timeout(self._request.timeout)
         try:

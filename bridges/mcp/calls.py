@@ -39,7 +39,7 @@ from bridges.mcp.results import (
 )
 from sidecar.model import tracing
 from sidecar.model.errors import ErrorKind, ToolFailure
-from sidecar.model.permissions import PermissionGate, PermissionRequest
+from sidecar.model.permissions import PermissionGate, ask_permission
 from sidecar.model.tool import CallContext
 
 InputRequestFnT = Callable[[InflightCall, Any], Awaitable[Any]]
@@ -121,16 +121,11 @@ class Caller:
 
     async def __call__(self, tool: UpstreamTool, arguments: Any, ctx: CallContext) -> Any:
         config, _ = self._current()
-        if self._permissions is not None:
-            await self._permissions.ask(PermissionRequest(
-                session_id=ctx.session_id,
-                agent=ctx.agent,
-                message_id=ctx.message_id,
-                call_id=ctx.call_id,
-                action=ctx.tool_name,
-                metadata={"server": self.server, "tool": tool.name},
-                default=tool.permission_default,
-            ))
+        await ask_permission(
+            self._permissions, ctx,
+            metadata={"server": self.server, "tool": tool.name},
+            default=tool.permission_default,
+        )
         connection = await self._connection(tool.name, config)
         progress = CallProgress(ctx, self.server, tool.name, self.redact)
         self.inflight.append(progress)

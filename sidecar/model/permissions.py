@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from sidecar.model.errors import ErrorKind, ToolFailure
+from sidecar.model.tool import CallContext
 
 Decision = Literal["allow", "deny", "ask"]
 Reply = Literal["once", "always", "reject"]
@@ -110,6 +111,31 @@ class PermissionGate(Protocol):
     """What a trusted tool captures to ask before acting."""
 
     async def ask(self, request: PermissionRequest) -> None: ...
+
+
+async def ask_permission(
+    gate: PermissionGate | None,
+    ctx: CallContext,
+    *,
+    metadata: Mapping[str, Any],
+    resources: tuple[str, ...] = (),
+    default: Decision | None = None,
+) -> None:
+    """Ask `gate` whether the call `ctx` describes may run, its tool name as the action (the
+    session, agent, message and call ids come from `ctx`); returns when it may, raises what
+    `ask` raises otherwise. Without a gate there is nothing to ask."""
+    if gate is None:
+        return
+    await gate.ask(PermissionRequest(
+        session_id=ctx.session_id,
+        agent=ctx.agent,
+        message_id=ctx.message_id,
+        call_id=ctx.call_id,
+        action=ctx.tool_name,
+        resources=resources,
+        metadata=metadata,
+        default=default,
+    ))
 
 
 def decide(

@@ -313,6 +313,8 @@ async def test_permission_rules_and_asks_gate_the_request(location, server):
         allowed = await task
     assert denied.error.kind is ErrorKind.DENIED
     assert ask.request.action == "item" and ask.request.call_id == "asked"
+    assert (ask.request.session_id, ask.request.agent, ask.request.message_id) == (
+        "s1", "agent", "m1")
     assert ask.request.resources == (f"{server.url}/items/y",)
     assert ask.request.metadata == {"kind": "http", "method": "GET",
                                     "url": f"{server.url}/items/y"}
