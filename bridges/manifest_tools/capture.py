@@ -38,7 +38,7 @@ from types import TracebackType
 from typing import Self
 
 from managed_store import Drained, FdSpool, ManagedRef, TextSpool, TextStore
-from sidecar.execution.bounding import head_end, utf8_length
+from sidecar.model.text import head_end, utf8_length
 
 SPOOL_BATCH = 1024 * 1024
 """UTF-8 bytes gathered before one spool write."""

@@ -24,8 +24,8 @@ from managed_store import (
     TextStore,
     TooManySearches,
 )
-from sidecar.execution.bounding import line_count, utf8_length
 from sidecar.model.errors import ErrorKind, ToolFailure
+from sidecar.model.text import line_count, utf8_length
 from sidecar.model.tool import DEFAULT_BOUNDS, Annotations, Bounds, CallContext, Tool, ToolResponse
 
 DEFAULT_LIMIT = 200

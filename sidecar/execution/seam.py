@@ -33,7 +33,7 @@ from typing import Any
 
 from managed_store import ManagedStoreError, OwnerShareExceeded, RetentionError, TextStore
 from sidecar.backends.postgres.pool import DatabaseUnavailable, database_failure
-from sidecar.execution.bounding import apply_preview, plan_bounding, scrub_surrogates
+from sidecar.execution.bounding import apply_preview, plan_bounding
 from sidecar.execution.hooks import AfterCall, BeforeCall, Hooks
 from sidecar.execution.unrecorded import OutcomeKept, Unrecorded
 from sidecar.model import json_depth, tracing
@@ -51,6 +51,7 @@ from sidecar.model.events import CallProgress, CallSettled, EventSink
 from sidecar.model.metadata import DEFAULT_MAX_METADATA_BYTES, bound_metadata
 from sidecar.model.outcome import ManagedText, Outcome
 from sidecar.model.suggest import closest
+from sidecar.model.text import scrub_surrogates
 from sidecar.model.tool import DEFAULT_BOUNDS, Bounds, CallContext, ToolContext, ToolResponse
 from sidecar.registry.registry import Entry, Resolver
 from sidecar.stores.call_history import SettledCall

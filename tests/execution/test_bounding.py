@@ -6,14 +6,13 @@ from hypothesis import strategies as st
 
 from sidecar.execution.bounding import (
     bound_content,
-    line_count,
     marker_text,
     plan_preview,
     render_preview,
-    utf8_length,
 )
 from sidecar.model.content import ImageContent, TextContent
 from sidecar.model.outcome import ManagedText
+from sidecar.model.text import line_count, utf8_length
 from sidecar.model.tool import Bounds
 
 REF = "m_" + "a" * 26

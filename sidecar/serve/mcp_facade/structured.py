@@ -29,11 +29,12 @@ from typing import Any
 import pydantic_core
 
 from managed_store import TextStore
-from sidecar.execution.bounding import apply_preview, plan_bounding, utf8_length
+from sidecar.execution.bounding import apply_preview, plan_bounding
 from sidecar.execution.snapshot import Snapshot
 from sidecar.formats.results import META_PREFIX, mcp_content
 from sidecar.model.content import content_from_json
 from sidecar.model.outcome import Outcome
+from sidecar.model.text import utf8_length
 from sidecar.model.tool import Bounds, StructuredOutput
 
 STRUCTURED_META = f"{META_PREFIX}structured"
