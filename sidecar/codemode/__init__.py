@@ -39,7 +39,8 @@ from sidecar.codemode.catalog import Catalog, CatalogTool
 from sidecar.codemode.limits import DEFAULT_LIMITS, CodeModeLimits
 from sidecar.codemode.program import ProgramError, ProgramRun
 from sidecar.codemode.sandbox import RunGuard, Sandbox, SandboxClosed
-from sidecar.codemode.snapshot import BUILTIN_NAMES, MODES, CodeModeSetting, codemode_snapshot
+from sidecar.codemode.snapshot import BUILTIN_NAMES, codemode_snapshot
+from sidecar.model.codemode import MODES, CodeModeSetting
 
 __all__ = [
     "BUILTIN_NAMES",

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Literal
 
 from sidecar.codemode.builtins import describe_tool, execute_tool, search_tool
 from sidecar.codemode.catalog import Catalog
@@ -28,10 +27,9 @@ from sidecar.codemode.limits import DEFAULT_LIMITS, CodeModeLimits
 from sidecar.codemode.sandbox import Sandbox
 from sidecar.execution.seam import Seam
 from sidecar.execution.snapshot import Snapshot
+from sidecar.model.codemode import MODES, CodeModeSetting
 from sidecar.registry.registry import Entry, build_entries
 
-CodeModeSetting = Literal["direct", "codemode", "both"]
-MODES: tuple[CodeModeSetting, ...] = ("direct", "codemode", "both")
 BUILTIN_NAMES = ("execute", "search_tools", "describe_tools")
 
 log = logging.getLogger("sidecar.codemode")

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sidecar.codemode.snapshot import CodeModeSetting
+from sidecar.model.codemode import CodeModeSetting
 from sidecar.model.errors import SidecarError
 from sidecar.model.permissions import SCOPE_RULES, PermissionRule
 from sidecar.model.tool import Bounds, CallContext, Tool, tool_with
