@@ -2,29 +2,9 @@
 text parsed before it is redacted, long strings cut. Imports only `sidecar.model.json_depth`;
 exports `redact`, `Redaction`, `key_words`, `is_secret_key` and the word lists.
 
-A key is matched after normalising it (`key_words`): NFKC and case folded, split at `-`, `_`,
-`.`, spaces, camelCase humps and digits, so `X-Api-Key`, `x_api_key` and `xApiKey` all read
-`x api key` (`XAPIKey` reads `xapi key`: an acronym run cannot be split; joined, it matches).
-It is a secret when
-
-- its words joined (`xapikey`) contain one of `SECRET_SUBSTRINGS`: words long and distinctive
-  enough to match inside another word (`password`, `apikey`, `privatekey`, ...), or
-- one of its words is one of `SECRET_WORDS`: short words that only mean a secret on their own
-  (`auth`, `pass`, `pwd`, `bearer`; `author` and `passage` are kept).
-
-The lists cover the key names of detect-secrets' keyword plugin (`api_?key`, `auth_?key`,
-`priv_?key`, `db_?pass`, `key_?pass`, `password`, `passwd`, `pwd`, `secret`, ...; v1.5) and
-the header and field names of common HTTP and SDK credentials (`authorization`, `cookie`,
-`x-api-key`, `bearer`, `*_token`, `credentials`). That library itself is not a dependency:
-it exposes its list as regular expressions inside a source-file scanner, and would bring
-`requests` and `pyyaml` for a dozen words. Masking errs on the side of too much: `max_tokens`
-is masked too.
-
-A string holding a JSON object or array (the OpenAI `arguments` form, or a field that carries
-a JSON document) is parsed and redacted: at the top level the copy is the parsed value (the
-seam parses it the same way before the tool sees it); inside a value, the text is re-encoded
-when something in it was masked. JSON text longer than `MAX_PARSED` is not parsed and not kept
-(a note says how long it was), since its first 256 characters may hold a secret.
+Which keys are secrets: `is_secret_key`; how JSON text and long strings are treated: `redact`.
+Masking errs on the side of too much (`max_tokens` is masked too). Where the word lists come
+from: sidecar/model/README.md.
 """
 
 from __future__ import annotations
@@ -68,13 +48,30 @@ def key_words(key: str) -> tuple[str, ...]:
 
 def is_secret_key(key: str, mask: Iterable[str] = ()) -> bool:
     """Whether `key` looks like it names a secret, or is one of `mask` once both are normalised
-    (`customer_id` matches `customerId`)."""
+    (`customer_id` matches `customerId`).
+
+    A key is read as words (`key_words`): NFKC and case folded, split at `-`, `_`, `.`, spaces,
+    camelCase humps and digits, so `X-Api-Key`, `x_api_key` and `xApiKey` all read `x api key`
+    (`XAPIKey` reads `xapi key`: an acronym run cannot be split; joined, it matches). It is a
+    secret when its words joined (`xapikey`) contain one of `SECRET_SUBSTRINGS`: words long and
+    distinctive enough to match inside another word (`password`, `apikey`, `privatekey`, ...),
+    or when one of its words is one of `SECRET_WORDS`: short words that only mean a secret on
+    their own (`auth`, `pass`, `pwd`, `bearer`; `author` and `passage` are kept).
+    """
     return Redaction(mask).secret(key)
 
 
 def redact(value: Any, mask: Iterable[str] = ()) -> Any:
     """`value` with secret-looking and `mask` keys masked, JSON text redacted and long strings
-    cut: a copy where something changed, else `value` itself (and its unchanged parts)."""
+    cut: a copy where something changed, else `value` itself (and its unchanged parts).
+
+    A string holding a JSON object or array (the OpenAI `arguments` form, or a field that
+    carries a JSON document) is parsed and redacted: at the top level the copy is the parsed
+    value (the seam parses it the same way before the tool sees it); inside a value, the text
+    is re-encoded when something in it was masked. JSON text longer than `MAX_PARSED` is not
+    parsed and not kept (a note says how long it was), since its first 256 characters may hold
+    a secret. Other strings longer than `MAX_STRING` are cut.
+    """
     return Redaction(mask).copy(value)
 
 

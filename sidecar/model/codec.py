@@ -1,19 +1,17 @@
 """Codecs: wire JSON <-> the values a tool sees, plus the JSON Schema that describes them.
 
-Accepted as a tool's `input`/`output`:
+Exports `make_codec` (from a pydantic model class or `TypeAdapter`, a raw JSON Schema dict, or
+any `Codec`), `Codec`, `CodecLike`, `PydanticCodec`, `JsonSchemaCodec` and `json_path`.
+Imports `sidecar.model.errors` only. Building a codec needs no services.
 
-- a pydantic model class or a `TypeAdapter` (decode = validate JSON-compatible data;
-  encode = validate, then dump in JSON mode; schema from pydantic);
-- a raw JSON Schema dict (checked when the codec is built; draft from `$schema`, default
-  2020-12; validators compiled once and cached by schema; no remote `$ref` is ever fetched);
-  `jsonschema` is the reference. A value made only of plain JSON types is first offered to
-  `jsonschema-rs` (the same drafts, compiled to Rust, about 50x faster): what it accepts is
-  accepted; anything it rejects, cannot compile or cannot read is judged by `jsonschema`,
-  which also writes every error message;
-- any object implementing `Codec` (decode, encode, json_schema).
-
-Building a codec needs no services. Every failure is a `CodecError` whose `path` is a JSON
-path (`$.items[2].name`) into the value, or into the schema for `SchemaDefinitionError`.
+Pydantic: decode = validate JSON-compatible data; encode = validate, then dump in JSON mode.
+A JSON Schema dict is checked when the codec is built (draft from `$schema`, default 2020-12;
+validators compiled once and cached by schema; no remote `$ref` is ever fetched). `jsonschema`
+is the reference: a value of plain JSON types is first offered to `jsonschema-rs` (the same
+drafts, about 50x faster), what it accepts is accepted, and anything else is judged by
+`jsonschema`, which writes every error message. Every failure is a `CodecError` whose `path`
+is a JSON path (`$.items[2].name`) into the value, or into the schema for
+`SchemaDefinitionError`.
 """
 
 from __future__ import annotations

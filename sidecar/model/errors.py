@@ -1,7 +1,5 @@
-"""Errors of the sidecar core.
-
-Two families, kept apart on purpose: what a *tool* may raise to tell the model something, and
-what the *seam* reports about a call.
+"""Errors of the core: what a *tool* may raise to tell the model something, and what the *seam*
+reports about a call (two families, kept apart). Imports nothing of ours.
 
     Exception
     ├── ToolFailure                 raised by a tool: the only model-visible failure it can cause
@@ -10,15 +8,11 @@ what the *seam* reports about a call.
         ├── CodecError              a value does not fit a codec (carries the JSON path)
         │   └── SchemaDefinitionError   a JSON Schema is itself invalid (when a tool is built)
         ├── RegistrationError       a registration was rejected whole
-        └── CallIdConflict          a call id already settled a different call (the seam
-                                    answers it with a `conflict` error; nothing runs)
+        └── CallIdConflict          a call id already settled a different call
 
-Every terminal failure of a call becomes one `CallError` inside an `Outcome`; its `kind` is one
-of `ErrorKind` (`conflict`: the call id already settled a different call, so nothing ran;
-`expired`: the call id's outcome was pruned after the retention period, so nothing ran;
-`interrupted`: the call started but never settled durably, so it is not run again).
-Every kind is model-visible except `operational`, which carries an `error_id` that also
-appears in the daemon log next to the traceback.
+Every terminal failure of a call becomes one `CallError` inside an `Outcome`, its `kind` one of
+`ErrorKind`: every kind is model-visible except `operational`, which carries an `error_id`
+that also appears in the daemon log next to the traceback.
 """
 
 from __future__ import annotations
@@ -40,6 +34,7 @@ class ErrorKind(enum.StrEnum):
     TIMEOUT = "timeout"
     UPSTREAM = "upstream"
     CONFLICT = "conflict"
+    """The call id already settled a different call: nothing ran."""
     OPERATIONAL = "operational"
     EXPIRED = "expired"
     """A replayed call id whose outcome was pruned after the retention period: nothing ran."""
@@ -140,7 +135,8 @@ class RegistrationError(SidecarError):
 
 
 class CallIdConflict(SidecarError):
-    """A call id already settled another call (its stored fingerprint differs)."""
+    """A call id already settled another call (its stored fingerprint differs); the seam
+    answers it with a `conflict` error and nothing runs."""
 
     def __init__(self, call_id: str) -> None:
         super().__init__(f"call id {call_id!r} already settled a different call")

@@ -1,25 +1,8 @@
-"""Effective (model-facing) tool names.
+"""Effective (model-facing) tool names; imports nothing of ours.
 
-Providers accept `[A-Za-z0-9_-]{1,64}`. The effective name of an authored key in a namespace is:
-
-1. each of namespace and key sanitized: every character outside `[A-Za-z0-9_-]` becomes `_`
-   (so `git.status` -> `git_status`, `fs/read` -> `fs_read`);
-2. joined as `<namespace>_<key>` (the key alone when the namespace is empty or absent), except
-   that a key that already starts with `<namespace>_` or `<namespace>-` is not prefixed again
-   (server `git` + tool `git_status` -> `git_status`, not `git_git_status`) unless that name is
-   one of `plain`: the names other keys of the same registration get by the ordinary rule
-   (`git` + `status` -> `git_status`), which keep it, and the prefixed key gets the doubled
-   form (see `plain_names`);
-3. when the result has no letter or digit (e.g. a key written only in non-Latin script) it
-   gets the stable suffix `_<hash8>`, so distinct keys stay distinct;
-4. when it starts with a digit or `-` it gets a leading `_` (Gemini requires a letter or `_`
-   first; every provider accepts that);
-5. when it is longer than 64 characters it is cut to 55 and gets `_<hash8>`.
-
-`hash8` is the first 8 hex digits of SHA-256 over the *authored* namespace and key, so the
-result is deterministic across processes and machines, and two long names that share their
-first 55 characters still differ. A valid name that starts with a letter or `_` and has no
-namespace is unchanged.
+Exports `effective_name` (the whole rule is in its docstring), `plain_names`, `sanitize`,
+`has_namespace_prefix`, `is_valid_name`, `MAX_NAME_LENGTH` and `RESERVED_NAMES`. Providers
+accept `[A-Za-z0-9_-]{1,64}`; every effective name is one of those.
 """
 
 from __future__ import annotations
@@ -71,7 +54,27 @@ def plain_names(keys: Iterable[tuple[str, str | None]]) -> frozenset[str]:
 def effective_name(
     key: str, namespace: str | None = None, *, plain: Container[str] = ()
 ) -> str:
-    """The model-facing name for `key` in `namespace`; see the module docstring for the rule."""
+    """The model-facing name for `key` in `namespace`:
+
+    1. each of namespace and key sanitized: every character outside `[A-Za-z0-9_-]` becomes
+       `_` (so `git.status` -> `git_status`, `fs/read` -> `fs_read`);
+    2. joined as `<namespace>_<key>` (the key alone when the namespace is empty or absent),
+       except that a key that already starts with `<namespace>_` or `<namespace>-` is not
+       prefixed again (server `git` + tool `git_status` -> `git_status`, not
+       `git_git_status`) unless that name is one of `plain`: the names other keys of the same
+       registration get by the ordinary rule (`git` + `status` -> `git_status`), which keep
+       it, and the prefixed key gets the doubled form (see `plain_names`);
+    3. when the result has no letter or digit (e.g. a key written only in non-Latin script) it
+       gets the stable suffix `_<hash8>`, so distinct keys stay distinct;
+    4. when it starts with a digit or `-` it gets a leading `_` (Gemini requires a letter or
+       `_` first; every provider accepts that);
+    5. when it is longer than 64 characters it is cut to 55 and gets `_<hash8>`.
+
+    `hash8` is the first 8 hex digits of SHA-256 over the *authored* namespace and key, so the
+    result is deterministic across processes and machines, and two long names that share
+    their first 55 characters still differ. A valid name that starts with a letter or `_` and
+    has no namespace is unchanged. An empty key raises `ValueError`.
+    """
     if not key:
         raise ValueError("a tool name cannot be empty")
     namespace = namespace or ""

@@ -1,25 +1,13 @@
-"""Permissions: rules, asks and replies (the `PermissionV2` model).
-
-Trusted tools formulate requests themselves:
-
-    await permissions.ask(PermissionRequest(session_id, agent, source=..., action=...,
-                                            resources=(...), metadata={...}))
-
-`ask` returns when the call may proceed and raises `ToolFailure` otherwise:
-`denied` (a deny rule), `declined` (the user rejected without feedback, or the ask timed out;
-the runner should end the turn), or `tool_failure` carrying the user's feedback (rejected with
-feedback: the model can continue). The registry never authorizes on its own.
+"""Permission values (the `PermissionV2` model): rules, requests, pending asks, `decide`, the
+`denied` and `declined` failures, and `ask_permission`, the ask of trusted tools. Imports
+`sidecar.model.errors` and `sidecar.model.tool`; asks are answered by `sidecar.policy`.
 
 Rules: `action` glob over permission actions (a tool's effective name unless it sets
 `permission_action`), optional `resource` glob, `decision` allow | deny | ask. Layers, later
-wins: daemon defaults < Location manifest < persisted `always` rules < session rules; within
-a layer the last matching rule wins. The rules of the profile a call came through
-(`SCOPE_RULES`) come last of all. With no matching rule the request's `default` decides
-(bridges derive it from MCP annotations and the server's manifest), else allow.
-
-Replies to an ask: `once` (this request only), `always` (persisted as a rule for the session
-or Location, in SQLite), `reject` (with optional feedback). Rejecting one request rejects the
-other pending requests of the same session.
+wins: daemon defaults < Location manifest < persisted `always` rules < session rules < the
+rules of the profile a call came through (`SCOPE_RULES`); within a layer the last matching
+rule wins. With no matching rule the request's `default` decides (bridges derive it from MCP
+annotations and the server's manifest), else allow. The registry never authorizes on its own.
 """
 
 from __future__ import annotations
@@ -36,6 +24,8 @@ from sidecar.model.tool import CallContext
 
 Decision = Literal["allow", "deny", "ask"]
 Reply = Literal["once", "always", "reject"]
+"""`once`: this request only; `always`: persisted as a rule for the session or Location;
+`reject` (with optional feedback): also rejects the other pending asks of the same session."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +100,11 @@ around the tool's `execute`); they are the last layer, so they win over every ot
 class PermissionGate(Protocol):
     """What a trusted tool captures to ask before acting."""
 
-    async def ask(self, request: PermissionRequest) -> None: ...
+    async def ask(self, request: PermissionRequest) -> None:
+        """Return when the call may proceed; else raise `ToolFailure`: `denied` (a deny rule),
+        `declined` (the user rejected without feedback, or the ask timed out: the runner should
+        end the turn), or `tool_failure` carrying the user's feedback (the model can go on)."""
+        ...
 
 
 async def ask_permission(

@@ -1,31 +1,15 @@
-"""OpenTelemetry traces of calls: one span per call through the seam, child spans for its steps.
+"""OpenTelemetry traces of calls: one span per call through the seam (`execute_tool NAME`) with
+child spans for its steps (`validate_input`, `permission_wait`, `tools/call NAME`,
+`bound_content`, `record_outcome`); the tree and its attributes are in docs/observability.md.
+Depends on `opentelemetry-api` only; imports nothing of ours.
 
-    execute_tool NAME                 (the seam; attributes below)
-      ├─ validate_input               (decoding against the input schema)
-      ├─ permission_wait              (an `ask` waiting for its answer)
-      ├─ tools/call NAME              (the upstream round trip; kind CLIENT; `traceparent` sent
-      │                                in `_meta` to MCP servers and as a header over HTTP)
-      ├─ bound_content                (bounding, retention in the managed store)
-      └─ record_outcome               (the durable outcome record)
-
-The code depends on `opentelemetry-api` only. Tracing is off, and costs one flag test per
-call, until a tracer provider is configured: by an application that embeds `Location.open`
-(before opening it, or calling `refresh()` after), by `use_provider`, or by
-`configure_from_env()` (the CLI calls it), which follows the standard variables: with
-`OTEL_TRACES_EXPORTER` (`otlp`, `console` or `none`) or an `OTEL_EXPORTER_OTLP_ENDPOINT` /
-`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` set, it installs the SDK's provider with a batch
-processor and the OTLP/HTTP exporter (`pip install 'mcp-sidecar[otel]'`); the exporter reads
-its own `OTEL_EXPORTER_OTLP_*` settings and `OTEL_SERVICE_NAME` names the service
-(default `mcp-sidecar`).
-
-A client continues its trace by sending W3C `traceparent` (and `tracestate`) in the MCP
-request's `_meta` or as HTTP headers on `/v1` and `/mcp`: `continued(carrier)` makes that the
-parent of the call's span.
-
-Attributes follow the GenAI and MCP semantic conventions where they exist
-(`gen_ai.operation.name`, `gen_ai.tool.name`, `gen_ai.tool.call.id`, `mcp.method.name`,
-`mcp.session.id`, `error.type`) and use `sidecar.*` for the rest (server, status, bytes in and
-out, retained bytes, replayed).
+Exports `step`, `continued`, `inject_into`, `describe_outcome`, `tracer`, `enabled`,
+`refresh`, `use_provider`, `configure_from_env` and `shutdown`. Tracing is off, and costs one
+flag test per call, until a tracer provider is configured: by an application that embeds
+`Location.open` (before opening it, or calling `refresh()` after), by `use_provider`, or by
+`configure_from_env()` (the CLI calls it). Attributes follow the GenAI and MCP semantic
+conventions where they exist (`gen_ai.tool.name`, `mcp.session.id`, `error.type`, ...) and
+use `sidecar.*` for the rest.
 """
 
 from __future__ import annotations
@@ -96,6 +80,12 @@ def tracer() -> trace.Tracer:
 def configure_from_env(environ: Mapping[str, str] | None = None) -> bool:
     """Install the SDK's tracer provider when the `OTEL_*` variables ask for traces.
 
+    With `OTEL_TRACES_EXPORTER` (`otlp`, `console`; `none` or `OTEL_SDK_DISABLED=true`: off)
+    or an `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` set, it installs
+    the SDK's provider with a batch processor and the OTLP/HTTP exporter (`pip install
+    'mcp-sidecar[otel]'`); the exporter reads its own `OTEL_EXPORTER_OTLP_*` settings and
+    `OTEL_SERVICE_NAME` names the service (default `mcp-sidecar`).
+
     Returns True when tracing is on afterwards. Never raises: a missing SDK or a bad setting
     is logged and tracing stays off.
     """
@@ -151,8 +141,9 @@ def shutdown() -> None:
 
 
 def continued(carrier: Mapping[str, Any] | None) -> contextlib.AbstractContextManager[None]:
-    """Make a client's W3C trace context (`traceparent`, `tracestate` keys) the current
-    context, so the spans started inside are its children. A no-op without one."""
+    """Make a client's W3C trace context (`traceparent`, `tracestate` keys, from an MCP
+    request's `_meta` or the HTTP headers of `/v1` and `/mcp`) the current context, so the
+    spans started inside are its children. A no-op without one."""
     if not carrier or not _enabled:
         return _OFF
     return _continued(carrier)
