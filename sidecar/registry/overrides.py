@@ -1,21 +1,17 @@
-"""Tool overrides: the model sees a reshaped tool, the upstream gets the original call.
+"""Tool overrides: the model sees a reshaped tool, the upstream gets the original call. Imports
+model and `sidecar.registry.registry`; exports `Override`, `Overrides`, `OverrideError`,
+`apply_override`, `reshaped_schema`, `reshape_all` (a manifest reload: a collision fails it,
+naming both tools) and `checked_wrap` (a snapshot: a later collision leaves the tool out).
 
 An `Override` matches tools by a glob over effective names (or, with `server`, over that MCP
-server's upstream names) and may change: the name, title, description (replace or append),
+server's upstream names) and may change the name, title, description (replace or append) and
 annotations; hide arguments with fixed values (removed from the advertised schema, put into
 every call; an input key that differs from a hidden name only by case, whitespace or
-look-alike characters is refused, `sidecar.model.key_skeleton`); give arguments defaults (filled in
-when the model leaves them out); or leave the tool out (`enabled = False`). Location-wide
-overrides apply first, then the ones of the profile a snapshot is taken through; later fields
-win.
-
-The seam validates the model's input against the reshaped schema; the reshaped tool then
-fills in defaults and fixed values and hands the result to the original tool, whose own input
-codec validates it again, so the original call is what the upstream receives.
-
-Names: a renamed tool that collides with another effective name fails the manifest reload
-naming both (`collisions`); a collision that appears later (an upstream lists a new tool)
-leaves the renamed tool out, with a warning, so no name ever means two tools.
+look-alike characters is refused, `sidecar.model.key_skeleton`); give arguments defaults
+(filled in when the model leaves them out); or leave the tool out (`enabled = False`).
+Location-wide overrides apply first, then the profile's; later fields win. The seam validates
+the model's input against the reshaped schema; the original tool's codec validates the filled
+call again, so the original call is what the upstream receives.
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
-"""Profiles: named views of a Location's tools, one per kind of agent.
-
-A profile picks tools and sets how they are served:
-
-    which tools   `servers` (MCP server keys) and `include` (globs over effective names): a
-                  tool is picked when either picks it; with neither, every tool is. `exclude`
-                  (globs) then removes tools, and annotation filters (`read_only = true`,
-                  `destructive = false`, ...) keep only tools whose hint has that value, an
-                  absent hint counting as MCP's default (read_only false, destructive true,
-                  idempotent false, open_world true). Built-in tools (`managed_read`, which
-                  previews point to) are kept unless `exclude` names them.
-    how           the Code Mode setting, bounds (between the tool's and the Location's),
-                  permission rules (the last layer: they win over every other), whether
-                  upstream resources and prompts pass through.
+"""Profiles: named views of a Location's tools, one per kind of agent. Imports model and
+`sidecar.registry.registry`; exports `Profile` (what a profile picks and how it serves it),
+`Profiles` (the declared ones and the entries each serves), `UnknownProfile`, `DEFAULT_PROFILE`.
 
 Order: Location-wide tool overrides (`sidecar.registry.overrides`) reshape every tool first, so
 profiles pick by the names the model sees; then the profile picks; then its own overrides
@@ -65,7 +54,19 @@ def _hint(entry: Entry, key: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Profile:
-    """One declared profile (see the module docstring). Immutable; a reload swaps it whole."""
+    """One declared profile. Immutable; a reload swaps it whole.
+
+        which tools   `servers` (MCP server keys) and `include` (globs over effective names): a
+                      tool is picked when either picks it; with neither, every tool is.
+                      `exclude` (globs) then removes tools, and annotation filters (`hints`:
+                      `read_only = true`, `destructive = false`, ...) keep only tools whose hint
+                      has that value, an absent hint counting as MCP's default (`HINT_DEFAULTS`).
+                      Built-in tools (`managed_read`, which previews point to) are kept unless
+                      `exclude` names them.
+        how           the Code Mode setting, bounds (between the tool's and the Location's),
+                      permission rules (the last layer: they win over every other), whether
+                      upstream resources and prompts pass through.
+    """
 
     name: str
     description: str = ""
