@@ -1,31 +1,11 @@
-"""Code Mode: one `execute` tool that runs model-written Python against the whole catalog.
+"""Code Mode: one `execute` tool that runs model-written Python against the whole catalog, with
+`search_tools` and `describe_tools` beside it (README.md here; users: docs/codemode.md).
+Part of the core, above execution: imports the lower core packages and `managed_store` only.
 
-With dozens of servers a model drowns in tool definitions and pays for every intermediate
-result. In Code Mode a request advertises `execute` (a stable description, so provider prompt
-caches survive), `search_tools` and `describe_tools` instead of the tools themselves; the model
-writes a short program, intermediate values stay in the sandbox, and only what the program
-prints or returns reaches the model.
-
-    async with Sandbox() as sandbox:
-        snapshot = codemode_snapshot(location.seam, location.registry.effective(),
-                                     mode="codemode", sandbox=sandbox)
-        outcome = await snapshot.execute("execute", {"code": PROGRAM}, context)
-
-Inside a program (a Python subset run by pydantic-monty in a worker process):
-
-    files = await tools.fs.list_dir(path="src")            # tools.<namespace>.<tool>(**input)
-    texts = await asyncio.gather(*[tools.fs.read_file(path=f) for f in files["entries"]])
-    try:
-        await call_tool("issues_create", title="x")        # any tool by its effective name
-    except RuntimeError as e:                               # "<tool> failed [<kind>]: <message>"
-        print(e)
-    len(texts)                                              # the last expression is the result
-
-Modules: `snapshot` (what a request advertises) · `builtins` (the three tools) · `sandbox`
-(the worker pool, limits, cancellation) · `nested` (tool calls through the seam, derived call
-ids) · `catalog` (Python paths) · `search` (ranking) · `stubs` (JSON Schema -> Python) ·
-`program` (run results and errors) · `limits`. Part of the core: may import the core and
-`managed_store` only.
+Exports `codemode_snapshot` (what a request advertises), `Sandbox`, `RunGuard` and
+`SandboxClosed` (the worker pool), `CodeModeLimits` and `DEFAULT_LIMITS`, `ProgramRun` and
+`ProgramError`, `Catalog` and `CatalogTool`, `CodeModeSetting` and `MODES`, `BUILTIN_NAMES`
+and the three built-ins' descriptions.
 """
 
 from __future__ import annotations

@@ -10,10 +10,9 @@ outer one is returned (and is what a runner executes against); the inner one, he
 `execute` tool, is the only way a program reaches tools. A registry change after this call
 affects later snapshots only. In the outer snapshot the tools left to Code Mode are `removed`
 (calling them directly fails `unavailable`); in the inner one, the direct-only tools and the
-built-ins are.
-The registry never lets another registration take a built-in's name (`sidecar.registry.registry`);
-entries handed here by other means that do are shadowed on the direct list (with a warning);
-with codemode=True they are still callable from programs.
+built-ins are. Entries handed here that take a built-in's name (the registry never lets one
+through) are shadowed on the direct list, with a warning; with codemode=True they stay
+callable from programs.
 """
 
 from __future__ import annotations
