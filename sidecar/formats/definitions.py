@@ -1,24 +1,6 @@
-"""Tool definitions in each provider's request format.
-
-`definitions_for(format, definitions)` returns exactly the value of the request's `tools`
-field (MCP: the `tools` of a `tools/list` result), in the order given:
-
-| format             | one element                                                            |
-|--------------------|------------------------------------------------------------------------|
-| `mcp`              | MCP `Tool`: name, title?, description, inputSchema, outputSchema?,    |
-|                    | annotations? (camelCase hints), _meta?                                  |
-| `openai`           | Chat Completions `{"type": "function", "function": {name, description,  |
-|                    | parameters, strict?}}`                                                  |
-| `openai-responses` | Responses `{"type": "function", name, description, parameters, strict}` |
-|                    | (`strict` always present: the Responses API defaults it to true)        |
-| `anthropic`        | Messages `{name, description, input_schema}`                            |
-| `gemini`           | ONE Tool `{"functionDeclarations": [{name, description, parameters?}]}` |
-|                    | holding every declaration (or `[]` when there are no tools)             |
-
-Every input schema gets `type: "object"` at its root when it lacks one (MCP, OpenAI and
-Anthropic require it); OpenAI also requires `properties` there. Schemas are otherwise passed
-unchanged, except for Gemini (see `gemini_schema`) and OpenAI strict mode (see
-`openai_strict`). Everything returned is a fresh copy: callers may mutate it.
+"""Tool definitions in each provider's request format: `definitions_for` (one element per
+format: the table is in its docstring), `mcp_output_schema`, `wraps_output`, `RESULT_KEY`.
+Imports its `sidecar.formats` siblings and `sidecar.registry` (`ToolDefinition`).
 """
 
 from __future__ import annotations
@@ -56,6 +38,25 @@ def definitions_for(
     formats have no such mode and ignore it. `wrap_structured` (MCP only) wraps output schemas
     that do not describe an object as `{"result": <schema>}`, as MCP 2025-06-18 and 2025-11-25
     require; pass False for 2026-07-28 sessions, which take any output schema.
+
+    Exactly the value of the request's `tools` field (MCP: the `tools` of a `tools/list`
+    result), in the order given:
+
+    format              one element
+    `mcp`               MCP `Tool`: name, title?, description, inputSchema, outputSchema?,
+                        annotations? (camelCase hints), _meta?
+    `openai`            Chat Completions `{"type": "function", "function": {name, description,
+                        parameters, strict?}}`
+    `openai-responses`  Responses `{"type": "function", name, description, parameters, strict}`
+                        (`strict` always present: the Responses API defaults it to true)
+    `anthropic`         Messages `{name, description, input_schema}`
+    `gemini`            ONE Tool `{"functionDeclarations": [{name, description, parameters?}]}`
+                        holding every declaration (or `[]` when there are no tools)
+
+    Every input schema gets `type: "object"` at its root when it lacks one (MCP, OpenAI and
+    Anthropic require it); OpenAI also requires `properties` there. Schemas are otherwise passed
+    unchanged, except for Gemini (see `gemini_schema`) and OpenAI strict mode (see
+    `openai_strict`). Everything returned is a fresh copy: callers may mutate it.
     """
     fmt = parse_format(format)
     if fmt == "gemini":

@@ -1,39 +1,6 @@
-"""Input schemas for Gemini function declarations.
-
-Gemini takes `parameters` in a subset of OpenAPI 3.0's Schema object: `type` (one name),
-`nullable`, `title`, `description`, `format`, `enum` (strings only), `properties`, `required`,
-`items`, `anyOf`, `default` and the plain numeric/length bounds. A full JSON Schema is adapted to
-it here, loosening only, never tightening: the seam still validates every call against the
-tool's real schema, so a constraint Gemini cannot express is said in the description, and a
-model that ignores it gets the seam's `invalid_input` error naming the field.
-
-What changes, node by node:
-
-- `$ref` (local: `#`, `#/$defs/...`, `#/definitions/...`) is inlined, its sibling keywords
-  winning. A reference already being expanded on the current path is a cycle: it is cut with a
-  plain `{"type": "object"}` whose description says the structure repeats the enclosing one.
-  An unresolvable (remote) reference becomes an unconstrained schema with a note.
-- `$defs`, `definitions`, `$schema`, `$id`, `$comment`, `examples`, `readOnly`, `writeOnly`,
-  `additionalProperties`, `patternProperties`, `not`, `if`/`then`/`else` and every other keyword
-  outside the subset are dropped; free-form maps (`additionalProperties: {schema}`) keep a note.
-- `type: ["T", "null"]`, `anyOf: [T, {"type": "null"}]` and `enum`/`const` containing null
-  become `T` with `nullable: true`; several non-null types become `anyOf` branches.
-- `oneOf` becomes `anyOf`; `allOf` is merged into its node (properties and required united).
-- `const` becomes a one-value `enum` (a union of string constants, one `enum`); enums of
-  anything but strings, which Gemini cannot hold, keep their type and list the allowed values
-  in the description.
-- `format` stays only where Gemini defines it (`date-time`/`enum` on strings, `float`/`double`
-  on numbers, `int32`/`int64` on integers); any other format moves to the description, as do
-  `exclusiveMinimum`/`exclusiveMaximum`, `multipleOf`, `uniqueItems` and `deprecated`.
-- `properties`/`required` stay only on objects, `items` only on arrays; `required` names that
-  are not properties are dropped; an array without `items` gets an empty item schema.
-- Tuples (`prefixItems`, or draft-4 `items: [...]`) become one item schema (`anyOf` of the
-  positions when they differ) and a note.
-
-The root: `parameters` must be an OBJECT with properties (Gemini rejects an OBJECT without
-properties there), so a tool that takes no arguments gets no `parameters` at all. A nested
-free-form object stays a bare `{"type": "object"}` (dropping it would orphan its `required`
-entry); some Gemini versions refuse an OBJECT without properties even there.
+"""Input schemas for Gemini function declarations: `gemini_parameters` adapts a full JSON
+Schema to the OpenAPI 3.0 subset Gemini takes, loosening only, never tightening (every
+adaptation is listed in its docstring). Imports `sidecar.formats.schema_refs` only.
 """
 
 from __future__ import annotations
@@ -70,7 +37,44 @@ _ARTICLE: Final = {
 
 def gemini_parameters(schema: Mapping[str, Any]) -> dict[str, Any] | None:
     """The `parameters` of a Gemini function declaration, or None for a tool without
-    arguments. See the module docstring for every adaptation."""
+    arguments.
+
+    Gemini takes `parameters` in a subset of OpenAPI 3.0's Schema object: `type` (one name),
+    `nullable`, `title`, `description`, `format`, `enum` (strings only), `properties`,
+    `required`, `items`, `anyOf`, `default` and the plain numeric/length bounds. A full JSON
+    Schema is adapted to it here, loosening only, never tightening: the seam still validates
+    every call against the tool's real schema, so a constraint Gemini cannot express is said in
+    the description, and a model that ignores it gets the seam's `invalid_input` error naming
+    the field.
+
+    What changes, node by node:
+
+    - `$ref` (local: `#`, `#/$defs/...`, `#/definitions/...`) is inlined, its sibling keywords
+      winning. A reference already being expanded on the current path is a cycle: it is cut with a
+      plain `{"type": "object"}` whose description says the structure repeats the enclosing one.
+      An unresolvable (remote) reference becomes an unconstrained schema with a note.
+    - `$defs`, `definitions`, `$schema`, `$id`, `$comment`, `examples`, `readOnly`, `writeOnly`,
+      `additionalProperties`, `patternProperties`, `not`, `if`/`then`/`else` and every other keyword
+      outside the subset are dropped; free-form maps (`additionalProperties: {schema}`) keep a note.
+    - `type: ["T", "null"]`, `anyOf: [T, {"type": "null"}]` and `enum`/`const` containing null
+      become `T` with `nullable: true`; several non-null types become `anyOf` branches.
+    - `oneOf` becomes `anyOf`; `allOf` is merged into its node (properties and required united).
+    - `const` becomes a one-value `enum` (a union of string constants, one `enum`); enums of
+      anything but strings, which Gemini cannot hold, keep their type and list the allowed values
+      in the description.
+    - `format` stays only where Gemini defines it (`date-time`/`enum` on strings, `float`/`double`
+      on numbers, `int32`/`int64` on integers); any other format moves to the description, as do
+      `exclusiveMinimum`/`exclusiveMaximum`, `multipleOf`, `uniqueItems` and `deprecated`.
+    - `properties`/`required` stay only on objects, `items` only on arrays; `required` names that
+      are not properties are dropped; an array without `items` gets an empty item schema.
+    - Tuples (`prefixItems`, or draft-4 `items: [...]`) become one item schema (`anyOf` of the
+      positions when they differ) and a note.
+
+    The root: `parameters` must be an OBJECT with properties (Gemini rejects an OBJECT without
+    properties there), so a tool that takes no arguments gets no `parameters` at all. A nested
+    free-form object stays a bare `{"type": "object"}` (dropping it would orphan its `required`
+    entry); some Gemini versions refuse an OBJECT without properties even there.
+    """
     converted = _Adapter(schema).convert(schema, ("#",))
     converted.pop("nullable", None)
     converted["type"] = "object"

@@ -1,37 +1,8 @@
-"""OpenAI strict mode ("Structured Outputs" for function calling) and its inverse.
-
-With `strict: true` OpenAI guarantees that arguments match the schema, but it accepts only a
-subset of JSON Schema, and it requires that every object lists **all** its properties in
-`required` and sets `additionalProperties: false`. `strict_schema` rewrites a schema to that
-form:
-
-- every object gets `additionalProperties: false` and `required` = all its properties; a
-  property that was optional becomes nullable (`type: [T, "null"]`, `null` added to an `enum`,
-  or `anyOf: [..., {"type": "null"}]`), unless it already accepted null;
-- `oneOf` becomes `anyOf`; a one-part `allOf` is merged into its node; a `$ref` with sibling
-  keywords (which OpenAI refuses) is replaced by the schema it points at plus the siblings;
-- `const` becomes a one-value `enum`, and an `enum` without `type` gets the type of its values;
-- annotations OpenAI refuses are dropped (`$schema`, `$id`, `$comment`, `examples`,
-  `deprecated`, `readOnly`, `writeOnly`, OpenAPI's `discriminator`), and `default`,
-  `minProperties`, `maxProperties`, `uniqueItems` and formats outside OpenAI's list move to
-  the description.
-
-Schemas that **cannot** be made strict (`NotStrictable` says why; the tool is then advertised
-with `strict: false` and its schema unchanged):
-
-- a root that is not a plain object (e.g. a root `anyOf`);
-- free-form values: an object without properties that does not forbid other keys, maps
-  (`additionalProperties: true` or a schema), an array without `items`, an empty schema `{}`;
-- keywords with no strict equivalent: `patternProperties`, `propertyNames`,
-  `unevaluatedProperties`, `dependentRequired`, `dependentSchemas`, `if`/`then`/`else`, `not`,
-  `allOf` with more than one part, tuples (`prefixItems`, `items: [...]`), `contains`, and any
-  keyword this module does not know;
-- a non-local `$ref`; more than 10 levels of object nesting, more than 5,000 properties or
-  more than 1,000 enum values in one schema (OpenAI's documented limits).
-
-The seam validates calls against the tool's *original* schema, which does not accept the nulls
-strict mode makes the model send for omitted optional properties: `input_from_strict` removes
-them again, and callers apply it to the arguments of every call made under a strict definition.
+"""OpenAI strict mode ("Structured Outputs" for function calling) and its inverse. Imports
+`sidecar.formats.schema_refs` only. Exports `strict_schema` (a schema in the strict form, or
+`NotStrictable` saying why not: both lists are in its docstring) and `input_from_strict` (the
+arguments of a call made under a strict definition, made valid for the original schema again:
+callers apply it to every such call).
 """
 
 from __future__ import annotations
@@ -74,7 +45,37 @@ class NotStrictable(ValueError):
 
 
 def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """`schema` in OpenAI's strict form, or `NotStrictable`. See the module docstring."""
+    """`schema` in OpenAI's strict form, or `NotStrictable`.
+
+    With `strict: true` OpenAI guarantees that arguments match the schema, but it accepts only a
+    subset of JSON Schema, and it requires that every object lists **all** its properties in
+    `required` and sets `additionalProperties: false`. `strict_schema` rewrites a schema to that
+    form:
+
+    - every object gets `additionalProperties: false` and `required` = all its properties; a
+      property that was optional becomes nullable (`type: [T, "null"]`, `null` added to an `enum`,
+      or `anyOf: [..., {"type": "null"}]`), unless it already accepted null;
+    - `oneOf` becomes `anyOf`; a one-part `allOf` is merged into its node; a `$ref` with sibling
+      keywords (which OpenAI refuses) is replaced by the schema it points at plus the siblings;
+    - `const` becomes a one-value `enum`, and an `enum` without `type` gets the type of its values;
+    - annotations OpenAI refuses are dropped (`$schema`, `$id`, `$comment`, `examples`,
+      `deprecated`, `readOnly`, `writeOnly`, OpenAPI's `discriminator`), and `default`,
+      `minProperties`, `maxProperties`, `uniqueItems` and formats outside OpenAI's list move to
+      the description.
+
+    Schemas that **cannot** be made strict (`NotStrictable` says why; the tool is then advertised
+    with `strict: false` and its schema unchanged):
+
+    - a root that is not a plain object (e.g. a root `anyOf`);
+    - free-form values: an object without properties that does not forbid other keys, maps
+      (`additionalProperties: true` or a schema), an array without `items`, an empty schema `{}`;
+    - keywords with no strict equivalent: `patternProperties`, `propertyNames`,
+      `unevaluatedProperties`, `dependentRequired`, `dependentSchemas`, `if`/`then`/`else`, `not`,
+      `allOf` with more than one part, tuples (`prefixItems`, `items: [...]`), `contains`, and any
+      keyword this module does not know;
+    - a non-local `$ref`; more than 10 levels of object nesting, more than 5,000 properties or
+      more than 1,000 enum values in one schema (OpenAI's documented limits).
+    """
     root = plain(schema)
     if not isinstance(root, dict) or types_of(root) not in (None, ["object"]):
         raise NotStrictable("$: the root must be an object")
@@ -94,7 +95,12 @@ def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
 
 def input_from_strict(schema: Mapping[str, Any], arguments: Any) -> Any:
     """Arguments a model sent under a strict definition, made valid for the original `schema`:
-    a `null` for a property the original makes optional and not nullable is removed."""
+    a `null` for a property the original makes optional and not nullable is removed.
+
+    The seam validates calls against the tool's *original* schema, which does not accept the nulls
+    strict mode makes the model send for omitted optional properties: `input_from_strict` removes
+    them again, and callers apply it to the arguments of every call made under a strict definition.
+    """
     return _unstrict(schema, schema, arguments, 0)
 
 

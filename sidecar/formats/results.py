@@ -1,45 +1,7 @@
 """Call outcomes in each provider's wire form, derived from the stored outcome, never stored.
-
-`result_for(format, outcome, tool_call_id=...)` returns one JSON object:
-
-| format             | value                                                                  |
-|--------------------|------------------------------------------------------------------------|
-| `mcp`              | `CallToolResult`: content (camelCase items), structuredContent?,       |
-|                    | isError, _meta? (`sidecar/metadata`, `sidecar/managed`, `sidecar/error`) |
-| `openai`           | Chat Completions message `{"role": "tool", "tool_call_id", "content"}` |
-| `openai-responses` | `{"type": "function_call_output", "call_id", "output"}`                |
-| `anthropic`        | a `{"type": "tool_result", "tool_use_id", "content": [...], "is_error"}` |
-|                    | block (it goes in the next user message)                                |
-| `gemini`           | a `{"functionResponse": {"id"?, "name", "response"}}` part              |
-
-Content, item by item:
-
-- text is text; a provider that takes one string gets the items joined by newlines;
-- images go as images where a provider takes them in a tool result (Responses `input_image`
-  data URL, Anthropic base64 `image` block; png, jpeg, gif and webp only), else as a note;
-- audio goes only to MCP; every other provider gets a note;
-- an embedded text resource becomes a `[resource: <uri>, <mime>]` header line and its text;
-  a binary one is sent as media where the provider takes that type (an image as above, a PDF as
-  a Responses `input_file` or an Anthropic `document`), else noted;
-- a resource link becomes a note with its uri, name, type and description.
-
-A note is one bracketed line such as `[image omitted: image/png, 1,024 bytes; OpenAI Chat
-Completions cannot take images in a tool result]`: media is never dropped silently.
-
-Errors: every error kind, `declined` included, is the provider's error form (the runner
-decides what a `declined` call means for the turn). The text is the error's message, its JSON
-path when the message does not name it, and the last progress reported before the failure.
-`operational` errors show a fixed message with the error id only: their stored message is never
-shown. Providers with an error flag (MCP `isError`, Anthropic `is_error`, Gemini's `error` key)
-get the text as it is; OpenAI has no flag, so its text starts with `Error (<kind>): `.
-
-Gemini's `response`: `{"output": <output>}` when the call has an output and its content is
-exactly that output serialized (so the model sees the same thing, structured), else
-`{"output": <content text>}`; a failure is `{"error": {kind, message, path?, partial?,
-error_id?}}`. These are the `output`/`error` keys Gemini documents for `FunctionResponse`, and an
-output that itself has an `error` key cannot be mistaken for a failure. The content text is
-used otherwise because the output is unbounded and not stored: content is the bounded model
-representation (`output` is absent on an outcome read back from the log).
+Imports its `sidecar.formats` siblings and `sidecar.model`. Exports `result_for` (the forms,
+content item by item, errors and Gemini's `response`: its docstring), `error_text` (the text
+of a failed call), `mcp_content` and `META_PREFIX`.
 """
 
 from __future__ import annotations
@@ -124,6 +86,44 @@ def result_for(
     with `wrap_structured`, an output is sent as `{"result": output}` when the tool's output
     schema does not describe an object (`output_schema` given; the rule of
     `mcp_output_schema`), or else when the output is not an object.
+
+    format              value
+    `mcp`               `CallToolResult`: content (camelCase items), structuredContent?,
+                        isError, _meta? (`sidecar/metadata`, `sidecar/managed`, `sidecar/error`)
+    `openai`            Chat Completions message `{"role": "tool", "tool_call_id", "content"}`
+    `openai-responses`  `{"type": "function_call_output", "call_id", "output"}`
+    `anthropic`         a `{"type": "tool_result", "tool_use_id", "content": [...], "is_error"}`
+                        block (it goes in the next user message)
+    `gemini`            a `{"functionResponse": {"id"?, "name", "response"}}` part
+
+    Content, item by item:
+
+    - text is text; a provider that takes one string gets the items joined by newlines;
+    - images go as images where a provider takes them in a tool result (Responses `input_image`
+      data URL, Anthropic base64 `image` block; png, jpeg, gif and webp only), else as a note;
+    - audio goes only to MCP; every other provider gets a note;
+    - an embedded text resource becomes a `[resource: <uri>, <mime>]` header line and its text;
+      a binary one is sent as media where the provider takes that type (an image as above, a PDF as
+      a Responses `input_file` or an Anthropic `document`), else noted;
+    - a resource link becomes a note with its uri, name, type and description.
+
+    A note is one bracketed line such as `[image omitted: image/png, 1,024 bytes; OpenAI Chat
+    Completions cannot take images in a tool result]`: media is never dropped silently.
+
+    Errors: every error kind, `declined` included, is the provider's error form (the runner
+    decides what a `declined` call means for the turn). The text is the error's message, its JSON
+    path when the message does not name it, and the last progress reported before the failure.
+    `operational` errors show a fixed message with the error id only: their stored message is never
+    shown. Providers with an error flag (MCP `isError`, Anthropic `is_error`, Gemini's `error` key)
+    get the text as it is; OpenAI has no flag, so its text starts with `Error (<kind>): `.
+
+    Gemini's `response`: `{"output": <output>}` when the call has an output and its content is
+    exactly that output serialized (so the model sees the same thing, structured), else
+    `{"output": <content text>}`; a failure is `{"error": {kind, message, path?, partial?,
+    error_id?}}`. These are the `output`/`error` keys Gemini documents for `FunctionResponse`,
+    and an output that itself has an `error` key cannot be mistaken for a failure. The content
+    text is used otherwise because the output is unbounded and not stored: content is the
+    bounded model representation (`output` is absent on an outcome read back from the log).
     """
     fmt = parse_format(format)
     if outcome.status == "error" and outcome.error is None:
@@ -144,7 +144,7 @@ def result_for(
 
 
 def error_text(error: CallError, partial: Mapping[str, Any] | None = None) -> str:
-    """The model-visible text of a failure (see the module docstring)."""
+    """The model-visible text of a failure (the rules are in `result_for`)."""
     if error.kind is ErrorKind.OPERATIONAL:
         ref = f" (error id {error.error_id})" if error.error_id else ""
         return f"The call failed with an internal error in the sidecar{ref}."
