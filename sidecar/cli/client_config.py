@@ -1,6 +1,6 @@
 """`sidecar client-config CLIENT [--install]`: the MCP client configuration that starts
 `sidecar stdio` with the absolute path of this `sidecar` executable, the manifests and the
-state directory in use.
+state directory in use (users: docs/clients.md). Imports `sidecar.serve.local_door` only.
 
     client           file written by --install (the client's standard place)   format
     claude-desktop   ~/.config/Claude/claude_desktop_config.json (Linux),      mcpServers JSON
@@ -13,13 +13,6 @@ state directory in use.
 
 `--install` merges the one entry (`--name`, default "sidecar") into the file, keeping everything
 else, prints the unified diff, then writes (atomically; `--dry-run` only prints the diff).
-
-With a fleet database (`--store URL` or `$SIDECAR_DATABASE_URL`) the command gets `--store`
-with that URL WITHOUT its password: a config file is no place for a secret. `sidecar stdio`
-(asyncpg, following libpq) then reads the password from the password file of the user the
-client runs as (`~/.pgpass`, or `$PGPASSFILE`, which is passed into the entry's `env` when
-set here), or from `$PGPASSWORD`. A running daemon of the state directory that keeps its
-records in another database than the one given is refused, as for the other client commands.
 """
 
 from __future__ import annotations
@@ -180,7 +173,15 @@ def snippet(client: str, key: str, command: list[str],
 
 def run(args: argparse.Namespace, manifests: list[str], state: Path) -> int:
     """`sidecar client-config`; `manifests` and `state`: what the command line resolved
-    (`--store` is in `$SIDECAR_DATABASE_URL` by now)."""
+    (`--store` is in `$SIDECAR_DATABASE_URL` by now).
+
+    With a fleet database the entry gets `--store` with that URL WITHOUT its password: a config
+    file is no place for a secret. `sidecar stdio` (asyncpg, following libpq) then reads the
+    password from the password file of the user the client runs as (`~/.pgpass`, or
+    `$PGPASSFILE`, which is passed into the entry's `env` when set here), or from
+    `$PGPASSWORD`. A running daemon of the state directory that keeps its records in another
+    database than the one given is refused, as for the other client commands.
+    """
     url = os.environ.get("SIDECAR_DATABASE_URL", "").strip()
     info = read_info(state)
     refusal = database_mismatch(info, url, "would configure clients for") if info else None

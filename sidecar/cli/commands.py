@@ -1,37 +1,16 @@
-"""The `sidecar` command line.
+"""The `sidecar` command line: `main` parses the arguments (`sidecar.cli.parser`) and runs one
+subcommand. The commands and their options are in docs/cli.md, the exit statuses in
+`sidecar.cli.output` (re-exported here). The CLI sits on top: it may import the core, the
+backends, `sidecar.formats`, `sidecar.serve`, `sidecar.daemon` and the bridges.
 
-    sidecar serve [--host H] [--port P] [--no-auth]   the daemon over HTTP (/v1, /mcp, /metrics)
-                                                      (refuses weak tokens, --no-auth off loopback)
-    sidecar stdio [--standalone]                      an MCP client's door to the daemon
-    sidecar daemon [--idle-exit S]                    the daemon on its local doors only
-    sidecar client-config CLIENT [--install]          an MCP client's configuration
-    sidecar stop                                      stop the state directory's daemon
-    sidecar tools [--profile P | --all] [--format mcp|openai|anthropic|gemini] [--json]
-    sidecar call NAME [--input JSON] [--profile P] [--json]   one call through the seam
-    sidecar asks [reply ID once|always|reject]        permission asks (`sidecar.cli.asks`)
-    sidecar managed read REF [--offset N] [--limit N] [--pattern RE] [--start C] [--length N]
-    sidecar health [--json]                           per-server status
-    sidecar check FILE... [--live] [--json] | --schema   validate manifests (`sidecar.cli.check`)
-    sidecar auth login NAME [--no-browser] | status [--json] | logout NAME   OAuth logins
-    sidecar auth rekey [--check]                      re-seal fleet grants with the first key
-
-One daemon owns a state directory (`sidecar.serve.local_door`). `stdio`, `tools`, `call`, `managed`
-and `health` attach to it through the Unix sockets in the state directory, and start it on
-demand when none runs (it exits after `--idle-exit` seconds without clients); `--url` or
+One daemon owns a state directory (`sidecar.serve.local_door`). `stdio`, `tools`, `call`,
+`managed` and `health` attach to it through the Unix sockets in the state directory, and start
+it on demand when none runs (it exits after `--idle-exit` seconds without clients); `--url` or
 `$SIDECAR_URL` names a daemon over HTTP instead (token from `$SIDECAR_TOKEN` or
-`<state>/token`), `--embedded` runs the command in this process, and `stdio --standalone` serves
-its client from this process alone. Manifests: `--manifests`, else `$SIDECAR_MANIFESTS` (even
-empty), else the bundled `manifests/` directory of this checkout; a client that names
+`<state>/token`), `--embedded` runs the command in this process, and `stdio --standalone`
+serves its client from this process alone. Manifests: `--manifests`, else `$SIDECAR_MANIFESTS`
+(even empty), else the bundled `manifests/` directory of this checkout; a client that names
 manifests other than the running daemon's is refused.
-
-Exit codes: 0 success; 1 the call ended in an error outcome (or `check` found errors, or
-`health` is degraded); 2 usage error (or the daemon refused the request, or `serve` refused an
-unsafe configuration: see `sidecar.serve.serve_policy`); 3 the configured
-daemon is unreachable; 4 the state directory has a daemon already; 5 the port is in use; 6 the
-fleet database (`--store`, `$SIDECAR_DATABASE_URL`) is unreachable or its schema is newer
-than this sidecar knows, or a command working on it itself (`auth`, `token`, `--embedded`)
-lost it midway: one line naming it (`sidecar.cli.database`); or the daemon answered 503
-`unavailable` (its fleet database is down; `health`: status "unavailable").
 """
 
 from __future__ import annotations

@@ -1,7 +1,16 @@
 """What CLI commands print, and the exit status they end with (part of the CLI's contract;
 `sidecar.cli.commands` re-exports the statuses): an outcome, a tool list, a health report, in
-colour on
-a terminal (`Style`, off with `NO_COLOR`) or as JSON with `--json`.
+colour on a terminal (`Style`, off with `NO_COLOR`) or as JSON with `--json`.
+
+Exit statuses: 0 success; 1 the call ended in an error outcome (or `check` found errors, or
+`health` is degraded); 2 usage error (or the daemon refused the request, or `serve` refused an
+unsafe configuration: see `sidecar.serve.serve_policy`); 3 the configured daemon is
+unreachable; 4 the state directory has a daemon already; 5 the port is in use; 6 the fleet
+database (`--store`, `$SIDECAR_DATABASE_URL`) is unreachable or its schema is newer than this
+sidecar knows, or a command working on it itself (`auth`, `token`, `--embedded`) lost it
+midway: one line naming it (`sidecar.cli.database`); or the daemon answered 503 `unavailable`
+(its fleet database is down; `health`: status "unavailable"); 7 a task of the running
+Location failed; 130 and 143 a call interrupted by SIGINT or SIGTERM; 141 stdout closed early.
 """
 
 from __future__ import annotations

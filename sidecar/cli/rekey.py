@@ -1,19 +1,17 @@
 """`sidecar auth rekey [--check] [--json] [--store URL]`: seal every OAuth grant of the fleet
-database again with the first key of `SIDECAR_GRANT_KEY`, so an old key can be dropped.
+database again with the first key of `SIDECAR_GRANT_KEY`, so an old key can be dropped (a
+grant that is never written again would keep the old key forever). Imports the postgres
+grant backend, `sidecar.stores` and its `sidecar.cli` siblings; exports `rekey` (its exit
+statuses are in its docstring). Users: docs/cli.md.
 
-A grant is re-sealed with the first key at its next write (login, refresh); one that is never
-written again (no refresh token, a long-lived access token) would keep the old key forever.
-`rekey` re-seals each record under the grant store's per-server change lock
+Each record is re-sealed under the grant store's per-server change lock
 (`SealedGrantStore.reseal`), so a replica refreshing that grant at the same moment loses
-nothing. Per server it reports: re-sealed, already under the first key, cannot be opened
-with any given key (named by key id; left as it is, exit 1), or gone (forgotten by a logout
-while rekey ran: skipped). `--check` changes nothing and
-exits 1 while a record is not under the first key. The embedded stores (state directory file,
-OS keyring) are not sealed with `SIDECAR_GRANT_KEY`: there `rekey` says so and exits 2.
-Then the logins waiting for their browser's redirect (`sidecar_pending_logins`, when the
-replicas have a public URL) are sealed again with the first key too, counted in one line
-(`pending logins: ...`); one no key opens cannot be finished and expires within
-`PENDING_LOGIN_SECONDS` (reported, not a failure). No key and no record is ever printed.
+nothing. Per server it reports: re-sealed, already under the first key, cannot be opened with
+any given key (named by key id; left as it is), or gone (forgotten by a logout while rekey
+ran: skipped). Then the logins waiting for their browser's redirect (`sidecar_pending_logins`)
+are sealed again too, counted in one line (`pending logins: ...`); one no key opens cannot be
+finished and expires within `PENDING_LOGIN_SECONDS` (reported, not a failure). No key and no
+record is ever printed.
 """
 
 from __future__ import annotations
@@ -49,10 +47,12 @@ _COUNTED = {"resealed": "re-sealed", "stale": "to re-seal",
 
 
 async def rekey(args: argparse.Namespace, store: GrantStore) -> int:
-    """0: every record is (now) under the first key; 1: some record cannot be opened with any
-    given key (or, with `--check`, is still under another key); 2: no fleet database (or no
-    key: `GrantKeyMissing`, reported by `cli_auth.run`); 6: the
-    database failed midway (the records done stay done: each is one transaction)."""
+    """Re-seal (with `--check`: only look, change nothing). Exit status 0: every record is
+    (now) under the first key; 1: some record cannot be opened with any given key (or, with
+    `--check`, is still under another key); 2: no fleet database (the embedded stores, the
+    state directory's file and the OS keyring, are not sealed with `SIDECAR_GRANT_KEY`), or no
+    key (`GrantKeyMissing`, reported by `sidecar.cli.auth.run`); 6: the database failed midway
+    (the records done stay done: each is one transaction)."""
     if not isinstance(store, SealedGrantStore):
         print(f"sidecar auth rekey: nothing to rekey: {_embedded(store)}, which "
               f"{GRANT_KEY_ENV} does not seal; rekey re-seals the OAuth grants of a fleet "
