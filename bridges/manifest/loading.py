@@ -1,27 +1,18 @@
-"""Manifests: JSON or TOML files that declare MCP servers, manifest tools, permission rules
-and plugins for a Location.
+"""Manifests: JSON or TOML files that declare MCP servers, manifest tools, permission rules,
+profiles and plugins for a Location. Imports its `bridges.manifest` siblings only; exports
+`load_manifests`, `ManifestSet`, `ManifestFile`, `ServerConfig`, `ManifestProblem`,
+`interpolate`, `parse_file` and `manifest_files`.
 
 A Claude-Desktop/Cursor style `{"mcpServers": {...}}` file, or a VS Code style
-`{"servers": {...}}` file, loads unchanged: their keys (`command`, `args`, `env`, `cwd`, `url`,
-`headers`, `type`) mean what they mean there, and keys we do not know are kept and reported as
-notes, never errors. Sidecar keys extend a server entry (`namespace`, `tools`, `timeouts`,
-`bounds`, `output_validation`, `structured_output`, `disabled`, `permissions`,
-`max_result_bytes`, `max_definition_bytes`).
-
-`${env:VAR}`, `${file:PATH}` and `${keyring:SERVICE/NAME}` in any string value are replaced by
-the secret they name (`bridges.manifest.secrets`); one that cannot be resolved is an error naming
-the
-file, the JSON path and the reference. Values that may hold secrets (`env`, `headers`, the
-`oauth` table) are never shown in reprs, logs or health output.
-
-An HTTP server entry may say `auth = "oauth"` and carry an `oauth` table (`OAuthSettings`):
-the bridge then authorizes with OAuth 2.1 (`bridges.mcp.oauth`). Without `auth`, OAuth is used
-when the server answers 401 with a Bearer challenge and the entry sends no `Authorization`
-header of its own; `auth = "none"` turns that off.
-
+`{"servers": {...}}` file, loads unchanged: their keys mean what they mean there, keys we do
+not know are kept and reported as notes, never errors, and sidecar keys extend a server entry
+(`ServerConfig`). `${env:VAR}`, `${file:PATH}` and `${keyring:SERVICE/NAME}` in any string
+value are replaced by the secret they name (`bridges.manifest.secrets`); one that cannot be
+resolved is an error naming the file, the JSON path and the reference. Values that may hold
+secrets (`env`, `headers`, the `oauth` table) are never shown in reprs, logs or health output.
 Loading never raises for bad content: every fault becomes a `ManifestProblem` (file, JSON path,
-message, hint) and the entries that are valid still load. A file that cannot be parsed at all
-contributes nothing.
+message, hint) and the valid entries still load; a file that cannot be parsed contributes
+nothing.
 """
 
 from __future__ import annotations

@@ -4,8 +4,7 @@
     servers = ["git", "files"]          # MCP server keys
     include = ["web_fetch"]             # globs over effective names (added to `servers`)
     exclude = ["git_reset"]
-    read_only = true                    # annotation filters: read_only, destructive,
-                                        # idempotent, open_world
+    read_only = true                    # filters: read_only, destructive, idempotent, open_world
     codemode = "both"
     bounds = { max_bytes = 20000 }
     resources = true                    # or false, or a list of server keys (prompts: same)

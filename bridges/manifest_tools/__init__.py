@@ -9,7 +9,8 @@
 Modules: `config` (keys and validation), `templates` (`{field}` placeholders), `capture`
 (bounded output capture and spooling), `progress` (output lines as progress), `process`
 (process groups), `http_tool`, `command_tool`, `registrar`. The key reference is README.md.
-May import: the core, `managed_store` and the rest of `bridges`.
+Part of the bridges: imports `sidecar.model`, `sidecar.registry`, `managed_store` and the rest
+of `bridges` only.
 """
 
 from bridges.manifest_tools.config import (

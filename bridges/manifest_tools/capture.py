@@ -1,30 +1,17 @@
 """Capturing a producer's bytes with bounded memory: in memory, then spooled, then dropped.
+Imports `managed_store` and `sidecar.model.text`; exports `OutputCapture`, `Captured`,
+`spooled_preview`, `tail_start`, `known_encoding` and the preview and spool sizes.
 
     feed(bytes) ...                          finish() -> Captured
     |<- memory_cap ->|<------ spooled to the managed store ------>|<- dropped (counted) ->|
     0            memory_cap                                    hard_cap
 
 Up to `memory_cap` bytes stay in memory and become the whole text (the seam bounds it as
-usual). Past it, everything kept so far and everything after goes to a managed-store spool as
-UTF-8, written in batches of `SPOOL_BATCH` bytes, queued to the spool's own thread while the
-next batch is read (at most `SPOOL_DEPTH` batches in flight: a worker-thread hop costs 0.4-0.5
-ms each way on a loaded 2-core VM, and with one batch in flight those waits added up to a third
-of a 1 GiB output's time); only a head and a tail stay in memory, for the preview. A UTF-8
-capture passes ASCII chunks through as the producer's bytes (`bytes.isascii()` proves them
-valid without decoding); anything else is decoded and re-encoded, so the spool only ever
-receives valid UTF-8. Past `hard_cap`, bytes are counted and discarded: a producer limit,
-reported exactly, never retained.
-
-Once spooling, a producer with a file descriptor (a command's output pipe) can hand it over:
-`feed_from` lets the spool's own threads read the rest (`FdSpool.write_from`), so the event
-loop touches none of those bytes. Only UTF-8 takes that path (valid UTF-8 is stored as read);
-at the first invalid byte the spool hands the rest back and `feed` goes on, with replacement.
-
-Bytes are decoded as `encoding` (UTF-8 by default). Invalid bytes are replaced with U+FFFD and
-`Captured.replaced` says so: the store keeps text, never raw binary.
-
-Use it as `async with`: leaving the block without `finish()` aborts the spool, so a cancelled
-or failed call leaves nothing behind.
+usual); past it, everything goes to a managed-store spool as valid UTF-8 and only a head and
+a tail stay in memory, for the preview; past `hard_cap`, bytes are counted and discarded (a
+producer limit, reported exactly, never retained). Bytes are decoded as `encoding` (UTF-8 by
+default): invalid bytes become U+FFFD and `Captured.replaced` says so; the store keeps text,
+never raw binary. How the spool is fed: `OutputCapture`.
 """
 
 from __future__ import annotations
@@ -178,7 +165,20 @@ def spooled_preview(label: str, head: str, tail: str, ref: ManagedRef) -> str:
 
 
 class OutputCapture:
-    """One producer stream; see the module docstring."""
+    """One producer stream, captured as the module docstring draws it.
+
+    Once spooling, text goes to the spool in batches of `SPOOL_BATCH` UTF-8 bytes, queued to
+    the spool's own thread while the next batch is read (at most `SPOOL_DEPTH` in flight). A
+    UTF-8 capture passes ASCII chunks through as the producer's bytes (`bytes.isascii()` proves
+    them valid without decoding); anything else is decoded and re-encoded. A producer with a
+    file descriptor (a command's output pipe) can hand it over: `feed_from` lets the spool's
+    own threads read the rest (`FdSpool.write_from`), so the event loop touches none of those
+    bytes; only UTF-8 takes that path, and at the first invalid byte the spool hands the rest
+    back and `feed` goes on, with replacement.
+
+    Use it as `async with`: leaving the block without `finish()` aborts the spool, so a
+    cancelled or failed call leaves nothing behind.
+    """
 
     def __init__(
         self,

@@ -1,4 +1,6 @@
 """One command run as its own process group, its output pumped into captures, its life bounded.
+Imports `bridges.child_groups` and its `manifest_tools` siblings; exports `spawn`,
+`supervise`, `ProcessSpec`, `Running`, `Exited`, `PipeChunks`, `signal_group`, `stop_group`.
 
     spawn (start_new_session: the child leads a new process group, no shell)
     -> pump stdout and stderr (and feed stdin) until the leader exits and the pipes close
@@ -9,16 +11,8 @@
        when a pump fails in the same loop turn (asyncio's TaskGroup then raises the failure)
 
 Pipes are always drained: past a capture's hard cap the bytes are counted and discarded, so a
-chatty child never blocks on a full pipe and its exit code stays meaningful. Memory per stream
-is bounded by the chunks read and not yet pumped (`STREAM_LIMIT`: reading pauses above it) plus
-what the capture keeps (see `capture`). Chunks go to the capture as the loop read them
-(`PipeChunks`, which reads the pipes itself), not through a `StreamReader`, which copied every
-byte into its buffer and out again (a third of the time of a 1 GiB output). Once a capture
-spools and no progress lines are published, the loop holds off and the pipe is read by the
-spool's threads instead (`OutputCapture.feed_from`): a 1 GiB output then costs the daemon
-about a quarter less CPU (`bench/RESULTS.md`, history, 2026-12-03). The output pipes are
-created here (1 MiB kernel buffers) and closed when the run ends, after any thread reading
-them let go, even if a process that escaped the group still holds their other end.
+chatty child never blocks on a full pipe and its exit code stays meaningful. How the output is
+read, and what memory that takes: `supervise`.
 """
 
 from __future__ import annotations
@@ -273,7 +267,14 @@ async def supervise(
 ) -> Exited:
     """Pump the output of `running` until it ends, or stop its group; see the module docstring.
 
-    The pipes are closed on return, whatever happened."""
+    Memory per stream is bounded by the chunks read and not yet pumped (`STREAM_LIMIT`: reading
+    pauses above it) plus what the capture keeps (see `capture`). Chunks go to the capture as
+    the loop read them (`PipeChunks`, which reads the pipes itself), not through a
+    `StreamReader`, which would copy every byte into its buffer and out again. Once a capture
+    spools and no progress lines are published, the loop holds off and the pipe is read by the
+    spool's threads instead (`OutputCapture.feed_from`). The output pipes are created by `spawn`
+    (1 MiB kernel buffers) and closed on return, whatever happened, after any thread reading
+    them let go, even if a process that escaped the group still holds their other end."""
     proc = running.proc
     returncode: int | None = None
     deadline = asyncio.timeout(spec.timeout)

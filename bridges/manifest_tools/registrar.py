@@ -1,4 +1,6 @@
 """The registrar of a Location's manifest tools: one scope, swapped in place on every apply.
+Imports `bridges.manifest`, its `manifest_tools` siblings, `managed_store`, `sidecar.model`
+and `sidecar.registry`; exports `ManifestTools` and `shared_client`.
 
     manifest_tools = ManifestTools(location.tools, store, root, permissions)
     await manifest_tools.apply(loaded.tools)      # first call: one registration (one scope)
@@ -8,13 +10,9 @@
 `apply` keeps its registration's place in the precedence order, so a reload never lets an
 older registration win. It is all or nothing: if the new set cannot be registered (two tools
 become the same effective name, an invalid name) it raises `RegistrationError` and the tools
-that were registered stay. A tool whose config did not change keeps its tool value. Calls in
-flight keep the tool value they captured and finish normally.
-
-All http tools share one `httpx.AsyncClient` (connection pooling; redirects off unless a tool
-asks for them) that the registrar owns, unless one is passed in. `httpx` is imported with the
-first http tool: its import also loads its command line's libraries (rich, click, pygments when
-installed), ~40 ms of every daemon start that has no http tool.
+that were registered stay. A tool whose config did not change keeps its tool value; calls in
+flight keep the tool value they captured and finish normally. All http tools share one
+`httpx.AsyncClient` (`shared_client`) that the registrar owns, unless one is passed in.
 """
 
 from __future__ import annotations
@@ -42,8 +40,12 @@ MAX_KEEPALIVE_CONNECTIONS = 20
 
 
 def shared_client() -> httpx.AsyncClient:
-    """The default client: pooled, no redirects unless a request asks, env proxies honoured."""
-    import httpx  # here, not at the top: see the module docstring
+    """The default client: pooled, no redirects unless a request asks, env proxies honoured.
+
+    `httpx` is imported here, with the first http tool, not at the top: its import also loads
+    its command line's libraries (rich, click, pygments when installed), start-up time that a
+    daemon without http tools does not pay."""
+    import httpx
 
     limits = httpx.Limits(max_connections=MAX_CONNECTIONS,
                           max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS)
@@ -51,7 +53,7 @@ def shared_client() -> httpx.AsyncClient:
 
 
 class ManifestTools:
-    """Registers a Location's manifest tools; see the module docstring."""
+    """Registers a Location's manifest tools (one scope, see the module docstring)."""
 
     def __init__(
         self,

@@ -1,26 +1,13 @@
 """Where each `{name}` of a `shell = true` command stands, as `/bin/sh` will parse the script.
+Imports `bridges.manifest_tools.templates`; exports `place_slots` (each slot's context, or why
+a manifest may not put one there: its docstring), `render_shell` and `SlotPlacement`.
 
 Values never become shell source: each slot is replaced by a positional parameter (`"${1}"`,
 `"${2}"`, ...) and the values are passed as the arguments after the script
 (`/bin/sh -c SCRIPT sh VALUE...`). The shell expands a parameter once and never re-parses the
 result, so `$(...)`, backquotes, `;` or a line `EOF` inside a value are only text, in a
-heredoc as anywhere else. What this module decides is how a slot is written, by context:
-
-    word        unquoted shell text (also inside `$(...)`, backquotes, `${...}`)  ->  "${N}"
-    heredoc     a line of a heredoc whose delimiter is unquoted (`<<EOF`), where double
-                quotes would be literal text                                        ->  ${N}
-
-and which contexts a manifest may not use (reported by `sidecar check` and at load):
-
-- inside single or double quotes, or after a backslash (`quoted_slots`, as before: the
-  value already arrives as one word);
-- in a heredoc whose delimiter is quoted (`<<'EOF'`): nothing is expanded there;
-- in a heredoc delimiter, right after `$` (`${name}` is a placeholder, not a variable), or
-  inside arithmetic (`$((...))`, `((...))`), where shells such as bash evaluate the value
-  of a parameter as an expression, subscripts and command substitutions included.
-
-Contexts that run a value by design (`eval {x}`, `sh -c {x}`) are the manifest author's
-choice and are not detected.
+heredoc as anywhere else. Contexts that run a value by design (`eval {x}`, `sh -c {x}`) are
+the manifest author's choice and are not detected.
 """
 
 from __future__ import annotations
@@ -67,7 +54,21 @@ def _items(template: Template) -> Iterator[str | Slot]:
 
 
 def place_slots(template: Template) -> SlotPlacement:
-    """Classify every slot of a shell command template (see the module docstring)."""
+    """Classify every slot of a shell command template: how it is written, by context,
+
+        word        unquoted shell text (also inside `$(...)`, backquotes, `${...}`)  ->  "${N}"
+        heredoc     a line of a heredoc whose delimiter is unquoted (`<<EOF`), where double
+                    quotes would be literal text                                        ->  ${N}
+
+    and which contexts a manifest may not use (reported by `sidecar check` and at load):
+
+    - inside single or double quotes, or after a backslash (`quoted_slots`: the value already
+      arrives as one word);
+    - in a heredoc whose delimiter is quoted (`<<'EOF'`): nothing is expanded there;
+    - in a heredoc delimiter, right after `$` (`${name}` is a placeholder, not a variable), or
+      inside arithmetic (`$((...))`, `((...))`), where shells such as bash evaluate the value
+      of a parameter as an expression, subscripts and command substitutions included.
+    """
     items = list(_items(template))
     contexts: list[SlotContext] = []
     problems: list[str] = []

@@ -1,21 +1,17 @@
 """`{field}` placeholders in manifest templates: URLs, header values, argv elements, shell commands.
+Imports nothing of ours; exports `Template`, `RenderError`, `value_text`, `render_*`, checks.
 
 Syntax: `{name}` (a name is `[A-Za-z_][A-Za-z0-9_-]*`) is a placeholder for the input field
 `name`; `{{` and `}}` are literal braces; any other brace text (`{'a': 1}`, `{print $1}`) is
-literal, so code snippets need no escaping unless they contain a `{name}` of their own.
+literal. A value becomes text (`value_text`): a string as is; `true`/`false`; numbers, arrays
+and objects as compact JSON. Each target then applies its own safety rule:
 
-How a value becomes text (`value_text`): a string as is; `true`/`false`; numbers as JSON;
-arrays and objects as compact JSON. Each target then applies its own safety rule:
-
-- URL: the text is percent-encoded with nothing kept (`/`, `?`, `&`, `#`, `%` all encoded), and
-  a value made only of dots is encoded too, so `..` can never become a path segment.
+- URL: percent-encoded with nothing kept (`/ ? & # %`); a value made only of dots is encoded
+  too, so `..` can never become a path segment.
 - argv: one element stays one argument (no shell, no splitting); an element that is exactly
-  `{name}` with an array value becomes one argument per item; an element whose field is absent
-  (or null) is left out.
-- shell: the value is never part of the script. Each placeholder becomes a positional
-  parameter reference (`"${1}"`, or `${1}` in a heredoc) and the values are the arguments
-  after the script (`shell_slots`); placeholders must stand outside quotes, and contexts where
-  that cannot work (a quoted heredoc, arithmetic, ...) are refused when the manifest is loaded.
+  `{name}` with an array value becomes one argument per item; an absent (or null) field's
+  element is left out.
+- shell: the value is never part of the script (a positional parameter, `shell_slots`).
 - header: the text as is; CR, LF and NUL are refused; a header whose field is absent is left out.
 """
 
