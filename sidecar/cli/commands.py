@@ -527,8 +527,8 @@ def _daemon_exit(args: argparse.Namespace, run: Callable[[], Any]) -> int:
         print(f"sidecar: {exc}", file=sys.stderr)
         return EXIT_LOCATION_FAILED
     except Exception as exc:  # its own words, else lost while starting (`cli_database`)
-        from sidecar.backends.postgres.pool import database_error_in
         from sidecar.cli.database import command_of, database_line, database_url, scrubbed
+        from sidecar.stores.errors import database_error_in
 
         database = database_error_in(exc)
         line = database_line(exc, command_of(args), outcome="could not start") or (

@@ -20,9 +20,15 @@ import os
 import re
 from urllib.parse import unquote, urlsplit
 
-from sidecar.backends.postgres.pool import DatabaseError, SchemaTooNew, exception_chain
 from sidecar.cli.output import EXIT_DATABASE, EXIT_USAGE
 from sidecar.serve.local_door import database_of
+from sidecar.stores.errors import (
+    DatabaseError,
+    SchemaTooNew,
+    database_failure,
+    driver_failure,
+    exception_chain,
+)
 
 __all__ = ["STORE_SCHEMES", "BriefDatabaseFailures", "command_of", "database_line",
            "database_url", "door_exit", "scrubbed", "use_store"]
@@ -91,26 +97,18 @@ def _failure_in(exc: BaseException, url: str) -> BaseException | None:
     if isinstance(exc, BaseExceptionGroup):
         found = [_failure_in(leaf, url) for leaf in exc.exceptions]
         return found[0] if found and all(f is not None for f in found) else None
-    if not url:  # asyncpg is the fleet extra: without a database only our own errors count
+    if not url:  # the driver is the fleet extra: without a database only our own errors count
         return next((e for e in exception_chain(exc) if isinstance(e, DatabaseError)), None)
-    from sidecar.backends.postgres.pool import database_failure
+    import sidecar.backends.postgres.pool  # noqa: F401  (registers its driver's failures)
 
     return database_failure(exc)
 
 
 def _outage(failure: BaseException) -> bool:
-    """Whether the database itself failed (an asyncpg error, or a refused, reset or timed
-    out connection inside asyncpg) rather than a setting (`SIDECAR_GRANT_KEY`,
+    """Whether the database itself failed (the driver's error, or a refused, reset or timed
+    out connection inside it) rather than a setting (`SIDECAR_GRANT_KEY`,
     `SIDECAR_OBJECT_STORE`, ...) the sidecar reports as a `DatabaseError` in its own words."""
-    for c in exception_chain(failure):
-        if type(c).__module__.startswith("asyncpg"):
-            return True
-        tb = c.__traceback__ if isinstance(c, OSError | TimeoutError) else None
-        while tb is not None:
-            if str(tb.tb_frame.f_globals.get("__name__", "")).startswith("asyncpg"):
-                return True
-            tb = tb.tb_next
-    return False
+    return driver_failure(failure)
 
 
 def _cause(failure: BaseException) -> str:
@@ -141,7 +139,7 @@ def scrubbed(text: str, url: str) -> str:
 
 class BriefDatabaseFailures(logging.Filter):
     """For a command that runs a Location in its own process (`--embedded`): a log record of
-    a fleet database failure (the stores retrying, asyncpg's pool reconnecting) is one line,
+    a fleet database failure (the stores retrying, the pool reconnecting) is one line,
     its cause instead of its traceback, so the command's stderr ends with its one line
     (`database_line`) without tracebacks; every other record is left as it is."""
 

@@ -27,10 +27,10 @@ from sidecar.backends.postgres.grant_keys import (
     Resealed,
     SealedGrantStore,
 )
-from sidecar.backends.postgres.pool import database_failure
 from sidecar.cli.database import database_url, scrubbed
 from sidecar.cli.output import EXIT_DATABASE
 from sidecar.serve.local_door import database_of
+from sidecar.stores.errors import database_failure
 from sidecar.stores.grants import GrantStore
 from sidecar.stores.pending_logins import PENDING_LOGIN_SECONDS
 

@@ -39,6 +39,7 @@ from sidecar.location.ports import (
 from sidecar.location.store_pressure import owner_share_from_env
 from sidecar.registry.pins import SqlitePinStore
 from sidecar.stores.call_history import SqliteCallHistory
+from sidecar.stores.errors import DatabaseError
 from sidecar.stores.grants import GrantStore, open_grant_store
 from sidecar.stores.outcome_log import SqliteOutcomeLog
 from sidecar.stores.pending_logins import (
@@ -51,7 +52,7 @@ from sidecar.stores.shared_rounds import SharedRounds
 from sidecar.stores.tokens import SqliteTokenStore, TokenStore
 
 if TYPE_CHECKING:
-    import asyncpg
+    from sidecar.backends.postgres.pool import Pool
 
 __all__ = ["Backends", "grant_store_of", "open_call_history", "open_local_stores",
            "open_token_store"]
@@ -125,7 +126,7 @@ class _Opening:
     options: StoreOptions
     backends: Backends
     stack: AsyncExitStack
-    pool: asyncpg.Pool | None = None
+    pool: Pool | None = None
     """The replica's one pool on the fleet database (None: embedded stores only)."""
 
 
@@ -143,15 +144,12 @@ async def _open_managed(o: _Opening) -> TextStore:
     cleanup_interval = min(3600.0, max(1.0, retention / 10))
     managed: TextStore
     if o.backends.object_store and o.pool is None and not o.backends.database_url:
-        from sidecar.backends.postgres.pool import DatabaseError
-
         raise DatabaseError("SIDECAR_OBJECT_STORE needs SIDECAR_DATABASE_URL: the index of "
                             "the managed objects is kept in the fleet database")
     if o.backends.object_store and o.pool is not None:
         # managed texts in the bucket, indexed in the fleet database: any replica reads them
         from managed_store import ManagedStoreError
         from managed_store.s3 import S3Settings, S3TextStore, WriteSettings
-        from sidecar.backends.postgres.pool import DatabaseError
         from sidecar.model.replica import replica_id
 
         try:
@@ -293,7 +291,6 @@ async def _open_grants(o: _Opening) -> GrantStore | None:
         return None  # the state directory's (`Location.grant_store`)
     # a login done once (any replica, `sidecar auth login`) serves every replica
     from sidecar.backends.postgres.grants import PostgresGrantStore
-    from sidecar.backends.postgres.pool import DatabaseError
     from sidecar.stores.grants import GrantStoreUnavailable
 
     try:
@@ -341,8 +338,6 @@ async def _open_login_callbacks(o: _Opening) -> LoginCallbacks | None:
         public_url = public_url_from_env()
         exchange_timeout = exchange_timeout_from_env()
     except ValueError as exc:  # one line, exit 6, like the other backend settings
-        from sidecar.backends.postgres.pool import DatabaseError
-
         raise DatabaseError(str(exc)) from exc
     if public_url is None:
         return None  # logins redirect to a loopback listener, as `sidecar auth login` does

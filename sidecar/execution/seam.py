@@ -32,7 +32,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from managed_store import ManagedStoreError, OwnerShareExceeded, RetentionError, TextStore
-from sidecar.backends.postgres.pool import DatabaseUnavailable, database_failure
 from sidecar.execution.bounding import apply_preview, plan_bounding
 from sidecar.execution.hooks import AfterCall, BeforeCall, Hooks
 from sidecar.execution.unrecorded import OutcomeKept, Unrecorded
@@ -55,6 +54,7 @@ from sidecar.model.text import scrub_surrogates
 from sidecar.model.tool import DEFAULT_BOUNDS, Bounds, CallContext, ToolContext, ToolResponse
 from sidecar.registry.registry import Entry, Resolver
 from sidecar.stores.call_history import SettledCall
+from sidecar.stores.errors import DatabaseUnavailable, database_failure
 from sidecar.stores.outcome_log import OutcomeLog, OutcomeLogError, call_fingerprint, call_principal
 
 log = logging.getLogger("sidecar.execution.seam")

@@ -14,7 +14,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from sidecar.backends.postgres.pool import DatabaseUnavailable, database_failure
+from sidecar.stores.errors import DatabaseUnavailable, database_failure
 
 if TYPE_CHECKING:
     from sidecar.model.outcome import Outcome

@@ -3,10 +3,12 @@ is down"): one sentence naming the database (`host:port/name`, never a user or p
 what could not be done, and why; /v1 sends it as a 503 `unavailable` error, /mcp as a
 JSON-RPC internal error (-32603).
 
-A failure is a database failure when `sidecar.backends.postgres.pool.database_failure` says so (a
-refused
-or lost connection, no answer within `SIDECAR_DATABASE_TIMEOUT`); anything else stays a
-defect (500 `internal_error`) so that bugs are not hidden behind "unavailable".
+A failure is a database failure when `sidecar.stores.errors.database_failure` says so (a
+refused or lost connection, no answer within `SIDECAR_DATABASE_TIMEOUT`); anything else stays
+a defect (500 `internal_error`) so that bugs are not hidden behind "unavailable".
+
+Imports only `sidecar.stores.errors`. Exports `UNAVAILABLE`, `database_label`,
+`unavailable_message` and `unless_down`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any
 
-from sidecar.backends.postgres.pool import DatabaseUnavailable, database_failure, exception_chain
+from sidecar.stores.errors import DatabaseUnavailable, database_failure, exception_chain
 
 __all__ = ["UNAVAILABLE", "database_label", "unavailable_message", "unless_down"]
 

@@ -367,8 +367,8 @@ async def test_call_history_rows_wait_for_the_database(anyio_backend: str) -> No
     query meanwhile fails (the route's 503) instead of waiting for the writer; closing while
     it is down does not hang."""
     from sidecar.backends.postgres.call_history import PostgresCallHistory
-    from sidecar.backends.postgres.pool import database_failure
     from sidecar.stores.call_history import CallQuery
+    from sidecar.stores.errors import database_failure
     from tests.fleet.test_postgres_stores import _row
 
     server = await asyncio.to_thread(PostgresServer.start)

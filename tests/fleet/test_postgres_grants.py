@@ -24,7 +24,8 @@ from sidecar.backends.postgres.grant_keys import (
     key_id,
 )
 from sidecar.backends.postgres.grants import PostgresGrantStore
-from sidecar.backends.postgres.pool import DatabaseError, open_pool
+from sidecar.backends.postgres.pool import open_pool
+from sidecar.stores.errors import DatabaseError
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio

@@ -16,16 +16,11 @@ import pytest
 from sidecar.backends.postgres.call_history import PostgresCallHistory
 from sidecar.backends.postgres.permissions import PostgresPermissionStore
 from sidecar.backends.postgres.pins import PostgresPinStore
-from sidecar.backends.postgres.pool import (
-    LOCK_PRUNE_CALLS,
-    DatabaseError,
-    PostgresStore,
-    SchemaTooNew,
-    database_error_in,
-)
+from sidecar.backends.postgres.pool import LOCK_PRUNE_CALLS, PostgresStore
 from sidecar.backends.postgres.tokens import PostgresTokenStore
 from sidecar.cli.output import EXIT_DATABASE
 from sidecar.stores.call_history import CallQuery, CallRecord
+from sidecar.stores.errors import DatabaseError, SchemaTooNew, database_error_in
 from sidecar.stores.tokens import create_token, verify_token
 from tests.fleet.postgres import PostgresServer
 from tests.fleet.test_replicas import SIDECAR

@@ -283,9 +283,9 @@ async def _sleep(seconds: float) -> None:
 
 async def test_the_daemon_keeps_managed_texts_on_s3_only_with_the_database(
         place: Place, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sidecar.backends.postgres.pool import DatabaseError
     from sidecar.daemon.daemon import open_local_stores
     from sidecar.location.ports import StoreOptions
+    from sidecar.stores.errors import DatabaseError
 
     location = f"s3://{place.settings.location}"
     for name, value in place.s3.env(location).items():

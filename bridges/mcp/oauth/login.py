@@ -17,7 +17,6 @@ import asyncio
 import base64
 import contextlib
 import logging
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from bridges.mcp.oauth.providers import Interactive, build_auth
 from bridges.mcp.oauth.records import LoginStatus, RecordStorage, canonical_resource
 from bridges.mcp.sse import sse_transport
 from bridges.mcp.transport_state import TransportState
+from sidecar.stores.errors import database_failure
 from sidecar.stores.grants import GrantStore, GrantStoreUnavailable
 from sidecar.stores.pending_logins import LoginCallbacks
 
@@ -233,11 +233,7 @@ async def _probe(config: ServerConfig, auth: httpx2.Auth, patience: float) -> st
 def _grant_store_failed(exc: BaseException) -> bool:
     """Whether `exc` is the fleet database failing under the grant store (read or written by
     the SDK's auth flow during the probe), not the server refusing."""
-    if "asyncpg" not in sys.modules:  # the fleet extra, imported only by a fleet grant store
-        return False
-    from sidecar.backends.postgres.pool import database_failure
-
-    return database_failure(exc) is not None
+    return database_failure(exc) is not None  # (a local grant store raises none)
 
 
 async def logout(server: str, config: ServerConfig | None, store: GrantStore) -> str:

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from sidecar.backends.postgres.pool import LOCK_PRUNE_CALLS, PostgresStore, database_failure
+from sidecar.backends.postgres.pool import LOCK_PRUNE_CALLS, PostgresStore
 from sidecar.stores.call_history import (
     _COLUMNS,
     _FILTERS,
@@ -32,6 +32,7 @@ from sidecar.stores.call_history import (
     _encode_cursor,
     _row,
 )
+from sidecar.stores.errors import database_failure
 
 if TYPE_CHECKING:
     import asyncpg

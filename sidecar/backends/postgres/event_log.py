@@ -37,12 +37,12 @@ from sidecar.backends.postgres.pool import (
     LOCK_PRUNE_EVENTS,
     Carried,
     Listening,
-    database_failure,
     failures,
     migrate,
 )
 from sidecar.model.events import Event, EventBus
 from sidecar.serve.event_log import LoggedEvent, encode_event
+from sidecar.stores.errors import database_failure
 
 log = logging.getLogger("sidecar.postgres_event_log")
 

@@ -40,7 +40,6 @@ from sidecar.backends.postgres.claims import (
 )
 from sidecar.backends.postgres.pool import (
     LOCK_PRUNE_OUTCOMES,
-    DatabaseError,
     failures,
     migrate,
     open_pool,
@@ -48,6 +47,7 @@ from sidecar.backends.postgres.pool import (
 from sidecar.model.outcome import Outcome
 from sidecar.model.replica import replica_id
 from sidecar.model.tool import ToolContext
+from sidecar.stores.errors import DatabaseError
 from sidecar.stores.outcome_log import (
     OutcomeLogError,
     OutcomeLogStats,

@@ -14,13 +14,17 @@ import functools
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Iterator, Mapping
+from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 from sidecar.model.replica import replica_id
+from sidecar.stores.errors import DatabaseError, SchemaTooNew, register_failure_kind
 
 if TYPE_CHECKING:  # asyncpg is the `fleet` extra: importing this module must not need it
     import asyncpg
+
+    Pool = asyncpg.Pool
+    """The replica's pool, for the composition root's annotations."""
 
 T = TypeVar("T")
 
@@ -34,14 +38,9 @@ __all__ = [
     "LOCK_PRUNE_OUTCOMES",
     "LOCK_SNAPSHOTS",
     "Carried",
-    "DatabaseError",
-    "DatabaseUnavailable",
     "Listening",
     "PostgresStore",
-    "SchemaTooNew",
     "connection_lost",
-    "database_error_in",
-    "database_failure",
     "database_timeout_from_env",
     "failures",
     "migrate",
@@ -86,56 +85,26 @@ CREATE TABLE IF NOT EXISTS sidecar_schema (
 """
 
 
-class DatabaseError(Exception):
-    """The fleet database is unreachable, or its schema is one this sidecar cannot use."""
-
-
-class DatabaseUnavailable(DatabaseError):
-    """The fleet database did not answer while a request needed it. The message says what
-    could not be done and what the caller should do (e.g. retry with the same call id); the
-    answering surface (/v1, /mcp) adds which database (`sidecar.stores.database_down`)."""
-
-
-class SchemaTooNew(DatabaseError):
-    """The database holds a component's schema newer than this sidecar knows."""
-
-
-def database_error_in(exc: BaseException) -> DatabaseError | None:
-    """The `DatabaseError` that `exc` is or was raised from (a store may wrap it in its own
-    error, e.g. `OutcomeLogError`), or None: what the CLI reports as one line."""
-    return next((e for e in exception_chain(exc) if isinstance(e, DatabaseError)), None)
-
-
-def exception_chain(exc: BaseException) -> Iterator[BaseException]:
-    """`exc`, then what it was raised from (`__cause__`, else `__context__`), and so on, each
-    once."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        yield current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-
-
-def database_failure(exc: BaseException) -> BaseException | None:
-    """The database failure `exc` is or was raised from, or None when it is something else
-    (a defect, a constraint violated): a `DatabaseError`, a lost or refused connection
-    (asyncpg's connection errors, a server shutting down or refusing new connections, too
-    many connections), or an `OSError`/`TimeoutError` raised inside asyncpg (the connection
-    refused, or no answer within `SIDECAR_DATABASE_TIMEOUT`)."""
+def _unreachable(exc: BaseException) -> bool:
+    """asyncpg's lost or refused connection (its connection errors, a server shutting down or
+    refusing new connections, too many connections, see `failures`), or an `OSError` /
+    `TimeoutError` raised inside asyncpg (the connection refused, or no answer within
+    `SIDECAR_DATABASE_TIMEOUT`)."""
     asyncpg = sys.modules.get("asyncpg")  # not imported: none of its errors can exist (and
     if asyncpg is None:  # an install without the fleet extra has no asyncpg to import)
-        return next((c for c in exception_chain(exc) if isinstance(c, DatabaseError)), None)
+        return False
     unreachable = (asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
                    asyncpg.exceptions.OperatorInterventionError,
                    asyncpg.exceptions.InsufficientResourcesError,
-                   asyncpg.exceptions.InternalClientError)  # see `failures`
-    for current in exception_chain(exc):
-        if isinstance(current, (DatabaseError, *unreachable)):
-            return current
-        if isinstance(current, OSError | TimeoutError) and _raised_in_asyncpg(current):
-            return current
-    return None
+                   asyncpg.exceptions.InternalClientError)
+    return isinstance(exc, unreachable) or (
+        isinstance(exc, OSError | TimeoutError) and _raised_in_asyncpg(exc))
+
+
+def _from_asyncpg(exc: BaseException) -> bool:
+    """An error of asyncpg's, or a refused, reset or timed out connection inside asyncpg."""
+    return type(exc).__module__.startswith("asyncpg") or (
+        isinstance(exc, OSError | TimeoutError) and _raised_in_asyncpg(exc))
 
 
 def _raised_in_asyncpg(exc: BaseException) -> bool:
@@ -145,6 +114,9 @@ def _raised_in_asyncpg(exc: BaseException) -> bool:
             return True
         tb = tb.tb_next
     return False
+
+
+register_failure_kind(_unreachable, _from_asyncpg)
 
 
 def database_timeout_from_env(environ: Mapping[str, str] = os.environ) -> float:
