@@ -1,32 +1,13 @@
 """Children never outlive the daemon: they die with it, and what is left is reaped at the next
-start.
+start. Imports nothing of ours; exports `die_with_parent`, `CHILD_GROUPS` (`ChildGroups`),
+`reap_leftovers` and `start_ticks`.
 
 Every command run and stdio server leads its own process group (`start_new_session`). Two
 mechanisms cover a daemon that dies without stopping them (kill -9, OOM killer, a crash):
-
-- `die_with_parent()`, a `preexec_fn` that sets `PR_SET_PDEATHSIG` (SIGKILL) in the child:
-  Linux kills the child when the thread that forked it ends. Children are spawned from the
-  event loop's thread (the main thread of `sidecar serve` and `sidecar stdio`) or, for
-  prestarted servers, from the main thread before the loop, so that thread lives as long as
-  the daemon. It covers the direct child only; what that child started (`npx` -> `node`, a
-  shell's background job) stays in the group.
-- `CHILD_GROUPS`: the groups are recorded in the state directory, one empty 0600 file per
-  group in `children/<boot id>/<daemon pid>-<daemon start>/`, named `<pgid>-<leader start>`
-  (start times in clock ticks since boot, from /proc). At start the daemon commands call
-  `reap_leftovers`: for every recording daemon that is no longer alive, each process still in
-  a recorded group that started no earlier than the group's leader is killed (SIGKILL), so a
-  group id reused by an unrelated process is left alone; records of another boot are
-  deleted. Records of a daemon that is still running (on the same state directory) are left
-  alone.
-
-Not covered: a descendant that leaves its group (`setsid`, a daemonizing server) is not found
-at the next start; neither is anything when the daemon never starts again. The daemon is not
-a child subreaper (`PR_SET_CHILD_SUBREAPER`): orphans re-parented to it would need reaping by
-a process-wide `waitpid(-1)`, which would steal the exit statuses the event loop's child
-watcher waits for, and it would not help when the daemon itself is killed.
-
-Recording costs an open/close and an unlink of an empty file per command run, done inline:
-less than a thread hop would cost.
+`die_with_parent()` kills the direct child with the thread that forked it, and the groups
+recorded in the state directory (`CHILD_GROUPS`) are killed by the next daemon to start
+(`reap_leftovers`). Not covered: a descendant that leaves its group (`setsid`, a daemonizing
+server), and anything when the daemon never starts again (bridges/README.md).
 """
 
 from __future__ import annotations
@@ -61,7 +42,14 @@ _PRCTL = _load_prctl()  # resolved here: the forked child must not load librarie
 
 def die_with_parent() -> Callable[[], None] | None:
     """A `preexec_fn` that makes the child get SIGKILL when this thread ends; None where
-    `prctl` is unavailable. Call it once per spawn, in the thread that spawns."""
+    `prctl` is unavailable. Call it once per spawn, in the thread that spawns.
+
+    It sets `PR_SET_PDEATHSIG` (SIGKILL) in the child: Linux kills the child when the thread
+    that forked it ends. Children are spawned from the event loop's thread (the main thread of
+    `sidecar serve` and `sidecar stdio`) or, for prestarted servers, from the main thread
+    before the loop, so that thread lives as long as the daemon. It covers the direct child
+    only; what that child started (`npx` -> `node`, a shell's background job) stays in the
+    group, for `reap_leftovers`."""
     prctl = _PRCTL
     if prctl is None:
         return None
@@ -98,7 +86,11 @@ def _boot_id() -> str:
 
 
 class ChildGroups:
-    """The process groups this process's children lead, recorded while `record_in` is on."""
+    """The process groups this process's children lead, recorded while `record_in` is on:
+    one empty 0600 file per group in `children/<boot id>/<daemon pid>-<daemon start>/` of the
+    state directory, named `<pgid>-<leader start>` (start times in clock ticks since boot, from
+    /proc). Recording costs an open/close and an unlink of an empty file per command run, done
+    inline: less than a thread hop would cost."""
 
     def __init__(self) -> None:
         self._dir: Path | None = None
@@ -141,7 +133,12 @@ CHILD_GROUPS = ChildGroups()
 
 def reap_leftovers(state_dir: Path) -> list[int]:
     """Kill what is left of the groups recorded by daemons of `state_dir` that are no longer
-    running (see the module docstring); the pids killed."""
+    running; the pids killed. The daemon commands call it at start.
+
+    For every recording daemon that is no longer alive, each process still in a recorded group
+    that started no earlier than the group's leader is killed (SIGKILL), so a group id reused
+    by an unrelated process is left alone; records of another boot are deleted. Records of a
+    daemon that is still running (on the same state directory) are left alone."""
     root = state_dir / CHILDREN_DIR
     if not root.is_dir():
         return []

@@ -1,20 +1,17 @@
 """Upstream stdio servers started before the daemon's own imports, and adopted by its pool.
+Imports `bridges.child_groups` and `bridges.manifest.loading` (pydantic only, no SDK);
+exports `prestart_servers`, `PRESTARTED`, `StdioSpec` and `default_environment`.
 
     prestart_servers(manifest_paths)   # the CLI, first thing: spawns every stdio server
-    import sidecar.daemon.daemon              # ~0.7 s of imports (mostly the `mcp` SDK's models)
+    import sidecar.daemon.daemon       # ~0.7 s of imports (mostly the `mcp` SDK's models)
     ...                                # the pool's stdio transport claims each process
     PRESTARTED.discard()               # once the Location is open: stops the unclaimed ones
 
-A daemon's start is mostly importing the `mcp` SDK (~0.7 s of CPU here); an upstream written
-with an SDK needs as long again to start, and until now it was spawned only after our imports.
-Started first, it starts on another core while we import, and the time until every server is
-ready is about the longer of the two instead of their sum.
-
-This module imports no SDK: the manifests are read with `bridges.manifest.loading` (pydantic only).
 A prestarted process is adopted only by a transport whose `StdioSpec` is equal (command,
 args, environment, cwd): a manifest that changed in between, or an entry the Location does not
 start, leaves its process unclaimed, and `discard` stops it. Nothing here reports problems: an
 entry that cannot be read or spawned is skipped, and the Location reports it as it would have.
+Why: bridges/README.md.
 """
 
 from __future__ import annotations

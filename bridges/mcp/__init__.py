@@ -12,7 +12,7 @@ life) -> `connection` (one session, any transport) -> `stdio` + `framing` (our o
 transport, linear framing) -> `catalog` (listings -> tool values, codecs in `codecs`) ->
 `calls` (one tool call) -> `results` (upstream results and errors -> the core's terms).
 `stdio` uses `direct_requests` (tool calls without the SDK's session) and `stderr_tail`.
-May import: the core, `managed_store` and the rest of `bridges`.
+Imports `sidecar.model`, `sidecar.registry`, `sidecar.stores`, `managed_store`, other `bridges`.
 """
 
 from bridges.mcp.backoff import Backoff

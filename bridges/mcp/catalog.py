@@ -1,23 +1,7 @@
-"""Upstream tool listings -> the tool values one server registers.
-
-For each upstream tool, in listing order:
-
-1. `tools.allow` / `tools.deny` globs (over upstream names) decide whether it is offered;
-   filtered tools are only counted.
-2. A repeated upstream name, a definition over the server's `max_definition_bytes` (as JSON;
-   1 MiB by default), an invalid `inputSchema` (or one that does not describe an object),
-   an invalid `outputSchema` under `output_validation = "strict"`, an effective name already
-   taken by an earlier tool of the same server, or an effective name reserved for a sidecar
-   built-in (`managed_read`, `execute`, `search_tools`, `describe_tools`: possible with
-   `namespace = ""`) leaves the tool out, with the reason recorded (health and the log). The
-   server's other tools still register.
-3. The rest become `sidecar.Tool` values: input codec from `inputSchema` (we validate before
-   dispatch), output codec from `outputSchema` per `output_validation`, title, annotations,
-   `_meta`, and the server's `bounds`.
-
-The permission default of a tool comes from its annotations and the server's `permissions`
-table: every hint that is true and has a decision configured contributes it, and the most
-restrictive contribution wins (deny > ask > allow); with none, `permissions.default` applies.
+"""Upstream tool listings -> the tool values one server registers. Imports `bridges.manifest`,
+its `bridges.mcp` siblings, `sidecar.model` and `sidecar.registry`; exports `build_catalog`
+(which tool is offered, left out or registered, and how: its docstring), `Catalog`,
+`UpstreamTool`, `offered` and `permission_default`.
 
 Checking and compiling schemas is CPU work that grows with their size: `build_catalog` is
 synchronous and pure, so the supervisor runs it in a worker thread, never on the event loop.
@@ -78,6 +62,22 @@ def offered(name: str, config: ServerConfig) -> bool:
 def build_catalog(
     server: str, config: ServerConfig, listing: Sequence[types.Tool], call: CallUpstream
 ) -> Catalog:
+    """The tool values of one server's listing. For each upstream tool, in listing order:
+
+    1. `tools.allow` / `tools.deny` globs (over upstream names) decide whether it is offered;
+       filtered tools are only counted.
+    2. A repeated upstream name, a definition over the server's `max_definition_bytes` (as
+       JSON; 1 MiB by default), an invalid `inputSchema` (or one that does not describe an
+       object), an invalid `outputSchema` under `output_validation = "strict"`, an effective
+       name already taken by an earlier tool of the same server, or an effective name reserved
+       for a sidecar built-in (`managed_read`, `execute`, `search_tools`, `describe_tools`:
+       possible with `namespace = ""`) leaves the tool out, with the reason recorded (health
+       and the log). The server's other tools still register.
+    3. The rest become `sidecar.Tool` values: input codec from `inputSchema` (we validate
+       before dispatch), output codec from `outputSchema` per `output_validation`, title,
+       annotations, `_meta`, the server's `bounds` and the permission default
+       (`permission_default`).
+    """
     namespace = config.effective_namespace(server)
     plain = plain_names(
         (upstream.name, namespace) for upstream in listing if offered(upstream.name, config))
@@ -192,6 +192,9 @@ def _annotations(upstream: types.ToolAnnotations | None) -> Annotations | None:
 def permission_default(
     table: AnnotationPermissions, annotations: types.ToolAnnotations | None
 ) -> Decision | None:
+    """The decision when no permission rule matches the tool: every hint that is true and has a
+    decision in the server's `permissions` table contributes it, and the most restrictive
+    contribution wins (deny > ask > allow); with none, `permissions.default` applies."""
     contributions: list[ManifestDecision] = []
     if annotations is not None:
         hints = (

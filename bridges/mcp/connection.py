@@ -1,4 +1,6 @@
-"""One live MCP session with an upstream server, over stdio, streamable HTTP or SSE.
+"""One live MCP session with an upstream server, over stdio, streamable HTTP or SSE. Imports the
+rest of `bridges` and `sidecar.model`; exports `open_connection`,
+`Connection`, `Era`, `configured_mode` (the protocol eras: its docstring) and `ConfigProblem`.
 
 `open_connection` builds the transport a `ServerConfig` names, wraps its read stream so we learn
 when the connection ends, and enters an SDK `Client` over it (no response cache; our own
@@ -9,13 +11,6 @@ directly (`bridges.mcp.stdio.DirectRequests`), with the `_meta` the session stam
 request; over HTTP and SSE it goes through `session.send_request`. Either way the result is
 parsed as a `CallToolResult` (or a 2026-07-28 `input_required` round) without the fields only
 later protocol versions define.
-
-Protocol eras. `protocol` in a server's manifest entry picks how to connect: `auto` (the
-default: try `server/discover`, fall back to `initialize`), `legacy` (the 2025 handshake
-directly) or a 2026 version such as `2026-07-28`. `auto` costs one round trip against a plain
-2025 server, which answers the unknown method at once; only a server that never answers unknown
-methods makes the probe wait its 10 s, and `protocol = "legacy"` is the remedy for those. Once
-connected, the supervisor remembers the era (`Connection.era`) and reconnects with it directly.
 """
 
 from __future__ import annotations
@@ -75,7 +70,14 @@ class ConfigProblem(Exception):
 
 def configured_mode(config: ServerConfig) -> str:
     """The `protocol` key of a server entry: a declared field once the manifest model has one,
-    until then an extra key the manifest keeps."""
+    until then an extra key the manifest keeps.
+
+    It picks how to connect: `auto` (the default: try `server/discover`, fall back to
+    `initialize`), `legacy` (the 2025 handshake directly) or a 2026 version such as
+    `2026-07-28`. `auto` costs one round trip against a plain 2025 server, which answers the
+    unknown method at once; only a server that never answers unknown methods makes the probe
+    wait its 10 s, and `protocol = "legacy"` is the remedy for those. Once connected, the
+    supervisor remembers the era (`Connection.era`) and reconnects with it directly."""
     mode = getattr(config, "protocol", None) or (config.model_extra or {}).get("protocol", "auto")
     if mode not in MODES:
         raise ConfigProblem(f"protocol {mode!r} is not one of {', '.join(MODES)}")

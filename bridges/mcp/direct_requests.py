@@ -1,7 +1,9 @@
 """`DirectRequests`: tool calls (and log notifications) on an upstream stdio server without the
 SDK's session: the request line is written on stdin here and the stdout pump hands the answer
-straight back, as a plain dict, before any SDK parsing. Why, and what it keeps of the SDK's
-behaviour: `bridges.mcp.stdio`'s module docstring.
+straight back, as a plain dict, before any SDK parsing. It keeps the SDK's behaviour (ids,
+progress tokens, timeouts with a courtesy `notifications/cancelled`, cancellation forwarded,
+every waiter failed with CONNECTION_CLOSED when the pipe ends) without its machinery; why:
+bridges/mcp/README.md.
 """
 
 from __future__ import annotations

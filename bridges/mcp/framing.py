@@ -1,32 +1,16 @@
-"""Newline-delimited JSON-RPC framing for stdio, in linear time and with few copies.
+"""Newline-delimited JSON-RPC framing for stdio, in linear time and with few copies. Imports
+`bridges.mcp.piecewise_json` only; exports `LineFramer`, `OversizedLine`, `LargeLine`,
+`drain_messages`, `offer_large`, `InvalidAnswer` and `PARSE_OFF_LOOP_AT`.
 
-The SDK's stdio reader does `(buffer + chunk).split("\\n")` for every chunk, so a message of n
-bytes costs O(n^2) (a 100 MB result took 87 s). `LineFramer` scans each byte once: chunks of an
-unfinished line are kept in a list and joined once, when the newline arrives.
-
-Memory for a buffered message stays near twice its size: the joined bytes are decoded to one
-`str` and dropped, then `json.loads` builds the message (pydantic's JSON parser keeps an extra
-full-size scratch copy of long escaped strings, so it is used for small messages only). The
-text values inside the parsed message are the strings the rest of the path keeps: nothing
-downstream copies them again.
-
-A line longer than `max_line_bytes` is not buffered: the framer keeps only its first and last
-bytes (enough to find the JSON-RPC id) and reports an `OversizedLine`.
-
-With `stream_at` (the upstream side), a line that grows past it is parsed as it arrives
-instead (`LargeLine`): its long string values (a tool's text result) are decoded slice by slice
-into the one `str` that is kept, and only the rest of the JSON is parsed at the end, so a large
-result is held about once instead of twice (its bytes, then its text). A string's end is found
-with `bytes.count`/`find` (C) and the regex only where quotes are many; it runs about as fast
-as `json.loads` of the whole line (100 MB of 100-byte lines: 0.18-0.27 s against 0.22-0.27 s;
-1 GB: 2.6 s, the process growing 1.04x the text). Lines up to `stream_at` are parsed whole
-(the small ones by pydantic, which is faster for them).
-
-A line of `PARSE_OFF_LOOP_AT` (256 KiB) or more is a `LargeLine`: its JSON (for a streamed
-line, the part outside long strings) is parsed by `bridges.mcp.piecewise_json` in bounded
-steps, which the stdio transport runs in a worker thread (`drain_messages(defer_large=True)`):
-a 50 MB `tools/list` answer took the event loop 0.25-4 s in one piece, and `/v1/health` and
-other servers' start-up timers waited that long.
+`LineFramer` scans each byte once (the SDK's stdio reader re-splits its buffer for every chunk,
+quadratic in the line length): chunks of an unfinished line are kept in a list and joined
+once, when the newline arrives. A buffered message stays near twice its size: the joined bytes
+are decoded to one `str` and dropped, then `json.loads` builds the message (pydantic's JSON
+parser, which keeps an extra full-size scratch copy of long escaped strings, for small
+messages only); the text values inside it are the strings the rest of the path keeps, nothing
+downstream copies them again. A line longer than `max_line_bytes` is not buffered: only its
+first and last bytes are kept (enough to find the JSON-RPC id), as an `OversizedLine`. Large
+lines are parsed as they arrive, or off the event loop: `LineFramer`.
 """
 
 from __future__ import annotations
@@ -144,7 +128,22 @@ class _Edges:
 
 
 class LineFramer:
-    """Splits a byte stream into lines (without the newline). Feed chunks, then pop lines."""
+    """Splits a byte stream into lines (without the newline). Feed chunks, then pop lines.
+
+    With `stream_at` (the upstream side), a line that grows past it is parsed as it arrives
+    instead (`LargeLine`): its long string values (a tool's text result) are decoded slice by
+    slice into the one `str` that is kept, and only the rest of the JSON is parsed at the end,
+    so a large result is held about once instead of twice (its bytes, then its text). A
+    string's end is found with `bytes.count`/`find` (C) and the regex only where quotes are
+    many, about as fast as `json.loads` of the whole line (`bench/RESULTS.md`). Lines up to
+    `stream_at` are parsed whole (the small ones by pydantic, which is faster for them).
+
+    A line of `PARSE_OFF_LOOP_AT` (256 KiB) or more is a `LargeLine`: its JSON (for a streamed
+    line, the part outside long strings) is parsed by `bridges.mcp.piecewise_json` in bounded
+    steps, which the stdio transport runs in a worker thread (`drain_messages(defer_large=True)`),
+    so a huge `tools/list` answer does not stop the event loop (`/v1/health`, other servers'
+    start-up timers) while it is parsed.
+    """
 
     __slots__ = ("_max", "_overflow", "_parts", "_ready", "_size", "_stream", "_stream_at")
 

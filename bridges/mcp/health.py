@@ -1,10 +1,7 @@
-"""What the pool reports about each upstream server.
-
-`ServerHealth` is an immutable snapshot: the pool builds a new one on every change and hands it
-to `on_health`. It never holds a secret: `last_error` and stderr excerpts pass through the
-server's `Redactor` before they get here, and neither `env` nor `headers` is ever copied in.
-
-States:
+"""What the pool reports about each upstream server: `ServerHealth`, an immutable snapshot the
+pool builds anew on every change and hands to `on_health`, and `SkippedTool`. Imports nothing
+of ours. It never holds a secret: `last_error` and stderr excerpts pass through the server's
+`Redactor` first, and neither `env` nor `headers` is ever copied in. States:
 
     starting   connecting: spawning, handshaking, listing tools (bounded by timeouts.startup)
     ready      connected; its tools are registered and callable

@@ -1,4 +1,6 @@
 """What an upstream server sends us besides tool listings, handed to whoever serves clients.
+Imports nothing of ours; exports `Relay` (who gets what: its docstring), `RelayTarget`,
+`InflightCall` and `NO_CLIENT`.
 
 An upstream connection is shared by every downstream client and opened at daemon start, before
 any client exists. So every upstream connection advertises `sampling`, `elicitation` and
@@ -8,20 +10,8 @@ downstream session that made the call in flight on that server. A 2026-07-28 ser
 an `input_required` result of one call, which the relay receives with exactly that call; a 2025
 request comes with every call in flight on the server, and the target decides (it refuses with
 a JSON-RPC error that says why when it cannot tell, or the client lacks the capability);
-nothing hangs.
-
-    detach = pool.relay.attach(my_frontend)  # a `RelayTarget`; several may be attached
-    detach()                                 # (or `pool.relay.target = x`: x alone, or none)
-    pool.connection("git")                   # the live `Connection` of one server, or None
-
-Notifications that are not about tools (resources updated/list_changed, prompts list_changed)
-and log messages are handed on as they arrive, with the calls in flight on that server.
-
-A daemon serves several frontends at once (the `/mcp` facade and one facade per attached
-`sidecar stdio` client), so several targets may be attached. A request goes to the most recently
-attached target that `owns` one of the calls in flight (a target without `owns` owns nothing),
-else to the most recent target; a log message goes to the targets that own a call, else to all;
-other notifications go to every target.
+nothing hangs. Notifications that are not about tools (resources, prompts) and log messages are
+handed on as they arrive, with the calls in flight on that server.
 """
 
 from __future__ import annotations
@@ -68,7 +58,17 @@ class RelayTarget(Protocol):
 
 class Relay:
     """The pool's attachment point for its `RelayTarget`s (one relay per pool, shared by its
-    servers)."""
+    servers).
+
+        detach = pool.relay.attach(my_frontend)  # a `RelayTarget`; several may be attached
+        detach()                                 # (or `pool.relay.target = x`: x alone, or none)
+
+    A daemon serves several frontends at once (the `/mcp` facade and one facade per attached
+    `sidecar stdio` client), so several targets may be attached. A request goes to the most
+    recently attached target that `owns` one of the calls in flight (a target without `owns`
+    owns nothing), else to the most recent target; a log message goes to the targets that own
+    a call, else to all; other notifications go to every target.
+    """
 
     __slots__ = ("_targets",)
 

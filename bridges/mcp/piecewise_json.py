@@ -1,19 +1,14 @@
 """JSON parsed in bounded steps, for a worker thread that must not starve the event loop.
+Imports nothing of ours; exports `loads_in_pieces` (its cost: its docstring) and `WINDOW`.
 
 `json.loads` is one C call: it holds the interpreter lock from the first byte to the last, so
 parsing a 50 MB `tools/list` answer in a thread stops the event loop as surely as parsing it
-on the loop (0.25-1 s on this machine; the other thread gets the lock back only between two
-bytecodes). `loads_in_pieces` gives the same value, but no single C call parses more than
-`WINDOW` characters (plus one scalar): a container that does not close within a window is
-walked in Python, member by member, and each member that fits in a window is parsed whole by
-the C scanner. Between steps the interpreter hands the lock to the event loop's thread
+on the loop (the other thread gets the lock back only between two bytecodes).
+`loads_in_pieces` gives the same value, but no single C call parses more than `WINDOW`
+characters (plus one scalar): a container that does not close within a window is walked in
+Python, member by member, and each member that fits in a window is parsed whole by the C
+scanner. Between steps the interpreter hands the lock to the event loop's thread
 (`sys.getswitchinterval()`, 5 ms), so the loop keeps answering while the worker parses.
-
-Cost: about that of `json.loads` plus a few percent (each member is tried in windows that grow
-by 16x, a failed try costs at most its window; consecutive members that fit in a window are
-parsed together, `_run`), and Python steps only for members larger than a window. Strings
-are parsed whole (a long string is one C call; the stdio framer decodes long strings on
-arrival and leaves only the rest to this).
 """
 
 from __future__ import annotations
@@ -38,7 +33,14 @@ _WHITESPACE = re.compile(r"[ \t\n\r]*")
 
 def loads_in_pieces(text: str) -> Any:
     """`json.loads(text)` in steps of at most `WINDOW` characters; raises `ValueError` (with
-    the character position) for text that is not one JSON value, nested too deeply included."""
+    the character position) for text that is not one JSON value, nested too deeply included.
+
+    Cost: about that of `json.loads` plus a few percent (each member is tried in windows that grow
+    by 16x, a failed try costs at most its window; consecutive members that fit in a window are
+    parsed together, `_run`), and Python steps only for members larger than a window. Strings
+    are parsed whole (a long string is one C call; the stdio framer decodes long strings on
+    arrival and leaves only the rest to this).
+    """
     try:
         value, end = _value(text, _skip(text, 0), 0)
     except RecursionError:  # inside a window: the C parser's own limit

@@ -1,4 +1,5 @@
-"""`ServerPool`: every upstream MCP server of a Location, and nothing left behind.
+"""`ServerPool`: every upstream MCP server of a Location, and nothing left behind. Imports the
+rest of `bridges`, `sidecar.model`, `sidecar.registry`, `sidecar.stores`; exports `ServerPool`.
 
     async with ServerPool(manifest_servers, location.tools, permissions=gate,
                           on_health=publish_health, on_tools_changed=publish_tools) as pool:
@@ -8,18 +9,10 @@
 Entering starts one supervisor task per server, concurrently, and returns once each server has
 settled its first attempt (ready, backoff, failed or disabled): twenty servers are ready in
 about the time of the slowest, and a server that fails never makes entering fail. With
-`wait=False` entering returns at once and the servers come up in the background (their tools
-register as each becomes ready; `starting()` names those still on their first attempt, and
-`settled()` waits for them). Leaving
+`wait=False` entering returns at once and each server registers its tools when it is ready
+(`starting()` names those still on their first attempt, `settled()` waits for them). Leaving
 stops every supervisor: connections closed, child processes stopped and reaped, registrations
 removed.
-
-Callbacks run on the event loop and must not block or raise (a raise is logged and ignored):
-`on_health(key, health)` on every change of a server's health except the latency of single
-calls (read it from `health()`); `on_tools_changed(key)` whenever a server's registration was
-made, replaced (re-list after a reconnect, a list_changed or a restart) or removed. The
-registry's own change listeners fire as well, so a frontend that follows the registry needs
-neither.
 """
 
 from __future__ import annotations
@@ -44,7 +37,15 @@ from sidecar.stores.pending_logins import LoginCallbacks
 
 
 class ServerPool:
-    """Owns every upstream connection and child process; see the module docstring."""
+    """Owns every upstream connection and child process; see the module docstring.
+
+    Callbacks run on the event loop and must not block or raise (a raise is logged and
+    ignored): `on_health(key, health)` on every change of a server's health except the latency
+    of single calls (read it from `health()`); `on_tools_changed(key)` whenever a server's
+    registration was made, replaced (re-list after a reconnect, a list_changed or a restart) or
+    removed. The registry's own change listeners fire as well, so a frontend that follows the
+    registry needs neither.
+    """
 
     def __init__(
         self,

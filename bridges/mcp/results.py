@@ -1,4 +1,5 @@
-"""What an upstream call returns, in the core's terms.
+"""What an upstream call returns, in the core's terms. Imports `bridges.mcp.stdio`, `sidecar.model`;
+exports `tool_response`, `tool_error`, `rpc_failure`, `transport_failure`, `is_*`, `content_item`.
 
     CallToolResult                         -> ToolResponse
       content (text/image/audio/resource/resource_link) -> our content items, same meaning
@@ -9,11 +10,6 @@
     an answer that is not a valid result   -> ToolFailure(kind=upstream), at once
     connection lost / transport failure    -> ToolFailure(kind=upstream) (the server restarts)
     our call timeout                       -> ToolFailure(kind=timeout)
-
-A server's error response may carry any code, the ones the SDK uses for its own conditions
-included (-32000 "connection closed", -32001 "request timeout": servers use both for their
-own errors). Only our side's conditions (`is_transport_loss`, `is_our_timeout`) mean a lost
-transport or an expired call; an error response never restarts the server.
 
 Every message names the server and the tool. Text values are handed on as the same `str`
 objects the parser produced: a large result is never copied here.
@@ -110,7 +106,12 @@ _SDK_CLOSED = "Connection closed"
 def is_transport_loss(exc: MCPError, *, direct: bool) -> bool:
     """Whether `exc` says our transport ended (not a server's error response with the same
     code). Requests written on the pipe directly (`direct`) raise `ConnectionLost` for that;
-    the SDK's own requests raise its plain `Connection closed` error without data."""
+    the SDK's own requests raise its plain `Connection closed` error without data.
+
+    A server's error response may carry any code, the ones the SDK uses for its own conditions
+    included (-32000 "connection closed", -32001 "request timeout": servers use both for their
+    own errors). Only our side's conditions (this and `is_our_timeout`) mean a lost transport
+    or an expired call; an error response never restarts the server."""
     if isinstance(exc, ConnectionLost):
         return True
     return (not direct and exc.code == types.CONNECTION_CLOSED and exc.message == _SDK_CLOSED

@@ -1,32 +1,18 @@
-"""The stdio transport: our own child process and pipes, fed to the SDK's session.
-
-We spawn the server ourselves instead of using `mcp.client.stdio.stdio_client`, for three
-reasons: the SDK's reader is quadratic in the line length (see `framing`), we want the child's
-stderr in our log and its last 64 KiB for error messages, and we want to own the shutdown.
+"""The stdio transport: our own child process and pipes, fed to the SDK's session. Imports the
+rest of `bridges`; exports `stdio_transport` (and re-exports `DirectRequests`, `StderrTail`).
 
     stdout --LineFramer--> SessionMessage --memory stream--> ClientSession
     stdin  <--JSON line--- SessionMessage <--memory stream-- ClientSession
     stderr --StderrTail--> log lines (redacted) + last 64 KiB for health and errors
 
 Tool calls take a shorter way (`DirectRequests`): the bridge writes the `tools/call` line on
-stdin itself and the stdout pump hands the answer (and the call's progress notifications)
-straight back to it, as a plain dict, before any SDK parsing. Everything else (handshake,
-listings, notifications, requests from the server) goes through the SDK session as above. The
-SDK's dispatcher costs about as much CPU per call as the rest of the bridge together (pydantic
-models for every message, two memory streams and a task switch each way, a tracing span); the
-direct way keeps its behaviour (ids, progress tokens, timeouts with a courtesy
-`notifications/cancelled`, cancellation forwarded, every waiter failed with CONNECTION_CLOSED
-when the pipe ends) without that machinery.
-
-Log messages (`notifications/message`) take the direct way too, and a direct answer is handed
-back only once the progress and log notifications read before it have been handled: a server
-that logs "done" and then answers must not have its log line arrive after the call has ended
-(it would then reach no client, having no call to follow).
-
-The child runs in its own session and process group (`start_new_session`), gets only a safe
-subset of our environment plus its `env` (the SDK's policy), and is stopped in steps: close its
-stdin, then SIGTERM to the group, then SIGKILL to the group; members of the group that outlive
-the leader get the same treatment, so nothing is left behind.
+stdin itself and the stdout pump hands the answer (and the call's progress and log
+notifications) straight back to it, as a plain dict, before any SDK parsing; a direct answer
+is handed back only once the notifications read before it have been handled. Everything else
+(handshake, listings, requests from the server) goes through the SDK session. The child runs
+in its own session and process group (`start_new_session`), gets only a safe subset of our
+environment plus its `env` (the SDK's policy), and is stopped in steps (`_stop`): stdin
+closed, SIGTERM, SIGKILL, to the whole group, so nothing is left behind.
 """
 
 from __future__ import annotations
@@ -275,7 +261,8 @@ async def _pump_stderr(proc: Child, tail: StderrTail) -> None:
 
 
 async def _stop(proc: Child, grace: float) -> None:
-    """Close stdin, wait `grace`, SIGTERM the group, wait, SIGKILL it; then sweep survivors."""
+    """Close stdin, wait `grace`, SIGTERM the group, wait, SIGKILL it; then sweep survivors:
+    members of the group that outlive the leader get the same SIGTERM, then SIGKILL."""
     if proc.stdin is not None:
         with contextlib.suppress(OSError, RuntimeError):
             proc.stdin.close()

@@ -1,28 +1,13 @@
-"""One supervisor per server: connect, list, register, watch, reconnect.
-
-    ┌───────────────────────── run() ─────────────────────────┐
-    │ disabled? -> state disabled, wait for a new config       │
-    │ attempt:  starting  (spawn/connect, handshake, tools/list│
-    │                      all within timeouts.startup)        │
-    │           ready     (tools registered; re-list on        │
-    │                      list_changed, debounced; wait until │
-    │                      the connection is lost)             │
-    │ failure:  backoff   (capped exponential + jitter; reset  │
-    │                      after sustained uptime), or failed  │
-    │                      when retrying cannot help (also:    │
-    │                      the same start-up failure 5 times   │
-    │                      in a row), or                       │
-    │           needs_auth (OAuth: wait for `sidecar auth      │
-    │                      login NAME` to store tokens)        │
-    └──────────────── loop until stopped ─────────────────────┘
+"""One supervisor per server: connect, list, register, watch, reconnect (the loop is drawn in
+`Supervisor`'s docstring, the states are `bridges.mcp.health`'s). Imports the rest of
+`bridges`, `sidecar.model`, `sidecar.registry` and `sidecar.stores`; exports `Supervisor`.
 
 The server's tools live in one registration scope for the supervisor's whole life: the first
 listing registers it, every later listing (after a reconnect, a list_changed, a configuration
 change) replaces it in place, so its precedence among registrations never changes. Stopping the
 supervisor closes the scope. While the server is down its tools stay registered and calls fail
-`upstream` with the reason.
-
-Nothing here raises into the pool: a failing server only changes its own health.
+`upstream` with the reason. Nothing here raises into the pool: a failing server only changes
+its own health.
 """
 
 from __future__ import annotations
@@ -103,6 +88,25 @@ class _NeedsLogin(Exception):
 
 
 class Supervisor:
+    """One server's life, until stopped:
+
+        ┌───────────────────────── run() ─────────────────────────┐
+        │ disabled? -> state disabled, wait for a new config       │
+        │ attempt:  starting  (spawn/connect, handshake, tools/list│
+        │                      all within timeouts.startup)        │
+        │           ready     (tools registered; re-list on        │
+        │                      list_changed, debounced; wait until │
+        │                      the connection is lost)             │
+        │ failure:  backoff   (capped exponential + jitter; reset  │
+        │                      after sustained uptime), or failed  │
+        │                      when retrying cannot help (also:    │
+        │                      the same start-up failure 5 times   │
+        │                      in a row), or                       │
+        │           needs_auth (OAuth: wait for `sidecar auth      │
+        │                      login NAME` to store tokens)        │
+        └──────────────── loop until stopped ─────────────────────┘
+    """
+
     def __init__(
         self,
         key: str,

@@ -1,32 +1,10 @@
 """The `httpx2.Auth` an OAuth-protected upstream's HTTP client carries: the `mcp` SDK's OAuth
 providers (discovery per RFC 9728 / RFC 8414 / OpenID with the 2025-03-26 fallbacks, PKCE S256,
 RFC 8707 resource indicators, CIMD, dynamic registration, refresh, client credentials with
-`client_secret_basic`/`client_secret_post`/`private_key_jwt`), wrapped by `_SidecarAuth`.
-
-What the wrapper adds, in two modes:
-
-- **daemon** (`interactive=None`): nobody is there to log in. A 401 first tries the refresh
-  token (once per request); if that cannot help, or the server answers `403 insufficient_scope`,
-  the server's `LoginStatus` records why and which scope it wants, and the response goes back
-  to the transport unchanged: that request fails, nothing loops. Discovery and registration are
-  left to `sidecar auth login`. Client-credentials grants need no person, so the SDK's flow runs
-  in full here.
-- **login** (`interactive` given): the SDK's authorization-code flow runs in full, with the
-  stored tokens ignored (a login always authorizes afresh), the scope widened by the one a
-  step-up challenge recorded, and at most one authorization per login.
-
-In both, stored tokens carry an absolute expiry (`RecordStorage`), so after a restart a token
-close to its end is refreshed before it is sent, and the discovered metadata is restored so
-the refresh goes to the right token endpoint. Every refresh runs under the grant store's
-`exclusive(server)` hold and starts from the stored record, never from this process's copy:
-with rotating refresh tokens (each works once) a grant shared by several processes (a fleet's
-replicas on one database, or the daemon and `sidecar auth`) would otherwise be refreshed twice
-with one refresh token, and the second refresh would fail. A process that finds new tokens in
-the store once it holds the lock uses them and does not refresh (`refresh_shared`). The SDK's
-own inline refresh is switched off for this (`_GuardedContext`).
-
-With `auto` (no `auth` key), a 401 without a Bearer challenge is not OAuth: it goes back to the
-transport untouched.
+`client_secret_basic`/`client_secret_post`/`private_key_jwt`), wrapped by `_SidecarAuth`
+(what the wrapper adds in the daemon and at a login, and how a refresh is shared between
+processes: its docstring). Imports `bridges.manifest`, `bridges.mcp.oauth` and
+`sidecar.stores.grants`; exports `build_auth`, the providers, `LoginRequired`, `Interactive`.
 """
 
 from __future__ import annotations
@@ -172,7 +150,33 @@ def _issuer_as_origin(response: httpx2.Response, server_url: str) -> httpx2.Resp
 
 
 class _SidecarAuth:
-    """Mixin over an SDK provider (see the module docstring). Must come first in the MRO."""
+    """Mixin over an SDK provider. Must come first in the MRO.
+
+    What the wrapper adds, in two modes:
+
+    - **daemon** (`interactive=None`): nobody is there to log in. A 401 first tries the refresh
+      token (once per request); if that cannot help, or the server answers `403 insufficient_scope`,
+      the server's `LoginStatus` records why and which scope it wants, and the response goes back
+      to the transport unchanged: that request fails, nothing loops. Discovery and registration are
+      left to `sidecar auth login`. Client-credentials grants need no person, so the SDK's flow runs
+      in full here.
+    - **login** (`interactive` given): the SDK's authorization-code flow runs in full, with the
+      stored tokens ignored (a login always authorizes afresh), the scope widened by the one a
+      step-up challenge recorded, and at most one authorization per login.
+
+    In both, stored tokens carry an absolute expiry (`RecordStorage`), so after a restart a token
+    close to its end is refreshed before it is sent, and the discovered metadata is restored so
+    the refresh goes to the right token endpoint. Every refresh runs under the grant store's
+    `exclusive(server)` hold and starts from the stored record, never from this process's copy:
+    with rotating refresh tokens (each works once) a grant shared by several processes (a fleet's
+    replicas on one database, or the daemon and `sidecar auth`) would otherwise be refreshed twice
+    with one refresh token, and the second refresh would fail. A process that finds new tokens in
+    the store once it holds the lock uses them and does not refresh (`refresh_shared`). The SDK's
+    own inline refresh is switched off for this (`_GuardedContext`).
+
+    With `auto` (no `auth` key), a 401 without a Bearer challenge is not OAuth: it goes back to the
+    transport untouched.
+    """
 
     context: Any
     _initialized: bool
