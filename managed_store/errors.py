@@ -1,26 +1,18 @@
-"""Errors of the managed store.
+"""Errors of the managed store; imports nothing. Argument mistakes (a negative offset, an invalid
+regex, an empty namespace) are plain `ValueError`s, raised before any I/O; everything the store
+itself reports is a `ManagedStoreError`:
 
-Every error the store raises on purpose is a `ManagedStoreError`; argument mistakes (a negative
-offset, an invalid regex, an empty namespace) are plain `ValueError`s, raised before any I/O.
+    ManagedStoreError
+    ├── InvalidRef, ManagedNotFound     a malformed id (refused before any I/O); a well-formed
+    │                                   one the index does not hold (never stored, expired, evicted)
+    ├── RetentionError                  a write could not be made durable (I/O error, disk full,
+    │   │                               invalid UTF-8, quota impossible); nothing is left behind
+    │   └── OwnerShareExceeded          one object larger than its owner's share of the quota
+    ├── SearchTimeout, TooManySearches  a grep past its time limit; past the owner's share of
+    │                                   concurrent greps (`TooManySearches` is in `search`)
+    └── StoreInUse, StoreClosed         another live store holds the root; used after closing
 
-    Exception
-    ├── ValueError                  a bad argument: offset, limit, namespace, grep pattern
-    └── ManagedStoreError           anything the store itself reports
-        ├── InvalidRef              not a well-formed id; refused before the index or disk
-        │                           is touched
-        ├── ManagedNotFound         a well-formed id the index does not hold (never stored,
-        │                           expired, evicted)
-        ├── RetentionError          a write could not be made durable (I/O error, disk full,
-        │   │                       invalid UTF-8, quota impossible); nothing is left behind
-        │   └── OwnerShareExceeded  one object larger than its owner's share of the quota
-        ├── SearchTimeout           a grep ran past its time limit
-        ├── TooManySearches         the owner already runs its share of concurrent greps
-        │                           (defined in `managed_store.search`)
-        ├── StoreInUse              another live store (process) holds the root
-        └── StoreClosed             the store (or spool) was used after it was closed
-
-A caller that shows errors to a model may pass `str(error)` through: messages name the cause
-but never a filesystem path outside the store.
+Messages name the cause but never a filesystem path outside the store.
 """
 
 from __future__ import annotations

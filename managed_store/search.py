@@ -1,4 +1,5 @@
-"""Running greps: admission per owner, their own threads, and killable matching.
+"""Running greps: admission per owner, their own threads, and killable matching. Imports its
+`managed_store` siblings; exports `SearchLimits`, `Searches`, `LineMatcher`, `TooManySearches`.
 
 RE2 matches in time linear in the text, but the factor is the pattern's program size: a valid
 pattern such as `a.{1000}.{1000}c` costs about 20 µs a byte, so one 3.5 MB line takes over a
@@ -6,14 +7,6 @@ minute, and an RE2 search cannot be stopped once started. So the matching runs i
 processes (`search_worker`), fed batches of lines by the scanning thread, which waits for each
 answer only until the search's deadline and kills the worker past it: the time limit holds
 inside a line. Workers run at a lower priority (nice 10) than the daemon.
-
-A store owns one `Searches`: a thread pool of its own (`SearchLimits.workers` threads, never the
-event loop's default executor that file and SQLite I/O share), at most one worker process per
-thread, and a count of running searches per owner (`SearchLimits.per_owner`; one more is
-refused with `TooManySearches`). The deadline starts when the search is admitted, so a search
-waiting for a free thread also ends within the time limit.
-
-Exports `SearchLimits`, `Searches`, `LineMatcher`, `TooManySearches`.
 """
 
 from __future__ import annotations
@@ -121,7 +114,13 @@ def _timeout(ref_id: str, time_limit: float, line: int) -> SearchTimeout:
 
 class Searches:
     """The running searches of one store (see the module docstring). Use from the event loop;
-    `close` kills every worker."""
+    `close` kills every worker.
+
+    A thread pool of its own (`SearchLimits.workers` threads, never the event loop's default
+    executor that file and SQLite I/O share), at most one worker process per thread, and a
+    count of running searches per owner (`SearchLimits.per_owner`; one more is refused with
+    `TooManySearches`). The deadline starts when the search is admitted, so a search waiting
+    for a free thread also ends within the time limit."""
 
     def __init__(self, limits: SearchLimits) -> None:
         self.limits = limits

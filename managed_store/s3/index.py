@@ -1,24 +1,7 @@
 """The S3 engine's index in PostgreSQL (`asyncpg`): which objects exist, their line marks,
-and the keys that may hold bytes no row makes visible.
-
-    sidecar_managed_objects  one row per visible object (the source of truth, as the local
-                             store's SQLite rows are), scoped by `location` (bucket/prefix),
-                             with the `owner` it counts against (schema version 2) and, while
-                             its bytes are still being uploaded from a replica's staging file
-                             (write-behind, `s3.staging`), `staged_in` (that staging
-                             directory's id), `staged_by` (its replica) and `touched_at` (the
-                             uploader's last sign of life); `staged_in` is NULL once the object
-                             is in the bucket (schema version 3)
-    sidecar_managed_marks    every `MARK_BYTES` of an object, the newlines before that offset
-                             (deleted with their object: ON DELETE CASCADE)
-    sidecar_managed_pending  keys whose bytes may exist without a row: spools in progress
-                             (`since` = their start) and evicted objects whose bytes are not
-                             deleted yet (`since` = 0); a cleanup deletes the bytes, then the row
-
-Times come from the database's clock, so every replica orders and expires objects alike.
-Commits and evictions change the rows under `LOCK_MANAGED_QUOTA` (a transaction lock: the
-quota is checked against what the whole fleet holds); a cleanup runs on one replica at a time
-under `LOCK_MANAGED_CLEANUP` (a replica that does not get it skips that round).
+and the keys that may hold bytes no row makes visible. Imports its `managed_store` siblings;
+exports `PostgresIndex` (its tables and locks: its docstring), `Staged`, `Found`, `Evicted`,
+the advisory lock ids and `SCHEMA_VERSION`.
 
 The schema is versioned in `sidecar_schema` (component `managed_store`), migrated at open under
 the same lock as every other component, and a newer schema is refused.
@@ -149,7 +132,28 @@ def _mark(offset: int | None, newlines: int | None) -> LineMark:
 
 
 class PostgresIndex:
-    """The index of one location (`bucket/prefix`) on the replica's pool."""
+    """The index of one location (`bucket/prefix`) on the replica's pool.
+
+        sidecar_managed_objects  one row per visible object (the source of truth, as the local
+                                 store's SQLite rows are), scoped by `location` (bucket/prefix),
+                                 with the `owner` it counts against (schema version 2) and, while
+                                 its bytes are still being uploaded from a replica's staging file
+                                 (write-behind, `s3.staging`), `staged_in` (that staging
+                                 directory's id), `staged_by` (its replica) and `touched_at` (the
+                                 uploader's last sign of life); `staged_in` is NULL once the object
+                                 is in the bucket (schema version 3)
+        sidecar_managed_marks    every `MARK_BYTES` of an object, the newlines before that offset
+                                 (deleted with their object: ON DELETE CASCADE)
+        sidecar_managed_pending  keys whose bytes may exist without a row: spools in
+                                 progress (`since` = their start) and evicted objects whose
+                                 bytes are not deleted yet (`since` = 0); a cleanup deletes
+                                 the bytes, then the row
+
+    Times come from the database's clock, so every replica orders and expires objects alike.
+    Commits and evictions change the rows under `LOCK_MANAGED_QUOTA` (a transaction lock: the
+    quota is checked against what the whole fleet holds); a cleanup runs on one replica at a time
+    under `LOCK_MANAGED_CLEANUP` (a replica that does not get it skips that round).
+    """
 
     def __init__(self, pool: asyncpg.Pool, location: str) -> None:
         self._pool = pool

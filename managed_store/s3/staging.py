@@ -1,27 +1,12 @@
 """Write-behind: an object is committed from a local staging file and uploaded in the background.
+Imports its `managed_store` siblings; exports `Staging` (the upload's life, retries, closing:
+its docstring), `Upload`, `StagedSink` and `wait_for_upload`.
 
     staging = await Staging.open(directory, location, ...)
     upload = staging.new(ref_id)          # a spool opens: it writes `StagedSink(upload)`
     staging.begin(upload)                  # entered: the upload follows the file
     staging.committed(upload, staged=True) # the index row is written, marked as staged
     ...                                    # the upload ends: `mark_uploaded`, file deleted
-
-A spool writes its bytes to `objects/<ref id>` under the staging directory (private, written
-back to disk as it grows and fsynced at the end, as the local store's temp files are) while a
-task on the event loop reads what is written and sends it as a multipart upload, a part at a
-time, once the spool has written for `HEAD_START` seconds (a shorter spool is sent whole
-after its commit). The commit returns once the file is complete and the index row is written with
-`staged_in` = this directory's id: the object is then as durable as in the local directory
-store, and readable on this replica (from the file). Other replicas wait until the row says
-the upload completed; the uploader renews `touched_at` of its rows every `heartbeat` seconds,
-so a reader can tell a replica that stopped from a slow upload.
-
-An upload that fails is tried again from the start of the file (backoff up to 30 s) for as long
-as the store is open. Evicting or dropping an object still uploading cancels its upload (the
-multipart upload is aborted) and deletes its file. Closing waits a bounded time for the
-uploads, then cancels the rest and keeps their files: the next store opened on the same
-directory uploads them again. Files nobody committed (a spool cut short by a crash) are
-deleted then.
 
 Layout: `<directory>/<sha256(location)[:16]>/` (0700): `lock` (one store per directory at a
 time), `id` (the staging id rows name, kept across restarts), `objects/<ref id>` (0600).
@@ -191,7 +176,25 @@ class StagedSink:
 
 
 class Staging:
-    """The staging directory of one store and the uploads from it. Create with `open`."""
+    """The staging directory of one store and the uploads from it. Create with `open`.
+
+    A spool writes its bytes to `objects/<ref id>` under the staging directory (private, written
+    back to disk as it grows and fsynced at the end, as the local store's temp files are) while a
+    task on the event loop reads what is written and sends it as a multipart upload, a part at a
+    time, once the spool has written for `HEAD_START` seconds (a shorter spool is sent whole
+    after its commit). The commit returns once the file is complete and the index row is
+    written with `staged_in` = this directory's id: the object is then as durable as in the
+    local directory store, and readable on this replica (from the file). Other replicas wait
+    until the row says the upload completed; the uploader renews `touched_at` of its rows every
+    `heartbeat` seconds, so a reader can tell a replica that stopped from a slow upload.
+
+    An upload that fails is tried again from the start of the file (backoff up to 30 s) for as long
+    as the store is open. Evicting or dropping an object still uploading cancels its upload (the
+    multipart upload is aborted) and deletes its file. Closing waits a bounded time for the
+    uploads, then cancels the rest and keeps their files: the next store opened on the same
+    directory uploads them again. Files nobody committed (a spool cut short by a crash) are
+    deleted then.
+    """
 
     def __init__(self, root: Path, staging_id: str, lock_fd: int, *, client: S3Store,
                  key_of: Callable[[str], str],

@@ -1,28 +1,12 @@
 """`S3TextStore`: complete texts on S3-compatible object storage, indexed in PostgreSQL, shared
-by every replica of a fleet.
+by every replica of a fleet. Imports its `managed_store` siblings; exports `S3TextStore` (how
+it reads, writes and forgets: its docstring). It keeps the local store's contract
+(`managed_store.protocol.TextStore`) with the same errors and result types.
 
     store = await S3TextStore.open(pool, S3Settings.from_url("s3://bucket/prefix", os.environ))
     async with store:
         ref = await store.put(text)               # on replica A
         page = await store.read_lines(ref.id, 1)  # on replica B, same bucket and database
-
-It keeps the local store's contract (`managed_store.protocol.TextStore`) with the same errors
-and result types, and the same spool: the UTF-8 checks, line counts and line marks are computed
-while the bytes stream out as a multipart upload (`objects.S3Sink`). Reads fetch what they need
-with ranged GETs: a line range costs one GET of at most the lines plus two `MARK_BYTES`, found
-from the marks in the index; grep streams the object through RE2 in a worker thread.
-
-Writes are write-behind when the store has a staging directory (`s3.staging`; the daemon's
-default): a spool writes a local file while its upload follows part by part, and the commit
-returns once the file is complete and the row is written, marked as staged; reads on this
-replica use the file until the upload ends, reads on others wait for it. Without one they are
-write-through: the commit returns once the multipart upload completed.
-
-Life of an object: its id is recorded as pending before its first byte is uploaded; the commit
-(one transaction) evicts what the quota needs gone, adds its row and marks and drops the pending
-row. Evicted rows leave pending rows behind, and a cleanup deletes those keys' bytes, then the
-rows. A key is never forgotten while it may still hold bytes: an upload interrupted by a crash
-is deleted once its pending row is older than `spool_grace_seconds`. See `s3.index`.
 """
 
 from __future__ import annotations
@@ -92,6 +76,24 @@ class S3TextStore:
 
     Any number of stores (replicas) may be open on one location at once. The pool is the
     caller's and stays open when the store closes.
+
+    It keeps the local store's contract (`managed_store.protocol.TextStore`) with the same errors
+    and result types, and the same spool: the UTF-8 checks, line counts and line marks are computed
+    while the bytes stream out as a multipart upload (`objects.S3Sink`). Reads fetch what they need
+    with ranged GETs: a line range costs one GET of at most the lines plus two `MARK_BYTES`, found
+    from the marks in the index; grep streams the object through RE2 in a worker thread.
+
+    Writes are write-behind when the store has a staging directory (`s3.staging`; the daemon's
+    default): a spool writes a local file while its upload follows part by part, and the commit
+    returns once the file is complete and the row is written, marked as staged; reads on this
+    replica use the file until the upload ends, reads on others wait for it. Without one they are
+    write-through: the commit returns once the multipart upload completed.
+
+    Life of an object: its id is recorded as pending before its first byte is uploaded; the commit
+    (one transaction) evicts what the quota needs gone, adds its row and marks and drops the pending
+    row. Evicted rows leave pending rows behind, and a cleanup deletes those keys' bytes, then the
+    rows. A key is never forgotten while it may still hold bytes: an upload interrupted by a crash
+    is deleted once its pending row is older than `spool_grace_seconds`. See `s3.index`.
     """
 
     def __init__(self, pool: asyncpg.Pool, settings: S3Settings, client: S3Store,
