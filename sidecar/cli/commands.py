@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
 
 
-BUNDLED_MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
+BUNDLED_MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 """The `manifests/` directory of the checkout the package is installed from (editable)."""
 
 
