@@ -1,7 +1,7 @@
 """A handshake-era (2025-06-18) MCP server over stdio, standard library only.
 
-    python legacy_server.py [--events FILE] [--startup-delay S] [--ignore-unknown]
-        [--exit-at-start N] [--hang-at-start] [--secret-env NAME]
+    python legacy_server.py [--events FILE] [--startup-delay S] [--start-together N]
+        [--ignore-unknown] [--exit-at-start N] [--hang-at-start] [--secret-env NAME]
 
 It knows `initialize`, `notifications/initialized`, `ping`, `tools/list` and `tools/call`
 (tools `echo`, `slow` (blocks: it cannot be cancelled) and `crash`). Any other request gets
@@ -9,6 +9,8 @@ JSON-RPC -32601, as the spec requires, so a `mode="auto"` client's `server/disco
 fails fast and it falls back to `initialize`. With `--ignore-unknown` it never answers
 unknown methods (a server of the kind that makes the auto probe wait; `protocol = "legacy"`
 avoids the probe). It starts in a few milliseconds: the cheap server for tests that start many.
+With `--start-together N` it reads stdin only once `--events` holds N `start` events (N servers
+running at once), and exits 5 if that has not happened within 60 s.
 """
 
 from __future__ import annotations
@@ -24,6 +26,18 @@ def event(path: str | None, name: str) -> None:
     if path:
         with open(path, "a") as f:
             f.write(json.dumps({"event": name, "pid": os.getpid(), "t": time.time()}) + "\n")
+
+
+def wait_for_starts(path: str, count: int, within: float = 60.0) -> None:
+    """Until `path` holds `count` start events (those of the other servers too)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        with open(path) as f:
+            if f.read().count('"event": "start"') >= count:
+                return
+        time.sleep(0.02)
+    print(f"fewer than {count} servers started within {within:g} s", file=sys.stderr, flush=True)
+    sys.exit(5)
 
 
 TOOLS = [
@@ -80,6 +94,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events")
     parser.add_argument("--startup-delay", type=float, default=0.0)
+    parser.add_argument("--start-together", type=int)
     parser.add_argument("--ignore-unknown", action="store_true")
     parser.add_argument("--exit-at-start", type=int)
     parser.add_argument("--hang-at-start", action="store_true")
@@ -95,6 +110,8 @@ def main() -> None:
     if args.hang_at_start:
         time.sleep(3600)
     time.sleep(args.startup_delay)
+    if args.start_together is not None:
+        wait_for_starts(args.events, args.start_together)
     event(args.events, "ready")
     for line in sys.stdin:
         if line.strip():
