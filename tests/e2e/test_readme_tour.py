@@ -11,10 +11,14 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 MARK = "@@@tour"
@@ -71,7 +75,20 @@ def stop_daemons_of(tmp: Path) -> None:
             continue
 
 
-def test_readme_tour_runs_as_written(tmp_path: Path) -> None:
+@pytest.fixture
+def tour_tmp() -> Iterator[Path]:
+    """The tour's TMPDIR: a short path, as a reader's /tmp is (its `mktemp -d` adds 15
+    characters, `state/daemon.sock` 17, and a Unix socket's path has at most 107 bytes; a
+    pytest-xdist worker's tmp_path is long)."""
+    made = Path(tempfile.mkdtemp(prefix="tour-"))
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
+
+
+def test_readme_tour_runs_as_written(tour_tmp: Path) -> None:
+    tmp_path = tour_tmp
     try:
         steps = run_tour(tmp_path)
     finally:
