@@ -1,8 +1,10 @@
-"""Smoke test of the side-by-side benchmark (bench/compare.py): it runs and prints its tables.
+"""Smoke test of the side-by-side benchmark (bench/compare.py): each section runs and prints its
+table.
 
-No timing is asserted: this only keeps the benchmark from rotting. The sections run with
-`--quick --no-external` (no FastMCP / mcp-proxy virtualenvs needed); rows for the sidecar's
-MCP facade print "n/a" when `sidecar stdio` is not available.
+No timing is asserted: this only keeps the benchmark from rotting. Each section runs in a
+`--quick --no-external` process of its own (no FastMCP / mcp-proxy virtualenvs needed), so the
+suite's workers run them side by side; rows for the sidecar's MCP facade print "n/a" when
+`sidecar stdio` is not available.
 """
 
 from __future__ import annotations
@@ -12,28 +14,44 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+# What each section's output must hold besides its table: its heading, then its rows.
+SECTIONS = {
+    "bridge": ("### 1. Bridge", "| direct stdio | ", "| bare byte relay (floor) | ",
+               "| sidecar stdio | "),  # measured, or "n/a (facade not available ...)"
+    "native": ("### 2. Native API", "| bare Starlette JSON echo | "),
+    "large": ("### 3. Large text outputs",),
+    "startup": ("### 4. Startup", "no sidecar: spawn + initialize s", "from launch: best s"),
+    "catalog": ("### 5. Catalog scale",),
+}
+TABLES = {"bridge": 3, "native": 1, "large": 1, "startup": 1, "catalog": 1}
 
 
-def test_compare_quick_prints_every_table() -> None:
+def test_every_section_is_smoke_tested() -> None:
+    spec = importlib.util.spec_from_file_location("bench_compare0", ROOT / "bench" / "compare.py")
+    assert spec is not None and spec.loader is not None
+    compare = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = compare
+    spec.loader.exec_module(compare)
+    assert tuple(SECTIONS) == compare.SECTIONS == tuple(TABLES)
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_compare_quick_prints_the_section_table(section: str) -> None:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "compare.py"), "--quick", "--no-external",
-         "--only", "bridge,native,large,startup,catalog"],
+         "--only", section],
         capture_output=True, text=True, timeout=600, cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
-    for heading in ("- machine:", "- versions:", "- command:", "### 1. Bridge", "### 2. Native API",
-                    "### 3. Large text outputs", "### 4. Startup", "### 5. Catalog scale"):
-        assert heading in out, heading
+    for line in ("- machine:", "- versions:", "- command:", *SECTIONS[section]):
+        assert line in out, line
     assert "FAILED" not in out
-    assert "| direct stdio | " in out
-    assert "| bare byte relay (floor) | " in out
-    assert "no sidecar: spawn + initialize s" in out
-    assert "from launch: best s" in out
-    assert "| sidecar stdio | " in out  # measured, or "n/a (facade not available ...)"
-    assert "| bare Starlette JSON echo | " in out
-    assert out.count("|---|") >= 6
+    assert f"_(section {section}: " in out
+    assert out.count("|---|") >= TABLES[section]
 
 
 def test_results_block_is_replaced_and_the_rest_kept(tmp_path: Path) -> None:
