@@ -33,8 +33,8 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sidecar import Location, Tool, ToolContext, ToolResponse
+from sidecar.backends.sqlite.call_history import SqliteCallHistory
 from sidecar.model import tracing
-from sidecar.stores.call_history import SqliteCallHistory
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "RESULTS.md"

@@ -103,7 +103,7 @@ class ServerConfig(BaseModel):
     permissions: AnnotationPermissions = AnnotationPermissions()
     max_result_bytes: Annotated[int, Field(ge=1024)] = 256 * 1024 * 1024
     pin: Literal["hold", "warn", "off"] | None = None
-    """Definition pinning (`sidecar.registry.pins`); default `hold` for http/sse, `warn` for
+    """Definition pinning (`sidecar.policy.pins`); default `hold` for http/sse, `warn` for
     stdio."""
     max_definition_bytes: Annotated[int, Field(ge=1024)] = 1024 * 1024
     """The largest tool definition (as JSON: name, description, schemas, annotations) this

@@ -274,7 +274,7 @@ class RemoteBackend:
         return list(body["tools"])
 
     async def approve(self, name: str) -> dict[str, Any]:
-        """Accept a tool's changed upstream definition (`sidecar.registry.pins`)."""
+        """Accept a tool's changed upstream definition (`sidecar.policy.pins`)."""
         from urllib.parse import quote
 
         body = await self.request("POST", f"/v1/tools/{quote(name, safe='')}/approve")

@@ -31,6 +31,7 @@ from uvicorn import Server as uvicorn_Server
 
 from bridges.child_groups import CHILD_GROUPS, reap_leftovers
 from bridges.prestart import PRESTARTED
+from sidecar.backends.local.event_log import MemoryEventLog
 from sidecar.daemon.failure_drill import failure_drill
 from sidecar.daemon.sources import ManifestSources
 from sidecar.daemon.start_signals import sigterm_cancels
@@ -50,7 +51,6 @@ from sidecar.location.location import Location as CoreLocation
 from sidecar.location.store_pressure import owner_share_from_env, store_quota_from_env
 from sidecar.model.retention import DEFAULT_RETENTION_SECONDS, parse_duration, retention_from_env
 from sidecar.model.tool import Bounds
-from sidecar.serve.event_log import MemoryEventLog
 from sidecar.serve.local_door import OwnerLock
 from sidecar.stores.state_dir import prepare_state_dir, write_private_file
 

@@ -42,9 +42,9 @@ from sidecar.model.errors import RegistrationError, SchemaDefinitionError
 from sidecar.model.events import ManifestsReloaded, ServerHealthChanged
 from sidecar.model.permissions import PermissionRule
 from sidecar.model.tool import Bounds
+from sidecar.policy.pins import PinPolicy
 from sidecar.policy.ratelimit import RateLimit
 from sidecar.registry.overrides import Override, OverrideError, reshape_all
-from sidecar.registry.pins import PinPolicy
 from sidecar.registry.plugins import entry_point_refs
 from sidecar.registry.profiles import Profile
 from sidecar.registry.registry import Entry

@@ -20,36 +20,34 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from managed_store import ManagedStore
+from managed_store import ManagedStore, TextStore
+from sidecar.backends.local.grants import open_grant_store
+from sidecar.backends.local.pending_logins import MemoryPendingLogins
+from sidecar.backends.sqlite.call_history import SqliteCallHistory
+from sidecar.backends.sqlite.outcome_log import SqliteOutcomeLog
 from sidecar.backends.sqlite.permissions import SqlitePermissionStore
-from sidecar.location.ports import (
-    CallHistory,
-    DatabaseCheck,
-    EventLogFactory,
-    OutcomeLog,
-    PermissionStore,
-    PinStore,
-    SharedAsks,
-    SharedCancels,
-    SnapshotRecords,
-    StoreOptions,
-    Stores,
-    TextStore,
-)
+from sidecar.backends.sqlite.pins import SqlitePinStore
+from sidecar.backends.sqlite.tokens import SqliteTokenStore
+from sidecar.location.ports import StoreOptions, Stores
 from sidecar.location.store_pressure import owner_share_from_env
-from sidecar.registry.pins import SqlitePinStore
-from sidecar.stores.call_history import SqliteCallHistory
+from sidecar.stores.asks import SharedAsks
+from sidecar.stores.call_history import CallHistory
+from sidecar.stores.cancels import SharedCancels
+from sidecar.stores.database_check import DatabaseCheck
 from sidecar.stores.errors import DatabaseError
-from sidecar.stores.grants import GrantStore, open_grant_store
-from sidecar.stores.outcome_log import SqliteOutcomeLog
+from sidecar.stores.event_log import EventLogFactory
+from sidecar.stores.grants import GrantStore
+from sidecar.stores.outcome_log import OutcomeLog
 from sidecar.stores.pending_logins import (
     LoginCallbacks,
-    MemoryPendingLogins,
     exchange_timeout_from_env,
     public_url_from_env,
 )
+from sidecar.stores.permissions import PermissionStore
+from sidecar.stores.pins import PinStore
 from sidecar.stores.shared_rounds import SharedRounds
-from sidecar.stores.tokens import SqliteTokenStore, TokenStore
+from sidecar.stores.snapshot_records import SnapshotRecords
+from sidecar.stores.tokens import TokenStore
 
 if TYPE_CHECKING:
     from sidecar.backends.postgres.pool import Pool
@@ -286,9 +284,9 @@ async def _open_asks(o: _Opening) -> SharedAsks | None:
     return asks
 
 
-async def _open_grants(o: _Opening) -> GrantStore | None:
-    if o.pool is None:
-        return None  # the state directory's (`Location.grant_store`)
+async def _open_grants(o: _Opening) -> GrantStore:
+    if o.pool is None:  # the state directory's: `SIDECAR_OAUTH_STORE` (file or keyring)
+        return open_grant_store(o.options.state_dir)
     # a login done once (any replica, `sidecar auth login`) serves every replica
     from sidecar.backends.postgres.grants import PostgresGrantStore
     from sidecar.stores.grants import GrantStoreUnavailable

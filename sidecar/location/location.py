@@ -45,7 +45,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Self, cast
 
-from sidecar.backends.sqlite.wal import DEFAULT_WAL_CAP_BYTES
 from sidecar.codemode import (
     DEFAULT_LIMITS,
     CodeModeLimits,
@@ -57,15 +56,9 @@ from sidecar.execution.hooks import Hooks
 from sidecar.execution.managed_read import managed_read_tool
 from sidecar.execution.seam import Seam
 from sidecar.execution.snapshot import Snapshot, SnapshotExpired, SnapshotStore, select
+from sidecar.execution.snapshot_sharing import SnapshotSharing
 from sidecar.location.health import health_report
-from sidecar.location.ports import (
-    DatabaseCheck,
-    EventLog,
-    EventLogFactory,
-    OpenStores,
-    SharedCancels,
-    StoreOptions,
-)
+from sidecar.location.ports import OpenStores, StoreOptions
 from sidecar.location.store_pressure import StorePressure
 from sidecar.model import tracing
 from sidecar.model.errors import SidecarError
@@ -76,9 +69,9 @@ from sidecar.model.permissions import PermissionRule
 from sidecar.model.retention import DEFAULT_RETENTION_SECONDS
 from sidecar.model.tool import DEFAULT_BOUNDS, Bounds
 from sidecar.policy.permission_service import PermissionService
+from sidecar.policy.pins import Pins
 from sidecar.policy.ratelimit import RateLimits
 from sidecar.registry.overrides import Overrides
-from sidecar.registry.pins import Pins
 from sidecar.registry.plugins import PluginHost
 from sidecar.registry.profiles import Profiles, UnknownProfile
 from sidecar.registry.registry import Entry, Registry, ToolDefinition, Tools, application_registry
@@ -89,10 +82,14 @@ from sidecar.stores.call_history import (
     SettledCall,
     record_of,
 )
-from sidecar.stores.grants import GrantStore, open_grant_store
+from sidecar.stores.cancels import SharedCancels
+from sidecar.stores.database_check import DatabaseCheck
+from sidecar.stores.event_log import EventLog, EventLogFactory
+from sidecar.stores.grants import GrantStore, GrantStoreUnavailable
+from sidecar.stores.outcome_log import DEFAULT_WAL_CAP_BYTES
 from sidecar.stores.pending_logins import LoginCallbacks
 from sidecar.stores.shared_rounds import SharedRounds
-from sidecar.stores.snapshot_records import SnapshotRecipe, SnapshotSharing
+from sidecar.stores.snapshot_records import SnapshotRecipe
 from sidecar.stores.state_dir import prepare_state_dir
 from sidecar.stores.tokens import TokenStore
 
@@ -203,7 +200,7 @@ class Location:
         self.profiles = Profiles()
         self.overrides = Overrides()
         self.pins = Pins(None, events)
-        """Definition pinning (`sidecar.registry.pins`), in `<state>/pins.sqlite`."""
+        """Definition pinning (`sidecar.policy.pins`), in `<state>/pins.sqlite`."""
         self._checks: set[asyncio.Task[None]] = set()  # `check_definitions_soon` in flight
         self.pins.on_approve = self.profiles.changed
         seam.admission.append(self.pins.refusal)
@@ -272,7 +269,9 @@ class Location:
     def grant_store(self) -> GrantStore:
         """This Location's OAuth grants: the fleet's, else the state directory's
         (`SIDECAR_OAUTH_STORE`; `GrantStoreUnavailable` when that names nothing usable)."""
-        return self.grants if self.grants is not None else open_grant_store(self.state_dir)
+        if self.grants is None:  # (the composition root opens the state directory's)
+            raise GrantStoreUnavailable("this Location was opened without a grant store")
+        return self.grants
 
     def new_event_log(self) -> EventLog:
         """An event log over this Location's events, not started (`/v1/events` starts it):
@@ -491,7 +490,7 @@ class Location:
         return await self.sharing.find(snapshot_id)
 
     def check_definitions(self) -> None:
-        """Compare every MCP tool with its pin now (`sidecar.registry.pins`); changes become
+        """Compare every MCP tool with its pin now (`sidecar.policy.pins`); changes become
         events."""
         self.profiles.entries(None, self.registry.effective())
 

@@ -42,7 +42,7 @@ class PermissionReplied:
 
 @dataclass(frozen=True, slots=True)
 class DefinitionChanged:
-    """An upstream tool's definition differs from its pin (`sidecar.registry.pins`)."""
+    """An upstream tool's definition differs from its pin (`sidecar.policy.pins`)."""
 
     key: str
     tool: str

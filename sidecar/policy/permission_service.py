@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from sidecar.location.ports import PermissionStore, SharedAnswer, SharedAsks
 from sidecar.model import tracing
 from sidecar.model.errors import SidecarError, ToolFailure
 from sidecar.model.events import EventSink, PermissionAsked, PermissionReplied
@@ -38,6 +37,8 @@ from sidecar.model.permissions import (
     denied,
     new_ask_id,
 )
+from sidecar.stores.asks import SharedAnswer, SharedAsks
+from sidecar.stores.permissions import PermissionStore
 
 RuleScope = Literal["session", "location"]
 log = logging.getLogger("sidecar.policy.permission_service")

@@ -39,14 +39,13 @@ from sidecar.formats import (
     parse_format,
     result_for,
 )
-from sidecar.location.ports import EventLog
 from sidecar.model import json_depth, tracing
 from sidecar.model.json_depth import JsonTooDeep
 from sidecar.model.outcome import Outcome
 from sidecar.model.replica import replica_id
 from sidecar.model.tool import ToolContext
 from sidecar.policy.permission_service import UnknownAsk
-from sidecar.registry.pins import NotHeld
+from sidecar.policy.pins import NotHeld
 from sidecar.serve.api_bodies import CallBody, ReplyBody, SnapshotBody
 from sidecar.serve.auth_api import AuthApi
 from sidecar.serve.listing_cache import ListingCache
@@ -55,6 +54,7 @@ from sidecar.serve.security import profile_allowed, token_owner
 from sidecar.serve.unavailable import UNAVAILABLE, route_unavailable
 from sidecar.stores.call_history import CallQuery, InvalidQuery
 from sidecar.stores.database_down import database_label, unavailable_message
+from sidecar.stores.event_log import EventLog
 from sidecar.stores.outcome_log import call_fingerprint, call_principal
 from sidecar.stores.snapshot_records import SnapshotRecordsError
 
@@ -290,7 +290,7 @@ class Api:
         return json_with({"format": fmt}, "tools", self.definitions.encoded(fmt, definitions))
 
     async def approve(self, request: Request) -> Response:
-        """Accept a tool's changed upstream definition (`sidecar.registry.pins`)."""
+        """Accept a tool's changed upstream definition (`sidecar.policy.pins`)."""
         try:
             change = await self.location.pins.approve(request.path_params["name"])
         except NotHeld as exc:

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from managed_store import MAX_PATTERN_CHARS
 from sidecar.formats import FORMATS
 from sidecar.serve.api_bodies import CallBody, ReplyBody, SnapshotBody, error_schema
-from sidecar.serve.event_log import EVENT_NAMES
+from sidecar.stores.event_log import EVENT_NAMES
 
 _REF = "#/components/schemas/{model}"
 _OBJECT: dict[str, Any] = {"type": "object"}

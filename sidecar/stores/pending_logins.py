@@ -1,10 +1,5 @@
-"""OAuth logins waiting for the browser's redirect, readable by the replica that receives it.
-
-With a public URL (`SIDECAR_PUBLIC_URL=https://gateway.example`), a login started inside the
-daemon (`POST /v1/auth/{server}/login`, the console, an MCP client asked to open a URL)
-redirects the browser to `{public URL}/v1/auth/{server}/callback` instead of a loopback
-listener. Behind a load balancer that request may reach any replica, so the replica that
-started the login keeps what finishing it needs here, under the OAuth `state` it sent:
+"""The pending logins' port: OAuth logins waiting for the browser's redirect to the daemon's
+public URL (`SIDECAR_PUBLIC_URL`), readable by whichever replica the redirect reaches.
 
     await pending.add(state, server, record, ttl)     # the starting replica
     record = await pending.take(state, server)        # the replica the browser reached: once
@@ -12,32 +7,21 @@ started the login keeps what finishing it needs here, under the OAuth `state` it
     await pending.outcome(state, within)              # ("authorized" | "failed", text) or None
     await pending.latest(server, within)              # the server's newest login, any replica
 
-`record` is opaque here (the OAuth bridge's: PKCE verifier, registered client, discovered
-metadata, redirect URI); it holds secrets, so a shared implementation seals it
-(`sidecar.backends.postgres.pending_logins`, with `SIDECAR_GRANT_KEY`). `take` succeeds once per
-state,
-before its expiry, for the server the login was started for; otherwise it raises
-`LoginStateRejected` saying which: unknown, expired or already used. A login whose redirect was
-taken but whose outcome is not recorded `within` seconds later (the receiving replica stopped
-mid-exchange, or its request was cut) reads as failed, naming that replica, so the starting
-replica does not wait out the whole expiry: the receiver's exchange is bounded by
-`SIDECAR_LOGIN_EXCHANGE_TIMEOUT` (30 s) and the starter allows twice that. `latest` is the
-server's newest login in the fleet as `GET /v1/auth/{server}` shows it on a replica that did
-not start it (no authorization URL: only the starter has it). Rows are keyed by a hash of the
-state, never the state itself. The embedded default, `MemoryPendingLogins`, serves one
-process (a single daemon behind a reverse proxy).
+`record` is opaque (the OAuth bridge's; it holds secrets, so a shared store seals it). `take`
+succeeds once per state, before its expiry, for the server the login was started for, else
+raises `LoginStateRejected`. Rows are keyed by `state_key`, never the state itself.
+
+Imports nothing of the sidecar. Exports `PendingLogins`, `LoginCallbacks`, `LoginSeen`, `seen`,
+`LoginStateRejected`, `state_key` and the settings (`public_url_from_env`, ...).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 from urllib.parse import quote, urlsplit
-
-from sidecar.model.replica import replica_id
 
 PUBLIC_URL_ENV = "SIDECAR_PUBLIC_URL"
 PENDING_LOGIN_SECONDS = 300.0
@@ -161,73 +145,6 @@ def exchange_timeout_from_env(environ: Any = None) -> float:
         raise ValueError(f"{EXCHANGE_TIMEOUT_ENV}={text!r} is not a number of seconds in "
                          "(0, 3600]")
     return value
-
-
-@dataclass(slots=True)
-class _Entry:
-    server: str
-    record: PendingRecord | None
-    expires_at: float
-    started_at: float = field(default_factory=time.time)
-    used_at: float | None = None
-    outcome: tuple[str, str] | None = None
-
-
-@dataclass(slots=True)
-class MemoryPendingLogins:
-    """`PendingLogins` in this process's memory (no fleet database)."""
-
-    _entries: dict[str, _Entry] = field(default_factory=dict)
-
-    async def add(self, state: str, server: str, record: PendingRecord, ttl: float) -> None:
-        now = time.monotonic()
-        for key in [k for k, e in self._entries.items()
-                    if e.expires_at + KEEP_USED_SECONDS < now]:
-            del self._entries[key]
-        self._entries[state_key(state)] = _Entry(server, record, now + ttl)
-
-    async def take(self, state: str, server: str) -> PendingRecord:
-        entry = self._entries.get(state_key(state))
-        if entry is None or entry.server != server:
-            raise LoginStateRejected("unknown_state", server)
-        if entry.used_at is not None:
-            raise LoginStateRejected("used_state", server)
-        if entry.expires_at <= time.monotonic():
-            raise LoginStateRejected("expired_state", server)
-        record, entry.record, entry.used_at = entry.record, None, time.monotonic()
-        assert record is not None
-        return record
-
-    async def finish(self, state: str, outcome: str, message: str) -> None:
-        entry = self._entries.get(state_key(state))
-        if entry is not None:
-            entry.outcome = (outcome, message)
-
-    async def outcome(self, state: str, within: float) -> tuple[str, str] | None:
-        key = state_key(state)
-        entry = self._entries.get(key)
-        if entry is None or (entry.outcome is None and entry.used_at is None):
-            return None
-        return self._seen(key, entry, within).ended
-
-    async def latest(self, server: str, within: float) -> LoginSeen | None:
-        mine = [(e.started_at, k) for k, e in self._entries.items() if e.server == server]
-        if not mine:
-            return None
-        key = max(mine)[1]
-        return self._seen(key, self._entries[key], within)
-
-    def _seen(self, key: str, entry: _Entry, within: float) -> LoginSeen:
-        now = time.monotonic()
-        return seen(key, entry.server, replica=replica_id(), started_at=entry.started_at,
-                    expired=entry.expires_at <= now,
-                    taken_by=None if entry.used_at is None else replica_id(),
-                    taken_for=None if entry.used_at is None else now - entry.used_at,
-                    outcome=entry.outcome, within=within)
-
-    def expire(self, state: str) -> None:
-        """Make `state` expired now (tests of the expiry path)."""
-        self._entries[state_key(state)].expires_at = time.monotonic()
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,8 @@ from bridges.manifest.loading import ServerConfig
 from bridges.mcp import ServerPool
 from bridges.mcp.oauth.login import login, logout
 from sidecar import Location
+from sidecar.backends.local.grants import FileGrantStore
 from sidecar.model.errors import ErrorKind
-from sidecar.stores.grants import FileGrantStore
 from tests.bridges.helpers import ctx, eventually
 from tests.bridges.oauth_server import OAuthServer
 from tests.live_server import live_server

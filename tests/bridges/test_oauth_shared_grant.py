@@ -21,9 +21,10 @@ from bridges.mcp import ServerPool
 from bridges.mcp.oauth.login import login
 from bridges.mcp.oauth.upstream import UpstreamAuth
 from sidecar import Location
+from sidecar.backends.local.grants import FileGrantStore
 from sidecar.backends.postgres.grant_keys import GrantKeys
 from sidecar.backends.postgres.grants import PostgresGrantStore
-from sidecar.stores.grants import FileGrantStore, GrantStore
+from sidecar.stores.grants import GrantStore
 from tests.bridges.helpers import ctx, eventually
 from tests.bridges.oauth_server import OAuthServer
 from tests.bridges.test_oauth import follow

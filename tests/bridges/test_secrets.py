@@ -14,7 +14,7 @@ from keyring.backends.fail import Keyring as FailKeyring
 from keyring.backends.null import Keyring as NullKeyring
 
 from bridges.manifest.loading import ServerConfig, load_manifests
-from sidecar.stores.grants import FileGrantStore
+from sidecar.backends.local.grants import FileGrantStore
 
 
 def write(tmp_path: Path, entry: dict[str, object]) -> Path:

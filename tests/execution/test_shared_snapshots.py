@@ -13,11 +13,12 @@ import pytest
 from pydantic import BaseModel
 
 from sidecar import Location, Tool, ToolContext, ToolResponse
+from sidecar.backends.local.snapshot_records import MemorySnapshotRecords
 from sidecar.daemon.daemon import DEFAULT_WIRING, open_local_stores
 from sidecar.execution.snapshot import SnapshotExpired
 from sidecar.location.ports import StoreOptions, Stores
 from sidecar.model.content import TextContent
-from sidecar.stores.snapshot_records import MemorySnapshotRecords, SnapshotRecords
+from sidecar.stores.snapshot_records import SnapshotRecords
 
 pytestmark = pytest.mark.anyio
 

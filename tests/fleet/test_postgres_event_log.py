@@ -13,8 +13,8 @@ import pytest
 
 from sidecar.backends.postgres.event_log import PostgresEventLog
 from sidecar.backends.postgres.pool import open_pool
-from sidecar.location.ports import NumberedEvent
 from sidecar.model.events import EventBus, RegistryChanged
+from sidecar.stores.event_log import NumberedEvent
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio

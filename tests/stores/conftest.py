@@ -1,4 +1,4 @@
-"""Shared contract suites for the store interfaces of `sidecar.location.ports`.
+"""Shared contract suites for the store ports of `sidecar.stores` (one Protocol per module).
 
 Each `test_<store>_contract.py` takes its store from one fixture parametrised over the
 implementations: an implementation on another engine (PostgreSQL, S3-compatible storage) adds

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from sidecar.backends.postgres.call_history import PostgresCallHistory
-from sidecar.location.ports import CallHistory
-from sidecar.stores.call_history import CallQuery, CallRecord, InvalidQuery, SqliteCallHistory
+from sidecar.backends.sqlite.call_history import SqliteCallHistory
+from sidecar.stores.call_history import CallHistory, CallQuery, CallRecord, InvalidQuery
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio

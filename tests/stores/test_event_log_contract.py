@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from sidecar.backends.local.event_log import MemoryEventLog
 from sidecar.backends.postgres.event_log import PostgresEventLog
 from sidecar.backends.postgres.pool import open_pool
-from sidecar.location.ports import EventLog, NumberedEvent
 from sidecar.model.events import CallSettled, EventBus, RegistryChanged
-from sidecar.serve.event_log import MemoryEventLog
+from sidecar.stores.event_log import EventLog, NumberedEvent
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio

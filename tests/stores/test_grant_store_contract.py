@@ -20,15 +20,10 @@ import pytest
 from keyring.backend import KeyringBackend
 from keyring.backends.fail import Keyring as FailKeyring
 
+from sidecar.backends.local.grants import FileGrantStore, KeyringGrantStore, open_grant_store
 from sidecar.backends.postgres.grant_keys import GrantKeys
 from sidecar.backends.postgres.grants import PostgresGrantStore
-from sidecar.stores.grants import (
-    FileGrantStore,
-    GrantStore,
-    GrantStoreUnavailable,
-    KeyringGrantStore,
-    open_grant_store,
-)
+from sidecar.stores.grants import GrantStore, GrantStoreUnavailable
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio

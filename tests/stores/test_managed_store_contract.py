@@ -15,8 +15,7 @@ from typing import Protocol
 import anyio
 import pytest
 
-from managed_store import InvalidRef, ManagedNotFound, ManagedStore, StoreStats
-from sidecar.location.ports import TextStore
+from managed_store import InvalidRef, ManagedNotFound, ManagedStore, StoreStats, TextStore
 from tests.fleet.postgres import PostgresServer
 from tests.fleet.s3 import S3Server
 

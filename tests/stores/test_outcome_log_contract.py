@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from sidecar.backends.postgres.outcome_log import PostgresOutcomeLog
-from sidecar.location.ports import OutcomeLog
+from sidecar.backends.sqlite.outcome_log import SqliteOutcomeLog
 from sidecar.model.content import TextContent
 from sidecar.model.errors import CallError, CallIdConflict, ErrorKind
 from sidecar.model.outcome import Outcome
 from sidecar.model.replica import replica_id
 from sidecar.model.tool import ToolContext
-from sidecar.stores.outcome_log import SqliteOutcomeLog
+from sidecar.stores.outcome_log import OutcomeLog
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio

@@ -20,15 +20,11 @@ import anyio
 import asyncpg
 import pytest
 
+from sidecar.backends.local.pending_logins import MemoryPendingLogins
 from sidecar.backends.postgres.grant_keys import GrantKeyMissing, GrantKeys
 from sidecar.backends.postgres.pending_logins import PostgresPendingLogins
 from sidecar.model.replica import replica_id
-from sidecar.stores.pending_logins import (
-    LoginStateRejected,
-    MemoryPendingLogins,
-    PendingLogins,
-    state_key,
-)
+from sidecar.stores.pending_logins import LoginStateRejected, PendingLogins, state_key
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio

@@ -11,9 +11,9 @@ import pytest
 
 from sidecar.backends.postgres.permissions import PostgresPermissionStore
 from sidecar.backends.sqlite.permissions import SqlitePermissionStore
-from sidecar.location.ports import PermissionStore, StoredRule
 from sidecar.model.permissions import PermissionRequest, PermissionRule
 from sidecar.policy.permission_service import PermissionService
+from sidecar.stores.permissions import PermissionStore, StoredRule
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio

@@ -11,10 +11,11 @@ import anyio
 import pytest
 
 from sidecar.backends.postgres.pins import PostgresPinStore
-from sidecar.location.ports import PinStore
+from sidecar.backends.sqlite.pins import SqlitePinStore
 from sidecar.model.tool import Tool
-from sidecar.registry.pins import Pin, Pins, SqlitePinStore, definition_json, fingerprint
+from sidecar.policy.pins import Pins, definition_json, fingerprint
 from sidecar.registry.registry import Entry, ToolDefinition
+from sidecar.stores.pins import Pin, PinStore
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio
@@ -144,9 +145,9 @@ async def test_an_approval_through_another_releases_a_held_change(
 ) -> None:
     """Both hold the same change (two replicas of a fleet on one database); approving it
     through one releases it in the other at its next look at the store."""
-    import sidecar.registry.pins
+    import sidecar.policy.pins
 
-    monkeypatch.setattr(sidecar.registry.pins, "APPROVAL_POLL_SECONDS", 0.02)
+    monkeypatch.setattr(sidecar.policy.pins, "APPROVAL_POLL_SECONDS", 0.02)
     both = [Pins(await open_store()), Pins(await open_store())]
     for pins in both:
         pins.policy = lambda server: "hold"

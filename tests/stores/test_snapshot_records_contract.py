@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
+from sidecar.backends.local.snapshot_records import MemorySnapshotRecords
 from sidecar.backends.postgres.pool import open_pool
 from sidecar.backends.postgres.snapshots import PostgresSnapshotRecords
 from sidecar.stores.snapshot_records import (
-    MemorySnapshotRecords,
     SnapshotLimits,
     SnapshotRecipe,
     SnapshotRecords,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from sidecar.backends.postgres.tokens import PostgresTokenStore
-from sidecar.location.ports import TokenStore
-from sidecar.stores.tokens import SqliteTokenStore, TokenRecord, create_token, verify_token
+from sidecar.backends.sqlite.tokens import SqliteTokenStore
+from sidecar.stores.tokens import TokenRecord, TokenStore, create_token, verify_token
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio

@@ -1,6 +1,6 @@
 """Pending permission asks on PostgreSQL (`asyncpg`), shared by the replicas of a fleet.
 
-It implements `sidecar.location.ports.SharedAsks` for one Location. An ask raised on replica A is a
+It implements `sidecar.stores.asks.SharedAsks` for one Location. An ask raised on replica A is a
 row of `sidecar_asks` (owned by A) until A's call stops waiting; every replica lists those
 rows, and any may answer one: the first answer is stored in the row (`UPDATE ... WHERE reply
 IS NULL`) and announced with `pg_notify('sidecar_asks', ...)` in the same transaction. Every
@@ -27,9 +27,9 @@ from typing import Any
 import asyncpg
 
 from sidecar.backends.postgres.pool import LOCK_PRUNE_ASKS, Carried, Listening, failures, migrate
-from sidecar.location.ports import SharedAnswer
 from sidecar.model.permissions import PendingAsk, Reply
 from sidecar.model.replica import replica_id
+from sidecar.stores.asks import SharedAnswer
 
 log = logging.getLogger("sidecar.backends.postgres.asks")
 

@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from sidecar.backends.postgres.pool import LOCK_PRUNE_CALLS, PostgresStore
 from sidecar.stores.call_history import (
-    _COLUMNS,
-    _FILTERS,
+    COLUMNS,
+    FILTERS,
     GATHER_SECONDS,
     MAX_LIMIT,
     CallQuery,
     CallRecord,
-    _decode_cursor,
-    _encode_cursor,
-    _row,
+    decode_cursor,
+    encode_cursor,
+    record_of_row,
 )
 from sidecar.stores.errors import database_failure
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sidecar.backends.postgres.call_history")
 
-_WRITTEN = _COLUMNS[1:]  # every column but `seq`, which the database numbers
+_WRITTEN = COLUMNS[1:]  # every column but `seq`, which the database numbers
 _TYPES = ("text", "text", "text", "text", "text", "text", "text", "text", "text", "float8",
           "float8", "int8", "text", "int8", "text", "bool", "text")
 # A batch of rows in one statement (one array per column): `executemany` would execute the
@@ -201,7 +201,7 @@ CREATE INDEX sidecar_calls_by_age ON sidecar_calls (started_at);
             args.append(value)
             where.append(sql.replace("?", f"${len(args)}"))
 
-        for attr, column in _FILTERS.items():
+        for attr, column in FILTERS.items():
             value = getattr(query, attr)
             if value is not None:
                 condition(f"{column} = ?", value)
@@ -210,17 +210,17 @@ CREATE INDEX sidecar_calls_by_age ON sidecar_calls (started_at);
         if query.until is not None:
             condition("started_at < ?", query.until)
         if query.cursor is not None:
-            condition("seq < ?", _decode_cursor(query.cursor))
+            condition("seq < ?", decode_cursor(query.cursor))
         limit = max(1, min(query.limit, MAX_LIMIT))
         args.append(limit + 1)
-        sql = (f"SELECT {', '.join(_COLUMNS)} FROM sidecar_calls WHERE {' AND '.join(where)} "
+        sql = (f"SELECT {', '.join(COLUMNS)} FROM sidecar_calls WHERE {' AND '.join(where)} "
                f"ORDER BY seq DESC LIMIT ${len(args)}")
         async with self._pool.acquire() as conn:
             found = await conn.fetch(sql, *args)
-        rows = [_row(tuple(r)) for r in found]
+        rows = [record_of_row(tuple(r)) for r in found]
         more = len(rows) > limit
         rows = rows[:limit]
-        return rows, (_encode_cursor(rows[-1].seq) if more else None)
+        return rows, (encode_cursor(rows[-1].seq) if more else None)
 
     async def prune(self, older_than: float, batch: int = 500) -> int:
         """Delete this Location's rows started before `older_than`, in batches; 0 when

@@ -1,6 +1,6 @@
 """Cancel requests between the replicas of a fleet, on PostgreSQL (`asyncpg`).
 
-It implements `sidecar.location.ports.SharedCancels` for one Location. A call runs on the replica
+It implements `sidecar.stores.cancels.SharedCancels` for one Location. A call runs on the replica
 that holds its claim (`sidecar.backends.postgres.claims`); `DELETE /v1/calls/{id}` may reach any
 replica. The replica that gets it writes a request row into `sidecar_cancels` (location, call
 id, the replica addressed) and `NOTIFY sidecar_cancels` naming that replica, in one

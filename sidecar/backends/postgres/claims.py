@@ -60,7 +60,7 @@ from sidecar.backends.postgres.pool import connection_lost, failures
 from sidecar.model.errors import CallIdConflict
 from sidecar.model.outcome import Outcome
 from sidecar.model.retention import parse_duration
-from sidecar.stores.outcome_log import _replayed, expired_outcome
+from sidecar.stores.outcome_log import expired_outcome, replayed_outcome
 
 __all__ = ["CHANNEL", "CLAIM_ONE", "DEFAULT_CLAIM_TTL", "PostgresClaims", "claim_key",
            "claim_ttl_from_env"]
@@ -377,7 +377,7 @@ class PostgresClaims:
             if won:  # settled just before our claim: replay it, run nothing
                 await self.release(location, call_id)
             if row["body"] is not None:
-                return _replayed(call_id, (row["body"], row["settled_fp"]), fingerprint)
+                return replayed_outcome(call_id, (row["body"], row["settled_fp"]), fingerprint)
             return expired_outcome(call_id, row["expired_tool"], row["settled_at"],
                                    self._retention)
         if won:

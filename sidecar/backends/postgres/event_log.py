@@ -1,6 +1,6 @@
 """A Location's event log on PostgreSQL (`asyncpg`): one numbering for every replica of a fleet.
 
-It implements `sidecar.location.ports.EventLog` like `MemoryEventLog` (`sidecar.serve.event_log`),
+It implements `sidecar.stores.event_log.EventLog` like `MemoryEventLog` (`sidecar.backends.local`),
 but the events of a Location published on any replica sharing the database are numbered in
 one sequence, and every replica's `/v1/events` readers see all of them in that order.
 
@@ -41,8 +41,8 @@ from sidecar.backends.postgres.pool import (
     migrate,
 )
 from sidecar.model.events import Event, EventBus
-from sidecar.serve.event_log import LoggedEvent, encode_event
 from sidecar.stores.errors import database_failure
+from sidecar.stores.event_log import LoggedEvent, encode_event
 
 log = logging.getLogger("sidecar.postgres_event_log")
 

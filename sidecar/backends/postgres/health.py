@@ -1,4 +1,4 @@
-"""Whether the fleet database answers (`sidecar.location.ports.DatabaseCheck`), for `/v1/health`.
+"""Whether the fleet database answers (`sidecar.stores.database_check`), for `/v1/health`.
 
 A replica that cannot reach its database cannot settle durable calls, share snapshots or
 list the fleet's asks: health then says so (`status` "unavailable", `database.error`), and

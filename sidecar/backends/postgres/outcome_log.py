@@ -1,7 +1,7 @@
 """The outcome log on PostgreSQL (`asyncpg`): one durable outcome per (Location, call id),
 shared by every replica of a fleet.
 
-It implements `sidecar.location.ports.OutcomeLog` with the embedded log's semantics (see
+It implements `sidecar.stores.outcome_log.OutcomeLog` with the embedded log's semantics (see
 `sidecar.stores.outcome_log`): `record` inserts if absent (`INSERT ... ON CONFLICT DO NOTHING`), so
 when two replicas settle the same call id only the first outcome is kept and both return it;
 a different call under a used id (another fingerprint) is a `CallIdConflict`; pruned outcomes
@@ -51,8 +51,8 @@ from sidecar.stores.errors import DatabaseError
 from sidecar.stores.outcome_log import (
     OutcomeLogError,
     OutcomeLogStats,
-    _replayed,
     expired_outcome,
+    replayed_outcome,
 )
 
 log = logging.getLogger("sidecar.backends.postgres.outcome_log")
@@ -260,7 +260,8 @@ class PostgresOutcomeLog:
         if found is None:  # pruned between the two statements: the first outcome is gone
             return expired_outcome(outcome.call_id, outcome.tool, time.time(),
                                    self.retention_seconds)
-        return _replayed(outcome.call_id, (found["body"], found["fingerprint"]), fingerprint)
+        return replayed_outcome(outcome.call_id, (found["body"], found["fingerprint"]),
+                                fingerprint)
 
     async def claim(self, location: str, call_id: str, fingerprint: str = "",
                     tool: str = "") -> Outcome | None:
@@ -285,7 +286,8 @@ class PostgresOutcomeLog:
                     "SELECT body, fingerprint FROM sidecar_outcomes WHERE location = $1 AND "
                     "call_id = $2", location, call_id)
                 if found is not None:
-                    return _replayed(call_id, (found["body"], found["fingerprint"]), fingerprint)
+                    return replayed_outcome(call_id, (found["body"], found["fingerprint"]),
+                                            fingerprint)
                 gone = await conn.fetchrow(
                     "SELECT tool, settled_at FROM sidecar_expired WHERE location = $1 AND "
                     "call_id = $2", location, call_id)

@@ -1,6 +1,6 @@
 """`always` permission replies on PostgreSQL (`asyncpg`), shared by every replica of a fleet.
 
-It implements `sidecar.location.ports.PermissionStore` with the embedded store's semantics (see
+It implements `sidecar.stores.permissions.PermissionStore` with the embedded store's semantics (see
 `sidecar.backends.sqlite.permissions`): rules per Location, oldest first, surviving a restart. A
 rule
 stored through one replica is returned by `rules` on every other; the permission service
@@ -15,8 +15,8 @@ import time
 from typing import ClassVar
 
 from sidecar.backends.postgres.pool import PostgresStore
-from sidecar.location.ports import StoredRule
 from sidecar.model.permissions import PermissionRule
+from sidecar.stores.permissions import StoredRule
 
 
 class PostgresPermissionStore(PostgresStore):

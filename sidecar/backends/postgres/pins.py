@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from sidecar.backends.postgres.pool import PostgresStore
-from sidecar.registry.pins import Pin
+from sidecar.stores.pins import Pin
 
 
 class PostgresPinStore(PostgresStore):

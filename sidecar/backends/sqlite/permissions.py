@@ -1,6 +1,6 @@
 """`SqlitePermissionStore`: `always` permission replies in `<state>/permissions.sqlite`.
 
-The embedded `PermissionStore` (`sidecar.location.ports`). One connection, used from one worker
+The embedded `PermissionStore` (`sidecar.stores.permissions`). One connection, used from one worker
 thread, so no read or write blocks the event loop. Only the composition root names this class.
 """
 
@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from sidecar.location.ports import StoredRule
 from sidecar.model.permissions import PermissionRule
+from sidecar.stores.permissions import StoredRule
 from sidecar.stores.state_dir import PRIVATE_DIR_MODE, create_private_file
 
 T = TypeVar("T")

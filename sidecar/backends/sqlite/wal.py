@@ -38,6 +38,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from sidecar.stores.outcome_log import DEFAULT_WAL_CAP_BYTES
+
 CHECKPOINT_EVERY = 500
 """Records between two PASSIVE checkpoints (about SQLite's default 1,000 WAL pages)."""
 
@@ -46,7 +48,6 @@ CATCH_UP_FRAMES = 256
 """Over the cap, PASSIVE rounds repeat (at most `CATCH_UP_ROUNDS`) until one copies at most
 this many frames (1 MiB of 4 KiB pages) before the writer is asked to truncate."""
 
-DEFAULT_WAL_CAP_BYTES = 64 * 1024 * 1024
 DEFAULT_IDLE_SECONDS = 1.0
 
 logger = logging.getLogger("sidecar.backends.sqlite.wal")

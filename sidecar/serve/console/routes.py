@@ -16,14 +16,14 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response, Stream
 from starlette.routing import BaseRoute, Route
 
 from managed_store import InvalidRef, ManagedNotFound
-from sidecar.location.ports import EventLog
 from sidecar.model.permissions import Reply
 from sidecar.policy.permission_service import RuleScope, UnknownAsk
-from sidecar.registry.pins import NotHeld
+from sidecar.policy.pins import NotHeld
 from sidecar.serve.console import pages
 from sidecar.serve.console.auth import ConsoleSession, ConsoleSessions
 from sidecar.stores.call_history import CallQuery, InvalidQuery
 from sidecar.stores.database_down import database_label, unavailable_message
+from sidecar.stores.event_log import EventLog
 
 if TYPE_CHECKING:
     from sidecar.location.location import Location

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.backends.sqlite.call_history import SqliteCallHistory
 from sidecar.model.audit_redaction import MASK, redact
 from sidecar.stores.call_history import (
     AuditSettings,
     CallQuery,
     CallRecord,
     InvalidQuery,
-    SqliteCallHistory,
     parse_time,
 )
 

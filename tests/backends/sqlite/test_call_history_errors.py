@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.stores.call_history import CallQuery, SqliteCallHistory
+from sidecar.backends.sqlite.call_history import SqliteCallHistory
+from sidecar.stores.call_history import CallQuery
 from tests.backends.sqlite.test_call_history import row
 
 pytestmark = pytest.mark.anyio

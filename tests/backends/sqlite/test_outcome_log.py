@@ -9,16 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.backends.sqlite.outcome_log import CHECKPOINT_EVERY, SettledFilter, SqliteOutcomeLog
 from sidecar.model.content import TextContent
 from sidecar.model.errors import CallIdConflict
 from sidecar.model.outcome import Outcome
 from sidecar.model.tool import ToolContext
-from sidecar.stores.outcome_log import (
-    CHECKPOINT_EVERY,
-    OutcomeLogError,
-    SettledFilter,
-    SqliteOutcomeLog,
-)
+from sidecar.stores.outcome_log import OutcomeLogError
 
 pytestmark = pytest.mark.anyio
 

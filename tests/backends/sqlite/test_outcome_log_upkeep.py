@@ -13,10 +13,10 @@ import pytest
 from pydantic import BaseModel
 
 from sidecar import Location, TextContent, Tool, ToolContext
+from sidecar.backends.sqlite.outcome_log import SqliteOutcomeLog
 from sidecar.backends.sqlite.wal import file_size, wal_path
 from sidecar.model.errors import ErrorKind
 from sidecar.model.outcome import Outcome
-from sidecar.stores.outcome_log import SqliteOutcomeLog
 
 pytestmark = pytest.mark.anyio
 

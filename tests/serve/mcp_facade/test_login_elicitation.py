@@ -21,7 +21,7 @@ from mcp import Client, StdioServerParameters
 
 from bridges.manifest.loading import ServerConfig
 from bridges.mcp.oauth.login import login
-from sidecar.stores.grants import FileGrantStore
+from sidecar.backends.local.grants import FileGrantStore
 from tests.bridges.helpers import eventually
 from tests.bridges.oauth_server import OAuthServer
 from tests.daemons import stop_daemon

@@ -1,23 +1,16 @@
 """Definition pinning: a tool's definition cannot change behind the model's back.
 
-Each MCP server tool's definition (description, title, schemas, annotations) is fingerprinted
-(SHA-256 of its canonical JSON) when first seen and pinned in the state directory, keyed by
-`<server>/<upstream name>`. The first listing of a server pins all its tools (trust on first
-use). After that, a changed definition, or a new tool on a server that has pins, is a change,
-handled by the server's policy:
+Each MCP server tool's definition is fingerprinted when first seen and pinned (`PinStore`),
+keyed by `<server>/<upstream name>`; the first listing of a server pins all its tools. After
+that a changed definition, or a new tool on a server that has pins, is handled by the
+server's policy: `hold` (default for HTTP/SSE: changed texts keep the pinned ones, a changed
+schema withdraws the tool), `warn` (default for stdio: served) or `off` (nothing pinned).
+Every change publishes `DefinitionChanged` once and stays a health problem until `approve`;
+while a change is held the store is read every `APPROVAL_POLL_SECONDS`, so an approval made
+elsewhere (another replica) releases it here too.
 
-    hold  (default for HTTP/SSE servers)  a changed description, title or annotations: the tool
-          keeps being served with its pinned ones; a changed schema (or a new tool): the tool
-          is withdrawn. Either way until someone approves.
-    warn  (default for stdio servers)     the new definition is served.
-    off                                    nothing is pinned.
-
-Every change publishes a `DefinitionChanged` event with a diff once, and stays a health
-problem until `approve(name)` (`sidecar tools approve NAME`, `POST /v1/tools/NAME/approve`)
-pins the new definition. While a change is held, the store is read again every
-`APPROVAL_POLL_SECONDS`: an approval made through another process on the same store (another
-replica of a fleet on one database) releases it here too. `PinStore` is the small interface;
-`SqlitePinStore` the default.
+Imports `sidecar.model`, `sidecar.registry` and `sidecar.stores`. Exports `Pins`,
+`PinPolicy`, `HeldChange`, `NotHeld`, `definition_json`, `definition_diff` and `fingerprint`.
 """
 
 from __future__ import annotations
@@ -27,21 +20,20 @@ import difflib
 import hashlib
 import json
 import logging
-import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal
 
 from sidecar.model.errors import CallError, ErrorKind, SidecarError
 from sidecar.model.events import DefinitionChanged, EventSink
 from sidecar.model.tool import tool_with
 from sidecar.registry.registry import Entry, ToolDefinition
-from sidecar.stores.state_dir import PRIVATE_DIR_MODE, create_private_file
+from sidecar.stores.pins import Pin, PinStore
 
-T = TypeVar("T")
+__all__ = ["APPROVAL_POLL_SECONDS", "HeldChange", "NotHeld", "PinPolicy", "Pins",
+           "definition_diff", "definition_json", "fingerprint"]
+
 PinPolicy = Literal["hold", "warn", "off"]
 log = logging.getLogger("sidecar.pins")
 _MAX_DIFF_LINES = 60
@@ -50,25 +42,6 @@ APPROVAL_POLL_SECONDS = 2.0
 
 class NotHeld(SidecarError):
     """`approve` named a tool with no pending definition change."""
-
-
-@dataclass(frozen=True, slots=True)
-class Pin:
-    key: str
-    fingerprint: str
-    definition: Mapping[str, Any]
-    pinned_at: float
-
-
-class PinStore(Protocol):
-    async def load(self) -> list[Pin]: ...
-
-    async def put(self, pin: Pin) -> None: ...
-
-    async def put_many(self, pins: Sequence[Pin]) -> None:
-        """`put` of each pin, in one transaction (a first listing pins thousands)."""
-
-    async def aclose(self) -> None: ...
 
 
 def definition_json(definition: ToolDefinition) -> dict[str, Any]:
@@ -327,71 +300,3 @@ def _held_error(name: str) -> CallError:
         f"Tool {name} is held: its server changed its definition and the change waits for "
         f"approval (`sidecar tools approve {name}`, or the console's definitions page). It "
         "was not run."))
-
-
-class SqlitePinStore:
-    """`PinStore` in one SQLite file, used from one worker thread."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pins")
-        self._conn: sqlite3.Connection | None = None
-
-    @classmethod
-    async def open(cls, path: Path) -> SqlitePinStore:
-        store = cls(path)
-        try:
-            await store._run(store._connect)
-        except BaseException:
-            await store.aclose()
-            raise
-        return store
-
-    async def _run(self, fn: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
-
-    def _connect(self) -> None:
-        self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
-        create_private_file(self._path)
-        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("CREATE TABLE IF NOT EXISTS pins (key TEXT PRIMARY KEY, fingerprint TEXT "
-                     "NOT NULL, definition TEXT NOT NULL, pinned_at REAL NOT NULL)")
-        self._conn = conn
-
-    def _db(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise SidecarError("the pin store is closed")
-        return self._conn
-
-    async def load(self) -> list[Pin]:
-        rows = await self._run(lambda: self._db().execute(
-            "SELECT key, fingerprint, definition, pinned_at FROM pins").fetchall())
-        return [Pin(k, f, json.loads(d), t) for k, f, d, t in rows]
-
-    async def put(self, pin: Pin) -> None:
-        # Serialized in the store's thread: thousands of pins at a listing are megabytes.
-        await self._run(lambda: self._db().execute(
-            "INSERT OR REPLACE INTO pins VALUES (?,?,?,?)",
-            (pin.key, pin.fingerprint, json.dumps(pin.definition), pin.pinned_at)))
-
-    async def put_many(self, pins: Sequence[Pin]) -> None:
-        pins = list(pins)  # serialized, and written in one transaction, in the store's thread
-        await self._run(lambda: self._put_rows(pins))
-
-    def _put_rows(self, pins: list[Pin]) -> None:
-        db = self._db()
-        db.execute("BEGIN")
-        try:
-            db.executemany("INSERT OR REPLACE INTO pins VALUES (?,?,?,?)", [
-                (p.key, p.fingerprint, json.dumps(p.definition), p.pinned_at) for p in pins])
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
-
-    async def aclose(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await self._run(conn.close)
-        self._executor.shutdown(wait=False)

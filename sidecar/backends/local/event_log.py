@@ -1,12 +1,11 @@
-"""A bounded, numbered log of a Location's events for Server-Sent Events.
+"""`MemoryEventLog`: the embedded `EventLog` (`sidecar.stores.event_log`), a bounded ring of a
+Location's newest events in memory.
 
-One background task drains the Location's event bus into a ring buffer; every event gets an
-increasing id. A reader resumes after `Last-Event-ID` when that id is still in the buffer;
-when it is older than the buffer, the reader first gets a `stream.reset` event saying how
-many events it missed.
+One background task drains the Location's event bus into the ring; every event gets an
+increasing id. A reader resumes after `Last-Event-ID` while that id is still kept; when it is
+older, the reader first gets a `stream.reset` event saying how many events it missed.
 
-`MemoryEventLog` is the embedded `EventLog`; the composition root hands it to the Location
-(`location.new_event_log()`), and the frontends see only the interface.
+Imports `sidecar.stores` and `sidecar.model`. Exports `MemoryEventLog`.
 """
 
 from __future__ import annotations
@@ -15,73 +14,16 @@ import asyncio
 import json
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import asdict
-from typing import Any
 
-from sidecar.model.events import (
-    CallProgress,
-    CallSettled,
-    DefinitionChanged,
-    Event,
-    EventBus,
-    ManifestsReloaded,
-    PermissionAsked,
-    PermissionReplied,
-    RegistryChanged,
-    ServerHealthChanged,
-)
+from sidecar.model.events import CallSettled, EventBus
+from sidecar.stores.event_log import LoggedEvent, encode_event
 
-_NAMES: dict[type[Any], str] = {
-    CallProgress: "call.progress",
-    CallSettled: "call.settled",
-    PermissionAsked: "permission.asked",
-    PermissionReplied: "permission.replied",
-    RegistryChanged: "registry.changed",
-    ServerHealthChanged: "server.health",
-    ManifestsReloaded: "manifests.reloaded",
-    DefinitionChanged: "tool.definition_changed",
-}
-EVENT_NAMES: tuple[str, ...] = tuple(_NAMES.values())
-
-
-class LoggedEvent:
-    """One numbered event. Its JSON is encoded when first read: most events never are (readers
-    of /v1/events are rare), and encoding every call's outcome up front cost about 2.5 % of
-    the daemon's CPU per call on /mcp."""
-
-    __slots__ = ("_encoded", "_event", "id")
-
-    def __init__(self, id: int, event: Event | None, encoded: tuple[str, str] | None = None):
-        self.id = id
-        self._event = event
-        self._encoded = encoded
-
-    def _encode(self) -> tuple[str, str]:
-        if self._encoded is None:
-            assert self._event is not None
-            self._encoded = encode_event(self._event)
-            self._event = None
-        return self._encoded
-
-    @property
-    def name(self) -> str:
-        return self._encode()[0]
-
-    @property
-    def data(self) -> str:
-        """JSON."""
-        return self._encode()[1]
-
-    def sse(self) -> str:
-        return f"id: {self.id}\nevent: {self.name}\ndata: {self.data}\n\n"
-
-
-def encode_event(event: Event) -> tuple[str, str]:
-    return _NAMES[type(event)], json.dumps(asdict(event), ensure_ascii=False)
+__all__ = ["MemoryEventLog"]
 
 
 class MemoryEventLog:
-    """Implements `EventLog` (`sidecar.location.ports`) in memory: the newest `capacity` events."""
+    """Implements `EventLog` (`sidecar.stores.event_log`) in memory: the newest `capacity`
+    events."""
 
     def __init__(self, bus: EventBus, *, capacity: int = 2048) -> None:
         self._bus = bus

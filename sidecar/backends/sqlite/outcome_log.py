@@ -1,0 +1,549 @@
+"""`SqliteOutcomeLog`: the embedded `OutcomeLog` (`sidecar.stores.outcome_log`), one SQLite
+file in WAL mode (`<state>/outcomes.sqlite`).
+
+One thread owns the connection; work queued while it was busy is committed together (group
+commit) and every caller is answered after that commit, so an outcome is durable (WAL,
+`synchronous=NORMAL`: it survives SIGKILL) before its answer leaves. Retention prunes in small
+batches on that thread, leaving tombstones; a Bloom filter of settled keys (`SettledFilter`)
+answers "never settled" without a trip to SQLite. See `README.md` of this package.
+
+Imports `sidecar.stores`, `sidecar.model` and this package. Exports `SqliteOutcomeLog`,
+`SettledFilter`, `CHECKPOINT_EVERY`, `PRUNE_BATCH` and `PRUNE_BATCH_SECONDS`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import math
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sidecar.backends.sqlite.wal import (
+    CHECKPOINT_EVERY,
+    DEFAULT_IDLE_SECONDS,
+    WalKeeper,
+    WalStats,
+    file_size,
+    wal_path,
+)
+from sidecar.model.errors import CallIdConflict
+from sidecar.model.outcome import Outcome
+from sidecar.model.tool import ToolContext
+from sidecar.stores.outcome_log import (
+    DEFAULT_WAL_CAP_BYTES,
+    OutcomeLogError,
+    OutcomeLogStats,
+    expired_outcome,
+    interrupted_outcome,
+    replayed_outcome,
+)
+from sidecar.stores.state_dir import PRIVATE_DIR_MODE, create_private_file
+
+T = TypeVar("T")
+
+__all__ = ["CHECKPOINT_EVERY", "PRUNE_BATCH", "PRUNE_BATCH_SECONDS", "SettledFilter",
+           "SqliteOutcomeLog"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS outcomes (
+    location   TEXT NOT NULL,
+    call_id    TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    agent      TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    tool       TEXT NOT NULL,
+    status     TEXT NOT NULL,
+    body       TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    fingerprint TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (location, call_id)
+) WITHOUT ROWID;
+DROP INDEX IF EXISTS outcomes_session;
+CREATE INDEX IF NOT EXISTS outcomes_by_age ON outcomes (created_at);
+CREATE TABLE IF NOT EXISTS started (
+    location   TEXT NOT NULL,
+    call_id    TEXT NOT NULL,
+    tool       TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    PRIMARY KEY (location, call_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS expired (
+    location   TEXT NOT NULL,
+    call_id    TEXT NOT NULL,
+    tool       TEXT NOT NULL,
+    settled_at REAL NOT NULL,
+    PRIMARY KEY (location, call_id)
+) WITHOUT ROWID;
+"""
+_COLUMNS = ("location, call_id, session_id, agent, message_id, tool, status, body, created_at, "
+            "fingerprint")
+# `outcomes_session` (location, session_id, created_at) was never read and cost a quarter of
+# every insert; logs that have it lose it at open. `outcomes_by_age` is what pruning reads; it
+# is appended to in time order, so an insert touches only its rightmost page.
+
+
+class SettledFilter:
+    """A Bloom filter over settled call keys: no false negatives; about 0.2 % false positives at
+    a million keys (2 MiB, 4 hashes), more beyond, which only costs extra reads."""
+
+    __slots__ = ("_bits", "_mask")
+
+    def __init__(self, bits: int = 1 << 24) -> None:
+        self._bits = bytearray(bits // 8)
+        self._mask = bits - 1
+
+    def _positions(self, location: str, call_id: str) -> tuple[int, ...]:
+        # Double hashing over Python's own (keyed SipHash) string hash: the filter lives in
+        # memory only and is rebuilt at open, so a per-process hash seed does no harm, and a
+        # str caches its hash. A blake2b digest per call cost ~3 % of a bridged call's CPU.
+        first = hash((location, call_id))
+        step = hash((call_id, location)) | 1
+        mask = self._mask
+        return (first & mask, (first + step) & mask, (first + 2 * step) & mask,
+                (first + 3 * step) & mask)
+
+    def add(self, location: str, call_id: str) -> None:
+        for p in self._positions(location, call_id):
+            self._bits[p >> 3] |= 1 << (p & 7)
+
+    def may_contain(self, location: str, call_id: str) -> bool:
+        bits = self._bits
+        return all(bits[p >> 3] >> (p & 7) & 1 for p in self._positions(location, call_id))
+
+
+PRUNE_BATCH = 256
+"""Outcomes pruned per transaction of the writer thread, at most."""
+PRUNE_BATCH_SECONDS = 0.01
+"""What one pruning batch should take: calls settling meanwhile wait for it."""
+
+logger = logging.getLogger("sidecar.stores.outcome_log")
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    fn: Callable[[], Any] | None  # None: stop (run `on_stop`, end the thread)
+    future: asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop
+
+
+class _Worker:
+    """The one thread that owns the SQLite connection.
+
+    It takes every job queued since it last looked and runs them inside one transaction, so N
+    concurrent calls cost one commit instead of N. If anything in that transaction fails, it
+    is rolled back and each job runs again on its own, so one bad job fails only its caller.
+    Results go back to the event loop in one callback per batch.
+    """
+
+    def __init__(
+        self,
+        connection: Callable[[], sqlite3.Connection | None],
+        on_stop: Callable[[], None],
+        name: str,
+        upkeep: Callable[[], WalKeeper | None] = lambda: None,
+    ) -> None:
+        self._connection = connection
+        self._on_stop = on_stop
+        self._upkeep = upkeep
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], T] | None) -> asyncio.Future[T]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._jobs.put(_Job(fn, future, loop))
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            keeper = self._upkeep()
+            try:  # between batches, never inside one: the WAL's upkeep (see `sqlite_wal`)
+                first = self._jobs.get(
+                    timeout=None if keeper is None else keeper.idle_wait(self._connection()))
+            except queue.Empty:
+                if keeper is not None:
+                    keeper.on_idle(self._connection())
+                continue
+            batch = [first]
+            with contextlib.suppress(queue.Empty):
+                while batch[-1].fn is not None:
+                    batch.append(self._jobs.get_nowait())
+            work = [job for job in batch if job.fn is not None]
+            if work:
+                _deliver(work, self._run(work))
+                if keeper is not None:
+                    keeper.after_batch(self._connection(), len(work))
+            if len(work) < len(batch):  # the stop job: nothing is queued after it
+                _deliver(batch[-1:], [_attempt(self._on_stop)])
+                return
+
+    def _run(self, jobs: list[_Job]) -> list[tuple[bool, Any]]:
+        db = self._connection()
+        if db is not None and len(jobs) > 1:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                results = [(True, job.fn()) for job in jobs if job.fn is not None]
+                db.execute("COMMIT")
+                return results
+            except BaseException:
+                if db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+        return [_attempt(job.fn) for job in jobs if job.fn is not None]
+
+
+def _attempt(fn: Callable[[], Any]) -> tuple[bool, Any]:
+    try:
+        return True, fn()
+    except BaseException as exc:  # handed to the caller, who re-raises it
+        return False, exc
+
+
+def _deliver(jobs: list[_Job], results: list[tuple[bool, Any]]) -> None:
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Job, tuple[bool, Any]]]] = {}
+    for job, result in zip(jobs, results, strict=True):
+        by_loop.setdefault(job.loop, []).append((job, result))
+    for loop, pairs in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the loop is already closed: nobody waits
+            loop.call_soon_threadsafe(_settle, pairs)
+
+
+def _settle(pairs: list[tuple[_Job, tuple[bool, Any]]]) -> None:
+    for job, (ok, value) in pairs:
+        if job.future.done():  # the caller was cancelled; the work itself still happened
+            continue
+        if ok:
+            job.future.set_result(value)
+        else:
+            job.future.set_exception(value)
+
+
+class SqliteOutcomeLog:
+    def __init__(
+        self, path: Path, *, retention_seconds: float | None = None,
+        wal_cap_bytes: int = DEFAULT_WAL_CAP_BYTES, idle_seconds: float = DEFAULT_IDLE_SECONDS,
+        prune_interval: float | None = None, prune_batch: int = PRUNE_BATCH,
+        prune_batch_seconds: float = PRUNE_BATCH_SECONDS,
+    ) -> None:
+        if retention_seconds is not None and not retention_seconds > 0:
+            raise ValueError(f"retention_seconds must be > 0, got {retention_seconds}")
+        if prune_batch < 1:
+            raise ValueError(f"prune_batch must be >= 1, got {prune_batch}")
+        self._path = path
+        self._conn: sqlite3.Connection | None = None
+        self._settled = SettledFilter()
+        self._keeper: WalKeeper | None = None
+        self._wal_cap = wal_cap_bytes
+        self._idle = idle_seconds
+        self.retention_seconds = retention_seconds
+        self._prune_interval = (
+            prune_interval if prune_interval is not None
+            else None if retention_seconds is None or math.isinf(retention_seconds)
+            else min(600.0, max(1.0, retention_seconds / 10))
+        )
+        self._prune_batch = prune_batch
+        self._prune_batch_seconds = prune_batch_seconds
+        self._pruner: asyncio.Task[None] | None = None
+        self._outcomes = 0
+        self._expired = 0
+        self._pruned = 0
+        self._unrecorded: dict[tuple[str, str], tuple[str, str, str]] = {}
+        """Calls that ran but whose outcome could not be recorded: (tool, fingerprint, why)."""
+        self._worker = _Worker(lambda: self._conn, self._disconnect, name="outcome-log",
+                               upkeep=lambda: self._keeper)
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls, path: Path, *, retention_seconds: float | None = None,
+        wal_cap_bytes: int = DEFAULT_WAL_CAP_BYTES, idle_seconds: float = DEFAULT_IDLE_SECONDS,
+        prune_interval: float | None = None, prune_batch: int = PRUNE_BATCH,
+        prune_batch_seconds: float = PRUNE_BATCH_SECONDS,
+    ) -> SqliteOutcomeLog:
+        """Open (creating if needed) the log at `path`.
+
+        With `retention_seconds`, outcomes older than that are pruned every `prune_interval`
+        seconds (default: a tenth of the retention, between 1 s and 10 min), `prune_batch`
+        rows per transaction. The WAL is kept under `wal_cap_bytes` and emptied once the
+        writer has been idle for `idle_seconds` (see `sidecar.backends.sqlite.wal`).
+        """
+        log = cls(path, retention_seconds=retention_seconds, wal_cap_bytes=wal_cap_bytes,
+                  idle_seconds=idle_seconds, prune_interval=prune_interval,
+                  prune_batch=prune_batch, prune_batch_seconds=prune_batch_seconds)
+        try:
+            await log._run(log._connect)
+        except BaseException:
+            await log.aclose()
+            raise
+        if log._prune_interval is not None and log.retention_seconds is not None:
+            log._pruner = asyncio.create_task(log._prune_forever(), name=f"outcome-prune {path}")
+        return log
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        if self._closed:
+            raise OutcomeLogError(f"outcome log {self._path}: closed")
+        try:
+            return await self._worker.submit(fn)
+        except (sqlite3.Error, OSError) as exc:
+            raise OutcomeLogError(f"outcome log {self._path}: {exc}") from exc
+
+    def _connect(self) -> None:
+        self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        create_private_file(self._path)  # 0600 from the start; SQLite's -wal/-shm follow it
+        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(_SCHEMA)
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(outcomes)")}
+            if "fingerprint" not in columns:  # a log from before fingerprints: migrated here
+                conn.execute(
+                    "ALTER TABLE outcomes ADD COLUMN fingerprint TEXT NOT NULL DEFAULT ''")
+            self._interrupt_started(conn)
+            for location, call_id in conn.execute("SELECT location, call_id FROM outcomes"):
+                self._settled.add(location, call_id)
+                self._outcomes += 1
+            for location, call_id in conn.execute("SELECT location, call_id FROM expired"):
+                self._settled.add(location, call_id)
+                self._expired += 1
+            keeper = WalKeeper(self._path, cap_bytes=self._wal_cap, idle_seconds=self._idle,
+                               name="outcome-log-checkpoint")
+        except BaseException:
+            conn.close()
+            raise
+        keeper.configure(conn)
+        self._conn, self._keeper = conn, keeper
+
+    def _interrupt_started(self, conn: sqlite3.Connection) -> None:
+        """Calls the last process started and never settled (it was killed, or could not
+        record them) become `interrupted` outcomes: a retry answers that, never runs them
+        again, and `GET /v1/calls/{id}` shows it."""
+        rows = conn.execute(
+            "SELECT location, call_id, tool, fingerprint, started_at FROM started").fetchall()
+        for location, call_id, tool, fingerprint, started_at in rows:
+            outcome = interrupted_outcome(str(call_id), str(tool), float(started_at),
+                                          "the daemon stopped before it settled")
+            body = json.dumps(outcome.to_json(include_output=False), ensure_ascii=False)
+            conn.execute(
+                f"INSERT OR IGNORE INTO outcomes ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (location, call_id, "", "", "", tool, "error", body, time.time(), fingerprint))
+        if rows:
+            conn.execute("DELETE FROM started")
+            logger.warning("%d call(s) had started and not settled when the daemon stopped; "
+                           "they are recorded as interrupted", len(rows))
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise sqlite3.ProgrammingError("the outcome log is closed")
+        return self._conn
+
+    async def record(
+        self, location: str, outcome: Outcome, context: ToolContext, fingerprint: str = ""
+    ) -> Outcome:
+        body = json.dumps(outcome.to_json(include_output=False), ensure_ascii=False)
+        row = (
+            location, outcome.call_id, context.session_id, context.agent, context.message_id,
+            outcome.tool, outcome.status, body, time.time(), fingerprint,
+        )
+
+        def write() -> tuple[str, str] | None:
+            db = self._db()
+            inserted = db.execute(
+                f"INSERT OR IGNORE INTO outcomes ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)", row
+            ).rowcount
+            db.execute("DELETE FROM started WHERE location=? AND call_id=?",
+                       (location, outcome.call_id))
+            self._settled.add(location, outcome.call_id)
+            if inserted:
+                self._outcomes += 1
+                return None
+            found = db.execute(
+                "SELECT body, fingerprint FROM outcomes WHERE location=? AND call_id=?",
+                (location, outcome.call_id),
+            ).fetchone()
+            return str(found[0]), str(found[1])
+
+        try:
+            existing = await self._run(write)
+        except OutcomeLogError as exc:  # its start stays: a retry answers `interrupted`
+            self._unrecorded[(location, outcome.call_id)] = (
+                outcome.tool, fingerprint, f"its outcome could not be recorded ({exc})")
+            raise
+        if existing is None:
+            return outcome
+        return replayed_outcome(outcome.call_id, existing, fingerprint)
+
+    async def claim(self, location: str, call_id: str, fingerprint: str = "",
+                    tool: str = "") -> Outcome | None:
+        """`get`, then the call's start is written (behind: the writer commits it with its
+        next batch, before the call's outcome) so that a call the daemon was killed under
+        is known at the next open (`_interrupt_started`). The seam's in-flight map is the
+        claim between the callers of this process."""
+        stored = await self.get(location, call_id, fingerprint)
+        if stored is not None:
+            return stored
+        unrecorded = self._unrecorded.get((location, call_id))
+        if unrecorded is not None:
+            tool, recorded_print, reason = unrecorded
+            if fingerprint and recorded_print and fingerprint != recorded_print:
+                raise CallIdConflict(call_id)
+            return interrupted_outcome(call_id, tool, time.time(), reason)
+        self._write_behind(functools.partial(
+            _start, location, call_id, tool, fingerprint, time.time()))
+        return None
+
+    async def release(self, location: str, call_id: str) -> None:
+        """Forget the call's start (cancelled before it settled: a duplicate may run it),
+        unless its outcome could not be recorded (then it stays `interrupted`)."""
+        if (location, call_id) not in self._unrecorded:
+            self._write_behind(functools.partial(_unstart, location, call_id))
+
+    def _write_behind(self, job: Callable[[sqlite3.Connection], None]) -> None:
+        if self._closed or self._conn is None:
+            return
+        future = self._worker.submit(lambda: job(self._db()))
+        future.add_done_callback(_log_failed_start)
+
+    async def holder(self, location: str, call_id: str) -> str | None:
+        return None  # no claims (see `claim`)
+
+    async def get(self, location: str, call_id: str, fingerprint: str = "") -> Outcome | None:
+        """The stored outcome of `call_id`; for a call whose outcome was pruned, an `expired`
+        error outcome (replayed) so that it is never run again; None if it never settled."""
+        if self._conn is not None and not self._settled.may_contain(location, call_id):
+            return None  # never settled here: no trip to SQLite
+
+        def read() -> Any:
+            db = self._db()
+            found = db.execute(
+                "SELECT body, fingerprint FROM outcomes WHERE location=? AND call_id=?",
+                (location, call_id),
+            ).fetchone()
+            if found is not None:
+                return True, (str(found[0]), str(found[1]))
+            return False, db.execute(
+                "SELECT tool, settled_at FROM expired WHERE location=? AND call_id=?",
+                (location, call_id),
+            ).fetchone()
+
+        stored, found = await self._run(read)
+        if found is None:
+            return None
+        if stored:
+            return replayed_outcome(call_id, found, fingerprint)
+        tool, settled_at = found
+        return expired_outcome(call_id, str(tool), float(settled_at), self.retention_seconds)
+
+    # --- retention ---------------------------------------------------------------------
+
+    async def prune(self, cutoff: float) -> int:
+        """Prune every outcome settled before `cutoff` (a `time.time()`), leaving a tombstone
+        per call id; returns how many. Each batch (at most `prune_batch` rows) is one job of
+        the writer thread, so calls recorded meanwhile wait for one batch at most; batches
+        shrink while one takes longer than `prune_batch_seconds` (large outcomes: 256 rows
+        of 50 KB took 50-180 ms) and grow back when they are quick."""
+        total = 0
+        limit = min(self._prune_batch, 16)  # grows while batches are quick
+        while True:
+            pruned, took = await self._run(
+                functools.partial(self._prune_batch_sync, cutoff, limit))
+            total += pruned
+            if pruned < limit:
+                return total
+            if took > self._prune_batch_seconds:
+                limit = max(1, limit // 2)
+            elif took < self._prune_batch_seconds / 4:
+                limit = min(self._prune_batch, limit * 2)
+
+    def _prune_batch_sync(self, cutoff: float, limit: int) -> tuple[int, float]:
+        """In the writer thread: prune at most `limit` outcomes; (how many, seconds taken)."""
+        started = time.perf_counter()
+        db = self._db()
+        rows = db.execute(
+            "SELECT location, call_id, tool, created_at FROM outcomes WHERE created_at < ? "
+            "ORDER BY created_at LIMIT ?", (cutoff, limit),
+        ).fetchall()
+        if not rows:
+            return 0, time.perf_counter() - started
+        tombstones = db.executemany("INSERT OR IGNORE INTO expired VALUES (?,?,?,?)", rows)
+        db.executemany("DELETE FROM outcomes WHERE location=? AND call_id=?",
+                       [(location, call_id) for location, call_id, _, _ in rows])
+        self._expired += tombstones.rowcount
+        self._outcomes -= len(rows)
+        self._pruned += len(rows)
+        return len(rows), time.perf_counter() - started
+
+    async def _prune_forever(self) -> None:
+        assert self._prune_interval is not None and self.retention_seconds is not None
+        while True:
+            try:
+                pruned = await self.prune(time.time() - self.retention_seconds)
+            except OutcomeLogError as exc:
+                if self._closed:
+                    return
+                logger.warning("pruning the outcome log failed (retrying in %ss): %s",
+                               self._prune_interval, exc)
+            else:
+                if pruned:
+                    logger.debug("outcome log: pruned %d outcomes", pruned)
+            await asyncio.sleep(self._prune_interval)
+
+    async def stats(self) -> OutcomeLogStats:
+        """Counts kept in memory and file sizes (a `stat` each, in a thread)."""
+        keeper = self._keeper
+        wal = await asyncio.to_thread(
+            keeper.stats if keeper is not None
+            else lambda: WalStats(file_size(wal_path(self._path)), 0, 0))
+        db_bytes = await asyncio.to_thread(file_size, self._path)
+        return OutcomeLogStats(
+            outcomes=self._outcomes, expired=self._expired, pruned=self._pruned,
+            disk_bytes={"outcomes": db_bytes, "outcomes_wal": wal.wal_bytes},
+            wal_checkpoints=wal.passive_checkpoints, wal_truncations=wal.truncations,
+        )
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        pruner, self._pruner = self._pruner, None
+        if pruner is not None:
+            pruner.cancel()
+            await asyncio.wait([pruner])
+        await self._worker.submit(None)
+
+    def _disconnect(self) -> None:
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.stop()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+def _start(location: str, call_id: str, tool: str, fingerprint: str, started_at: float,
+           db: sqlite3.Connection) -> None:
+    db.execute("INSERT OR REPLACE INTO started VALUES (?,?,?,?,?)",
+               (location, call_id, tool, fingerprint, started_at))
+
+
+def _unstart(location: str, call_id: str, db: sqlite3.Connection) -> None:
+    db.execute("DELETE FROM started WHERE location=? AND call_id=?", (location, call_id))
+
+
+def _log_failed_start(future: asyncio.Future[None]) -> None:
+    if not future.cancelled() and (exc := future.exception()) is not None:
+        logger.warning("recording a call's start failed: %s", exc)
+
+

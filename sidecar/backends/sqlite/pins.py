@@ -1,0 +1,91 @@
+"""`SqlitePinStore`: the embedded `PinStore` (`sidecar.stores.pins`), one SQLite file in the
+state directory (`pins.sqlite`, WAL).
+
+Imports `sidecar.stores` and `sidecar.model`. Exports `SqlitePinStore`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from sidecar.model.errors import SidecarError
+from sidecar.stores.pins import Pin
+from sidecar.stores.state_dir import PRIVATE_DIR_MODE, create_private_file
+
+__all__ = ["SqlitePinStore"]
+
+T = TypeVar("T")
+
+
+class SqlitePinStore:
+    """`PinStore` in one SQLite file, used from one worker thread."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pins")
+        self._conn: sqlite3.Connection | None = None
+
+    @classmethod
+    async def open(cls, path: Path) -> SqlitePinStore:
+        store = cls(path)
+        try:
+            await store._run(store._connect)
+        except BaseException:
+            await store.aclose()
+            raise
+        return store
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    def _connect(self) -> None:
+        self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        create_private_file(self._path)
+        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE IF NOT EXISTS pins (key TEXT PRIMARY KEY, fingerprint TEXT "
+                     "NOT NULL, definition TEXT NOT NULL, pinned_at REAL NOT NULL)")
+        self._conn = conn
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise SidecarError("the pin store is closed")
+        return self._conn
+
+    async def load(self) -> list[Pin]:
+        rows = await self._run(lambda: self._db().execute(
+            "SELECT key, fingerprint, definition, pinned_at FROM pins").fetchall())
+        return [Pin(k, f, json.loads(d), t) for k, f, d, t in rows]
+
+    async def put(self, pin: Pin) -> None:
+        # Serialized in the store's thread: thousands of pins at a listing are megabytes.
+        await self._run(lambda: self._db().execute(
+            "INSERT OR REPLACE INTO pins VALUES (?,?,?,?)",
+            (pin.key, pin.fingerprint, json.dumps(pin.definition), pin.pinned_at)))
+
+    async def put_many(self, pins: Sequence[Pin]) -> None:
+        pins = list(pins)  # serialized, and written in one transaction, in the store's thread
+        await self._run(lambda: self._put_rows(pins))
+
+    def _put_rows(self, pins: list[Pin]) -> None:
+        db = self._db()
+        db.execute("BEGIN")
+        try:
+            db.executemany("INSERT OR REPLACE INTO pins VALUES (?,?,?,?)", [
+                (p.key, p.fingerprint, json.dumps(p.definition), p.pinned_at) for p in pins])
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await self._run(conn.close)
+        self._executor.shutdown(wait=False)

@@ -1,0 +1,100 @@
+"""`SqliteTokenStore`: the embedded `TokenStore` (`sidecar.stores.tokens`), one SQLite file in
+the state directory (`tokens.sqlite`, WAL), shared by `sidecar token ...` and a running daemon.
+
+Imports `sidecar.stores` and `sidecar.model`. Exports `SqliteTokenStore`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sidecar.stores.state_dir import PRIVATE_DIR_MODE, create_private_file
+from sidecar.stores.tokens import TokenError, TokenRecord
+
+__all__ = ["SqliteTokenStore"]
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tokens (
+    id         TEXT PRIMARY KEY,
+    digest     TEXT NOT NULL UNIQUE,
+    profiles   TEXT NOT NULL,      -- space-separated profile names
+    label      TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+"""
+
+
+class SqliteTokenStore:
+    """`TokenStore` in one SQLite file (WAL), used from one worker thread."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokens")
+        self._conn: sqlite3.Connection | None = None
+
+    @classmethod
+    async def open(cls, path: Path) -> SqliteTokenStore:
+        store = cls(path)
+        try:
+            await store._run(store._connect)
+        except BaseException:
+            await store.aclose()
+            raise
+        return store
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    def _connect(self) -> None:
+        self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        create_private_file(self._path)  # 0600 from the start; SQLite's -wal/-shm follow it
+        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False,
+                               timeout=10)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.executescript(_SCHEMA)
+        self._conn = conn
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise TokenError("the token store is closed")
+        return self._conn
+
+    async def add(self, record: TokenRecord, digest: str) -> None:
+        row = (record.id, digest, " ".join(record.profiles), record.label, record.created_at)
+        await self._run(lambda: self._db().execute(
+            "INSERT INTO tokens VALUES (?,?,?,?,?)", row))
+
+    async def find(self, digest: str) -> TokenRecord | None:
+        rows = await self._run(lambda: self._db().execute(
+            "SELECT id, profiles, label, created_at FROM tokens WHERE digest=?", (digest,)
+        ).fetchall())
+        return _record(rows[0]) if rows else None
+
+    async def list(self) -> list[TokenRecord]:
+        rows = await self._run(lambda: self._db().execute(
+            "SELECT id, profiles, label, created_at FROM tokens ORDER BY created_at"
+        ).fetchall())
+        return [_record(row) for row in rows]
+
+    async def revoke(self, token_id: str) -> bool:
+        cursor = await self._run(lambda: self._db().execute(
+            "DELETE FROM tokens WHERE id=?", (token_id,)))
+        return cursor.rowcount > 0
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await self._run(conn.close)
+        self._executor.shutdown(wait=False)
+
+
+def _record(row: tuple[Any, ...]) -> TokenRecord:
+    token_id, profiles, label, created_at = row
+    return TokenRecord(token_id, tuple(profiles.split()), label, created_at)
