@@ -26,10 +26,13 @@ async def test_calls_over_http_transports(
     location: Location, http_servers: HttpServers, events: Path, transport: str
 ) -> None:
     url, _ = await http_servers.launch_testserver(transport, "--events", str(events))
-    config = ServerConfig(url=url, type=transport, timeouts={"call": 0.5},
-                          headers={"X-Test": "present"})
+    config = ServerConfig(url=url, type=transport, headers={"X-Test": "present"})
+    # the same server with a short call timeout, for the call that must time out (the other
+    # calls keep the default: a 3 MB result may take over 0.5 s on a loaded machine)
+    bounded = ServerConfig(url=url, type=transport, timeouts={"call": 0.5},
+                           headers={"X-Test": "present"})
     async with (
-        ServerPool({"h": config}, location.tools) as pool,
+        ServerPool({"h": config, "t": bounded}, location.tools) as pool,
         location.events.subscribe() as subscription,
     ):
         assert pool.health()["h"].state == "ready"
@@ -55,8 +58,9 @@ async def test_calls_over_http_transports(
         assert big.status == "completed", big.error
         assert big.managed and big.managed[0].size_bytes == 3_000_000
 
-        timed_out = await snapshot.execute("h_slow", {"seconds": 20, "tag": "timeout"}, ctx())
+        timed_out = await snapshot.execute("t_slow", {"seconds": 20, "tag": "timeout"}, ctx())
         assert timed_out.error is not None and timed_out.error.kind is ErrorKind.TIMEOUT
+        assert "timeouts.call" in timed_out.error.message
         await eventually(lambda: read_events(events, "cancelled"), what="upstream cancel")
 
         task = asyncio.ensure_future(snapshot.execute(
@@ -74,7 +78,7 @@ async def test_calls_over_http_transports(
 
         still = await snapshot.execute("h_echo", {"text": "still"}, ctx())
         assert still.content == (TextContent("still"),)
-        assert pool.health()["h"].restarts == 0
+        assert pool.health()["h"].restarts == pool.health()["t"].restarts == 0
 
 
 async def test_past_max_result_bytes_over_http_is_a_clear_upstream_error(
