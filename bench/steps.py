@@ -16,6 +16,7 @@ checks of bridged tools, pins. `--write` puts the table into bench/RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import statistics
@@ -94,7 +95,7 @@ async def opened(
     async with Location.open(base, state_dir=base / "state", manifests=[manifests],
                              durable=rung.durable, entry_point_plugins=False) as location:
         if not rung.history:  # no history row: the seam's audit hook goes with it
-            location.history = None
+            location.stores = dataclasses.replace(location.stores, history=None)
             location._wire_audit()
         async with location.tools.register({"echo": ECHO}):
             profile = "agent" if rung.profile else None
@@ -109,7 +110,7 @@ async def opened(
                 return outcome
 
             async def settle() -> None:
-                history = location.history
+                history = location.stores.history
                 if isinstance(history, SqliteCallHistory):
                     await history._run(lambda: None)  # writes the rows queued before it
 

@@ -15,8 +15,26 @@ transport, linear framing) -> `catalog` (listings -> tool values, codecs in `cod
 Imports `sidecar.model`, `sidecar.registry`, `sidecar.stores`, `managed_store`, other `bridges`.
 """
 
+from bridges.manifest.loading import ServerConfig
 from bridges.mcp.backoff import Backoff
+from bridges.mcp.connection import Connection
+from bridges.mcp.framing import LargeLine, LineFramer, OversizedLine
 from bridges.mcp.health import ServerHealth, ServerState, SkippedTool
+from bridges.mcp.passthrough import InflightCall, Relay, RelayTarget
 from bridges.mcp.pool import ServerPool
 
-__all__ = ["Backoff", "ServerHealth", "ServerPool", "ServerState", "SkippedTool"]
+__all__ = [
+    "Backoff",
+    "Connection",
+    "InflightCall",
+    "LargeLine",
+    "LineFramer",
+    "OversizedLine",
+    "Relay",
+    "RelayTarget",
+    "ServerConfig",
+    "ServerHealth",
+    "ServerPool",
+    "ServerState",
+    "SkippedTool",
+]

@@ -561,7 +561,7 @@ async def _daemon_location(
         async with Location.open(root, state_dir=state, manifests=manifests,
                                  retention_seconds=retention, store_quota_bytes=quota,
                                  watch=True, wiring=DAEMON_WIRING) as location:
-            pool = location.sources.pool if location.sources is not None else None
+            pool = location.upstreams
             if pool is None:
                 await _stop_unclaimed()
                 yield location

@@ -2,7 +2,9 @@
 manifest tools, permission rules, plugins and bounds; and live reload.
 
 The composition root passes `ManifestSources` to `Location.open` as its
-`Wiring.attach_sources` (see `sidecar.location.location`); the core never imports it.
+`Wiring.attach_sources` (see `sidecar.location.location`); the core never imports it and sees
+it as `sidecar.location.sources.Sources` (the Location reads `manifests`, `audit`, `codemode`
+and `upstreams` from it; nothing is assigned on the Location).
 
 At open, every valid entry loads and each invalid one is reported (log, health). On a reload
 (a file changed, or `reload()`), everything is parsed and validated first; if anything is
@@ -38,6 +40,7 @@ from bridges.manifest.overrides import OverrideConfig
 from bridges.manifest.profiles import ProfileConfig, RateLimitConfig
 from bridges.manifest_tools import ManifestTools, manifest_tool_validator
 from bridges.mcp import ServerPool
+from sidecar.model.codemode import CodeModeSetting
 from sidecar.model.errors import RegistrationError, SchemaDefinitionError
 from sidecar.model.events import ManifestsReloaded, ServerHealthChanged
 from sidecar.model.permissions import PermissionRule
@@ -175,8 +178,13 @@ class ManifestSources:
         self._base_bounds = base_bounds
         self._plugins = list(plugins)
         self._entry_point_plugins = entry_point_plugins
-        self._base_codemode = location.codemode
         self.pool: ServerPool | None = None
+        self.manifests: ManifestSet
+        """The manifests applied now (set on entering, replaced by each valid reload)."""
+        self.audit = AuditSettings()
+        """What the call history keeps of inputs (manifest `[audit]`)."""
+        self.codemode: CodeModeSetting | None = None
+        """The manifests' Code Mode setting; None: the Location's own."""
         self.manifest_tools: ManifestTools | None = None
         self.reload_problems: list[ManifestProblem] = []
         self._lock = asyncio.Lock()
@@ -234,13 +242,18 @@ class ManifestSources:
                 ServerHealthChanged(key, health.to_json())
             ),
             grants=location.grant_store(), wait=not self._background,
-            login_callbacks=location.login_callbacks,
+            login_callbacks=location.stores.login_callbacks,
         )
         await self.pool.__aenter__()
-        location.manifests = loaded
+        self.manifests = loaded
         self._unsubscribe = location.registry.on_change(self._tools_changed)
         self._report_unmatched_when_settled()
         return self
+
+    @property
+    def upstreams(self) -> ServerPool | None:
+        """The upstream MCP servers (`Location.upstreams`)."""
+        return self.pool
 
     def unmatched_globs(self) -> list[ManifestProblem]:
         """The globs of the applied manifests that match none of the tools registered
@@ -256,7 +269,7 @@ class ManifestSources:
 
     def _unmatched_current(self) -> bool:
         cached, location = self._unmatched, self._location
-        return (cached is not None and cached[0] is location.manifests
+        return (cached is not None and cached[0] is self.manifests
                 and cached[1] == location.registry.version)
 
     def _tools_changed(self) -> None:
@@ -279,7 +292,7 @@ class ManifestSources:
         location = self._location
         while not self._unmatched_current():
             await location.definitions_checked()  # then `tool_names` reuses their entries
-            loaded, version = location.manifests, location.registry.version
+            loaded, version = self.manifests, location.registry.version
             try:
                 names = tool_names(location)
                 problems = await asyncio.to_thread(unmatched_globs, loaded, names)
@@ -338,9 +351,9 @@ class ManifestSources:
             location.permissions.ask_timeout = loaded.ask_timeout
         location.seam.bounds = location_bounds(loaded, self._base_bounds)
         audit = loaded.audit
-        location.audit = AuditSettings() if audit is None else AuditSettings(
+        self.audit = AuditSettings() if audit is None else AuditSettings(
             audit.inputs, frozenset(m.lower() for m in audit.mask))
-        location.codemode = loaded.codemode or self._base_codemode
+        self.codemode = loaded.codemode
         location.overrides.set(*overrides_of(loaded))
         location.rate_limits.set(
             {glob: limit_of(s.value) for glob, s in loaded.rate_limits.items()},
@@ -393,7 +406,7 @@ class ManifestSources:
             await self.pool.update(self._servers(loaded))
             self._apply_policy(loaded)
             await self._sync_plugins(loaded)
-            self._location.manifests = loaded
+            self.manifests = loaded
             self.reload_problems = []
             self._report_unmatched_when_settled()
             self._location.events.publish(ManifestsReloaded(True, _report(loaded.problems)))

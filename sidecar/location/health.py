@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 async def health_report(location: Location) -> dict[str, Any]:
     """The health report of `location` (JSON-ready; see the module docstring)."""
-    database = location.database
+    database = location.stores.database
     unreachable = await database.unreachable() if database is not None else None
     usage: dict[str, Any] = {}
     if unreachable is None:  # (the check may be a second old: the read may fail first)

@@ -7,11 +7,10 @@ opens and closes them in reverse order.
 
 The class lives in the core and imports no bridge, frontend or composition root. What a
 Location is attached to comes in through a `Wiring`, the one seam between the core and the
-composition root:
-
-- `Wiring.attach_sources` attaches what the manifests declare (MCP servers, manifest tools,
-  plugins, policy, live reload); the composition root passes
-  `sidecar.daemon.sources.ManifestSources`.
+composition root: its stores arrive as one `Stores` value (`location.stores`), and
+`Wiring.attach_sources` attaches what the manifests declare (MCP servers, manifest tools,
+plugins, policy, live reload) as `Sources` (`sidecar.location.sources`; `location.upstreams`
+is the upstream MCP servers).
 
 `Location.open(wiring=...)` takes it explicitly. Without one it asks `default_wiring()`, which
 the core class does not have: `sidecar.Location` (the public name) is the composition root's
@@ -58,7 +57,8 @@ from sidecar.execution.seam import Seam
 from sidecar.execution.snapshot import Snapshot, SnapshotExpired, SnapshotStore, select
 from sidecar.execution.snapshot_sharing import SnapshotSharing
 from sidecar.location.health import health_report
-from sidecar.location.ports import OpenStores, StoreOptions
+from sidecar.location.ports import OpenStores, StoreOptions, Stores
+from sidecar.location.sources import Sources, UpstreamPool
 from sidecar.location.store_pressure import StorePressure
 from sidecar.model import tracing
 from sidecar.model.errors import SidecarError
@@ -75,28 +75,16 @@ from sidecar.registry.overrides import Overrides
 from sidecar.registry.plugins import PluginHost
 from sidecar.registry.profiles import Profiles, UnknownProfile
 from sidecar.registry.registry import Entry, Registry, ToolDefinition, Tools, application_registry
-from sidecar.stores.call_history import (
-    AuditSettings,
-    CallHistory,
-    CallRecord,
-    SettledCall,
-    record_of,
-)
-from sidecar.stores.cancels import SharedCancels
-from sidecar.stores.database_check import DatabaseCheck
+from sidecar.stores.call_history import AuditSettings, CallRecord, SettledCall, record_of
 from sidecar.stores.event_log import EventLog, EventLogFactory
 from sidecar.stores.grants import GrantStore, GrantStoreUnavailable
 from sidecar.stores.outcome_log import DEFAULT_WAL_CAP_BYTES
-from sidecar.stores.pending_logins import LoginCallbacks
-from sidecar.stores.shared_rounds import SharedRounds
 from sidecar.stores.snapshot_records import SnapshotRecipe
 from sidecar.stores.state_dir import prepare_state_dir
-from sidecar.stores.tokens import TokenStore
 
 if TYPE_CHECKING:  # types only: the core never imports a bridge at run time
     from bridges.manifest.loading import ManifestSet
     from bridges.mcp import ServerHealth
-    from sidecar.daemon.sources import ManifestSources
 
 log = logging.getLogger("sidecar.location")
 
@@ -113,8 +101,8 @@ def default_state_dir() -> Path:
 
 
 class AttachSources(Protocol):
-    """Attach the sources a Location's manifests declare; entering sets `location.manifests`
-    and the result becomes `location.sources`."""
+    """Attach the sources a Location's manifests declare; entering applies them and the
+    result becomes `location.sources`."""
 
     def __call__(
         self,
@@ -124,7 +112,7 @@ class AttachSources(Protocol):
         base_bounds: Bounds,
         plugins: Sequence[str] = (),
         entry_point_plugins: bool = True,
-    ) -> AbstractAsyncContextManager[ManifestSources]: ...
+    ) -> AbstractAsyncContextManager[Sources]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +163,11 @@ class Location:
 
     def __init__(
         self, *, name: str, root: Path, state_dir: Path, seam: Seam, registry: Registry,
-        events: EventBus, permissions: PermissionService, plugins: PluginHost,
+        events: EventBus, permissions: PermissionService, plugins: PluginHost, stores: Stores,
+        wiring: Wiring | None = None, codemode: CodeModeSetting = "direct",
+        codemode_limits: CodeModeLimits = DEFAULT_LIMITS,
+        retention_seconds: float = DEFAULT_RETENTION_SECONDS,
+        store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES,
     ) -> None:
         self.name = name
         self.root = root
@@ -185,21 +177,26 @@ class Location:
         self.events = events
         self.permissions = permissions
         self.plugins = plugins
-        self.manifests: ManifestSet  # set by the sources when they attach
+        self.stores = stores
+        """The open stores (`sidecar.location.ports.Stores`): history, tokens, grants, and in
+        a fleet the shared asks, cancels, rounds and the database check."""
+        self.wiring = wiring
+        """What `Location.open` was wired with (the root's store and source choices)."""
         self.tools = Tools(registry)
         self.snapshots = SnapshotStore()
-        self.sharing = SnapshotSharing(self.snapshots, None, name, self._remade)
+        self.sharing = SnapshotSharing(self.snapshots, stores.snapshots, name, self._remade)
         """Kept snapshots by id across replicas (`sidecar.stores.snapshot_records`)."""
         self.store_pressure = StorePressure()
-        self.sources: ManifestSources | None = None
+        self.sources: Sources | None = None
+        """What the manifests attached (`sidecar.location.sources`); None until then."""
         self.sandbox: Sandbox | None = None
-        self.codemode: CodeModeSetting = "direct"
-        self.codemode_limits: CodeModeLimits = DEFAULT_LIMITS
-        self.retention_seconds: float = DEFAULT_RETENTION_SECONDS
-        self.store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES
+        self._codemode = codemode
+        self.codemode_limits = codemode_limits
+        self.retention_seconds = retention_seconds
+        self.store_quota_bytes = store_quota_bytes
         self.profiles = Profiles()
         self.overrides = Overrides()
-        self.pins = Pins(None, events)
+        self.pins = Pins(stores.pins, events)
         """Definition pinning (`sidecar.policy.pins`), in `<state>/pins.sqlite`."""
         self._checks: set[asyncio.Task[None]] = set()  # `check_definitions_soon` in flight
         self.pins.on_approve = self.profiles.changed
@@ -211,45 +208,56 @@ class Location:
         self.rate_limits = RateLimits()
         """Calls per minute and at once, per profile and tool (`sidecar.policy.ratelimit`)."""
         self.profiles.wrappers.append(self.rate_limits.reshape_profile)
-        self.tokens: TokenStore | None = None
-        """Scoped bearer tokens (`sidecar.stores.tokens`), in `<state>/tokens.sqlite`."""
-        self.wiring: Wiring | None = None
-        """What `Location.open` was wired with (the root's store and source choices)."""
-        self.history: CallHistory | None = None
-        """Every settled call (`GET /v1/calls`, `sidecar calls`); None when not durable."""
-        self.audit = AuditSettings()
-        """What the history keeps of inputs (manifest `[audit]`)."""
         self.call_listeners = CallListeners(self._wire_audit)
         """Told of every settled call with its history row (the HTTP app's metrics)."""
-        self.event_log_factory: EventLogFactory | None = None
-        """The stores' event log (`Stores.events`), used by `new_event_log` over the
-        wiring's."""
-        self.grants: GrantStore | None = None
-        """The fleet's OAuth grants (`Stores.grants`); None: see `grant_store()`."""
-        self.login_callbacks: LoginCallbacks | None = None  # `Stores.login_callbacks`
         self.cancellers: list[Callable[[str], Awaitable[str]]] = []
         """Cancel a call running in this process by id ("cancelling" or "not_running"; the
         HTTP app's calls): how another replica's cancel request reaches it."""
-        self.cancels: SharedCancels | None = None
-        """Cancel requests between a fleet's replicas (`Stores.cancels`)."""
-        self.database: DatabaseCheck | None = None
-        """The fleet database's reachability (`Stores.database`), reported by `health`."""
-        self.rounds: SharedRounds | None = None
-        """Paused `/mcp` calls a fleet resumes anywhere (`Stores.rounds`); None: here only."""
+        self._wire_audit()
+
+    @property
+    def manifests(self) -> ManifestSet:
+        """The manifests applied now (invalid entries in `manifests.problems`)."""
+        if self.sources is None:
+            raise AttributeError("no sources are attached to this Location yet")
+        return self.sources.manifests
+
+    @property
+    def upstreams(self) -> UpstreamPool | None:
+        """The upstream MCP servers (`sidecar.location.sources.UpstreamPool`); None: none
+        attached."""
+        return self.sources.upstreams if self.sources is not None else None
+
+    @property
+    def audit(self) -> AuditSettings:
+        """What the history keeps of inputs (manifest `[audit]`)."""
+        return self.sources.audit if self.sources is not None else _NO_AUDIT_SETTINGS
+
+    @property
+    def codemode(self) -> CodeModeSetting:
+        """How snapshots that name no setting advertise tools: the manifests' `codemode`,
+        else `Location.open`'s."""
+        chosen = self.sources.codemode if self.sources is not None else None
+        return chosen or self._codemode
+
+    @codemode.setter
+    def codemode(self, value: CodeModeSetting) -> None:
+        self._codemode = value
 
     def record_call(self, call: SettledCall) -> None:
         """The seam's audit hook: one history row for a settled or replayed call, also handed
         to `call_listeners` (metrics)."""
         record = record_of(call, self.audit, self._server_of)
-        if self.history is not None:
-            self.history.add(record)
+        history = self.stores.history
+        if history is not None:
+            history.add(record)
         for listener in self.call_listeners:
             listener(record)
 
     def _wire_audit(self) -> None:
         """The seam tells `record_call` of its calls only while a history or a listener wants
         the rows (not durable and no HTTP app: the seam builds nothing per call for them)."""
-        wanted = self.history is not None or bool(self.call_listeners)
+        wanted = self.stores.history is not None or bool(self.call_listeners)
         self.seam.audit = self.record_call if wanted else None
 
     def _server_of(self, name: str) -> str | None:
@@ -269,15 +277,16 @@ class Location:
     def grant_store(self) -> GrantStore:
         """This Location's OAuth grants: the fleet's, else the state directory's
         (`SIDECAR_OAUTH_STORE`; `GrantStoreUnavailable` when that names nothing usable)."""
-        if self.grants is None:  # (the composition root opens the state directory's)
+        grants = self.stores.grants
+        if grants is None:  # (the composition root opens the state directory's)
             raise GrantStoreUnavailable("this Location was opened without a grant store")
-        return self.grants
+        return grants
 
     def new_event_log(self) -> EventLog:
         """An event log over this Location's events, not started (`/v1/events` starts it):
         the stores' when they chose one (fleet mode), else the wiring's."""
-        if self.event_log_factory is not None:
-            return self.event_log_factory(self.events)
+        if self.stores.events is not None:
+            return self.stores.events(self.events)
         if self.wiring is None:
             raise NotWired("this Location was not opened with `Location.open`")
         return self.wiring.event_log(self.events)
@@ -356,22 +365,12 @@ class Location:
             stack.callback(host.close)
             location = cls(
                 name=name, root=root_dir, state_dir=state, seam=seam, registry=registry,
-                events=events, permissions=permissions, plugins=host,
+                events=events, permissions=permissions, plugins=host, stores=stores,
+                wiring=wired, codemode=codemode, codemode_limits=codemode_limits,
+                retention_seconds=retention_seconds, store_quota_bytes=store_quota_bytes,
             )
-            location.history = stores.history
-            location.sharing.records = stores.snapshots
-            location._wire_audit()
-            location.tokens = stores.tokens
-            location.wiring = wired
-            location.event_log_factory = stores.events
-            location.grants = stores.grants
-            location.login_callbacks = stores.login_callbacks
-            location.database = stores.database
             if stores.cancels is not None:
-                location.cancels = stores.cancels
                 await stores.cancels.start(location.cancel_here)
-            location.rounds = stores.rounds
-            location.pins.store = stores.pins
             stack.push_async_callback(location.pins.aclose)
             stack.push_async_callback(location._stop_checks)
             await location.pins.load()
@@ -379,18 +378,16 @@ class Location:
             # pins are checked as soon as an upstream's tools change, not at the next snapshot
             registry.on_change(lambda: _call_soon(loop, location.check_definitions_soon))
             location.sandbox = await stack.enter_async_context(Sandbox())  # workers start lazily
-            location.codemode, location.codemode_limits = codemode, codemode_limits
-            location.retention_seconds = retention_seconds
-            location.store_quota_bytes = store_quota_bytes
             registry.register(
                 {"managed_read": managed_read_tool(store, bounds)}, label="builtin", builtin=True
             )
-            location.sources = await stack.enter_async_context(wired.attach_sources(
+            sources = await stack.enter_async_context(wired.attach_sources(
                 location, manifests, base_bounds=bounds, plugins=list(plugins),
                 entry_point_plugins=entry_point_plugins,
             ))
+            location.sources = sources
             if watch:
-                watcher = asyncio.create_task(location.sources.watch(), name="manifest-watch")
+                watcher = asyncio.create_task(sources.watch(), name="manifest-watch")
                 stack.push_async_callback(_cancel_and_wait, watcher)
             yield location
 
@@ -528,7 +525,7 @@ class Location:
 
     def server_health(self) -> dict[str, ServerHealth]:
         """Health of the upstream MCP servers, by manifest key."""
-        pool = self.sources.pool if self.sources is not None else None
+        pool = self.upstreams
         return pool.health() if pool is not None else {}
 
     async def reload_manifests(self) -> bool:
@@ -556,6 +553,10 @@ class Location:
         if self.seam.outcomes is None:
             return None
         return await self.seam.outcomes.holder(self.name, call_id)
+
+
+_NO_AUDIT_SETTINGS = AuditSettings()
+"""The history's audit settings before any manifest sets them (the default `[audit]`)."""
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:

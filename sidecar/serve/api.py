@@ -382,7 +382,7 @@ class Api:
         return data
 
     async def call_history(self, request: Request) -> Response:
-        history = self.location.history
+        history = self.location.stores.history
         if history is None:
             raise ApiError(404, "no_history", "this daemon keeps no call history")
         fmt = request.query_params.get("format", "json")
@@ -453,7 +453,7 @@ class Api:
         """A fleet: `replica` holds the call's claim. It cancels the call as a local DELETE
         would (`cancel_here`) and answers; 409 `running_elsewhere` when it cannot."""
         answer = None
-        cancels = self.location.cancels
+        cancels = self.location.stores.cancels
         if cancels is not None and replica != replica_id():  # here: not a /v1 call
             answer = await cancels.request(call_id, replica, wait=CANCEL_WAIT)
         if answer == "cancelling":
@@ -593,7 +593,7 @@ class Api:
         return JSONResponse(report, status_code=200 if ready or probe == "liveness" else 503)
 
     def _unavailable(self, exc: SnapshotRecordsError, what: str) -> ApiError:
-        message = unavailable_message(exc, what, database_label(self.location.database))
+        message = unavailable_message(exc, what, database_label(self.location.stores.database))
         return ApiError(503, UNAVAILABLE, message or f"the fleet database is unavailable: {exc}")
 
     async def openapi(self, request: Request) -> Response:

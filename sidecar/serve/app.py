@@ -38,10 +38,11 @@ def build_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> Starlette:
     """`token=None` disables authentication (`--no-auth`); Host/Origin checks always apply.
-    Besides `token` (every profile), the scoped tokens of `location.tokens` are accepted."""
+    Besides `token` (every profile), the scoped tokens of `location.stores.tokens` are accepted."""
     metrics = Metrics()
-    if location.login_callbacks is not None:  # the browser comes back by the public name
-        allowed_hosts = [*allowed_hosts, location.login_callbacks.host]
+    callbacks = location.stores.login_callbacks
+    if callbacks is not None:  # the browser comes back by the public name
+        allowed_hosts = [*allowed_hosts, callbacks.host]
     events = location.new_event_log()
     api = Api(location, metrics=metrics, events=events, max_body_bytes=max_body_bytes)
 
@@ -66,13 +67,11 @@ def build_app(
             location.cancellers.remove(api.cancel_here)
 
     async def scoped(secret: str) -> tuple[str, frozenset[str]] | None:
-        if location.tokens is None:
-            return None
         try:
-            record = await verify_token(location.tokens, secret)
+            record = await verify_token(location.stores.tokens, secret)
         except Exception as exc:  # the fleet database down: 503, not a 500
             message = unavailable_message(exc, "the bearer token could not be checked",
-                                          database_label(location.database))
+                                          database_label(location.stores.database))
             if message is None:
                 raise
             raise TokenUnverifiable(message) from exc

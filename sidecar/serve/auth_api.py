@@ -54,13 +54,13 @@ class AuthApi:
     def __init__(self, location: Location) -> None:
         self.location = location
         self.store = location.grant_store()
-        self._own = Logins(self.store, location.login_callbacks)
+        self._own = Logins(self.store, location.stores.login_callbacks)
 
     @property
     def logins(self) -> Logins:
         """The daemon's logins: the server pool's (shared with the MCP facade, which starts a
         login for a client that can open a URL), else this API's own."""
-        pool = self.location.sources.pool if self.location.sources is not None else None
+        pool = self.location.upstreams
         return pool.logins if pool is not None and pool.logins is not None else self._own
 
     def routes(self, handled: Any) -> list[Route]:
@@ -95,7 +95,7 @@ class AuthApi:
         unless the pending logins know a newer one (another replica's)."""
         running = self.logins.get(server)
         mine = None if running is None else {**running.to_json(), "replica": replica_id()}
-        callbacks = self.location.login_callbacks
+        callbacks = self.location.stores.login_callbacks
         if callbacks is None:
             return mine
         try:
@@ -129,7 +129,7 @@ class AuthApi:
         """The authorization server's redirect (see the module docstring). Never echoes the
         code or the state, and never logs them."""
         server = request.path_params["server"]
-        callbacks = self.location.login_callbacks
+        callbacks = self.location.stores.login_callbacks
         if callbacks is None:
             return _page(404, "not_configured", f"This daemon has no public URL "
                          f"({PUBLIC_URL_ENV}): its logins redirect to a loopback callback.")

@@ -499,7 +499,8 @@ async def test_a_durable_location_records_every_call(location):
     async with location.tools.register({"echo": echo_tool()}):
         assert location.seam.audit is not None
         await location.snapshot().execute("echo", {"text": "kept"}, ctx("h1"))
-    assert location.history is not None
-    rows, _ = await location.history.query(CallQuery())
+    history = location.stores.history
+    assert history is not None
+    rows, _ = await history.query(CallQuery())
     assert [(r.call_id, r.input, r.status) for r in rows] == [("h1", {"text": "kept"},
                                                               "completed")]

@@ -11,16 +11,29 @@ May import: the core (its `TokenStore` interface, never an implementation), `man
 and the rest of `bridges`.
 """
 
+from bridges.mcp.oauth.attempts import LoginAttempt, Logins
+from bridges.mcp.oauth.callback import CallbackFailed, finish_login
 from bridges.mcp.oauth.providers import Interactive, LoginRequired, SidecarAuth, build_auth
-from bridges.mcp.oauth.records import LoginStatus, RecordStorage, canonical_resource, login_command
+from bridges.mcp.oauth.records import (
+    LoginStatus,
+    RecordStorage,
+    canonical_resource,
+    grant_status,
+    login_command,
+)
 
 __all__ = [
+    "CallbackFailed",
     "Interactive",
+    "LoginAttempt",
     "LoginRequired",
     "LoginStatus",
+    "Logins",
     "RecordStorage",
     "SidecarAuth",
     "build_auth",
     "canonical_resource",
+    "finish_login",
+    "grant_status",
     "login_command",
 ]

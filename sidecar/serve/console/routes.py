@@ -163,7 +163,7 @@ class Console:
                              status=400)
             except Exception as exc:  # the fleet database down: say so (503), not a 500
                 message = unavailable_message(exc, "this page could not be shown",
-                                              database_label(self.location.database))
+                                              database_label(self.location.stores.database))
                 if message is None:
                     raise
                 return _page("Unavailable", f'<p class="bad">{pages.e(message)}</p>', session,
@@ -233,7 +233,7 @@ class Console:
         return RedirectResponse("/ui/tools", status_code=303)
 
     async def calls(self, request: Request, session: ConsoleSession) -> Response:
-        history = self.location.history
+        history = self.location.stores.history
         filters = {k: request.query_params.get(k, "") for k in pages.HISTORY_FILTERS}
         if history is None:
             body = '<p class="muted">This daemon keeps no call history.</p>'
@@ -247,7 +247,7 @@ class Console:
                      script=pages.LIVE_SCRIPT.replace("/ui/events", _events_url(self.events)))
 
     async def export(self, request: Request, session: ConsoleSession) -> Response:
-        history = self.location.history
+        history = self.location.stores.history
         if history is None:
             raise _BadInput("this daemon keeps no call history")
         try:

@@ -70,7 +70,7 @@ class ResumeAnywhere:
         raise NotImplementedError  # McpFacade's
 
     def _shared_rounds(self) -> SharedRounds | None:
-        rounds = self.location.rounds
+        rounds = self.location.stores.rounds
         return None if self.sessions.fixed else rounds
 
     async def _list_round(self, token: str, execution: Execution) -> None:

@@ -120,7 +120,7 @@ class _Session:
         self._transport = transport
         self._id = session_id
         self._sdk = sdk
-        self._inflight = InFlight(path.facade.location.database)
+        self._inflight = InFlight(path.facade.location.stores.database)
         self._asks = Asks()
         self._listing = ListingJson()
 

@@ -58,7 +58,7 @@ async def log_in_first(
     if entry is None or not entry.origin.startswith(MCP_ORIGIN) or not opens_urls(session):
         return
     server = entry.origin.removeprefix(MCP_ORIGIN)
-    pool = location.sources.pool if location.sources is not None else None
+    pool = location.upstreams
     if pool is None or pool.logins is None:
         return
     health, config = pool.health().get(server), pool.config(server)

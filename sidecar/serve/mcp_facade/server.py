@@ -110,7 +110,7 @@ class McpFacade(FastAnswers, UpstreamRelay, ResumeAnywhere):
         # stdio: server-to-client requests go out through the transport wrapper (`fastpath`)
         self.requester: Callable[[Any, Any], Awaitable[Any]] | None = None
         self.notifier: Callable[[Any], Awaitable[None]] | None = None
-        pool = lambda: location.sources.pool if location.sources is not None else None  # noqa: E731
+        pool = lambda: location.upstreams  # noqa: E731
         self.upstreams = upstream.Upstreams(pool, lambda key: self._passes(key, "resources"))
         self.prompt_upstreams = upstream.Upstreams(
             pool, lambda key: self._passes(key, "prompts")
@@ -174,7 +174,7 @@ class McpFacade(FastAnswers, UpstreamRelay, ResumeAnywhere):
         self._listed = self.snapshot("").definitions
         unsubscribe = location.registry.on_change(lambda: self._changed.set())
         unsubscribe_profiles = location.profiles.on_change(lambda: self._changed.set())
-        pool = location.sources.pool if location.sources is not None else None
+        pool = location.upstreams
         detach = pool.relay.attach(self) if pool is not None else None
         try:
             async with anyio.create_task_group() as tg:
@@ -232,16 +232,14 @@ class McpFacade(FastAnswers, UpstreamRelay, ResumeAnywhere):
     def starting(self) -> list[str]:
         """The upstream servers still on their first attempt (the daemon starts them in the
         background): their tools are not listed yet."""
-        sources = self.location.sources
-        pool = sources.pool if sources is not None else None
+        pool = self.location.upstreams
         return pool.starting() if pool is not None else []
 
     async def _settled_snapshot(self, state: SessionState, name: str) -> Snapshot | None:
         """For a call of a name the session's snapshot lacks while servers are still starting
         (a client that remembers a tool from before): a fresh snapshot once they have settled
         their first attempts; None when nothing is starting."""
-        sources = self.location.sources
-        pool = sources.pool if sources is not None else None
+        pool = self.location.upstreams
         if pool is None or not pool.starting():
             return None
         await pool.settled()  # each first attempt is bounded by the server's timeouts.startup
@@ -284,7 +282,7 @@ class McpFacade(FastAnswers, UpstreamRelay, ResumeAnywhere):
                 del self.sessions.calls[call.call_id]
         except Exception as exc:  # the fleet database down: a JSON-RPC error naming it
             message = unavailable_message(exc, f"call {context.call_id!r} could not be run",
-                                          database_label(self.location.database))
+                                          database_label(self.location.stores.database))
             if message is None:
                 raise
             raise MCPError(types.INTERNAL_ERROR, message) from exc

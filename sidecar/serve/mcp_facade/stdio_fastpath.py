@@ -64,7 +64,7 @@ class FastCalls:
         # per call. `close` cancels and awaits what is still running.
         self._tasks: set[asyncio.Task[None]] = set()
         self._listing_json = ListingJson()
-        self._inflight = InFlight(facade.location.database)
+        self._inflight = InFlight(facade.location.stores.database)
         self._asks = Asks()
         self.handled = 0  # calls taken off the SDK's path
 

@@ -29,8 +29,8 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
-from bridges.mcp import ServerPool
 from bridges.mcp.connection import Connection
+from sidecar.location.sources import UpstreamPool
 
 R = TypeVar("R", bound=BaseModel)
 T = TypeVar("T")
@@ -56,7 +56,7 @@ class Upstreams:
     """Per-upstream access through the pool (`pool()` may be None: no manifests loaded)."""
 
     def __init__(
-        self, pool: Callable[[], ServerPool | None],
+        self, pool: Callable[[], UpstreamPool | None],
         admits: Callable[[str], bool] | None = None,
     ) -> None:
         self._pool = pool

@@ -93,7 +93,7 @@ async def test_a_client_with_url_elicitation_is_asked_to_log_in(
         assert asked[0].url.startswith(f"{protected.base}/authorize?")
         assert "'cloud'" in asked[0].message and "cloud_whoami" in asked[0].message
         assert served.location.server_health()["cloud"].state == "ready"
-        pool = served.location.sources.pool  # type: ignore[union-attr]
+        pool = served.location.upstreams
         attempt = pool.logins.get("cloud")  # type: ignore[union-attr]
         assert attempt is not None and attempt.state == "authorized"
         # Logged in: the next call is not asked anything.
@@ -155,7 +155,7 @@ async def test_a_client_without_url_elicitation_gets_the_plain_error(
         result = await client.call_tool("cloud_whoami", {})
         assert result.is_error
         assert "run `sidecar auth login cloud`" in _text(result), _text(result)
-        pool = served.location.sources.pool  # type: ignore[union-attr]
+        pool = served.location.upstreams
         assert pool.logins.get("cloud") is None  # type: ignore[union-attr]
         assert served.location.server_health()["cloud"].state == "needs_auth"
         health = json.dumps(served.location.server_health()["cloud"].to_json())
