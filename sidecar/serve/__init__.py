@@ -1,7 +1,8 @@
 """Frontends: the native HTTP API (`api`, `app`, `/v1`), the MCP facade (`mcp_facade`, `/mcp`
 and stdio), provider replay (`replay`), security and metrics.
 
-May import: the core (`sidecar`), `bridges` (the facade relays upstream MCP traffic) and
-`managed_store`; never the composition root (`sidecar.daemon.daemon`): frontends take a
-`sidecar.location.location.Location` and the store interfaces of `sidecar.location.ports`.
+May import: the core, `sidecar.formats`, `managed_store` and the package faces `bridges.mcp`
+and `bridges.mcp.oauth` (their `__init__`: MCP types of the relayed upstreams, OAuth logins);
+never a backend or the composition root: frontends take a `sidecar.location.location.Location`
+(its stores as `location.stores`, the upstream servers as `location.upstreams`).
 """

@@ -37,9 +37,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from bridges.mcp.oauth.attempts import Logins
-from bridges.mcp.oauth.callback import CallbackFailed, finish_login
-from bridges.mcp.oauth.records import grant_status
+from bridges.mcp.oauth import CallbackFailed, Logins, finish_login, grant_status
 from sidecar.model.replica import replica_id
 from sidecar.stores.grants import GrantStoreUnavailable
 from sidecar.stores.pending_logins import PUBLIC_URL_ENV, LoginStateRejected

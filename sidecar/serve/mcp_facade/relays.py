@@ -19,7 +19,7 @@ from mcp.server.subscriptions import (
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 
-from bridges.mcp.passthrough import InflightCall
+from bridges.mcp import InflightCall
 from sidecar.serve.mcp_facade import upstream
 from sidecar.serve.mcp_facade.sessions import DownstreamCall, Sessions
 

@@ -50,7 +50,7 @@ from mcp.server.subscriptions import (
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from bridges.mcp.passthrough import InflightCall
+from bridges.mcp import InflightCall
 from sidecar.execution.snapshot import Snapshot
 from sidecar.model import tracing
 from sidecar.model.events import CallProgress, CallSettled

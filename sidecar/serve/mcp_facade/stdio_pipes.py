@@ -46,7 +46,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from bridges.mcp.framing import LargeLine, LineFramer, OversizedLine
+from bridges.mcp import LargeLine, LineFramer, OversizedLine
 from sidecar.model import json_depth
 from sidecar.serve.local_door import pipes_available as pipes_available
 

@@ -29,7 +29,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
-from bridges.mcp.connection import Connection
+from bridges.mcp import Connection
 from sidecar.location.sources import UpstreamPool
 
 R = TypeVar("R", bound=BaseModel)
