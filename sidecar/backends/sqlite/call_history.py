@@ -1,9 +1,9 @@
 """`SqliteCallHistory`: the embedded `CallHistory` (`sidecar.stores.call_history`), one SQLite
 file (`<state>/history.sqlite`, created 0600) in WAL mode.
 
-One thread owns the connection: it writes the rows `add` queued (gathered for
-`GATHER_SECONDS`, then one transaction) and answers queries and pruning in order, each after
-writing the rows added before it.
+One thread owns the connection (`SqliteOwner`): it writes the rows `add` hands it (gathered
+for `GATHER_SECONDS`, then one transaction) and answers queries and pruning in order, each
+after writing the rows added before it.
 
 Imports `sidecar.stores` and `sidecar.model`. Exports `SqliteCallHistory`.
 """
@@ -13,14 +13,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import queue
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sidecar.backends.sqlite.owner import SqliteOwner
 from sidecar.stores.call_history import (
     COLUMNS,
     FILTERS,
@@ -74,14 +73,11 @@ class SqliteCallHistory:
                  gather_seconds: float = GATHER_SECONDS) -> None:
         self._path = path
         self.retention_seconds = retention_seconds
-        self._gather_seconds = gather_seconds
         self._pruner: asyncio.Task[None] | None = None
         self.pruned = 0
-        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._pending: list[CallRecord] = []
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._serve, name="call-history", daemon=True)
-        self._db: sqlite3.Connection | None = None
+        self._owner: SqliteOwner[CallRecord] = SqliteOwner(
+            "call-history", write_gathered=_write_rows, gather_seconds=gather_seconds,
+            closed=lambda: sqlite3.ProgrammingError("the call history is closed"))
 
     @classmethod
     async def open(cls, path: Path, *, retention_seconds: float | None = None,
@@ -92,8 +88,11 @@ class SqliteCallHistory:
         Rows added within `gather_seconds` of the first unwritten one are written together in
         one transaction (a query, `prune` and `aclose` write them at once)."""
         history = cls(path, retention_seconds, gather_seconds)
-        await asyncio.to_thread(history._connect)
-        history._thread.start()
+        try:
+            await history._owner.open(history._connect)
+        except BaseException:
+            await history._owner.close()
+            raise
         if retention_seconds is not None:
             interval = prune_interval or min(600.0, max(1.0, retention_seconds / 10))
             history._pruner = asyncio.create_task(history._prune_forever(interval),
@@ -110,7 +109,7 @@ class SqliteCallHistory:
                             interval, exc)
             await asyncio.sleep(interval)
 
-    def _connect(self) -> None:
+    def _connect(self) -> sqlite3.Connection:
         self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
         create_private_file(self._path)  # 0600 from the start; SQLite's -wal/-shm follow it
         db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
@@ -120,76 +119,19 @@ class SqliteCallHistory:
         db.executescript(_SCHEMA)
         if "error" not in {row[1] for row in db.execute("PRAGMA table_info(calls)")}:
             db.execute(_ADD_ERROR)
-        self._db = db
+        return db
 
-    def _serve(self) -> None:
-        job = self._jobs.get()
-        while True:
-            if job is None:
-                self._flush()
-                return
-            if job == self._gather:
-                try:  # whatever comes first (a query, the stop) writes the rows before it
-                    job = self._jobs.get(timeout=self._gather_seconds)
-                    continue
-                except queue.Empty:
-                    job = self._flush
-            try:
-                job()
-            except Exception:  # one bad job must not end the writer
-                log.exception("call history job failed")
-            job = self._jobs.get()
-
-    def _gather(self) -> None:
-        """Queued with the first unwritten row: the writer waits `gather_seconds` for more."""
-        self._flush()
+    def _db(self) -> sqlite3.Connection:
+        db = self._owner.connection
+        if db is None:
+            raise sqlite3.ProgrammingError("the call history is closed")
+        return db
 
     def add(self, record: CallRecord) -> None:
-        with self._lock:
-            self._pending.append(record)
-            first = len(self._pending) == 1
-        if first:  # one wake-up and one transaction for the rows of the next moment
-            self._jobs.put(self._gather if self._gather_seconds > 0 else self._flush)
-
-    def _flush(self) -> None:
-        with self._lock:
-            rows, self._pending = self._pending, []
-        if not rows or self._db is None:
-            return
-        values = [
-            (r.call_id, r.tool, r.server, r.profile, r.session_id, r.agent, r.message_id,
-             r.status, r.error_kind, r.started_at, r.duration_ms, r.input_bytes,
-             r.input_json if r.input_json is not None
-             else None if r.input is None else json.dumps(r.input, ensure_ascii=False, default=str),
-             r.content_bytes, "[]" if not r.retained else json.dumps(list(r.retained)),
-             int(r.replayed), r.error)
-            for r in rows
-        ]
-        try:
-            with self._db:
-                self._db.execute("BEGIN")
-                self._db.executemany(
-                    f"INSERT INTO calls ({', '.join(COLUMNS[1:])}) VALUES "
-                    f"({', '.join('?' * (len(COLUMNS) - 1))})", values,
-                )
-        except sqlite3.Error:
-            log.exception("writing %d call history rows failed", len(values))
+        self._owner.gather(record)  # one wake-up and one transaction for the next moment's
 
     async def _run(self, fn: Callable[[], T]) -> T:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-
-        def job() -> None:
-            self._flush()  # a query sees every row added before it
-            try:
-                result = fn()
-            except BaseException as exc:
-                loop.call_soon_threadsafe(_set, future, None, exc)
-            else:
-                loop.call_soon_threadsafe(_set, future, result, None)
-
-        self._jobs.put(job)
-        return await future
+        return await self._owner.run(fn)  # after writing every row added before it
 
     async def query(self, query: CallQuery) -> tuple[list[CallRecord], str | None]:
         where: list[str] = []
@@ -215,8 +157,7 @@ class SqliteCallHistory:
         args.append(limit + 1)
 
         def read() -> list[tuple[Any, ...]]:
-            assert self._db is not None
-            return self._db.execute(sql, args).fetchall()
+            return self._db().execute(sql, args).fetchall()
 
         rows = [record_of_row(r) for r in await self._run(read)]
         more = len(rows) > limit
@@ -227,9 +168,9 @@ class SqliteCallHistory:
         total = 0
         while True:
             def delete() -> int:
-                assert self._db is not None
-                with self._db:
-                    cursor = self._db.execute(
+                db = self._db()
+                with db:
+                    cursor = db.execute(
                         "DELETE FROM calls WHERE seq IN (SELECT seq FROM calls WHERE "
                         "started_at < ? ORDER BY seq LIMIT ?)", (older_than, batch),
                     )
@@ -244,17 +185,26 @@ class SqliteCallHistory:
         if self._pruner is not None:
             self._pruner.cancel()
             await asyncio.wait([self._pruner])  # never swallows our own cancellation
-        self._jobs.put(None)
-        await asyncio.to_thread(self._thread.join)
-        if self._db is not None:
-            db, self._db = self._db, None
-            await asyncio.to_thread(db.close)
+        await self._owner.close()  # writes the rows added until now
 
 
-def _set(future: asyncio.Future[T], result: T | None, exc: BaseException | None) -> None:
-    if future.done():
-        return
-    if exc is not None:
-        future.set_exception(exc)
-    else:
-        future.set_result(result)  # type: ignore[arg-type]
+def _write_rows(db: sqlite3.Connection, rows: list[CallRecord]) -> None:
+    """On the owner thread: the gathered rows, in one transaction."""
+    values = [
+        (r.call_id, r.tool, r.server, r.profile, r.session_id, r.agent, r.message_id,
+         r.status, r.error_kind, r.started_at, r.duration_ms, r.input_bytes,
+         r.input_json if r.input_json is not None
+         else None if r.input is None else json.dumps(r.input, ensure_ascii=False, default=str),
+         r.content_bytes, "[]" if not r.retained else json.dumps(list(r.retained)),
+         int(r.replayed), r.error)
+        for r in rows
+    ]
+    try:
+        with db:
+            db.execute("BEGIN")
+            db.executemany(
+                f"INSERT INTO calls ({', '.join(COLUMNS[1:])}) VALUES "
+                f"({', '.join('?' * (len(COLUMNS) - 1))})", values,
+            )
+    except sqlite3.Error:
+        log.exception("writing %d call history rows failed", len(values))

@@ -1,11 +1,11 @@
 """`SqliteOutcomeLog`: the embedded `OutcomeLog` (`sidecar.stores.outcome_log`), one SQLite
 file in WAL mode (`<state>/outcomes.sqlite`).
 
-One thread owns the connection; work queued while it was busy is committed together (group
-commit) and every caller is answered after that commit, so an outcome is durable (WAL,
-`synchronous=NORMAL`: it survives SIGKILL) before its answer leaves. Retention prunes in small
-batches on that thread, leaving tombstones; a Bloom filter of settled keys (`SettledFilter`)
-answers "never settled" without a trip to SQLite. See `README.md` of this package.
+One thread owns the connection (`SqliteOwner`); work queued while it was busy is committed
+together (group commit) and every caller is answered after that commit, so an outcome is
+durable (WAL, `synchronous=NORMAL`: it survives SIGKILL) before its answer leaves. Retention
+prunes in small batches on that thread, leaving tombstones; a Bloom filter of settled keys
+(`SettledFilter`) answers "never settled" without a trip to SQLite. See `README.md` of this package.
 
 Imports `sidecar.stores`, `sidecar.model` and this package. Exports `SqliteOutcomeLog`,
 `SettledFilter`, `CHECKPOINT_EVERY`, `PRUNE_BATCH` and `PRUNE_BATCH_SECONDS`.
@@ -14,20 +14,17 @@ Imports `sidecar.stores`, `sidecar.model` and this package. Exports `SqliteOutco
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import logging
 import math
-import queue
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sidecar.backends.sqlite.owner import SqliteOwner
 from sidecar.backends.sqlite.wal import (
     CHECKPOINT_EVERY,
     DEFAULT_IDLE_SECONDS,
@@ -130,106 +127,6 @@ PRUNE_BATCH_SECONDS = 0.01
 logger = logging.getLogger("sidecar.stores.outcome_log")
 
 
-@dataclass(frozen=True, slots=True)
-class _Job:
-    fn: Callable[[], Any] | None  # None: stop (run `on_stop`, end the thread)
-    future: asyncio.Future[Any]
-    loop: asyncio.AbstractEventLoop
-
-
-class _Worker:
-    """The one thread that owns the SQLite connection.
-
-    It takes every job queued since it last looked and runs them inside one transaction, so N
-    concurrent calls cost one commit instead of N. If anything in that transaction fails, it
-    is rolled back and each job runs again on its own, so one bad job fails only its caller.
-    Results go back to the event loop in one callback per batch.
-    """
-
-    def __init__(
-        self,
-        connection: Callable[[], sqlite3.Connection | None],
-        on_stop: Callable[[], None],
-        name: str,
-        upkeep: Callable[[], WalKeeper | None] = lambda: None,
-    ) -> None:
-        self._connection = connection
-        self._on_stop = on_stop
-        self._upkeep = upkeep
-        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._thread.start()
-
-    def submit(self, fn: Callable[[], T] | None) -> asyncio.Future[T]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        self._jobs.put(_Job(fn, future, loop))
-        return future
-
-    def _serve(self) -> None:
-        while True:
-            keeper = self._upkeep()
-            try:  # between batches, never inside one: the WAL's upkeep (see `sqlite_wal`)
-                first = self._jobs.get(
-                    timeout=None if keeper is None else keeper.idle_wait(self._connection()))
-            except queue.Empty:
-                if keeper is not None:
-                    keeper.on_idle(self._connection())
-                continue
-            batch = [first]
-            with contextlib.suppress(queue.Empty):
-                while batch[-1].fn is not None:
-                    batch.append(self._jobs.get_nowait())
-            work = [job for job in batch if job.fn is not None]
-            if work:
-                _deliver(work, self._run(work))
-                if keeper is not None:
-                    keeper.after_batch(self._connection(), len(work))
-            if len(work) < len(batch):  # the stop job: nothing is queued after it
-                _deliver(batch[-1:], [_attempt(self._on_stop)])
-                return
-
-    def _run(self, jobs: list[_Job]) -> list[tuple[bool, Any]]:
-        db = self._connection()
-        if db is not None and len(jobs) > 1:
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                results = [(True, job.fn()) for job in jobs if job.fn is not None]
-                db.execute("COMMIT")
-                return results
-            except BaseException:
-                if db.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        db.execute("ROLLBACK")
-        return [_attempt(job.fn) for job in jobs if job.fn is not None]
-
-
-def _attempt(fn: Callable[[], Any]) -> tuple[bool, Any]:
-    try:
-        return True, fn()
-    except BaseException as exc:  # handed to the caller, who re-raises it
-        return False, exc
-
-
-def _deliver(jobs: list[_Job], results: list[tuple[bool, Any]]) -> None:
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Job, tuple[bool, Any]]]] = {}
-    for job, result in zip(jobs, results, strict=True):
-        by_loop.setdefault(job.loop, []).append((job, result))
-    for loop, pairs in by_loop.items():
-        with contextlib.suppress(RuntimeError):  # the loop is already closed: nobody waits
-            loop.call_soon_threadsafe(_settle, pairs)
-
-
-def _settle(pairs: list[tuple[_Job, tuple[bool, Any]]]) -> None:
-    for job, (ok, value) in pairs:
-        if job.future.done():  # the caller was cancelled; the work itself still happened
-            continue
-        if ok:
-            job.future.set_result(value)
-        else:
-            job.future.set_exception(value)
-
-
 class SqliteOutcomeLog:
     def __init__(
         self, path: Path, *, retention_seconds: float | None = None,
@@ -242,7 +139,6 @@ class SqliteOutcomeLog:
         if prune_batch < 1:
             raise ValueError(f"prune_batch must be >= 1, got {prune_batch}")
         self._path = path
-        self._conn: sqlite3.Connection | None = None
         self._settled = SettledFilter()
         self._keeper: WalKeeper | None = None
         self._wal_cap = wal_cap_bytes
@@ -261,8 +157,10 @@ class SqliteOutcomeLog:
         self._pruned = 0
         self._unrecorded: dict[tuple[str, str], tuple[str, str, str]] = {}
         """Calls that ran but whose outcome could not be recorded: (tool, fingerprint, why)."""
-        self._worker = _Worker(lambda: self._conn, self._disconnect, name="outcome-log",
-                               upkeep=lambda: self._keeper)
+        self._owner: SqliteOwner[None] = SqliteOwner(
+            "outcome-log", group_commit=True,
+            closed=lambda: OutcomeLogError(f"outcome log {path}: closed"))
+        self._owner.on_close = self._stop_keeper
         self._closed = False
 
     @classmethod
@@ -283,7 +181,7 @@ class SqliteOutcomeLog:
                   idle_seconds=idle_seconds, prune_interval=prune_interval,
                   prune_batch=prune_batch, prune_batch_seconds=prune_batch_seconds)
         try:
-            await log._run(log._connect)
+            await log._opened()
         except BaseException:
             await log.aclose()
             raise
@@ -295,11 +193,18 @@ class SqliteOutcomeLog:
         if self._closed:
             raise OutcomeLogError(f"outcome log {self._path}: closed")
         try:
-            return await self._worker.submit(fn)
+            return await self._owner.submit(fn)
         except (sqlite3.Error, OSError) as exc:
             raise OutcomeLogError(f"outcome log {self._path}: {exc}") from exc
 
-    def _connect(self) -> None:
+    async def _opened(self) -> None:
+        try:
+            await self._owner.open(self._connect)
+        except (sqlite3.Error, OSError) as exc:
+            raise OutcomeLogError(f"outcome log {self._path}: {exc}") from exc
+
+    def _connect(self) -> sqlite3.Connection:
+        """On the owner thread: the connection, the schema migrated, the filter loaded."""
         self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
         create_private_file(self._path)  # 0600 from the start; SQLite's -wal/-shm follow it
         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
@@ -324,7 +229,8 @@ class SqliteOutcomeLog:
             conn.close()
             raise
         keeper.configure(conn)
-        self._conn, self._keeper = conn, keeper
+        self._keeper = self._owner.upkeep = keeper
+        return conn
 
     def _interrupt_started(self, conn: sqlite3.Connection) -> None:
         """Calls the last process started and never settled (it was killed, or could not
@@ -345,9 +251,10 @@ class SqliteOutcomeLog:
                            "they are recorded as interrupted", len(rows))
 
     def _db(self) -> sqlite3.Connection:
-        if self._conn is None:
+        conn = self._owner.connection
+        if conn is None:
             raise sqlite3.ProgrammingError("the outcome log is closed")
-        return self._conn
+        return conn
 
     async def record(
         self, location: str, outcome: Outcome, context: ToolContext, fingerprint: str = ""
@@ -411,9 +318,9 @@ class SqliteOutcomeLog:
             self._write_behind(functools.partial(_unstart, location, call_id))
 
     def _write_behind(self, job: Callable[[sqlite3.Connection], None]) -> None:
-        if self._closed or self._conn is None:
+        if self._closed or self._owner.connection is None:
             return
-        future = self._worker.submit(lambda: job(self._db()))
+        future = self._owner.submit(lambda: job(self._db()))
         future.add_done_callback(_log_failed_start)
 
     async def holder(self, location: str, call_id: str) -> str | None:
@@ -422,7 +329,8 @@ class SqliteOutcomeLog:
     async def get(self, location: str, call_id: str, fingerprint: str = "") -> Outcome | None:
         """The stored outcome of `call_id`; for a call whose outcome was pruned, an `expired`
         error outcome (replayed) so that it is never run again; None if it never settled."""
-        if self._conn is not None and not self._settled.may_contain(location, call_id):
+        if self._owner.connection is not None and not self._settled.may_contain(location,
+                                                                                  call_id):
             return None  # never settled here: no trip to SQLite
 
         def read() -> Any:
@@ -521,15 +429,14 @@ class SqliteOutcomeLog:
         if pruner is not None:
             pruner.cancel()
             await asyncio.wait([pruner])
-        await self._worker.submit(None)
+        await self._owner.close()
 
-    def _disconnect(self) -> None:
+    def _stop_keeper(self) -> None:
+        """On the owner thread, before the connection closes (which checkpoints the rest)."""
         keeper, self._keeper = self._keeper, None
+        self._owner.upkeep = None
         if keeper is not None:
             keeper.stop()
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
 
 
 def _start(location: str, call_id: str, tool: str, fingerprint: str, started_at: float,

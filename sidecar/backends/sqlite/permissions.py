@@ -6,14 +6,13 @@ thread, so no read or write blocks the event loop. Only the composition root nam
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from sidecar.backends.sqlite.owner import SqliteOwner
 from sidecar.model.permissions import PermissionRule
 from sidecar.stores.permissions import StoredRule
 from sidecar.stores.state_dir import PRIVATE_DIR_MODE, create_private_file
@@ -38,35 +37,36 @@ class SqlitePermissionStore:
 
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="permissions")
-        self._conn: sqlite3.Connection | None = None
+        self._owner: SqliteOwner[None] = SqliteOwner(
+            "permissions", closed=lambda: RuntimeError("the permission store is closed"))
 
     @classmethod
     async def open(cls, path: Path) -> SqlitePermissionStore:
         store = cls(path)
         try:
-            await store._run(store._connect)
+            await store._owner.open(store._connect)
         except BaseException:
             await store.aclose()
             raise
         return store
 
     async def _run(self, fn: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        return await self._owner.run(fn)
 
-    def _connect(self) -> None:
+    def _connect(self) -> sqlite3.Connection:
         self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
         create_private_file(self._path)  # 0600 from the start; SQLite's -wal/-shm follow it
         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA journal_size_limit=1048576")  # rare writes: keep no big WAL
         conn.executescript(_SCHEMA)
-        self._conn = conn
+        return conn
 
     def _db(self) -> sqlite3.Connection:
-        if self._conn is None:
+        conn = self._owner.connection
+        if conn is None:
             raise RuntimeError("the permission store is closed")
-        return self._conn
+        return conn
 
     async def rules(self, location: str) -> list[StoredRule]:
         def read() -> list[StoredRule]:
@@ -89,7 +89,4 @@ class SqlitePermissionStore:
         )
 
     async def aclose(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await self._run(conn.close)
-        self._executor.shutdown(wait=False)
+        await self._owner.close()

@@ -6,14 +6,13 @@ Imports `sidecar.stores` and `sidecar.model`. Exports `SqlitePinStore`.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from sidecar.backends.sqlite.owner import SqliteOwner
 from sidecar.model.errors import SidecarError
 from sidecar.stores.pins import Pin
 from sidecar.stores.state_dir import PRIVATE_DIR_MODE, create_private_file
@@ -28,35 +27,36 @@ class SqlitePinStore:
 
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pins")
-        self._conn: sqlite3.Connection | None = None
+        self._owner: SqliteOwner[None] = SqliteOwner(
+            "pins", closed=lambda: SidecarError("the pin store is closed"))
 
     @classmethod
     async def open(cls, path: Path) -> SqlitePinStore:
         store = cls(path)
         try:
-            await store._run(store._connect)
+            await store._owner.open(store._connect)
         except BaseException:
             await store.aclose()
             raise
         return store
 
     async def _run(self, fn: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        return await self._owner.run(fn)
 
-    def _connect(self) -> None:
+    def _connect(self) -> sqlite3.Connection:
         self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
         create_private_file(self._path)
         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("CREATE TABLE IF NOT EXISTS pins (key TEXT PRIMARY KEY, fingerprint TEXT "
                      "NOT NULL, definition TEXT NOT NULL, pinned_at REAL NOT NULL)")
-        self._conn = conn
+        return conn
 
     def _db(self) -> sqlite3.Connection:
-        if self._conn is None:
+        conn = self._owner.connection
+        if conn is None:
             raise SidecarError("the pin store is closed")
-        return self._conn
+        return conn
 
     async def load(self) -> list[Pin]:
         rows = await self._run(lambda: self._db().execute(
@@ -85,7 +85,4 @@ class SqlitePinStore:
         db.execute("COMMIT")
 
     async def aclose(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await self._run(conn.close)
-        self._executor.shutdown(wait=False)
+        await self._owner.close()

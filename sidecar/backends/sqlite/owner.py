@@ -1,0 +1,227 @@
+"""`SqliteOwner`: the one thread that owns one SQLite connection, for every embedded store.
+
+Work is submitted from the event loop (`submit`, `run`) and answered on the loop; nothing
+touches SQLite on the loop. The thread takes every job queued since it last looked as one
+batch and answers the batch in one callback per loop. With `group_commit` a batch of several
+jobs runs in one transaction (N concurrent writers cost one commit), and when that
+transaction fails each job runs again alone, so one bad job fails only its caller. Items
+handed to `gather` (rows written behind, off the caller's path) are written by
+`write_gathered` before the next batch runs, or `gather_seconds` after the first of them.
+An `upkeep` (`WalKeeper`) is told after each batch and when the thread idles.
+
+Imports nothing of the sidecar. Exports `SqliteOwner` and `Upkeep`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, TypeVar
+
+__all__ = ["SqliteOwner", "Upkeep"]
+
+T = TypeVar("T")
+G = TypeVar("G")
+
+log = logging.getLogger("sidecar.backends.sqlite.owner")
+
+
+class Upkeep(Protocol):
+    """Work on the owner thread between batches, never inside one (`wal.WalKeeper`)."""
+
+    def after_batch(self, conn: sqlite3.Connection | None, records: int) -> None: ...
+
+    def idle_wait(self, conn: sqlite3.Connection | None) -> float | None:
+        """How long the thread may wait for work before `on_idle` (None: no limit)."""
+        ...
+
+    def on_idle(self, conn: sqlite3.Connection | None) -> None: ...
+
+
+class _Job:
+    __slots__ = ("fn", "future", "loop", "stop")
+
+    def __init__(self, fn: Callable[[], Any] | None, future: asyncio.Future[Any] | None,
+                 loop: asyncio.AbstractEventLoop | None, *, stop: bool = False) -> None:
+        self.fn = fn
+        """None: a wake-up (`_WAKE`) or the stop."""
+        self.future = future
+        self.loop = loop
+        self.stop = stop
+
+
+_WAKE = _Job(None, None, None)
+"""Queued with the first gathered item: the thread then waits `gather_seconds` for more."""
+
+
+class SqliteOwner(Generic[G]):
+    """One thread, one connection. `open` connects on the thread; `close` writes what was
+    gathered, runs what was queued before it, closes the connection on the thread and ends
+    it. A job submitted after `close` fails with `closed()`."""
+
+    def __init__(
+        self, name: str, *, closed: Callable[[], Exception], group_commit: bool = False,
+        write_gathered: Callable[[sqlite3.Connection, list[G]], None] | None = None,
+        gather_seconds: float = 0.0,
+    ) -> None:
+        self.connection: sqlite3.Connection | None = None
+        self.upkeep: Upkeep | None = None
+        """Set once connected (by the job that connects, on the thread)."""
+        self.on_close: Callable[[], None] = lambda: None
+        """Run on the thread before the connection closes (e.g. stop a checkpoint thread)."""
+        self._closed_error = closed
+        self._group_commit = group_commit
+        self._write_gathered = write_gathered
+        self._gather_seconds = gather_seconds
+        self._gathered: list[G] = []
+        self._gathered_at = 0.0
+        self._gather_lock = threading.Lock()
+        self._closing = False
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    # --- on the event loop -------------------------------------------------------------
+
+    async def open(self, connect: Callable[[], sqlite3.Connection]) -> None:
+        """Connect on the owner thread (`connect` may set `upkeep`)."""
+        def opened() -> None:
+            self.connection = connect()
+
+        await self.submit(opened)
+
+    def submit(self, fn: Callable[[], T]) -> asyncio.Future[T]:
+        """Run `fn` on the owner thread (with the batch it lands in); its result or error."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        if self._closing:
+            future.set_exception(self._closed_error())
+        else:
+            self._jobs.put(_Job(fn, future, loop))
+        return future
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        return await self.submit(fn)
+
+    def gather(self, item: G) -> None:
+        """Hand `item` to `write_gathered`, off the caller's path; never blocks."""
+        with self._gather_lock:
+            self._gathered.append(item)
+            first = len(self._gathered) == 1
+            if first:
+                self._gathered_at = time.monotonic()
+        if first:
+            self._jobs.put(_WAKE)
+
+    async def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._jobs.put(_Job(None, future, loop, stop=True))
+        await future
+
+    # --- on the owner thread -------------------------------------------------------------
+
+    def _serve(self) -> None:
+        jobs = self._jobs
+        while True:
+            keeper = self.upkeep
+            if self._gathered:
+                wait: float | None = max(
+                    0.0, self._gathered_at + self._gather_seconds - time.monotonic())
+            else:  # between batches, never inside one: the WAL's upkeep
+                wait = None if keeper is None else keeper.idle_wait(self.connection)
+            try:
+                first = jobs.get(timeout=wait)
+            except queue.Empty:
+                if self._gathered:
+                    self._write_gathered_now()
+                elif keeper is not None:
+                    keeper.on_idle(self.connection)
+                continue
+            batch = [first]
+            with contextlib.suppress(queue.Empty):
+                while not batch[-1].stop:
+                    batch.append(jobs.get_nowait())
+            stop = batch[-1].stop  # nothing is queued after the stop
+            work = [job for job in batch if job.fn is not None]
+            if not work and not stop:
+                continue  # only wake-ups: keep gathering
+            if self._gathered:  # a job sees every item gathered before it
+                self._write_gathered_now()
+            if work:
+                _deliver(work, self._run(work))
+                if keeper is not None:
+                    keeper.after_batch(self.connection, len(work))
+            if stop:
+                _deliver(batch[-1:], [_attempt(self._shut)])
+                return
+
+    def _run(self, jobs: list[_Job]) -> list[tuple[bool, Any]]:
+        db = self.connection
+        if self._group_commit and db is not None and len(jobs) > 1:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                results = [(True, job.fn()) for job in jobs if job.fn is not None]
+                db.execute("COMMIT")
+                return results
+            except BaseException:
+                if db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+        return [_attempt(job.fn) for job in jobs if job.fn is not None]
+
+    def _write_gathered_now(self) -> None:
+        with self._gather_lock:
+            items, self._gathered = self._gathered, []
+        db = self.connection
+        if not items or db is None or self._write_gathered is None:
+            return
+        try:
+            self._write_gathered(db, items)
+        except Exception:  # one bad write must not end the thread
+            log.exception("%s: writing %d gathered items failed", self._thread.name, len(items))
+
+    def _shut(self) -> None:
+        try:
+            self.on_close()
+        finally:
+            conn, self.connection = self.connection, None
+            if conn is not None:
+                conn.close()
+
+
+def _attempt(fn: Callable[[], Any]) -> tuple[bool, Any]:
+    try:
+        return True, fn()
+    except BaseException as exc:  # handed to the caller, who re-raises it
+        return False, exc
+
+
+def _deliver(jobs: list[_Job], results: list[tuple[bool, Any]]) -> None:
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Job, tuple[bool, Any]]]] = {}
+    for job, result in zip(jobs, results, strict=True):
+        if job.loop is not None:
+            by_loop.setdefault(job.loop, []).append((job, result))
+    for loop, pairs in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the loop is already closed: nobody waits
+            loop.call_soon_threadsafe(_settle, pairs)
+
+
+def _settle(pairs: list[tuple[_Job, tuple[bool, Any]]]) -> None:
+    for job, (ok, value) in pairs:
+        future = job.future
+        if future is None or future.done():  # the caller was cancelled; the work still happened
+            continue
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
