@@ -1,6 +1,7 @@
 """An install without the `fleet` extra (no asyncpg, as the default Docker image): a failure
-of the SQLite outcome log is an `operational` outcome from the seam, not a
-`ModuleNotFoundError`. Run in a fresh interpreter where importing asyncpg fails."""
+of the SQLite outcome log (a real write refused by a trigger, through the seam's record path)
+is an `operational` outcome from the seam, not a `ModuleNotFoundError`. Run in a fresh
+interpreter where importing asyncpg fails."""
 
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ async def main(root):
                                               ToolContext("s", "a", "m", "c1"))
         print(outcome.status, outcome.error.kind.value)
         assert "asyncpg" not in sys.modules or sys.modules["asyncpg"] is None
+        # the seam told the failure apart with sidecar.stores.errors alone: no driver's
+        # failures were registered, no backend but SQLite was loaded
+        assert not [m for m in sys.modules if m.startswith("sidecar.backends.postgres")]
 
 asyncio.run(main(sys.argv[1]))
 """
