@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.hardening.conftest import Daemon, start_daemon, stop_daemon
@@ -33,9 +34,13 @@ HANG = "import time; time.sleep(3600)"
 
 
 PATIENCE = 10.0
-LISTING_PATIENCE = 3.0
-"""Health's bound while 66,000 small tools are listed: three times the slowest answer
-measured beside two busy processes (1.0 s; 0.6-0.9 s on a quiet machine; 13 s before)."""
+LISTING_CPU = 1.0
+"""Health's bound while 66,000 small tools are listed, in CPU seconds the daemon spends between
+a health request and its answer: a loop held by the parse, or by per-tool work done on it,
+spends seconds before answering (13 s once; 1.2-2.5 s while pins and globs were done per tool
+on the loop). Measured: at most 0.46 s, on a quiet machine and beside four busy processes
+alike, when the wall time of an answer was 0.5 s and 1.6 s (a wall-clock bound measures the
+machine's load as much as the daemon)."""
 
 
 def _server(daemon: Daemon, name: str) -> dict[str, Any]:
@@ -250,13 +255,17 @@ def test_an_allowed_huge_tools_list_over_http_is_taken(tmp_path: Path, mode: str
         server.wait(timeout=30)
 
 
+def _cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
 def test_a_listing_of_66000_small_tools_is_cut_at_max_tools(tmp_path: Path) -> None:
     """Issue 38 item 7: two upstreams (stdio, and streamable HTTP with `max_tools = 5000`)
-    each list 66,000 small tools (20 MB). Health answers every poll within LISTING_PATIENCE
-    while the listings are parsed and registered (measured on 2 shared cores: at most 0.86 s;
-    1.2-2.5 s while pins were written and globs matched on the loop per tool); each server
-    offers its cap, and health's `over_max_tools` names the cap and how many were left
-    out."""
+    each list 66,000 small tools (20 MB). Health answers every poll while the listings are
+    parsed and registered, the daemon spending at most LISTING_CPU seconds of CPU on the way
+    (and the answer coming within PATIENCE); each server offers its cap, and health's
+    `over_max_tools` names the cap and how many were left out."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -273,19 +282,23 @@ def test_a_listing_of_66000_small_tools_is_cut_at_max_tools(tmp_path: Path) -> N
         }}
         daemon = start_daemon(tmp_path, manifests={"servers.json": json.dumps(manifest)})
         try:
-            slowest = 0.0
+            slowest = busiest = 0.0
+            serving = psutil.Process(daemon.proc.pid)
             deadline = time.monotonic() + 180
             while True:
-                began = time.monotonic()
+                began, cpu = time.monotonic(), _cpu_seconds(serving)
                 servers = daemon.health(timeout=PATIENCE)["servers"]
                 slowest = max(slowest, time.monotonic() - began)
+                busiest = max(busiest, _cpu_seconds(serving) - cpu)
                 states = {name: servers.get(name, {}).get("state") for name in ("stdio", "http")}
                 if all(s not in (None, "starting") for s in states.values()):
                     break
                 assert time.monotonic() < deadline, servers
                 time.sleep(0.05)
-            print(f"slowest /v1/health while listing: {slowest:.2f} s")
-            assert slowest < LISTING_PATIENCE, f"/v1/health took {slowest:.2f} s once"
+            print(f"slowest /v1/health while listing: {slowest:.2f} s, "
+                  f"{busiest:.2f} s of the daemon's CPU")
+            assert busiest < LISTING_CPU, \
+                f"the daemon spent {busiest:.2f} s of CPU before one /v1/health answer"
             for name, cap in (("stdio", 10_000), ("http", 5_000)):
                 state = servers[name]
                 assert state["state"] == "ready", state
