@@ -32,6 +32,10 @@ pytestmark = pytest.mark.anyio
 
 PART = 5 * 1024 * 1024
 BEAT = 0.1
+READER_BEAT = 1.0
+"""Store B's heartbeat: B takes A for stopped once A renewed nothing for three of them. 3 s, so
+that A's renewals running late on a loaded machine are not taken for a stop; the test of a
+stopped A gives B `BEAT` (0.3 s)."""
 
 
 @dataclass
@@ -91,7 +95,7 @@ async def _reader(fleet: Fleet, **options: Any) -> AsyncIterator[S3TextStore]:
     """Store B: another replica on the same bucket and database (write-through, own pool)."""
     pool = await asyncpg.create_pool(fleet.dsn, min_size=1, max_size=2)
     try:
-        options.setdefault("heartbeat_seconds", BEAT)
+        options.setdefault("heartbeat_seconds", READER_BEAT)
         store = await S3TextStore.open(pool, fleet.settings, cleanup_interval=math.inf,
                                        **options)
         try:
@@ -147,7 +151,7 @@ async def test_a_read_elsewhere_fails_clearly_when_the_uploading_store_stopped(
                                staging_dir=fleet.tmp / "a", replica="replica-a",
                                heartbeat_seconds=BEAT, close_wait_seconds=0)
     try:
-        async with _reader(fleet, read_wait_seconds=60) as b:
+        async with _reader(fleet, read_wait_seconds=60, heartbeat_seconds=BEAT) as b:
             with fleet.paused():
                 ref = await a.put(_lines(1000))
                 pool_a.terminate()
