@@ -7,8 +7,8 @@ daemon reads and refreshes): every change is a read-modify-write under an adviso
 (`fcntl.flock` on a sibling `.lock` file), and the file is replaced atomically (temp file,
 fsync, rename), created 0600. All file work runs in a thread, never on the loop.
 
-Imports `sidecar.stores`. Exports `FileGrantStore`, `KeyringGrantStore`, `open_grant_store`,
-`TOKENS_FILE` and `REFRESH_LOCK_FILE`.
+Imports `sidecar.stores` (and `keyring` when chosen). Exports `FileGrantStore`,
+`KeyringGrantStore`, `open_grant_store`, `TOKENS_FILE` and `REFRESH_LOCK_FILE`.
 """
 
 from __future__ import annotations

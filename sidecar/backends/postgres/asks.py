@@ -1,18 +1,8 @@
-"""Pending permission asks on PostgreSQL (`asyncpg`), shared by the replicas of a fleet.
+"""Pending permission asks on PostgreSQL: `sidecar.stores.asks.SharedAsks` for one Location,
+shared by the replicas of a fleet (`PostgresAsks`). Table `sidecar_asks`, channel
+`sidecar_asks`.
 
-It implements `sidecar.stores.asks.SharedAsks` for one Location. An ask raised on replica A is a
-row of `sidecar_asks` (owned by A) until A's call stops waiting; every replica lists those
-rows, and any may answer one: the first answer is stored in the row (`UPDATE ... WHERE reply
-IS NULL`) and announced with `pg_notify('sidecar_asks', ...)` in the same transaction. Every
-replica LISTENs: the owner resolves its waiting call (reading the row, which holds the
-feedback), the others apply what an answer means for their own asks (an `always` rule for
-the session, or a rejection of the session's other asks). When notifications are lost, the
-owner still finds its answered asks by polling every `poll_interval` seconds.
-
-An owner keeps its rows alive by refreshing `seen_at` on each poll; rows of a replica that
-stopped doing so (killed) are no longer listed after `stale_after` seconds and are deleted
-by one replica at a time (`LOCK_PRUNE_ASKS`). An ask raised with a timeout is not listed
-past it. Times are the database's clock, so the replicas' clocks need not agree.
+Imports `sidecar.stores`, `sidecar.model`, `asyncpg` and this package. Exports `PostgresAsks`.
 """
 
 from __future__ import annotations
@@ -62,8 +52,22 @@ _FAILURES = failures()
 
 
 class PostgresAsks:
-    """See the module docstring. Build it with `await PostgresAsks.on_pool(pool, location)`;
-    the pool (the replica's, `sidecar.backends.postgres.pool`) stays open when this closes."""
+    """The fleet's `SharedAsks`. Build it with `await PostgresAsks.on_pool(pool, location)`;
+    the pool (the replica's) stays open when this closes.
+
+    An ask raised on replica A is a row of `sidecar_asks` (owned by A) until A's call stops
+    waiting; every replica lists those rows, and any may answer one: the first answer is
+    stored in the row (`UPDATE ... WHERE reply IS NULL`) and announced with
+    `pg_notify('sidecar_asks', ...)` in the same transaction. Every replica LISTENs: the
+    owner resolves its waiting call (reading the row, which holds the feedback), the others
+    apply what an answer means for their own asks (an `always` rule for the session, or a
+    rejection of the session's other asks). When notifications are lost, the owner still finds
+    its answered asks by polling every `poll_interval` seconds.
+
+    An owner keeps its rows alive by refreshing `seen_at` on each poll; rows of a replica that
+    stopped doing so (killed) are no longer listed after `stale_after` seconds and are deleted
+    by one replica at a time (`LOCK_PRUNE_ASKS`). An ask raised with a timeout is not listed
+    past it. Times are the database's clock."""
 
     def __init__(self, pool: asyncpg.Pool, location: str, *, poll_interval: float,
                  stale_after: float) -> None:

@@ -1,27 +1,7 @@
 """Group commit for the fleet's per-call statements: the requests many tasks make at once go
-to PostgreSQL as one statement, in one round trip and one transaction.
-
-A `Batcher` runs a worker task while requests are queued, on one connection of the pool that
-it keeps between batches. A request queued while no batch is in flight is sent at once (a
-lone sequential caller waits for nothing but its own round trip); requests queued while a
-batch is in flight go together in the next one. What each caller may rely on:
-
-- Its own result: the statement answers per request (`send` returns one result per item, in
-  order) and each caller gets its own.
-- Error isolation: when a batch of several fails with an error the server reported (the
-  transaction rolled back: a value one request carries, a deadlock with another replica),
-  each request is sent again alone, so only the request at fault fails. An error of the
-  connection (the server gone) fails every request of that batch, as it would alone.
-- Cancellation: a caller cancelled while its request waits in the queue is dropped before
-  anything is sent; a caller cancelled while its request is in flight gets its
-  `CancelledError` at once, and the statement still completes for the others: the worker's
-  task is never cancelled by a caller. The abandoned result goes to `abandoned` (e.g. a claim
-  won for a caller that is gone is given back).
-- Two requests with the same `key` never share a batch (one statement may touch a row once):
-  the later one waits for the next batch.
-
-The connection goes back to the pool once the worker has had nothing to do for
-`IDLE_SECONDS`, so a small pool is not starved by an idle batcher.
+to PostgreSQL as one statement, in one round trip and one transaction (the contract is
+`Batcher`'s docstring). Imports `asyncpg` and `sidecar.backends.postgres.pool`; exports
+`Batcher`, `IDLE_SECONDS` and `MAX_BATCH`.
 """
 
 from __future__ import annotations
@@ -48,9 +28,32 @@ MAX_BATCH = 256
 
 
 class Batcher(Generic[Item, Result]):
-    """See the module docstring. `send(conn, items)` runs one statement for `items` on `conn`
-    and returns one result per item, in order; `key(item)` names the row an item touches;
-    `prepare(conn)` runs once on each connection the batcher takes from the pool."""
+    """Sends the requests queued at once as one statement. `send(conn, items)` runs one
+    statement for `items` on `conn` and returns one result per item, in order; `key(item)`
+    names the row an item touches; `prepare(conn)` runs once on each connection the batcher
+    takes from the pool.
+
+    A worker task runs while requests are queued, on one connection of the pool that it keeps
+    between batches. A request queued while no batch is in flight is sent at once (a lone
+    sequential caller waits for nothing but its own round trip); requests queued while a
+    batch is in flight go together in the next one (at most `max_batch`). What each caller
+    may rely on:
+
+    - Its own result: each caller gets the result `send` returned for its item.
+    - Error isolation: when a batch of several fails with an error the server reported (the
+      transaction rolled back: a value one request carries, a deadlock with another replica),
+      each request is sent again alone, so only the request at fault fails. An error of the
+      connection (the server gone) fails every request of that batch, as it would alone.
+    - Cancellation: a caller cancelled while its request waits in the queue is dropped before
+      anything is sent; a caller cancelled while its request is in flight gets its
+      `CancelledError` at once, and the statement still completes for the others: the
+      worker's task is never cancelled by a caller. The abandoned result goes to `abandoned`
+      (e.g. a claim won for a caller that is gone is given back).
+    - Two requests with the same `key` never share a batch (one statement may touch a row
+      once): the later one waits for the next batch.
+
+    The connection goes back to the pool once the worker has had nothing to do for
+    `idle_seconds`, so a small pool is not starved by an idle batcher."""
 
     def __init__(self, pool: asyncpg.Pool,
                  send: Callable[[Any, list[Item]], Awaitable[list[Result]]], *,

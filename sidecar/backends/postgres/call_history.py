@@ -1,14 +1,8 @@
-"""The call history (audit trail) on PostgreSQL (`asyncpg`), shared by every replica of a fleet:
-`GET /v1/calls` and `sidecar calls` on any replica list the calls settled on all of them.
+"""The call history (audit trail) on PostgreSQL: `sidecar.stores.call_history.CallHistory`
+shared by every replica of a fleet, so `GET /v1/calls` and `sidecar calls` on any replica list
+the calls settled on all of them. Table `sidecar_calls`, component `call_history`.
 
-It implements `sidecar.stores.call_history.CallHistory` with the embedded history's semantics: `add`
-never blocks and never fails the call (rows are written in batches by one task on the event
-loop; a write error is logged), a `query` sees every row this replica added before it
-(pending rows are written first), newest first with an opaque cursor (`c<seq>`, the order of
-insertion for the whole fleet), and rows older than the retention period are pruned in
-batches. Pruning runs on one replica at a time (the transaction-level advisory lock
-`LOCK_PRUNE_CALLS`: a replica that does not get it skips that round). Rows carry the
-Location's name. Table `sidecar_calls`, component `call_history` in `sidecar_schema`.
+Imports `sidecar.stores`, `asyncpg` and this package. Exports `PostgresCallHistory`.
 """
 
 from __future__ import annotations
@@ -59,8 +53,16 @@ RETRY_SECONDS = 1.0
 
 
 class PostgresCallHistory(PostgresStore):
-    """See the module docstring. `await PostgresCallHistory.on_pool(pool, location=...,
-    retention_seconds=...)` on the replica's pool, or `.open(dsn)` with a pool of its own."""
+    """The fleet's `CallHistory`. `await PostgresCallHistory.on_pool(pool, location=...,
+    retention_seconds=...)` on the replica's pool, or `.open(dsn)` with a pool of its own.
+
+    The embedded history's semantics: `add` never blocks and never fails the call (rows are
+    written in batches by one task on the event loop; a write error is logged), a `query`
+    sees every row this replica added before it (pending rows are written first), newest
+    first with an opaque cursor (`c<seq>`, the order of insertion for the whole fleet), and
+    rows older than the retention period are pruned in batches, on one replica at a time
+    (`LOCK_PRUNE_CALLS`: a replica that does not get it skips that round). Rows carry the
+    Location's name."""
 
     COMPONENT = "call_history"
     SCHEMA_VERSION = 2

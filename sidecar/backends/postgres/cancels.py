@@ -1,20 +1,8 @@
-"""Cancel requests between the replicas of a fleet, on PostgreSQL (`asyncpg`).
+"""Cancel requests between the replicas of a fleet, on PostgreSQL:
+`sidecar.stores.cancels.SharedCancels` for one Location (`PostgresCancels`). Table
+`sidecar_cancels`, channel `sidecar_cancels`.
 
-It implements `sidecar.stores.cancels.SharedCancels` for one Location. A call runs on the replica
-that holds its claim (`sidecar.backends.postgres.claims`); `DELETE /v1/calls/{id}` may reach any
-replica. The replica that gets it writes a request row into `sidecar_cancels` (location, call
-id, the replica addressed) and `NOTIFY sidecar_cancels` naming that replica, in one
-statement. Every replica LISTENs (one pooled connection,
-`sidecar.backends.postgres.pool.Listening`) and,
-as a fallback for lost notifications, looks for requests addressed to it every
-`poll_interval` seconds (1 s). The addressed replica cancels the call exactly as a local
-`DELETE` does (its `cancel_here`, which waits a moment for the call to end and release its
-claim), writes its answer into the row and NOTIFYs; the requesting replica, waiting on the
-same channel (and reading the row every half second), deletes the row and answers the
-client. No answer within the wait (the addressed replica is dead, stalled or cut off from the
-database): `request` returns None and the row is deleted, so a replica that comes back later
-does not cancel a retried call. Rows left by a requester that died are deleted after a
-minute by whichever replica looks next.
+Imports `sidecar.model`, `asyncpg` and this package. Exports `PostgresCancels` and `CHANNEL`.
 """
 
 from __future__ import annotations
@@ -79,8 +67,22 @@ CancelHere = Callable[[str], Awaitable[str]]
 
 
 class PostgresCancels:
-    """See the module docstring. Build it with `await PostgresCancels.on_pool(pool,
-    location)`; the pool (the replica's) stays open when this closes."""
+    """The fleet's `SharedCancels`. Build it with `await PostgresCancels.on_pool(pool,
+    location)`; the pool (the replica's) stays open when this closes.
+
+    A call runs on the replica that holds its claim; `DELETE /v1/calls/{id}` may reach any
+    replica. The replica that gets it writes a request row (location, call id, the replica
+    addressed) and `NOTIFY sidecar_cancels` naming that replica, in one statement. Every
+    replica LISTENs (`Listening`) and, as a fallback for lost notifications, looks for
+    requests addressed to it every `poll_interval` seconds (1 s). The addressed replica
+    cancels the call exactly as a local `DELETE` does (its `cancel_here`, which waits a moment
+    for the call to end and release its claim), writes its answer into the row and NOTIFYs;
+    the requesting replica, waiting on the same channel (and reading the row every half
+    second), deletes the row and answers the client. No answer within the wait (the addressed
+    replica is dead, stalled or cut off from the database): `request` returns None and the
+    row is deleted, so a replica that comes back later does not cancel a retried call. Rows
+    left by a requester that died are deleted after `STALE_SECONDS` by whichever replica
+    looks next."""
 
     def __init__(self, pool: asyncpg.Pool, location: str, *, poll_interval: float,
                  replica: str | None = None) -> None:

@@ -1,46 +1,11 @@
-"""In-flight claims on PostgreSQL: one replica of a fleet runs a call id at a time.
+"""In-flight claims on PostgreSQL: one replica of a fleet runs a call id at a time
+(`PostgresClaims`, a lease per call id in `sidecar_claims`; the protocol is its docstring, the
+reasons are in this package's README.md). Owned by the fleet's outcome log
+(`sidecar.backends.postgres.outcome_log`).
 
-On one machine the seam's in-flight map makes a duplicate call wait for the first one. Across
-replicas the outcome log keeps one *outcome* per call id, but without claims two replicas that
-get the same call id at once would both run the tool. A claim is a row of `sidecar_claims`
-(location, call_id, fingerprint, replica, claimed_at, expires_at, waited), a lease:
-
-    claim      INSERT ... ON CONFLICT: taken if absent, or taken over if its lease expired;
-               then the outcome is read again (a call settled just before the claim was taken
-               replays instead of running twice); both in the function
-               `sidecar_claim_batch`, so one round trip, for every call of this replica
-               claiming at that moment (`sidecar.backends.postgres.batch`: group commit)
-    held       another replica's live claim: the same call waits, LISTENing on the
-               `sidecar_claims` channel and polling (every min(TTL/3, 2 s)) as a fallback,
-               then replays the outcome (`replayed: true`), or takes the claim over once it
-               expires; another call (fingerprint) under that id is a `conflict` at once.
-               Once listening, its looks mark the claim `waited`
-    renew      one background task per replica renews all its live claims in one UPDATE
-               every TTL/3
-    settle     recording the outcome deletes the claim in the same statement (one statement
-               for the outcomes this replica records at that moment), and NOTIFYs if the
-               claim was `waited` for: most calls have no duplicate, and a NOTIFY takes a
-               lock that serialises every notifying commit of the cluster
-    release    a call cancelled before it settled deletes its claim (and NOTIFYs if it was
-               waited for), so a waiting duplicate runs it at once rather than after the
-               expiry
-
-A waiting duplicate LISTENs before its look that marks the claim: either the mark comes first,
-and deleting the claim NOTIFYs a listener already there, or the claim was deleted first, and
-that look sees the outcome (or takes the claim). Polling covers a lost notification.
-    sweep      every 3 TTLs each replica deletes the claims that expired over a TTL ago (a
-               dead replica's call that no duplicate came to take over)
-
-A replica that dies (kill -9, lost machine) stops renewing: its claims expire after the TTL
-(`SIDECAR_CLAIM_TTL`, default 30 s) and a waiting or later duplicate takes the call over and
-runs it. The lease is the price of not knowing whether a silent replica is dead: a replica
-stalled for longer than the TTL (no renewal reached the database) may find its call taken
-over, and then both run it; the outcome log still keeps only the first outcome, and both
-answer that one. Expiry is judged by the database's clock, so replicas' clocks may differ.
-
-A duplicate waits no longer than the first replica's run: that run is bounded by the tool's own
-timeout (`timeouts.call` of an MCP server, `timeout` of a manifest tool) and ends in an outcome
-the duplicate replays; the waiting itself is cancellable like any call.
+Imports `sidecar.model`, `sidecar.stores`, `asyncpg` and this package. Exports
+`PostgresClaims`, `claim_ttl_from_env` (`SIDECAR_CLAIM_TTL`), `DEFAULT_CLAIM_TTL`, `claim_key`,
+`CHANNEL` and `CLAIM_ONE`.
 """
 
 from __future__ import annotations
@@ -303,7 +268,35 @@ async def _asynchronous(conn: Any) -> None:
 
 
 class PostgresClaims:
-    """The claims of one replica (see the module docstring); owned by its outcome log."""
+    """The claims of one replica; owned by its outcome log. A claim is a row of
+    `sidecar_claims` (location, call_id, fingerprint, replica, claimed_at, expires_at,
+    waited), a lease:
+
+        claim      INSERT ... ON CONFLICT: taken if absent, or taken over if its lease
+                   expired; then the outcome is read again (a call settled just before the
+                   claim was taken replays instead of running twice); both in the function
+                   `sidecar_claim_batch`, one round trip for every call of this replica
+                   claiming at that moment (`Batcher`: group commit)
+        held       another replica's live claim: the same call waits, LISTENing on the
+                   `sidecar_claims` channel and polling (every min(TTL/3, 2 s)) as a
+                   fallback, then replays the outcome (`replayed: true`), or takes the claim
+                   over once it expires; another call (fingerprint) under that id is a
+                   `conflict` at once. Once listening, its looks mark the claim `waited`
+        renew      one background task renews all this replica's live claims in one UPDATE
+                   every TTL/3 (`start`)
+        settle     recording the outcome deletes the claim in the same statement, and
+                   NOTIFYs only if the claim was `waited` for
+        release    a call cancelled before it settled deletes its claim (and NOTIFYs if it
+                   was waited for), so a waiting duplicate runs it at once
+        sweep      every 3 TTLs each replica deletes the claims that expired over a TTL ago
+                   (a dead replica's call that no duplicate came to take over)
+
+    A replica that dies stops renewing: its claims expire after the TTL (`SIDECAR_CLAIM_TTL`,
+    default 30 s) and a waiting or later duplicate takes the call over and runs it. A replica
+    stalled for longer than the TTL may find its call taken over, and then both run it; the
+    outcome log still keeps only the first outcome, and both answer that one. Expiry is judged
+    by the database's clock. A duplicate waits no longer than the first replica's run (bounded
+    by the tool's own timeout); the waiting itself is cancellable like any call."""
 
     def __init__(self, pool: asyncpg.Pool, *, replica: str, ttl: float,
                  retention_seconds: float | None) -> None:

@@ -1,25 +1,8 @@
-"""A Location's event log on PostgreSQL (`asyncpg`): one numbering for every replica of a fleet.
+"""A Location's event log on PostgreSQL: `sidecar.stores.event_log.EventLog` with one
+numbering for every replica of a fleet (the local one is
+`sidecar.backends.local.MemoryEventLog`). Tables `sidecar_events` and `sidecar_event_counters`.
 
-It implements `sidecar.stores.event_log.EventLog` like `MemoryEventLog` (`sidecar.backends.local`),
-but the events of a Location published on any replica sharing the database are numbered in
-one sequence, and every replica's `/v1/events` readers see all of them in that order.
-
-Writing: a background task drains the Location's bus (publishing never waits for the
-database) and inserts what it found in one transaction per batch. The ids come from a
-counter row per Location (`sidecar_event_counters`), incremented in that transaction: the
-row lock makes the replicas' batches commit in id order, so ids are gapless and a reader that
-has seen id N never later finds a smaller one committed. The transaction ends with
-`pg_notify('sidecar_events', location)`.
-
-Reading: each replica keeps the newest `capacity` events of the Location in memory (loaded
-at start, then extended by a follower task that wakes on the NOTIFY, or every
-`poll_interval` seconds when notifications are lost), so `after` and `last_id` answer without
-a round trip, as the Protocol requires. A replica's own batch goes into that mirror at once
-when it directly follows what the mirror holds.
-
-Retention: the table keeps about the newest `capacity` events per Location, like the memory
-log's ring buffer; older rows are deleted by one replica at a time (`LOCK_PRUNE_EVENTS`), and
-readers resuming before the oldest kept event get a `stream.reset` first.
+Imports `sidecar.stores`, `sidecar.model`, `asyncpg` and this package. Exports `PostgresEventLog`.
 """
 
 from __future__ import annotations
@@ -72,9 +55,27 @@ RETRY_SECONDS = 1.0
 
 
 class PostgresEventLog:
-    """See the module docstring. `pool`: the replica's shared pool
-    (`sidecar.backends.postgres.pool`); it
-    stays open when the log closes."""
+    """The fleet's `EventLog`: the events of a Location published on any replica sharing
+    the database are numbered in one sequence, and every replica's `/v1/events` readers see
+    all of them in that order. `pool`: the replica's shared pool; it stays open when the log
+    closes.
+
+    Writing: a background task drains the Location's bus (publishing never waits for the
+    database) and inserts what it found in one transaction per batch. The ids come from a
+    counter row per Location, incremented in that transaction: the row lock makes the
+    replicas' batches commit in id order, so ids are gapless and a reader that has seen id N
+    never later finds a smaller one committed. The transaction ends with
+    `pg_notify('sidecar_events', location)`.
+
+    Reading: each replica keeps the newest `capacity` events of the Location in memory
+    (loaded at start, then extended by a follower task that wakes on the NOTIFY, or every
+    `poll_interval` seconds when notifications are lost), so `after` and `last_id` answer
+    without a round trip, as the Protocol requires. A replica's own batch goes into that
+    mirror at once when it directly follows what the mirror holds.
+
+    Retention: the table keeps about the newest `capacity` events per Location; older rows
+    are deleted by one replica at a time (`LOCK_PRUNE_EVENTS`), and readers resuming before
+    the oldest kept event get a `stream.reset` first."""
 
     def __init__(self, bus: EventBus, *, pool: asyncpg.Pool, location: str,
                  capacity: int = 2048, poll_interval: float = 2.0) -> None:

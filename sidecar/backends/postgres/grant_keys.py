@@ -1,23 +1,11 @@
-"""The key that encrypts OAuth grants kept in the fleet database: `SIDECAR_GRANT_KEY`.
+"""The key that encrypts OAuth grants kept in the fleet database, `SIDECAR_GRANT_KEY`: its
+keys (`GrantKeys`: format, sealing, rotation), the stores sealed with it (`SealedGrantStore`,
+`SealedPostgresStore`, `WaitingLogins`), re-sealing (`resealing`, `Resealed`) and its errors
+(`GrantKeyMissing`, `GrantKeyInvalid`, `GrantSealError`). No key, and nothing here, is ever
+logged or put in an exception message.
 
-A grant holds access and refresh tokens for upstream servers, so the fleet's grant store
-(`sidecar.backends.postgres.grants`) never writes one in the clear: each record is sealed with
-AES-256-GCM (`cryptography`'s `AESGCM`), a fresh 96-bit nonce per write, and the server key as
-associated data (a sealed record copied onto another server's row does not open). Every
-replica, and every machine that runs `sidecar auth login` against the database, needs the same
-key.
-
-Format: one or more keys separated by commas, each 32 random bytes in base64 (standard or
-URL-safe alphabet, padding optional). Make one with `openssl rand -base64 32`. The first key
-seals; every listed key opens. To rotate: put the new key first and keep the old one after it
-until every record was sealed again: each login and each refresh rewrites its record, and
-`sidecar auth rekey` re-seals every record at once (`SealedGrantStore.reseal`), so the old key
-can be dropped even while some grant is never refreshed.
-
-Each sealed record names its key by a key id (`key_id`: 8 bytes of HMAC-SHA256 under the key,
-in hex), so a record sealed with a key this process does not have gives an error naming both
-ids, never a decryption failure in the dark. No key, and nothing here, is ever logged or put
-in an exception message.
+Imports `sidecar.stores`, `cryptography` (when sealing), `asyncpg` (types only) and this
+package. Exports the names above, `key_id`, `why_unopenable` and `GRANT_KEY_ENV`.
 """
 
 from __future__ import annotations
@@ -87,7 +75,19 @@ def key_id(key: bytes) -> str:
 
 @dataclass(frozen=True, slots=True)
 class GrantKeys:
-    """The keys of `SIDECAR_GRANT_KEY`: the first seals, all open. Never printed."""
+    """The keys of `SIDECAR_GRANT_KEY`: the first seals, all open. Never printed.
+
+    Format: one or more keys separated by commas, each 32 random bytes in base64 (standard
+    or URL-safe alphabet, padding optional; `openssl rand -base64 32`). Every replica, and
+    every machine that runs `sidecar auth login` against the database, needs the same key.
+    To rotate: put the new key first and keep the old one after it until every record was
+    sealed again (each login and each refresh rewrites its record; `sidecar auth rekey`
+    re-seals every record at once, `SealedGrantStore.reseal`).
+
+    `seal` uses AES-256-GCM with a fresh 96-bit nonce per write and the server key as
+    associated data (a sealed record copied onto another server's row does not open). Each
+    sealed record names its key by `key_id`, so a record sealed with a key this process does
+    not have gives an error naming both ids, never a decryption failure in the dark."""
 
     keys: tuple[bytes, ...]
 

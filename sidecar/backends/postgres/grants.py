@@ -1,24 +1,10 @@
-"""OAuth grants of upstream servers on PostgreSQL (`asyncpg`), shared by every replica of a
-fleet and by `sidecar auth login|status|logout` run with the fleet database: a login done once
-(through any replica, or the CLI) serves every replica.
+"""OAuth grants of upstream servers on PostgreSQL: `sidecar.stores.grants.GrantStore` shared
+by every replica of a fleet and by `sidecar auth login|status|logout|rekey` run with the fleet
+database (a login done once serves every replica). Records are sealed with
+`SIDECAR_GRANT_KEY` (`sidecar.backends.postgres.grant_keys`). Table `sidecar_grants`, component
+`grants`.
 
-It implements `sidecar.stores.grants.GrantStore` with the embedded stores' semantics: one opaque
-record per server key, `update` atomic (the change runs while the replica holds a transaction
-advisory lock on that server, `LOCK_GRANT_UPDATE`, so two replicas never both apply a change
-to the same old record), and `exclusive(server)` held by one replica at a time while it
-refreshes that server's tokens (`LOCK_GRANT_REFRESH`; the OAuth bridge reads the record again
-once it holds it, and uses tokens another replica stored meanwhile instead of spending a
-rotated refresh token twice).
-
-Records are encrypted at rest with `SIDECAR_GRANT_KEY` (`sidecar.backends.postgres.grant_keys`);
-the database
-holds the server key, the key id and the sealed bytes. Without the key the store refuses to
-read or write any record (`GrantKeyMissing`, naming the variable): tokens are never written to
-the database in the clear. Listing the servers and forgetting one (`delete`, for `sidecar auth
-logout` after a key was lost) need no key. `reseal` (for `sidecar auth rekey`) seals a record
-again with the first key under the same lock as `update`, so an old key can be retired even
-for a grant that is never refreshed. Table `sidecar_grants`, component `grants` in
-`sidecar_schema`.
+Imports `sidecar.stores` and this package. Exports `PostgresGrantStore`.
 """
 
 from __future__ import annotations
@@ -41,10 +27,21 @@ from sidecar.stores.grants import LOCK_POLL, GrantRecord
 
 
 class PostgresGrantStore(SealedPostgresStore):
-    """See the module docstring. `await PostgresGrantStore.on_pool(pool)` on the replica's
+    """The fleet's `GrantStore`. `await PostgresGrantStore.on_pool(pool)` on the replica's
     pool, or `.open(dsn)` with a pool of its own (the CLI). The keys come from
     `SIDECAR_GRANT_KEY` (`GrantKeyInvalid` at open when it is malformed); `keys` may be set
-    afterwards."""
+    afterwards.
+
+    The embedded stores' semantics: one opaque record per server key, `update` atomic (the
+    change runs while the replica holds a transaction advisory lock on that server,
+    `LOCK_GRANT_UPDATE`, so two replicas never both apply a change to the same old record),
+    and `exclusive(server)` held by one replica at a time while it refreshes that server's
+    tokens (`LOCK_GRANT_REFRESH`; the OAuth bridge reads the record again once it holds it).
+    The database holds the server key, the key id and the sealed bytes. Without the key the
+    store refuses to read or write any record (`GrantKeyMissing`, naming the variable);
+    listing the servers and forgetting one (`delete`, for `sidecar auth logout` after a key
+    was lost) need no key. `reseal` (for `sidecar auth rekey`) seals a record again with the
+    first key under the same lock as `update`."""
 
     waiting_logins: Callable[[], Awaitable[WaitingLogins | None]] | None = None
     """Opens the fleet's logins waiting for their redirect, for `reseal_pending_logins` (the

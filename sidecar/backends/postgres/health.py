@@ -1,9 +1,10 @@
-"""Whether the fleet database answers (`sidecar.stores.database_check`), for `/v1/health`.
+"""Whether the fleet database answers (`sidecar.stores.database_check.DatabaseCheck`), for
+`/v1/health`: `PoolCheck`. Imports this package (and `asyncpg` for types only).
 
 A replica that cannot reach its database cannot settle durable calls, share snapshots or
 list the fleet's asks: health then says so (`status` "unavailable", `database.error`), and
-`/v1/health` answers 503 so a readiness probe or a load balancer's check takes the replica
-out of rotation until the database is back (docs/fleet.md, "Health").
+`/v1/health` answers 503 so a readiness probe takes the replica out of rotation until the
+database is back (docs/fleet.md, "Health").
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
-"""The outcome log on PostgreSQL (`asyncpg`): one durable outcome per (Location, call id),
-shared by every replica of a fleet.
+"""The outcome log on PostgreSQL: `sidecar.stores.outcome_log.OutcomeLog` shared by every
+replica of a fleet, one durable outcome per (Location, call id), with in-flight claims
+(`sidecar.backends.postgres.claims`) so one replica runs a call id at a time.
 
-It implements `sidecar.stores.outcome_log.OutcomeLog` with the embedded log's semantics (see
-`sidecar.stores.outcome_log`): `record` inserts if absent (`INSERT ... ON CONFLICT DO NOTHING`), so
-when two replicas settle the same call id only the first outcome is kept and both return it;
-a different call under a used id (another fingerprint) is a `CallIdConflict`; pruned outcomes
-leave tombstones that replay as `expired`.
-
-Pruning runs on at most one replica at a time (a transaction-level advisory lock: a replica
-that does not get it skips that round), in batches. The schema is versioned: `open` applies
-the migrations this code knows, in one transaction, and refuses a database whose schema is
-newer than it knows (`OutcomeLogError`), so an old replica never writes a newer layout.
-
-In-flight claims (`claim`, `release`; `sidecar.backends.postgres.claims`) make one replica run a
-call
-id at a time: a duplicate on another replica waits for the outcome and replays it, or takes
-the call over once the running replica's claim expires.
+Imports `sidecar.stores`, `sidecar.model`, `asyncpg` and this package. Exports `PostgresOutcomeLog`.
 """
 
 from __future__ import annotations
@@ -184,7 +171,19 @@ async def _send_settles(conn: Any, settles: list[_Settle]) -> list[bool]:
 
 
 class PostgresOutcomeLog:
-    """See the module docstring. Build it with `await PostgresOutcomeLog.open(dsn)`."""
+    """The fleet's `OutcomeLog`, with the embedded log's semantics. Build it with
+    `await PostgresOutcomeLog.open(dsn)`.
+
+    `record` inserts if absent (`INSERT ... ON CONFLICT DO NOTHING`), so when two replicas
+    settle the same call id only the first outcome is kept and both return it; a different
+    call under a used id (another fingerprint) is a `CallIdConflict`; pruned outcomes leave
+    tombstones that replay as `expired`. Pruning runs on at most one replica at a time (a
+    transaction-level advisory lock: a replica that does not get it skips that round), in
+    batches. `open` applies the migrations this code knows, in one transaction, and refuses a
+    database whose schema is newer (`OutcomeLogError`). In-flight claims (`claim`,
+    `release`; `PostgresClaims`) make one replica run a call id at a time: a duplicate on
+    another replica waits for the outcome and replays it, or takes the call over once the
+    running replica's claim expires."""
 
     def __init__(self, pool: asyncpg.Pool, retention_seconds: float | None, *,
                  owns_pool: bool, replica: str | None = None,

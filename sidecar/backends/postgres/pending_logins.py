@@ -1,17 +1,9 @@
-"""OAuth logins waiting for the browser's redirect, on PostgreSQL (`asyncpg`): every replica
-of a fleet can finish a login another replica started (`sidecar.stores.pending_logins`).
+"""OAuth logins waiting for the browser's redirect, on PostgreSQL:
+`sidecar.stores.pending_logins.PendingLogins` for a fleet, so every replica can finish a login
+another replica started. Table `sidecar_pending_logins`, component `pending_logins`, sealed
+with `SIDECAR_GRANT_KEY` like the grants.
 
-One row per login in `sidecar_pending_logins` (component `pending_logins`): the SHA-256 of its
-OAuth `state` (never the state), the server, the record sealed with `SIDECAR_GRANT_KEY` like
-the grants (`sidecar.backends.postgres.grant_keys`; it holds the PKCE verifier and the registered
-client), the
-expiry and the use by the database's clock, and how the login ended (`outcome`, `message`:
-no secret). `outcome` and `latest` judge a row by the database's clock (`pending_logins.seen`).
-`take` marks the row used (and drops the sealed secrets) in the statement that
-reads it, so a state works once even when two replicas get the same redirect. Rows expired an
-hour ago are deleted by the next `add`. Without the key, `add` and `take` raise
-`GrantKeyMissing` naming it. `reseal_waiting` seals the logins still waiting for their
-redirect with the first key again (`sidecar auth rekey`).
+Imports `sidecar.stores`, `sidecar.model` and this package. Exports `PostgresPendingLogins`.
 """
 
 from __future__ import annotations
@@ -55,7 +47,17 @@ SELECT key, server, replica, extract(epoch FROM created_at) AS started_at,
 
 
 class PostgresPendingLogins(SealedPostgresStore):
-    """See the module docstring. `await PostgresPendingLogins.on_pool(pool)`."""
+    """The fleet's `PendingLogins`. `await PostgresPendingLogins.on_pool(pool)`.
+
+    One row per login: the SHA-256 of its OAuth `state` (never the state), the server, the
+    record sealed with `SIDECAR_GRANT_KEY` (it holds the PKCE verifier and the registered
+    client), the expiry and the use by the database's clock, and how the login ended
+    (`outcome`, `message`: no secret). `outcome` and `latest` judge a row by the database's
+    clock (`pending_logins.seen`). `take` marks the row used (and drops the sealed secrets) in
+    the statement that reads it, so a state works once even when two replicas get the same
+    redirect. Rows expired an hour ago are deleted by the next `add`. Without the key, `add`
+    and `take` raise `GrantKeyMissing` naming it. `reseal_waiting` seals the logins still
+    waiting for their redirect with the first key again (`sidecar auth rekey`)."""
 
     COMPONENT = "pending_logins"
     SCHEMA_VERSION = 1

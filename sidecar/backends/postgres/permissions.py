@@ -1,12 +1,8 @@
-"""`always` permission replies on PostgreSQL (`asyncpg`), shared by every replica of a fleet.
+"""`always` permission replies on PostgreSQL: `sidecar.stores.permissions.PermissionStore`
+shared by every replica of a fleet. Table `sidecar_permission_rules`, component
+`permission_rules`.
 
-It implements `sidecar.stores.permissions.PermissionStore` with the embedded store's semantics (see
-`sidecar.backends.sqlite.permissions`): rules per Location, oldest first, surviving a restart. A
-rule
-stored through one replica is returned by `rules` on every other; the permission service
-reads the store again before it raises an ask, so such a rule applies there at once
-(`sidecar.policy.permission_service`). The table is `sidecar_permission_rules` (component
-`permission_rules` in `sidecar_schema`); pending asks and approvals keep tables of their own.
+Imports `sidecar.stores`, `sidecar.model` and this package. Exports `PostgresPermissionStore`.
 """
 
 from __future__ import annotations
@@ -20,8 +16,13 @@ from sidecar.stores.permissions import StoredRule
 
 
 class PostgresPermissionStore(PostgresStore):
-    """See the module docstring. Build it with `await PostgresPermissionStore.on_pool(pool)`
-    (or `.open(dsn)` for a pool of its own)."""
+    """The fleet's `PermissionStore`. Build it with
+    `await PostgresPermissionStore.on_pool(pool)` (or `.open(dsn)` for a pool of its own).
+
+    The embedded store's semantics: rules per Location, oldest first, surviving a restart. A
+    rule stored through one replica is returned by `rules` on every other; the permission
+    service reads the store again before it raises an ask, so such a rule applies there at
+    once (`sidecar.policy.permission_service`). Pending asks keep tables of their own."""
 
     COMPONENT = "permission_rules"
     SCHEMA_VERSION = 1

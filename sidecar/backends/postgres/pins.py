@@ -1,11 +1,7 @@
-"""Pinned tool definitions on PostgreSQL (`asyncpg`), shared by every replica of a fleet.
+"""Pinned tool definitions on PostgreSQL: `sidecar.stores.pins.PinStore` shared by every
+replica of a fleet. Table `sidecar_pins`, component `pins`.
 
-It implements `sidecar.registry.pins.PinStore` with the embedded store's semantics: one pin per
-`<server>/<tool>` key, the latest `put` replacing the earlier, all loaded when a Location
-opens. A replica that opens after another pinned a server's tools holds that server's changed
-definitions against those pins instead of trusting its own first listing. Rows carry the
-Location's name (Locations on one database stay apart). Table `sidecar_pins`, component
-`pins` in `sidecar_schema`.
+Imports `sidecar.stores` and this package. Exports `PostgresPinStore`.
 """
 
 from __future__ import annotations
@@ -19,7 +15,13 @@ from sidecar.stores.pins import Pin
 
 
 class PostgresPinStore(PostgresStore):
-    """See the module docstring. `await PostgresPinStore.on_pool(pool, location=...)`."""
+    """The fleet's `PinStore`. `await PostgresPinStore.on_pool(pool, location=...)`.
+
+    The embedded store's semantics: one pin per `<server>/<tool>` key, the latest `put`
+    replacing the earlier, all loaded when a Location opens. A replica that opens after
+    another pinned a server's tools holds that server's changed definitions against those
+    pins instead of trusting its own first listing. Rows carry the Location's name
+    (Locations on one database stay apart)."""
 
     COMPONENT = "pins"
     SCHEMA_VERSION = 1

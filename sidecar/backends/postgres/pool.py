@@ -1,10 +1,11 @@
-"""PostgreSQL plumbing the fleet stores share (`asyncpg`): one connection pool per replica,
-versioned schemas, and the advisory lock keys the replicas coordinate with.
+"""PostgreSQL plumbing the fleet stores share: one connection pool per replica (`open_pool`),
+versioned schemas (`migrate`, `PostgresStore`), the advisory lock keys the replicas coordinate
+with (`LOCK_*`), a LISTENing connection (`Listening`), work carried past cancellation
+(`Carried`) and what a database failure looks like (`failures`, `connection_lost`).
 
-Every PostgreSQL store takes the replica's pool (`open_pool`, opened once by the composition
-root), names its own `component` row in `sidecar_schema`, keeps its tables as `sidecar_<name>`
-and applies its migrations at open with `migrate`. A database whose schema for a component is
-newer than this code knows is refused, so an old replica never writes a newer layout.
+Imports `sidecar.model`, `sidecar.stores` and `asyncpg` (only when a pool opens: importing this
+module needs no driver). Importing it registers how to recognise asyncpg's connection failures
+with `sidecar.stores.errors` (`register_failure_kind`). Exports the names of `__all__`.
 """
 
 from __future__ import annotations

@@ -1,23 +1,8 @@
 """Notifications of a call continued for another replica's request
-(`sidecar.backends.postgres.rounds`).
+(`sidecar.backends.postgres.rounds`): the holder's `Outbox`, `write_notes` and the table
+`sidecar_round_notes` (`NOTES_MIGRATION`), rows keyed by the round and deleted with it.
 
-When a paused call is resumed through another replica, the holder continues it and what the
-call emits on the way (progress, log lines: opaque JSON notes here) travels to that replica
-through `sidecar_round_notes`, rows keyed by the round and deleted with it (foreign key,
-`ON DELETE CASCADE`):
-
-    holder     `Outbox.put(note, slot=)`: numbered in order, written in batches, one batch at a
-               time (one INSERT and a NOTIFY `noted`); a note with a `slot` replaces the unread
-               note of that slot (in memory while it waits, in the table when written), so a
-               progress report kept for a slow reader is only the latest
-    holder     `Outbox.finish()`: no more notes; what is still unwritten goes into the
-               transaction that writes the reply (after the batch being written, if any), so
-               the reply never overtakes a note and never waits for more than that batch
-    resumer    reads and deletes the notes with the reply, in one statement (`_REPLY` in
-               `sidecar.backends.postgres.rounds`), and hands them on in order before the answer
-
-A note's batch that fails on the database is dropped with a warning (notes are best-effort:
-the call and its answer never depend on them). What is put is the caller's to bound.
+Imports `asyncpg` and this package. Exports `Outbox`, `write_notes` and `NOTES_MIGRATION`.
 """
 
 from __future__ import annotations
@@ -73,8 +58,25 @@ async def write_notes(conn: Any, location: str, key: str, notes: list[Note]) -> 
 
 
 class Outbox:
-    """The holder's side of one continued round (see the module docstring). `wants` is what
-    the resuming request asked to have relayed (None: nothing, and `put` drops every note)."""
+    """The holder's side of one continued round. `wants` is what the resuming request asked
+    to have relayed (None: nothing, and `put` drops every note). What the call emits on the
+    way (progress, log lines: opaque JSON notes here) travels to the resuming replica:
+
+        holder     `put(note, slot=)`: numbered in order, written in batches, one batch at a
+                   time (one INSERT and a NOTIFY `noted`); a note with a `slot` replaces the
+                   unread note of that slot (in memory while it waits, in the table when
+                   written), so a progress report kept for a slow reader is only the latest
+        holder     `finish()`: no more notes; what is still unwritten goes into the
+                   transaction that writes the reply (after the batch being written, if
+                   any), so the reply never overtakes a note and never waits for more than
+                   that batch
+        resumer    reads and deletes the notes with the reply, in one statement (`_REPLY` in
+                   `sidecar.backends.postgres.rounds`), and hands them on in order before
+                   the answer
+
+    A note's batch that fails on the database is dropped with a warning (notes are
+    best-effort: the call and its answer never depend on them). What is put is the caller's
+    to bound."""
 
     def __init__(self, pool: asyncpg.Pool, location: str, key: str, wants: Any, *,
                  notice: tuple[str, str],

@@ -1,35 +1,10 @@
-"""Paused 2026-07-28 `/mcp` calls on PostgreSQL (`asyncpg`): `sidecar.stores.shared_rounds` for a
-fleet.
+"""Paused 2026-07-28 `/mcp` calls on PostgreSQL: `sidecar.stores.shared_rounds.SharedRounds`
+for a fleet (`PostgresRounds`; the life of a row is its docstring). Tables `sidecar_rounds`
+and `sidecar_round_notes` (`sidecar.backends.postgres.round_notes`), channel
+`sidecar_rounds`.
 
-A paused call stays in the replica that paused it (its task waits for the client's input);
-what the fleet shares is a row of `sidecar_rounds` per paused state, written by that replica
-(the holder) before its `input_required` answer leaves:
-
-    held     INSERT (location, key, holder, request digest, expires_at = now + ttl)
-    resume   on another replica, in one transaction: the row FOR UPDATE; refused when absent,
-             already resumed, expired or for other arguments (`RoundUnknown`), or when the
-             holder went silent (`RoundHolderGone`); else the client's responses are stored
-             in it and `pg_notify('sidecar_rounds', ...)` names the holder
-    take     the holder marks the row taken (once, `UPDATE ... WHERE NOT taken`), runs its
-             `Resume` in a task, stores the value as the row's reply and NOTIFYs
-    reply    the resuming replica reads the reply and deletes the row in one statement
-    dropped  resumed by the holder itself, or expired there: the row is deleted in the
-             background (a resume elsewhere meanwhile gets `RoundUnknown` from the holder)
-    stopped  a holder shutting down marks its rows silent: a resume elsewhere is told at once
-    notes    while the holder continues the call, what it emits for the resuming request (the
-             `relay` column says what that request wants) goes through `sidecar_round_notes`
-             (`sidecar.backends.postgres.round_notes`), read with the reply and deleted with the row
-
-Every replica LISTENs on the channel once it has held or resumed a call (`Listening`, on a
-pool connection), and polls as the fallback when notifications are lost: the holder every
-`poll_interval` seconds while it holds rows (its heartbeat: `seen_at` of all its rows, then the
-rows resumed and not yet taken, or cancelled), a resuming replica every `poll_interval` seconds
-while it waits (the reply, and the holder's heartbeat). A holder silent for `silent_after`
-seconds (the fleet's claim TTL, `SIDECAR_CLAIM_TTL`, default 30 s) is gone: a resume is
-refused at once, and a waiting one ends with `RoundHolderGone` instead of hanging. A cancelled
-wait marks the row cancelled and NOTIFYs; the holder cancels the continued call. Rows of gone
-holders, expired rows and replies nobody read are deleted by whichever replica polls (every
-`PRUNE_EVERY` polls). Times are the database's clock.
+Imports `sidecar.stores`, `sidecar.model`, `asyncpg` and this package. Exports
+`PostgresRounds` and `CHANNEL`.
 """
 
 from __future__ import annotations
@@ -109,8 +84,40 @@ resume is told the holder is gone); expired rows; replies nobody read."""
 
 
 class PostgresRounds:
-    """See the module docstring. Build it with `await PostgresRounds.on_pool(pool, location)`;
-    the pool (the replica's, `sidecar.backends.postgres.pool`) stays open when this closes."""
+    """The fleet's `SharedRounds`. Build it with `await PostgresRounds.on_pool(pool,
+    location)`; the pool (the replica's) stays open when this closes.
+
+    A paused call stays in the replica that paused it (its task waits for the client's
+    input); what the fleet shares is a row of `sidecar_rounds` per paused state, written by
+    that replica (the holder) before its `input_required` answer leaves:
+
+        held     INSERT (location, key, holder, request digest, expires_at = now + ttl)
+        resume   on another replica, in one transaction: the row FOR UPDATE; refused when
+                 absent, already resumed, expired or for other arguments (`RoundUnknown`),
+                 or when the holder went silent (`RoundHolderGone`); else the client's
+                 responses are stored in it and `pg_notify('sidecar_rounds', ...)` names
+                 the holder
+        take     the holder marks the row taken (once, `UPDATE ... WHERE NOT taken`), runs
+                 its `Resume` in a task, stores the value as the row's reply and NOTIFYs
+        reply    the resuming replica reads the reply and deletes the row in one statement
+        dropped  resumed by the holder itself, or expired there: the row is deleted in the
+                 background (a resume elsewhere meanwhile gets `RoundUnknown` from the holder)
+        stopped  a holder shutting down marks its rows silent: a resume elsewhere is told at
+                 once
+        notes    while the holder continues the call, what it emits for the resuming request
+                 (the `relay` column says what that request wants) goes through
+                 `sidecar_round_notes` (`Outbox`), read with the reply and deleted with the row
+
+    Every replica LISTENs on the channel once it has held or resumed a call, and polls as the
+    fallback when notifications are lost: the holder every `poll_interval` seconds while it
+    holds rows (its heartbeat: `seen_at` of all its rows, then the rows resumed and not yet
+    taken, or cancelled), a resuming replica every `poll_interval` seconds while it waits. A
+    holder silent for `silent_after` seconds (the fleet's claim TTL, `SIDECAR_CLAIM_TTL`,
+    default 30 s) is gone: a resume is refused at once, and a waiting one ends with
+    `RoundHolderGone` instead of hanging. A cancelled wait marks the row cancelled and
+    NOTIFYs; the holder cancels the continued call. Rows of gone holders, expired rows and
+    replies nobody read are deleted by whichever replica polls (every `PRUNE_EVERY` polls).
+    Times are the database's clock."""
 
     def __init__(self, pool: asyncpg.Pool, location: str, *, silent_after: float,
                  poll_interval: float) -> None:

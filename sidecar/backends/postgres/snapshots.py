@@ -1,13 +1,8 @@
-"""Kept snapshots' recipes on PostgreSQL (`asyncpg`), so every replica of a fleet serves every
-`/v1` snapshot id (`sidecar.stores.snapshot_records`).
+"""Kept snapshots' recipes on PostgreSQL: `sidecar.stores.snapshot_records.SnapshotRecords`
+shared by every replica of a fleet, so each serves every `/v1` snapshot id. Component
+`snapshots`.
 
-One row per (Location, snapshot id): the recipe as JSON, the digest of the captured definitions
-and an expiry by the database's clock (replicas' clocks may differ; the database's is the one
-they share). The caps of the local `SnapshotStore` hold for the fleet: per session (its oldest
-go first), per owner (a scoped token, over all its sessions; its oldest go first) and in all
-(the session holding the most loses its oldest), applied when a row is added, under one
-advisory lock so that two replicas adding at once never overshoot. Expired rows are deleted as
-new ones are added.
+Imports `sidecar.stores` and this package. Exports `PostgresSnapshotRecords`.
 """
 
 from __future__ import annotations
@@ -73,8 +68,16 @@ def _recipe(text: str) -> SnapshotRecipe:
 
 
 class PostgresSnapshotRecords(PostgresStore):
-    """See the module docstring. Build it with `await PostgresSnapshotRecords.on_pool(pool)`
-    (the replica's pool) or `.open(dsn)`."""
+    """The fleet's `SnapshotRecords`. Build it with
+    `await PostgresSnapshotRecords.on_pool(pool)` (the replica's pool) or `.open(dsn)`.
+
+    One row per (Location, snapshot id): the recipe as JSON, the digest of the captured
+    definitions and an expiry by the database's clock. The caps of the local `SnapshotStore`
+    hold for the fleet: per session (its oldest go first), per owner (a scoped token, over all
+    its sessions; its oldest go first) and in all (the session holding the most loses its
+    oldest), applied when a row is added, under one advisory lock (`LOCK_SNAPSHOTS`) so that
+    two replicas adding at once never overshoot. Expired rows are deleted as new ones are
+    added."""
 
     COMPONENT = COMPONENT
     MIGRATIONS = MIGRATIONS

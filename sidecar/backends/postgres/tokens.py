@@ -1,13 +1,9 @@
-"""Scoped bearer tokens on PostgreSQL (`asyncpg`), shared by every replica of a fleet and by
-`sidecar token ...` (which opens this store itself when `SIDECAR_DATABASE_URL` is set).
+"""Scoped bearer tokens on PostgreSQL: `sidecar.stores.tokens.TokenStore` shared by every
+replica of a fleet and by `sidecar token ...` (which opens this store itself when
+`SIDECAR_DATABASE_URL` is set). Table `sidecar_tokens`, component `tokens`.
 
-It implements `sidecar.stores.tokens.TokenStore` with the embedded store's semantics: records by the
-SHA-256 digest of their secret (never the secret), listed oldest first, revoked by deleting
-the row. The daemon looks a scoped token up on each request (`find`); this store answers from
-a short cache of the tokens it found: a token made anywhere works at once on every replica
-(an unknown digest is never cached), and one revoked through another replica or the CLI stops
-working here within `CACHE_SECONDS` (at once when revoked through this store). Table
-`sidecar_tokens`, component `tokens` in `sidecar_schema`.
+Imports `sidecar.stores`, `asyncpg` (types only) and this package. Exports
+`PostgresTokenStore` and `CACHE_SECONDS`.
 """
 
 from __future__ import annotations
@@ -27,8 +23,15 @@ CACHE_ENTRIES = 1024
 
 
 class PostgresTokenStore(PostgresStore):
-    """See the module docstring. `await PostgresTokenStore.on_pool(pool)` on the replica's
-    pool, or `.open(dsn)` with a pool of its own (the CLI)."""
+    """The fleet's `TokenStore`. `await PostgresTokenStore.on_pool(pool)` on the replica's
+    pool, or `.open(dsn)` with a pool of its own (the CLI).
+
+    The embedded store's semantics: records by the SHA-256 digest of their secret (never the
+    secret), listed oldest first, revoked by deleting the row. `find` (once per request)
+    answers from a short cache of the tokens it found: a token made anywhere works at once on
+    every replica (an unknown digest is never cached), and one revoked through another replica
+    or the CLI stops working here within `CACHE_SECONDS` (at once when revoked through this
+    store)."""
 
     COMPONENT = "tokens"
     SCHEMA_VERSION = 1
