@@ -4,11 +4,13 @@
     routes, lifespan = mcp_http(location)             # `/mcp` of `sidecar serve`
     build_app(location, token=..., extra_routes=routes, extra_lifespan=lifespan)
 
-See `server` (the SDK route), `fast_answers` (the requests answered without the SDK, and
-which), `stdio_fastpath` + `stdio_pipes` and `http_fastpath` (the fast route on each
-transport), `relays` (upstream servers' traffic to the sessions), `tools`, `upstream`,
-`sessions`, `rounds`, `profile_routes`, `transports`. May import: the core, `bridges.mcp` (MCP
-types of the relayed upstreams) and the rest of `sidecar.serve`.
+See `server` (the SDK route, and the facade's collaborators), `served` (the steps both routes
+share), `fast_answers` (the requests answered without the SDK, and which), `stdio_fastpath` +
+`stdio_pipes` and `http_fastpath` (the fast route on each transport), `relays` (upstream
+servers' traffic to the sessions), `paused_calls` + `rounds` + `fleet_rounds` (2026-07-28
+calls that need the client's input), `tools`, `upstream`, `sessions`, `profile_routes`,
+`transports`. May import: the core, the face `bridges.mcp` (MCP types of the relayed
+upstreams) and the rest of `sidecar.serve`.
 """
 
 from sidecar.serve.mcp_facade.server import McpFacade

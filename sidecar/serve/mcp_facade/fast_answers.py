@@ -9,7 +9,7 @@ streams and a router per POST). Two requests are answered beside it, on both tra
     tools/list (params: `cursor` at most)     fast, once the session's handshake (2025 era)
                                               is done: the listing cached per registry state
     tools/call, plain: name, arguments,       fast, once the session (2025 era) has listed
-      `_meta` without `progressToken`         tools: `FastAnswers.fast_call` (the seam)
+      `_meta` without `progressToken`         tools: `FastAnswers.call` (the seam)
     notifications/cancelled for a fast call   fast: the call is cancelled
     the client's answer to a server request   fast (HTTP: when a fast call is waiting on it)
       a fast call sent
@@ -20,13 +20,12 @@ streams and a router per POST). Two requests are answered beside it, on both tra
       request id still in flight, malformed
       params
 
-`fast_request` takes that decision for both transports; `FastAnswers` (mixed into
-`McpFacade`) answers with the same facade code and the same wire result the SDK route gives
-(checked byte for byte by `tests/serve/mcp_facade/test_fast_answers_contract.py`). The transports
-that
-use them: `stdio_fastpath` (the SDK's stdio streams and our pipes, `stdio_pipes`) and
-`http_fastpath` (/mcp). The rest of this module is their shared bookkeeping: calls in flight
-and their cancellation, server-to-client requests, the encoded listing.
+`fast_request` takes that decision for both transports; `FastAnswers` (`McpFacade.fast`)
+answers with the same steps the SDK route takes (`served.ServedTools`) and the same wire result
+(checked byte for byte by `tests/serve/mcp_facade/test_fast_answers_contract.py`). The
+transports that use them: `stdio_fastpath` (the SDK's stdio streams and our pipes,
+`stdio_pipes`) and `http_fastpath` (/mcp). The rest of this module is their shared bookkeeping:
+calls in flight and their cancellation, server-to-client requests, the encoded listing.
 """
 
 from __future__ import annotations
@@ -54,7 +53,7 @@ from sidecar.serve.mcp_facade.sessions import (
 from sidecar.stores.database_down import database_label, unavailable_message
 
 if TYPE_CHECKING:
-    from sidecar.execution.snapshot import Snapshot
+    from sidecar.serve.mcp_facade.served import ServedTools
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +70,12 @@ class FastCall:
 
 
 def fast_request(
-    facade: FastAnswers, session: Callable[[bool], SessionState | None],
-    request_id: types.RequestId, method: str, params: dict[str, Any] | None,
-    inflight: InFlight,
+    session: Callable[[bool], SessionState | None], request_id: types.RequestId, method: str,
+    params: dict[str, Any] | None, inflight: InFlight,
 ) -> FastList | FastCall | None:
     """What to answer without the SDK for one plain JSON-RPC request, or None (the SDK's
     route answers it). `session(listed)`: the transport's session, when it may take a fast
-    route (`FastAnswers.fast_session` / `fast_http_session`)."""
+    route (`FastAnswers.session` / `http_session`)."""
     if method == "tools/list":
         state = session(False)
         if state is None or (params and set(params) - {"cursor"}):
@@ -93,38 +91,28 @@ def fast_request(
 
 
 class FastAnswers:
-    """The facade's answers on the fast routes (mixed into `McpFacade`)."""
+    """A facade's answers on the fast routes, given its sessions and what it serves (the
+    steps of a call are `served`'s, as on the SDK route)."""
 
-    sessions: Sessions
-    _listings: ListingCache[types.ListToolsResult]
-    _wire_listings: ListingCache[dict[str, Any]]
+    def __init__(self, sessions: Sessions, served: ServedTools) -> None:
+        self.sessions = sessions
+        self._served = served
+        self.wire_listings = ListingCache[dict[str, Any]](4)
+        """`tools/list` results as sent, by protocol version and definitions."""
+        # bound once: looked up on every call
+        self._settled_snapshot = served.settled_snapshot
+        self._login_first = served.login_first
+        self._result_wire = served.result_wire
 
-    def snapshot(self, session_id: str) -> Snapshot:
-        raise NotImplementedError  # `McpFacade.snapshot`
-
-    async def _result_wire(
-        self, outcome: Any, snapshot: Snapshot, *, modern: bool
-    ) -> dict[str, Any]:
-        raise NotImplementedError  # `McpFacade._result_wire`
-
-    def starting(self) -> list[str]:
-        raise NotImplementedError  # `McpFacade.starting`
-
-    async def _settled_snapshot(self, state: SessionState, name: str) -> Snapshot | None:
-        raise NotImplementedError  # `McpFacade._settled_snapshot`
-
-    async def _login_first(self, snapshot: Snapshot, tool: str, call: DownstreamCall) -> None:
-        raise NotImplementedError  # `McpFacade._login_first`
-
-    def fast_session(self, *, listed: bool = True) -> SessionState | None:
+    def session(self, *, listed: bool = True) -> SessionState | None:
         """The stdio session, when its requests may bypass the SDK's runner: handshake era and
         (for `tools/call`, `listed`) tools listed, so the session has a snapshot."""
         if not self.sessions.fixed:
             return None
         return self._fast(self.sessions.single(), listed)
 
-    def fast_http_session(self, header_id: str, *, listed: bool = True) -> SessionState | None:
-        """`fast_session` for the /mcp session with that `Mcp-Session-Id`."""
+    def http_session(self, header_id: str, *, listed: bool = True) -> SessionState | None:
+        """`session` for the /mcp session with that `Mcp-Session-Id`."""
         return self._fast(self.sessions.find(f"mcp-{header_id}"), listed)
 
     def _fast(self, state: SessionState | None, listed: bool) -> SessionState | None:
@@ -134,32 +122,33 @@ class FastAnswers:
             return None
         return state
 
-    def fast_list(self, state: SessionState) -> dict[str, Any]:
-        """`_list_tools` as the wire result the SDK's runner would send (the same dump and
-        the same protocol-version sieve), cached per registry state and version."""
-        snapshot = state.snapshot = self.snapshot(state.id)
+    def listing(self, state: SessionState) -> dict[str, Any]:
+        """`McpFacade._list_tools` as the wire result the SDK's runner would send (the same
+        dump and the same protocol-version sieve), cached per registry state and version."""
+        served = self._served
+        snapshot = state.snapshot = served.snapshot(state.id)
         version = state.protocol_version or "2025-11-25"
 
         def build() -> dict[str, Any]:
-            listing = self._listings.get(False, snapshot.definitions,
-                                         lambda: tools.tool_list(snapshot, modern=False))
+            listing = served.listing(snapshot, modern=False)
             dumped = listing.model_dump(by_alias=True, mode="json", exclude_none=True)
             return serialize_server_result("tools/list", version, dumped)
 
-        result = self._wire_listings.get(version, snapshot.definitions, build)
-        starting = self.starting()
+        result = self.wire_listings.get(version, snapshot.definitions, build)
+        starting = served.starting()
         if starting:
             return {**result, "_meta": {**result.get("_meta", {}), tools.STARTING_KEY: starting}}
         return result
 
-    async def fast_call(
+    async def call(
         self, state: SessionState, request_id: types.RequestId, name: str,
         arguments: dict[str, Any], meta: dict[str, Any], channel: CallChannel | None = None,
     ) -> dict[str, Any]:
-        """`_call_tool` for a plain handshake-era call, answered as the wire result; `channel`:
-        where the call's server-to-client requests and logs go (stdio: `requester`)."""
+        """`McpFacade._call_tool` for a plain handshake-era call, answered as the wire result;
+        `channel`: where the call's server-to-client requests and logs go (stdio: the relay's
+        `requester`)."""
         snapshot = state.snapshot
-        assert snapshot is not None  # `fast_session` (listed) said so
+        assert snapshot is not None  # `session` (listed) said so
         if snapshot.entry(name) is None:
             snapshot = await self._settled_snapshot(state, name) or snapshot
         client = state.session.client_params

@@ -1,11 +1,12 @@
-"""A paused 2026-07-28 call resumed on any replica of a fleet (mixed into `McpFacade`).
+"""A paused 2026-07-28 call resumed on any replica of a fleet (`ResumeAnywhere`, given the
+paused calls' bookkeeping by `paused_calls.PausedCalls`).
 
 A call paused for the client's input (`rounds`) keeps running in the replica that paused it;
 its `requestState` token ends in `.<replica id>`. When the Location has `SharedRounds` (a
 fleet database, `sidecar.stores.shared_rounds`) every paused state is listed there under a digest of
 its token before the `input_required` answer leaves, and:
 
-- a resume that reaches the same replica takes the local path (`McpFacade._resume`, no
+- a resume that reaches the same replica takes the local path (`PausedCalls.resume`, no
   database round trip on the way; the listing is removed in the background);
 - a resume that reaches another replica hands the client's `inputResponses` to the holder
   through the database and waits for the holder's next state, which it answers exactly as
@@ -24,6 +25,7 @@ bound to its session) and the embedded default keep the replica-local behaviour.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -46,8 +48,6 @@ from sidecar.stores.shared_rounds import (
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
 
-    from sidecar.location.location import Location
-
 _RESPONSES: TypeAdapter[types.InputResponses] = TypeAdapter(types.InputResponses)
 INVALID_STATE = "Invalid or expired requestState"
 
@@ -57,25 +57,27 @@ def round_key(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+Step = Callable[[Execution], Awaitable[types.CallToolResult | types.InputRequiredResult]]
+"""Continue a paused execution to its next state (`PausedCalls.step`)."""
+
+
 class ResumeAnywhere:
-    """The fleet side of `rounds` for `McpFacade` (see the module docstring)."""
+    """The fleet side of `rounds` (see the module docstring): `shared` is the Location's
+    `SharedRounds` (None: the embedded default, and stdio sessions, whose tokens are bound to
+    their session); `paused` the executions held here by token; `step` continues one."""
 
-    location: Location
-    sessions: Sessions
-    _rounds: dict[str, Execution]
+    def __init__(
+        self, shared: SharedRounds | None, sessions: Sessions, paused: dict[str, Execution],
+        step: Step,
+    ) -> None:
+        self._shared = None if sessions.fixed else shared
+        self._sessions = sessions
+        self._paused = paused
+        self._step = step
 
-    async def _step(
-        self, execution: Execution
-    ) -> types.CallToolResult | types.InputRequiredResult:
-        raise NotImplementedError  # McpFacade's
-
-    def _shared_rounds(self) -> SharedRounds | None:
-        rounds = self.location.stores.rounds
-        return None if self.sessions.fixed else rounds
-
-    async def _list_round(self, token: str, execution: Execution) -> None:
+    async def list_round(self, token: str, execution: Execution) -> None:
         """List a paused state held here, so a resume on another replica continues it."""
-        shared = self._shared_rounds()
+        shared = self._shared
         if shared is None:
             return
 
@@ -84,18 +86,18 @@ class ResumeAnywhere:
 
         await shared.held(round_key(token), execution.request, resume, ROUND_TTL)
 
-    def _unlist_round(self, token: str) -> None:
-        shared = self._shared_rounds()
+    def unlist_round(self, token: str) -> None:
+        shared = self._shared
         if shared is not None:
             shared.dropped(round_key(token))
 
-    async def _resume_elsewhere(
+    async def resume_elsewhere(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult | None:
         """A resume of a call another replica holds: its next state, answered here (and the
         call's notifications on the way, on this request's stream). None when this replica
         has no shared rounds (the embedded default, stdio)."""
-        shared = self._shared_rounds()
+        shared = self._shared
         if shared is None:
             return None
         responses = {key: answer.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -128,13 +130,13 @@ class ResumeAnywhere:
         the next state as JSON for that replica (None: no longer held here). Its progress and
         log notifications meanwhile go to that replica's request through `relay`."""
         answers = _RESPONSES.validate_python(responses)
-        if self._rounds.get(token) is not execution:
+        if self._paused.get(token) is not execution:
             return None
-        del self._rounds[token]
+        del self._paused[token]
         notes = RelayedNotes(relay)
-        call = self.sessions.calls.get(execution.call_id)
+        call = self._sessions.calls.get(execution.call_id)
         if call is not None:  # the request now waiting is on another replica: the relay
-            self.sessions.calls[execution.call_id] = replace(
+            self._sessions.calls[execution.call_id] = replace(
                 call, channel=notes,
                 progress_token=call.progress_token if notes.progress else None)
         execution.answer(answers)

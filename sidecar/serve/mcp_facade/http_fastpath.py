@@ -9,7 +9,7 @@ and a message router per POST, then the JSON-RPC dispatcher, the protocol model 
 the result's dump and re-validation. Most of that buys nothing for a call that sends its
 client nothing but its result, so such a call is answered here, as the spec allows, with one
 `application/json` body. The decisions are the stdio fast path's (`fast_answers`): the same
-eligibility, the same facade code (`McpFacade.fast_call`, `fast_list`), the same cancellation.
+eligibility, the same facade code (`McpFacade.fast`: `call`, `listing`), the same cancellation.
 
 Taken, on a session of the handshake era that has listed tools, from a POST whose
 Content-Type is `application/json`, whose Accept names JSON and SSE (as the SDK requires) and
@@ -110,13 +110,13 @@ class HttpFastPath:
 class _Session:
     """The fast path of one session (one transport)."""
 
-    __slots__ = ("_asks", "_facade", "_id", "_inflight", "_listing", "_path", "_sdk",
+    __slots__ = ("_asks", "_fast", "_id", "_inflight", "_listing", "_path", "_sdk",
                  "_transport")
 
     def __init__(self, path: HttpFastPath, transport: Any, session_id: str,
                  sdk: ASGIHandler) -> None:
         self._path = path
-        self._facade = path.facade
+        self._fast = path.facade.fast
         self._transport = transport
         self._id = session_id
         self._sdk = sdk
@@ -152,9 +152,9 @@ class _Session:
         if request is None:
             return False
         request_id, method, params = request
-        facade = self._facade
+        fast = self._fast
         taken = fast_request(
-            facade, lambda listed: facade.fast_http_session(self._id, listed=listed),
+            lambda listed: fast.http_session(self._id, listed=listed),
             request_id, method, params, self._inflight)
         if isinstance(taken, FastList):
             return await self._list(request_id, taken, send)
@@ -165,15 +165,15 @@ class _Session:
         task = asyncio.current_task()
         assert task is not None
         self._inflight.tasks[request_id] = task
-        work = facade.fast_call(taken.state, request_id, taken.name, taken.arguments,
-                                taken.meta, channel=reply)
+        work = fast.call(taken.state, request_id, taken.name, taken.arguments, taken.meta,
+                         channel=reply)
         result = await self._inflight.run(request_id, work, reply.fail)
         if result is not None:
             await reply.answer(request_id, result)
         return True
 
     async def _list(self, request_id: types.RequestId, taken: FastList, send: Send) -> bool:
-        body = self._listing.response(request_id, self._facade.fast_list(taken.state))
+        body = self._listing.response(request_id, self._fast.listing(taken.state))
         if body is None:
             return False
         self._path.handled += 1

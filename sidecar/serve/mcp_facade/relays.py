@@ -1,12 +1,16 @@
-"""Server-to-client traffic of upstream servers, relayed to the facade's downstream sessions
-(`bridges.mcp.passthrough.RelayTarget`; mixed into `McpFacade`, see its module docstring for
-the rules).
+"""Server-to-client traffic of upstream servers, relayed to the facade's downstream sessions.
+
+`UpstreamRelay` is the facade's `bridges.mcp.RelayTarget` (attached to the pool's relay while
+the facade serves; the rules are in `server`'s module docstring). It is given the facade's
+sessions, subscription bus, upstream servers, the executions of 2026-07-28 calls (a request
+becomes an `input_required` round) and the resource subscriptions. Exports `UpstreamRelay` and
+`quietly`. May import the core, the face `bridges.mcp` and the rest of `sidecar.serve`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
@@ -47,13 +51,20 @@ _REQUESTS: dict[str, tuple[Any, Any, types.ClientCapabilities]] = {
 class UpstreamRelay:
     """Relays upstream servers' requests and notifications to downstream sessions."""
 
-    sessions: Sessions
-    bus: InMemorySubscriptionBus
-    upstreams: upstream.Upstreams
-    requester: Callable[[Any, Any], Awaitable[Any]] | None
-    notifier: Callable[[Any], Awaitable[None]] | None
-    _running: dict[str, Execution]
-    _subscribers: dict[tuple[str, str], set[str]]
+    def __init__(
+        self, sessions: Sessions, bus: InMemorySubscriptionBus, upstreams: upstream.Upstreams,
+        running: Mapping[str, Execution], subscribers: Mapping[tuple[str, str], set[str]],
+    ) -> None:
+        self.sessions = sessions
+        self.bus = bus
+        self.upstreams = upstreams
+        self._running = running
+        """The executions of 2026-07-28 calls by call id (`paused_calls.PausedCalls`)."""
+        self._subscribers = subscribers
+        """Which sessions hold each (server, URI) subscription (the facade's handlers)."""
+        # stdio: server-to-client requests go out through the transport wrapper (`fastpath`)
+        self.requester: Callable[[Any, Any], Awaitable[Any]] | None = None
+        self.notifier: Callable[[Any], Awaitable[None]] | None = None
 
     def owns(self, calls: Sequence[InflightCall]) -> bool:
         """Whether one of these calls came from one of this facade's sessions."""
@@ -144,13 +155,13 @@ class UpstreamRelay:
             if call.channel is not None:
                 await quietly(call.channel.notify(notification))
             elif not call.state.modern or _log_opted_in(call, level):
-                await self._note(call.session, notification,
+                await self.note(call.session, notification,
                                  call.request_id if scoped else None, modern=call.state.modern)
         if callers:
             return
         for state in self.sessions.live():
             if not state.modern and state.log_level is not None and state.wants_log(level):
-                await self._note(state.session, notification)
+                await self.note(state.session, notification)
 
     async def _resource_updated(self, server: str, uri: str) -> None:
         holders = self._subscribers.get((server, uri), set())
@@ -158,17 +169,17 @@ class UpstreamRelay:
         outward = up.uri_out(uri) if up is not None else uri
         for state in self.sessions.live():
             if state.id in holders and not state.modern:
-                await self._note(state.session, types.ResourceUpdatedNotification(
+                await self.note(state.session, types.ResourceUpdatedNotification(
                     params=types.ResourceUpdatedNotificationParams(uri=outward)))
         await self.bus.publish(ResourceUpdated(uri=outward))
 
     async def _broadcast(self, notification: Any, event: Any) -> None:
         for state in self.sessions.live():
             if not state.modern:
-                await self._note(state.session, notification)
+                await self.note(state.session, notification)
         await self.bus.publish(event)
 
-    async def _note(
+    async def note(
         self, session: Any, notification: Any, related: types.RequestId | None = None, *,
         modern: bool = False,
     ) -> None:

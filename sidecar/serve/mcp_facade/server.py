@@ -5,9 +5,12 @@ One facade serves any number of downstream sessions (stdio: one; HTTP: one per
 
 Route: this is the SDK's route: every request the fast route does not take (see
 `fast_answers`) arrives here through the SDK server's handlers (`_list_tools`,
-`_call_tool`, ...). The fast route's answers (`FastAnswers`) and the upstream relay
-(`UpstreamRelay`, `relays`) are mixed in from their own modules. See `tools` (tool list/call
-and the `_meta` keys), `upstream` (resources, prompts, completion, namespacing) and `sessions`.
+`_call_tool`, ...). The facade is made of collaborators, each given what it needs: `served`
+(`ServedTools`: the profile's snapshots and listings, the steps of a call both routes take),
+`fast` (`FastAnswers`: the fast route's answers), `relay` (`UpstreamRelay`: upstream traffic to
+the sessions) and `paused` (`PausedCalls`: 2026-07-28 rounds, on any replica through
+`fleet_rounds`). See `tools` (tool list/call and the `_meta` keys), `upstream` (resources,
+prompts, completion, namespacing) and `sessions`.
 
 Server-to-client traffic of upstream servers (`bridges.mcp.passthrough`):
 - sampling, elicitation or roots requests. A 2026-07-28 upstream embeds them in an
@@ -32,9 +35,9 @@ from __future__ import annotations
 import logging
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -50,24 +53,15 @@ from mcp.server.subscriptions import (
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from bridges.mcp import InflightCall
 from sidecar.execution.snapshot import Snapshot
 from sidecar.model import tracing
 from sidecar.model.events import CallProgress, CallSettled
-from sidecar.registry.profiles import UnknownProfile
-from sidecar.serve.listing_cache import ListingCache
-from sidecar.serve.mcp_facade import login_ask, tools, upstream
+from sidecar.serve.mcp_facade import tools, upstream
 from sidecar.serve.mcp_facade.fast_answers import FastAnswers
-from sidecar.serve.mcp_facade.fleet_rounds import ResumeAnywhere
+from sidecar.serve.mcp_facade.paused_calls import PausedCalls
 from sidecar.serve.mcp_facade.relays import UpstreamRelay, quietly
-from sidecar.serve.mcp_facade.rounds import (
-    ROUND_TTL,
-    Execution,
-    Finished,
-    foreign_round,
-    new_token,
-    request_digest,
-)
+from sidecar.serve.mcp_facade.rounds import Execution
+from sidecar.serve.mcp_facade.served import ServedTools, passes
 from sidecar.serve.mcp_facade.sessions import (
     DownstreamCall,
     Sessions,
@@ -82,13 +76,11 @@ log = logging.getLogger("sidecar.mcp")
 
 SERVER_NAME = "mcp-sidecar"
 PROGRESS_DRAIN_SECONDS = 2.0
-MCP_ORIGIN = "mcp:"
-"""Label prefix of an MCP server's registration (`bridges.mcp.supervisor`)."""
 CHANGE_DEBOUNCE = 0.05
 Ctx = ServerRequestContext[Any, Any]
 
 
-class McpFacade(FastAnswers, UpstreamRelay, ResumeAnywhere):
+class McpFacade:
     """Build with a Location; `server` is the SDK server to run on any transport. Use
     `async with facade.attached():` around serving so registry changes and upstream traffic
     reach the sessions."""
@@ -101,20 +93,22 @@ class McpFacade(FastAnswers, UpstreamRelay, ResumeAnywhere):
         """The profile served (`sidecar.registry.profiles`; None: the default one)."""
         self.sessions = Sessions(session_id)
         self.bus = InMemorySubscriptionBus()
-        self._listings = ListingCache[types.ListToolsResult](4)
-        self._wire_listings = ListingCache[dict[str, Any]](4)
         self._subscribers: dict[tuple[str, str], set[str]] = {}
         self._tg: anyio.abc.TaskGroup | None = None
-        self._running: dict[str, Execution] = {}  # by call id
-        self._rounds: dict[str, Execution] = {}  # by requestState token
-        # stdio: server-to-client requests go out through the transport wrapper (`fastpath`)
-        self.requester: Callable[[Any, Any], Awaitable[Any]] | None = None
-        self.notifier: Callable[[Any], Awaitable[None]] | None = None
         pool = lambda: location.upstreams  # noqa: E731
-        self.upstreams = upstream.Upstreams(pool, lambda key: self._passes(key, "resources"))
-        self.prompt_upstreams = upstream.Upstreams(
-            pool, lambda key: self._passes(key, "prompts")
-        )
+        self.upstreams = upstream.Upstreams(pool, partial(passes, location, profile,
+                                                          which="resources"))
+        self.prompt_upstreams = upstream.Upstreams(pool, partial(passes, location, profile,
+                                                                 which="prompts"))
+        running: dict[str, Execution] = {}  # by call id: the 2026-07-28 calls' executions
+        self.relay = UpstreamRelay(self.sessions, self.bus, self.upstreams, running,
+                                   self._subscribers)
+        """Upstream servers' requests and notifications to the sessions; a transport that
+        writes them itself (stdio) sets its `requester` and `notifier`."""
+        self.served = ServedTools(location, profile, self.upstreams, self.relay.server_request)
+        self.fast = FastAnswers(self.sessions, self.served)
+        self.paused = PausedCalls(self.sessions, running, location.stores.rounds,
+                                  self.served.result)
         with warnings.catch_warnings():  # logging/setLevel is deprecated in 2026-07-28 only
             warnings.simplefilter("ignore")
             self.server: Server[Any] = Server(
@@ -143,27 +137,6 @@ class McpFacade(FastAnswers, UpstreamRelay, ResumeAnywhere):
             lambda *a, **k: original(options, *a[1:], **k)
         )
 
-    # --- the profile served --------------------------------------------------------------
-
-    def snapshot(self, session_id: str) -> Snapshot:
-        """What one session's `tools/list` advertises now, through this facade's profile; a
-        profile removed by a reload advertises nothing (and every call fails)."""
-        try:
-            return self.location.snapshot(session_id=session_id, keep=False,
-                                          profile=self.profile)
-        except UnknownProfile:
-            return Snapshot(self.location.seam, {}, session_id=session_id)
-
-    def _passes(self, server: str, which: str) -> bool:
-        try:
-            chosen = self.location.profiles.resolve(self.profile)
-        except UnknownProfile:
-            return False
-        if chosen is None:
-            return True
-        return chosen.passes_resources(server) if which == "resources" else (
-            chosen.passes_prompts(server))
-
     # --- lifecycle -----------------------------------------------------------------------
 
     @asynccontextmanager
@@ -171,25 +144,26 @@ class McpFacade(FastAnswers, UpstreamRelay, ResumeAnywhere):
         """Follow registry changes and take the upstream relay while serving."""
         location = self.location
         self._changed = anyio.Event()
-        self._listed = self.snapshot("").definitions
+        self._listed = self.served.snapshot("").definitions
         unsubscribe = location.registry.on_change(lambda: self._changed.set())
         unsubscribe_profiles = location.profiles.on_change(lambda: self._changed.set())
         pool = location.upstreams
-        detach = pool.relay.attach(self) if pool is not None else None
+        detach = pool.relay.attach(self.relay) if pool is not None else None
         try:
             async with anyio.create_task_group() as tg:
-                self._tg = tg
+                self._tg = self.paused.tg = tg
                 tg.start_soon(self._push_changes)
                 yield
                 tg.cancel_scope.cancel()
         finally:
-            self._tg = None
+            self._tg = self.paused.tg = None
             if detach is not None:
                 detach()
             unsubscribe()
             unsubscribe_profiles()
 
     async def _push_changes(self) -> None:
+        snapshot = self.served.snapshot
         while True:
             await self._changed.wait()
             await anyio.sleep(CHANGE_DEBOUNCE)  # one push for a burst of changes
@@ -197,19 +171,19 @@ class McpFacade(FastAnswers, UpstreamRelay, ResumeAnywhere):
             await self.location.definitions_checked()  # fingerprinted off the loop first
             # Only sessions whose listing changed hear of it: a change to one profile's tools
             # (or to tools no profile of this facade serves) leaves the others alone.
-            listing = self.snapshot("").definitions
+            listing = snapshot("").definitions
             changed_here = listing != self._listed
             self._listed = listing
             for state in self.sessions.live():
                 if state.snapshot is not None:
                     before = state.snapshot.definitions
-                    state.snapshot = self.snapshot(state.id)
+                    state.snapshot = snapshot(state.id)
                     if state.snapshot.definitions == before:
                         continue
                 elif not changed_here:
                     continue
                 if not state.modern:
-                    await self._note(state.session, types.ToolListChangedNotification())
+                    await self.relay.note(state.session, types.ToolListChangedNotification())
             if changed_here:
                 await self.bus.publish(ToolsListChanged())
 
@@ -219,44 +193,26 @@ class McpFacade(FastAnswers, UpstreamRelay, ResumeAnywhere):
         self, ctx: Ctx, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         state = self.sessions.state(ctx)
-        snapshot = state.snapshot = self.snapshot(state.id)
-        modern = _modern(ctx)
-        listing = self._listings.get(modern, snapshot.definitions,
-                                     lambda: tools.tool_list(snapshot, modern=modern))
-        starting = self.starting()
+        served = self.served
+        snapshot = state.snapshot = served.snapshot(state.id)
+        listing = served.listing(snapshot, modern=_modern(ctx))
+        starting = served.starting()
         if starting:
             meta = {**(listing.meta or {}), tools.STARTING_KEY: starting}
             return listing.model_copy(update={"meta": meta})
         return listing
-
-    def starting(self) -> list[str]:
-        """The upstream servers still on their first attempt (the daemon starts them in the
-        background): their tools are not listed yet."""
-        pool = self.location.upstreams
-        return pool.starting() if pool is not None else []
-
-    async def _settled_snapshot(self, state: SessionState, name: str) -> Snapshot | None:
-        """For a call of a name the session's snapshot lacks while servers are still starting
-        (a client that remembers a tool from before): a fresh snapshot once they have settled
-        their first attempts; None when nothing is starting."""
-        pool = self.location.upstreams
-        if pool is None or not pool.starting():
-            return None
-        await pool.settled()  # each first attempt is bounded by the server's timeouts.startup
-        state.snapshot = self.snapshot(state.id)
-        return state.snapshot
 
     async def _call_tool(
         self, ctx: Ctx, params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         state = self.sessions.state(ctx)
         if params.request_state is not None:
-            return await self._resume(ctx, state.id, params)
+            return await self.paused.resume(ctx, state.id, params)
         snapshot = state.snapshot
         if snapshot is None:
-            snapshot = state.snapshot = self.snapshot(state.id)
+            snapshot = state.snapshot = self.served.snapshot(state.id)
         if snapshot.entry(params.name) is None:
-            snapshot = await self._settled_snapshot(state, params.name) or snapshot
+            snapshot = await self.served.settled_snapshot(state, params.name) or snapshot
         meta: dict[str, Any] = dict(params.meta) if params.meta is not None else {}
         client = ctx.session.client_params
         try:
@@ -275,7 +231,10 @@ class McpFacade(FastAnswers, UpstreamRelay, ResumeAnywhere):
         self.sessions.calls[call.call_id] = call
         try:
             if state.modern and self._tg is not None:
-                return await self._call_in_rounds(snapshot, params, context, call, self._tg)
+                execution = Execution(state.id, params.name, params.arguments or {},
+                                      call.call_id, snapshot)
+                return await self.paused.run(
+                    execution, lambda: self._execute(snapshot, params, context, call), self._tg)
             try:
                 outcome = await self._execute(snapshot, params, context, call)
             finally:
@@ -286,136 +245,17 @@ class McpFacade(FastAnswers, UpstreamRelay, ResumeAnywhere):
             if message is None:
                 raise
             raise MCPError(types.INTERNAL_ERROR, message) from exc
-        return await self._result(outcome, snapshot, modern=_modern(ctx))
-
-    async def _result(
-        self, outcome: Any, snapshot: Snapshot, *, modern: bool
-    ) -> types.CallToolResult:
-        wire = await self._result_wire(outcome, snapshot, modern=modern)
-        return types.CallToolResult.model_validate(wire)
-
-    async def _result_wire(
-        self, outcome: Any, snapshot: Snapshot, *, modern: bool
-    ) -> dict[str, Any]:
-        """The result of a call as sent: `structuredContent` relayed by the tool's rule, and
-        the URIs in its content namespaced like listed resources (`upstream`)."""
-        seam = self.location.seam
-        wire = await tools.bounded_result_wire(outcome, snapshot, modern=modern,
-                                               store=seam.store, namespace=seam.location,
-                                               bounds=seam.bounds)
-        entry = snapshot.entry(outcome.tool)
-        if entry is not None and entry.origin.startswith(MCP_ORIGIN):
-            self.upstreams.rewrite_result_uris(wire, entry.origin.removeprefix(MCP_ORIGIN))
-        return wire
+        return await self.served.result(outcome, snapshot, modern=_modern(ctx))
 
     async def _execute(
         self, snapshot: Snapshot, params: types.CallToolRequestParams, context: Any,
         call: DownstreamCall,
     ) -> Any:
-        await self._login_first(snapshot, params.name, call)
+        await self.served.login_first(snapshot, params.name, call)
         with tracing.continued(params.meta):  # a client's `_meta.traceparent`
             if call.progress_token is None:
                 return await snapshot.execute(params.name, params.arguments or {}, context)
             return await self._execute_with_progress(snapshot, params, context, call)
-
-    async def _login_first(self, snapshot: Snapshot, tool: str, call: DownstreamCall) -> None:
-        """A tool of a server that waits for an OAuth login, called by a client that can open
-        a URL: that login first (`login_ask`; the URL goes out like an upstream's request)."""
-        async def ask(server: str, params: types.ElicitRequestURLParams) -> Any:
-            inflight = [InflightCall(call.state.id, call.call_id)]
-            return await self.server_request(server, inflight, "elicitation/create", params)
-
-        await login_ask.log_in_first(self.location, snapshot, tool, call.session, ask)
-
-    # --- 2026-07-28 calls that need the client's input (see `rounds`) --------------------
-
-    async def _call_in_rounds(
-        self, snapshot: Snapshot, params: types.CallToolRequestParams, context: Any,
-        call: DownstreamCall, tg: anyio.abc.TaskGroup,
-    ) -> types.CallToolResult | types.InputRequiredResult:
-        """Run the call in a task of the facade, so that it can outlive this request when an
-        upstream server asks the client something (answered by a later request)."""
-        execution = Execution(call.state.id, params.name, params.arguments or {}, call.call_id,
-                              snapshot)
-        self._running[call.call_id] = execution
-
-        async def run() -> None:
-            outcome: Any = None
-            failure: Exception | None = None
-            try:
-                with execution.scope:
-                    outcome = await self._execute(snapshot, params, context, call)
-            except Exception as exc:  # a defect: raised again in the request that waits
-                failure = exc
-            finally:
-                self._running.pop(call.call_id, None)
-                self.sessions.calls.pop(call.call_id, None)
-                execution.finish(outcome, failure)
-
-        tg.start_soon(run)
-        return await self._step(execution)
-
-    async def _resume(
-        self, ctx: Ctx, session_id: str, params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult:
-        token = params.request_state or ""
-        execution = self._rounds.get(token)
-        stable = self.sessions.fixed  # stdio: one session; HTTP 2026: requests stand alone
-        if execution is None and (foreign := foreign_round(token)) is not None:
-            # a fleet: paused on another replica, which continues it (`fleet_rounds`)
-            elsewhere = await self._resume_elsewhere(ctx, params)
-            if elsewhere is None:  # no fleet database: only that replica can
-                raise MCPError(types.INVALID_PARAMS, foreign)
-            return elsewhere
-        if execution is None or (stable and execution.session_id != session_id) or (
-            execution.request != request_digest(params.name, params.arguments or {})
-        ):
-            raise MCPError(types.INVALID_PARAMS, "Invalid or expired requestState")
-        del self._rounds[token]
-        self._unlist_round(token)
-        call = self.sessions.calls.get(execution.call_id)
-        if call is not None:  # later progress and logs ride the new request
-            meta = dict(params.meta) if params.meta is not None else {}
-            token_in = meta.get("progress_token", meta.get("progressToken"))
-            self.sessions.calls[execution.call_id] = replace(
-                call, session=ctx.session, request_id=ctx.request_id,
-                progress_token=token_in if isinstance(token_in, str | int) else None,
-                channel=None,  # a relay to another replica's earlier resume, if any
-            )
-        execution.answer(params.input_responses)
-        return await self._step(execution)
-
-    async def _step(
-        self, execution: Execution
-    ) -> types.CallToolResult | types.InputRequiredResult:
-        stepped = False
-        try:
-            step = await execution.next_step()
-            stepped = True
-        finally:
-            if not stepped:  # this request was cancelled: so is the call
-                execution.scope.cancel()
-        if isinstance(step, Finished):
-            if step.failure is not None:
-                raise step.failure
-            if step.outcome is None:
-                return tools.error_result("the call was cancelled")
-            return await self._result(step.outcome, execution.snapshot, modern=True)
-        token = new_token()
-        self._rounds[token] = execution
-        if self._tg is not None:
-            self._tg.start_soon(self._expire, token, execution)
-        await self._list_round(token, execution)  # a fleet: resumable on any replica
-        return types.InputRequiredResult(
-            input_requests={key: q.request for key, q in step.items()}, request_state=token
-        )
-
-    async def _expire(self, token: str, execution: Execution) -> None:
-        await anyio.sleep(ROUND_TTL)
-        if self._rounds.get(token) is execution:
-            del self._rounds[token]
-            self._unlist_round(token)
-            execution.expire()
 
     async def _execute_with_progress(
         self, snapshot: Snapshot, params: types.CallToolRequestParams, context: Any,

@@ -3,7 +3,8 @@
 Which route a request takes (the table and the reasons: `fast_answers`):
 - `tools/list` after the handshake, a plain `tools/call` once tools are listed, and
   `notifications/cancelled` for one of those calls: taken here (`fast_request` decides), run
-  through `McpFacade.fast_call` / `fast_list`, answered as JSON-RPC written by us;
+  through `McpFacade.fast` (`FastAnswers.call` / `listing`), answered as JSON-RPC written
+  by us;
 - everything else (initialize, the first listing, other methods, 2026-07-28 requests, calls
   with progress, malformed params, `notifications/cancelled` for other requests): passed on
   to the SDK server unchanged.
@@ -56,7 +57,7 @@ class FastCalls:
         self, facade: McpFacade, read: Any, write: Any,
         send_line: Callable[[bytes], Awaitable[None]] | None = None,
     ) -> None:
-        self._facade = facade
+        self._fast = facade.fast
         self._read = read
         self._write = write
         self._send_line = send_line
@@ -103,12 +104,12 @@ class FastCalls:
     def _request(
         self, request_id: types.RequestId, method: str, params: dict[str, Any] | None
     ) -> bool:
-        facade = self._facade
-        taken = fast_request(facade, lambda listed: facade.fast_session(listed=listed),
+        fast = self._fast
+        taken = fast_request(lambda listed: fast.session(listed=listed),
                              request_id, method, params, self._inflight)
         if isinstance(taken, FastList):
             self.handled += 1
-            self._spawn(self._respond_listing(request_id, facade.fast_list(taken.state)))
+            self._spawn(self._respond_listing(request_id, fast.listing(taken.state)))
             return True
         if isinstance(taken, FastCall):
             self.handled += 1
@@ -145,12 +146,13 @@ class FastCalls:
         self, request_id: types.RequestId, name: str, arguments: dict[str, Any],
         meta: dict[str, Any],
     ) -> None:
-        state = self._facade.fast_session()
+        fast = self._fast
+        state = fast.session()
         if state is None:  # the session changed era in between: answer as an error
             work: Awaitable[dict[str, Any]] = _ready(
                 error_wire("the session is no longer available"))
         else:
-            work = self._facade.fast_call(state, request_id, name, arguments, meta)
+            work = fast.call(state, request_id, name, arguments, meta)
         result = await self._inflight.run(request_id, work, self._fail)
         if result is not None:
             await self._respond(request_id, result)

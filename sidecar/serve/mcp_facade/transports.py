@@ -62,7 +62,7 @@ async def serve_stdio(
         ) as wire:
             options = facade.server.create_initialization_options()
             calls.append(FastCalls(facade, wire.read, wire.write, wire.send_line))
-            facade.requester, facade.notifier = calls[0].request, calls[0].notify
+            facade.relay.requester, facade.relay.notifier = calls[0].request, calls[0].notify
             try:
                 await facade.server.run(calls[0], wire.write, options)
             finally:
@@ -78,7 +78,7 @@ async def serve_stdio(
     async with facade.attached(), stdio_server(in_text, out_text) as (read, write):
         options = facade.server.create_initialization_options()
         fast = FastCalls(facade, read, write)
-        facade.requester, facade.notifier = fast.request, fast.notify
+        facade.relay.requester, facade.relay.notifier = fast.request, fast.notify
         try:
             await facade.server.run(fast, write, options)
         finally:

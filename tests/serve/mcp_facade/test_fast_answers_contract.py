@@ -157,7 +157,7 @@ async def stdio_answer(location: Location, route: str, method: str,
             tg.start_soon(facade.server.run, read, write, options)
         else:
             fast = FastCalls(facade, read, write, send_line if route == "pipes" else None)
-            facade.requester, facade.notifier = fast.request, fast.notify
+            facade.relay.requester, facade.relay.notifier = fast.request, fast.notify
             tg.start_soon(facade.server.run, fast, write, options)
 
         async def responses() -> None:

@@ -86,15 +86,15 @@ async def test_tool_listing_is_reused_until_the_registry_changes(tmp_path: Path)
         async with stdio_facade(location) as (facade, fast, session):
             await session.initialize()
             first = await session.list_tools()  # the SDK's path: the session is new
-            assert fast.handled == 0 and len(facade._listings) == 1
+            assert fast.handled == 0 and len(facade.served.listings) == 1
             again = await session.list_tools()  # the fast path, from its own cache
-            assert fast.handled == 1 and len(facade._wire_listings) == 1
+            assert fast.handled == 1 and len(facade.fast.wire_listings) == 1
             assert again == first  # the same listing either way
             await session.list_tools()
-            assert fast.handled == 2 and len(facade._wire_listings) == 1
+            assert fast.handled == 2 and len(facade.fast.wire_listings) == 1
             location.tools.register({"later": local_tools()["echo"]})
             names = [t.name for t in (await session.list_tools()).tools]
-            assert "later" in names and len(facade._wire_listings) == 2
+            assert "later" in names and len(facade.fast.wire_listings) == 2
 
 
 async def test_a_bug_below_the_fast_path_is_answered_as_an_internal_error_and_logged(
@@ -109,9 +109,9 @@ async def test_a_bug_below_the_fast_path_is_answered_as_an_internal_error_and_lo
             async def broken(*args: Any) -> dict[str, Any]:
                 raise RuntimeError("a bug in result mapping")
 
-            # Fault injection: no real input reaches this state, so the facade method is
+            # Fault injection: no real input reaches this state, so the fast answer is
             # replaced; what is under test is the fast path's answer when it raises.
-            monkeypatch.setattr(facade, "fast_call", broken)
+            monkeypatch.setattr(facade.fast, "call", broken)
             with anyio.fail_after(10), pytest.raises(MCPError) as info:
                 await call(session, "echo", {"text": "x"})
             assert info.value.error.code == types.INTERNAL_ERROR

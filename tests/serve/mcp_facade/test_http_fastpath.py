@@ -219,9 +219,9 @@ async def test_a_bug_below_the_fast_path_is_answered_as_an_internal_error_and_lo
         async def broken(*args: Any, **kwargs: Any) -> dict[str, Any]:
             raise RuntimeError("a bug in result mapping")
 
-        # Fault injection: no real input reaches this state, so the facade method is replaced;
+        # Fault injection: no real input reaches this state, so the fast answer is replaced;
         # what is under test is the fast path's answer when it raises.
-        monkeypatch.setattr(served.fast_path.facade, "fast_call", broken)
+        monkeypatch.setattr(served.fast_path.facade.fast, "call", broken)
         with anyio.fail_after(10):
             failed = await raw.call("echo", {"text": "x"})
         assert failed.json()["error"] == {"code": -32603, "message": "Internal error"}

@@ -113,7 +113,7 @@ async def test_an_unanswered_round_expires_and_the_call_settles(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(rounds, "ROUND_TTL", 0.5)
-    monkeypatch.setattr("sidecar.serve.mcp_facade.server.ROUND_TTL", 0.5)
+    monkeypatch.setattr("sidecar.serve.mcp_facade.paused_calls.ROUND_TTL", 0.5)
     async with serving(tmp_path) as served, connect(served.url, "2026-07-28",
                                                     sampling_callback=sampling) as client:
         await client.list_tools()

@@ -1,0 +1,122 @@
+"""What one facade serves, and the steps of a `tools/call` both routes take.
+
+`ServedTools` holds a facade's profile over its Location: the snapshot a session lists, the
+listing cache, the upstream servers still starting, a call's OAuth login first (`login_ask`)
+and its result in wire form (bounded, URIs namespaced by `upstream`). The SDK route
+(`server.McpFacade`) and the fast route (`fast_answers.FastAnswers`) are both given one, so the
+two answer alike. `passes` is a profile's filter of upstream resources and prompts.
+May import the core and the rest of `sidecar.serve`. Exports `ServedTools`, `passes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import mcp_types as types
+
+from bridges.mcp import InflightCall
+from sidecar.execution.snapshot import Snapshot
+from sidecar.registry.profiles import UnknownProfile
+from sidecar.serve.listing_cache import ListingCache
+from sidecar.serve.mcp_facade import login_ask, tools
+from sidecar.serve.mcp_facade.sessions import DownstreamCall, SessionState
+from sidecar.serve.mcp_facade.upstream import Upstreams
+
+if TYPE_CHECKING:
+    from sidecar.location.location import Location
+
+MCP_ORIGIN = "mcp:"
+"""Label prefix of an MCP server's registration (`bridges.mcp.supervisor`)."""
+
+ServerRequest = Callable[[str, Sequence[InflightCall], str, Any], Awaitable[Any]]
+"""Sends an upstream server's request to the client of its call (`UpstreamRelay.server_request`)."""
+
+
+def passes(location: Location, profile: str | None, server: str, which: str) -> bool:
+    """Whether `profile` (None: the default one) passes `server`'s resources or prompts
+    (`which`); a profile removed by a reload passes nothing."""
+    try:
+        chosen = location.profiles.resolve(profile)
+    except UnknownProfile:
+        return False
+    if chosen is None:
+        return True
+    return chosen.passes_resources(server) if which == "resources" else (
+        chosen.passes_prompts(server))
+
+
+class ServedTools:
+    """A facade's profile over its Location, and the steps every `tools/call` takes."""
+
+    def __init__(
+        self, location: Location, profile: str | None, upstreams: Upstreams,
+        server_request: ServerRequest,
+    ) -> None:
+        self.location = location
+        self.profile = profile
+        """The profile served (`sidecar.registry.profiles`; None: the default one)."""
+        self.upstreams = upstreams
+        self._server_request = server_request
+        self.listings = ListingCache[types.ListToolsResult](4)
+        """`tools/list` results by era and definitions (both routes share them)."""
+
+    def snapshot(self, session_id: str) -> Snapshot:
+        """What one session's `tools/list` advertises now, through this facade's profile; a
+        profile removed by a reload advertises nothing (and every call fails)."""
+        try:
+            return self.location.snapshot(session_id=session_id, keep=False,
+                                          profile=self.profile)
+        except UnknownProfile:
+            return Snapshot(self.location.seam, {}, session_id=session_id)
+
+    def listing(self, snapshot: Snapshot, *, modern: bool) -> types.ListToolsResult:
+        """The `tools/list` result of `snapshot`, cached per registry state."""
+        return self.listings.get(modern, snapshot.definitions,
+                                 lambda: tools.tool_list(snapshot, modern=modern))
+
+    def starting(self) -> list[str]:
+        """The upstream servers still on their first attempt (the daemon starts them in the
+        background): their tools are not listed yet."""
+        pool = self.location.upstreams
+        return pool.starting() if pool is not None else []
+
+    async def settled_snapshot(self, state: SessionState, name: str) -> Snapshot | None:
+        """For a call of a name the session's snapshot lacks while servers are still starting
+        (a client that remembers a tool from before): a fresh snapshot once they have settled
+        their first attempts; None when nothing is starting."""
+        pool = self.location.upstreams
+        if pool is None or not pool.starting():
+            return None
+        await pool.settled()  # each first attempt is bounded by the server's timeouts.startup
+        state.snapshot = self.snapshot(state.id)
+        return state.snapshot
+
+    async def login_first(self, snapshot: Snapshot, tool: str, call: DownstreamCall) -> None:
+        """A tool of a server that waits for an OAuth login, called by a client that can open
+        a URL: that login first (`login_ask`; the URL goes out like an upstream's request)."""
+        async def ask(server: str, params: types.ElicitRequestURLParams) -> Any:
+            inflight = [InflightCall(call.state.id, call.call_id)]
+            return await self._server_request(server, inflight, "elicitation/create", params)
+
+        await login_ask.log_in_first(self.location, snapshot, tool, call.session, ask)
+
+    async def result(
+        self, outcome: Any, snapshot: Snapshot, *, modern: bool
+    ) -> types.CallToolResult:
+        wire = await self.result_wire(outcome, snapshot, modern=modern)
+        return types.CallToolResult.model_validate(wire)
+
+    async def result_wire(
+        self, outcome: Any, snapshot: Snapshot, *, modern: bool
+    ) -> dict[str, Any]:
+        """The result of a call as sent: `structuredContent` relayed by the tool's rule, and
+        the URIs in its content namespaced like listed resources (`upstream`)."""
+        seam = self.location.seam
+        wire = await tools.bounded_result_wire(outcome, snapshot, modern=modern,
+                                               store=seam.store, namespace=seam.location,
+                                               bounds=seam.bounds)
+        entry = snapshot.entry(outcome.tool)
+        if entry is not None and entry.origin.startswith(MCP_ORIGIN):
+            self.upstreams.rewrite_result_uris(wire, entry.origin.removeprefix(MCP_ORIGIN))
+        return wire
