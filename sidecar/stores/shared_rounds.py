@@ -1,26 +1,15 @@
-"""Paused 2026-07-28 `/mcp` calls resumable on any replica of a fleet (`SharedRounds`).
-
-A 2026-07-28 `tools/call` that needs the client's input ends with an `input_required` result
-and a `requestState` token (`sidecar.serve.mcp_facade.rounds`); the call itself keeps running,
-paused, in the replica that answered. The client's next request, carrying its input responses,
-may reach another replica. With `SharedRounds` (a fleet: `sidecar.backends.postgres.rounds`) that
-replica hands the responses to the holder and answers the client with the holder's next state
-(the result, or the next `input_required`); without it (the embedded default) a paused call
-resumes only where it paused.
+"""The shared rounds' port: paused 2026-07-28 `/mcp` calls resumable on any replica of a fleet
+(`SharedRounds`; how a round travels is its docstring). Without it (the embedded default) a
+paused call resumes only where it paused.
 
     rounds.held(key, request, resume, ttl)   # the holder lists a paused call it holds
     rounds.dropped(key)                      # resumed by the holder itself, or expired
     answer = await rounds.resume(key, request, responses,   # on any other replica
                                  wants=..., on_note=...)
 
-`key` names one paused state (a digest of its token, never the token itself), `request` what a
-resume must repeat (a digest of the tool and its arguments). The values handed through are
-JSON-able; what they mean is the caller's.
-
-While the holder continues a call for another replica's request, what the call emits on the
-way (progress, log lines) can follow it there: `wants` (what the resuming request asked for)
-reaches the holder's `resume` with a `Relay`, and every note put into that relay reaches the
-resuming replica's `on_note`, in order, before the answer.
+Imports nothing of the sidecar. Exports `SharedRounds`, `Relay`, `Resume`, `OnNote`,
+`RoundUnknown`, `RoundHolderGone` and `RoundLost` (implementation:
+`sidecar.backends.postgres.rounds`).
 """
 
 from __future__ import annotations
@@ -92,7 +81,22 @@ class RoundLost(Exception):
 
 class SharedRounds(Protocol):
     """Paused calls of one Location, listed for every replica of a fleet: one held here is
-    resumed through any other replica, and any replica resumes one held elsewhere."""
+    resumed through any other replica, and any replica resumes one held elsewhere.
+
+    A 2026-07-28 `tools/call` that needs the client's input ends with an `input_required`
+    result and a `requestState` token (`sidecar.serve.mcp_facade.rounds`); the call itself
+    keeps running, paused, in the replica that answered (the holder). The client's next
+    request, carrying its input responses, may reach another replica: that replica hands the
+    responses to the holder (`resume`) and answers the client with the holder's next state
+    (the result, or the next `input_required`).
+
+    `key` names one paused state (a digest of its token, never the token itself), `request`
+    what a resume must repeat (a digest of the tool and its arguments). The values handed
+    through are JSON-able; what they mean is the caller's. While the holder continues a call
+    for another replica's request, what the call emits on the way (progress, log lines) can
+    follow it there: `wants` (what the resuming request asked for) reaches the holder's
+    `Resume` with a `Relay`, and every note put into that relay reaches the resuming
+    replica's `on_note`, in order, before the answer."""
 
     async def held(self, key: str, request: str, resume: Resume, ttl: float) -> None:
         """List a paused call this replica holds under `key` for `ttl` seconds: a resume on

@@ -1,21 +1,11 @@
-"""The state directory is private to the user the daemon runs as.
+"""The state directory is private to the user the daemon runs as: everything kept there
+(outcomes and permission decisions in SQLite, retained tool output, the bearer token,
+`daemon.json`) may hold secrets. A new directory is created 0700 and every file in it 0600
+at creation (nothing is chmod'ed afterwards, so no file is readable by others even for a
+moment); an existing one is checked at every start (`prepare_state_dir`).
 
-Everything the daemon keeps there (outcomes and permission decisions in SQLite, retained tool
-output, the bearer token, `daemon.json`) may hold secrets, so:
-
-- a new state directory is created 0700 (`os.mkdir` with that mode; its parents, e.g.
-  `~/.local/state`, as the umask says), and every file in it is created 0600: files through
-  `os.open(..., 0o600)` (`create_private_file`, `write_private_file`), SQLite databases by
-  creating the empty file 0600 before SQLite opens it (SQLite gives its `-wal`, `-shm` and
-  `-journal` files the mode of the database file). Nothing is chmod'ed after creation, so no
-  file is ever readable by others, not even for a moment.
-- an existing state directory is checked at every start (`prepare_state_dir`):
-  - not owned by this user, or writable by its group or others: refused (`UnsafeStateDir`).
-    Someone else could already have replaced a database, planted a symlink, or read the
-    token; fixing the mode now would not undo that, so the daemon stops and says what to do.
-  - readable or searchable by its group or others (a directory made 0755 by an older version
-    or by hand): tightened to 0700 with a warning. Once the directory is 0700 other users
-    cannot reach any file in it, whatever the files' own modes.
+Imports nothing of the sidecar. Exports `prepare_state_dir`, `UnsafeStateDir`,
+`create_private_file`, `write_private_file`, `PRIVATE_DIR_MODE` and `PRIVATE_FILE_MODE`.
 """
 
 from __future__ import annotations
@@ -34,10 +24,18 @@ class UnsafeStateDir(Exception):
 
 
 def prepare_state_dir(path: Path) -> str | None:
-    """Create `path` 0700 if it does not exist, else check it (see the module docstring).
+    """Create `path` 0700 if it does not exist (`os.mkdir` with that mode; its parents, e.g.
+    `~/.local/state`, as the umask says), else check it:
 
-    Returns a warning when an existing directory was tightened to 0700, else None; raises
-    `UnsafeStateDir` for a directory it refuses.
+    - not a directory, not owned by this user, or writable by its group or others: refused
+      (`UnsafeStateDir`). Someone else could already have replaced a database, planted a
+      symlink, or read the token; fixing the mode now would not undo that, so the daemon
+      stops and says what to do.
+    - readable or searchable by its group or others (a directory made 0755 by hand):
+      tightened to 0700 with a warning. Once the directory is 0700 other users cannot reach
+      any file in it, whatever the files' own modes.
+
+    Returns that warning when an existing directory was tightened, else None.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -68,7 +66,8 @@ def prepare_state_dir(path: Path) -> str | None:
 
 def create_private_file(path: Path) -> None:
     """Create `path` empty and 0600 if it does not exist (never follows a symlink); an
-    existing file is left as it is. For files another library opens by name (SQLite)."""
+    existing file is left as it is. For files another library opens by name: SQLite gives
+    its `-wal`, `-shm` and `-journal` files the mode of the database file."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
                  PRIVATE_FILE_MODE)
     os.close(fd)
