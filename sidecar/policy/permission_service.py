@@ -1,16 +1,8 @@
-"""The permission service of a Location: rule layers, pending asks, replies, persistence.
+"""The permission service of a Location: rule layers, pending asks, replies, persistence
+(`PermissionService`, the `PermissionGate` of `sidecar.model.permissions`, which holds the
+model of rules and replies).
 
-See `sidecar.model.permissions` for the model. `always` replies are kept in the Location's
-`PermissionStore` (`sidecar.location.ports`; embedded: `<state>/permissions.sqlite`) as session
-rules
-(the default) or Location rules, and loaded again when the Location opens, so they survive a
-restart. Before it raises an ask the service reads the store again: an `always` reply given
-through another replica of a fleet (a shared PostgreSQL store) then applies here too.
-
-Pending asks live in this process (the embedded default). Given a `SharedAsks` (fleet mode),
-each ask is also listed for every replica (`listed`), may be answered on any (`reply` stores
-the first answer there), and the answer reaches the replica whose call waits; the other
-replicas apply what it means for their own asks (an `always` rule, a session's rejection).
+Imports `sidecar.model` and `sidecar.stores`. Exports `PermissionService` and `UnknownAsk`.
 """
 
 from __future__ import annotations
@@ -57,7 +49,19 @@ class _Waiting:
 
 
 class PermissionService:
-    """Implements `PermissionGate` for one Location."""
+    """Implements `PermissionGate` for one Location.
+
+    `always` replies are kept in the Location's `PermissionStore` (embedded:
+    `<state>/permissions.sqlite`) as session rules (the default) or Location rules, and
+    loaded again when the Location opens, so they survive a restart. Before it raises an ask
+    the service reads the store again: an `always` reply given through another replica of a
+    fleet (a shared PostgreSQL store) then applies here too.
+
+    Pending asks live in this process (the embedded default). Given a `SharedAsks` (fleet
+    mode), each ask is also listed for every replica (`listed`), may be answered on any
+    (`reply` stores the first answer there), and the answer reaches the replica whose call
+    waits; the other replicas apply what it means for their own asks (an `always` rule, a
+    session's rejection)."""
 
     def __init__(
         self,

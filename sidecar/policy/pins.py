@@ -1,16 +1,9 @@
-"""Definition pinning: a tool's definition cannot change behind the model's back.
-
-Each MCP server tool's definition is fingerprinted when first seen and pinned (`PinStore`),
-keyed by `<server>/<upstream name>`; the first listing of a server pins all its tools. After
-that a changed definition, or a new tool on a server that has pins, is handled by the
-server's policy: `hold` (default for HTTP/SSE: changed texts keep the pinned ones, a changed
-schema withdraws the tool), `warn` (default for stdio: served) or `off` (nothing pinned).
-Every change publishes `DefinitionChanged` once and stays a health problem until `approve`;
-while a change is held the store is read every `APPROVAL_POLL_SECONDS`, so an approval made
-elsewhere (another replica) releases it here too.
+"""Definition pinning: a tool's definition cannot change behind the model's back (`Pins`,
+whose docstring holds the policies and how a change is held and approved).
 
 Imports `sidecar.model`, `sidecar.registry` and `sidecar.stores`. Exports `Pins`,
-`PinPolicy`, `HeldChange`, `NotHeld`, `definition_json`, `definition_diff` and `fingerprint`.
+`PinPolicy`, `HeldChange`, `NotHeld`, `definition_json`, `definition_diff`, `fingerprint`
+and `APPROVAL_POLL_SECONDS`.
 """
 
 from __future__ import annotations
@@ -106,7 +99,17 @@ class HeldChange:
 
 
 class Pins:
-    """The pins of a Location; `reshape` is the profiles' common entry wrapper."""
+    """The pins of a Location; `reshape` is the profiles' common entry wrapper.
+
+    Each MCP server tool's definition is fingerprinted when first seen and pinned
+    (`PinStore`), keyed by `<server>/<upstream name>`; the first listing of a server pins
+    all its tools. After that a changed definition, or a new tool on a server that has pins,
+    is handled by the server's policy: `hold` (default for HTTP/SSE: changed texts keep the
+    pinned ones, a changed schema withdraws the tool), `warn` (default for stdio: served) or
+    `off` (nothing pinned). Every change publishes `DefinitionChanged` once and stays a
+    health problem until `approve`; while a change is held the store is read every
+    `APPROVAL_POLL_SECONDS`, so an approval made elsewhere (another replica) releases it
+    here too."""
 
     def __init__(self, store: PinStore | None, events: EventSink | None = None) -> None:
         self.store = store

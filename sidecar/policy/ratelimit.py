@@ -1,18 +1,7 @@
-"""Rate limits: calls per minute (a token bucket) and calls at once, per profile and per tool.
+"""Rate limits: calls per minute (a token bucket) and calls at once, per profile and per tool
+(`RateLimits`, whose docstring holds the manifest keys and what a refused call gets).
 
-    [rate_limits."web_*"]                     # each matching tool its own limit, every profile
-    calls_per_minute = 30                     # refilled evenly; `burst` (default the same)
-    concurrency = 2                           # caps the calls running at once
-    [profiles.research.rate_limit]            # the whole profile together
-    calls_per_minute = 120
-    [profiles.research.tool_rate_limits."web_fetch"]   # a tool, in that profile only
-    calls_per_minute = 10
-
-A call that would go over a limit does not run: it fails `unavailable` with a message that
-says which limit and when to retry (`Rate limit ... retry in 2.5 s`). Nothing is taken from
-any bucket unless every limit of the call allows it. `rejected` counts refusals by limit, for
-`/metrics` (`sidecar_rate_limited_total{limit}`). Code Mode's nested calls go through the same
-wrapped tools, so they count too.
+Imports `sidecar.model` and `sidecar.registry`. Exports `RateLimit` and `RateLimits`.
 """
 
 from __future__ import annotations
@@ -73,7 +62,21 @@ class _Limiter:
 @dataclass(slots=True)
 class RateLimits:
     """Every limit of a Location: `set` them from the manifests; `reshape_profile` wraps a
-    profile's tools (the `sidecar.registry.profiles.Profiles` wrapper)."""
+    profile's tools (the `sidecar.registry.profiles.Profiles` wrapper).
+
+        [rate_limits."web_*"]                   # each matching tool its own limit, every profile
+        calls_per_minute = 30                   # refilled evenly; `burst` (default the same)
+        concurrency = 2                         # caps the calls running at once
+        [profiles.research.rate_limit]          # the whole profile together
+        calls_per_minute = 120
+        [profiles.research.tool_rate_limits."web_fetch"]   # a tool, in that profile only
+        calls_per_minute = 10
+
+    A call that would go over a limit does not run: it fails `unavailable` with a message
+    that says which limit and when to retry (`Rate limit ... retry in 2.5 s`). Nothing is
+    taken from any bucket unless every limit of the call allows it. `rejected` counts
+    refusals by limit, for `/metrics` (`sidecar_rate_limited_total{limit}`). Code Mode's
+    nested calls go through the same wrapped tools, so they count too."""
 
     per_tool: Mapping[str, RateLimit] = field(default_factory=dict)
     per_profile: Mapping[str, RateLimit] = field(default_factory=dict)
