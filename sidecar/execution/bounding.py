@@ -1,19 +1,14 @@
-"""Step 7 of the seam: keep model-facing text within bounds without losing any of it.
+"""Step 7 of the seam: keep model-facing text within bounds without losing any of it
+(`bound_content`; what is measured and what a preview holds is its docstring).
 
-What a model reads as text is measured: `text` items, embedded *text* resources (a 5 MB
-embedded file is 5 MB of text to a model) and resource links (each is a line of text to a
-model; a result of ten thousand links is long). Media (images, audio, embedded blobs) pass
-unchanged under their producer's own limit. These items are measured together, each as its
-text form (`textual`), joined by `\\n`. When they exceed `max_bytes` (UTF-8) or `max_lines`,
-the joined text is retained whole in the managed store, and they are replaced by one preview
-item, at the place of the first of them: `head`, a marker, `tail`. (Within the bounds, every
-item is kept as it is.) The marker says how much was omitted, where the omission
-sits in line numbers, the managed reference, and how to read the rest with `managed_read`.
-
-Guarantees (property-tested): the preview is within both limits; `head` is a prefix and `tail` a
-suffix of the original; a marker appears iff the text was cut; no UTF-8 character is split;
+Guarantees (property-tested): the preview is within both limits; `head` is a prefix and `tail`
+a suffix of the original; a marker appears iff the text was cut; no UTF-8 character is split;
 the retained text is byte-identical to the original. If retention fails, the error propagates
 and the call fails; there is never a lossy success.
+
+Imports `sidecar.model`. Exports `bound_content`, `BoundedContent`, `plan_bounding`,
+`apply_preview`, `textual`, `plan_preview`, `PreviewPlan`, `marker_text`, `render_preview`
+and the marker reserves (`MARKER_RESERVE_BYTES`, `MARKER_RESERVE_LINES`).
 """
 
 from __future__ import annotations
@@ -111,7 +106,7 @@ class BoundedContent:
 
 
 def textual(item: ContentItem) -> str | None:
-    """The text a model reads for `item` when it is measured (see the module docstring), or
+    """The text a model reads for `item` when it is measured (see `bound_content`), or
     None for media. An embedded text resource reads as a `[resource: uri, mime]` line and its
     text; a link as one `[resource link: ...]` line (the forms providers are given)."""
     if isinstance(item, TextContent):
@@ -155,7 +150,19 @@ def apply_preview(content: Content, joined: str, plan: PreviewPlan, ref: str) ->
 
 
 async def bound_content(content: Content, bounds: Bounds, retain: Retain) -> BoundedContent:
-    """Bound the text items of `content`; see the module docstring."""
+    """Bound the text items of `content`.
+
+    What a model reads as text is measured: `text` items, embedded *text* resources (a 5 MB
+    embedded file is 5 MB of text to a model) and resource links (each is a line of text to
+    a model; a result of ten thousand links is long). Media (images, audio, embedded blobs)
+    pass unchanged under their producer's own limit. These items are measured together, each
+    as its text form (`textual`), joined by `\\n`. When they exceed `max_bytes` (UTF-8) or
+    `max_lines`, the joined text is retained whole through `retain` (the managed store), and
+    they are replaced by one preview item, at the place of the first of them: `head`, a
+    marker, `tail`. (Within the bounds, every item is kept as it is.) The marker says how
+    much was omitted, where the omission sits in line numbers, the managed reference, and
+    how to read the rest with `managed_read`. An error of `retain` propagates.
+    """
     planned = plan_bounding(content, bounds)
     if planned is None:
         return BoundedContent(content, None)

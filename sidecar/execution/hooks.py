@@ -1,11 +1,8 @@
-"""Hooks around every call (steps 1 and 9 of the seam).
+"""Hooks around every call (steps 1 and 9 of the seam) and when a snapshot is taken
+(`Hooks`, whose docstring says what a hook may return and raise).
 
-A `before` hook receives the call as requested and returns a repaired `BeforeCall` (another
-name, fixed input) or None to leave it as is; it rejects the call by raising `ToolFailure`
-(model-visible) or `ToolUnavailable`. An `after` hook receives the bounded outcome (its
-`managed` field lists the retained texts) and returns a changed `Outcome` or None; whatever it
-returns is normalized and bounded again. Hooks run in registration order; each sees the
-changes of the ones before it. Any other exception from a hook is an operational failure.
+Imports `sidecar.model` (and `sidecar.registry` for types only). Exports `Hooks`,
+`BeforeCall` and `AfterCall`.
 """
 
 from __future__ import annotations
@@ -43,7 +40,15 @@ remove from that request (calls on them then fail `unavailable`)."""
 
 @dataclass(slots=True)
 class Hooks:
-    """The hooks of one Location, in registration order."""
+    """The hooks of one Location, in registration order.
+
+    A `before` hook receives the call as requested and returns a repaired `BeforeCall`
+    (another name, fixed input) or None to leave it as is; it rejects the call by raising
+    `ToolFailure` (model-visible) or `ToolUnavailable`. An `after` hook receives the bounded
+    outcome (its `managed` field lists the retained texts) and returns a changed `Outcome` or
+    None; whatever it returns is normalized and bounded again. Hooks run in registration
+    order; each sees the changes of the ones before it. Any other exception from a hook is
+    an operational failure."""
 
     before: list[BeforeHook] = field(default_factory=list)
     after: list[AfterHook] = field(default_factory=list)

@@ -1,12 +1,9 @@
-"""The `managed_read` built-in: read or search a text retained by the bounding step.
+"""The `managed_read` built-in: read or search a text retained by the bounding step
+(`managed_read_tool`). It is trusted: it captures the managed store at construction, and
+registers through the same `Tools` capability as any plugin.
 
-It is trusted: it captures the managed store at construction. It registers through the same
-`Tools` capability as any plugin. Reading by lines (`offset`/`limit`), inside one line by
-characters (`offset` = the line, `start`/`length` in characters), or by `pattern`.
-
-Its own result always fits the bounds it was built with (the Location's): a page that would
-not fit is cut (whole lines, else characters of the first line) and the header says exactly
-where to continue, so re-reading a text never retains it again under a new ref.
+Imports `sidecar.model` and `managed_store`. Exports `managed_read_tool`, `ManagedReadInput`,
+`search_owner`, `Budget`, `DEFAULT_LIMIT`, `MAX_LENGTH` and `HEADER_RESERVE_BYTES`.
 """
 
 from __future__ import annotations
@@ -69,7 +66,13 @@ class ManagedReadInput(BaseModel):
 
 
 def managed_read_tool(store: TextStore, bounds: Bounds = DEFAULT_BOUNDS) -> Tool:
-    """The tool over `store`; its pages fit `bounds` (give the Location's)."""
+    """The tool over `store`; its pages fit `bounds` (give the Location's).
+
+    Reads by lines (`offset`/`limit`), inside one line by characters (`offset` = the line,
+    `start`/`length` in characters), or by `pattern`. Its own result always fits `bounds`: a
+    page that would not fit is cut (whole lines, else characters of the first line) and the
+    header says exactly where to continue, so re-reading a text never retains it again under
+    a new ref. An invalid pattern fails `invalid_input`."""
     budget = Budget(max(bounds.bytes_limit - HEADER_RESERVE_BYTES, 64),
                     max(bounds.lines_limit - 2, 1))
 

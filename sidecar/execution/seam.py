@@ -1,24 +1,9 @@
-"""The execution seam: the one path every call takes (DESIGN.md, steps 1-10).
+"""The execution seam: the one path every call takes, from admission to the durable outcome
+(`Seam`; the steps are its docstring). It knows nothing of MCP, HTTP or how tools were
+registered: it sees a snapshot's captured entries and a few services.
 
-    execute(snapshot, name, raw_input, context)
-      0. admission: the snapshot resolves the name (its profile) and `admission` checks pass
-         (a held pin), else the call is refused; a refused call never sees a replay or a join
-      0'. a call_id already settled -> the stored outcome; one already in flight -> wait for
-         it (only for the same call: another tool, input, session, agent, token or profile
-         under a used id fails `conflict` and runs nothing); in flight here: the in-flight
-         map, on another replica of a fleet: the outcome log's claim (`OutcomeLog.claim`)
-      1. before hooks (repair name/input, or reject)
-      2. resolve the captured tool (unknown / final step -> explicit model-visible error)
-      3. decode input (invalid input never executes; the error names the JSON path)
-      4. execute (CancelledError propagates; ToolFailure is model-visible; anything else is
-         operational, logged with its traceback under an error id)
-      5. encode + validate output        6. normalize content
-      7. bound content (oversized text retained whole, or the call fails operationally)
-      8. validate + bound metadata       9. after hooks, then normalize + bound again
-     10. persist the terminal event, then return the outcome
-
-The seam knows nothing of MCP, HTTP or how tools were registered: it sees a snapshot's
-captured entries and a few services.
+Imports `sidecar.model`, `sidecar.registry`, `sidecar.stores`, `managed_store` and the rest of
+`sidecar.execution`. Exports `Seam` and `unknown_tool_error`.
 """
 
 from __future__ import annotations
@@ -92,7 +77,27 @@ def _operational(what: str, tool: str, call_id: str, exc: BaseException) -> _Fai
 
 @dataclass(slots=True)
 class Seam:
-    """Services every call goes through; one per Location."""
+    """Services every call goes through; one per Location.
+
+        execute(snapshot, name, raw_input, context)
+          0. admission: the snapshot resolves the name (its profile) and `admission` checks
+             pass (a held pin), else the call is refused; a refused call never sees a replay
+             or a join
+          0'. a call_id already settled -> the stored outcome; one already in flight -> wait
+             for it (only for the same call: another tool, input, session, agent, token or
+             profile under a used id fails `conflict` and runs nothing); in flight here: the
+             in-flight map, on another replica of a fleet: the outcome log's claim
+             (`OutcomeLog.claim`)
+          1. before hooks (repair name/input, or reject)
+          2. resolve the captured tool (unknown / final step -> explicit model-visible error)
+          3. decode input (invalid input never executes; the error names the JSON path)
+          4. execute (CancelledError propagates; ToolFailure is model-visible; anything else
+             is operational, logged with its traceback under an error id)
+          5. encode + validate output        6. normalize content
+          7. bound content (oversized text retained whole, or the call fails operationally)
+          8. validate + bound metadata       9. after hooks, then normalize + bound again
+         10. persist the terminal event, then return the outcome
+    """
 
     store: TextStore
     outcomes: OutcomeLog | None = None

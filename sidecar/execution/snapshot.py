@@ -4,6 +4,9 @@ Execution always goes through the snapshot's captured entries; registry changes 
 snapshot was taken affect later snapshots only. On a final step the definitions are kept (so a
 provider's prompt cache survives) but `tool_choice` is "none" and every call fails
 `unavailable`.
+
+Imports `sidecar.model`, `sidecar.registry` and `sidecar.execution.seam`. Exports `Snapshot`,
+`SnapshotStore`, `SnapshotExpired`, `select` and `FINAL_STEP_MESSAGE`.
 """
 
 from __future__ import annotations

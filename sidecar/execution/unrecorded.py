@@ -3,9 +3,8 @@ and recorded as soon as the database is back, so the caller's retry with the sam
 replays the outcome instead of running the tool again (docs/fleet.md, "When the database is
 down").
 
-The call's claim stays held meanwhile (it is not released: a duplicate on another replica
-waits for it, and it expires after `SIDECAR_CLAIM_TTL` if this replica dies). A replica that
-stops before the database is back loses the kept outcome: the retry then runs the call again.
+Imports `sidecar.model` and `sidecar.stores`. Exports `Unrecorded`, `OutcomeKept` and
+`RETRY_SECONDS`.
 """
 
 from __future__ import annotations
@@ -44,7 +43,13 @@ class OutcomeKept(DatabaseUnavailable):
 
 
 class Unrecorded:
-    """The outcomes waiting for the database, one background task each."""
+    """The outcomes waiting for the database, one background task each (retrying every
+    `RETRY_SECONDS`, given up with a warning after `KEPT_SECONDS`).
+
+    The call's claim stays held meanwhile (it is not released: a duplicate on another replica
+    waits for it, and it expires after `SIDECAR_CLAIM_TTL` if this replica dies). A replica
+    that stops before the database is back loses the kept outcome: the retry then runs the
+    call again."""
 
     def __init__(self) -> None:
         self._tasks: dict[str, asyncio.Task[None]] = {}
