@@ -1,19 +1,8 @@
 """`Location.health()`: the truth about one Location, as `GET /v1/health` and `sidecar health`
-show it.
+show it (`health_report`, whose docstring holds what the report has and when it is "ok",
+"degraded" or "unavailable").
 
-The report has the upstream servers (by manifest key), the plugins, the manifest and reload
-problems, held definition changes, rate-limit rejections, the tool count, the managed store
-(`store`) and the state directory's usage (`state`, see `sidecar.location.state_usage`), and, in a
-fleet, whether the database answers (`database`).
-
-`status` is "ok" when every enabled server is ready, no plugin failed, the manifests have no
-errors, every glob of their rules, profiles, overrides and rate limits matches a tool
-(`unmatched_globs`, see `bridges.manifest.globs`; known once no server is on its first
-attempt, matched off the event loop once changed tools are checked: until then the last
-result) and no tool of a `pin = "hold"` server differs from its pin; else "degraded"
-(`definition_changes` lists every change, `warn` ones included). With a fleet database that
-does not answer, "unavailable": `database` says why, and what is read from the database
-(`store`, `state`) is left out.
+Imports `sidecar.stores` and the rest of `sidecar.location`. Exports `health_report`.
 """
 
 from __future__ import annotations
@@ -28,7 +17,23 @@ if TYPE_CHECKING:
 
 
 async def health_report(location: Location) -> dict[str, Any]:
-    """The health report of `location` (JSON-ready; see the module docstring)."""
+    """The health report of `location` (JSON-ready).
+
+    The report has the upstream servers (by manifest key), the plugins, the manifest and
+    reload problems, held definition changes, rate-limit rejections, the tool count, the
+    managed store (`store`) and the state directory's usage (`state`,
+    `sidecar.location.state_usage`), and, in a fleet, whether the database answers
+    (`database`).
+
+    `status` is "ok" when every enabled server is ready, no plugin failed, the manifests have
+    no errors, every glob of their rules, profiles, overrides and rate limits matches a tool
+    (`unmatched_globs`, see `bridges.manifest.globs`; known once no server is on its first
+    attempt, matched off the event loop once changed tools are checked: until then the last
+    result) and no tool of a `pin = "hold"` server differs from its pin; else "degraded"
+    (`definition_changes` lists every change, `warn` ones included). With a fleet database
+    that does not answer, "unavailable": `database` says why, and what is read from the
+    database (`store`, `state`) is left out.
+    """
     database = location.stores.database
     unreachable = await database.unreachable() if database is not None else None
     usage: dict[str, Any] = {}

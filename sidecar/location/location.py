@@ -1,28 +1,13 @@
-"""`Location`: one workspace the daemon serves, the central object of the Python API.
+"""`Location`: one workspace the daemon serves, the central object of the Python API: a root
+directory, its registry (over the process-wide application registry), hooks, permission
+policy, plugins, the seam, its stores and its sources. `Location.open(...)` is an async context
+manager that owns every resource it opens and closes them in reverse order. What a Location is
+attached to comes in through a `Wiring` (its docstring says how `sidecar.Location` supplies
+one); where its state lives is `default_state_dir`'s docstring.
 
-A `Location` is a root directory, its registry (over the process-wide application registry),
-hooks, permission policy, plugins, the seam, and its namespace in the managed store and the
-outcome log. `Location.open(...)` is an async context manager that owns every resource it
-opens and closes them in reverse order.
-
-The class lives in the core and imports no bridge, frontend or composition root. What a
-Location is attached to comes in through a `Wiring`, the one seam between the core and the
-composition root: its stores arrive as one `Stores` value (`location.stores`), and
-`Wiring.attach_sources` attaches what the manifests declare (MCP servers, manifest tools,
-plugins, policy, live reload) as `Sources` (`sidecar.location.sources`; `location.upstreams`
-is the upstream MCP servers).
-
-`Location.open(wiring=...)` takes it explicitly. Without one it asks `default_wiring()`, which
-the core class does not have: `sidecar.Location` (the public name) is the composition root's
-subclass whose `default_wiring()` returns the daemon's defaults, so
-`from sidecar import Location; Location.open(..., manifests=[...])` attaches bridges as
-it always did, and code in the core and the frontends types against this class only.
-
-State lives in one directory (`state_dir`, default `$SIDECAR_STATE_DIR`, else
-`$XDG_STATE_HOME/mcp-sidecar`, else `~/.local/state/mcp-sidecar`): `outcomes.sqlite`,
-`permissions.sqlite`, `tokens.sqlite` (scoped bearer tokens, hashed), `pins.sqlite` (pinned
-tool definitions) and `managed/` (retained text). It is private: created 0700 with every
-file in it 0600, and refused when others can write it (`sidecar.stores.state_dir`).
+Imports the whole core (the bridges' value types for type checking only); never a bridge, a
+frontend or the composition root. Exports `Location`, `Wiring`, `AttachSources`, `NotWired`,
+`CallListeners`, `default_state_dir` and `DEFAULT_STORE_QUOTA_BYTES`.
 """
 
 from __future__ import annotations
@@ -92,6 +77,12 @@ DEFAULT_STORE_QUOTA_BYTES = 2 * 1024**3
 
 
 def default_state_dir() -> Path:
+    """`$SIDECAR_STATE_DIR`, else `$XDG_STATE_HOME/mcp-sidecar`, else
+    `~/.local/state/mcp-sidecar`. The embedded stores keep there `outcomes.sqlite`,
+    `permissions.sqlite`, `tokens.sqlite` (scoped bearer tokens, hashed), `pins.sqlite`
+    (pinned tool definitions) and `managed/` (retained text). It is private: created 0700
+    with every file in it 0600, and refused when others can write it
+    (`sidecar.stores.state_dir`)."""
     explicit = os.environ.get("SIDECAR_STATE_DIR")
     if explicit:
         return Path(explicit)
@@ -118,7 +109,16 @@ class AttachSources(Protocol):
 @dataclass(frozen=True, slots=True)
 class Wiring:
     """What the composition root supplies to `Location.open`: the store implementations and
-    the sources. Code below the root sees only the interfaces (`sidecar.location.ports`)."""
+    the sources. Code below the root sees only the interfaces (`sidecar.location.ports`): the
+    stores arrive as one `Stores` value (`location.stores`), and `attach_sources` attaches
+    what the manifests declare (MCP servers, manifest tools, plugins, policy, live reload) as
+    `Sources` (`location.upstreams` is the upstream MCP servers).
+
+    `Location.open(wiring=...)` takes it explicitly. Without one it asks `default_wiring()`,
+    which the core class does not have: `sidecar.Location` (the public name) is the
+    composition root's subclass whose `default_wiring()` returns the daemon's defaults, so
+    `from sidecar import Location; Location.open(..., manifests=[...])` attaches bridges,
+    and code in the core and the frontends types against the core class only."""
 
     open_stores: OpenStores
     event_log: EventLogFactory

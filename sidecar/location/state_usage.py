@@ -1,19 +1,10 @@
-"""How much disk a Location's state directory takes, by part, and what its upkeep removed.
+"""How much disk a Location's state directory takes, by part, and what its upkeep removed:
+the `state` section of `sidecar health` and `/metrics` (`sidecar_state_bytes{part}` and the
+pruning/eviction counters); the parts are `state_usage`'s docstring. Sizes come from `stat`
+calls on a handful of files, in a thread; the object directory is never walked (it can hold
+many thousands of files).
 
-`sidecar health` (the `state` section) and `/metrics` (`sidecar_state_bytes{part}` and the
-pruning/eviction counters) both read `state_usage`. Parts:
-
-| part | what |
-|---|---|
-| `outcomes`, `outcomes_wal` | the outcome log's database file and its write-ahead log |
-| `managed_objects` | the retained texts (the managed store's own byte count) |
-| `managed_index` | the managed store's SQLite index (database + WAL) |
-| `permissions` | persisted permission rules (database + WAL) |
-| `tokens` | scoped bearer tokens (database + WAL) |
-| `other` | every other file directly in the state directory (token, daemon.json, ...) |
-
-Sizes come from `stat` calls on a handful of files, in a thread; the object directory is never
-walked (it can hold many thousands of files).
+Imports `sidecar.stores` and `managed_store`. Exports `state_usage` and `usage_report`.
 """
 
 from __future__ import annotations
@@ -81,7 +72,17 @@ async def state_usage(
     retention_seconds: float,
     quota_bytes: int,
 ) -> dict[str, Any]:
-    """The `state` section of a health report (JSON-ready)."""
+    """The `state` section of a health report (JSON-ready), by part:
+
+    | part | what |
+    |---|---|
+    | `outcomes`, `outcomes_wal` | the outcome log's database file and its write-ahead log |
+    | `managed_objects` | the retained texts (the managed store's own byte count) |
+    | `managed_index` | the managed store's SQLite index (database + WAL) |
+    | `permissions` | persisted permission rules (database + WAL) |
+    | `tokens` | scoped bearer tokens (database + WAL) |
+    | `other` | every other file directly in the state directory (token, daemon.json, ...) |
+    """
     parts: dict[str, int] = {"outcomes": 0, "outcomes_wal": 0}
     upkeep: dict[str, Any] = {}
     if outcomes is not None:

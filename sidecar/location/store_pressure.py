@@ -7,6 +7,9 @@ while it happens, so operators can raise the quota or find the client:
 - `pressure: "high"` when the store holds at least `HIGH_RATIO` of its quota, or when objects
   were evicted for quota within the last `WINDOW_SECONDS` (seen between two reports);
 - `evicted_for_quota`: objects evicted for quota since the daemon started.
+
+Imports `managed_store`. Exports `StorePressure`, `store_quota_from_env`,
+`owner_share_from_env`, `HIGH_RATIO`, `WINDOW_SECONDS` and `DEFAULT_OWNER_SHARE`.
 """
 
 from __future__ import annotations
