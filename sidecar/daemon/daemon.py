@@ -1,12 +1,14 @@
-"""The composition root: the only module that wires frontends, bridges and stores together.
+"""The composition root's daemon: where frontends, bridges and stores are wired together.
 
-It supplies the core `Location` (`sidecar.location.location`) with its wiring (`DEFAULT_WIRING`: the
-sources the manifests declare) and exports the wired class as `sidecar.Location`; it runs the
-daemon commands (`serve`: native API + MCP over HTTP; `stdio`: MCP over stdin/stdout) from
+It supplies the core `Location` (`sidecar.location.location`) with its wiring (`DEFAULT_WIRING`:
+the sources the manifests declare) and exports the wired class as `sidecar.Location`; it runs
+the daemon commands (`serve`: native API + MCP over HTTP; `stdio`: MCP over stdin/stdout) from
 startup to graceful shutdown. Which implementation keeps each store is chosen in
-`sidecar.daemon.stores`, the root's other module. Nothing imports it but the CLI entry point
+`sidecar.daemon.stores`, the manifests' sources in `sidecar.daemon.sources`.
+
+Imports everything but the CLI. Nothing imports it but the CLI entry point
 (`sidecar.cli.commands`) and the lazy `sidecar.Location` re-export (checked by
-`tests/test_architecture.py`).
+`tests/test_architecture.py`). Exports the names of `__all__`.
 """
 
 from __future__ import annotations

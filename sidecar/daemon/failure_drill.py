@@ -1,13 +1,7 @@
-"""A failure drill for `sidecar serve`: make a task of the running Location fail on purpose.
-
-A daemon whose Location fails while it serves stops serving, closes the Location and exits
-with status 7 (`sidecar.daemon.daemon.LocationFailed`, `EXIT_LOCATION_FAILED`), for its supervisor
-(systemd's `Restart=`, Kubernetes) to start it again. Nothing in the daemon is known to fail
-that way (its tasks contain their own errors), so this path is hard to see working. The
-drill makes it happen for real: with `SIDECAR_DRILL_LOCATION_FAILURE=1` in its environment,
-`sidecar serve` (and `sidecar daemon`) runs one more task beside the Location's, in a task
-group of the serving task exactly like the upstream servers' supervisors; on SIGUSR2 that
-task raises `LocationDrill`, and the daemon goes through its failure path:
+"""A failure drill for `sidecar serve`: make a task of the running Location fail on purpose,
+so the daemon's failure path (stop serving, close the Location, exit 7:
+`sidecar.daemon.daemon.LocationFailed`) can be seen working for real; nothing in the daemon
+is known to fail that way.
 
     SIDECAR_DRILL_LOCATION_FAILURE=1 sidecar serve &
     kill -USR2 $!    # -> "sidecar: stopped: a task of the Location failed: LocationDrill: ..."
@@ -16,6 +10,8 @@ task raises `LocationDrill`, and the daemon goes through its failure path:
 Without the variable (or with any other value than `1`) nothing is installed: SIGUSR2 keeps
 its default action. Tests use it (`tests/hardening/test_location_failed_exit.py`); operators
 can use it to check that their supervisor restarts a replica that exits 7.
+
+Imports nothing of ours. Exports `failure_drill`, `LocationDrill` and `DRILL_ENV`.
 """
 
 from __future__ import annotations
@@ -39,7 +35,9 @@ class LocationDrill(Exception):
 async def failure_drill() -> AsyncIterator[None]:
     """Around serving: with `SIDECAR_DRILL_LOCATION_FAILURE=1`, a task that fails on SIGUSR2
     (its task group cancels the serving task, as a failing supervisor's would); else
-    nothing. The handler is removed on the way out."""
+    nothing. The handler is removed on the way out. `sidecar serve` (and `sidecar daemon`)
+    run it beside the Location's tasks, in a task group of the serving task exactly like the
+    upstream servers' supervisors, so the drill takes the same path as a real failure."""
     if os.environ.get(DRILL_ENV, "").strip() != "1":
         yield
         return

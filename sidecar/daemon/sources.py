@@ -1,19 +1,12 @@
 """What a Location's manifests declare, applied as one: MCP servers (a `ServerPool`),
-manifest tools, permission rules, plugins and bounds; and live reload.
+manifest tools, permission rules, plugins and bounds; and live reload (`ManifestSources`,
+whose docstring says what an open and a reload do). The composition root passes it to
+`Location.open` as its `Wiring.attach_sources`; the core never imports it and sees it as
+`sidecar.location.sources.Sources`.
 
-The composition root passes `ManifestSources` to `Location.open` as its
-`Wiring.attach_sources` (see `sidecar.location.location`); the core never imports it and sees
-it as `sidecar.location.sources.Sources` (the Location reads `manifests`, `audit`, `codemode`
-and `upstreams` from it; nothing is assigned on the Location).
-
-At open, every valid entry loads and each invalid one is reported (log, health). On a reload
-(a file changed, or `reload()`), everything is parsed and validated first; if anything is
-invalid the last good configuration keeps running and the problems are reported (log,
-`GET /v1/health` `reload_problems`, a `manifests.reloaded` event with `ok: false`). A valid
-reload applies only the difference: new servers start, removed ones stop, changed ones
-restart, unchanged ones are not touched; manifest tools are replaced in place (precedence
-kept); plugins are synced; rules and bounds are swapped. Calls already running keep the tool
-they captured.
+Imports the core, `bridges.manifest`, `bridges.manifest_tools` and `bridges.mcp`. Exports
+`ManifestSources` and the manifest-to-core translations (`profile_of`, `overrides_of`,
+`override_problems`, `location_bounds`, `limit_of`, `override_of`, `tool_names`).
 """
 
 from __future__ import annotations
@@ -160,6 +153,18 @@ def _report(problems: Sequence[ManifestProblem]) -> list[dict[str, Any]]:
 
 
 class ManifestSources:
+    """A Location's manifests, applied as one. The Location reads `manifests`, `audit`,
+    `codemode` and `upstreams` from it; nothing is assigned on the Location.
+
+    At open, every valid entry loads and each invalid one is reported (log, health). On a
+    reload (a file changed, or `reload()`), everything is parsed and validated first; if
+    anything is invalid the last good configuration keeps running and the problems are
+    reported (log, `GET /v1/health` `reload_problems`, a `manifests.reloaded` event with
+    `ok: false`). A valid reload applies only the difference: new servers start, removed ones
+    stop, changed ones restart, unchanged ones are not touched; manifest tools are replaced
+    in place (precedence kept); plugins are synced; rules and bounds are swapped. Calls
+    already running keep the tool they captured."""
+
     def __init__(
         self,
         location: Location,

@@ -1,12 +1,14 @@
 """The composition root's store choices: which implementation keeps each piece of a
-Location's state (part of the root with `sidecar.daemon.daemon`, which re-exports what the CLI
-uses).
+Location's state (`Backends`, `open_local_stores`) and the stores the CLI opens without a
+daemon (`open_token_store`, `open_call_history`, `grant_store_of`). Embedded by default
+(SQLite files and a directory in the state dir); with `SIDECAR_DATABASE_URL` / `--store`
+(PostgreSQL) and `SIDECAR_OBJECT_STORE` (S3-compatible storage) the fleet's shared backends
+(docs/fleet.md). Each store is chosen by its own opener.
 
-Embedded by default (SQLite files and a directory in the state dir); with
-`SIDECAR_DATABASE_URL` / `--store` (PostgreSQL) and `SIDECAR_OBJECT_STORE` (S3-compatible
-storage) the fleet's shared backends (docs/fleet.md). Each store is chosen by its own opener.
-Only `sidecar.daemon.daemon` and the CLI import this module (checked by
-`tests/test_architecture.py`).
+Imports the core, every backend, `managed_store` (with `managed_store.s3`) and
+`sidecar.serve.local_door`. Only
+`sidecar.daemon.daemon` and the CLI import it (checked by `tests/test_architecture.py`).
+Exports the names of `__all__`.
 """
 
 from __future__ import annotations
