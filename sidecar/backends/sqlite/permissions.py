@@ -1,7 +1,9 @@
-"""`SqlitePermissionStore`: `always` permission replies in `<state>/permissions.sqlite`.
+"""`SqlitePermissionStore`: `always` permission replies in `<state>/permissions.sqlite`, the
+embedded `PermissionStore` (`sidecar.stores.permissions`). One connection, owned by one thread
+(`sidecar.backends.sqlite.owner`), so no read or write blocks the event loop. Only the
+composition root names this class.
 
-The embedded `PermissionStore` (`sidecar.stores.permissions`). One connection, used from one worker
-thread, so no read or write blocks the event loop. Only the composition root names this class.
+Imports `sidecar.stores`, `sidecar.model` and `sqlite3`. Exports `SqlitePermissionStore`.
 """
 
 from __future__ import annotations

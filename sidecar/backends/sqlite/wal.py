@@ -1,31 +1,10 @@
-"""Keeping a SQLite write-ahead log small without a checkpoint on the commit path.
+"""Keeping a SQLite write-ahead log small without a checkpoint on the commit path: `WalKeeper`
+(its docstring says what runs when, and on which thread), for a writer that turns SQLite's
+automatic checkpoint off. Why, and what it costs: this package's README.md and
+`bench/RESULTS.md`.
 
-SQLite's automatic checkpoint runs inside the commit that crosses its threshold, so with group
-commit every call of that batch waited for it (16 concurrent recorders: p99 5.8-6.2 ms with it,
-1.3-1.6 ms without). A writer that turns it off hands the work to `WalKeeper`:
-
-- every `CHECKPOINT_EVERY` records, or as soon as the file is over `cap_bytes`, its
-  checkpoint thread, with its own connection, runs a PASSIVE checkpoint: it copies the WAL
-  into the database and never blocks the writer;
-- PASSIVE alone never shrinks the file, and under steady load it never even lets the WAL
-  start over (the writer always has frames the checkpoint has not copied yet): a soak run
-  grew `outcomes.sqlite-wal` to 494 MB. So when the file is over `cap_bytes`, the checkpoint
-  thread repeats PASSIVE rounds until one has little left to copy, then the writer runs
-  `wal_checkpoint(TRUNCATE)` between two batches: only the frames written during that last
-  short round are left to copy, and the file goes back to zero bytes;
-- when the writer has had nothing to do for `idle_seconds` after a write, it does the same, so
-  an idle daemon keeps no WAL at all.
-
-`journal_size_limit` (set to the cap on the writer's connection) also truncates the file
-whenever SQLite starts the WAL over by itself.
-
-Measured (16 concurrent recorders, 40,000 records of 2 KB, 3 rounds, 2-core machine, load ~6):
-with the 64 MB cap 7-8 truncations per run, p50 0.93 ms, p99 8.96 ms, max 116 ms; without a
-cap (the WAL grows) p50 0.90 ms, p99 9.06 ms, max 26 ms. The calls that wait for a truncation
-are a few per 64 MB of WAL.
-
-Threads: `after_batch`, `idle_wait` and `on_idle` run on the writer thread; the checkpoint
-thread only runs PASSIVE checkpoints and sets a flag the writer reads.
+Imports `sidecar.stores` and `sqlite3`. Exports `WalKeeper`, `WalStats`, `wal_path`,
+`file_size` and `DEFAULT_IDLE_SECONDS`.
 """
 
 from __future__ import annotations
@@ -73,9 +52,25 @@ class WalStats:
 
 
 class WalKeeper:
-    """Keeps one database's WAL under `cap_bytes` for the thread that writes it (see the module
-    docstring): the writer calls `configure` once, then `after_batch`, `idle_wait` and
-    `on_idle`; `stop` ends the checkpoint thread."""
+    """Keeps one database's WAL under `cap_bytes` for the thread that writes it: the writer
+    calls `configure` once, then `after_batch`, `idle_wait` and `on_idle`; `stop` ends the
+    checkpoint thread.
+
+    - every `CHECKPOINT_EVERY` records, or as soon as the file is over `cap_bytes`, the
+      checkpoint thread, with its own connection, runs a PASSIVE checkpoint: it copies the
+      WAL into the database and never blocks the writer;
+    - PASSIVE alone never shrinks the file, and under steady load never lets the WAL start
+      over, so when the file is over `cap_bytes` the checkpoint thread repeats PASSIVE rounds
+      until one has little left to copy, then the writer runs `wal_checkpoint(TRUNCATE)`
+      between two batches: only the frames written during that last short round are left to
+      copy, and the file goes back to zero bytes;
+    - when the writer has had nothing to do for `idle_seconds` after a write, it does the
+      same, so an idle daemon keeps no WAL at all.
+
+    `journal_size_limit` (set to the cap on the writer's connection) also truncates the file
+    whenever SQLite starts the WAL over by itself. Threads: `after_batch`, `idle_wait` and
+    `on_idle` run on the writer thread; the checkpoint thread only runs PASSIVE checkpoints
+    and sets a flag the writer reads. A negative cap is a `ValueError`."""
 
     def __init__(
         self, path: Path, *, cap_bytes: int = DEFAULT_WAL_CAP_BYTES,
