@@ -1,5 +1,6 @@
 """Frontends: the native HTTP API (`api`, `app`, `/v1`), the MCP facade (`mcp_facade`, `/mcp`
-and stdio), provider replay (`replay`), security and metrics.
+and stdio), the web console (`console`, `/ui`), the local door (`door`, `local_door`),
+security, connection limits and metrics. Design notes: README.md.
 
 May import: the core, `sidecar.formats`, `managed_store` and the package faces `bridges.mcp`
 and `bridges.mcp.oauth` (their `__init__`: MCP types of the relayed upstreams, OAuth logins);

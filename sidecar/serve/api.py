@@ -1,8 +1,12 @@
-"""The native HTTP API (`/v1`) for agents that run their own model loop.
+"""The native HTTP API (`/v1`) for agents that run their own model loop (`Api`).
 
 Every error is JSON with a stable code: `{"error": {"code", "message", "field"?}}`. Bodies are
 size-limited (413 `body_too_large`); malformed JSON is 400 `malformed_json`; wrong types,
 missing and unknown fields are 422 `invalid_body` naming the field. No input reaches a 500.
+
+Imports the core, `sidecar.formats`, `managed_store` and the rest of `sidecar.serve`. Exports
+`Api`, `ApiError`, `CallTracker`, `DefinitionsCache`, `JSONResponse`, `json_with` and
+`DEFAULT_MAX_BODY_BYTES`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """The `/v1` request bodies and error shape: what the handlers (`api`) validate and the OpenAPI
-document (`openapi`) describes, in one module below both."""
+document (`openapi`) describes, in one module below both.
+
+Imports `sidecar.formats`. Exports `SnapshotBody`, `ContextBody`, `CallBody`, `ReplyBody` and
+`error_schema`.
+"""
 
 from __future__ import annotations
 

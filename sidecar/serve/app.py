@@ -1,6 +1,9 @@
-"""The HTTP application of `sidecar serve`: the native API under `/v1`, `/metrics`, the web
-console under `/ui`, and (when the MCP facade is mounted) `/mcp`, all behind one
-`SecurityMiddleware` (the console authenticates with its own login cookie)."""
+"""The HTTP application of `sidecar serve` (`build_app`): the native API under `/v1`,
+`/metrics`, the web console under `/ui`, and (when the MCP facade is mounted) `/mcp`, all
+behind one `SecurityMiddleware` (the console authenticates with its own login cookie).
+
+Imports the core and the rest of `sidecar.serve`. Exports `build_app` and `ReplicaHeader`.
+"""
 
 from __future__ import annotations
 

@@ -1,28 +1,8 @@
-"""`/v1/auth/{server}`: OAuth logins of the Location's HTTP servers, started in the daemon.
+"""`/v1/auth/{server}`: OAuth logins of the Location's HTTP servers, started in the daemon
+(`AuthApi`; its routes and answers are its docstring). The tokens go to the Location's grant
+store, where the waiting server finds them (`bridges.mcp.oauth`).
 
-    GET  /v1/auth/{server}        the server's authorization (as `sidecar auth status --json`)
-                                  and the state of its newest login (`login`)
-    POST /v1/auth/{server}/login  start a login: answers once the authorization URL is known
-                                  (202, `authorization_url`), or with the result when the grant
-                                  needs no browser (client credentials: 200)
-    GET  /v1/auth/{server}/callback   the browser's redirect, with the daemon's public URL
-                                  (`SIDECAR_PUBLIC_URL`): no bearer token, the OAuth `state`
-                                  authorizes it; answers a small HTML page
-
-Without a public URL the daemon listens for the redirect on its own loopback callback
-(127.0.0.1), so the browser that opens the URL must run on the daemon's machine. With one,
-the redirect comes to `/v1/auth/{server}/callback` on whichever replica the load balancer
-picks, which finishes the login another replica may have started (`sidecar.stores.pending_logins`):
-an unknown, expired, already used or missing state is 400 naming which, and an `error=` of
-the authorization server is 400 naming it. The exchange at the token endpoint is bounded
-(`SIDECAR_LOGIN_EXCHANGE_TIMEOUT`, 30 s: 502 past it); a replica that stops mid-exchange fails
-the login on the starting replica after twice that, naming it. `login` in `GET` is the newest
-login of the server in the fleet: the one started here (with its authorization URL), or, with
-a public URL, a newer one another replica started or finished (state, message, `replica`).
-The tokens go to the Location's grant store (the state directory; in a fleet the database,
-where every replica finds them), where the waiting server finds them (`bridges.mcp.oauth`).
-One login per server at a time. A grant store that cannot be used (fleet: `SIDECAR_GRANT_KEY`
-missing or another replica's) answers 503 `grant_store_unavailable` with the reason.
+Imports the core and the face `bridges.mcp.oauth`. Exports `AuthApi`.
 """
 
 from __future__ import annotations
@@ -49,6 +29,33 @@ log = logging.getLogger("sidecar.serve.auth")
 
 
 class AuthApi:
+    """The `/v1/auth/{server}` routes of one Location:
+
+        GET  /v1/auth/{server}        the server's authorization (as `sidecar auth status
+                                      --json`) and the state of its newest login (`login`)
+        POST /v1/auth/{server}/login  start a login: answers once the authorization URL is
+                                      known (202, `authorization_url`), or with the result
+                                      when the grant needs no browser (client credentials: 200)
+        GET  /v1/auth/{server}/callback   the browser's redirect, with the daemon's public URL
+                                      (`SIDECAR_PUBLIC_URL`): no bearer token, the OAuth
+                                      `state` authorizes it; answers a small HTML page
+
+    Without a public URL the daemon listens for the redirect on its own loopback callback
+    (127.0.0.1), so the browser that opens the URL must run on the daemon's machine. With
+    one, the redirect comes to `/v1/auth/{server}/callback` on whichever replica the load
+    balancer picks, which finishes the login another replica may have started
+    (`sidecar.stores.pending_logins`): an unknown, expired, already used or missing state is
+    400 naming which, and an `error=` of the authorization server is 400 naming it. The
+    exchange at the token endpoint is bounded (`SIDECAR_LOGIN_EXCHANGE_TIMEOUT`, 30 s: 502
+    past it); a replica that stops mid-exchange fails the login on the starting replica after
+    twice that, naming it. `login` in `GET` is the newest login of the server in the fleet:
+    the one started here (with its authorization URL), or, with a public URL, a newer one
+    another replica started or finished (state, message, `replica`). The tokens go to the
+    Location's grant store (the state directory; in a fleet the database, where every replica
+    finds them). One login per server at a time. A grant store that cannot be used (fleet:
+    `SIDECAR_GRANT_KEY` missing or another replica's) answers 503 `grant_store_unavailable`
+    with the reason."""
+
     def __init__(self, location: Location) -> None:
         self.location = location
         self.store = location.grant_store()

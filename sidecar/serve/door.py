@@ -1,17 +1,13 @@
-"""The daemon's local doors: Unix sockets in the state directory, mode 0600.
+"""The daemon's local doors: Unix sockets in the state directory, mode 0600 (`bind_unix`), and
+`StdioDoor`, which serves `sidecar stdio` clients on one of them (the protocol is
+`sidecar.serve.local_door`'s).
 
     listener = bind_unix(state / "daemon.sock")     # HTTP (/v1, /mcp): handed to uvicorn
     door = StdioDoor(location, state / "stdio.sock", daemon=info)
     await door.run()                                # MCP sessions until cancelled
 
-`StdioDoor` serves one MCP session per `sidecar stdio` client (the protocol is in
-`sidecar.serve.local_door`): in "fds" mode the client hands over its stdin and stdout and the
-session
-runs on them exactly as `sidecar stdio` on its own pipes would (the same fast paths; no bytes
-pass through the client process); in "stream" mode the connection itself carries the session.
-A client asking for other manifests than the daemon's is refused with one line that says so.
-One session's failure ends that session alone (logged); a client going away mid-answer is no
-failure at all.
+Imports `sidecar.location`, `sidecar.registry`, `sidecar.serve.local_door` and
+`sidecar.serve.mcp_facade`. Exports `bind_unix`, `StdioDoor` and `Activity`.
 """
 
 from __future__ import annotations
@@ -67,7 +63,13 @@ def bind_unix(path: Path) -> socket.socket:
 
 
 class StdioDoor:
-    """Serves `sidecar stdio` clients on a Unix socket; see the module docstring."""
+    """Serves `sidecar stdio` clients on a Unix socket: one MCP session per client. In
+    "fds" mode the client hands over its stdin and stdout and the session runs on them
+    exactly as `sidecar stdio` on its own pipes would (the same fast paths; no bytes pass
+    through the client process); in "stream" mode the connection itself carries the session.
+    A client asking for other manifests than the daemon's is refused with one line that says
+    so. One session's failure ends that session alone (logged); a client going away
+    mid-answer is no failure at all."""
 
     def __init__(self, location: Location, path: Path, *, daemon: DaemonInfo) -> None:
         self.location = location

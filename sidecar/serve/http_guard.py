@@ -1,32 +1,12 @@
 """Connection limits of `sidecar serve`, applied before a request reaches the app (and so
-before authentication).
+before authentication): `ConnectionLimits` (what is limited, and the environment variables
+that set it) and the uvicorn protocol that applies them (`guarded_protocol`,
+`GuardedHttpToolsProtocol`). Why: README.md.
 
-uvicorn times out only idle keep-alive connections between requests: a client that connects
-and sends nothing, or sends half a request line, half the headers or half a body, holds its
-connection (a descriptor) forever. About 1,000 of them exhausted the daemon's descriptors,
-after which command tools could not start and new connections were reset. Here:
-
-- at most `max_connections` open HTTP connections. One more makes room by evicting the
-  connection that has waited longest without presenting a token: one that has sent no request
-  yet, half a request line or headers, or the body of a request without an `Authorization`
-  header. It is answered 503 `too_many_connections` (a kept-alive connection between requests
-  is closed without an answer) and the newcomer is served. Only connections that hold a
-  request being answered or presented a valid token remain: idle ones of clients whose token
-  was valid go next, and when none is left the newcomer is answered 503 and closed at once,
-  before a byte of it is read. A local process holding every slot without a token thus
-  cannot keep out a client with one;
-- the request line and headers must arrive within `header_timeout` seconds of the
-  connection (or of the first byte of a later request on it): else 408 and closed. Under
-  pressure (at least `BUSY_FRACTION` of the slots open) the allowance of a connection armed
-  then is `header_timeout / BUSY_DIVISOR`;
-- the body must arrive within `body_timeout` seconds of the headers: else 408 (or a plain
-  close when the app has begun its answer) and closed.
-
-`SecurityMiddleware` tells the connection that its request presented a valid token
-(`sidecar.serve.security.ADMIT_KEY`). Defaults are below; `SIDECAR_HTTP_MAX_CONNECTIONS`,
-`SIDECAR_HTTP_HEADER_TIMEOUT` and `SIDECAR_HTTP_BODY_TIMEOUT` override them (read when the
-daemon starts). Streams the daemon sends (SSE, /mcp GET) are not limited: the timers end once
-the request is read.
+Imports `sidecar.serve.http_protocol` and `sidecar.serve.security`. Exports
+`ConnectionLimits`, `guarded_protocol`, `GuardedHttpToolsProtocol` and the defaults
+(`DEFAULT_MAX_CONNECTIONS`, `DEFAULT_HEADER_TIMEOUT`, `DEFAULT_BODY_TIMEOUT`,
+`BUSY_FRACTION`, `BUSY_DIVISOR`).
 """
 
 from __future__ import annotations
@@ -51,6 +31,30 @@ BUSY_DIVISOR = 5
 
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
+    """What `sidecar serve` allows an HTTP connection:
+
+    - at most `max_connections` open HTTP connections. One more makes room by evicting the
+      connection that has waited longest without presenting a token: one that has sent no
+      request yet, half a request line or headers, or the body of a request without an
+      `Authorization` header. It is answered 503 `too_many_connections` (a kept-alive
+      connection between requests is closed without an answer) and the newcomer is served.
+      Only connections that hold a request being answered or presented a valid token remain:
+      idle ones of clients whose token was valid go next, and when none is left the newcomer
+      is answered 503 and closed at once, before a byte of it is read. A local process
+      holding every slot without a token thus cannot keep out a client with one;
+    - the request line and headers must arrive within `header_timeout` seconds of the
+      connection (or of the first byte of a later request on it): else 408 and closed. Under
+      pressure (at least `BUSY_FRACTION` of the slots open) the allowance of a connection
+      armed then is `header_timeout / BUSY_DIVISOR`;
+    - the body must arrive within `body_timeout` seconds of the headers: else 408 (or a plain
+      close when the app has begun its answer) and closed.
+
+    `SecurityMiddleware` tells the connection that its request presented a valid token
+    (`sidecar.serve.security.ADMIT_KEY`). `SIDECAR_HTTP_MAX_CONNECTIONS`,
+    `SIDECAR_HTTP_HEADER_TIMEOUT` and `SIDECAR_HTTP_BODY_TIMEOUT` override the defaults (read
+    when the daemon starts). Streams the daemon sends (SSE, /mcp GET) are not limited: the
+    timers end once the request is read."""
+
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
     body_timeout: float = DEFAULT_BODY_TIMEOUT

@@ -1,10 +1,10 @@
 """The HTTP/1.1 protocol `sidecar serve` runs: uvicorn's httptools protocol, keeping the request
-target as sent.
+target as sent (`TargetKeepingHttpToolsProtocol`). Imports nothing of ours.
 
-uvicorn's httptools protocol reduces an absolute-form target (`GET http://evil/v1/health`) to its
-path, so the app cannot tell it from `GET /v1/health`; its h11 protocol passes the target on in
-`raw_path`. This subclass does what h11 does: `raw_path` is the whole target when it is not a
-path, and `SecurityMiddleware` refuses it (400) before anything else runs.
+uvicorn's httptools protocol reduces an absolute-form target (`GET http://evil/v1/health`) to
+its path, so the app cannot tell it from `GET /v1/health`; its h11 protocol passes the target
+on in `raw_path`. This subclass does what h11 does: `raw_path` is the whole target when it is
+not a path, and `SecurityMiddleware` refuses it (400) before anything else runs.
 """
 
 from __future__ import annotations

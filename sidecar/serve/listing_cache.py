@@ -1,12 +1,13 @@
-"""Values derived from a snapshot's tool definitions, reused while the registry is unchanged.
-
+"""Values derived from a snapshot's tool definitions, reused while the registry is unchanged
+(`ListingCache`): provider listings for `/v1`, the MCP facade's `tools/list`.
 `ToolDefinition` values are immutable and shared by every snapshot taken while the registry is
 unchanged, so the identities of a snapshot's definitions (kept alive in the entry) key anything
-computed from them: provider listings for `/v1`, the MCP facade's `tools/list`. Converting
-5,000 schemas on every request was most of a listing's time.
+computed from them.
 
     cache = ListingCache[list[dict]]()
     wire = cache.get(("openai", False), snapshot.definitions, lambda: convert(...))
+
+Imports nothing of ours. Exports `ListingCache`.
 """
 
 from __future__ import annotations

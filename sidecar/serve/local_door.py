@@ -1,33 +1,16 @@
-"""The local door of the daemon that owns a state directory, and its clients' side.
+"""The local door of the daemon that owns a state directory, and its clients' side. One state
+directory has one owning daemon, which holds `<state>/daemon.lock` (`OwnerLock`) for its
+whole life, listens on `<state>/daemon.sock` (HTTP: /v1 and /mcp, for `sidecar tools`, `call`,
+`health`, `managed read`) and `<state>/stdio.sock` (MCP sessions of `sidecar stdio`), both
+mode 0600, and says who it is in `<state>/daemon.json` (`DaemonInfo`). Clients attach to it or
+start one on demand (`ensure_daemon`, `start_daemon`); the hello on `stdio.sock` is
+`attach_stdio`'s docstring.
 
-One state directory has one owning daemon process (DESIGN.md, "One daemon per state"). It
-holds `<state>/daemon.lock` (an exclusive `flock`) for its whole life and listens on two Unix
-sockets in the state directory, both mode 0600:
-
-    <state>/daemon.sock   HTTP: the native API under /v1 and MCP at /mcp (`sidecar tools`,
-                          `call`, `health`, `managed read` use it, with the state's token)
-    <state>/stdio.sock    MCP sessions: `sidecar stdio` hands its client's stdin and stdout
-                          over (SCM_RIGHTS), and the daemon serves that client on them directly
-    <state>/daemon.json   who owns the state: pid, manifests, sockets, TCP url (`serve`), ...
-    <state>/daemon.log    the output of a daemon started on demand
-
-`sidecar stdio` and the CLI commands attach to the running daemon, or start one on demand
-(`sidecar daemon --idle-exit S`, detached in its own session), which exits once it has had no
-client for `idle_exit` seconds. A client that names manifests other than the running daemon's
-is refused with an error that names the daemon, its pid and its manifests.
-
-The hello on `stdio.sock` is one JSON line from the client,
-`{"mode": "fds" | "stream", "manifests": [absolute paths] | null, "pid": N, "profile": name |
-null}` (with the two
-descriptors attached in "fds" mode), answered by one JSON line, `{"ok": true, "daemon": {...}}`
-or `{"ok": false, "error": "..."}`. In "fds" mode (stdin and stdout are pipes or stream
-sockets) the connection then only says when the session ended (the daemon closes it); in
-"stream" mode (either is a regular file, a terminal, anything an event loop cannot watch) it
-carries the MCP bytes both ways, relayed by `sidecar stdio`, whose end of input it passes on
-as a half-close.
-
-This module uses the standard library only: `sidecar stdio` runs it before, and instead of,
-importing the daemon.
+Imports the standard library only: `sidecar stdio` runs it before, and instead of, importing
+the daemon. Exports `attach_stdio`, `ensure_daemon`, `connect`, `start_daemon`, `stop_daemon`,
+`read_info`, `OwnerLock`, `DaemonInfo`, `DoorError`, the refusals (`manifests_mismatch`,
+`database_mismatch`, `already_owned`), `database_of`, `pipes_available` and the file names
+(`LOCK_FILE`, `HTTP_SOCKET`, `STDIO_SOCKET`, `INFO_FILE`, `LOG_FILE`).
 """
 
 from __future__ import annotations
@@ -273,7 +256,8 @@ def start_daemon(
     state: Path, manifests: Sequence[str], *, idle_exit: float
 ) -> subprocess.Popen[bytes]:
     """Start `sidecar daemon` on exactly `manifests` for `state`, detached (its own session,
-    output to daemon.log)."""
+    output to `<state>/daemon.log`); it exits once it has had no client for `idle_exit`
+    seconds."""
     state.mkdir(mode=0o700, parents=True, exist_ok=True)
     command = [sys.executable, "-m", "sidecar.cli", "daemon", "--state-dir", str(state),
                "--idle-exit", f"{idle_exit:g}"]
@@ -375,7 +359,18 @@ def attach_stdio(
 
     On pipes the daemon receives our stdin and stdout and serves them itself (no bytes pass
     through this process); otherwise the bytes are relayed through the socket. Returns when the
-    daemon ends the session. Raises `DoorError` when the daemon refuses or cannot start."""
+    daemon ends the session. Raises `DoorError` when the daemon refuses or cannot start (a
+    client that names other manifests than the running daemon's is refused with an error that
+    names the daemon, its pid and its manifests).
+
+    The hello on `stdio.sock` is one JSON line from the client, `{"mode": "fds" | "stream",
+    "manifests": [absolute paths] | null, "pid": N, "profile": name | null}` (with the two
+    descriptors attached in "fds" mode), answered by one JSON line, `{"ok": true, "daemon":
+    {...}}` or `{"ok": false, "error": "..."}`. In "fds" mode (stdin and stdout are pipes or
+    stream sockets) the connection then only says when the session ended (the daemon closes
+    it); in "stream" mode (either is a regular file, a terminal, anything an event loop cannot
+    watch) it carries the MCP bytes both ways, relayed by `sidecar stdio`, whose end of input
+    it passes on as a half-close."""
     sock, _ = connect(state, STDIO_SOCKET, start_with, idle_exit=idle_exit)
     with sock:
         info = read_info(state) if database is not None else None

@@ -1,23 +1,8 @@
-"""Prometheus metrics of one daemon, on a private registry (`GET /metrics`).
+"""Prometheus metrics of one daemon, on a private registry (`GET /metrics`): `Metrics`, whose
+docstring lists every metric.
 
-- `sidecar_calls_total{tool,status,error_kind}` and `sidecar_call_seconds{tool}` (histogram)
-- `sidecar_call_duration_seconds{tool,server}`, `sidecar_call_input_bytes{tool,server}`,
-  `sidecar_call_output_bytes{tool,server}` (histograms from the call history's rows; at most
-  `MAX_LABELSETS` (tool, server) pairs, later ones counted under `tool="other"`)
-- `sidecar_text_bytes_total{kind="bounded"|"retained"}`: model-facing text after bounding,
-  and text retained whole in the managed store
-- `sidecar_store_objects`, `sidecar_store_bytes`: managed store usage (read at scrape time)
-- `sidecar_store_staged_objects`, `sidecar_store_staged_bytes`,
-  `sidecar_store_staged_oldest_seconds`: objects this replica committed and has not uploaded
-  yet (only for a store writing behind: `SIDECAR_OBJECT_STORE`)
-- `sidecar_upstream_restarts{server}`, `sidecar_upstream_up{server}`: from server health
-- `sidecar_state_bytes{part}`: the state directory's size by part (see
-`sidecar.location.state_usage`)
-- `sidecar_rate_limited_total{limit}`: calls refused by a rate limit (`tool:NAME`,
-  `profile:NAME`, `profile:NAME:tool:NAME`)
-- `sidecar_outcomes_stored`, `sidecar_outcomes_expired` (tombstones of pruned outcomes);
-  counters since start: `sidecar_outcomes_pruned_total`, `sidecar_store_evicted_total{reason=
-  "expired"|"quota"}`, `sidecar_wal_truncations_total`
+Imports `sidecar.model`, `sidecar.stores` and `managed_store`. Exports `Metrics`,
+`CONTENT_TYPE` and `MAX_LABELSETS`.
 """
 
 from __future__ import annotations
@@ -42,6 +27,30 @@ _SIZE_BUCKETS = (64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16
 
 
 class Metrics:
+    """The daemon's metrics:
+
+    - `sidecar_calls_total{tool,status,error_kind}` and `sidecar_call_seconds{tool}`
+      (histogram)
+    - `sidecar_call_duration_seconds{tool,server}`, `sidecar_call_input_bytes{tool,server}`,
+      `sidecar_call_output_bytes{tool,server}` (histograms from the call history's rows; at
+      most `MAX_LABELSETS` (tool, server) pairs, later ones counted under `tool="other"`)
+    - `sidecar_text_bytes_total{kind="bounded"|"retained"}`: model-facing text after
+      bounding, and text retained whole in the managed store
+    - `sidecar_store_objects`, `sidecar_store_bytes`: managed store usage (read at scrape
+      time)
+    - `sidecar_store_staged_objects`, `sidecar_store_staged_bytes`,
+      `sidecar_store_staged_oldest_seconds`: objects this replica committed and has not
+      uploaded yet (only for a store writing behind: `SIDECAR_OBJECT_STORE`)
+    - `sidecar_upstream_restarts{server}`, `sidecar_upstream_up{server}`: from server health
+    - `sidecar_state_bytes{part}`: the state directory's size by part
+      (`sidecar.location.state_usage`)
+    - `sidecar_rate_limited_total{limit}`: calls refused by a rate limit (`tool:NAME`,
+      `profile:NAME`, `profile:NAME:tool:NAME`)
+    - `sidecar_outcomes_stored`, `sidecar_outcomes_expired` (tombstones of pruned outcomes);
+      counters since start: `sidecar_outcomes_pruned_total`,
+      `sidecar_store_evicted_total{reason="expired"|"quota"}`, `sidecar_wal_truncations_total`
+    """
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.calls = Counter(

@@ -1,4 +1,6 @@
-"""The OpenAPI 3.1 document of the native API (`GET /v1/openapi.json`)."""
+"""The OpenAPI 3.1 document of the native API (`GET /v1/openapi.json`): `openapi_document`.
+Imports `sidecar.stores`, `sidecar.formats`, `managed_store` and `sidecar.serve.api_bodies`.
+"""
 
 from __future__ import annotations
 

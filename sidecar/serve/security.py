@@ -1,23 +1,13 @@
-"""HTTP security shared by every route (`/v1`, `/mcp`, `/metrics`).
+"""HTTP security shared by every route (`/v1`, `/mcp`, `/metrics`): `SecurityMiddleware` (what
+it checks, in which order, is its docstring), the bearer token (`load_or_create_token`) and
+the strict parsers of `Host` and `Origin`. Errors are JSON: `{"error": {"code", "message"}}`.
+The token is never logged.
 
-- Bearer token, required by default. `load_or_create_token(state_dir)` reads
-  `<state>/token`, or creates it (mode 0600) on first start; `SIDECAR_TOKEN` overrides it.
-  `auth=False` (`--no-auth`) disables the check explicitly.
-- DNS-rebinding protection: a request whose `Host` is not a local name (127.0.0.1,
-  localhost, [::1], plus configured extra hosts) or whose `Origin`, when present, is not a
-  local origin is refused with 403, before authentication and before any route runs. Both
-  are parsed strictly (`parse_authority`): `[::1]evil` or `localhost:1@evil` is not local.
-- Scoped tokens (`sidecar.stores.tokens`, `sidecar token create --profile NAME`): a bearer that is
-  not the token above is looked up (`scoped`); it reaches only `/mcp/NAME` (and `/mcp` when
-  the default profile is one) of its profiles, and on `/v1` only tools, snapshots and calls
-  of its profiles (the API checks the profile) and retained text; anything else is 403
-  `forbidden_profile`.
-- The OAuth login callback (`GET /v1/auth/NAME/callback`) needs no token: the browser's
-  redirect has none; the login's single-use `state` is what authorizes it.
-- Malformed requests are refused with 400 first (`request_problem`): a request target that
-  is not a path (absolute-form `GET http://evil/...`), a duplicated Host or Origin header.
-
-Errors are JSON: `{"error": {"code", "message"}}`. The token is never logged.
+Imports `sidecar.serve.serve_policy`. Exports `SecurityMiddleware`, `load_or_create_token`,
+`token_owner`, `profile_allowed`, `parse_authority`, `host_allowed`, `origin_allowed`,
+`request_problem`, `TokenUnverifiable` and the scope keys and paths (`TOKEN_KEY`,
+`GRANT_KEY`, `ADMIT_KEY`, `MCP_PROFILE_PATH`, `LOGIN_CALLBACK_PATH`, `SCOPED_API_PATHS`,
+`TOKEN_FILE`, `LOCAL_HOSTS`).
 """
 
 from __future__ import annotations
@@ -193,7 +183,26 @@ def _admit(scope: Scope) -> None:
 
 
 class SecurityMiddleware:
-    """ASGI middleware: Host/Origin checks, then the bearer token."""
+    """ASGI middleware: Host/Origin checks, then the bearer token.
+
+    - Malformed requests are refused with 400 first (`request_problem`): a request target
+      that is not a path (absolute-form `GET http://evil/...`), a duplicated Host or Origin
+      header.
+    - DNS-rebinding protection: a request whose `Host` is not a local name (127.0.0.1,
+      localhost, [::1], plus configured extra hosts) or whose `Origin`, when present, is not a
+      local origin is refused with 403, before authentication and before any route runs. Both
+      are parsed strictly (`parse_authority`): `[::1]evil` or `localhost:1@evil` is not local.
+    - Bearer token, required by default (`load_or_create_token`: `<state>/token`, created
+      0600 on first start; `SIDECAR_TOKEN` overrides it). `auth=False` (`--no-auth`) disables
+      the check explicitly.
+    - Scoped tokens (`sidecar.stores.tokens`, `sidecar token create --profile NAME`): a bearer
+      that is not the token above is looked up (`scoped`); it reaches only `/mcp/NAME` (and
+      `/mcp` when the default profile is one) of its profiles, and on `/v1` only tools,
+      snapshots and calls of its profiles (the API checks the profile) and retained text;
+      anything else is 403 `forbidden_profile`.
+    - The OAuth login callback (`GET /v1/auth/NAME/callback`) needs no token: the browser's
+      redirect has none; the login's single-use `state` is what authorizes it.
+    """
 
     def __init__(
         self,

@@ -1,21 +1,11 @@
-"""What `sidecar serve` refuses to start with, and what it warns about.
+"""What `sidecar serve` refuses to start with, and what it warns about: `--no-auth` off
+loopback (`check_no_auth`), a weak bearer token (`check_token`, strength by `token_bits`) and
+a token file others may reach (`check_token_file`); each refusal is `UnsafeConfiguration`
+naming the flag that accepts it.
 
-- `--no-auth` on an address that is not loopback: refused (`UnsafeConfiguration`) unless
-  `--allow-no-auth-on-network` says so too. With `--no-auth` the Host/Origin check is the only
-  barrier, and any client that is not a browser passes it by sending `Host: localhost`. A
-  warning is printed whenever `--no-auth` is used, on any address.
-- A weak bearer token (`SIDECAR_TOKEN=x`, or a short `<state>/token` written by hand):
-  refused unless `--allow-weak-token` (or `SIDECAR_ALLOW_WEAK_TOKEN=1`), when the daemon
-  listens on TCP (`sidecar serve`); `sidecar daemon` serves only 0600 sockets in the private
-  state directory and accepts it. Strength is estimated
-  as length x bits per character of the smallest usual alphabet that holds the token (hex 4,
-  base64/base64url 6, anything else 6.5); 256 bits (32 random bytes) are needed, and a token of
-  fewer than 8 distinct characters is weak whatever its length. The token the daemon creates
-  (`secrets.token_urlsafe(32)`, 43 characters) passes; so do `openssl rand -hex 32` and
-  `openssl rand -base64 32`. A uuid4 (122 bits) does not.
-- A token file (`<state>/token`) that is a symlink, belongs to another user, or that other
-  users may read or write: refused (`check_token_file`), before the token is read. The
-  daemon creates it 0600; `chmod 600` fixes a loose one.
+Imports nothing of ours. Exports `UnsafeConfiguration`, `check_no_auth`, `check_token`,
+`check_token_file`, `token_bits`, `is_loopback`, `weak_tokens_allowed`, `MIN_TOKEN_BITS`,
+`MIN_DISTINCT_CHARACTERS` and `ALLOW_WEAK_TOKEN_ENV`.
 """
 
 from __future__ import annotations
@@ -53,8 +43,11 @@ def is_loopback(host: str) -> bool:
 
 
 def check_no_auth(host: str, *, allow_on_network: bool) -> str:
-    """The warning to print for `--no-auth` on `host`; `UnsafeConfiguration` when `host` is
-    not loopback and `allow_on_network` is false."""
+    """The warning to print for `--no-auth` on `host` (printed whenever `--no-auth` is used,
+    on any address); `UnsafeConfiguration` when `host` is not loopback and
+    `allow_on_network` (`--allow-no-auth-on-network`) is false. With `--no-auth` the
+    Host/Origin check is the only barrier, and any client that is not a browser passes it by
+    sending `Host: localhost`."""
     if is_loopback(host):
         return (f"warning: --no-auth: every process on this machine can call tools through "
                 f"http on {host} (only the Host/Origin check stands in front of them)")
@@ -70,7 +63,12 @@ def check_no_auth(host: str, *, allow_on_network: bool) -> str:
 
 
 def token_bits(token: str) -> float:
-    """The estimated entropy of `token` in bits (see the module docstring)."""
+    """The estimated entropy of `token` in bits: length x bits per character of the
+    smallest usual alphabet that holds the token (hex 4, base64/base64url 6, anything else
+    6.5). `MIN_TOKEN_BITS` (256: 32 random bytes) are needed, and a token of fewer than
+    `MIN_DISTINCT_CHARACTERS` distinct characters is weak whatever its length. The token the
+    daemon creates (`secrets.token_urlsafe(32)`, 43 characters) passes; so do `openssl rand
+    -hex 32` and `openssl rand -base64 32`. A uuid4 (122 bits) does not."""
     chars = set(token)
     if chars <= _HEX:
         per_char = 4.0
@@ -82,8 +80,11 @@ def token_bits(token: str) -> float:
 
 
 def check_token(token: str, source: str, *, allow_weak: bool) -> None:
-    """`UnsafeConfiguration` when `token` (from `source`, e.g. "SIDECAR_TOKEN") is weak and
-    weak tokens are not allowed. The token itself is never part of the message."""
+    """`UnsafeConfiguration` when `token` (from `source`, e.g. "SIDECAR_TOKEN", or a short
+    `<state>/token` written by hand) is weak (`token_bits`) and weak tokens are not allowed
+    (`--allow-weak-token` or `SIDECAR_ALLOW_WEAK_TOKEN=1`). Checked when the daemon listens
+    on TCP (`sidecar serve`); `sidecar daemon` serves only 0600 sockets in the private state
+    directory and accepts a weak token. The token itself is never part of the message."""
     bits = token_bits(token)
     if allow_weak or (bits >= MIN_TOKEN_BITS and len(set(token)) >= MIN_DISTINCT_CHARACTERS):
         return
@@ -101,7 +102,8 @@ def weak_tokens_allowed(flag: bool) -> bool:
 
 def check_token_file(path: Path, info: os.stat_result) -> None:
     """`UnsafeConfiguration` unless `info` (the `lstat` or `fstat` of the token file at
-    `path`) is a regular file of this user that no one else may read or write."""
+    `path`) is a regular file of this user that no one else may read or write; checked
+    before the token is read. The daemon creates it 0600; `chmod 600` fixes a loose one."""
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISREG(info.st_mode):
         raise UnsafeConfiguration(
             f"refusing the token file {path}: it is not a regular file (a symlink?); "

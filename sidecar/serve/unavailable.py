@@ -1,5 +1,7 @@
 """/v1 answers while the fleet database is down: 503 `unavailable`, naming the database and
-what the route could not do (`sidecar.stores.database_down`)."""
+what the route could not do (`sidecar.stores.database_down`). Imports `sidecar.stores`;
+exports `route_unavailable` and `UNAVAILABLE`.
+"""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 managed text. Server-rendered HTML with a little plain JavaScript (no build step, nothing
 fetched at run time).
 
-Owns: `console_routes(...)` and the console's login sessions. May import the core (`sidecar`),
-`managed_store` and `sidecar.serve` helpers; nothing imports it but the HTTP app.
+Owns: `console_routes(...)` (its only export) and the console's login sessions. May import
+the core, `managed_store` and `sidecar.serve` helpers; nothing imports it but the HTTP app.
 
 Security: the bearer token is typed once into a login form; the console then uses an
 HttpOnly, SameSite=Strict cookie scoped to `/ui`. Every state-changing request is a POST that

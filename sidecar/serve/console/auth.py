@@ -1,4 +1,7 @@
-"""Console login sessions: a random session id in an HttpOnly cookie, a CSRF token per session."""
+"""Console login sessions: a random session id in an HttpOnly cookie, a CSRF token per session.
+Imports nothing of ours. Exports `ConsoleSessions`, `ConsoleSession`, `COOKIE`,
+`SESSION_SECONDS` and `MAX_SESSIONS`.
+"""
 
 from __future__ import annotations
 

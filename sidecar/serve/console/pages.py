@@ -1,4 +1,8 @@
-"""HTML of the console's pages: plain functions from data to markup, every value escaped."""
+"""HTML of the console's pages: plain functions from data to markup, every value escaped.
+Imports nothing of ours. Exports one function per page (`servers_page`, `tools_page`,
+`asks_page`, `calls_page`, `managed_page`, `login_page`), their parts (`layout`, `table`,
+`history_table`, ...) and `e` (escape).
+"""
 
 from __future__ import annotations
 

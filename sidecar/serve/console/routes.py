@@ -1,4 +1,7 @@
-"""The console's routes (`/ui/...`): each handler gathers data from the Location and renders it."""
+"""The console's routes (`/ui/...`): each handler gathers data from the Location and renders it.
+Imports the core, `managed_store` and the rest of the console. Exports `Console` and
+`console_routes`.
+"""
 
 from __future__ import annotations
 
