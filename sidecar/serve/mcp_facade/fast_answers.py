@@ -1,31 +1,14 @@
-"""Requests the MCP facade answers without the SDK: which ones, and how.
+"""Requests the MCP facade answers without the SDK, on both transports: `fast_request` decides
+which (its docstring has the table), `FastAnswers` answers them with the steps the SDK route
+takes (`served.ServedTools`) and the same wire result (checked byte for byte by
+`tests/serve/mcp_facade/test_fast_answers_contract.py`). The rest is the bookkeeping both fast
+transports (`stdio_fastpath`, `http_fastpath`) share: calls in flight (`InFlight`),
+server-to-client requests (`Asks`), the encoded listing (`ListingJson`). Why: README.md.
 
-The SDK's request runner costs more CPU per `tools/call` than our whole seam (protocol model
-validation in and out, typed params, middleware; over HTTP also a task group, two memory
-streams and a router per POST). Two requests are answered beside it, on both transports:
-
-    request                                   route
-    ----------------------------------------  -------------------------------------------
-    tools/list (params: `cursor` at most)     fast, once the session's handshake (2025 era)
-                                              is done: the listing cached per registry state
-    tools/call, plain: name, arguments,       fast, once the session (2025 era) has listed
-      `_meta` without `progressToken`         tools: `FastAnswers.call` (the seam)
-    notifications/cancelled for a fast call   fast: the call is cancelled
-    the client's answer to a server request   fast (HTTP: when a fast call is waiting on it)
-      a fast call sent
-    everything else: initialize, the first    the SDK, unchanged
-      listing, other listings, resources,
-      prompts, 2026-07-28 requests, calls
-      with progress/tasks/round fields, a
-      request id still in flight, malformed
-      params
-
-`fast_request` takes that decision for both transports; `FastAnswers` (`McpFacade.fast`)
-answers with the same steps the SDK route takes (`served.ServedTools`) and the same wire result
-(checked byte for byte by `tests/serve/mcp_facade/test_fast_answers_contract.py`). The
-transports that use them: `stdio_fastpath` (the SDK's stdio streams and our pipes,
-`stdio_pipes`) and `http_fastpath` (/mcp). The rest of this module is their shared bookkeeping:
-calls in flight and their cancellation, server-to-client requests, the encoded listing.
+Imports `sidecar.model`, `sidecar.stores` and the rest of `sidecar.serve`. Exports
+`fast_request`, `FastAnswers`, `FastList`, `FastCall`, `InFlight`, `Asks`, `ListingJson`,
+`plain_request`, `call_params`, `cancels`, `notification_message`, `json_bytes` and
+`REQUEST_CANCELLED`.
 """
 
 from __future__ import annotations
@@ -75,7 +58,24 @@ def fast_request(
 ) -> FastList | FastCall | None:
     """What to answer without the SDK for one plain JSON-RPC request, or None (the SDK's
     route answers it). `session(listed)`: the transport's session, when it may take a fast
-    route (`FastAnswers.session` / `http_session`)."""
+    route (`FastAnswers.session` / `http_session`).
+
+        request                                   route
+        ----------------------------------------  -------------------------------------------
+        tools/list (params: `cursor` at most)     fast, once the session's handshake (2025 era)
+                                                  is done: the listing cached per registry state
+        tools/call, plain: name, arguments,       fast, once the session (2025 era) has listed
+          `_meta` without `progressToken`         tools: `FastAnswers.call` (the seam)
+        notifications/cancelled for a fast call   fast: the call is cancelled
+        the client's answer to a server request   fast (HTTP: when a fast call is waiting on it)
+          a fast call sent
+        everything else: initialize, the first    the SDK, unchanged
+          listing, other listings, resources,
+          prompts, 2026-07-28 requests, calls
+          with progress/tasks/round fields, a
+          request id still in flight, malformed
+          params
+    """
     if method == "tools/list":
         state = session(False)
         if state is None or (params and set(params) - {"cursor"}):

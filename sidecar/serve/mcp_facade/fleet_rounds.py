@@ -1,25 +1,10 @@
-"""A paused 2026-07-28 call resumed on any replica of a fleet (`ResumeAnywhere`, given the
-paused calls' bookkeeping by `paused_calls.PausedCalls`).
+"""A paused 2026-07-28 call resumed on any replica of a fleet: `ResumeAnywhere` (how a resume
+reaches the holder, and what it answers, is its docstring), given the paused calls'
+bookkeeping by `paused_calls.PausedCalls`; `round_key` names a paused state in the fleet
+database (never the token itself).
 
-A call paused for the client's input (`rounds`) keeps running in the replica that paused it;
-its `requestState` token ends in `.<replica id>`. When the Location has `SharedRounds` (a
-fleet database, `sidecar.stores.shared_rounds`) every paused state is listed there under a digest of
-its token before the `input_required` answer leaves, and:
-
-- a resume that reaches the same replica takes the local path (`PausedCalls.resume`, no
-  database round trip on the way; the listing is removed in the background);
-- a resume that reaches another replica hands the client's `inputResponses` to the holder
-  through the database and waits for the holder's next state, which it answers exactly as
-  the holder would have: the result, the next `input_required` (its token again names the
-  holder, so the round after may be resumed anywhere too), or the JSON-RPC error;
-- the holder gone (killed, cut off from the database for the claim TTL) is an error naming
-  it, never a hang; an unknown, used, expired or forged token is today's "Invalid or expired
-  requestState".
-
-Progress and log notifications of a call continued for another replica's request follow it
-there, in order, before the answer (`round_notes`: the resuming request's own progress token
-and log levels; progress coalesced, log messages capped per round). stdio sessions (a token
-bound to its session) and the embedded default keep the replica-local behaviour.
+Imports `sidecar.stores` and the rest of `sidecar.serve`. Exports `ResumeAnywhere`,
+`round_key` and `INVALID_STATE`.
 """
 
 from __future__ import annotations
@@ -62,9 +47,26 @@ Step = Callable[[Execution], Awaitable[types.CallToolResult | types.InputRequire
 
 
 class ResumeAnywhere:
-    """The fleet side of `rounds` (see the module docstring): `shared` is the Location's
-    `SharedRounds` (None: the embedded default, and stdio sessions, whose tokens are bound to
-    their session); `paused` the executions held here by token; `step` continues one."""
+    """The fleet side of `rounds`: `shared` is the Location's `SharedRounds` (None: the embedded
+    default, and stdio sessions, whose tokens are bound to their session: both keep the
+    replica-local behaviour); `paused` the executions held here by token; `step` continues one.
+
+    A call paused for the client's input keeps running in the replica that paused it; its
+    `requestState` token ends in `.<replica id>`. With `SharedRounds` every paused state is
+    listed there under a digest of its token before the `input_required` answer leaves, and:
+
+    - a resume that reaches the same replica takes the local path (`PausedCalls.resume`, no
+      database round trip on the way; the listing is removed in the background);
+    - a resume that reaches another replica hands the client's `inputResponses` to the holder
+      through the database and waits for the holder's next state, which it answers exactly as
+      the holder would have: the result, the next `input_required` (its token again names the
+      holder, so the round after may be resumed anywhere too), or the JSON-RPC error;
+    - the holder gone (killed, cut off from the database for the claim TTL) is an error naming
+      it, never a hang; an unknown, used, expired or forged token is "Invalid or expired
+      requestState".
+
+    Progress and log notifications of a call continued for another replica's request follow it
+    there, in order, before the answer (`round_notes`)."""
 
     def __init__(
         self, shared: SharedRounds | None, sessions: Sessions, paused: dict[str, Execution],

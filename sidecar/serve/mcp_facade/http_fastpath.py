@@ -1,38 +1,11 @@
 """On /mcp, the fast route: plain `tools/call` and later `tools/list` answered with one JSON
-body, without the SDK's streamable HTTP machinery. Which route a request takes: the table in
-`fast_answers` (`fast_request` decides, as over stdio); everything not listed below goes to the
-SDK's session manager unchanged.
+body, without the SDK's streamable HTTP machinery (`HttpFastPath`: which requests, and how it
+hooks in, is its docstring; the decisions are `fast_answers.fast_request`'s, as over stdio).
+Why: README.md. `guard_depth` puts the nesting limit of `sidecar.model.json_depth` in front of
+a session manager, the same on `/mcp` and every `/mcp/NAME`.
 
-For one plain `tools/call`, the SDK's stateful transport and runner cost about 6.9 ms of CPU
-(our seam and bridge about 1.7): an SSE response with its own task group, two memory streams
-and a message router per POST, then the JSON-RPC dispatcher, the protocol model validation and
-the result's dump and re-validation. Most of that buys nothing for a call that sends its
-client nothing but its result, so such a call is answered here, as the spec allows, with one
-`application/json` body. The decisions are the stdio fast path's (`fast_answers`): the same
-eligibility, the same facade code (`McpFacade.fast`: `call`, `listing`), the same cancellation.
-
-Taken, on a session of the handshake era that has listed tools, from a POST whose
-Content-Type is `application/json`, whose Accept names JSON and SSE (as the SDK requires) and
-whose body is one JSON-RPC message:
-- `tools/call` without a `progressToken` (or task or round fields): answered with a JSON body.
-  If the call has to reach its client before it ends (an upstream server's sampling,
-  elicitation or roots request, or a log line), the answer becomes the SSE stream the SDK
-  would have sent: those messages first, the result last.
-- `tools/list` (a `cursor` at most): the listing cached per registry state, encoded once.
-- the client's answer to one of those server-to-client requests, and `notifications/cancelled`
-  naming one of these calls: 202 Accepted. A cancelled call is answered
-  `-32800 Request cancelled`, as the SDK's transport answers.
-Everything else takes the SDK's path unchanged, with the body handed on as it came.
-
-How it hooks in: each new session's transport is wrapped as the session manager admits it,
-around the transport's own request handling. By then the manager has found the session and
-checked its owner and protocol era, and the transport has counted the request against its idle
-timeout, so none of that is redone here. `_admit_session` and `_handle_request` are private
-names of mcp 2.x; when they are missing, `HttpFastPath.installed` is False and every request
-takes the SDK's path (a test asserts that the fast path is on).
-
-`guard_depth` puts the nesting limit of `sidecar.model.json_depth` in front of a session manager,
-the same on `/mcp` and every `/mcp/NAME`.
+Imports `sidecar.model` and the rest of `sidecar.serve`. Exports `HttpFastPath` and
+`guard_depth`.
 """
 
 from __future__ import annotations
@@ -74,7 +47,30 @@ ASGIHandler = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class HttpFastPath:
-    """Install on the session manager before it serves: `HttpFastPath(facade).install(m)`."""
+    """Install on the session manager before it serves: `HttpFastPath(facade).install(m)`.
+    Everything not listed here goes to the SDK's session manager unchanged, with the body handed
+    on as it came.
+
+    Taken, on a session of the handshake era that has listed tools, from a POST whose
+    Content-Type is `application/json`, whose Accept names JSON and SSE (as the SDK requires)
+    and whose body is one JSON-RPC message:
+
+    - `tools/call` without a `progressToken` (or task or round fields): answered with a JSON
+      body. If the call has to reach its client before it ends (an upstream server's sampling,
+      elicitation or roots request, or a log line), the answer becomes the SSE stream the SDK
+      would have sent: those messages first, the result last.
+    - `tools/list` (a `cursor` at most): the listing cached per registry state, encoded once.
+    - the client's answer to one of those server-to-client requests, and
+      `notifications/cancelled` naming one of these calls: 202 Accepted. A cancelled call is
+      answered `-32800 Request cancelled`, as the SDK's transport answers.
+
+    The same facade code answers as over stdio (`McpFacade.fast`: `call`, `listing`), with the
+    same cancellation. How it hooks in: each new session's transport is wrapped as the session
+    manager admits it, around the transport's own request handling. By then the manager has
+    found the session and checked its owner and protocol era, and the transport has counted the
+    request against its idle timeout, so none of that is redone here. `_admit_session` and
+    `_handle_request` are private names of mcp 2.x; when they are missing, `installed` is False
+    and every request takes the SDK's path (a test asserts that the fast path is on)."""
 
     def __init__(self, facade: McpFacade) -> None:
         self.facade = facade

@@ -1,20 +1,9 @@
 """A call to a tool of a server that waits for an OAuth login, from a client that can open a
-URL: the login first.
+URL: the login first (`log_in_first`, whose docstring says when the client is asked and what
+the call does then; `opens_urls`).
 
-When a downstream client calls a tool of an upstream server in state `needs_auth` and declared
-URL-mode elicitation (`capabilities.elicitation.url`, MCP 2025-11-25), the daemon starts the
-server's login (`bridges.mcp.oauth.attempts`, the same login as `POST /v1/auth/{server}/login`)
-and sends the client an `elicitation/create` in URL mode with the authorization URL (on the
-call's own stream; a 2026-07-28 client gets it as an `input_required` round). Once the client
-accepts, the call waits up to `LOGIN_WAIT` for the login to store tokens and up to `READY_WAIT`
-for the server to be ready, then runs. When the client declines, the login fails or the wait
-ends, the call runs anyway and fails as before, naming `sidecar auth login NAME`. Clients
-without URL-mode elicitation are never asked.
-
-The redirect comes back to the daemon's loopback callback (127.0.0.1), so the browser that
-opens the URL must run on the daemon's machine, as for the `/v1` login; with the daemon's
-public URL (`SIDECAR_PUBLIC_URL`) it comes back to `/v1/auth/{server}/callback` there, on any
-replica (`bridges.mcp.oauth.callback`).
+Imports `sidecar.execution`, `sidecar.location` and `sidecar.model`. Exports `log_in_first`,
+`opens_urls`, `LOGIN_WAIT` and `READY_WAIT`.
 """
 
 from __future__ import annotations
@@ -53,7 +42,23 @@ async def log_in_first(
     location: Location, snapshot: Snapshot, tool: str, session: Any, ask: Ask
 ) -> None:
     """Before a call of `tool`: when its server waits for a login and the client can open a
-    URL, ask it to open the authorization URL and wait for the login (see the module)."""
+    URL, ask it to open the authorization URL and wait for the login.
+
+    When a downstream client calls a tool of an upstream server in state `needs_auth` and
+    declared URL-mode elicitation (`capabilities.elicitation.url`, MCP 2025-11-25), the daemon
+    starts the server's login (`bridges.mcp.oauth.attempts`, the same login as
+    `POST /v1/auth/{server}/login`) and sends the client an `elicitation/create` in URL mode with
+    the authorization URL (on the call's own stream; a 2026-07-28 client gets it as an
+    `input_required` round). Once the client accepts, the call waits up to `LOGIN_WAIT` for the
+    login to store tokens and up to `READY_WAIT` for the server to be ready, then runs. When the
+    client declines, the login fails or the wait ends, the call runs anyway and fails as it
+    would have, naming `sidecar auth login NAME`. Clients without URL-mode elicitation are never
+    asked.
+
+    The redirect comes back to the daemon's loopback callback (127.0.0.1), so the browser that
+    opens the URL must run on the daemon's machine, as for the `/v1` login; with the daemon's
+    public URL (`SIDECAR_PUBLIC_URL`) it comes back to `/v1/auth/{server}/callback` there, on
+    any replica (`bridges.mcp.oauth.callback`)."""
     entry = snapshot.entry(tool)
     if entry is None or not entry.origin.startswith(MCP_ORIGIN) or not opens_urls(session):
         return

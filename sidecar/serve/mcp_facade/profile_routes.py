@@ -4,6 +4,9 @@ Each profile gets its own `McpFacade` (its sessions, its listings, its `list_cha
 own streamable-HTTP session manager, made on the first request that names the profile and
 kept until the daemon stops. A name no manifest declares is answered 404 before anything is
 made; a session whose profile a reload removed lists no tools.
+
+Imports `sidecar.location` and the rest of `sidecar.serve`. Exports `ProfileEndpoints` and
+`http_manager`.
 """
 
 from __future__ import annotations

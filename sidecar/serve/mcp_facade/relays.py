@@ -1,9 +1,9 @@
 """Server-to-client traffic of upstream servers, relayed to the facade's downstream sessions.
 
 `UpstreamRelay` is the facade's `bridges.mcp.RelayTarget` (attached to the pool's relay while
-the facade serves; the rules are in `server`'s module docstring). It is given the facade's
-sessions, subscription bus, upstream servers, the executions of 2026-07-28 calls (a request
-becomes an `input_required` round) and the resource subscriptions. Exports `UpstreamRelay` and
+the facade serves; the routing rules are its docstring). It is given the facade's sessions,
+subscription bus, upstream servers, the executions of 2026-07-28 calls (a request becomes an
+`input_required` round) and the resource subscriptions. Exports `UpstreamRelay` and
 `quietly`. May import the core, the face `bridges.mcp` and the rest of `sidecar.serve`.
 """
 
@@ -49,7 +49,20 @@ _REQUESTS: dict[str, tuple[Any, Any, types.ClientCapabilities]] = {
 
 
 class UpstreamRelay:
-    """Relays upstream servers' requests and notifications to downstream sessions."""
+    """Relays upstream servers' requests and notifications (`bridges.mcp.passthrough`) to
+    downstream sessions:
+
+    - sampling, elicitation or roots requests. A 2026-07-28 upstream embeds them in an
+      `input_required` result, which names its call exactly. A 2025-era request names no call:
+      it goes to the one downstream session with calls in flight on that server, and is refused
+      with a JSON-RPC error when several sessions have (`roots/list` with no call in flight goes
+      to the most recent handshake-era session with roots). A handshake-era client gets the
+      request on the call's own stream; a 2026-07-28 client gets an `input_required` result and
+      continues the call by answering it (`rounds`; on any replica of a fleet: `fleet_rounds`).
+    - log messages go to every session with a call in flight on that server (filtered by its
+      `logging/setLevel`; 2026-07-28 sessions only when the request opted in); with no call in
+      flight, to the handshake-era sessions that set a level.
+    - a client's `notifications/roots/list_changed` is forwarded to every upstream server."""
 
     def __init__(
         self, sessions: Sessions, bus: InMemorySubscriptionBus, upstreams: upstream.Upstreams,

@@ -1,21 +1,10 @@
-"""Progress and log notifications of a call continued for another replica's request.
+"""Progress and log notifications of a call continued for another replica's request
+(`fleet_rounds`): what the continued call emits on the holder follows it to the resuming
+request, as it would reach that request on one machine. The three steps and their bounds are
+`RelayedNotes`' docstring.
 
-A 2026-07-28 call paused on one replica (the holder) and resumed through another continues on
-the holder (`fleet_rounds`); what it emits on the way follows it to the resuming request, as it
-would reach that request on one machine:
-
-    resuming replica   `wants_of(...)`: what its request asked for (a `progressToken`, the
-                       log levels it opted in to with `io.modelcontextprotocol/logLevel`)
-    holder             `RelayedNotes(relay)` is the continued call's channel
-                       (`DownstreamCall.channel`): progress and log notifications become notes
-                       of the relay (`sidecar.stores.shared_rounds.Relay`)
-    resuming replica   `deliver(note, ...)` sends each note on its request's stream, with ITS
-                       progress token, before the answer
-
-Bounds (per continued round, i.e. per resumed request): progress is coalesced (a report not yet
-delivered is replaced by the next one: the latest always arrives), at most `LOGS_PER_ROUND` log
-messages are relayed and the rest counted (one warning at the end says how many), and a note
-is cut to about `NOTE_BYTES` (a log message's data then becomes a shortened text).
+Imports `sidecar.stores`. Exports `wants_of` (resuming replica), `RelayedNotes` (holder),
+`deliver` (resuming replica), `LOGS_PER_ROUND` and `NOTE_BYTES`.
 """
 
 from __future__ import annotations
@@ -45,7 +34,21 @@ def wants_of(progress_token: Any, log_levels: frozenset[str]) -> dict[str, Any] 
 
 
 class RelayedNotes:
-    """The holder's side: a `CallChannel` whose notifications become notes of the relay."""
+    """The holder's side: a `CallChannel` whose notifications become notes of the relay.
+
+        resuming replica   `wants_of(...)`: what its request asked for (a `progressToken`, the
+                           log levels it opted in to with `io.modelcontextprotocol/logLevel`)
+        holder             `RelayedNotes(relay)` is the continued call's channel
+                           (`DownstreamCall.channel`): progress and log notifications become
+                           notes of the relay (`sidecar.stores.shared_rounds.Relay`)
+        resuming replica   `deliver(note, ...)` sends each note on its request's stream, with
+                           ITS progress token, before the answer
+
+    Bounds (per continued round, i.e. per resumed request): progress is coalesced (a report not
+    yet delivered is replaced by the next one: the latest always arrives), at most
+    `LOGS_PER_ROUND` log messages are relayed and the rest counted (one warning at the end says
+    how many), and a note is cut to about `NOTE_BYTES` (a log message's data then becomes a
+    shortened text)."""
 
     def __init__(self, relay: Relay) -> None:
         wants = relay.wants if isinstance(relay.wants, dict) else {}

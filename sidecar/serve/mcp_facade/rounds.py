@@ -1,22 +1,9 @@
-"""A `tools/call` of a 2026-07-28 session that needs the client's input on the way.
+"""A `tools/call` of a 2026-07-28 session that needs the client's input on the way: one
+`Execution` per call, which may span several `tools/call` requests (how, and the token's
+rules, are its docstring).
 
-In the 2026-07-28 era a server cannot send a request to the client in the middle of a call.
-When an upstream server asks for sampling, elicitation or roots during a call of such a session,
-the facade ends that request with an `input_required` result that carries the question and a
-`requestState` token; the client answers by sending `tools/call` again with `inputResponses`
-and the token, and the same execution continues (one call id, one outcome).
-
-    execution = Execution(session_id, tool, arguments, call_id, snapshot)  # runs in a task
-    answer = await execution.ask(request)          # inside the call: wait for the client's reply
-    step = await execution.next_step()             # in the request handler: a Finished or the
-                                                   # questions to send out now
-
-The token is 144 random bits, bound to the tool name and arguments of the call (a 2026-07-28
-client over HTTP has no session to bind it to: each request stands alone; over stdio the token
-is also bound to the session), used once and valid for `ROUND_TTL` seconds. An unanswered
-question then becomes a JSON-RPC error for the upstream server, so the call settles instead of
-hanging. In a fleet the answer may reach another replica, which hands it to this one
-(`fleet_rounds`).
+Imports `sidecar.model`. Exports `Execution`, `Question`, `Finished`, `new_token`,
+`request_digest`, `foreign_round` and `ROUND_TTL`.
 """
 
 from __future__ import annotations
@@ -59,7 +46,25 @@ class Finished:
 
 
 class Execution:
-    """One downstream call that may span several `tools/call` requests."""
+    """One downstream call that may span several `tools/call` requests.
+
+    In the 2026-07-28 era a server cannot send a request to the client in the middle of a call.
+    When an upstream server asks for sampling, elicitation or roots during a call of such a
+    session, the facade ends that request with an `input_required` result that carries the
+    question and a `requestState` token; the client answers by sending `tools/call` again with
+    `inputResponses` and the token, and the same execution continues (one call id, one outcome).
+
+        execution = Execution(session_id, tool, arguments, call_id, snapshot)  # runs in a task
+        answer = await execution.ask(request)      # inside the call: wait for the client's reply
+        step = await execution.next_step()         # in the request handler: a Finished or the
+                                                   # questions to send out now
+
+    The token is 144 random bits (`new_token`), bound to the tool name and arguments of the call
+    (a 2026-07-28 client over HTTP has no session to bind it to: each request stands alone; over
+    stdio the token is also bound to the session), used once and valid for `ROUND_TTL` seconds.
+    An unanswered question then becomes a JSON-RPC error for the upstream server, so the call
+    settles instead of hanging. In a fleet the answer may reach another replica, which hands it
+    to this one (`fleet_rounds`)."""
 
     def __init__(
         self, session_id: str, tool: str, arguments: Any, call_id: str, snapshot: Any

@@ -1,33 +1,13 @@
-"""`McpFacade`: the Location's registry and upstream servers as one lowlevel MCP `Server`.
+"""`McpFacade`: the Location's registry and upstream servers as one lowlevel MCP `Server`. One
+facade serves any number of downstream sessions (stdio: one; HTTP: one per `Mcp-Session-Id`),
+in both protocol eras. It is the SDK's route: every request the fast route does not take
+(`fast_answers`) arrives here through the SDK server's handlers. It is made of collaborators,
+each given what it needs: `served` (`ServedTools`), `fast` (`FastAnswers`), `relay`
+(`UpstreamRelay`: upstream traffic to the sessions) and `paused` (`PausedCalls`: 2026-07-28
+rounds, on any replica through `fleet_rounds`).
 
-One facade serves any number of downstream sessions (stdio: one; HTTP: one per
-`Mcp-Session-Id`), in both protocol eras.
-
-Route: this is the SDK's route: every request the fast route does not take (see
-`fast_answers`) arrives here through the SDK server's handlers (`_list_tools`,
-`_call_tool`, ...). The facade is made of collaborators, each given what it needs: `served`
-(`ServedTools`: the profile's snapshots and listings, the steps of a call both routes take),
-`fast` (`FastAnswers`: the fast route's answers), `relay` (`UpstreamRelay`: upstream traffic to
-the sessions) and `paused` (`PausedCalls`: 2026-07-28 rounds, on any replica through
-`fleet_rounds`). See `tools` (tool list/call and the `_meta` keys), `upstream` (resources,
-prompts, completion, namespacing) and `sessions`.
-
-Server-to-client traffic of upstream servers (`bridges.mcp.passthrough`):
-- sampling, elicitation or roots requests. A 2026-07-28 upstream embeds them in an
-  `input_required` result, which names its call exactly. A 2025-era request names no call: it
-  goes to the one downstream session with calls in flight on that server, and is refused with a
-  JSON-RPC error when several sessions have (`roots/list` with no call in flight goes to the
-  most recent handshake-era session with roots). A handshake-era client gets the request on the
-  call's own stream; a 2026-07-28 client gets an `input_required` result and continues the call
-  by answering it (`rounds`; on any replica of a fleet: `fleet_rounds`).
-- log messages go to every session with a call in flight on that server (filtered by its
-  `logging/setLevel`; 2026-07-28 sessions only when the request opted in); with no call in
-  flight, to the handshake-era sessions that set a level.
-- progress: every `CallProgress` event of a call (from any tool, upstream progress included)
-  becomes `notifications/progress` when the client sent a `progressToken`.
-A client's `notifications/roots/list_changed` is forwarded to every upstream server.
-A call to a tool of a server that waits for an OAuth login, from a client with URL-mode
-elicitation, first asks the client to open the authorization URL (`login_ask`).
+Imports the core and the rest of `sidecar.serve`. Exports `McpFacade`, `new_session_id`,
+`SERVER_NAME`, `PROGRESS_DRAIN_SECONDS` and `CHANGE_DEBOUNCE`.
 """
 
 from __future__ import annotations
@@ -83,7 +63,15 @@ Ctx = ServerRequestContext[Any, Any]
 class McpFacade:
     """Build with a Location; `server` is the SDK server to run on any transport. Use
     `async with facade.attached():` around serving so registry changes and upstream traffic
-    reach the sessions."""
+    reach the sessions.
+
+    What it answers: `tools` (tool list/call and the `_meta` keys), `upstream` (resources,
+    prompts, completion, namespacing) and `sessions`; upstream servers' requests and
+    notifications go through `relay` (`UpstreamRelay`). Every `CallProgress` event of a call
+    (from any tool, upstream progress included) becomes `notifications/progress` when the
+    client sent a `progressToken`. A call to a tool of a server that waits for an OAuth login,
+    from a client with URL-mode elicitation, first asks the client to open the authorization
+    URL (`login_ask`)."""
 
     def __init__(
         self, location: Location, *, session_id: str | None = None, profile: str | None = None

@@ -1,10 +1,13 @@
-"""Downstream MCP sessions and the calls they have in flight.
+"""Downstream MCP sessions and the calls they have in flight (`Sessions`).
 
 The SDK hands each request a `ServerSession` that is a per-request proxy; what identifies a
 client connection is the connection behind it (stdio: the process's one connection; HTTP: one
 per `Mcp-Session-Id`). `Sessions` gives each connection a stable id, keeps the latest request
 proxy of each handshake-era session (for pushes such as `tools/list_changed`) and the calls in
 flight (for routing upstream requests, logs and progress back to the caller).
+
+Imports `sidecar.execution` and `sidecar.serve.security`. Exports `Sessions`, `SessionState`,
+`DownstreamCall`, `CallChannel` and `LOG_LEVELS`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
-"""Over stdio, the fast route: plain `tools/call` and later `tools/list` without the SDK.
+"""Over stdio, the fast route: plain `tools/list` and `tools/call` without the SDK
+(`FastCalls`; which requests is `fast_answers.fast_request`'s table). On the SDK's streams it
+wraps the read stream; on pipes (`stdio_pipes`) it decides on the plain JSON of each line
+before any pydantic model is built.
 
-Which route a request takes (the table and the reasons: `fast_answers`):
-- `tools/list` after the handshake, a plain `tools/call` once tools are listed, and
-  `notifications/cancelled` for one of those calls: taken here (`fast_request` decides), run
-  through `McpFacade.fast` (`FastAnswers.call` / `listing`), answered as JSON-RPC written
-  by us;
-- everything else (initialize, the first listing, other methods, 2026-07-28 requests, calls
-  with progress, malformed params, `notifications/cancelled` for other requests): passed on
-  to the SDK server unchanged.
-
-`FastCalls` wraps the SDK transport's read stream (hand it to `Server.run` in place of that
-stream). On pipes (`stdio_pipes`) the same decisions are taken on the plain JSON of each line
-(`take_raw`), before any pydantic model is built, and the answers, the server-to-client
-requests and the notifications it sends are written as JSON lines (`send_line`). A
-`notifications/cancelled` naming one of our requests cancels it; as the spec asks, no response
-is sent for a cancelled request.
+Imports the rest of `sidecar.serve.mcp_facade`. Exports `FastCalls`.
 """
 
 from __future__ import annotations
@@ -51,7 +40,20 @@ log = logging.getLogger("sidecar.mcp")
 
 
 class FastCalls:
-    """Wraps the SDK transport's read stream; hand it to `Server.run` in place of that stream."""
+    """Wraps the SDK transport's read stream; hand it to `Server.run` in place of that stream.
+
+    - `tools/list` after the handshake, a plain `tools/call` once tools are listed, and
+      `notifications/cancelled` for one of those calls: taken here (`fast_request` decides),
+      run through `McpFacade.fast` (`FastAnswers.call` / `listing`), answered as JSON-RPC
+      written by us;
+    - everything else (initialize, the first listing, other methods, 2026-07-28 requests, calls
+      with progress, malformed params, `notifications/cancelled` for other requests): passed on
+      to the SDK server unchanged.
+
+    On pipes (`stdio_pipes`) the same decisions are taken on the plain JSON of each line
+    (`take_raw`), and the answers, the server-to-client requests and the notifications it sends
+    are written as JSON lines (`send_line`). A `notifications/cancelled` naming one of our
+    requests cancels it; as the spec asks, no response is sent for a cancelled request."""
 
     def __init__(
         self, facade: McpFacade, read: Any, write: Any,

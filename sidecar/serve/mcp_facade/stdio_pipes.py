@@ -1,27 +1,13 @@
-"""`sidecar stdio`'s wire on the event loop: stdin and stdout as asyncio pipes.
+"""`sidecar stdio`'s wire on the event loop: stdin and stdout as asyncio pipes (`pipe_wire`,
+whose docstring draws the wire and says what happens to fds 0 and 1), used when both are pipes
+or sockets (how an agent spawns an MCP server). Anything else (a regular file, a terminal,
+explicit streams) keeps the SDK's threaded transport: the event loop cannot watch a regular
+file, and making a terminal non-blocking would leak into the shell that shares it. Why:
+README.md.
 
-The SDK's `stdio_server` reads and writes through `anyio.wrap_file`: every line read and every
-message written is a round trip to a worker thread, which cost the facade more CPU per call
-than the whole seam. When stdin and stdout are pipes or sockets (how an agent spawns an MCP
-server), this transport reads and writes them on the event loop instead:
-
-    stdin  --LineFramer--> JSON --(FastCalls.take_raw)--> fast route (which requests: see
-                                 \\                      `fast_answers`), answered as JSON lines
-                                 \\-> JSON-RPC model --memory stream--> the SDK server
-    stdout <--one line per write-- fast answers, and the SDK server's messages (model dump)
-
-Like the SDK, it moves the wire off fds 0 and 1 while it serves (0 reads /dev/null, 1 writes to
-stderr), so children and stray prints cannot corrupt it, and puts both back on exit. Anything
-else (a regular file, a terminal, explicit streams) keeps the SDK's threaded transport: the
-event loop cannot watch a regular file, and making a terminal non-blocking would leak into the
-shell that shares it.
-
-A socket side runs on a socket transport, not a pipe transport: uvloop's write-pipe transport
-reads its descriptor to notice the reader going away, so on a socket it would swallow the
-client's bytes (stdin and stdout one socket) and close itself when the client half-closes
-(stdin ended; its answers not yet written). Stdin and stdout on one socket share one transport.
-A write once the client has gone raises `ConnectionResetError` (uvloop raises `RuntimeError`
-on a closed transport), which ends the session and nothing else.
+Imports `sidecar.model`, `sidecar.serve.local_door` and the face `bridges.mcp` (`LineFramer`).
+Exports `pipe_wire`, `PipeWire`, `READ_CHUNK`, `MAX_LINE_BYTES`, `FLUSH_GRACE` and
+`EOF_GRACE`.
 """
 
 from __future__ import annotations
@@ -108,7 +94,17 @@ async def pipe_wire(
     on `fds` (a client's stdin and stdout handed to the daemon over its local door; the wire
     owns and closes them, and fds 0 and 1 are left alone). `take_raw` is offered every parsed
     message first; what it keeps is not passed on. `busy` says whether requests `take_raw`
-    kept are still running (see `EOF_GRACE`)."""
+    kept are still running (see `EOF_GRACE`).
+
+        stdin  --LineFramer--> JSON --(FastCalls.take_raw)--> fast route, answered as JSON lines
+                                     \\-> JSON-RPC model --memory stream--> the SDK server
+        stdout <--one line per write-- fast answers, and the SDK server's messages (model dump)
+
+    Like the SDK, on fds 0 and 1 it moves the wire off them while it serves (0 reads
+    /dev/null, 1 writes to stderr), so children and stray prints cannot corrupt it, and puts
+    both back on exit. A socket side runs on a socket transport, not a pipe transport; stdin
+    and stdout on one socket share one transport. A write once the client has gone raises
+    `ConnectionResetError`, which ends the session and nothing else."""
     loop = asyncio.get_running_loop()
     saved: tuple[int, int] | None = None
     if fds is None:

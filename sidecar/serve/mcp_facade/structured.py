@@ -1,25 +1,12 @@
-"""`structuredContent` through the MCP facade: bounded like the text it travels with.
+"""`structuredContent` through the MCP facade, bounded like the text it travels with: each
+tool's rule (`Tool.structured_output`, for MCP servers the manifest key `structured_output`:
+`bounded`, `full` or `off`) applied to a result (`bound_structured`, whose docstring has the
+rules) and to the listing (`advertise_output_schemas`). `/v1` and Code Mode are programmatic:
+they keep the full `output` whatever this says.
 
-A call result's model-visible bytes are its text (already bounded by the seam: text items,
-embedded text resources, resource links) plus its `structuredContent`: clients such as
-pydantic-ai hand the latter to the model whole. Per tool (`Tool.structured_output`, for MCP
-servers the manifest key `structured_output`):
-
-- `bounded` (the default): `structuredContent` is sent when the text and the compact JSON of
-  the value together fit the tool's byte bound. Otherwise the JSON is retained whole in the
-  managed store and left out of the result; a note in the text names its ref and how to read
-  it (`managed_read` by characters: it is one line), and `_meta["sidecar/structured"]` has
-  `{"ref", "bytes"}`. Such a result is a success: the tool's schema is advertised under
-  `_meta["sidecar/outputSchema"]` of its `tools/list` entry, not as `outputSchema`, because a
-  success without `structuredContent` is invalid for a tool with an `outputSchema` (the
-  Python `mcp` client raises) and an error result reaches the model as a failure (pydantic-ai
-  raises `ModelRetry`). The text keeps within the bound: if the note does not fit beside it,
-  the text is bounded again (its full form retained).
-- `full`: always sent whole, and `outputSchema` advertised (trusted programmatic clients that
-  never show it to a model).
-- `off`: never sent, and no schema is advertised, so no client expects it.
-
-`/v1` and Code Mode are programmatic: they keep the full `output` whatever this says.
+Imports `sidecar.model`, `sidecar.execution`, `sidecar.formats` and `managed_store`. Exports
+`bound_structured`, `advertise_output_schemas`, `mode_of`, `STRUCTURED_META` and
+`OUTPUT_SCHEMA_META`.
 """
 
 from __future__ import annotations
@@ -67,7 +54,22 @@ async def bound_structured(
     namespace: str, bounds: Bounds,
 ) -> dict[str, Any]:
     """`wire` (a `CallToolResult` as a dict) with its `structuredContent` relayed by the
-    tool's rule; see the module docstring."""
+    tool's rule. A call result's model-visible bytes are its text (already bounded by the seam)
+    plus its `structuredContent`: clients such as pydantic-ai hand the latter to the model whole.
+
+    - `bounded` (the default): `structuredContent` is sent when the text and the compact JSON
+      of the value together fit the tool's byte bound. Otherwise the JSON is retained whole in
+      the managed store and left out of the result; a note in the text names its ref and how to
+      read it (`managed_read` by characters: it is one line), and `_meta["sidecar/structured"]`
+      has `{"ref", "bytes"}`. Such a result is a success: the tool's schema is advertised under
+      `_meta["sidecar/outputSchema"]` of its `tools/list` entry, not as `outputSchema`, because
+      a success without `structuredContent` is invalid for a tool with an `outputSchema` (the
+      Python `mcp` client raises) and an error result reaches the model as a failure
+      (pydantic-ai raises `ModelRetry`). The text keeps within the bound: if the note does not
+      fit beside it, the text is bounded again (its full form retained).
+    - `full`: always sent whole, and `outputSchema` advertised (trusted programmatic clients
+      that never show it to a model).
+    - `off`: never sent, and no schema is advertised, so no client expects it."""
     if "structuredContent" not in wire:
         return wire
     mode = mode_of(snapshot, outcome.tool)

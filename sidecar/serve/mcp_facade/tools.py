@@ -1,18 +1,10 @@
 """`tools/list` and `tools/call`: the registry through a per-session snapshot and the seam.
+A call's runner context is `call_context`'s docstring, its result `bounded_result_wire`'s.
 
-Runner context of a call (`ToolContext`), from the request:
-
-- `session_id`: the MCP session (stdio: one id per process);
-- `call_id`: `_meta["io.mcp-sidecar/call_id"]`, else `<session id>:<JSON-RPC request id>`;
-- `message_id`: `_meta["io.mcp-sidecar/message_id"]`, else the call id;
-- `agent`: `_meta["io.mcp-sidecar/agent"]`, else the client's `clientInfo.name`, else
-  `mcp-client`.
-
-Results are `result_for("mcp", outcome, ...)`: bounded content, `structuredContent` (wrapped as
-`{"result": ...}` for 2025-era sessions when not an object; relayed by the tool's
-`structured_output` rule, see `structured`; a bounded result is always a success), `isError`
-for every failure (operational ones show only their error id). `tools/list` advertises
-`outputSchema` by the same rule.
+Imports the core, `sidecar.formats`, `managed_store` and the rest of `sidecar.serve`. Exports
+`tool_list`, `call_context`, `bounded_result_wire`, `call_result_wire`, `error_result`,
+`error_wire` and the `_meta` keys (`CALL_ID_KEY`, `MESSAGE_ID_KEY`, `AGENT_KEY`,
+`STARTING_KEY`) with `DEFAULT_AGENT`.
 """
 
 from __future__ import annotations
@@ -55,6 +47,14 @@ def call_context(
     client_name: str | None,
     owner: str | None = None,
 ) -> ToolContext:
+    """The runner context of a call (`ToolContext`), from the request:
+
+    - `session_id`: the MCP session (stdio: one id per process);
+    - `call_id`: `_meta["io.mcp-sidecar/call_id"]`, else `<session id>:<JSON-RPC request id>`;
+    - `message_id`: `_meta["io.mcp-sidecar/message_id"]`, else the call id;
+    - `agent`: `_meta["io.mcp-sidecar/agent"]`, else the client's `clientInfo.name`, else
+      `mcp-client`.
+    """
     meta = meta or {}
 
     def given(key: str) -> str | None:
@@ -76,7 +76,10 @@ async def bounded_result_wire(
     bounds: Bounds,
 ) -> dict[str, Any]:
     """`call_result_wire` with `structuredContent` relayed by the tool's `structured_output`
-    rule (see `structured`)."""
+    rule (see `structured`). Results are `result_for("mcp", outcome, ...)`: bounded content,
+    `structuredContent` (wrapped as `{"result": ...}` for 2025-era sessions when not an object; a
+    bounded result is always a success), `isError` for every failure (operational ones show
+    only their error id). `tools/list` advertises `outputSchema` by the same rule."""
     wire = call_result_wire(outcome, snapshot, modern=modern)
     return await bound_structured(wire, outcome, snapshot, store=store, namespace=namespace,
                                   bounds=bounds)

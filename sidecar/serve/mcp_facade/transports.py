@@ -1,16 +1,13 @@
-"""The facade on its two transports: stdio (`sidecar stdio`) and streamable HTTP (`/mcp`).
+"""The facade on its two transports: stdio (`serve_stdio`, `sidecar stdio`) and streamable
+HTTP (`mcp_http`, `McpEndpoint`: `/mcp` and `/mcp/{profile}`). HTTP is stateful streamable
+HTTP with SSE responses (progress and server-to-client requests ride the call's own stream;
+`tools/list_changed` the session's GET stream). On both, the fast route (`fast_answers`) and
+the SDK's route (`server`) give the same bytes. Security (bearer token, Host/Origin) is the
+app's `SecurityMiddleware`: the SDK's own DNS-rebinding check is off so that one policy
+applies to every route.
 
-HTTP is stateful streamable HTTP with SSE responses (progress and server-to-client requests
-ride the call's own stream; `tools/list_changed` the session's GET stream); plain tool calls
-and listings are answered with JSON bodies by `http_fastpath`.
-
-Which route a request takes, on both transports: plain `tools/call` (once tools are listed) and
-later `tools/list` of a 2025-era session take the fast route (`fast_answers`: the table and the
-reasons; stdio: `stdio_fastpath`, HTTP: `http_fastpath`); every other request takes the SDK's
-route into `McpFacade` (`server`). Both give the same bytes
-(`tests/serve/mcp_facade/test_fast_answers_contract.py`). Security (bearer
-token, Host/Origin) is the app's `SecurityMiddleware`: the SDK's own DNS-rebinding check is off
-so that one policy applies to every route.
+Imports `sidecar.location` and the rest of `sidecar.serve`. Exports `serve_stdio`,
+`mcp_http`, `McpEndpoint` and `MCP_PATH`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
-"""Resources, prompts and completion of the upstream servers, as one server's.
+"""Resources, prompts and completion of the upstream servers, as one server's: `Upstreams`
+(namespacing and merged listings are its docstring) and one function per MCP method.
 
-Namespacing (only when more than one server is configured; a server whose namespace is "" is
-never prefixed, and neither is anything when there is a single server):
-
-- resource URI (and URI template) `u` -> `<namespace>+<u>`;
-- prompt name `p` -> `<namespace>/<p>`.
-
-Reversal: the longest namespace `ns` for which the value starts with `ns+` (URIs) or `ns/`
-(prompt names) names the server; a value that matches none goes to the server whose namespace
-is "" (if any), unchanged.
-
-URIs in tool results (resource links, embedded resources) are rewritten the same way, for the
-server whose tool produced them (`rewrite_result_uris`), so that `resources/read` of a link a
-tool returned reaches that server.
-
-Listings merge every ready server that advertises the capability, in configuration order, in
-one page. A server that is down is left out of listings; a request aimed at it fails with a
-JSON-RPC error naming it.
+Imports `sidecar.location` and the face `bridges.mcp`. Exports `Upstreams`, `Upstream`,
+`list_resources`, `list_templates`, `read_resource`, `list_prompts`, `get_prompt`,
+`complete`, `subscribe`, `send`, `every_page`, `URI_SEP` and `PROMPT_SEP`.
 """
 
 from __future__ import annotations
@@ -53,7 +40,24 @@ class Upstream:
 
 
 class Upstreams:
-    """Per-upstream access through the pool (`pool()` may be None: no manifests loaded)."""
+    """Per-upstream access through the pool (`pool()` may be None: no manifests loaded).
+
+    Namespacing (only when more than one server is configured; a server whose namespace is ""
+    is never prefixed, and neither is anything when there is a single server):
+
+    - resource URI (and URI template) `u` -> `<namespace>+<u>`;
+    - prompt name `p` -> `<namespace>/<p>`.
+
+    Reversal: the longest namespace `ns` for which the value starts with `ns+` (URIs) or `ns/`
+    (prompt names) names the server; a value that matches none goes to the server whose
+    namespace is "" (if any), unchanged. URIs in tool results (resource links, embedded
+    resources) are rewritten the same way, for the server whose tool produced them
+    (`rewrite_result_uris`), so that `resources/read` of a link a tool returned reaches that
+    server.
+
+    Listings merge every ready server that advertises the capability, in configuration order,
+    in one page. A server that is down is left out of listings; a request aimed at it fails with
+    a JSON-RPC error naming it."""
 
     def __init__(
         self, pool: Callable[[], UpstreamPool | None],
