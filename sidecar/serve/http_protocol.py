@@ -1,5 +1,5 @@
 """The HTTP/1.1 protocol `sidecar serve` runs: uvicorn's httptools protocol, keeping the request
-target as sent (`TargetKeepingHttpToolsProtocol`). Imports nothing of ours.
+target as sent. Imports nothing of ours; exports `TargetKeepingHttpToolsProtocol`.
 
 uvicorn's httptools protocol reduces an absolute-form target (`GET http://evil/v1/health`) to
 its path, so the app cannot tell it from `GET /v1/health`; its h11 protocol passes the target

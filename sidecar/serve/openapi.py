@@ -1,5 +1,5 @@
-"""The OpenAPI 3.1 document of the native API (`GET /v1/openapi.json`): `openapi_document`.
-Imports `sidecar.stores`, `sidecar.formats`, `managed_store` and `sidecar.serve.api_bodies`.
+"""The OpenAPI 3.1 document of the native API (`GET /v1/openapi.json`). Imports `sidecar.stores`,
+`sidecar.formats`, `managed_store` and `sidecar.serve.api_bodies`; exports `openapi_document`.
 """
 
 from __future__ import annotations

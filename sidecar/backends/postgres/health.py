@@ -1,5 +1,5 @@
 """Whether the fleet database answers (`sidecar.stores.database_check.DatabaseCheck`), for
-`/v1/health`: `PoolCheck`. Imports this package (and `asyncpg` for types only).
+`/v1/health`. Imports this package (and `asyncpg` for types only); exports `PoolCheck`.
 
 A replica that cannot reach its database cannot settle durable calls, share snapshots or
 list the fleet's asks: health then says so (`status` "unavailable", `database.error`), and
