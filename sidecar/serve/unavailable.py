@@ -36,4 +36,5 @@ def route_unavailable(endpoint: Callable[..., Any], exc: BaseException) -> str |
     `location`), or None when `exc` is not a database failure."""
     location = getattr(getattr(endpoint, "__self__", None), "location", None)
     what = COULD_NOT.get(getattr(endpoint, "__name__", ""), "the request could not be answered")
-    return unavailable_message(exc, what, database_label(getattr(location, "database", None)))
+    stores = getattr(location, "stores", None)
+    return unavailable_message(exc, what, database_label(getattr(stores, "database", None)))
