@@ -167,16 +167,18 @@ class SqliteOwner(Generic[G]):
 
     def _run(self, jobs: list[_Job]) -> list[tuple[bool, Any]]:
         db = self.connection
-        if self._group_commit and db is not None and len(jobs) > 1:
-            try:
+        if self._group_commit and db is not None:
+            try:  # one commit for the batch, and for the statements of one job
                 db.execute("BEGIN IMMEDIATE")
                 results = [(True, job.fn()) for job in jobs if job.fn is not None]
                 db.execute("COMMIT")
                 return results
-            except BaseException:
+            except BaseException as exc:
                 if db.in_transaction:
                     with contextlib.suppress(sqlite3.Error):
                         db.execute("ROLLBACK")
+                if len(jobs) == 1:  # alone already: its own error, not a second run
+                    return [(False, exc)]
         return [_attempt(job.fn) for job in jobs if job.fn is not None]
 
     def _write_gathered_now(self) -> None:
