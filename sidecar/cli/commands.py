@@ -58,6 +58,9 @@ if TYPE_CHECKING:
 
 
 
+HELP_DESCRIPTION = "The `sidecar` command line."
+"""What `sidecar --help` says above the commands (not this module's docstring: that names
+modules, which a user does not need)."""
 BUNDLED_MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 """The `manifests/` directory of the checkout the package is installed from (editable)."""
 
@@ -322,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = build_parser((__doc__ or "").split("\n")[0]).parse_args(argv)
+    args = build_parser(HELP_DESCRIPTION).parse_args(argv)
     try:
         return _dispatch(args)
     except Exception as exc:  # e.g. `tools --embedded` on a fleet database that failed

@@ -151,7 +151,7 @@ def test_help_pages_and_client_config_json(tmp_path: Path) -> None:
     import argparse
     import re
 
-    from sidecar.cli.commands import __doc__ as cli_doc
+    from sidecar.cli.commands import HELP_DESCRIPTION
     from sidecar.cli.parser import build_parser
 
     def pages(parser: argparse.ArgumentParser, path: list[str]) -> Iterator[tuple[str, str]]:
@@ -162,7 +162,7 @@ def test_help_pages_and_client_config_json(tmp_path: Path) -> None:
                     yield " ".join([*path, name]), sub.format_help()
                     yield from pages(sub, [*path, name])
 
-    parser = build_parser((cli_doc or "").split("\n")[0])
+    parser = build_parser(HELP_DESCRIPTION)
     every = [("", parser.format_help()), *pages(parser, [])]
     assert len(every) > 20
     for name, text in every:
