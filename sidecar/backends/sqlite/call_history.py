@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sidecar.backends.sqlite.files import private_connection
 from sidecar.backends.sqlite.owner import SqliteOwner
 from sidecar.stores.call_history import (
     COLUMNS,
@@ -31,7 +32,6 @@ from sidecar.stores.call_history import (
     encode_cursor,
     record_of_row,
 )
-from sidecar.stores.state_dir import PRIVATE_DIR_MODE, create_private_file
 
 T = TypeVar("T")
 
@@ -88,11 +88,7 @@ class SqliteCallHistory:
         Rows added within `gather_seconds` of the first unwritten one are written together in
         one transaction (a query, `prune` and `aclose` write them at once)."""
         history = cls(path, retention_seconds, gather_seconds)
-        try:
-            await history._owner.open(history._connect)
-        except BaseException:
-            await history._owner.close()
-            raise
+        await history._owner.open(history._connect)
         if retention_seconds is not None:
             interval = prune_interval or min(600.0, max(1.0, retention_seconds / 10))
             history._pruner = asyncio.create_task(history._prune_forever(interval),
@@ -110,10 +106,7 @@ class SqliteCallHistory:
             await asyncio.sleep(interval)
 
     def _connect(self) -> sqlite3.Connection:
-        self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
-        create_private_file(self._path)  # 0600 from the start; SQLite's -wal/-shm follow it
-        db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
+        db = private_connection(self._path)
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA journal_size_limit=8388608")
         db.executescript(_SCHEMA)

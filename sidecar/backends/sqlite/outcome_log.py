@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sidecar.backends.sqlite.files import private_connection
 from sidecar.backends.sqlite.owner import SqliteOwner
 from sidecar.backends.sqlite.wal import (
     CHECKPOINT_EVERY,
@@ -44,7 +45,6 @@ from sidecar.stores.outcome_log import (
     interrupted_outcome,
     replayed_outcome,
 )
-from sidecar.stores.state_dir import PRIVATE_DIR_MODE, create_private_file
 
 T = TypeVar("T")
 
@@ -205,11 +205,8 @@ class SqliteOutcomeLog:
 
     def _connect(self) -> sqlite3.Connection:
         """On the owner thread: the connection, the schema migrated, the filter loaded."""
-        self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
-        create_private_file(self._path)  # 0600 from the start; SQLite's -wal/-shm follow it
-        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        conn = private_connection(self._path)
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.executescript(_SCHEMA)
             columns = {row[1] for row in conn.execute("PRAGMA table_info(outcomes)")}

@@ -2,9 +2,9 @@
 
 Work is submitted from the event loop (`submit`, `run`) and answered on the loop; nothing
 touches SQLite on the loop. The thread takes every job queued since it last looked as one
-batch and answers the batch in one callback per loop. With `group_commit` a batch of several
-jobs runs in one transaction (N concurrent writers cost one commit), and when that
-transaction fails each job runs again alone, so one bad job fails only its caller. Items
+batch and answers the batch in one callback per loop. With `group_commit` a batch runs in one
+transaction (N concurrent writers cost one commit), and when that transaction fails each job
+of a batch of several runs again alone, so one bad job fails only its caller. Items
 handed to `gather` (rows written behind, off the caller's path) are written by
 `write_gathered` before the next batch runs, or `gather_seconds` after the first of them.
 An `upkeep` (`WalKeeper`) is told after each batch and when the thread idles.
@@ -90,11 +90,16 @@ class SqliteOwner(Generic[G]):
     # --- on the event loop -------------------------------------------------------------
 
     async def open(self, connect: Callable[[], sqlite3.Connection]) -> None:
-        """Connect on the owner thread (`connect` may set `upkeep`)."""
+        """Connect on the owner thread (`connect` may set `upkeep`); when that fails the
+        thread is ended before the error is raised."""
         def opened() -> None:
             self.connection = connect()
 
-        await self.submit(opened)
+        try:
+            await self.submit(opened)
+        except BaseException:
+            await self.close()
+            raise
 
     def submit(self, fn: Callable[[], T]) -> asyncio.Future[T]:
         """Run `fn` on the owner thread (with the batch it lands in); its result or error."""

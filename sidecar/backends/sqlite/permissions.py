@@ -14,10 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from sidecar.backends.sqlite.files import private_connection
 from sidecar.backends.sqlite.owner import SqliteOwner
 from sidecar.model.permissions import PermissionRule
 from sidecar.stores.permissions import StoredRule
-from sidecar.stores.state_dir import PRIVATE_DIR_MODE, create_private_file
 
 T = TypeVar("T")
 
@@ -45,21 +45,14 @@ class SqlitePermissionStore:
     @classmethod
     async def open(cls, path: Path) -> SqlitePermissionStore:
         store = cls(path)
-        try:
-            await store._owner.open(store._connect)
-        except BaseException:
-            await store.aclose()
-            raise
+        await store._owner.open(store._connect)
         return store
 
     async def _run(self, fn: Callable[[], T]) -> T:
         return await self._owner.run(fn)
 
     def _connect(self) -> sqlite3.Connection:
-        self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
-        create_private_file(self._path)  # 0600 from the start; SQLite's -wal/-shm follow it
-        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
+        conn = private_connection(self._path)
         conn.execute("PRAGMA journal_size_limit=1048576")  # rare writes: keep no big WAL
         conn.executescript(_SCHEMA)
         return conn

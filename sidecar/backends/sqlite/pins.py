@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from sidecar.backends.sqlite.files import private_connection
 from sidecar.backends.sqlite.owner import SqliteOwner
 from sidecar.model.errors import SidecarError
 from sidecar.stores.pins import Pin
-from sidecar.stores.state_dir import PRIVATE_DIR_MODE, create_private_file
 
 __all__ = ["SqlitePinStore"]
 
@@ -33,21 +33,14 @@ class SqlitePinStore:
     @classmethod
     async def open(cls, path: Path) -> SqlitePinStore:
         store = cls(path)
-        try:
-            await store._owner.open(store._connect)
-        except BaseException:
-            await store.aclose()
-            raise
+        await store._owner.open(store._connect)
         return store
 
     async def _run(self, fn: Callable[[], T]) -> T:
         return await self._owner.run(fn)
 
     def _connect(self) -> sqlite3.Connection:
-        self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
-        create_private_file(self._path)
-        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
+        conn = private_connection(self._path)
         conn.execute("CREATE TABLE IF NOT EXISTS pins (key TEXT PRIMARY KEY, fingerprint TEXT "
                      "NOT NULL, definition TEXT NOT NULL, pinned_at REAL NOT NULL)")
         return conn

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sidecar.backends.sqlite.files import private_connection
 from sidecar.backends.sqlite.owner import SqliteOwner
-from sidecar.stores.state_dir import PRIVATE_DIR_MODE, create_private_file
 from sidecar.stores.tokens import TokenError, TokenRecord
 
 __all__ = ["SqliteTokenStore"]
@@ -41,22 +41,14 @@ class SqliteTokenStore:
     @classmethod
     async def open(cls, path: Path) -> SqliteTokenStore:
         store = cls(path)
-        try:
-            await store._owner.open(store._connect)
-        except BaseException:
-            await store.aclose()
-            raise
+        await store._owner.open(store._connect)
         return store
 
     async def _run(self, fn: Callable[[], T]) -> T:
         return await self._owner.run(fn)
 
     def _connect(self) -> sqlite3.Connection:
-        self._path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
-        create_private_file(self._path)  # 0600 from the start; SQLite's -wal/-shm follow it
-        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False,
-                               timeout=10)
-        conn.execute("PRAGMA journal_mode=WAL")
+        conn = private_connection(self._path, timeout=10)
         conn.executescript(_SCHEMA)
         return conn
 
