@@ -29,7 +29,7 @@ FACES = ("bridges.mcp", "bridges.mcp.oauth")
 """The package faces of the MCP bridge the frontends may use (their `__init__`), nothing below."""
 DRIVERS = ("asyncpg", "obstore")
 """Optional drivers: named only by the backends (and the managed store's own S3 implementation)."""
-DRIVER_PLACES = (*BACKENDS, "managed_store.s3")
+DRIVER_PLACE_S3 = "managed_store.s3"
 
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "managed_store": (),
@@ -47,7 +47,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
 """Who may import whom. `sidecar` itself is the public API (`__init__` re-exports, the lazy
 `Location` from the composition root, `__main__`). The composition root (`sidecar.daemon`) and
 the CLI sit on top; only they (and tests) import backends."""
-EXACT = {"bridges.mcp", "bridges.mcp.oauth"}
+EXACT = set(FACES)
 """Entries of `MAY_IMPORT` that allow that module only, not the modules below it."""
 ROOT = "sidecar.daemon"
 
@@ -201,7 +201,7 @@ def driver_names(base: Path) -> list[str]:
     import, `sys.modules["asyncpg"]`, an attribute): docstrings and comments do not count."""
     found: list[str] = []
     for module, path in modules(base).items():
-        if package(module) in DRIVER_PLACES or module.startswith("managed_store.s3"):
+        if package(module) in BACKENDS or module.startswith(DRIVER_PLACE_S3):
             continue
         tree = ast.parse(path.read_text(), str(path))
         docstrings = {id(node.body[0].value) for node in ast.walk(tree)
