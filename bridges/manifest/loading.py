@@ -29,6 +29,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from bridges.manifest.oauth import OAuthSettings
+from bridges.manifest.openapi import OpenApiConfig
 from bridges.manifest.overrides import OverrideConfig
 from bridges.manifest.profiles import PROFILE_NAME, ProfileConfig, RateLimitConfig
 from bridges.manifest.secrets import SecretReferenceError, resolve_references
@@ -200,6 +201,7 @@ class ManifestFile(BaseModel):
     default_profile: str | None = None
     rate_limits: dict[str, Any] = {}
     audit: dict[str, Any] = {}
+    openapi: dict[str, Any] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +237,8 @@ class ManifestSet:
     overrides: list[Sourced] = field(default_factory=list)
     """Tool overrides in file order: `[tools.overrides."<glob>"]` and server-level ones; key =
     the glob, value = (server key or None, `OverrideConfig`)."""
+    openapi: dict[str, Sourced] = field(default_factory=dict)
+    """OpenAPI services (`[openapi.NAME]`, value `OpenApiConfig`; docs/openapi.md)."""
 
     @property
     def errors(self) -> list[ManifestProblem]:
@@ -329,7 +333,7 @@ def _validation_problems(
 def _known_keys() -> set[str]:
     """Every key of the manifest format (for "did you mean ...?")."""
     return model_keys(ServerConfig, ToolFilter, Timeouts, AnnotationPermissions, Rule,
-                      PermissionsConfig, ManifestFile, BoundsConfig)
+                      PermissionsConfig, ManifestFile, BoundsConfig, OpenApiConfig)
 
 
 ToolValidator = Callable[[str, str, Any], tuple[Any, list[ManifestProblem]]]
@@ -386,7 +390,7 @@ def _load_one(
                 name, f"$.{key}", "unknown top-level key, ignored", severity="note",
                 hint=did_you_mean(key, [*model_keys(ManifestFile), "servers"]) or (
                     "known keys: mcpServers (or servers), tools, permissions, plugins, bounds, "
-                    "codemode, profiles, default_profile, rate_limits, audit"),
+                    "codemode, profiles, default_profile, rate_limits, audit, openapi"),
                 unknown_key=True,
             ))
     for key, raw in top.mcpServers.items():
@@ -400,6 +404,8 @@ def _load_one(
         _load_tool(name, key, raw, env, result, tool_validator)
     for key, raw in top.profiles.items():
         _load_profile(name, key, raw, env, result)
+    for key, raw in top.openapi.items():
+        _load_openapi(name, key, raw, env, result)
     for key, raw in top.rate_limits.items():
         base = _key_path("$.rate_limits", key)
         try:
@@ -508,6 +514,25 @@ def _load_tool(
     result.problems.extend(problems)
     if parsed is not None:
         result.tools[key] = Sourced(file, key, parsed)
+
+
+def _load_openapi(
+    file: str, key: str, raw: Any, env: Mapping[str, str], result: ManifestSet
+) -> None:
+    base = _key_path("$.openapi", key)
+    if key in result.openapi:
+        result.problems.append(ManifestProblem(
+            file, base, f"openapi {key!r} is already defined in {result.openapi[key].file}",
+            hint="this one is ignored"))
+        return
+    value = _interpolated(file, base, raw, env, result)
+    if value is None:
+        return
+    try:
+        result.openapi[key] = Sourced(file, key, OpenApiConfig.model_validate(value))
+    except ValidationError as exc:
+        result.problems.extend(_validation_problems(
+            file, base, exc, hint="see docs/openapi.md for the keys of an openapi entry"))
 
 
 def _load_override(

@@ -18,6 +18,7 @@ from bridges.manifest.loading import (
     PermissionsConfig,
     ServerConfig,
 )
+from bridges.manifest.openapi import OpenApiConfig
 from bridges.manifest.overrides import OverrideConfig
 from bridges.manifest.profiles import PROFILE_NAME, ProfileConfig, RateLimitConfig
 from bridges.manifest_tools.config import tool_entry_json_schema
@@ -46,7 +47,8 @@ def manifest_json_schema() -> dict[str, Any]:
     entry = tool_entry_json_schema()
     defs.update(entry.pop("$defs", {}))
     defs["ManifestTool"] = entry
-    models: tuple[type[BaseModel], ...] = (ProfileConfig, RateLimitConfig, OverrideConfig)
+    models: tuple[type[BaseModel], ...] = (ProfileConfig, RateLimitConfig, OverrideConfig,
+                                           OpenApiConfig)
     for model in models:
         part: dict[str, Any] = model.model_json_schema(ref_template="#/$defs/{model}")
         defs.update(part.pop("$defs", {}))
@@ -64,6 +66,8 @@ def manifest_json_schema() -> dict[str, Any]:
         "$ref": "#/$defs/ProfileConfig"}, "propertyNames": {"pattern": PROFILE_NAME.pattern}}
     props["rate_limits"] = {"type": "object", "additionalProperties": {
         "$ref": "#/$defs/RateLimitConfig"}, "description": "per-tool rate limits by glob"}
+    props["openapi"] = {"type": "object", "additionalProperties": {
+        "$ref": "#/$defs/OpenApiConfig"}, "description": "OpenAPI services as tools"}
     schema["title"] = "mcp-sidecar manifest"
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     return schema
