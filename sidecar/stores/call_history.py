@@ -10,24 +10,29 @@ after the answer, off the call's path, and keeps every settlement (a replay is a
 own); rows older than the retention period are pruned in batches.
 
 Imports `sidecar.model` only. Exports `CallHistory`, `SettledCall`, `CallRecord`, `CallQuery`,
-`InvalidQuery`, `AuditSettings`, `record_of`, `parse_time` and the stored row's shape
-(`COLUMNS`, `FILTERS`, `record_of_row`, `encode_cursor`, `decode_cursor`).
+`InvalidQuery`, `AuditSettings`, `record_of`, `parse_time`, `content_tokens` (for writers) and
+the stored row's shape (`COLUMNS`, `FILTERS`, `record_of_row`, `encode_cursor`,
+`decode_cursor`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple, Protocol
 
 from sidecar.model.audit_redaction import Redaction
 from sidecar.model.content import TextContent
 from sidecar.model.outcome import Outcome
+from sidecar.model.token_count import count_tokens, result_text
 from sidecar.model.tool import ToolContext
+
+log = logging.getLogger("sidecar.stores.call_history")
 
 AuditInputs = Literal["full", "redacted", "none"]
 
@@ -82,13 +87,23 @@ class CallRecord:
     input_json: str | None = field(default=None, compare=False, repr=False)
     """`input` already encoded as JSON when the record was made (the writer stores it as is;
     None: the writer encodes `input`)."""
+    content_tokens: int | None = None
+    """Tokens of what the call returned to the model (`sidecar.model.token_count`), counted
+    by the history's writer, off the call's path; None when not counted (a row written
+    before the history counted tokens)."""
+    outcome: Outcome | None = field(default=None, compare=False, repr=False)
+    """The settled outcome, for the writer to count `content_tokens` (never stored)."""
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = {name: getattr(self, name) for name in _SHOWN}
         data["retained"] = list(self.retained)
         data["started_at"] = _iso(self.started_at)
-        del data["seq"], data["input_json"]
         return data
+
+
+_SHOWN = tuple(n for n in CallRecord.__dataclass_fields__
+               if n not in ("seq", "input_json", "outcome"))
+"""The fields of a row `/v1/calls` shows, in order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +265,7 @@ def record_of(
         started_at=call.started_at, duration_ms=round(call.duration * 1000, 3),
         input_bytes=size, input=kept, content_bytes=shown,
         retained=tuple(m.ref for m in outcome.managed), replayed=call.replayed,
-        error=_error_text(outcome), input_json=kept_json,
+        error=_error_text(outcome), input_json=kept_json, outcome=outcome,
     )
 
 
@@ -267,9 +282,30 @@ def _error_text(outcome: Outcome) -> str | None:
 
 COLUMNS = ("seq", "call_id", "tool", "server", "profile", "session_id", "agent", "message_id",
             "status", "error_kind", "started_at", "duration_ms", "input_bytes", "input",
-            "content_bytes", "retained", "replayed", "error")
+            "content_bytes", "retained", "replayed", "error", "content_tokens")
 FILTERS = {"tool": "tool", "server": "server", "status": "status", "session": "session_id",
             "agent": "agent", "profile": "profile"}
+
+
+def content_tokens(record: CallRecord) -> int | None:
+    """On the history's writer (a thread, or a thread hop per batch): the tokens of what the
+    call returned to the model, as `CallRecord.content_tokens` says. Never raises: a row is
+    written without a count rather than not at all."""
+    if record.content_tokens is not None or record.outcome is None:
+        return record.content_tokens
+    outcome = record.outcome
+    try:
+        return count_tokens(result_text(
+            outcome.content, outcome.error.message if outcome.error is not None else None))
+    except Exception:  # e.g. the encoding's package missing: say so once
+        if not _count_failed:
+            _count_failed.append(True)
+            log.exception("counting the tokens of call results failed; rows are written "
+                          "without them")
+        return None
+
+
+_count_failed: list[bool] = []
 
 
 def encode_cursor(seq: int) -> str:

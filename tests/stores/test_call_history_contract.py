@@ -15,6 +15,10 @@ import pytest
 
 from sidecar.backends.postgres.call_history import PostgresCallHistory
 from sidecar.backends.sqlite.call_history import SqliteCallHistory
+from sidecar.model.content import ImageContent, ResourceContent, TextContent
+from sidecar.model.errors import CallError, ErrorKind
+from sidecar.model.outcome import Outcome
+from sidecar.model.token_count import count_tokens
 from sidecar.stores.call_history import CallHistory, CallQuery, CallRecord, InvalidQuery
 from tests.fleet.postgres import PostgresServer
 
@@ -156,3 +160,25 @@ async def test_rows_past_the_retention_are_pruned_in_the_background(
             break
         await asyncio.sleep(0.05)
     assert [r.call_id for r in rows] == ["c2"]
+
+
+async def test_rows_carry_the_tokens_of_what_the_model_read(open_history: OpenHistory) -> None:
+    """The writer counts the tokens of each row's outcome (text items and embedded text, or a
+    failed call's error message); a row without an outcome has no count."""
+    text = "The quick brown fox jumps over the lazy dog. " * 40
+    completed = Outcome(call_id="c1", tool="echo", status="completed",
+                        content=(TextContent(text), ImageContent("aGk=", "image/png"),
+                                 ResourceContent("file:///a", text="résumé ✓")))
+    failed = Outcome.failed("c2", "echo", CallError(ErrorKind.UPSTREAM, "the server hung up"))
+    history = await open_history()
+    history.add(row(1, outcome=completed))
+    history.add(row(2, outcome=failed, status="error", error_kind="upstream",
+                    error="the server hung up"))
+    history.add(row(3))
+    rows, _ = await history.query(CallQuery())
+    tokens = {r.call_id: r.content_tokens for r in rows}
+    assert tokens == {"c1": count_tokens(text + "\nrésumé ✓"),
+                      "c2": count_tokens("the server hung up"), "c3": None}
+    assert tokens["c1"] is not None and 400 < tokens["c1"] < 500
+    assert rows[2].to_json()["content_tokens"] == tokens["c1"]
+    assert "outcome" not in rows[2].to_json()

@@ -22,6 +22,7 @@ from sidecar.stores.call_history import (
     MAX_LIMIT,
     CallQuery,
     CallRecord,
+    content_tokens,
     decode_cursor,
     encode_cursor,
     record_of_row,
@@ -35,7 +36,7 @@ log = logging.getLogger("sidecar.backends.postgres.call_history")
 
 _WRITTEN = COLUMNS[1:]  # every column but `seq`, which the database numbers
 _TYPES = ("text", "text", "text", "text", "text", "text", "text", "text", "text", "float8",
-          "float8", "int8", "text", "int8", "text", "bool", "text")
+          "float8", "int8", "text", "int8", "text", "bool", "text", "int8")
 # A batch of rows in one statement (one array per column): `executemany` would execute the
 # INSERT once per row. `seq` numbers them in the order they were added.
 _INSERT = (
@@ -65,7 +66,7 @@ class PostgresCallHistory(PostgresStore):
     Location's name."""
 
     COMPONENT = "call_history"
-    SCHEMA_VERSION = 2
+    SCHEMA_VERSION = 3
     MIGRATIONS: ClassVar[dict[int, str]] = {1: """
 CREATE TABLE sidecar_calls (
     seq           BIGSERIAL PRIMARY KEY,
@@ -89,7 +90,8 @@ CREATE TABLE sidecar_calls (
 );
 CREATE INDEX sidecar_calls_by_location ON sidecar_calls (location, seq);
 CREATE INDEX sidecar_calls_by_age ON sidecar_calls (started_at);
-""", 2: "ALTER TABLE sidecar_calls ADD COLUMN error TEXT"}
+""", 2: "ALTER TABLE sidecar_calls ADD COLUMN error TEXT",
+        3: "ALTER TABLE sidecar_calls ADD COLUMN content_tokens BIGINT"}
 
     def __init__(self, pool: asyncpg.Pool, *, owns_pool: bool = False,
                  location: str = "default") -> None:
@@ -145,14 +147,16 @@ CREATE INDEX sidecar_calls_by_age ON sidecar_calls (started_at);
                 rows, self._pending = self._pending, []
             if not rows:
                 return
+            # the results' tokens are counted in a thread, one hop per batch
+            tokens = await asyncio.to_thread(_count_tokens, rows)
             values = [
                 (r.call_id, r.tool, r.server, r.profile, r.session_id, r.agent, r.message_id,
                  r.status, r.error_kind, r.started_at, r.duration_ms, r.input_bytes,
                  r.input_json if r.input_json is not None
                  else None if r.input is None
                  else json.dumps(r.input, ensure_ascii=False, default=str),
-                 r.content_bytes, json.dumps(list(r.retained)), r.replayed, r.error)
-                for r in rows
+                 r.content_bytes, json.dumps(list(r.retained)), r.replayed, r.error, n)
+                for r, n in zip(rows, tokens, strict=True)
             ]
             try:
                 async with self._pool.acquire() as conn:
@@ -265,3 +269,7 @@ CREATE INDEX sidecar_calls_by_age ON sidecar_calls (started_at);
                 lost, self._pending = len(self._pending), []
             log.error("closing with the database down: %d call history rows not written", lost)
         await super().aclose()
+
+
+def _count_tokens(rows: list[CallRecord]) -> list[int | None]:
+    return [content_tokens(r) for r in rows]

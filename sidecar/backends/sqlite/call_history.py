@@ -28,6 +28,7 @@ from sidecar.stores.call_history import (
     MAX_LIMIT,
     CallQuery,
     CallRecord,
+    content_tokens,
     decode_cursor,
     encode_cursor,
     record_of_row,
@@ -58,12 +59,15 @@ CREATE TABLE IF NOT EXISTS calls (
     content_bytes INTEGER NOT NULL,
     retained      TEXT NOT NULL,
     replayed      INTEGER NOT NULL,
-    error         TEXT
+    error         TEXT,
+    content_tokens INTEGER
 );
 CREATE INDEX IF NOT EXISTS calls_started ON calls (started_at);
 """
-_ADD_ERROR = "ALTER TABLE calls ADD COLUMN error TEXT"
-"""For a history written before failed calls kept their message."""
+_ADDED = {"error": "ALTER TABLE calls ADD COLUMN error TEXT",
+          "content_tokens": "ALTER TABLE calls ADD COLUMN content_tokens INTEGER"}
+"""For a history written before failed calls kept their message, and before rows counted the
+tokens of results."""
 
 
 class SqliteCallHistory:
@@ -110,8 +114,10 @@ class SqliteCallHistory:
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA journal_size_limit=8388608")
         db.executescript(_SCHEMA)
-        if "error" not in {row[1] for row in db.execute("PRAGMA table_info(calls)")}:
-            db.execute(_ADD_ERROR)
+        present = {row[1] for row in db.execute("PRAGMA table_info(calls)")}
+        for column, statement in _ADDED.items():
+            if column not in present:
+                db.execute(statement)
         return db
 
     def _db(self) -> sqlite3.Connection:
@@ -182,14 +188,15 @@ class SqliteCallHistory:
 
 
 def _write_rows(db: sqlite3.Connection, rows: list[CallRecord]) -> None:
-    """On the owner thread: the gathered rows, in one transaction."""
+    """On the owner thread: the gathered rows, in one transaction (their results' tokens are
+    counted here, off the event loop)."""
     values = [
         (r.call_id, r.tool, r.server, r.profile, r.session_id, r.agent, r.message_id,
          r.status, r.error_kind, r.started_at, r.duration_ms, r.input_bytes,
          r.input_json if r.input_json is not None
          else None if r.input is None else json.dumps(r.input, ensure_ascii=False, default=str),
          r.content_bytes, "[]" if not r.retained else json.dumps(list(r.retained)),
-         int(r.replayed), r.error)
+         int(r.replayed), r.error, content_tokens(r))
         for r in rows
     ]
     try:

@@ -187,3 +187,34 @@ async def test_gathered_rows_are_written_before_a_query_and_at_close(tmp_path: P
     finally:
         await h.aclose()
     assert [r.call_id for r in rows] == ["c4", "c3", "c2", "c1", "c0"]
+
+
+async def test_a_history_from_before_errors_and_tokens_gains_their_columns(
+    tmp_path: Path,
+) -> None:
+    """A file written by an older sidecar (no `error`, no `content_tokens`) keeps its rows and
+    gains both columns; its old rows have no token count."""
+    import sqlite3
+
+    path = tmp_path / "history.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE calls (seq INTEGER PRIMARY KEY AUTOINCREMENT, call_id TEXT NOT NULL,
+            tool TEXT NOT NULL, server TEXT, profile TEXT, session_id TEXT NOT NULL,
+            agent TEXT NOT NULL, message_id TEXT NOT NULL, status TEXT NOT NULL,
+            error_kind TEXT, started_at REAL NOT NULL, duration_ms REAL NOT NULL,
+            input_bytes INTEGER NOT NULL, input TEXT, content_bytes INTEGER NOT NULL,
+            retained TEXT NOT NULL, replayed INTEGER NOT NULL);
+        INSERT INTO calls (call_id, tool, session_id, agent, message_id, status, started_at,
+            duration_ms, input_bytes, content_bytes, retained, replayed)
+            VALUES ('old', 'echo', 's', 'a', 'm', 'completed', 1.0, 1.0, 2, 3, '[]', 0);
+    """)
+    db.close()
+    history = await SqliteCallHistory.open(path)
+    try:
+        history.add(row(1, content_tokens=7))
+        rows, _ = await history.query(CallQuery())
+    finally:
+        await history.aclose()
+    assert [(r.call_id, r.error, r.content_tokens) for r in rows] == [
+        ("c1", None, 7), ("old", None, None)]
