@@ -32,6 +32,7 @@ from bridges.manifest.oauth import OAuthSettings
 from bridges.manifest.openapi import OpenApiConfig
 from bridges.manifest.overrides import OverrideConfig
 from bridges.manifest.profiles import PROFILE_NAME, ProfileConfig, RateLimitConfig
+from bridges.manifest.sandbox import SandboxConfig, SandboxSetting, apply_sandbox_default
 from bridges.manifest.secrets import SecretReferenceError, resolve_references
 
 # BoundsConfig, ManifestProblem: defined below this module and `manifest_tools.config`
@@ -124,6 +125,8 @@ class ServerConfig(BaseModel):
     """`oauth`: authorize with OAuth 2.1; `none`: never; unset: OAuth when the server answers
     401 with a Bearer challenge and `headers` has no Authorization."""
     oauth: OAuthSettings | None = Field(default=None, repr=False)
+    sandbox: SandboxSetting = None
+    """Run the server under bubblewrap (`bridges.manifest.sandbox`; None: `sandbox_default`)."""
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerConfig:
@@ -138,6 +141,8 @@ class ServerConfig(BaseModel):
             raise ValueError(f"type {self.type} needs `url`")
         if transport == "stdio" and (self.auth == "oauth" or self.oauth is not None):
             raise ValueError("`auth`/`oauth` apply to HTTP servers (`url`) only")
+        if transport != "stdio" and self.sandbox is not None:
+            raise ValueError("`sandbox` applies to stdio servers (`command`) only")
         if self.auth == "none" and self.oauth is not None:
             raise ValueError("`oauth` settings with auth = \"none\"")
         return self
@@ -201,6 +206,7 @@ class ManifestFile(BaseModel):
     default_profile: str | None = None
     rate_limits: dict[str, Any] = {}
     audit: dict[str, Any] = {}
+    sandbox_default: SandboxSetting = None
     openapi: dict[str, Any] = {}
 
 
@@ -234,6 +240,9 @@ class ManifestSet:
     """Per-tool rate limits by effective name or glob (`[rate_limits."<glob>"]`)."""
     audit: AuditConfig | None = None
     """The call history's audit settings (`[audit]`; the last file that sets them wins)."""
+    sandbox_default: SandboxConfig | None = None
+    """`sandbox_default` (the last file that sets it wins), applied to the stdio servers and
+    command tools that do not say (`bridges.manifest.sandbox.apply_sandbox_default`)."""
     overrides: list[Sourced] = field(default_factory=list)
     """Tool overrides in file order: `[tools.overrides."<glob>"]` and server-level ones; key =
     the glob, value = (server key or None, `OverrideConfig`)."""
@@ -361,6 +370,7 @@ def load_manifests(
     for path in files:
         _load_one(path, env, result, tool_validator)
     _check_profiles(result)
+    apply_sandbox_default(result)
     return result
 
 
@@ -390,7 +400,8 @@ def _load_one(
                 name, f"$.{key}", "unknown top-level key, ignored", severity="note",
                 hint=did_you_mean(key, [*model_keys(ManifestFile), "servers"]) or (
                     "known keys: mcpServers (or servers), tools, permissions, plugins, bounds, "
-                    "codemode, profiles, default_profile, rate_limits, audit, openapi"),
+                    "codemode, profiles, default_profile, rate_limits, audit, openapi, "
+                    "sandbox_default"),
                 unknown_key=True,
             ))
     for key, raw in top.mcpServers.items():
@@ -430,6 +441,8 @@ def _load_one(
             result.plugins.append(Sourced(name, plugin, plugin))
     if top.codemode is not None:
         result.codemode = top.codemode
+    if top.sandbox_default is not None:
+        result.sandbox_default = top.sandbox_default
     if top.bounds:
         try:
             result.bounds = BoundsConfig.model_validate(top.bounds)

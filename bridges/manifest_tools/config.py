@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 
+from bridges.manifest.sandbox import SandboxSetting
 from bridges.manifest.values import BoundsConfig, ManifestProblem, did_you_mean, model_keys
 from bridges.manifest_tools.shell_slots import place_slots
 from bridges.manifest_tools.templates import Template, authority_end, quoted_slots
@@ -157,6 +158,7 @@ class CommandToolConfig(_ToolBase):
     progress: bool = False
     memory_cap_bytes: Annotated[int, Field(ge=MIN_MEMORY_CAP_BYTES)] = DEFAULT_MEMORY_CAP_BYTES
     max_output_bytes: Annotated[int, Field(ge=1)] = DEFAULT_MAX_OUTPUT_BYTES
+    sandbox: SandboxSetting = None
 
     @property
     def argv_templates(self) -> tuple[Template, ...]:
