@@ -202,6 +202,7 @@ class ManifestFile(BaseModel):
     plugins: list[str] = []
     bounds: dict[str, Any] = {}
     codemode: Literal["direct", "codemode", "both"] | None = None
+    expose: Literal["all", "search"] | None = None
     profiles: dict[str, Any] = {}
     default_profile: str | None = None
     rate_limits: dict[str, Any] = {}
@@ -231,6 +232,8 @@ class ManifestSet:
     plugins: list[Sourced] = field(default_factory=list)
     bounds: BoundsConfig = field(default_factory=BoundsConfig)
     codemode: Literal["direct", "codemode", "both"] | None = None
+    expose: Literal["all", "search"] | None = None
+    """The top-level `expose`: every profile's default (docs/tool-search.md)."""
     ask_timeout: float | None = None
     problems: list[ManifestProblem] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
@@ -400,7 +403,7 @@ def _load_one(
                 name, f"$.{key}", "unknown top-level key, ignored", severity="note",
                 hint=did_you_mean(key, [*model_keys(ManifestFile), "servers"]) or (
                     "known keys: mcpServers (or servers), tools, permissions, plugins, bounds, "
-                    "codemode, profiles, default_profile, rate_limits, audit, openapi, "
+                    "codemode, expose, profiles, default_profile, rate_limits, audit, openapi, "
                     "sandbox_default"),
                 unknown_key=True,
             ))
@@ -441,6 +444,8 @@ def _load_one(
             result.plugins.append(Sourced(name, plugin, plugin))
     if top.codemode is not None:
         result.codemode = top.codemode
+    if top.expose is not None:
+        result.expose = top.expose
     if top.sandbox_default is not None:
         result.sandbox_default = top.sandbox_default
     if top.bounds:

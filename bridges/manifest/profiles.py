@@ -6,13 +6,16 @@
     exclude = ["git_reset"]
     read_only = true                    # filters: read_only, destructive, idempotent, open_world
     codemode = "both"
+    expose = "search"                   # list search_tools/call_tool instead of every tool
+    always = ["git_status"]             # ... and these (globs), with managed_read
     bounds = { max_bytes = 20000 }
     resources = true                    # or false, or a list of server keys (prompts: same)
     [[profiles.coding.permissions.rules]]
     action = "git_commit"
     decision = "ask"
 
-`default_profile = "NAME"` (top level) makes NAME what `/mcp` and `sidecar stdio` serve.
+`default_profile = "NAME"` (top level) makes NAME what `/mcp` and `sidecar stdio` serve;
+`expose = "search"` (top level) is the default of every profile (docs/tool-search.md).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from bridges.manifest.overrides import OverrideConfig
 
@@ -67,6 +70,9 @@ class ProfileConfig(_Strict):
     idempotent: bool | None = None
     open_world: bool | None = None
     codemode: Literal["direct", "codemode", "both"] | None = None
+    expose: Literal["all", "search"] | None = None
+    always: list[str] = []
+    """With `expose = "search"`: globs of tools listed beside the search built-ins."""
     bounds: ProfileBounds = ProfileBounds()
     permissions: ProfilePermissions = ProfilePermissions()
     resources: bool | list[str] = True
@@ -77,6 +83,14 @@ class ProfileConfig(_Strict):
     """Per tool of this profile, by effective name or glob (each matching tool its own)."""
     overrides: dict[str, OverrideConfig] = {}
     """Tool overrides for this profile only (see `bridges.manifest.overrides`)."""
+
+    @model_validator(mode="after")
+    def _one_search(self) -> ProfileConfig:
+        if self.expose == "search" and self.codemode in ("codemode", "both"):
+            raise ValueError(
+                'expose = "search" and codemode = "codemode"/"both" both replace the tool '
+                "list with a search; choose one")
+        return self
 
     def hints(self) -> dict[str, bool]:
         found = {

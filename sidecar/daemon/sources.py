@@ -33,7 +33,7 @@ from bridges.manifest.overrides import OverrideConfig
 from bridges.manifest.profiles import ProfileConfig, RateLimitConfig
 from bridges.manifest_tools import ManifestTools, manifest_tool_validator
 from bridges.mcp import ServerPool
-from sidecar.model.codemode import CodeModeSetting
+from sidecar.model.codemode import CodeModeSetting, ExposeSetting
 from sidecar.model.errors import RegistrationError, SchemaDefinitionError
 from sidecar.model.events import ManifestsReloaded, ServerHealthChanged
 from sidecar.model.permissions import PermissionRule
@@ -70,6 +70,8 @@ def profile_of(name: str, config: ProfileConfig) -> Profile:
         servers=tuple(config.servers) if config.servers is not None else None,
         hints=config.hints(),
         codemode=config.codemode,
+        expose=config.expose,
+        always=tuple(config.always),
         bounds=(
             Bounds(bounds.max_bytes, bounds.max_lines)
             if bounds.max_bytes is not None or bounds.max_lines is not None else None
@@ -190,6 +192,8 @@ class ManifestSources:
         """What the call history keeps of inputs (manifest `[audit]`)."""
         self.codemode: CodeModeSetting | None = None
         """The manifests' Code Mode setting; None: the Location's own."""
+        self.expose: ExposeSetting | None = None
+        """The manifests' top-level `expose`; None: the Location's own."""
         self.manifest_tools: ManifestTools | None = None
         self.reload_problems: list[ManifestProblem] = []
         self._lock = asyncio.Lock()
@@ -359,6 +363,7 @@ class ManifestSources:
         self.audit = AuditSettings() if audit is None else AuditSettings(
             audit.inputs, frozenset(m.lower() for m in audit.mask))
         self.codemode = loaded.codemode
+        self.expose = loaded.expose
         location.overrides.set(*overrides_of(loaded))
         location.rate_limits.set(
             {glob: limit_of(s.value) for glob, s in loaded.rate_limits.items()},

@@ -36,6 +36,8 @@ from sidecar.codemode import (
     Sandbox,
     codemode_snapshot,
 )
+from sidecar.codemode.tool_index import ToolIndexes
+from sidecar.codemode.tool_search import search_snapshot
 from sidecar.execution.hooks import Hooks
 from sidecar.execution.managed_read import managed_read_tool
 from sidecar.execution.seam import Seam
@@ -46,6 +48,7 @@ from sidecar.location.ports import OpenStores, StoreOptions, Stores
 from sidecar.location.sources import Sources, UpstreamPool
 from sidecar.location.store_pressure import StorePressure
 from sidecar.model import tracing
+from sidecar.model.codemode import ExposeSetting
 from sidecar.model.errors import SidecarError
 from sidecar.model.events import EventBus, RegistryChanged
 from sidecar.model.metadata import DEFAULT_MAX_METADATA_BYTES
@@ -191,6 +194,9 @@ class Location:
         """What the manifests attached (`sidecar.location.sources`); None until then."""
         self.sandbox: Sandbox | None = None
         self._codemode = codemode
+        self._expose: ExposeSetting = "all"
+        self.tool_indexes = ToolIndexes()
+        """The search indexes of `expose = "search"` snapshots (`sidecar.codemode.tool_index`)."""
         self.codemode_limits = codemode_limits
         self.retention_seconds = retention_seconds
         self.store_quota_bytes = store_quota_bytes
@@ -243,6 +249,17 @@ class Location:
     @codemode.setter
     def codemode(self, value: CodeModeSetting) -> None:
         self._codemode = value
+
+    @property
+    def expose(self) -> ExposeSetting:
+        """Which tools snapshots that name no setting list (`all`, or `search`: the search
+        built-ins; docs/tool-search.md): the manifests' top-level `expose`, else this one's."""
+        chosen = self.sources.expose if self.sources is not None else None
+        return chosen or self._expose
+
+    @expose.setter
+    def expose(self, value: ExposeSetting) -> None:
+        self._expose = value
 
     def record_call(self, call: SettledCall) -> None:
         """The seam's audit hook: one history row for a settled or replayed call, also handed
@@ -404,6 +421,7 @@ class Location:
         profile: str | None = None,
         strict: bool = False,
         owner: str | None = None,
+        expose: ExposeSetting | None = None,
     ) -> Snapshot:
         """Capture the effective tools for one model request and keep it addressable by id.
 
@@ -419,7 +437,10 @@ class Location:
         are captured, served its way; an undeclared name raises `UnknownProfile`. `strict`
         records that its definitions are advertised in OpenAI strict mode. A kept snapshot
         reaches the other replicas of a fleet with `share_snapshot`. `owner` names the client
-        the snapshot counts against (`SnapshotStore.max_per_owner`).
+        the snapshot counts against (`SnapshotStore.max_per_owner`). `expose` ("all",
+        "search"; default the profile's, else the Location's) lists every tool, or only the
+        tool-search built-ins and the profile's `always` tools (`sidecar.codemode.tool_search`;
+        with Code Mode's `execute` advertised it is ignored).
         """
         chosen = self.profiles.resolve(profile)
         effective = self.profiles.entries(chosen, self.registry.effective())
@@ -444,12 +465,17 @@ class Location:
             mode=mode, final_step=final_step, strict=strict, names=tuple(captured),
             removed=tuple(sorted(removed)), owner=owner,
             definitions=tuple(e.definition for e in captured.values()),
+            expose=expose or (chosen.expose if chosen is not None else None) or self.expose,
+            always=chosen.always if chosen is not None else (),
         )
         snapshot = self._made(recipe, captured)
         return self.snapshots.add(snapshot) if keep else snapshot
 
     def _made(self, recipe: SnapshotRecipe, captured: Mapping[str, Entry]) -> Snapshot:
-        snapshot = codemode_snapshot(
+        snapshot = search_snapshot(
+            self.seam, captured, indexes=self.tool_indexes, always=recipe.always,
+            session_id=recipe.session_id, final_step=recipe.final_step, removed=recipe.removed,
+        ) if recipe.expose == "search" and recipe.mode == "direct" else codemode_snapshot(
             self.seam, captured, mode=cast(CodeModeSetting, recipe.mode),
             sandbox=self.sandbox, limits=self.codemode_limits, session_id=recipe.session_id,
             final_step=recipe.final_step, removed=recipe.removed,

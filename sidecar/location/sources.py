@@ -3,7 +3,8 @@
 Owns `Sources` (the manifests' MCP servers, tools, policy and live reload, attached by the
 composition root: `sidecar.daemon.sources.ManifestSources`) and `UpstreamPool` (the upstream
 MCP servers: `Location.upstreams`, the one way a frontend reaches them). The Location reads its
-manifest-driven settings (`audit`, `codemode`) from its sources; nothing assigns them on it.
+manifest-driven settings (`audit`, `codemode`, `expose`) from its sources; nothing assigns them
+on it.
 May import the core below `location`; the bridges' value types are named for types only.
 Exports `Sources`, `UpstreamPool`, `RelayPoint`.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from sidecar.model.codemode import CodeModeSetting
+from sidecar.model.codemode import CodeModeSetting, ExposeSetting
 from sidecar.stores.call_history import AuditSettings
 
 if TYPE_CHECKING:
@@ -88,6 +89,11 @@ class Sources(Protocol):
     @property
     def codemode(self) -> CodeModeSetting | None:
         """The manifests' Code Mode setting; None: the Location's own."""
+        ...
+
+    @property
+    def expose(self) -> ExposeSetting | None:
+        """The manifests' top-level `expose`; None: the Location's own."""
         ...
 
     @property

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sidecar.model.codemode import CodeModeSetting
+from sidecar.model.codemode import CodeModeSetting, ExposeSetting
 from sidecar.model.errors import SidecarError
 from sidecar.model.permissions import SCOPE_RULES, PermissionRule
 from sidecar.model.tool import Bounds, CallContext, Tool, tool_with
@@ -63,7 +63,9 @@ class Profile:
                       has that value, an absent hint counting as MCP's default (`HINT_DEFAULTS`).
                       Built-in tools (`managed_read`, which previews point to) are kept unless
                       `exclude` names them.
-        how           the Code Mode setting, bounds (between the tool's and the Location's),
+        how           the Code Mode setting, `expose` ("all", or "search": list only the
+                      tool-search built-ins, `managed_read` and the `always` globs' tools;
+                      None: the Location's), bounds (between the tool's and the Location's),
                       permission rules (the last layer: they win over every other), whether
                       upstream resources and prompts pass through.
     """
@@ -75,6 +77,8 @@ class Profile:
     servers: tuple[str, ...] | None = None
     hints: Mapping[str, bool] = field(default_factory=dict)
     codemode: CodeModeSetting | None = None
+    expose: ExposeSetting | None = None
+    always: tuple[str, ...] = ()
     bounds: Bounds | None = None
     rules: tuple[PermissionRule, ...] = ()
     resources: bool | tuple[str, ...] = True

@@ -50,6 +50,10 @@ class SnapshotRecipe:
     """The client it counts against per owner (`Snapshot.owner`: a scoped token)."""
     definitions: tuple[ToolDefinition, ...] = field(default=(), compare=False, repr=False)
     """The captured definitions (for the digest; never stored)."""
+    expose: str = "all"
+    """Which tools it lists ("all", "search": `sidecar.codemode.tool_search`)."""
+    always: tuple[str, ...] = ()
+    """With "search": the profile's globs of tools listed beside the search built-ins."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,8 @@ def _recipe_json(recipe: SnapshotRecipe) -> str:
     return json.dumps({
         "session_id": recipe.session_id, "profile": recipe.profile, "mode": recipe.mode,
         "final_step": recipe.final_step, "strict": recipe.strict, "names": list(recipe.names),
-        "removed": list(recipe.removed), "owner": recipe.owner,
+        "removed": list(recipe.removed), "owner": recipe.owner, "expose": recipe.expose,
+        "always": list(recipe.always),
     }, ensure_ascii=False)
 
 
@@ -64,6 +65,7 @@ def _recipe(text: str) -> SnapshotRecipe:
         session_id=data["session_id"], profile=data["profile"], mode=data["mode"],
         final_step=bool(data["final_step"]), strict=bool(data["strict"]),
         names=tuple(data["names"]), removed=tuple(data["removed"]), owner=data.get("owner"),
+        expose=data.get("expose", "all"), always=tuple(data.get("always", ())),
     )
 
 

@@ -1,0 +1,209 @@
+"""The BM25 index behind tool search (`expose = "search"`): `ToolIndex` ranks the tools of one
+set of entries, `ToolIndexes` keeps the recent ones and builds new ones off the event loop.
+
+Each tool is five fields, each its own `bm25s` index; a tool's score is the weighted sum of its
+field scores (`FIELD_WEIGHTS`: name 3, title 2, parameters 1.5, description 1, server 1).
+Text is split like Code Mode's search (`sidecar.codemode.search.tokens`: words and camelCase
+humps, lowercased), English stop words dropped and plural/verb endings cut (`stem`).
+
+A registry change (a server's `list_changed`, a reload) gives new entries; the next index
+tokenizes only the definitions it has not seen (a server's reload re-reads that server's tools),
+then recomputes the BM25 statistics, in a worker thread. Imports `sidecar.registry`, its
+`sidecar.codemode` siblings and `bm25s`. Exports `ToolIndex`, `ToolIndexes`, `FIELD_WEIGHTS`,
+`stem`, `query_terms`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import bm25s
+import numpy as np
+
+from sidecar.codemode.search import tokens
+from sidecar.registry.registry import Entry, ToolDefinition
+
+log = logging.getLogger("sidecar.codemode.tool_index")
+
+FIELDS = ("name", "title", "parameters", "description", "server")
+FIELD_WEIGHTS: Mapping[str, float] = {
+    "name": 3.0, "title": 2.0, "parameters": 1.5, "description": 1.0, "server": 1.0,
+}
+STOP_WORDS = frozenset(
+    "a an and any are as at be by can do does for from get how i in into is it its me my of "
+    "on or our please should so some that the their them then there these this to use used "
+    "using want was we what when which will with you your".split()
+)
+"""Dropped from queries and documents (`get` too: nearly every tool gets something)."""
+KEPT_INDEXES = 8
+"""Indexes kept at once (one per profile and set of hidden tools in use)."""
+
+
+def stem(word: str) -> str:
+    """A light English stemmer, enough for tool text: `issues` -> `issue`, `queries` ->
+    `query`, `listing` -> `list`, `created` -> `creat`... applied to queries and tools alike."""
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 5 and word.endswith("ing"):
+        return word[:-3]
+    if len(word) > 4 and word.endswith("ed") and not word.endswith("eed"):
+        return word[:-2]
+    if len(word) > 4 and word.endswith(("ches", "shes", "sses", "xes")):
+        return word[:-2]
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
+
+
+def query_terms(text: str) -> list[str]:
+    """The index terms of `text`: tokens, stop words dropped, stemmed."""
+    return [stem(t) for t in tokens(text) if t not in STOP_WORDS]
+
+
+def _parameter_text(schema: Mapping[str, Any]) -> str:
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return ""
+    parts: list[str] = []
+    for key, value in properties.items():
+        parts.append(str(key))
+        if isinstance(value, Mapping) and isinstance(value.get("description"), str):
+            parts.append(value["description"])
+    return " ".join(parts)
+
+
+def _server_of(entry: Entry) -> str:
+    origin = entry.origin
+    _, _, rest = origin.partition(":")
+    return f"{rest or origin} {entry.tool.namespace or ''}"
+
+
+def _document(name: str, entry: Entry) -> tuple[list[str], ...]:
+    d = entry.definition
+    return (
+        query_terms(name), query_terms(d.title or ""),
+        query_terms(_parameter_text(d.input_schema)), query_terms(d.description),
+        query_terms(_server_of(entry)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Tokenized:
+    definition: ToolDefinition
+    origin: str
+    fields: tuple[list[str], ...]
+
+
+Signature = tuple[int, int, int]
+
+
+def _signature(entries: Mapping[str, Entry]) -> Signature:
+    """Names and definitions by identity: an index holds its definitions, so while it is kept
+    no other definition can take one of their ids."""
+    return len(entries), hash(tuple(entries)), hash(tuple(id(e.definition)
+                                                           for e in entries.values()))
+
+
+class ToolIndex:
+    """The BM25 fields of one set of entries, built once (in a worker thread: `build`),
+    searched many times. Immutable after `build`."""
+
+    __slots__ = ("_fields", "definitions", "names", "signature", "tokenized")
+
+    def __init__(self, entries: Mapping[str, Entry], seen: Mapping[str, _Tokenized]) -> None:
+        self.names = tuple(entries)
+        self.definitions = tuple(e.definition for e in entries.values())
+        self.signature = _signature(entries)
+        tokenized: dict[str, _Tokenized] = {}
+        for name, entry in entries.items():
+            known = seen.get(name)
+            if known is None or known.definition is not entry.definition or (
+                known.origin != entry.origin
+            ):
+                known = _Tokenized(entry.definition, entry.origin, _document(name, entry))
+            tokenized[name] = known
+        self.tokenized: Mapping[str, _Tokenized] = tokenized
+        self._fields: list[tuple[float, bm25s.BM25]] = []
+        if not tokenized:
+            return
+        for i, field in enumerate(FIELDS):
+            retriever = bm25s.BM25()
+            corpus = [t.fields[i] for t in tokenized.values()]
+            retriever.index(corpus, show_progress=False)
+            self._fields.append((FIELD_WEIGHTS[field], retriever))
+
+    def search(self, query: str, limit: int) -> list[tuple[str, float]]:
+        """The best `limit` (name, score) pairs for `query`, best first; ties by name."""
+        terms = list(dict.fromkeys(query_terms(query)))
+        if not terms or not self._fields or limit <= 0:
+            return []
+        total = np.zeros(len(self.names), dtype=np.float32)
+        for weight, retriever in self._fields:
+            known = [t for t in terms if t in retriever.vocab_dict]
+            if known:
+                total += weight * retriever.get_scores(known)
+        found = np.flatnonzero(total > 0)
+        if found.size > limit:
+            found = found[np.argpartition(-total[found], limit - 1)[:limit]]
+        ranked = sorted(found.tolist(), key=lambda i: (-float(total[i]), self.names[i]))
+        return [(self.names[i], float(total[i])) for i in ranked[:limit]]
+
+
+class ToolIndexes:
+    """The recent indexes of one Location (the last `KEPT_INDEXES`), by the entries they
+    cover; a missing one is built in a worker thread, once however many searches wait."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[Signature, ToolIndex] = OrderedDict()
+        self._building: dict[Signature, asyncio.Task[ToolIndex]] = {}
+        self._seen: Mapping[str, _Tokenized] = {}
+
+    def ready(self, entries: Mapping[str, Entry]) -> ToolIndex | None:
+        """The index of exactly `entries`, if built."""
+        return self._kept.get(_signature(entries))
+
+    async def index(self, entries: Mapping[str, Entry]) -> ToolIndex:
+        """The index of `entries`, built off the event loop when it is not kept yet."""
+        kept = self.ready(entries)
+        if kept is not None:
+            self._kept.move_to_end(kept.signature)
+            return kept
+        return await asyncio.shield(self._start(entries))
+
+    def warm(self, entries: Mapping[str, Entry]) -> None:
+        """Start building the index of `entries` now (a search-mode listing: the model's first
+        search should not wait), when an event loop runs and it is not kept yet."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if self.ready(entries) is None:
+            self._start(entries)
+
+    def _start(self, entries: Mapping[str, Entry]) -> asyncio.Task[ToolIndex]:
+        key = _signature(entries)
+        building = self._building.get(key)
+        if building is not None:
+            return building
+        task = asyncio.get_running_loop().create_task(self._build(key, dict(entries)))
+        self._building[key] = task
+        return task
+
+    async def _build(self, key: Signature, entries: Mapping[str, Entry]) -> ToolIndex:
+        try:
+            built = await asyncio.to_thread(ToolIndex, entries, self._seen)
+        finally:
+            self._building.pop(key, None)
+        self._seen = {**self._seen, **built.tokenized} if len(self._seen) < 50_000 else dict(
+            built.tokenized)
+        self._kept[key] = built
+        while len(self._kept) > KEPT_INDEXES:
+            self._kept.popitem(last=False)
+        log.debug("tool search index of %d tools built", len(built.names))
+        return built
+
