@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 from sidecar.cli import asks as cli_asks
 from sidecar.cli import calls as cli_calls
 from sidecar.cli import client_config
 from sidecar.cli import tokens as cli_tokens
+from sidecar.cli.registry import DEFAULT_REGISTRY
 from sidecar.formats import FORMATS
 from sidecar.serve.local_door import DEFAULT_IDLE_EXIT
 
@@ -73,6 +75,9 @@ def build_parser(description: str) -> argparse.ArgumentParser:
                        help="this profile's tools (default: the default profile's)")
     tools.add_argument("--all", action="store_true",
                        help="every tool, whichever profile serves it (the all-access token)")
+    tools.add_argument("--tokens", action="store_true",
+                       help="the tokens (cl100k_base) of each definition as the model sees "
+                       "it, per server and in total")
     tools.add_argument("approve", nargs="*", metavar="approve NAME",
                        help="accept the changed upstream definition of tool NAME (pinning; "
                        "needs the running daemon)")
@@ -102,6 +107,7 @@ def build_parser(description: str) -> argparse.ArgumentParser:
                       help="with --start: how many characters (default: as many as fit)")
     sub.add_parser("health", parents=[client], help="per-server status")
     client_config.add_parser(sub, [common, store])
+    _registry_commands(sub, common)
     sub.add_parser("stop", parents=[common],
                    help="stop the daemon that owns the state directory (and its servers)")
     cli_tokens.add_parser(sub, argparse.ArgumentParser(add_help=False,
@@ -146,6 +152,46 @@ def build_parser(description: str) -> argparse.ArgumentParser:
                          "while one is); change nothing")
     _describe(parser, [])
     return parser
+
+
+def _registry_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """`search`, `add` and `remove` (`sidecar.cli.install`; docs/registry.md)."""
+    registry = argparse.ArgumentParser(add_help=False)
+    registry.add_argument("--registry", default=None, metavar="URL|FILE",
+                          help=f"an MCP Registry (default {DEFAULT_REGISTRY}) or a local "
+                          "catalog file")
+    search = sub.add_parser(
+        "search", parents=[common, registry], help="find servers in the MCP Registry",
+        description="List the servers whose name or description holds QUERY (the latest "
+        "version of each): name, version, transports, whether it needs secrets.")
+    search.add_argument("query", nargs="?", default="", help="text to look for (default: all)")
+    search.add_argument("--limit", type=int, default=30, help="at most this many (default 30)")
+    add = sub.add_parser(
+        "add", parents=[common, registry],
+        help="install a server from the MCP Registry as a manifest entry",
+        description="Write manifests/NAME.toml (in the manifest directory in use) for one "
+        "registry server, after showing it: npm packages run as `npx -y PKG@VERSION`, PyPI "
+        "packages as `uvx PKG==VERSION`, remotes as HTTP entries. Secrets are asked for (or "
+        "given with --secret) and stored under the state directory, never in the manifest. "
+        "A running daemon starts the server at once.")
+    add.add_argument("server", metavar="NAME|server.json",
+                     help="a registry name (io.github.owner/name, or its last part when that "
+                     "is unique), or a server.json file")
+    add.add_argument("--version", default=None, help="this version (default: the latest)")
+    add.add_argument("--yes", "-y", action="store_true",
+                     help="write without asking; a secret not given with --secret fails")
+    add.add_argument("--secret", action="append", default=[], metavar="NAME=VALUE|@FILE",
+                     help="a secret input (repeatable); @FILE reads the value from a file")
+    add.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                     help="another input: an environment variable, argument or header "
+                     "(repeatable)")
+    add.add_argument("--as", dest="key", default=None, metavar="KEY",
+                     help="the manifest entry's name (default: the name's last part)")
+    remove = sub.add_parser(
+        "remove", parents=[common], help="remove a server `sidecar add` installed",
+        description="Delete manifests/NAME.toml written by `sidecar add` and its secrets; a "
+        "running daemon stops the server at once.")
+    remove.add_argument("key", metavar="NAME", help="the entry's name")
 
 
 DESCRIPTIONS = {
