@@ -36,6 +36,8 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     **{package: (*CORE[:i], "managed_store") for i, package in enumerate(CORE)},
     **dict.fromkeys(BACKENDS, ("sidecar.stores", "sidecar.model", "managed_store")),
     "bridges": ("sidecar.model", "sidecar.registry", "sidecar.stores", "managed_store"),
+    "bridges.openapi": ("sidecar.model", "sidecar.registry", "sidecar.stores", "managed_store",
+                        "bridges.manifest", "bridges.manifest_tools"),
     "sidecar.formats": ("sidecar.model", "sidecar.registry"),
     "sidecar.serve": (*CORE, "sidecar.formats", "managed_store", *FACES),
     "sidecar.cli": (*CORE, *BACKENDS, "sidecar.formats", "sidecar.serve", "sidecar.daemon",

@@ -4,7 +4,8 @@ whose docstring says what an open and a reload do). The composition root passes 
 `Location.open` as its `Wiring.attach_sources`; the core never imports it and sees it as
 `sidecar.location.sources.Sources`.
 
-Imports the core, `bridges.manifest`, `bridges.manifest_tools` and `bridges.mcp`. Exports
+Imports the core, `bridges.manifest`, `bridges.manifest_tools`, `bridges.mcp` and
+`bridges.openapi`. Exports
 `ManifestSources` and the manifest-to-core translations (`profile_of`, `overrides_of`,
 `override_problems`, `location_bounds`, `limit_of`, `override_of`, `tool_names`).
 """
@@ -33,6 +34,7 @@ from bridges.manifest.overrides import OverrideConfig
 from bridges.manifest.profiles import ProfileConfig, RateLimitConfig
 from bridges.manifest_tools import ManifestTools, manifest_tool_validator
 from bridges.mcp import ServerPool
+from bridges.openapi import OpenApiTools, Prepared
 from sidecar.model.codemode import CodeModeSetting, ExposeSetting
 from sidecar.model.errors import RegistrationError, SchemaDefinitionError
 from sidecar.model.events import ManifestsReloaded, ServerHealthChanged
@@ -195,6 +197,7 @@ class ManifestSources:
         self.expose: ExposeSetting | None = None
         """The manifests' top-level `expose`; None: the Location's own."""
         self.manifest_tools: ManifestTools | None = None
+        self.openapi: OpenApiTools | None = None
         self.reload_problems: list[ManifestProblem] = []
         self._lock = asyncio.Lock()
         self._fingerprint: tuple[tuple[str, int, int], ...] = ()
@@ -213,6 +216,12 @@ class ManifestSources:
                 continue
             found.append((str(path), st.st_mtime_ns, st.st_size))
         return tuple(found)
+
+    def _changed(self) -> bool:
+        """Whether a manifest file, or a spec file the OpenAPI services last read, changed."""
+        stamps = self.openapi.stamps if self.openapi is not None else ()
+        return self._fingerprint_now() != self._fingerprint or any(
+            _stamp(Path(path)) != (mtime, size) for path, mtime, size in stamps)
 
     async def load(self) -> ManifestSet:
         validator = manifest_tool_validator(self._location.root)
@@ -239,6 +248,12 @@ class ManifestSources:
         except RegistrationError as exc:  # invalid manifest tools never stop the daemon
             loaded.problems.append(ManifestProblem("(manifest tools)", "$.tools", str(exc)))
             log.error("manifest tools: %s", exc)
+        self.openapi = OpenApiTools(location.tools, location.seam.store, location.permissions,
+                                    store_namespace=location.name)
+        for problem in await self.openapi.apply(loaded.openapi):
+            log.log(logging.ERROR if problem.severity == "error" else logging.WARNING,
+                    "manifest: %s", problem)
+            loaded.problems.append(problem)
         for problem in override_problems(loaded, location.registry.effective()):
             log.error("manifest: %s", problem)
             loaded.problems.append(problem)
@@ -342,6 +357,8 @@ class ManifestSources:
         finally:
             if self.manifest_tools is not None:
                 await self.manifest_tools.aclose()
+            if self.openapi is not None:
+                await self.openapi.aclose()
 
     @staticmethod
     def _servers(loaded: ManifestSet) -> dict[str, Any]:
@@ -399,6 +416,10 @@ class ManifestSources:
         async with self._lock:
             loaded = await self.load()
             problems = loaded.errors
+            openapi = Prepared()
+            if not problems and self.openapi is not None:
+                openapi = await self.openapi.prepare(loaded.openapi)
+                problems = [p for p in openapi.problems if p.severity == "error"]
             if not problems:
                 problems = override_problems(loaded, self._location.registry.effective())
             if not problems:
@@ -412,6 +433,9 @@ class ManifestSources:
                 self.reload_problems = list(problems)
                 self._location.events.publish(ManifestsReloaded(False, _report(problems)))
                 return False
+            if self.openapi is not None:
+                self.openapi.commit(openapi)
+                loaded.problems.extend(openapi.problems)
             assert self.pool is not None
             await self.pool.update(self._servers(loaded))
             self._apply_policy(loaded)
@@ -436,7 +460,8 @@ class ManifestSources:
 
         File events come from `watchfiles`; besides, every `check_every_ms` the manifest files'
         (path, mtime, size) are compared with what the last load read, which catches a change
-        made before the watch was in place and events a filesystem does not deliver.
+        made before the watch was in place and events a filesystem does not deliver. The local
+        spec files of `[openapi.NAME]` entries are checked the same way (by that poll only).
         """
         watched, manifest_dirs, manifest_files = await asyncio.to_thread(self._watch_targets)
         if not watched:
@@ -452,5 +477,14 @@ class ManifestSources:
             *watched, watch_filter=relevant, debounce=debounce_ms, recursive=False,
             rust_timeout=check_every_ms, yield_on_timeout=True,
         ):
-            if changes or await asyncio.to_thread(self._fingerprint_now) != self._fingerprint:
+            changed: bool = bool(changes) or await asyncio.to_thread(self._changed)
+            if changed:
                 await self.reload()
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    try:
+        st = path.stat()
+    except OSError:
+        return (-1, -1)
+    return (st.st_mtime_ns, st.st_size)
