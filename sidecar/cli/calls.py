@@ -4,8 +4,9 @@ Like the other client commands it asks the state directory's daemon (`GET /v1/ca
 local socket or `--url`); with `--embedded` it reads the history itself and starts nothing:
 the state directory's `history.sqlite`, or the fleet database's (`--store`,
 `SIDECAR_DATABASE_URL`). `--jsonl` prints every matching row (all pages) as JSON Lines,
-for export; `--json` prints one page with its `next_cursor`. A row of a failed call ends with
-its error message. `--since`/`--until` also take a duration back from now (`30s`, `15m`,
+for export; `--json` prints one page with its `next_cursor`. A row shows the tokens of what
+the call returned to the model (cl100k_base, `content_tokens`); a failed call's ends with its
+error message. `--since`/`--until` also take a duration back from now (`30s`, `15m`,
 `1h`, `2d`, `1w`).
 """
 
@@ -82,9 +83,11 @@ def _line(row: dict[str, Any]) -> str:
     status += " (replayed)" if row.get("replayed") else ""
     refs = " " + " ".join(row["retained"]) if row.get("retained") else ""
     where = f"{row['server']}/" if row.get("server") else ""
+    tokens = row.get("content_tokens")
+    shown = f"  {tokens:,} tokens" if tokens is not None else ""
     return (f"{row['started_at']}  {row['call_id']}  {where}{row['tool']}  {status}  "
-            f"{row['duration_ms']:.1f} ms  session {row['session_id']}  agent {row['agent']}"
-            f"{refs}{_error(row.get('error'))}")
+            f"{row['duration_ms']:.1f} ms{shown}  session {row['session_id']}  agent "
+            f"{row['agent']}{refs}{_error(row.get('error'))}")
 
 
 def _error(message: str | None) -> str:

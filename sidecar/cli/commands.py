@@ -43,7 +43,13 @@ from sidecar.cli.output import EXIT_STATE_IN_USE as EXIT_STATE_IN_USE
 from sidecar.cli.output import EXIT_TOOL_ERROR as EXIT_TOOL_ERROR
 from sidecar.cli.output import EXIT_UNREACHABLE as EXIT_UNREACHABLE
 from sidecar.cli.output import EXIT_USAGE as EXIT_USAGE
-from sidecar.cli.output import Style, print_health, print_outcome, print_tools
+from sidecar.cli.output import (
+    Style,
+    print_health,
+    print_outcome,
+    print_tool_tokens,
+    print_tools,
+)
 from sidecar.cli.parser import build_parser
 from sidecar.serve.local_door import OwnerLock
 from sidecar.serve.serve_policy import UnsafeConfiguration
@@ -229,6 +235,8 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
         await servers_started(backend)
         if args.command == "tools":
             profile = "*" if args.all else args.profile
+            if args.tokens:
+                return print_tool_tokens(await backend.tool_tokens(profile), profile, args)
             return print_tools(await backend.tools(args.format, profile), args)
         if args.command == "call":
             name, raw_input = args.name, args.input

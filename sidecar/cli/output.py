@@ -1,6 +1,6 @@
 """What CLI commands print, and the exit status they end with (part of the CLI's contract;
-`sidecar.cli.commands` re-exports the statuses): an outcome, a tool list, a health report, in
-colour on a terminal (`Style`, off with `NO_COLOR`) or as JSON with `--json`.
+`sidecar.cli.commands` re-exports the statuses): an outcome, a tool list (or its tokens), a
+health report, in colour on a terminal (`Style`, off with `NO_COLOR`) or as JSON with `--json`.
 
 Exit statuses: 0 success; 1 the call ended in an error outcome (or `check` found errors, or
 `health` is degraded); 2 usage error (or the daemon refused the request, or `serve` refused an
@@ -68,6 +68,30 @@ def print_tools(tools: list[dict[str, Any]], args: argparse.Namespace) -> int:
     for tool in tools:
         summary = (tool.get("description") or "").strip().splitlines()
         print(f"{style(tool['name'].ljust(width), '1')}  {summary[0] if summary else ''}")
+    return EXIT_OK
+
+
+def print_tool_tokens(report: dict[str, Any], profile: str | None,
+                      args: argparse.Namespace) -> int:
+    """`sidecar tools --tokens`: each server's tools, costliest first, then the total."""
+    if args.json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    style = Style(sys.stdout)
+    tokens: dict[str, int] = report["tokens"]
+    servers: dict[str, dict[str, Any]] = report["tokens_by_server"]
+    whose = ("every tool" if profile == "*" else
+             f"profile {profile}" if profile else "the default profile")
+    print(f"Tokens of the definitions {whose} serves (name, description and input schema as "
+          f"the model sees them; {report['token_encoding']}, tiktoken)")
+    width = max((len(n) for n in tokens), default=0)
+    for server, entry in servers.items():
+        count = len(entry["tools"])
+        print(style(f"\n{server}  {entry['tokens']:,} tokens, {count} "
+                    f"tool{'s' if count != 1 else ''}", "1"))
+        for name in sorted(entry["tools"], key=lambda n: (-tokens[n], n)):
+            print(f"  {name.ljust(width)}  {tokens[name]:>7,}")
+    print(style(f"\ntotal  {report['total_tokens']:,} tokens, {len(tokens)} tools", "1"))
     return EXIT_OK
 
 

@@ -75,6 +75,9 @@ def build_parser(description: str) -> argparse.ArgumentParser:
                        help="this profile's tools (default: the default profile's)")
     tools.add_argument("--all", action="store_true",
                        help="every tool, whichever profile serves it (the all-access token)")
+    tools.add_argument("--tokens", action="store_true",
+                       help="the tokens (cl100k_base) of each definition as the model sees "
+                       "it, per server and in total")
     tools.add_argument("approve", nargs="*", metavar="approve NAME",
                        help="accept the changed upstream definition of tool NAME (pinning; "
                        "needs the running daemon)")

@@ -126,6 +126,10 @@ class Backend(Protocol):
     async def tools(self, fmt: str | None, profile: str | None = None) -> list[dict[str, Any]]:
         ...
 
+    async def tool_tokens(self, profile: str | None = None) -> dict[str, Any]:
+        """The tokens of the served definitions (`GET /v1/tools`' token fields)."""
+        ...
+
     async def call(
         self, name: str, raw_input: str, context: dict[str, str], *, show_progress: bool,
         profile: str | None = None,
@@ -187,6 +191,18 @@ class EmbeddedBackend:
         from sidecar.formats import definitions_for, parse_format
 
         return list(definitions_for(parse_format(fmt), definitions))
+
+    async def tool_tokens(self, profile: str | None = None) -> dict[str, Any]:
+        from sidecar.serve.tool_tokens import tool_tokens
+
+        location = self._loc()
+        if profile == "*":
+            served = location.profiles.entries(None, location.registry.effective())
+            definitions = tuple(e.definition for e in served.values())
+        else:
+            definitions = location.snapshot(hide_denied=False, keep=False,
+                                            profile=profile).definitions
+        return (await tool_tokens(location, definitions)).to_json()
 
     async def call(
         self, name: str, raw_input: str, context: dict[str, str], *, show_progress: bool,
@@ -272,6 +288,12 @@ class RemoteBackend:
         params = {"format": fmt or "mcp", **({"profile": profile} if profile else {})}
         body = await self.request("GET", "/v1/tools", params=params)
         return list(body["tools"])
+
+    async def tool_tokens(self, profile: str | None = None) -> dict[str, Any]:
+        params = {"format": "mcp", **({"profile": profile} if profile else {})}
+        body = await self.request("GET", "/v1/tools", params=params)
+        return {k: body[k] for k in ("token_encoding", "tokens", "total_tokens",
+                                     "tokens_by_server")}
 
     async def approve(self, name: str) -> dict[str, Any]:
         """Accept a tool's changed upstream definition (`sidecar.policy.pins`)."""

@@ -55,6 +55,7 @@ from sidecar.serve.auth_api import AuthApi
 from sidecar.serve.listing_cache import ListingCache
 from sidecar.serve.metrics import CONTENT_TYPE, Metrics
 from sidecar.serve.security import profile_allowed, token_owner
+from sidecar.serve.tool_tokens import profile_tokens, tool_tokens
 from sidecar.serve.unavailable import UNAVAILABLE, route_unavailable
 from sidecar.stores.call_history import CallQuery, InvalidQuery
 from sidecar.stores.database_down import database_label, unavailable_message
@@ -291,7 +292,9 @@ class Api:
             definitions = self.location.snapshot(
                 hide_denied=False, keep=False, profile=self._profile(request, wanted)
             ).definitions
-        return json_with({"format": fmt}, "tools", self.definitions.encoded(fmt, definitions))
+        tokens = await tool_tokens(self.location, definitions)
+        return json_with({"format": fmt, **tokens.to_json()}, "tools",
+                         self.definitions.encoded(fmt, definitions))
 
     async def approve(self, request: Request) -> Response:
         """Accept a tool's changed upstream definition (`sidecar.policy.pins`)."""
@@ -609,7 +612,8 @@ class Api:
         report = await self.location.health()
         body = await self.metrics.render(self.location.seam.store.stats,
                                          report.get("servers", {}), report.get("state"),
-                                         report.get("rate_limited"))
+                                         report.get("rate_limited"),
+                                         await profile_tokens(self.location))
         return Response(body, media_type=CONTENT_TYPE)
 
 

@@ -46,6 +46,8 @@ class Metrics:
       (`sidecar.location.state_usage`)
     - `sidecar_rate_limited_total{limit}`: calls refused by a rate limit (`tool:NAME`,
       `profile:NAME`, `profile:NAME:tool:NAME`)
+    - `sidecar_tool_definition_tokens{profile}`: tokens (cl100k_base) of the definitions each
+      profile serves (`sidecar.serve.tool_tokens`; read at scrape time)
     - `sidecar_outcomes_stored`, `sidecar_outcomes_expired` (tombstones of pruned outcomes);
       counters since start: `sidecar_outcomes_pruned_total`,
       `sidecar_store_evicted_total{reason="expired"|"quota"}`, `sidecar_wal_truncations_total`
@@ -87,6 +89,8 @@ class Metrics:
         self.registry.register(self.rate_limited)
         self.staged = _StagedCollector()
         self.registry.register(self.staged)
+        self.definition_tokens = _DefinitionTokensCollector()
+        self.registry.register(self.definition_tokens)
 
         self.call_duration = Histogram(
             "sidecar_call_duration_seconds", "Call duration by tool and server",
@@ -153,11 +157,14 @@ class Metrics:
         servers: Mapping[str, Mapping[str, Any]],
         state: Mapping[str, Any] | None = None,
         rate_limited: Mapping[str, int] | None = None,
+        definition_tokens: Mapping[str, int] | None = None,
     ) -> bytes:
         """`state` is the health report's `state` section (`sidecar.location.state_usage`);
-        `rate_limited` its calls refused by each rate limit (`sidecar.policy.ratelimit`)."""
+        `rate_limited` its calls refused by each rate limit (`sidecar.policy.ratelimit`);
+        `definition_tokens` the tokens of each profile's definitions."""
         self.state.report = state
         self.rate_limited.counts = rate_limited or {}
+        self.definition_tokens.totals = definition_tokens or {}
         stats = await store_stats()
         self.store_objects.set(stats.count)
         self.store_bytes.set(stats.bytes)
@@ -182,6 +189,24 @@ class _RateLimitCollector(Collector):
                                      labels=["limit"])
         for limit, count in self.counts.items():
             family.add_metric([limit], count)
+        yield family
+
+
+class _DefinitionTokensCollector(Collector):
+    """`sidecar_tool_definition_tokens{profile}`: a profile that is gone is not exported."""
+
+    def __init__(self) -> None:
+        self.totals: Mapping[str, int] = {}
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily("sidecar_tool_definition_tokens",
+                                   "Tokens (cl100k_base) of the tool definitions a profile "
+                                   "serves", labels=["profile"])
+        for profile, tokens in self.totals.items():
+            family.add_metric([profile], tokens)
         yield family
 
 

@@ -112,7 +112,10 @@ def servers_page(health: Mapping[str, Any], csrf: str) -> str:
 
 
 def tools_page(definitions: Sequence[Any], query: str, profiles: Sequence[str],
-               profile: str) -> str:
+               profile: str, tokens: Mapping[str, int] | None = None,
+               encoding: str = "") -> str:
+    """`tokens`: each definition's tokens (`sidecar.serve.tool_tokens`), shown per card and
+    in total."""
     options = "".join(
         f'<option value="{e(name)}"{" selected" if name == profile else ""}>{e(name)}</option>'
         for name in profiles
@@ -124,13 +127,23 @@ def tools_page(definitions: Sequence[Any], query: str, profiles: Sequence[str],
     q = query.lower()
     shown = [d for d in definitions
              if not q or q in d.name.lower() or q in (d.description or "").lower()]
+    tokens = tokens or {}
+
+    def cost(name: str) -> str:
+        n = tokens.get(name)
+        return "" if n is None else f' <span class="muted tokens">{n:,} tokens</span>'
+
     cards = "".join(
-        f'<div class=card><strong>{e(d.name)}</strong> <span class=muted>'
+        f'<div class=card><strong>{e(d.name)}</strong>{cost(d.name)} <span class=muted>'
         f'{e(d.title or "")}</span><p>{e(d.description)}</p><details><summary>input schema'
         f'</summary><pre>{e(json.dumps(d.input_schema, indent=2))}</pre></details></div>'
         for d in shown
     )
-    return f"{form}<p>{len(shown)} of {len(definitions)} tools</p>{cards}"
+    total = ""
+    if tokens:
+        total = (f' · <span id=total-tokens>{sum(tokens.values()):,}</span> tokens of '
+                 f'definitions ({e(encoding)}: name, description and input schema)')
+    return f"{form}<p>{len(shown)} of {len(definitions)} tools{total}</p>{cards}"
 
 
 def held_changes(changes: Sequence[Any], csrf: str) -> str:

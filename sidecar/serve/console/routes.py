@@ -20,10 +20,12 @@ from starlette.routing import BaseRoute, Route
 
 from managed_store import InvalidRef, ManagedNotFound
 from sidecar.model.permissions import Reply
+from sidecar.model.token_count import ENCODING
 from sidecar.policy.permission_service import RuleScope, UnknownAsk
 from sidecar.policy.pins import NotHeld
 from sidecar.serve.console import pages
 from sidecar.serve.console.auth import ConsoleSession, ConsoleSessions
+from sidecar.serve.tool_tokens import tool_tokens
 from sidecar.stores.call_history import CallQuery, InvalidQuery
 from sidecar.stores.database_down import database_label, unavailable_message
 from sidecar.stores.event_log import EventLog
@@ -223,8 +225,9 @@ class Console:
             raise _BadInput(f"no profile {chosen!r}; the profiles: {', '.join(profiles.names())}")
         snapshot = self.location.snapshot(keep=False, profile=chosen)
         query = request.query_params.get("q", "")
+        tokens = await tool_tokens(self.location, snapshot.definitions)
         body = pages.tools_page(snapshot.definitions, query, profiles.names(),
-                                chosen or profiles.default_name)
+                                chosen or profiles.default_name, tokens.tools, ENCODING)
         held = pages.held_changes(list(self.location.pins.held.values()), session.csrf)
         return _page("Tools", held + body, session, "tools")
 
