@@ -29,6 +29,7 @@ from pathlib import Path
 
 from bridges.child_groups import die_with_parent
 from bridges.manifest.loading import ServerConfig, load_manifests
+from bridges.manifest.sandbox import SandboxConfig, with_default
 
 log = logging.getLogger("bridges.prestart")
 
@@ -54,19 +55,22 @@ class StdioSpec:
     env: Mapping[str, str]
     cwd: str | None
     max_message_bytes: int
+    sandbox: SandboxConfig | None = None
+    """Run under bubblewrap (`bridges.sandbox`); such a server is never prestarted."""
 
     @classmethod
     def of(cls, config: ServerConfig) -> StdioSpec:
         assert config.command is not None
         return cls(command=config.command, args=tuple(config.args), env=config.env,
-                   cwd=config.cwd, max_message_bytes=config.max_result_bytes)
+                   cwd=config.cwd, max_message_bytes=config.max_result_bytes,
+                   sandbox=with_default(config.sandbox, None))
 
     def child_environment(self) -> dict[str, str]:
         return default_environment() | dict(self.env)
 
     def key(self) -> tuple[object, ...]:
         return (self.command, self.args, tuple(sorted(self.child_environment().items())),
-                self.cwd)
+                self.cwd, self.sandbox is not None)
 
 
 class Prestarted:
@@ -153,4 +157,5 @@ def prestart_servers(manifests: Sequence[str | os.PathLike[str]]) -> int:
         return 0
     specs = [StdioSpec.of(sourced.value) for sourced in loaded.servers.values()
              if sourced.value.transport == "stdio" and not sourced.value.disabled]
+    specs = [spec for spec in specs if spec.sandbox is None]  # started by the transport
     return PRESTARTED.start(specs)

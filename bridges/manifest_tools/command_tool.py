@@ -15,6 +15,8 @@ pipe is still drained and the result says exactly how many bytes were discarded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import errno
 import json
 import os
@@ -23,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from bridges.manifest.sandbox import with_default
 from bridges.manifest_tools.capture import Captured, OutputCapture
 from bridges.manifest_tools.config import BASE_ENV, CommandToolConfig, resolve_cwd
 from bridges.manifest_tools.process import Exited, ProcessSpec, spawn, supervise
@@ -35,6 +38,7 @@ from bridges.manifest_tools.templates import (
     render_argv,
     value_text,
 )
+from bridges.sandbox import explain_exit, sandboxed
 from managed_store import TextStore
 from sidecar.model.content import ContentItem, TextContent
 from sidecar.model.errors import ErrorKind, ToolFailure
@@ -96,6 +100,7 @@ class CommandCall:
         self._argv = config.argv_templates
         self._shell = Template.parse(config.command) if config.command is not None else None
         self._placement = place_slots(self._shell) if self._shell is not None else None
+        self._sandbox = with_default(config.sandbox, None)
 
     async def __call__(self, args: dict[str, Any], ctx: CallContext) -> ToolResponse:
         config = self._config
@@ -122,8 +127,16 @@ class CommandCall:
         )
         progress = LineProgress(ctx.progress) if config.progress else None
         owner = ctx.store_owner
-        async with self._capture(owner) as out, self._capture(owner) as err:
+        async with (
+            self._capture(owner) as out, self._capture(owner) as err,
+            contextlib.AsyncExitStack() as sandbox,  # an allow-list's egress proxy lives here
+        ):
             try:
+                if self._sandbox is not None:  # bwrap's argv (`bridges.sandbox`)
+                    spec = dataclasses.replace(spec, argv=tuple(
+                        await sandbox.enter_async_context(sandboxed(
+                            self._sandbox, argv, cwd=cwd, env=self._sandbox_env(env),
+                            name=tool))))
                 running = await spawn(spec)
             except OSError as exc:
                 if exc.errno in _DAEMON_OUT_OF:
@@ -138,6 +151,12 @@ class CommandCall:
             stdout = await out.finish()
             stderr = await err.finish()
         return self._result(tool, exited, stdout, stderr, redact)
+
+    def _sandbox_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """What a sandboxed command gets of its environment besides its sandbox's `env`: what
+        its entry sets or allows by name, not the basics every command gets (`BASE_ENV`)."""
+        allowed = {name: env[name] for name in self._config.env_allow if name in env}
+        return allowed | dict(self._config.env)
 
     def _render(self, args: dict[str, Any], tool: str) -> list[str]:
         try:
@@ -191,6 +210,9 @@ class CommandCall:
             codes = ", ".join(map(str, config.success_codes))
             how = (f"was killed by signal {_signal_name(-code)}" if code < 0
                    else f"exited with code {code} (success codes: {codes})")
+            why = (explain_exit(self._sandbox, code, stderr.tail_excerpt())
+                   if self._sandbox is not None else None)
+            how += f"; {why}" if why else ""
             raise ToolFailure(redact(f"{tool}: {program} {how}" + _tails(stdout, stderr)),
                               metadata=meta)
         if config.output == "json":

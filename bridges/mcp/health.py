@@ -16,7 +16,7 @@ of ours. It never holds a secret: `last_error` and stderr excerpts pass through 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 ServerState = Literal["starting", "ready", "backoff", "needs_auth", "failed", "disabled"]
@@ -57,6 +57,8 @@ class ServerHealth:
     """In `backoff`: wall-clock time of the next attempt."""
     pid: int | None = None
     """The stdio child's process id while it runs."""
+    sandbox: dict[str, Any] | None = field(default=None, hash=False)
+    """The stdio server's sandbox (`bridges.manifest.sandbox.describe_sandbox`); None: none."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -74,4 +76,5 @@ class ServerHealth:
             "since": self.since,
             "retry_at": self.retry_at,
             "pid": self.pid,
+            "sandbox": self.sandbox,
         }

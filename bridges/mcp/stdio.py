@@ -11,8 +11,9 @@ notifications) straight back to it, as a plain dict, before any SDK parsing; a d
 is handed back only once the notifications read before it have been handled. Everything else
 (handshake, listings, requests from the server) goes through the SDK session. The child runs
 in its own session and process group (`start_new_session`), gets only a safe subset of our
-environment plus its `env` (the SDK's policy), and is stopped in steps (`_stop`): stdin
-closed, SIGTERM, SIGKILL, to the whole group, so nothing is left behind.
+environment plus its `env` (the SDK's policy), or runs under bubblewrap when its entry says
+`sandbox` (`bridges.sandbox`), and is stopped in steps (`_stop`): stdin closed, SIGTERM,
+SIGKILL, to the whole group, so nothing is left behind.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from bridges.mcp.stderr_tail import StderrTail as StderrTail
 from bridges.mcp.transport_state import TransportState
 from bridges.prestart import PRESTARTED, StdioSpec
 from bridges.prestart import stop as stop_prestarted  # `_stop` here is the async one
+from bridges.sandbox import PROTECTED, sandboxed
 
 log = logging.getLogger("bridges.mcp.stdio")
 
@@ -89,6 +91,7 @@ async def stdio_transport(
     cancellation) the child is stopped and reaped before this returns.
     """
     proc: Child
+    sandbox = contextlib.AsyncExitStack()  # the egress proxy of an allow-list, if any
     prestarted = PRESTARTED.claim(spec)
     if prestarted is not None:
         try:
@@ -100,19 +103,28 @@ async def stdio_transport(
         log.debug("[%s] adopted the server started before the daemon's imports (pid %d)",
                   server, proc.pid)
     else:
-        proc = await asyncio.create_subprocess_exec(
-            spec.command,
-            *spec.args,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=spec.child_environment(),
-            cwd=spec.cwd,
-            start_new_session=True,
-            limit=READ_CHUNK,
-            preexec_fn=die_with_parent(),  # dies with the daemon (`bridges.child_groups`)
-        )
+        argv = [spec.command, *spec.args]
+        try:
+            if spec.sandbox is not None:  # bwrap's argv (`bridges.sandbox`)
+                argv = await sandbox.enter_async_context(sandboxed(
+                    spec.sandbox, argv, cwd=spec.cwd, env=spec.env, name=server, owner=info))
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=spec.child_environment(),
+                cwd=spec.cwd,
+                start_new_session=True,
+                limit=READ_CHUNK,
+                preexec_fn=die_with_parent(),  # dies with the daemon (`bridges.child_groups`)
+            )
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await sandbox.aclose()
+            raise
     CHILD_GROUPS.add(proc.pid)  # reaped at the next start if the daemon dies first
+    PROTECTED.working_dir(info, spec.cwd)  # hidden from the other servers' sandboxes
     info.pid, info.returncode = proc.pid, None
     stderr.started()
     on_spawned()
@@ -141,6 +153,8 @@ async def stdio_transport(
                 await _stop(proc, UNSTARTED_GRACE)
             info.returncode = proc.returncode
             CHILD_GROUPS.remove(proc.pid)  # `_stop` swept the whole group
+            PROTECTED.working_dir(info, None)
+            await sandbox.aclose()
             stderr.flush()
             direct.close()
             for stream in (read_writer, read_stream, write_stream, write_reader):

@@ -27,6 +27,7 @@ from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.shared.exceptions import MCPError
 
 from bridges.manifest.loading import ServerConfig
+from bridges.manifest.sandbox import describe_sandbox
 from bridges.mcp.backoff import Backoff
 from bridges.mcp.calls import Caller, log_text
 from bridges.mcp.catalog import build_catalog, offered
@@ -152,6 +153,7 @@ class Supervisor:
         self.settled = anyio.Event()
         self.done = anyio.Event()
         self._health = ServerHealth(server=key, state="starting", transport=config.transport,
+                                    sandbox=describe_sandbox(config.sandbox),
                                     since=time.time())
         self._latency_ms: float | None = None  # the last call's, until `health` folds it in
         self.caller = Caller(
@@ -179,6 +181,7 @@ class Supervisor:
     def reconfigure(self, config: ServerConfig) -> None:
         """Restart with a new configuration; the registration scope is kept."""
         self.config = config
+        self._set(sandbox=describe_sandbox(config.sandbox))
         self._oauth = UpstreamAuth.of(self.key, config, self._grants, self._add_secret)
         self._redact = self._redactor(config)
         self._stderr = StderrTail(self.key, self._redact)

@@ -146,7 +146,8 @@ def print_health(report: dict[str, Any], as_json: bool) -> int:
         state = server.get("state", "?")
         mark = style(state, "32" if state == "ready" else "31")
         error = f"  ({server['last_error']})" if server.get("last_error") else ""
-        print(f"  {name}: {mark}, {server.get('tool_count', 0)} tools{error}")
+        print(f"  {name}: {mark}, {server.get('tool_count', 0)} tools{sandbox_note(server)}"
+              f"{error}")
     for ref, plugin in sorted(report.get("plugins", {}).items()):
         print(f"  plugin {ref}: {plugin['state']}")
     reasons = degraded_reasons(report)
@@ -155,6 +156,16 @@ def print_health(report: dict[str, Any], as_json: bool) -> int:
         for reason in reasons:
             print(f"  - {reason}")
     return EXIT_OK if report["status"] == "ok" else failed
+
+
+def sandbox_note(server: dict[str, Any]) -> str:
+    """", sandboxed (network none)" for a server that runs in a sandbox, else ""."""
+    sandbox = server.get("sandbox")
+    if not isinstance(sandbox, dict):
+        return ""
+    network = sandbox.get("network")
+    shown = ", ".join(network) if isinstance(network, list) else network
+    return f", sandboxed (network {shown})"
 
 
 def degraded_reasons(report: dict[str, Any]) -> list[str]:

@@ -35,6 +35,7 @@ from bridges.manifest.profiles import ProfileConfig, RateLimitConfig
 from bridges.manifest_tools import ManifestTools, manifest_tool_validator
 from bridges.mcp import ServerPool
 from bridges.openapi import OpenApiTools, Prepared
+from bridges.sandbox import PROTECTED
 from sidecar.model.codemode import CodeModeSetting, ExposeSetting
 from sidecar.model.errors import RegistrationError, SchemaDefinitionError
 from sidecar.model.events import ManifestsReloaded, ServerHealthChanged
@@ -235,6 +236,7 @@ class ManifestSources:
 
     async def __aenter__(self) -> ManifestSources:
         location = self._location
+        PROTECTED.protect(location.state_dir)  # masked in every sandbox (`bridges.sandbox`)
         loaded = await self.load()
         for problem in loaded.problems:
             level = logging.ERROR if problem.severity == "error" else logging.INFO
@@ -355,6 +357,7 @@ class ManifestSources:
             if self.pool is not None:
                 await self.pool.__aexit__(t, e, tb)
         finally:
+            PROTECTED.release(self._location.state_dir)
             if self.manifest_tools is not None:
                 await self.manifest_tools.aclose()
             if self.openapi is not None:

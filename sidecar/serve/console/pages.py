@@ -83,6 +83,13 @@ def state_class(state: str) -> str:
     return {"ready": "ok", "disabled": "muted", "starting": "warn"}.get(state, "bad")
 
 
+def _sandbox(sandbox: Any) -> str:
+    if not isinstance(sandbox, dict):
+        return "no"
+    network = sandbox.get("network")
+    return "network " + (", ".join(network) if isinstance(network, list) else str(network))
+
+
 def servers_page(health: Mapping[str, Any], csrf: str) -> str:
     status = health.get("status", "")
     rows = []
@@ -97,10 +104,10 @@ def servers_page(health: Mapping[str, Any], csrf: str) -> str:
             f"<strong>{e(name)}</strong>",
             f'<span class="{state_class(str(s.get("state")))}">{e(s.get("state"))}</span>',
             e(s.get("transport")), e(s.get("protocol_version")), e(s.get("tool_count")),
-            e(s.get("restarts")), e(s.get("last_error")), action,
+            e(s.get("restarts")), e(_sandbox(s.get("sandbox"))), e(s.get("last_error")), action,
         ])
-    servers = table(["server", "state", "transport", "era", "tools", "restarts", "last error",
-                     ""], rows, empty="No MCP servers are configured.")
+    servers = table(["server", "state", "transport", "era", "tools", "restarts", "sandbox",
+                     "last error", ""], rows, empty="No MCP servers are configured.")
     problems = [*health.get("manifest_problems", []), *health.get("reload_problems", [])]
     listed = table(["file", "path", "problem"], (
         [e(p.get("file")), e(p.get("path")), e(p.get("message"))] for p in problems

@@ -1,0 +1,19 @@
+"""Sandboxed stdio servers and `command` tools: bubblewrap, built from the ground up
+(docs/sandbox.md). Imports `bridges.manifest.sandbox` (the manifest key, parsed there only);
+exports `sandboxed`, `SandboxUnavailable`, `explain_exit`, `PROTECTED`, `bwrap_argv`,
+`SandboxPlan` and `Limits`.
+
+    argv.py       the bwrap command line of a plan (pure)
+    plan.py       what one process needs, looked up on this machine
+    protected.py  what no sandbox sees (state directories, other servers' working dirs)
+    egress.py     the CONNECT proxy of an allow-list `network`, in the daemon
+    forward.py    its in-sandbox end (standard library only)
+    launch.py     bwrap found and tried, proxy started, argv built
+"""
+
+from bridges.sandbox.argv import Limits, SandboxPlan, bwrap_argv
+from bridges.sandbox.launch import SandboxUnavailable, explain_exit, sandboxed
+from bridges.sandbox.protected import PROTECTED
+
+__all__ = ["PROTECTED", "Limits", "SandboxPlan", "SandboxUnavailable", "bwrap_argv",
+           "explain_exit", "sandboxed"]
