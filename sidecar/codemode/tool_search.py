@@ -10,7 +10,8 @@ bounding, hooks) and the history records the real tool. Only a call the seam cou
 tool and points to `search_tools`. A model may also call an unlisted tool by its name.
 
 Imports the lower core and its `sidecar.codemode` siblings. Exports `search_snapshot`,
-`SearchSnapshot`, `SEARCH_BUILTINS`, `ALWAYS_LISTED` and the two built-ins' descriptions.
+`SearchSnapshot`, `advertised`, `SEARCH_BUILTINS`, `ALWAYS_LISTED` and the two built-ins'
+descriptions.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from sidecar.model.errors import ToolFailure
 from sidecar.model.outcome import Outcome
 from sidecar.model.suggest import closest
 from sidecar.model.tool import Annotations, CallContext, Tool, ToolContext, ToolResponse
-from sidecar.registry.registry import Entry, build_entries, sorted_definitions
+from sidecar.registry.registry import Entry, ToolDefinition, build_entries, sorted_definitions
 
 SEARCH_TOOLS = "search_tools"
 CALL_TOOL = "call_tool"
@@ -206,3 +207,15 @@ def search_snapshot(
     )]
     return SearchSnapshot(seam, {**searchable, **builtins}, listed, final_step=final_step,
                           session_id=session_id, removed=removed)
+
+
+def advertised(
+    snapshot: Snapshot, *, native_search: bool
+) -> tuple[tuple[ToolDefinition, ...], tuple[ToolDefinition, ...]]:
+    """(listed, deferred) definitions of a request. A provider that searches deferred tools
+    itself (`native_search`: Anthropic) gets every tool, the others deferred, and no
+    `search_tools`/`call_tool`; any other gets `snapshot.definitions` alone."""
+    if not native_search or not isinstance(snapshot, SearchSnapshot):
+        return snapshot.definitions, ()
+    listed = tuple(d for d in snapshot.definitions if d.name not in SEARCH_BUILTINS)
+    return listed, snapshot.deferred

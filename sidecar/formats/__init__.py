@@ -12,13 +12,18 @@ OpenAPI subset), `openai_strict` (OpenAI strict mode and its inverse for call ar
 `schema_refs` (local `$ref` resolution shared by both). May import: the core only.
 """
 
-from sidecar.formats.definitions import definitions_for, mcp_output_schema
+from sidecar.formats.definitions import (
+    ANTHROPIC_TOOL_SEARCH,
+    definitions_for,
+    mcp_output_schema,
+)
 from sidecar.formats.formats import FORMATS, LABELS, Format, UnknownFormat, parse_format
 from sidecar.formats.gemini_schema import gemini_parameters
 from sidecar.formats.openai_strict import NotStrictable, input_from_strict, strict_schema
 from sidecar.formats.results import error_text, result_for
 
 __all__ = [
+    "ANTHROPIC_TOOL_SEARCH",
     "FORMATS",
     "LABELS",
     "Format",

@@ -1,5 +1,6 @@
 """Tool definitions in each provider's request format: `definitions_for` (one element per
-format: the table is in its docstring), `mcp_output_schema`, `wraps_output`, `RESULT_KEY`.
+format: the table is in its docstring), `mcp_output_schema`, `wraps_output`, `RESULT_KEY`,
+`ANTHROPIC_TOOL_SEARCH`.
 Imports its `sidecar.formats` siblings and `sidecar.registry` (`ToolDefinition`).
 """
 
@@ -24,12 +25,19 @@ _NAMED = frozenset(
 """Keywords whose value maps names (which may be any word, `enum` too) to schemas."""
 
 
+ANTHROPIC_TOOL_SEARCH: Mapping[str, str] = {
+    "type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25",
+}
+"""Anthropic's server-side tool search tool (BM25 variant), sent beside deferred tools."""
+
+
 def definitions_for(
     format: Format,
     definitions: Sequence[ToolDefinition],
     *,
     strict: bool = False,
     wrap_structured: bool = True,
+    deferred: Sequence[ToolDefinition] = (),
 ) -> list[dict[str, Any]]:
     """The `tools` value for `format` (`UnknownFormat` for any other name).
 
@@ -57,8 +65,16 @@ def definitions_for(
     Anthropic require it); OpenAI also requires `properties` there. Schemas are otherwise passed
     unchanged, except for Gemini (see `gemini_schema`) and OpenAI strict mode (see
     `openai_strict`). Everything returned is a fresh copy: callers may mutate it.
+
+    `deferred` (tool search, `expose = "search"`): tools the model finds by searching. Only
+    Anthropic loads tools on demand: they follow with `defer_loading: true`, then Anthropic's
+    tool search tool (`ANTHROPIC_TOOL_SEARCH`). The other formats leave them out.
     """
     fmt = parse_format(format)
+    if fmt == "anthropic" and deferred:
+        return [*(_anthropic(d, strict) for d in definitions),
+                *({**_anthropic(d, strict), "defer_loading": True} for d in deferred),
+                dict(ANTHROPIC_TOOL_SEARCH)]
     if fmt == "gemini":
         declarations = [_gemini(d) for d in definitions]
         return [{"functionDeclarations": declarations}] if declarations else []

@@ -32,6 +32,7 @@ from managed_store import (
     SearchTimeout,
     TooManySearches,
 )
+from sidecar.codemode.tool_search import advertised
 from sidecar.execution.managed_read import search_owner
 from sidecar.execution.snapshot import SnapshotExpired
 from sidecar.formats import (
@@ -155,11 +156,14 @@ class DefinitionsCache:
     def __init__(self, size: int = 32) -> None:
         self._encoded = ListingCache[bytes](size)
 
-    def encoded(self, fmt: Format, definitions: Any, *, strict: bool = False) -> bytes:
-        """`definitions` in `fmt` as compact JSON."""
+    def encoded(
+        self, fmt: Format, definitions: Any, *, strict: bool = False, deferred: Any = ()
+    ) -> bytes:
+        """`definitions` (and tool search's `deferred` ones) in `fmt` as compact JSON."""
         return self._encoded.get(
-            (fmt, strict), definitions,
-            lambda: pydantic_core.to_json(definitions_for(fmt, definitions, strict=strict)))
+            (fmt, strict, len(definitions)), (*definitions, *deferred),
+            lambda: pydantic_core.to_json(
+                definitions_for(fmt, definitions, strict=strict, deferred=deferred)))
 
 
 def json_with(
@@ -311,8 +315,9 @@ class Api:
             session_id=body.session_id, allow=body.allow, deny=body.deny,
             final_step=body.final_step, codemode=body.codemode,
             profile=self._profile(request, body.profile), strict=body.strict,
-            owner=_owner(request),
+            owner=_owner(request), expose=body.expose,
         )
+        listed, deferred = advertised(snapshot, native_search=body.format == "anthropic")
         try:
             await self.location.share_snapshot(snapshot)  # any replica of a fleet serves its id
         except SnapshotRecordsError as exc:
@@ -324,8 +329,8 @@ class Api:
             "tool_choice": snapshot.tool_choice,
             "format": body.format,
             "expires_in": self.location.snapshots.ttl_seconds,
-        }, "definitions", self.definitions.encoded(body.format, snapshot.definitions,
-                                                   strict=body.strict), status_code=201)
+        }, "definitions", self.definitions.encoded(body.format, listed, strict=body.strict,
+                                                   deferred=deferred), status_code=201)
 
     async def call(self, request: Request) -> Response:
         body = await self._body(request, CallBody)

@@ -31,6 +31,8 @@ class SnapshotBody(_Body):
     strict: bool = False
     codemode: Literal["direct", "codemode", "both"] | None = None
     profile: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    expose: Literal["all", "search"] | None = None
+    """Tool search (docs/tool-search.md); None: the profile's, else the manifests'."""
 
 
 class ContextBody(_Body):
