@@ -42,7 +42,10 @@ class _Limiter:
 
     def refill(self, now: float) -> None:
         rate = (self.limit.calls_per_minute or 0) / 60.0
-        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * rate)
+        # `now` may predate `stamp` by the instant between a call reading the clock and its
+        # bucket being made: a negative refill left a 1-call bucket just short of one token
+        elapsed = max(0.0, now - self.stamp)
+        self.tokens = min(self.capacity, self.tokens + elapsed * rate)
         self.stamp = now
 
     def refusal(self, now: float) -> str | None:
