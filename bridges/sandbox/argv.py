@@ -31,7 +31,7 @@ class Limits:
 
     def prlimit_argv(self, prlimit: str) -> list[str]:
         return [prlimit, f"--as={self.memory_mb * 1024 * 1024}",
-                f"--cpu={self.cpu_seconds}", f"--nproc={self.pids}", "--"]
+                f"--cpu={self.cpu_seconds}:{self.cpu_seconds + 1}", f"--nproc={self.pids}", "--"]
 
 
 @dataclass(frozen=True, slots=True)

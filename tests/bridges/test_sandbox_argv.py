@@ -31,7 +31,7 @@ def test_no_network_no_capabilities_no_environment() -> None:
     assert "--share-net" not in argv
     assert argv[4:7] == ["--cap-drop", "ALL", "--clearenv"]
     assert argv[argv.index("--") + 1:] == [
-        "/usr/bin/prlimit", f"--as={512 << 20}", "--cpu=60", "--nproc=32", "--",
+        "/usr/bin/prlimit", f"--as={512 << 20}", "--cpu=60:61", "--nproc=32", "--",
         "/usr/bin/node", "server.js"]
     setenv = [argv[i + 1] for i, a in enumerate(argv) if a == "--setenv"]
     assert setenv == ["PATH", "HOME"]
