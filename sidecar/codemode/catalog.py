@@ -4,18 +4,23 @@ A tool named `<namespace>_<key>` is called as `tools.<namespace>.<key>(...)` ins
 (a dotted namespace such as `git.remote` nests: `tools.git.remote.<key>`); a tool without a
 namespace as `tools.<key>(...)`. Each part is made a Python identifier: characters outside
 `[A-Za-z0-9_]` become `_`, leading underscores are dropped, a leading digit gets a `t_` prefix
-and a keyword a trailing `_`. Namespaced tools are placed first, then by effective name; a tool
-whose path is taken (by another tool or a namespace) has none. Every tool stays reachable by
-its effective name with `call_tool("<name>", ...)`.
+and a keyword a trailing `_`, and so does a namespace that names a module the sandbox provides
+itself (`time`, `json`, `re`, ...: `tools.time_.convert_time(...)`). Namespaced tools are
+placed first, then by effective name; a tool whose path is taken (by another tool or a
+namespace) has none. Every tool stays reachable by its effective name with
+`call_tool("<name>", ...)`.
 """
 
 from __future__ import annotations
 
+import functools
 import keyword
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from pydantic_monty import ExternalModule
 
 from sidecar.model.names import sanitize
 from sidecar.registry.registry import Entry, ToolDefinition
@@ -33,6 +38,19 @@ def identifier(part: str) -> str | None:
     if keyword.iskeyword(ident) or keyword.issoftkeyword(ident):
         ident += "_"
     return ident
+
+
+@functools.cache
+def _namespace_part(part: str) -> str:
+    """`part` as a namespace module of `tools`: the sandbox refuses a module under the name of
+    one it provides (mcp-server-time's `time`), so such a part gets trailing `_`s."""
+    while True:
+        try:
+            ExternalModule({part: ExternalModule({})})
+        except ValueError:
+            part += "_"
+        else:
+            return part
 
 
 def _namespace_of(name: str, entry: Entry) -> str | None:
@@ -55,7 +73,7 @@ def _path_of(name: str, entry: Entry) -> tuple[str, ...] | None:
     if tool is None or any(p is None for p in parts):
         tool = identifier(name)
         return (tool,) if tool else None
-    return (*[p for p in parts if p is not None], tool)
+    return (*[_namespace_part(p) for p in parts if p is not None], tool)
 
 
 @dataclass(frozen=True, slots=True)

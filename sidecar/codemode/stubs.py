@@ -7,6 +7,8 @@ become `TypedDict`s (`NotRequired[...]` for optional keys; the functional form w
 not an identifier), arrays `list[...]` (`tuple[...]` for `prefixItems`), `enum`/`const`
 `Literal[...]`, `anyOf`/`oneOf`/type lists unions, `$ref`s into `$defs`/`definitions` named
 types (recursion allowed), `allOf` of objects one merged `TypedDict`. Anything else is `Any`.
+A `TypedDict` is written once per set of fields: a shape the input and output share, or that
+several tools repeat, is named where it first appears and reused.
 Descriptions are kept short: the tool's own in the docstring, a property's as a comment.
 """
 
@@ -66,6 +68,7 @@ class StubWriter:
     def __init__(self) -> None:
         self._blocks: list[str] = []
         self._bodies: dict[str, str] = {}  # type name -> its definition
+        self._shapes: dict[tuple[tuple[str, str, str], ...], str] = {}  # fields -> type name
         self._refs: dict[tuple[str, str], str] = {}  # ($ref, its target as JSON) -> type name
         self._unpack = False
 
@@ -188,8 +191,12 @@ class StubWriter:
         return self._claim(name, fields, reserved)
 
     def _claim(self, name: str, fields: list[tuple[str, str, str]], reserved: bool) -> str:
-        """Write a TypedDict under `name` (reserved by a `$ref`), or under a free name; an
-        identical one already written is reused."""
+        """Write a TypedDict under `name` (reserved by a `$ref`), or under a free name; one
+        with the same fields already written (by any name: an input's items that an output
+        repeats) is reused."""
+        shape = tuple(fields)
+        if not reserved and shape in self._shapes:
+            return self._shapes[shape]
         candidate, n = name, 1
         while True:
             body = self._typed_dict(candidate, fields)
@@ -197,6 +204,7 @@ class StubWriter:
             if existing is None or (reserved and candidate == name):
                 self._bodies[candidate] = body
                 self._blocks.append(body)
+                self._shapes.setdefault(shape, candidate)
                 return candidate
             if existing == body:
                 return candidate

@@ -239,3 +239,55 @@ async def test_describe_tools_builtin(env: Env):
     missing = await snapshot.execute("describe_tools", {"names": ["secret"]}, ctx("c2"))
     assert missing.error is not None and missing.error.kind is ErrorKind.TOOL_FAILURE
     assert "search_tools" in missing.error.message
+
+
+def test_a_namespace_named_like_a_sandbox_module_gets_a_trailing_underscore():
+    """mcp-server-time's tools sit in namespace `time`, a module the sandbox provides itself
+    (so are `json`, `re`, `math`, ...): their module under `tools` is `time_`."""
+    catalog = catalog_of(({"convert_time": tool()}, "time"), ({"loads": tool()}, "json"),
+                         ({"time": tool()}, None))
+    calls = {t.name: t.call_example for t in catalog.tools}
+    assert calls["time_convert_time"] == "tools.time_.convert_time(...)"
+    assert calls["json_loads"] == "tools.json_.loads(...)"
+    assert calls["time"] == "tools.time(...)"  # a function may take a module's name
+    assert catalog.find("time_.convert_time") is catalog.get("time_convert_time")
+
+
+@pytest.mark.anyio
+async def test_a_program_calls_the_tools_of_a_namespace_named_time(env: Env):
+    async def convert(args: dict[str, Any], context: Any) -> ToolResponse:
+        return ToolResponse(content=f"{args['time']} in {args['zone']}")
+
+    schema = {"type": "object", "properties": {"time": {"type": "string"},
+                                               "zone": {"type": "string"}}}
+    async with env.location.tools.register(
+            {"convert_time": Tool(description="Convert a time.", input=schema,
+                                  execute=convert)}, namespace="time"):
+        outcome = await env.run('await tools.time_.convert_time(time="09:00", zone="UTC")')
+    assert outcome.status == "completed", outcome.error
+    assert outcome.output["result"] == "09:00 in UTC"
+
+
+def test_stubs_write_a_shape_once_whatever_its_name():
+    """server-memory's entity is the items of create_entities' input, of its output and of
+    read_graph's output: one TypedDict, reused by name."""
+    entity = {"type": "object", "properties": {"name": {"type": "string",
+                                                        "description": "The entity's name"},
+                                               "observations": {"type": "array",
+                                                                "items": {"type": "string"}}},
+              "required": ["name", "observations"]}
+    entities = {"type": "object", "properties": {"entities": {"type": "array", "items": entity}},
+                "required": ["entities"]}
+    registry = Registry()
+    registry.register({"create_entities": tool("Create.", entities, entities),
+                       "read_graph": tool("Read.", {"type": "object"}, entities)},
+                      namespace="memory")
+    text = describe(Catalog(registry.effective()).tools)
+    ast.parse(text)
+    assert text.count("    name: str  # The entity's name") == 1
+    assert "class MemoryCreateEntitiesEntitiesItem(TypedDict):" in text
+    assert "async def create_entities(*, entities: list[MemoryCreateEntitiesEntitiesItem]) -> " \
+        "MemoryCreateEntitiesOutput:" in text
+    assert "class MemoryCreateEntitiesOutput(TypedDict):\n    entities: " \
+        "list[MemoryCreateEntitiesEntitiesItem]" in text
+    assert "async def read_graph() -> MemoryCreateEntitiesOutput:" in text
