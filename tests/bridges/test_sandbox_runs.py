@@ -196,6 +196,16 @@ async def test_a_command_over_its_memory_limit_names_it(tmp_path: Path) -> None:
         outcome.error.message), outcome.error.message
 
 
+async def test_a_command_over_its_cpu_limit_names_it(tmp_path: Path) -> None:
+    entries = {"spin": _sh("while :; do :; done", cpu_seconds=1)}
+    async with open_location(tmp_path) as location:
+        async with manifest_tools(location, entries):
+            outcome = await call(location, "spin", {})
+    assert outcome.status == "error" and outcome.error is not None
+    assert "it reached its sandbox cpu_seconds limit (1 s)" in outcome.error.message, (
+        outcome.error.message)
+
+
 async def test_the_egress_proxy_lets_listed_destinations_through_only(
     tmp_path: Path, listening: int, caplog: pytest.LogCaptureFixture
 ) -> None:
