@@ -4,7 +4,8 @@ set of entries, `ToolIndexes` keeps the recent ones and builds new ones off the 
 Each tool is five fields, each its own `bm25s` index; a tool's score is the weighted sum of its
 field scores (`FIELD_WEIGHTS`: name 3, title 2, parameters 1.5, description 1, server 1).
 Text is split like Code Mode's search (`sidecar.codemode.search.tokens`: words and camelCase
-humps, lowercased), English stop words dropped and plural/verb endings cut (`stem`).
+humps, lowercased), English stop words dropped and plural/verb endings cut (`stem`); a query
+also searches, at half weight, the words of a small developer glossary (`SYNONYMS`).
 
 A registry change (a server's `list_changed`, a reload) gives new entries; the next index
 tokenizes only the definitions it has not seen (a server's reload re-reads that server's tools),
@@ -40,6 +41,22 @@ STOP_WORDS = frozenset(
     "using want was we what when which will with you your".split()
 )
 """Dropped from queries and documents (`get` too: nearly every tool gets something)."""
+SYNONYMS: Mapping[str, tuple[str, ...]] = {
+    "pr": ("pull", "request"), "mr": ("merge", "request"), "repo": ("repository",),
+    "folder": ("directory",), "dir": ("directory",), "rename": ("move",),
+    "bug": ("issue",), "ticket": ("issue",), "history": ("log",), "stage": ("add",),
+    "remember": ("memory", "observation", "entity"), "forget": ("delete",),
+    "drive": ("direction",), "route": ("direction",), "altitude": ("elevation",),
+    "high": ("elevation",), "visit": ("navigate",), "go": ("navigate",),
+    "alert": ("watch",), "notify": ("watch",), "replace": ("edit",), "change": ("edit",),
+    "find": ("search",), "look": ("search",), "make": ("create",), "new": ("create",),
+    "inside": ("read", "content"), "show": ("get", "read"), "check": ("status",),
+    "ci": ("status",), "webpage": ("fetch", "url"), "page": ("url",), "add": ("sum",),
+    "progress": ("transition",), "status": ("transition",),
+}
+"""A developer's glossary, applied to queries only (each term keeps its own weight, a
+synonym half of it): what users say for what tools call it."""
+SYNONYM_WEIGHT = 0.5
 KEPT_INDEXES = 8
 """Indexes kept at once (one per profile and set of hidden tools in use)."""
 
@@ -132,8 +149,10 @@ class ToolIndex:
         if not tokenized:
             return
         for i, field in enumerate(FIELDS):
-            retriever = bm25s.BM25()
             corpus = [t.fields[i] for t in tokenized.values()]
+            if not any(corpus):  # no tool has a title, say: bm25s needs one term at least
+                continue
+            retriever = bm25s.BM25()
             retriever.index(corpus, show_progress=False)
             self._fields.append((FIELD_WEIGHTS[field], retriever))
 
@@ -142,11 +161,14 @@ class ToolIndex:
         terms = list(dict.fromkeys(query_terms(query)))
         if not terms or not self._fields or limit <= 0:
             return []
+        extra = [stem(s) for t in terms for s in SYNONYMS.get(t, ())]
+        synonyms = [s for s in dict.fromkeys(extra) if s not in terms]
         total = np.zeros(len(self.names), dtype=np.float32)
         for weight, retriever in self._fields:
-            known = [t for t in terms if t in retriever.vocab_dict]
-            if known:
-                total += weight * retriever.get_scores(known)
+            for words, share in ((terms, 1.0), (synonyms, SYNONYM_WEIGHT)):
+                known = [t for t in words if t in retriever.vocab_dict]
+                if known:
+                    total += weight * share * retriever.get_scores(known)
         found = np.flatnonzero(total > 0)
         if found.size > limit:
             found = found[np.argpartition(-total[found], limit - 1)[:limit]]

@@ -95,7 +95,7 @@ def _search_text(query: str, matches: list[ToolMatch]) -> str:
 
 
 def search_tools_tool(searchable: Mapping[str, Entry], indexes: ToolIndexes) -> Tool:
-    """`search_tools` over `searchable` (the snapshot's tools but the built-ins)."""
+    """`search_tools` over `searchable` (the snapshot's tools but the listed ones)."""
 
     async def run(args: SearchToolsInput, ctx: CallContext) -> ToolResponse:
         built = await indexes.index(searchable)
@@ -196,15 +196,16 @@ def search_snapshot(
     for name in entries.keys() & set(SEARCH_BUILTINS):
         log.warning("tool %r (%s) is shadowed in search mode by the built-in of the same name",
                     name, entries[name].key)
-    indexes.warm(searchable)
-    builtins = build_entries({
-        SEARCH_TOOLS: search_tools_tool(searchable, indexes),
-        CALL_TOOL: call_tool_tool(searchable),
-    }, None)
     listed = [*SEARCH_BUILTINS, *(
         n for n in searchable
         if n in ALWAYS_LISTED or any(fnmatch.fnmatchcase(n, p) for p in patterns)
     )]
+    hidden = {n: e for n, e in searchable.items() if n not in listed}  # what search finds
+    indexes.warm(hidden)
+    builtins = build_entries({
+        SEARCH_TOOLS: search_tools_tool(hidden, indexes),
+        CALL_TOOL: call_tool_tool(searchable),
+    }, None)
     return SearchSnapshot(seam, {**searchable, **builtins}, listed, final_step=final_step,
                           session_id=session_id, removed=removed)
 

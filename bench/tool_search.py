@@ -1,0 +1,193 @@
+"""Tool search quality, cost and speed (`expose = "search"`, docs/tool-search.md).
+
+    python bench/tool_search.py [--json]
+
+The catalog is bench/data/tool_catalog.json: the real `tools/list` of published MCP servers
+(bench/dump_tool_catalog.py), registered in a real Location under each server's key as its
+namespace. The tasks are bench/data/tool_search_tasks.json: requests written as a user would
+type them, each with the tool that should be called.
+
+Rankers: `bm25` is the `search_tools` tool itself, called through the seam of an
+`expose = "search"` snapshot; `codemode` is Code Mode's search (`sidecar.codemode.search`);
+`substring` is the plain baseline: a tool scores the number of the query's words (3+ letters)
+found as substrings of its name and description. Reported: recall@1, recall@5 (an expected
+tool among the first 1 / 5), MRR (over the first 10). Tokens: the definitions a model is
+shown (`sidecar.model.token_count`, cl100k_base) with `expose = "all"` and `"search"`.
+Speed: building the index of 5,000 tools (the catalog, repeated under other namespaces) and
+one search over it, median and p99 over every task's query.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from sidecar import Location, Tool, ToolContext, ToolResponse
+from sidecar.codemode.catalog import Catalog
+from sidecar.codemode.search import SearchIndex
+from sidecar.codemode.tool_index import ToolIndex
+from sidecar.model.token_count import ENCODING, count_tokens, definition_text
+from sidecar.registry.registry import Entry, ToolDefinition, build_entries
+
+DATA = Path(__file__).resolve().parent / "data"
+CATALOG = DATA / "tool_catalog.json"
+TASKS = DATA / "tool_search_tasks.json"
+RANKED = 10
+SCALE = 5000
+
+Ranker = Callable[[str], list[str]]
+
+
+async def _never(value: Any, ctx: Any) -> ToolResponse:
+    raise AssertionError("the benchmark never runs a catalog tool")
+
+
+def catalog_tools() -> dict[str, dict[str, Tool]]:
+    """Each server's tools as registrations (their real definitions; nothing runs)."""
+    servers: dict[str, dict[str, Tool]] = {}
+    for item in json.loads(CATALOG.read_text())["tools"]:
+        raw = item["tool"]
+        servers.setdefault(item["server"], {})[raw["name"]] = Tool(
+            description=raw.get("description", ""), input=raw["inputSchema"],
+            title=raw.get("title"), execute=_never)
+    return servers
+
+
+def substring_ranker(entries: Mapping[str, Entry]) -> Ranker:
+    texts = {n: f"{n} {e.definition.description}".lower() for n, e in entries.items()}
+
+    def rank(query: str) -> list[str]:
+        words = [w for w in re.findall(r"[a-z0-9]+", query.lower()) if len(w) >= 3]
+        scored = [(sum(w in text for w in words), n) for n, text in texts.items()]
+        return [n for s, n in sorted(scored, key=lambda p: (-p[0], p[1])) if s > 0][:RANKED]
+
+    return rank
+
+
+def codemode_ranker(entries: Mapping[str, Entry]) -> Ranker:
+    index = SearchIndex(Catalog(entries))
+    return lambda query: [hit.tool.name for hit in index.search(query, RANKED)[0]]
+
+
+def scores(ranker: Ranker, tasks: list[dict[str, Any]]) -> dict[str, float]:
+    at1 = at5 = reciprocal = 0.0
+    for task in tasks:
+        ranked = ranker(task["query"])
+        ranks = [ranked.index(e) + 1 for e in task["expected"] if e in ranked]
+        best = min(ranks, default=0)
+        at1 += best == 1
+        at5 += 0 < best <= 5
+        reciprocal += 1 / best if best else 0.0
+    n = len(tasks)
+    return {"recall@1": at1 / n, "recall@5": at5 / n, "mrr": reciprocal / n}
+
+
+def tokens_of(definitions: tuple[ToolDefinition, ...]) -> int:
+    return sum(count_tokens(definition_text(d.name, d.description, dict(d.input_schema)))
+               for d in definitions)
+
+
+def scaled_entries(servers: dict[str, dict[str, Tool]]) -> dict[str, Entry]:
+    """The catalog repeated under other namespaces until it holds `SCALE` tools."""
+    entries: dict[str, Entry] = {}
+    copy = 0
+    while len(entries) < SCALE:
+        for server, tools in servers.items():
+            entries.update(build_entries(tools, f"{server}{copy or ''}"))
+        copy += 1
+    return dict(list(entries.items())[:SCALE])
+
+
+def speed(servers: dict[str, dict[str, Tool]], tasks: list[dict[str, Any]]) -> dict[str, float]:
+    entries = scaled_entries(servers)
+    started = time.perf_counter()
+    index = ToolIndex(entries, {})
+    build = time.perf_counter() - started
+    timings: list[float] = []
+    for _ in range(5):
+        for task in tasks:
+            t0 = time.perf_counter()
+            index.search(task["query"], 5)
+            timings.append(time.perf_counter() - t0)
+    timings.sort()
+    return {"tools": len(entries), "build_s": build,
+            "search_median_ms": statistics.median(timings) * 1000,
+            "search_p99_ms": timings[int(len(timings) * 0.99) - 1] * 1000}
+
+
+async def measure() -> dict[str, Any]:
+    servers = catalog_tools()
+    tasks = json.loads(TASKS.read_text())["tasks"]
+    with tempfile.TemporaryDirectory() as root:
+        async with Location.open(root=root, state_dir=Path(root) / "state") as loc:
+            for server, tools in servers.items():
+                loc.tools.register(tools, namespace=server, label=f"mcp:{server}")
+            every = loc.snapshot(session_id="bench", expose="all")
+            search = loc.snapshot(session_id="bench", expose="search")
+            catalog = {n: e for n in every.names if (e := every.entry(n)) is not None
+                       and n != "managed_read"}
+            missing = sorted({e for t in tasks for e in t["expected"]} - catalog.keys())
+            if missing:
+                raise SystemExit(f"tasks name tools the catalog lacks: {missing}")
+            calls = iter(range(10**9))
+
+            async def search_tools(query: str) -> list[str]:
+                outcome = await search.execute(
+                    "search_tools", {"query": query, "limit": RANKED},
+                    ToolContext("bench", "bench", "m", f"search-{next(calls)}"))
+                assert outcome.status == "completed", outcome.error
+                return [tool["name"] for tool in outcome.output["tools"]]
+
+            bm25 = {t["query"]: await search_tools(t["query"]) for t in tasks}
+            quality = {
+                "bm25": scores(lambda q: bm25[q], tasks),
+                "codemode": scores(codemode_ranker(catalog), tasks),
+                "substring": scores(substring_ranker(catalog), tasks),
+            }
+            token_all = tokens_of(every.definitions)
+            token_search = tokens_of(search.definitions)
+    return {
+        "catalog": {"tools": len(catalog), "servers": len(servers)},
+        "tasks": len(tasks), "quality": quality,
+        "tokens": {"encoding": ENCODING, "all": token_all, "search": token_search,
+                   "fewer": 1 - token_search / token_all},
+        "speed": speed(servers, tasks),
+        "misses": [{"query": t["query"], "expected": t["expected"], "top5": bm25[t["query"]][:5]}
+                   for t in tasks if not set(t["expected"]) & set(bm25[t["query"]][:5])],
+    }
+
+
+def report(result: dict[str, Any]) -> str:
+    c, q, tok, sp = result["catalog"], result["quality"], result["tokens"], result["speed"]
+    lines = [f"catalog: {c['tools']} tools from {c['servers']} published servers; "
+             f"{result['tasks']} tasks", "",
+             f"{'ranker':<12}{'recall@1':>10}{'recall@5':>10}{'MRR':>8}"]
+    for name, s in q.items():
+        lines.append(f"{name:<12}{s['recall@1']:>10.3f}{s['recall@5']:>10.3f}{s['mrr']:>8.3f}")
+    lines += ["", f"definition tokens ({tok['encoding']}): all {tok['all']:,}, search "
+              f"{tok['search']:,} ({tok['fewer']:.1%} fewer)",
+              f"{sp['tools']:,} tools: index built in {sp['build_s']:.2f} s; one search "
+              f"{sp['search_median_ms']:.2f} ms median, {sp['search_p99_ms']:.2f} ms p99"]
+    for miss in result["misses"]:
+        lines.append(f"miss: {miss['query']!r} -> {miss['top5']} (want {miss['expected']})")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="tool search quality, tokens and speed")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args()
+    result = asyncio.run(measure())
+    print(json.dumps(result, indent=2) if args.json else report(result))
+
+
+if __name__ == "__main__":
+    main()
