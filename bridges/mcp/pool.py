@@ -124,6 +124,23 @@ class ServerPool:
         sup = self._supervisors.get(key)
         return sup.config if sup is not None else None
 
+    async def restart(self, key: str) -> bool:
+        """Restart one server (its process or connection), keeping its place in the registry,
+        and return once its new attempt settled (bound it with a cancel scope); False for an
+        unknown key."""
+        sup = self._supervisors.get(key)
+        if sup is None:
+            return False
+        sup.restart()
+        await sup.settled.wait()
+        return True
+
+    def stderr(self, key: str, after: int = 0) -> tuple[int, str] | None:
+        """(mark, text): what server `key` wrote to stderr after mark `after` (redacted; at
+        most the last 64 KiB are kept) and the mark to read on from; None for an unknown key."""
+        sup = self._supervisors.get(key)
+        return sup.stderr.read(after) if sup is not None else None
+
     def namespaces(self) -> dict[str, str]:
         """Each enabled server's effective namespace, by key, in configuration order."""
         return {

@@ -102,6 +102,15 @@ class StderrTail:
         """Everything kept (at most `limit` bytes), decoded and redacted."""
         return self._redact(bytes(self._buffer).decode("utf-8", "replace"))
 
+    def read(self, after: int = 0) -> tuple[int, str]:
+        """(mark, text): the text fed after mark `after` (all that is kept when more was fed
+        since, or when `after` is past the end), decoded and redacted, and the mark now."""
+        new = self._fed - after
+        if new == 0:
+            return self._fed, ""
+        data = bytes(self._buffer[-new:]) if 0 < new < len(self._buffer) else bytes(self._buffer)
+        return self._fed, self._redact(data.decode("utf-8", "replace"))
+
     def last_lines(self, count: int = 5, max_chars: int = 600) -> str:
         """The last few non-empty lines, for an error message; empty if there are none."""
         return _last_lines(self.text(), count, max_chars)

@@ -195,6 +195,23 @@ class Supervisor:
             self._attempt_scope.cancel()
         self._wake.set()
 
+    def restart(self) -> None:
+        """Stop the server's process (or connection) and start it again with the same
+        configuration, as a configuration change would; its stderr tail is kept."""
+        self._era = None
+        self._failures = 0
+        self._last_failure, self._same_failures = None, 0
+        self._restart = True
+        self.settled = anyio.Event()
+        if self._attempt_scope is not None:
+            self._attempt_scope.cancel()
+        self._wake.set()
+
+    @property
+    def stderr(self) -> StderrTail:
+        """What the server's process writes to stderr (stdio servers; empty otherwise)."""
+        return self._stderr
+
     def request_stop(self) -> None:
         """Stop without waiting: the connection closes and the child is reaped in `run`."""
         self._stopped = True

@@ -54,6 +54,14 @@ class UpstreamPool(Protocol):
 
     def config(self, key: str) -> ServerConfig | None: ...
 
+    async def restart(self, key: str) -> bool:
+        """Restart one server and wait for its new attempt to settle; False: unknown key."""
+        ...
+
+    def stderr(self, key: str, after: int = 0) -> tuple[int, str] | None:
+        """(mark, text) of what one server wrote to stderr after mark `after`; None: unknown."""
+        ...
+
     def namespaces(self) -> dict[str, str]:
         """Each enabled server's namespace, by key, in configuration order."""
         ...

@@ -37,7 +37,8 @@ def _html(description: str) -> dict[str, Any]:
 def _errors(*codes: int) -> dict[str, Any]:
     names = {400: "Bad request", 401: "Missing or wrong bearer token",
              403: "Host or Origin refused, or the token does not reach the profile",
-             404: "Not found", 409: "Conflict",
+             404: "Not found", 409: "Conflict", 502: "The upstream server answered an error",
+             504: "The upstream server did not answer in time",
              405: "Method not allowed", 413: "Body too large", 422: "Invalid body",
              503: "The fleet database is unavailable (`unavailable`): the message names it "
                   "and what could not be done; retry once it is back (a call: with the same "
@@ -229,6 +230,7 @@ def openapi_document() -> dict[str, Any]:
                 (502, "The token endpoint refused the code or did not answer"),
                 (503, "The grant store cannot be used (SIDECAR_GRANT_KEY)"))},
         }},
+        **_upstream_paths(),
         "/v1/openapi.json": {"get": {
             "summary": "This document",
             "responses": {"200": _json(_OBJECT, "OpenAPI 3.1"), **_errors()},
@@ -248,4 +250,66 @@ def openapi_document() -> dict[str, Any]:
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],
+    }
+
+
+def _upstream_paths() -> dict[str, Any]:
+    """The upstream servers' restarts, stderr, resources and prompts
+    (`sidecar.serve.upstream_api`)."""
+    server = _param("name", "path", {"type": "string"}, required=True)
+    profile = _param("profile", "query", {"type": "string"})
+    text_event = {"type": "object", "required": ["event", "data"], "properties": {
+        "event": {"type": "string", "enum": ["stderr", "gone"]},
+        "data": {"type": "string", "contentMediaType": "application/json"}}}
+    return {
+        "/v1/servers/{name}/restart": {"post": {
+            "summary": "Restart an MCP server (its process or connection, keeping its place "
+                       "in the registry); answers its health once the new attempt settled "
+                       "(or after its timeouts.startup). All-access token only",
+            "parameters": [server],
+            "responses": {"200": _json(_OBJECT, "`{server, health}`"), **_errors(404)},
+        }},
+        "/v1/servers/{name}/stderr": {"get": {
+            "summary": "What a stdio server wrote to stderr (the last 64 KiB, secrets "
+                       "redacted) after the mark `after`: `{server, mark, text}`; with "
+                       "follow=true an event stream of `stderr` events (`{mark, text}`), "
+                       "the kept text first. All-access token only",
+            "parameters": [server, _param("after", "query", {
+                "type": "integer", "minimum": 0, "maximum": 10**18 - 1}),
+                           _param("follow", "query", {"type": "boolean"})],
+            "responses": {"200": {"description": "`{server, mark, text}`, or the stream",
+                                  "content": {"application/json": {"schema": _OBJECT},
+                                              "text/event-stream": {"schema": text_event}}},
+                          **_errors(400, 404)},
+        }},
+        "/v1/resources": {"get": {
+            "summary": "The resources and URI templates of every ready server a profile "
+                       "passes, each with its `server`; URIs as /mcp clients see them",
+            "parameters": [profile],
+            "responses": {"200": _json(_OBJECT, "`{resources, templates}`"),
+                          **_errors(404, 502, 504)},
+        }},
+        "/v1/resources/read": {"get": {
+            "summary": "Read one resource: `{server, uri, contents}`, each content with "
+                       "`text` or `blob` (base64) and `mime_type`",
+            "parameters": [_param("uri", "query", {"type": "string"}, required=True), profile],
+            "responses": {"200": _json(_OBJECT, "The resource"), **_errors(400, 404, 502, 504)},
+        }},
+        "/v1/prompts": {"get": {
+            "summary": "The prompts of every ready server a profile passes, with their "
+                       "arguments and `server`",
+            "parameters": [profile],
+            "responses": {"200": _json(_OBJECT, "`{prompts}`"), **_errors(404, 502, 504)},
+        }},
+        "/v1/prompts/get": {"post": {
+            "summary": "Get one prompt with its arguments: `{server, name, description, "
+                       "messages}`",
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["name"], "properties": {
+                    "name": {"type": "string", "minLength": 1}, "profile": {"type": "string"},
+                    "arguments": {"type": "object",
+                                  "additionalProperties": {"type": "string"}}}}}}},
+            "responses": {"200": _json(_OBJECT, "The prompt's messages"),
+                          **_errors(400, 404, 413, 422, 502, 504)},
+        }},
     }
