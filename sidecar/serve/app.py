@@ -7,6 +7,8 @@ Imports the core and the rest of `sidecar.serve`. Exports `build_app` and `Repli
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -21,9 +23,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sidecar.model.replica import REPLICA_HEADER, replica_id
 from sidecar.serve.api import DEFAULT_MAX_BODY_BYTES, Api
-from sidecar.serve.console import console_routes
+from sidecar.serve.console import MinuteRing, console_routes
 from sidecar.serve.metrics import Metrics
 from sidecar.serve.security import SecurityMiddleware, TokenUnverifiable
+from sidecar.serve.upstream_api import UpstreamApi
 from sidecar.stores.database_down import database_label, unavailable_message
 from sidecar.stores.tokens import verify_token
 
@@ -48,10 +51,13 @@ def build_app(
         allowed_hosts = [*allowed_hosts, callbacks.host]
     events = location.new_event_log()
     api = Api(location, metrics=metrics, events=events, max_body_bytes=max_body_bytes)
+    ring = MinuteRing()  # the console's plots of the last hour
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         location.seam.observers.append(metrics.observe)
+        location.seam.observers.append(ring.observe)
+        sampler = asyncio.create_task(ring.sample_forever(location.seam.store.stats))
         location.call_listeners.append(metrics.observe_record)
         location.cancellers.append(api.cancel_here)  # cancel requests of other replicas
         await events.start()
@@ -66,6 +72,10 @@ def build_app(
             await api.auth.aclose()
             await events.aclose()
             location.seam.observers.remove(metrics.observe)
+            location.seam.observers.remove(ring.observe)
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
             location.call_listeners.remove(metrics.observe_record)
             location.cancellers.remove(api.cancel_here)
 
@@ -81,8 +91,8 @@ def build_app(
         return (record.id, frozenset(record.profiles)) if record is not None else None
 
     app = Starlette(
-        routes=[*api.routes(), *console_routes(location, events, token, api.auth.begin),
-                *extra_routes],
+        routes=[*api.routes(), *UpstreamApi(location).routes(),
+                *console_routes(location, events, token, api.auth.begin, ring), *extra_routes],
         middleware=[Middleware(ReplicaHeader), Middleware(
             SecurityMiddleware, token=token, allowed_hosts=allowed_hosts, scoped=scoped,
             default_profile=lambda: location.profiles.default_name, own_auth_prefix="/ui",

@@ -22,6 +22,8 @@ MAX_SESSIONS = 64
 class ConsoleSession:
     csrf: str
     expires: float
+    label: str = ""
+    """The session id the console's own tool runs carry (`console-...`: not a secret)."""
 
 
 class ConsoleSessions:
@@ -44,7 +46,8 @@ class ConsoleSessions:
         while len(self._sessions) >= MAX_SESSIONS:
             del self._sessions[next(iter(self._sessions))]
         sid = secrets.token_urlsafe(32)
-        self._sessions[sid] = ConsoleSession(secrets.token_urlsafe(24), now + SESSION_SECONDS)
+        self._sessions[sid] = ConsoleSession(secrets.token_urlsafe(24), now + SESSION_SECONDS,
+                                             _label())
         response.set_cookie(COOKIE, sid, max_age=SESSION_SECONDS, path="/ui", httponly=True,
                             samesite="strict")
 
@@ -56,7 +59,7 @@ class ConsoleSessions:
         """The request's session, or None. Without a token (`--no-auth`) every request has one."""
         if self._token is None:
             return self._sessions.setdefault("", ConsoleSession(secrets.token_urlsafe(24),
-                                                                float("inf")))
+                                                                float("inf"), _label()))
         found = self._sessions.get(request.cookies.get(COOKIE, ""))
         if found is None or found.expires <= time.monotonic():
             return None
@@ -65,3 +68,7 @@ class ConsoleSessions:
     @staticmethod
     def csrf_ok(session: ConsoleSession, given: str | None) -> bool:
         return given is not None and hmac.compare_digest(given.encode(), session.csrf.encode())
+
+
+def _label() -> str:
+    return "console-" + secrets.token_hex(4)

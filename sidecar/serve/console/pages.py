@@ -11,16 +11,18 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 NAV = (("servers", "/ui"), ("tools", "/ui/tools"), ("calls", "/ui/calls"),
-       ("asks", "/ui/asks"), ("managed", "/ui/managed"))
+       ("asks", "/ui/asks"), ("managed", "/ui/managed"), ("resources", "/ui/resources"),
+       ("prompts", "/ui/prompts"), ("metrics", "/ui/metrics"))
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2430;background:#f6f7f9;
 overflow-wrap:anywhere}
 header{background:#1d2430;color:#fff;padding:.6em 1.2em;display:flex;gap:1.2em;align-items:center}
 header a{color:#cfd8e6;text-decoration:none}header a.on{color:#fff;font-weight:600}
+header nav{display:flex;gap:1.2em;flex-wrap:wrap}
 header form{margin-left:auto}main{padding:1em 1.4em;max-width:1200px}
 table{border-collapse:collapse;width:100%;background:#fff}
 th,td{border-bottom:1px solid #e3e6ea;padding:.35em .5em;text-align:left;vertical-align:top}
@@ -34,6 +36,20 @@ padding:.6em;overflow:auto;max-height:60vh;white-space:pre-wrap;word-break:break
 form.inline{display:inline}input,select,button{font:inherit;padding:.2em .4em}
 fieldset{border:1px solid #e3e6ea;background:#fff;margin:.6em 0}
 .card{background:#fff;border:1px solid #e3e6ea;padding:.6em .8em;margin:.6em 0}
+a{color:#1f5fbf}header a:focus,a:focus,button:focus,input:focus,select:focus,textarea:focus,
+pre:focus,summary:focus{outline:2px solid #1f5fbf;outline-offset:2px}
+.skip{position:absolute;left:-999px}.skip:focus{left:.5em;top:.5em;background:#fff;color:#1d2430;
+padding:.3em}
+dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:.2em 1em;background:#fff;
+border:1px solid #e3e6ea;padding:.6em .8em}dl.facts dt{font-weight:600}dl.facts dd{margin:0}
+.field{margin:.35em 0}.field label{display:inline-block;min-width:10em;font-weight:600}
+.field small{display:block;margin-left:10.3em}fieldset.nested{padding:.3em .8em}
+textarea{font:13px/1.4 ui-monospace,monospace;max-width:100%;box-sizing:border-box}
+abbr.req{color:#b3261e;text-decoration:none}img.content{max-width:100%;height:auto}
+#stderr{max-height:24em;min-height:4em}.error-box{border-color:#b3261e}
+figure.chart{margin:.8em 0;background:#fff;border:1px solid #e3e6ea;padding:.5em}
+svg.plot{width:100%;height:auto;display:block}.key{margin-left:1em;white-space:nowrap}
+.message{border-left:3px solid #e3e6ea;padding-left:.6em;margin:.4em 0}
 """
 
 
@@ -57,8 +73,10 @@ def layout(title: str, body: str, *, csrf: str | None, active: str = "",
               f'value="{e(csrf)}"><button>log out</button></form>' if csrf else "")
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{e(title)} · "
             f"mcp-sidecar</title><meta name=viewport content='width=device-width'>"
-            f"<style>{STYLE}</style></head><body><header><strong>mcp-sidecar</strong>{nav}"
-            f"{logout}</header><main><h1>{e(title)}</h1>{body}</main>{script}</body></html>")
+            f"<style>{STYLE}</style></head><body><a class=skip href=#main>skip to the page"
+            f"</a><header><strong>mcp-sidecar</strong><nav aria-label=console>{nav}</nav>"
+            f"{logout}</header><main id=main><h1>{e(title)}</h1>{body}</main>{script}"
+            "</body></html>")
 
 
 def login_page(error: str | None) -> str:
@@ -101,7 +119,7 @@ def servers_page(health: Mapping[str, Any], csrf: str) -> str:
                       f'</form> <span class=muted>or run <code>sidecar auth login {e(name)}'
                       f'</code></span>')
         rows.append([
-            f"<strong>{e(name)}</strong>",
+            f'<strong><a href="/ui/servers/{e(quote(name, safe=""))}">{e(name)}</a></strong>',
             f'<span class="{state_class(str(s.get("state")))}">{e(s.get("state"))}</span>',
             e(s.get("transport")), e(s.get("protocol_version")), e(s.get("tool_count")),
             e(s.get("restarts")), e(_sandbox(s.get("sandbox"))), e(s.get("last_error")), action,
@@ -124,13 +142,16 @@ def tools_page(definitions: Sequence[Any], query: str, profiles: Sequence[str],
     """`tokens`: each definition's tokens (`sidecar.serve.tool_tokens`), shown per card and
     in total."""
     options = "".join(
-        f'<option value="{e(name)}"{" selected" if name == profile else ""}>{e(name)}</option>'
+        f'<option value="{e(name)}"{" selected" if name == profile else ""}>'
+        f'{"(all tools)" if name == "*" else e(name)}</option>'
         for name in profiles
     )
-    chooser = f' profile <select name=profile>{options}</select>' if profiles else ""
-    form = (f'<form method=get class=card><input name=q value="{e(query)}" '
-            f'placeholder="search names and descriptions" size=40>{chooser} '
+    chooser = (f' <label>profile <select name=profile>{options}</select></label>'
+               if profiles else "")
+    form = (f'<form method=get class=card><label>search <input name=q value="{e(query)}" '
+            f'placeholder="names and descriptions" size=40></label>{chooser} '
             f'<button>search</button></form>')
+    at = f"?{urlencode({'profile': profile})}" if profile else ""
     q = query.lower()
     shown = [d for d in definitions
              if not q or q in d.name.lower() or q in (d.description or "").lower()]
@@ -141,7 +162,8 @@ def tools_page(definitions: Sequence[Any], query: str, profiles: Sequence[str],
         return "" if n is None else f' <span class="muted tokens">{n:,} tokens</span>'
 
     cards = "".join(
-        f'<div class=card><strong>{e(d.name)}</strong>{cost(d.name)} <span class=muted>'
+        f'<div class=card><strong><a href="/ui/tools/{e(quote(d.name, safe=""))}{e(at)}">'
+        f'{e(d.name)}</a></strong>{cost(d.name)} <span class=muted>'
         f'{e(d.title or "")}</span><p>{e(d.description)}</p><details><summary>input schema'
         f'</summary><pre>{e(json.dumps(d.input_schema, indent=2))}</pre></details></div>'
         for d in shown
@@ -245,7 +267,10 @@ def history_row(r: Any) -> list[str]:
     shown = json.dumps(r.input, ensure_ascii=False)
     server = f'<span class=muted>{e(r.server)}/</span>' if r.server else ""
     day, moment = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.started_at)).split()
-    return [f"<span>{day}</span> <span>{moment}</span>", f"<code>{e(r.call_id)}</code>",
+    link = "/ui/calls/" + quote(r.call_id, safe="") + "?" + urlencode(
+        {"session": r.session_id, "at": int(r.started_at)})
+    return [f"<span>{day}</span> <span>{moment}</span>",
+            f'<a href="{e(link)}"><code>{e(r.call_id)}</code></a>',
             server + e(r.tool), e(r.session_id), e(r.agent), status, e(r.duration_ms),
             f"{e(r.input_bytes)} / {e(r.content_bytes)}",
             refs, f"<code>{e(_cut(shown, INPUT_SHOWN))}</code>"]

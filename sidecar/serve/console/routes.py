@@ -25,6 +25,9 @@ from sidecar.policy.permission_service import RuleScope, UnknownAsk
 from sidecar.policy.pins import NotHeld
 from sidecar.serve.console import pages
 from sidecar.serve.console.auth import ConsoleSession, ConsoleSessions
+from sidecar.serve.console.detail_pages import ALL_TOOLS
+from sidecar.serve.console.detail_routes import BadInput, DetailPages
+from sidecar.serve.console.minute_ring import MinuteRing
 from sidecar.serve.tool_tokens import tool_tokens
 from sidecar.stores.call_history import CallQuery, InvalidQuery
 from sidecar.stores.database_down import database_label, unavailable_message
@@ -41,8 +44,7 @@ _SCOPES: dict[str, RuleScope] = {"session": "session", "location": "location"}
 EXPORT_ROWS = 100_000
 
 
-class _BadInput(Exception):
-    pass
+_BadInput = BadInput
 
 
 LOGIN_BODY_LIMIT = 16 * 1024
@@ -61,7 +63,8 @@ def _policy(script: str = "") -> str:
     body = script.removeprefix("<script>").removesuffix("</script>")
     scripts = _digest(body) if script else "'none'"
     return (f"default-src 'none'; style-src {_STYLE_HASH}; script-src {scripts}; "
-            "connect-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+            "connect-src 'self'; img-src 'self' data:; form-action 'self'; "
+            "frame-ancestors 'none'; "
             "base-uri 'none'")
 
 
@@ -122,11 +125,12 @@ def _events_url(events: EventLog) -> str:
 
 class Console:
     def __init__(self, location: Location, events: EventLog, token: str | None,
-                 begin_login: BeginLogin | None = None) -> None:
+                 begin_login: BeginLogin | None = None, ring: MinuteRing | None = None) -> None:
         self.location = location
         self.events = events
         self.sessions = ConsoleSessions(token)
         self.begin_login = begin_login
+        self.details = DetailPages(location, _page, ring)
 
     def routes(self) -> list[BaseRoute]:
         def g(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -146,6 +150,8 @@ class Console:
             Route("/ui/asks/{ask_id}", g(self.reply), methods=["POST"]),
             Route("/ui/managed", g(self.managed), methods=["GET"]),
             Route("/ui/managed/{ref}/download", g(self.download), methods=["GET"]),
+            *(Route(path, g(handler), methods=[method])
+              for path, handler, method in self.details.routes()),
         ]
 
     def _guarded(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -221,12 +227,15 @@ class Console:
     async def tools(self, request: Request, session: ConsoleSession) -> Response:
         profiles = self.location.profiles
         chosen = request.query_params.get("profile") or None
-        if chosen is not None and not profiles.exists(chosen):
+        if chosen is not None and chosen != ALL_TOOLS and not profiles.exists(chosen):
             raise _BadInput(f"no profile {chosen!r}; the profiles: {', '.join(profiles.names())}")
-        snapshot = self.location.snapshot(keep=False, profile=chosen)
+        if chosen == ALL_TOOLS:
+            definitions = self.details.snapshot(ALL_TOOLS).definitions
+        else:
+            definitions = self.location.snapshot(keep=False, profile=chosen).definitions
         query = request.query_params.get("q", "")
-        tokens = await tool_tokens(self.location, snapshot.definitions)
-        body = pages.tools_page(snapshot.definitions, query, profiles.names(),
+        tokens = await tool_tokens(self.location, definitions)
+        body = pages.tools_page(definitions, query, [*profiles.names(), ALL_TOOLS],
                                 chosen or profiles.default_name, tokens.tools, ENCODING)
         held = pages.held_changes(list(self.location.pins.held.values()), session.csrf)
         return _page("Tools", held + body, session, "tools")
@@ -382,5 +391,8 @@ def _number(raw: str, name: str, default: int, maximum: int, minimum: int = 1) -
 
 
 def console_routes(location: Location, events: EventLog, token: str | None,
-                   begin_login: BeginLogin | None = None) -> list[BaseRoute]:
-    return Console(location, events, token, begin_login).routes()
+                   begin_login: BeginLogin | None = None,
+                   ring: MinuteRing | None = None) -> list[BaseRoute]:
+    """`ring`: the per-minute numbers the metrics page plots (a seam observer the app
+    attaches); without one the page plots nothing."""
+    return Console(location, events, token, begin_login, ring).routes()
