@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from sidecar.cli import asks as cli_asks
 from sidecar.cli import calls as cli_calls
 from sidecar.cli import tokens as cli_tokens
+from sidecar.cli import upstreams as cli_upstreams
 from sidecar.cli.database import database_url, door_exit, use_store
 from sidecar.cli.output import (  # the exit statuses are part of the CLI's contract
     EXIT_ADDRESS_IN_USE as EXIT_ADDRESS_IN_USE,
@@ -221,6 +222,11 @@ async def _client(args: argparse.Namespace, kind: str, where: str) -> int:
             return await cli_asks.run(args, None)
         async with backend:
             return await cli_asks.run(args, backend)
+    if args.command in cli_upstreams.COMMANDS:  # the servers run in a daemon
+        if isinstance(backend, EmbeddedBackend):
+            return await cli_upstreams.run(args, None)
+        async with backend:
+            return await cli_upstreams.run(args, backend)
     if args.command == "calls":  # embedded: reads the history file, starts nothing
         from sidecar.daemon.daemon import open_call_history
 

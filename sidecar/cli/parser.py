@@ -12,6 +12,7 @@ from sidecar.cli import asks as cli_asks
 from sidecar.cli import calls as cli_calls
 from sidecar.cli import client_config
 from sidecar.cli import tokens as cli_tokens
+from sidecar.cli import upstreams as cli_upstreams
 from sidecar.cli.registry import DEFAULT_REGISTRY
 from sidecar.formats import FORMATS
 from sidecar.serve.local_door import DEFAULT_IDLE_EXIT
@@ -114,6 +115,7 @@ def build_parser(description: str) -> argparse.ArgumentParser:
                                                        parents=[common, store]))
     cli_calls.add_parser(sub, client)
     cli_asks.add_parser(sub, client)
+    cli_upstreams.add_parser(sub, client)
     check = sub.add_parser(
         "check", help="validate manifests without starting anything",
         description="Validate manifest files: every error of every entry, with its file and "

@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import sys
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
 from types import TracebackType
@@ -262,6 +263,26 @@ class RemoteBackend:
         """The daemon's JSON answer to one `/v1` request (`Refused` for an error)."""
         return self._answer(await self._send(method, path, **kwargs))
 
+
+    async def events(self, path: str, **kwargs: Any) -> AsyncIterator[tuple[str, Any]]:
+        """The `(event, data)` pairs of an event stream from the daemon (`Refused` for an
+        error answer), until it ends."""
+        import httpx
+
+        try:
+            async with self._client.stream("GET", path, **kwargs) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    self._answer(response)
+                event = ""
+                async for line in response.aiter_lines():
+                    if line.startswith("event: "):
+                        event = line[7:]
+                    elif line.startswith("data: "):
+                        yield event, json.loads(line[6:])
+        except httpx.TransportError as exc:
+            raise Unreachable(f"the daemon at {self._url} is unreachable: {exc}",
+                              refused=isinstance(exc, httpx.ConnectError)) from None
 
     async def _send(self, method: str, path: str, **kwargs: Any) -> Any:
         import httpx
