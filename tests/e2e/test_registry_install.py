@@ -48,7 +48,10 @@ def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 60) -> An
 
 
 def call(client: httpx.Client, name: str, payload: dict[str, Any]) -> dict[str, Any]:
-    snapshot = client.post("/v1/snapshots", json={"session_id": "s"}).json()["id"]
+    """One call of `name` in the first snapshot that lists it."""
+    snapshot = wait_for(lambda: (s := client.post("/v1/snapshots", json={"session_id": "s"})
+                                 .json()) and name in {d["name"] for d in s["definitions"]}
+                        and s["id"], f"{name} listed")
     call_id = uuid.uuid4().hex
     answer = client.post(f"/v1/snapshots/{snapshot}/calls", json={
         "name": name, "input": payload,
@@ -73,15 +76,17 @@ def holds(pid: int, name: str, value: str) -> bool:
 
 
 def add(env: dict[str, str], staging: Path, manifests: Path, *args: str) -> None:
-    """`sidecar add ARGS --yes`. TEMPORARY (until the sandbox of issue 42 starts npx and uvx
-    servers): the entry is written to `staging` and moved into the daemon's directory with
-    `sandbox = false`; remove this shim, and add straight into `manifests`, once it does."""
+    """`sidecar add ARGS --yes`. TEMPORARY, test-only: the entry is written to `staging` and
+    moved into the daemon's directory with `sandbox = false`, because the sandbox of issue 42
+    does not start npx and uvx servers yet (tried 2026-12-06 on b4b00cc: uvx fails on its
+    read-only cache, "Could not acquire lock ... Read-only file system at ~/.cache/uv/.tmp...";
+    `npx -y` does not start within the 30 s startup, `npx --offline` says ENOTCACHED). Remove
+    this shim, and add straight into `manifests`, once they start sandboxed."""
     added = run_cli("add", *args, "--yes", "--manifests", str(staging), env=env)
     assert added.returncode == 0, added.stderr
     for path in staging.glob("*.toml"):
-        text = path.read_text()
-        (manifests / path.name).write_text(text.replace("sandbox = true", "sandbox = false"))
-        path.unlink()
+        path.write_text(path.read_text().replace("sandbox = true", "sandbox = false"))
+        path.replace(manifests / path.name)  # whole, as `sidecar add` writes it
 
 
 def offline_catalog(path: Path, remote: str) -> Path:
