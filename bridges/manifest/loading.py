@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from bridges.manifest.guardrails import GuardrailsConfig
 from bridges.manifest.oauth import OAuthSettings
 from bridges.manifest.openapi import OpenApiConfig
 from bridges.manifest.overrides import OverrideConfig
@@ -127,6 +128,8 @@ class ServerConfig(BaseModel):
     oauth: OAuthSettings | None = Field(default=None, repr=False)
     sandbox: SandboxSetting = None
     """Run the server under bubblewrap (`bridges.manifest.sandbox`; None: `sandbox_default`)."""
+    guardrails: GuardrailsConfig | None = None
+    """Guardrails on this server's tools (`bridges.manifest.guardrails`)."""
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerConfig:
@@ -209,6 +212,7 @@ class ManifestFile(BaseModel):
     audit: dict[str, Any] = {}
     sandbox_default: SandboxSetting = None
     openapi: dict[str, Any] = {}
+    guardrails: dict[str, Any] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +255,8 @@ class ManifestSet:
     the glob, value = (server key or None, `OverrideConfig`)."""
     openapi: dict[str, Sourced] = field(default_factory=dict)
     """OpenAPI services (`[openapi.NAME]`, value `OpenApiConfig`; docs/openapi.md)."""
+    guardrails: GuardrailsConfig | None = None
+    """The top-level `[guardrails]` (the last file that sets it wins; docs/guardrails.md)."""
 
     @property
     def errors(self) -> list[ManifestProblem]:
@@ -345,7 +351,8 @@ def _validation_problems(
 def _known_keys() -> set[str]:
     """Every key of the manifest format (for "did you mean ...?")."""
     return model_keys(ServerConfig, ToolFilter, Timeouts, AnnotationPermissions, Rule,
-                      PermissionsConfig, ManifestFile, BoundsConfig, OpenApiConfig)
+                      PermissionsConfig, ManifestFile, BoundsConfig, OpenApiConfig,
+                      GuardrailsConfig)
 
 
 ToolValidator = Callable[[str, str, Any], tuple[Any, list[ManifestProblem]]]
@@ -404,7 +411,7 @@ def _load_one(
                 hint=did_you_mean(key, [*model_keys(ManifestFile), "servers"]) or (
                     "known keys: mcpServers (or servers), tools, permissions, plugins, bounds, "
                     "codemode, expose, profiles, default_profile, rate_limits, audit, openapi, "
-                    "sandbox_default"),
+                    "sandbox_default, guardrails"),
                 unknown_key=True,
             ))
     for key, raw in top.mcpServers.items():
@@ -434,6 +441,13 @@ def _load_one(
             result.audit = AuditConfig.model_validate(top.audit)
         except ValidationError as exc:
             result.problems.extend(_validation_problems(name, "$.audit", exc))
+    if top.guardrails:
+        guardrails = _interpolated(name, "$.guardrails", top.guardrails, env, result)
+        try:
+            if guardrails is not None:
+                result.guardrails = GuardrailsConfig.model_validate(guardrails)
+        except ValidationError as exc:
+            result.problems.extend(_validation_problems(name, "$.guardrails", exc))
     for i, plugin in enumerate(top.plugins):
         if not re.fullmatch(r"[\w.]+:[\w.]+", plugin):
             result.problems.append(ManifestProblem(

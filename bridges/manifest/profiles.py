@@ -9,6 +9,7 @@
     expose = "search"                   # list search_tools/call_tool instead of every tool
     always = ["git_status"]             # ... and these (globs), with managed_read
     bounds = { max_bytes = 20000 }
+    guardrails = { secrets = "block" }  # docs/guardrails.md
     resources = true                    # or false, or a list of server keys (prompts: same)
     [[profiles.coding.permissions.rules]]
     action = "git_commit"
@@ -25,6 +26,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from bridges.manifest.guardrails import GuardrailsConfig
 from bridges.manifest.overrides import OverrideConfig
 
 PROFILE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -83,6 +85,8 @@ class ProfileConfig(_Strict):
     """Per tool of this profile, by effective name or glob (each matching tool its own)."""
     overrides: dict[str, OverrideConfig] = {}
     """Tool overrides for this profile only (see `bridges.manifest.overrides`)."""
+    guardrails: GuardrailsConfig | None = None
+    """Guardrails on calls through this profile (`bridges.manifest.guardrails`)."""
 
     @model_validator(mode="after")
     def _one_search(self) -> ProfileConfig:

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from bridges.manifest.guardrails import GuardrailsConfig
 from bridges.manifest.loading import (
     AuditConfig,
     BoundsConfig,
@@ -44,6 +45,8 @@ def manifest_json_schema() -> dict[str, Any]:
     props["bounds"] = {"$ref": "#/$defs/BoundsConfig"}
     defs["AuditConfig"] = AuditConfig.model_json_schema()
     props["audit"] = {"$ref": "#/$defs/AuditConfig"}
+    defs["GuardrailsConfig"] = GuardrailsConfig.model_json_schema()
+    props["guardrails"] = {"$ref": "#/$defs/GuardrailsConfig"}
     entry = tool_entry_json_schema()
     defs.update(entry.pop("$defs", {}))
     defs["ManifestTool"] = entry

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 
+from bridges.manifest.guardrails import GuardrailsConfig
 from bridges.manifest.sandbox import SandboxSetting
 from bridges.manifest.values import BoundsConfig, ManifestProblem, did_you_mean, model_keys
 from bridges.manifest_tools.shell_slots import place_slots
@@ -91,6 +92,7 @@ class _ToolBase(_Strict):
     annotations: ToolAnnotations = ToolAnnotations()
     permission: Decision | None = None
     input: dict[str, Any]
+    guardrails: GuardrailsConfig | None = None
 
     def tool_bounds(self) -> Bounds | None:
         if self.bounds.max_bytes is None and self.bounds.max_lines is None:

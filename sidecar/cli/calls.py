@@ -6,7 +6,8 @@ the state directory's `history.sqlite`, or the fleet database's (`--store`,
 `SIDECAR_DATABASE_URL`). `--jsonl` prints every matching row (all pages) as JSON Lines,
 for export; `--json` prints one page with its `next_cursor`. A row shows the tokens of what
 the call returned to the model (cl100k_base, `content_tokens`); a failed call's ends with its
-error message. `--since`/`--until` also take a duration back from now (`30s`, `15m`,
+error message, and its guardrail decisions when a guardrail applied (docs/guardrails.md).
+`--since`/`--until` also take a duration back from now (`30s`, `15m`,
 `1h`, `2d`, `1w`).
 """
 
@@ -87,7 +88,20 @@ def _line(row: dict[str, Any]) -> str:
     shown = f"  {tokens:,} tokens" if tokens is not None else ""
     return (f"{row['started_at']}  {row['call_id']}  {where}{row['tool']}  {status}  "
             f"{row['duration_ms']:.1f} ms{shown}  session {row['session_id']}  agent "
-            f"{row['agent']}{refs}{_error(row.get('error'))}")
+            f"{row['agent']}{refs}{_guardrail(row.get('guardrail'))}{_error(row.get('error'))}")
+
+
+def _guardrail(decisions: list[dict[str, Any]] | None) -> str:
+    """`  guardrail: output secrets redact (AWS Access Key)`, one part per decision."""
+    if not decisions:
+        return ""
+    parts = []
+    for d in decisions:
+        found = d.get("kinds") or ([d["reason"]] if d.get("reason") else [])
+        found = found or ([d["error"]] if d.get("error") else [])
+        parts.append(f"{d.get('stage')} {d.get('rule')} {d.get('decision')}"
+                     + (f" ({', '.join(map(str, found))})" if found else ""))
+    return "  guardrail: " + "; ".join(parts)
 
 
 def _error(message: str | None) -> str:

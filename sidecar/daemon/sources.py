@@ -7,7 +7,8 @@ whose docstring says what an open and a reload do). The composition root passes 
 Imports the core, `bridges.manifest`, `bridges.manifest_tools`, `bridges.mcp` and
 `bridges.openapi`. Exports
 `ManifestSources` and the manifest-to-core translations (`profile_of`, `overrides_of`,
-`override_problems`, `location_bounds`, `limit_of`, `override_of`, `tool_names`).
+`override_problems`, `location_bounds`, `limit_of`, `override_of`, `tool_names`,
+`guardrails_of`).
 """
 
 from __future__ import annotations
@@ -86,6 +87,21 @@ def profile_of(name: str, config: ProfileConfig) -> Profile:
         else tuple(config.resources),
         prompts=config.prompts if isinstance(config.prompts, bool) else tuple(config.prompts),
     )
+
+
+def guardrails_of(loaded: ManifestSet) -> tuple[
+        dict[str, Any], dict[str, dict[str, Any]], dict[str, dict[str, Any]],
+        dict[str, dict[str, Any]]]:
+    """The `[guardrails]` levels (top, profiles, servers, manifest tools) as the keys each
+    sets (`sidecar.policy.guardrails.Guardrails.set`)."""
+    top = loaded.guardrails.layer() if loaded.guardrails is not None else {}
+    profiles = {key: s.value.guardrails.layer() for key, s in loaded.profiles.items()
+                if s.value.guardrails is not None}
+    servers = {key: s.value.guardrails.layer() for key, s in loaded.servers.items()
+               if s.value.guardrails is not None}
+    tools = {key: s.value.guardrails.layer() for key, s in loaded.tools.items()
+             if getattr(s.value, "guardrails", None) is not None}
+    return top, profiles, servers, tools
 
 
 def limit_of(config: RateLimitConfig) -> RateLimit:
@@ -402,6 +418,7 @@ class ManifestSources:
             return pin or ("warn" if config.transport == "stdio" else "hold")
 
         location.pins.policy = policy
+        location.guardrails.set(*guardrails_of(loaded))  # applied by `profiles.set` below
         default = loaded.default_profile
         location.profiles.set(
             {key: profile_of(key, sourced.value) for key, sourced in loaded.profiles.items()},

@@ -56,6 +56,7 @@ from sidecar.model.outcome import Outcome
 from sidecar.model.permissions import PermissionRule
 from sidecar.model.retention import DEFAULT_RETENTION_SECONDS
 from sidecar.model.tool import DEFAULT_BOUNDS, Bounds
+from sidecar.policy.guardrails import Guardrails
 from sidecar.policy.permission_service import PermissionService
 from sidecar.policy.pins import Pins
 from sidecar.policy.ratelimit import RateLimits
@@ -214,6 +215,10 @@ class Location:
         self.rate_limits = RateLimits()
         """Calls per minute and at once, per profile and tool (`sidecar.policy.ratelimit`)."""
         self.profiles.wrappers.append(self.rate_limits.reshape_profile)
+        self.guardrails = Guardrails()
+        """Secrets and an external guard on inputs and outputs (`sidecar.policy.guardrails`):
+        wraps only the tools a manifest `[guardrails]` applies to."""
+        self.profiles.wrappers.append(self.guardrails.reshape_profile)
         self.call_listeners = CallListeners(self._wire_audit)
         """Told of every settled call with its history row (the HTTP app's metrics)."""
         self.cancellers: list[Callable[[str], Awaitable[str]]] = []
@@ -265,6 +270,8 @@ class Location:
         """The seam's audit hook: one history row for a settled or replayed call, also handed
         to `call_listeners` (metrics)."""
         record = record_of(call, self.audit, self._server_of)
+        if self.guardrails.configured:
+            record = self.guardrails.attach(record)
         history = self.stores.history
         if history is not None:
             history.add(record)
@@ -389,6 +396,7 @@ class Location:
             if stores.cancels is not None:
                 await stores.cancels.start(location.cancel_here)
             stack.push_async_callback(location.pins.aclose)
+            stack.push_async_callback(location.guardrails.aclose)
             stack.push_async_callback(location._stop_checks)
             await location.pins.load()
             loop = asyncio.get_running_loop()

@@ -41,6 +41,9 @@ class ErrorKind(enum.StrEnum):
     INTERRUPTED = "interrupted"
     """A call id whose call started but never settled durably (the daemon was killed, or its
     outcome could not be recorded): it is not run again, and whether it finished is unknown."""
+    GUARDRAIL = "guardrail"
+    """A guardrail (manifest `[guardrails]`: a secret found, an external guard's denial) refused
+    the call's input or output; the message names the rule (docs/guardrails.md)."""
 
     @property
     def model_visible(self) -> bool:

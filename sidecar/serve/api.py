@@ -618,7 +618,8 @@ class Api:
         body = await self.metrics.render(self.location.seam.store.stats,
                                          report.get("servers", {}), report.get("state"),
                                          report.get("rate_limited"),
-                                         await profile_tokens(self.location))
+                                         await profile_tokens(self.location),
+                                         self.location.guardrails.counts)
         return Response(body, media_type=CONTENT_TYPE)
 
 

@@ -46,6 +46,8 @@ class Metrics:
       (`sidecar.location.state_usage`)
     - `sidecar_rate_limited_total{limit}`: calls refused by a rate limit (`tool:NAME`,
       `profile:NAME`, `profile:NAME:tool:NAME`)
+    - `sidecar_guardrail_decisions_total{stage,decision,rule}`: guardrail decisions since
+      start (`sidecar.policy.guardrails`: rule `secrets` or `hook`)
     - `sidecar_tool_definition_tokens{profile}`: tokens (cl100k_base) of the definitions each
       profile serves (`sidecar.serve.tool_tokens`; read at scrape time)
     - `sidecar_outcomes_stored`, `sidecar_outcomes_expired` (tombstones of pruned outcomes);
@@ -91,6 +93,8 @@ class Metrics:
         self.registry.register(self.staged)
         self.definition_tokens = _DefinitionTokensCollector()
         self.registry.register(self.definition_tokens)
+        self.guardrails = _GuardrailCollector()
+        self.registry.register(self.guardrails)
 
         self.call_duration = Histogram(
             "sidecar_call_duration_seconds", "Call duration by tool and server",
@@ -158,13 +162,16 @@ class Metrics:
         state: Mapping[str, Any] | None = None,
         rate_limited: Mapping[str, int] | None = None,
         definition_tokens: Mapping[str, int] | None = None,
+        guardrail_decisions: Mapping[tuple[str, str, str], int] | None = None,
     ) -> bytes:
         """`state` is the health report's `state` section (`sidecar.location.state_usage`);
         `rate_limited` its calls refused by each rate limit (`sidecar.policy.ratelimit`);
-        `definition_tokens` the tokens of each profile's definitions."""
+        `definition_tokens` the tokens of each profile's definitions; `guardrail_decisions`
+        the guardrails' decisions by (stage, decision, rule)."""
         self.state.report = state
         self.rate_limited.counts = rate_limited or {}
         self.definition_tokens.totals = definition_tokens or {}
+        self.guardrails.counts = guardrail_decisions or {}
         stats = await store_stats()
         self.store_objects.set(stats.count)
         self.store_bytes.set(stats.bytes)
@@ -189,6 +196,24 @@ class _RateLimitCollector(Collector):
                                      labels=["limit"])
         for limit, count in self.counts.items():
             family.add_metric([limit], count)
+        yield family
+
+
+class _GuardrailCollector(Collector):
+    """`sidecar_guardrail_decisions_total{stage,decision,rule}`, counted by the guardrails."""
+
+    def __init__(self) -> None:
+        self.counts: Mapping[tuple[str, str, str], int] = {}
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily("sidecar_guardrail_decisions",
+                                     "Guardrail decisions on call inputs and outputs",
+                                     labels=["stage", "decision", "rule"])
+        for labels, count in dict(self.counts).items():
+            family.add_metric(list(labels), count)
         yield family
 
 

@@ -12,7 +12,7 @@ own); rows older than the retention period are pruned in batches.
 Imports `sidecar.model` only. Exports `CallHistory`, `SettledCall`, `CallRecord`, `CallQuery`,
 `InvalidQuery`, `AuditSettings`, `record_of`, `parse_time`, `content_tokens` (for writers) and
 the stored row's shape (`COLUMNS`, `FILTERS`, `record_of_row`, `encode_cursor`,
-`decode_cursor`).
+`decode_cursor`, `guardrail_json`).
 """
 
 from __future__ import annotations
@@ -93,10 +93,15 @@ class CallRecord:
     before the history counted tokens)."""
     outcome: Outcome | None = field(default=None, compare=False, repr=False)
     """The settled outcome, for the writer to count `content_tokens` (never stored)."""
+    guardrail: tuple[dict[str, Any], ...] | None = None
+    """The guardrails' decisions on this call, in order (`sidecar.policy.guardrails`: stage,
+    rule, decision and what they found); None when no guardrail applied."""
 
     def to_json(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in _SHOWN}
         data["retained"] = list(self.retained)
+        if self.guardrail is not None:
+            data["guardrail"] = list(self.guardrail)
         data["started_at"] = _iso(self.started_at)
         return data
 
@@ -282,7 +287,7 @@ def _error_text(outcome: Outcome) -> str | None:
 
 COLUMNS = ("seq", "call_id", "tool", "server", "profile", "session_id", "agent", "message_id",
             "status", "error_kind", "started_at", "duration_ms", "input_bytes", "input",
-            "content_bytes", "retained", "replayed", "error", "content_tokens")
+            "content_bytes", "retained", "replayed", "error", "content_tokens", "guardrail")
 FILTERS = {"tool": "tool", "server": "server", "status": "status", "session": "session_id",
             "agent": "agent", "profile": "profile"}
 
@@ -325,4 +330,13 @@ def record_of_row(row: tuple[Any, ...]) -> CallRecord:
     data["input"] = json.loads(data["input"]) if data["input"] is not None else None
     data["retained"] = tuple(json.loads(data["retained"]))
     data["replayed"] = bool(data["replayed"])
+    if data["guardrail"] is not None:
+        data["guardrail"] = tuple(json.loads(data["guardrail"]))
     return CallRecord(**data)
+
+
+def guardrail_json(record: CallRecord) -> str | None:
+    """The stored form of `CallRecord.guardrail` (JSON text; None when absent)."""
+    if record.guardrail is None:
+        return None
+    return _COMPACT_ANY.encode(list(record.guardrail))

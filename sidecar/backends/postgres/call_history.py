@@ -25,6 +25,7 @@ from sidecar.stores.call_history import (
     content_tokens,
     decode_cursor,
     encode_cursor,
+    guardrail_json,
     record_of_row,
 )
 from sidecar.stores.errors import database_failure
@@ -36,7 +37,7 @@ log = logging.getLogger("sidecar.backends.postgres.call_history")
 
 _WRITTEN = COLUMNS[1:]  # every column but `seq`, which the database numbers
 _TYPES = ("text", "text", "text", "text", "text", "text", "text", "text", "text", "float8",
-          "float8", "int8", "text", "int8", "text", "bool", "text", "int8")
+          "float8", "int8", "text", "int8", "text", "bool", "text", "int8", "text")
 # A batch of rows in one statement (one array per column): `executemany` would execute the
 # INSERT once per row. `seq` numbers them in the order they were added.
 _INSERT = (
@@ -66,7 +67,7 @@ class PostgresCallHistory(PostgresStore):
     Location's name."""
 
     COMPONENT = "call_history"
-    SCHEMA_VERSION = 3
+    SCHEMA_VERSION = 4
     MIGRATIONS: ClassVar[dict[int, str]] = {1: """
 CREATE TABLE sidecar_calls (
     seq           BIGSERIAL PRIMARY KEY,
@@ -91,7 +92,8 @@ CREATE TABLE sidecar_calls (
 CREATE INDEX sidecar_calls_by_location ON sidecar_calls (location, seq);
 CREATE INDEX sidecar_calls_by_age ON sidecar_calls (started_at);
 """, 2: "ALTER TABLE sidecar_calls ADD COLUMN error TEXT",
-        3: "ALTER TABLE sidecar_calls ADD COLUMN content_tokens BIGINT"}
+        3: "ALTER TABLE sidecar_calls ADD COLUMN content_tokens BIGINT",
+        4: "ALTER TABLE sidecar_calls ADD COLUMN guardrail TEXT"}
 
     def __init__(self, pool: asyncpg.Pool, *, owns_pool: bool = False,
                  location: str = "default") -> None:
@@ -155,7 +157,8 @@ CREATE INDEX sidecar_calls_by_age ON sidecar_calls (started_at);
                  r.input_json if r.input_json is not None
                  else None if r.input is None
                  else json.dumps(r.input, ensure_ascii=False, default=str),
-                 r.content_bytes, json.dumps(list(r.retained)), r.replayed, r.error, n)
+                 r.content_bytes, json.dumps(list(r.retained)), r.replayed, r.error, n,
+                 guardrail_json(r))
                 for r, n in zip(rows, tokens, strict=True)
             ]
             try:

@@ -31,6 +31,7 @@ from sidecar.stores.call_history import (
     content_tokens,
     decode_cursor,
     encode_cursor,
+    guardrail_json,
     record_of_row,
 )
 
@@ -60,14 +61,16 @@ CREATE TABLE IF NOT EXISTS calls (
     retained      TEXT NOT NULL,
     replayed      INTEGER NOT NULL,
     error         TEXT,
-    content_tokens INTEGER
+    content_tokens INTEGER,
+    guardrail     TEXT
 );
 CREATE INDEX IF NOT EXISTS calls_started ON calls (started_at);
 """
 _ADDED = {"error": "ALTER TABLE calls ADD COLUMN error TEXT",
-          "content_tokens": "ALTER TABLE calls ADD COLUMN content_tokens INTEGER"}
-"""For a history written before failed calls kept their message, and before rows counted the
-tokens of results."""
+          "content_tokens": "ALTER TABLE calls ADD COLUMN content_tokens INTEGER",
+          "guardrail": "ALTER TABLE calls ADD COLUMN guardrail TEXT"}
+"""For a history written before failed calls kept their message, before rows counted the
+tokens of results, and before guardrails recorded their decisions."""
 
 
 class SqliteCallHistory:
@@ -196,7 +199,7 @@ def _write_rows(db: sqlite3.Connection, rows: list[CallRecord]) -> None:
          r.input_json if r.input_json is not None
          else None if r.input is None else json.dumps(r.input, ensure_ascii=False, default=str),
          r.content_bytes, "[]" if not r.retained else json.dumps(list(r.retained)),
-         int(r.replayed), r.error, content_tokens(r))
+         int(r.replayed), r.error, content_tokens(r), guardrail_json(r))
         for r in rows
     ]
     try:
