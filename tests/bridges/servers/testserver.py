@@ -9,6 +9,7 @@ listens. `--events FILE` appends one JSON object per line for what a test wants 
 
 Tools: echo, add (structured), structured_only, bad_output, media, big, big_structured,
 big_resource, many_links, slow, crash, fail, rpc_error, progress, mutate (adds/removes tools),
+with `--leaky` leak / leak_structured (fake secrets) and remember (records its text),
 and with options: `broken` (an invalid inputSchema), `t000`... (`--extra-tools N`), tools of
 `--named-tool`, pages of `--page-size`, descriptions read from `--descriptions FILE` at each
 listing.
@@ -149,7 +150,27 @@ TOOLS: dict[str, types.Tool] = {
 }
 
 
+LEAKY_TOOLS: dict[str, types.Tool] = {
+    "leak": types.Tool(
+        name="leak", description="Text holding a fake secret (aws, private_key, or big: `bytes` "
+        "of text with the AWS key in the middle)",
+        input_schema=obj({"kind": {"type": "string"}, "bytes": {"type": "integer"}}, ["kind"]),
+    ),
+    "leak_structured": types.Tool(
+        name="leak_structured", description="A fake AWS key as text and structuredContent",
+        input_schema=obj(), output_schema=obj({"key": {"type": "string"}}, ["key"]),
+    ),
+    "remember": types.Tool(
+        name="remember", description="Record the text it received (event `remembered`)",
+        input_schema=obj({"text": {"type": "string"}}, ["text"]),
+    ),
+}
+"""With `--leaky`: tools for the guardrail tests."""
+
+
 def configure_tools() -> None:
+    if ARGS.leaky:
+        TOOLS.update(LEAKY_TOOLS)
     if ARGS.invalid_schema:
         TOOLS["broken"] = types.Tool(
             name="broken", description="Its input schema is not a schema",
@@ -273,6 +294,14 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
             await ctx.session.send_log_message("info", f"log line {i + 1}", logger="testserver")
             await anyio.sleep(0.02)
         return text("done")
+    if name == "leak":
+        return text(leaked(str(args["kind"]), int(args.get("bytes", 0))))
+    if name == "leak_structured":
+        return types.CallToolResult(content=[types.TextContent(text=f"key {FAKE_AWS_KEY}")],
+                                    structured_content={"key": FAKE_AWS_KEY})
+    if name == "remember":
+        event("remembered", text=args["text"])
+        return text("remembered")
     if name == "mutate":
         for new in args.get("add", []):
             TOOLS[new] = types.Tool(name=new, description=f"added {new}", input_schema=obj())
@@ -283,6 +312,20 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     if name in TOOLS:  # an extra or added tool
         return text(f"{name} ran")
     return types.CallToolResult(content=[types.TextContent(text=f"no tool {name}")], is_error=True)
+
+
+FAKE_AWS_KEY = "AKIAIOSFODNN7EXAMPLE"  # AWS's documented example key id
+FAKE_PRIVATE_KEY = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAfakefakefakefakefake\n"
+                    "bm90IGEgcmVhbCBrZXkgYXQgYWxs\n-----END RSA PRIVATE KEY-----")
+
+
+def leaked(kind: str, size: int) -> str:
+    if kind == "aws":
+        return f"config:\naws_access_key_id = {FAKE_AWS_KEY}\nregion = eu-west-1"
+    if kind == "private_key":
+        return f"id_rsa:\n{FAKE_PRIVATE_KEY}\n(end of file)"
+    half = make_text(max(size // 2, 0), 100)
+    return f"{half}\nkey {FAKE_AWS_KEY}\n{half}"
 
 
 def make_text(size: int, line: int) -> str:
@@ -394,6 +437,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--page-size", type=int, default=0)
     p.add_argument("--repeat-cursor", action="store_true")
     p.add_argument("--extra-tools", type=int, default=0)
+    p.add_argument("--leaky", action="store_true", help="add leak, leak_structured, remember")
     p.add_argument("--named-tool", action="append", default=[],
                    help="also offer a tool of this name (it answers 'upstream <name>')")
     p.add_argument("--invalid-schema", action="store_true")
