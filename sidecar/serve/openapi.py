@@ -292,7 +292,8 @@ def _upstream_paths() -> dict[str, Any]:
         "/v1/resources/read": {"get": {
             "summary": "Read one resource: `{server, uri, contents}`, each content with "
                        "`text` or `blob` (base64) and `mime_type`",
-            "parameters": [_param("uri", "query", {"type": "string"}, required=True), profile],
+            "parameters": [_param("uri", "query", {"type": "string", "minLength": 1},
+                                  required=True), profile],
             "responses": {"200": _json(_OBJECT, "The resource"), **_errors(400, 404, 502, 504)},
         }},
         "/v1/prompts": {"get": {

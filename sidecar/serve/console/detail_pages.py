@@ -170,7 +170,7 @@ def server_page(name: str, health: Mapping[str, Any], *, tools: Sequence[str],
     return (f'<dl class=facts>{listed}</dl><p>{buttons}</p><h2>Tools ({len(tools)})</h2>'
             f'<p>{tool_links or "<span class=muted>none registered</span>"}</p>'
             f'<h2>stderr</h2><p class=muted>The last 64 KiB the process wrote (secrets '
-            f'redacted), followed live.</p><pre id=stderr tabindex=0 aria-live=off '
+            f'redacted), followed live.</p><pre id=stderr aria-live=off '
             f'data-follow="/ui/servers/{e(action)}/stderr?after={stderr_mark}">'
             f'{e(stderr)}</pre>')
 

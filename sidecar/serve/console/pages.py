@@ -32,7 +32,7 @@ th{background:#eef1f5;font-weight:600;overflow-wrap:normal}.num{white-space:nowr
 tr.failure td{border-top:0;padding-top:0}tr.failed td{border-bottom:0}
 .error{white-space:pre-wrap}pre{background:#fff;border:1px solid #e3e6ea;
 padding:.6em;overflow:auto;max-height:60vh;white-space:pre-wrap;word-break:break-all}
-.ok{color:#11712f}.bad{color:#b3261e}.warn{color:#8a5a00}.muted{color:#6b7480}
+.ok{color:#11712f}.bad{color:#b3261e}.warn{color:#8a5a00}.muted{color:#535a64}
 form.inline{display:inline}input,select,button{font:inherit;padding:.2em .4em}
 fieldset{border:1px solid #e3e6ea;background:#fff;margin:.6em 0}
 .card{background:#fff;border:1px solid #e3e6ea;padding:.6em .8em;margin:.6em 0}
@@ -75,8 +75,15 @@ def layout(title: str, body: str, *, csrf: str | None, active: str = "",
             f"mcp-sidecar</title><meta name=viewport content='width=device-width'>"
             f"<style>{STYLE}</style></head><body><a class=skip href=#main>skip to the page"
             f"</a><header><strong>mcp-sidecar</strong><nav aria-label=console>{nav}</nav>"
-            f"{logout}</header><main id=main><h1>{e(title)}</h1>{body}</main>{script}"
+            f"{logout}</header><main id=main><h1>{e(title)}</h1>{_focusable(body)}</main>"
+            f"{script}"
             "</body></html>")
+
+
+def _focusable(body: str) -> str:
+    """Every `<pre>` may scroll (`max-height`), so each takes the keyboard's focus: a
+    keyboard user can scroll it too."""
+    return body.replace("<pre>", "<pre tabindex=0>").replace("<pre ", "<pre tabindex=0 ")
 
 
 def login_page(error: str | None) -> str:
