@@ -100,8 +100,7 @@ class CallRecord:
     def to_json(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in _SHOWN}
         data["retained"] = list(self.retained)
-        if self.guardrail is not None:
-            data["guardrail"] = list(self.guardrail)
+        data["guardrail"] = list(self.guardrail) if self.guardrail is not None else None
         data["started_at"] = _iso(self.started_at)
         return data
 

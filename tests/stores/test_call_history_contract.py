@@ -91,6 +91,19 @@ async def test_rows_come_back_newest_first_with_every_field(open_history: OpenHi
     assert rows[0].input is None and rows[0].seq > first.seq
 
 
+async def test_rows_keep_the_guardrails_decisions(open_history: OpenHistory) -> None:
+    decisions = ({"stage": "input", "rule": "secrets", "decision": "allow"},
+                 {"stage": "output", "rule": "secrets", "decision": "redact",
+                  "kinds": ["AWS Access Key"], "count": 1})
+    history = await open_history()
+    history.add(row(1, guardrail=decisions))
+    history.add(row(2))
+    rows, _ = await history.query(CallQuery())
+    assert [(r.call_id, r.guardrail) for r in rows] == [("c2", None), ("c1", decisions)]
+    assert rows[1].to_json()["guardrail"] == list(decisions)
+    assert rows[0].to_json()["guardrail"] is None
+
+
 async def test_filters_and_cursor_pages(open_history: OpenHistory) -> None:
     history = await open_history()
     for i in range(1, 26):

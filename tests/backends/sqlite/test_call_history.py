@@ -192,8 +192,8 @@ async def test_gathered_rows_are_written_before_a_query_and_at_close(tmp_path: P
 async def test_a_history_from_before_errors_and_tokens_gains_their_columns(
     tmp_path: Path,
 ) -> None:
-    """A file written by an older sidecar (no `error`, no `content_tokens`) keeps its rows and
-    gains both columns; its old rows have no token count."""
+    """A file written by an older sidecar (no `error`, `content_tokens` or `guardrail`) keeps
+    its rows and gains the columns; its old rows have no token count and no decisions."""
     import sqlite3
 
     path = tmp_path / "history.sqlite"
@@ -212,9 +212,11 @@ async def test_a_history_from_before_errors_and_tokens_gains_their_columns(
     db.close()
     history = await SqliteCallHistory.open(path)
     try:
-        history.add(row(1, content_tokens=7))
+        history.add(row(1, content_tokens=7,
+                        guardrail=({"stage": "input", "rule": "hook", "decision": "deny"},)))
         rows, _ = await history.query(CallQuery())
     finally:
         await history.aclose()
-    assert [(r.call_id, r.error, r.content_tokens) for r in rows] == [
-        ("c1", None, 7), ("old", None, None)]
+    assert [(r.call_id, r.error, r.content_tokens, r.guardrail) for r in rows] == [
+        ("c1", None, 7, ({"stage": "input", "rule": "hook", "decision": "deny"},)),
+        ("old", None, None, None)]
