@@ -271,7 +271,7 @@ class Location:
         to `call_listeners` (metrics)."""
         record = record_of(call, self.audit, self._server_of)
         if self.guardrails.configured:
-            record = self.guardrails.attach(record)
+            record = self.guardrails.attach(record, self.audit)
         history = self.stores.history
         if history is not None:
             history.add(record)

@@ -34,7 +34,7 @@ from sidecar.model.tool import CallContext, Tool, ToolResponse, tool_with
 from sidecar.policy.guard_hook import GuardHook, HookError, Verdict
 from sidecar.policy.secret_scan import ScanBudget, SecretScanner, redact_json, redact_text
 from sidecar.registry.registry import Entry
-from sidecar.stores.call_history import CallRecord
+from sidecar.stores.call_history import AuditSettings, CallRecord
 
 DEFAULT_SCAN_LIMIT = 4 * 1024 * 1024
 """Characters scanned for secrets per stage of a call (input; output, content and error);
@@ -93,7 +93,7 @@ class Guardrails:
         self.counts: dict[tuple[str, str, str], int] = {}
         """(stage, decision, rule) -> decisions since start (`/metrics`)."""
         self.hook = GuardHook()
-        self._decisions: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+        self._notes: OrderedDict[str, _Notes] = OrderedDict()
 
     def set(self, top: Layer, profiles: Mapping[str, Layer], servers: Mapping[str, Layer],
             tools: Mapping[str, Layer]) -> None:
@@ -137,26 +137,49 @@ class Guardrails:
 
         return tool_with(tool, execute=execute)
 
+    def _notes_of(self, call_id: str) -> _Notes:
+        notes = self._notes.get(call_id)
+        if notes is None:
+            notes = self._notes[call_id] = _Notes()
+            while len(self._notes) > MAX_KEPT_CALLS:
+                self._notes.popitem(last=False)
+        return notes
+
     def note(self, call_id: str, stage: Stage, rule: str, decision: str,
              **detail: Any) -> None:
         key = (stage, decision, rule)
         self.counts[key] = self.counts.get(key, 0) + 1
-        kept = self._decisions.get(call_id)
-        if kept is None:
-            kept = self._decisions[call_id] = []
-            while len(self._decisions) > MAX_KEPT_CALLS:
-                self._decisions.popitem(last=False)
-        kept.append({"stage": stage, "rule": rule, "decision": decision, **detail})
+        self._notes_of(call_id).decisions.append(
+            {"stage": stage, "rule": rule, "decision": decision, **detail})
 
-    def attach(self, record: CallRecord) -> CallRecord:
-        """`record` with the decisions made for its call (a replay made none)."""
-        decisions = self._decisions.pop(record.call_id, None)
-        if decisions is None or record.replayed:
+    def attach(self, record: CallRecord, audit: AuditSettings) -> CallRecord:
+        """`record` with the decisions made for its call (a replay made none); when secrets
+        were found in its input, the history keeps the redacted input (as `audit` says)."""
+        notes = self._notes.pop(record.call_id, None)
+        if notes is None or record.replayed:
             return record
-        return replace(record, guardrail=tuple(decisions))
+        if notes.redacted is _UNSET or record.input is None:
+            return replace(record, guardrail=tuple(notes.decisions))
+        _, kept, kept_json = audit.keep_encoded(notes.redacted)
+        return replace(record, guardrail=tuple(notes.decisions), input=kept,
+                       input_json=kept_json)
 
     async def aclose(self) -> None:
         await self.hook.aclose()
+
+
+_UNSET: Any = object()
+
+
+class _Notes:
+    """What the guardrails noted on one call, until its history row takes it."""
+
+    __slots__ = ("decisions", "redacted")
+
+    def __init__(self) -> None:
+        self.decisions: list[dict[str, Any]] = []
+        self.redacted: Any = _UNSET
+        """The input with its secrets redacted (for the history), when it held any."""
 
 
 class _Guard:
@@ -183,6 +206,8 @@ class _Guard:
         original = args
         if self.settings.secrets != "off":
             args, budget = await self._scan(lambda b: redact_json(args, self.scanner, b), args)
+            if budget.kinds:
+                self.rails._notes_of(self.call_id).redacted = args
             self._secrets("input", budget, f"{self.name} was not run; call it again without "
                           "the secret")
         if self.settings.hook is not None:

@@ -200,8 +200,10 @@ def test_a_stricter_profile_blocks_outputs_and_inputs(daemon: Daemon) -> None:
     assert refused["error"]["kind"] == "guardrail", refused
     assert "up_remember was not run" in refused["error"]["message"]
     assert not any(text.startswith("b-in") for text in _remembered(daemon))
-    assert _history(daemon, "b-in")["guardrail"] == [
+    row = _history(daemon, "b-in")
+    assert row["guardrail"] == [
         {"stage": "input", "rule": "secrets", "decision": "block", "kinds": ["AWS Access Key"]}]
+    assert row["input"] == {"text": f"b-in {AWS_MARK}"}  # the history keeps no secret either
 
 
 def test_inputs_are_redacted_before_the_upstream_sees_them(daemon: Daemon) -> None:
@@ -209,6 +211,7 @@ def test_inputs_are_redacted_before_the_upstream_sees_them(daemon: Daemon) -> No
     assert _text(done) == "remembered"
     assert f"i-red my key is {AWS_MARK}" in _remembered(daemon)
     assert not any(AWS_KEY in text for text in _remembered(daemon))
+    assert _history(daemon, "i-red")["input"] == {"text": f"i-red my key is {AWS_MARK}"}
 
 
 def test_the_guard_allows_denies_and_replaces(daemon: Daemon,
