@@ -52,6 +52,8 @@ _VALUE_IN_GROUP = frozenset({"Basic Auth Credentials", "AWS Access Key"})
 """Detectors whose one capturing group is the secret itself (a URL's password, the value of
 `aws_secret = "..."`); the others' groups are a prefix, so the whole match is the secret."""
 _PRIVATE_KEY = "Private Key"
+_JWT = "JSON Web Token"
+_JWT_TAIL = re.compile(r"[A-Za-z0-9\-_.+/=]*")
 _PEM_END = re.compile(r"-----END [A-Z0-9 ]*-----|---- END SSH2 ENCRYPTED PRIVATE KEY ----")
 _ENTROPY = Base64HighEntropyString(limit=4.5)
 _BASE64_VALUE = re.compile(r"[A-Za-z0-9+/\-_=]+")
@@ -116,6 +118,9 @@ class SecretScanner:
                     start, end = match.span(group)
                     if kind == _PRIVATE_KEY:
                         start, end = _pem_block(text, start, end)
+                    elif kind == _JWT:  # its pattern ends lazily, before the signature
+                        tail = _JWT_TAIL.match(text, end)
+                        end = tail.end() if tail is not None else end
                     if end > start:
                         yield Finding(kind, start, end)
 
