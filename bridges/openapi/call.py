@@ -15,10 +15,8 @@ as the operation declares.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
-
-import httpx
 
 from bridges.manifest.openapi import OpenApiConfig
 from bridges.manifest_tools.config import HttpRequestConfig, HttpToolConfig
@@ -31,6 +29,9 @@ from sidecar.model import tracing
 from sidecar.model.errors import ToolFailure
 from sidecar.model.permissions import PermissionGate
 from sidecar.model.tool import Annotations, Tool
+
+if TYPE_CHECKING:
+    import httpx
 
 _DELIMITERS = {"form": ",", "simple": ",", "spaceDelimited": " ", "pipeDelimited": "|"}
 
@@ -91,6 +92,8 @@ class OperationCall(HttpCall):
         self._redact = Redactor(values, values)
 
     def _build(self, args: dict[str, Any], tool: str) -> httpx.Request:
+        import httpx  # here: a daemon without HTTP tools never imports it
+
         op = self._operation
         path = op.path
         params: list[tuple[str, str | int | float | bool | None]] = []

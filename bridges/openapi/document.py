@@ -20,12 +20,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urldefrag, urljoin, urlsplit
 
-import httpx
 import referencing
 import yaml
+
+if TYPE_CHECKING:
+    import httpx
 
 MAX_SPEC_BYTES = 32 * 1024 * 1024
 SUPPORTED = ("3.0", "3.1")
@@ -147,6 +149,8 @@ class _Reader:
         return raw
 
     def _fetch(self, url: str) -> bytes:
+        import httpx  # here: a daemon without HTTP tools never imports it
+
         if self._client is None:
             self._client = httpx.Client(timeout=self._timeout, follow_redirects=True)
         headers = self._headers if _origin(url) == self._origin else {}
