@@ -5,7 +5,9 @@
 The catalog is bench/data/tool_catalog.json: the real `tools/list` of published MCP servers
 (bench/dump_tool_catalog.py), registered in a real Location under each server's key as its
 namespace. The tasks are bench/data/tool_search_tasks.json: requests written as a user would
-type them, each with the tool that should be called.
+type them, each with the tool that should be called, and its set: `tuning` (the tasks the
+ranker was developed against, so flattering) or `held-out` (written before any ranker ran on
+them, never tuned on). Quality is reported for each set apart and for both together.
 
 Rankers: `bm25` is the `search_tools` tool itself, called through the seam of an
 `expose = "search"` snapshot; `codemode` is Code Mode's search (`sidecar.codemode.search`);
@@ -90,6 +92,12 @@ def scores(ranker: Ranker, tasks: list[dict[str, Any]]) -> dict[str, float]:
     return {"recall@1": at1 / n, "recall@5": at5 / n, "mrr": reciprocal / n}
 
 
+def sets(tasks: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The tasks of each set (`held-out` first: the honest figure), then all of them."""
+    return {"held-out": [t for t in tasks if t["set"] == "held-out"],
+            "tuning": [t for t in tasks if t["set"] == "tuning"], "all": tasks}
+
+
 def tokens_of(definitions: tuple[ToolDefinition, ...]) -> int:
     return sum(count_tokens(definition_text(d.name, d.description, dict(d.input_schema)))
                for d in definitions)
@@ -147,37 +155,43 @@ async def measure() -> dict[str, Any]:
                 return [tool["name"] for tool in outcome.output["tools"]]
 
             bm25 = {t["query"]: await search_tools(t["query"]) for t in tasks}
-            quality = {
-                "bm25": scores(lambda q: bm25[q], tasks),
-                "codemode": scores(codemode_ranker(catalog), tasks),
-                "substring": scores(substring_ranker(catalog), tasks),
-            }
+            rankers: dict[str, Ranker] = {
+                "bm25": lambda q: bm25[q], "codemode": codemode_ranker(catalog),
+                "substring": substring_ranker(catalog)}
+            quality = {name: {part: scores(ranker, chosen) for part, chosen in sets(tasks).items()}
+                       for name, ranker in rankers.items()}
             token_all = tokens_of(every.definitions)
             token_search = tokens_of(search.definitions)
     return {
         "catalog": {"tools": len(catalog), "servers": len(servers)},
-        "tasks": len(tasks), "quality": quality,
+        "tasks": {part: len(chosen) for part, chosen in sets(tasks).items()}, "quality": quality,
         "tokens": {"encoding": ENCODING, "all": token_all, "search": token_search,
                    "fewer": 1 - token_search / token_all},
         "speed": speed(servers, tasks),
-        "misses": [{"query": t["query"], "expected": t["expected"], "top5": bm25[t["query"]][:5]}
+        "misses": [{"set": t["set"], "query": t["query"], "expected": t["expected"],
+                    "top5": bm25[t["query"]][:5]}
                    for t in tasks if not set(t["expected"]) & set(bm25[t["query"]][:5])],
     }
 
 
 def report(result: dict[str, Any]) -> str:
     c, q, tok, sp = result["catalog"], result["quality"], result["tokens"], result["speed"]
+    counts = ", ".join(f"{n} {part}" for part, n in result["tasks"].items())
     lines = [f"catalog: {c['tools']} tools from {c['servers']} published servers; "
-             f"{result['tasks']} tasks", "",
-             f"{'ranker':<12}{'recall@1':>10}{'recall@5':>10}{'MRR':>8}"]
-    for name, s in q.items():
-        lines.append(f"{name:<12}{s['recall@1']:>10.3f}{s['recall@5']:>10.3f}{s['mrr']:>8.3f}")
+             f"tasks: {counts}", "",
+             f"{'set':<10}{'ranker':<12}{'recall@1':>10}{'recall@5':>10}{'MRR':>8}"]
+    for part in result["tasks"]:
+        for name, by_set in q.items():
+            s = by_set[part]
+            lines.append(f"{part:<10}{name:<12}{s['recall@1']:>10.3f}{s['recall@5']:>10.3f}"
+                         f"{s['mrr']:>8.3f}")
     lines += ["", f"definition tokens ({tok['encoding']}): all {tok['all']:,}, search "
               f"{tok['search']:,} ({tok['fewer']:.1%} fewer)",
               f"{sp['tools']:,} tools: index built in {sp['build_s']:.2f} s; one search "
               f"{sp['search_median_ms']:.2f} ms median, {sp['search_p99_ms']:.2f} ms p99"]
     for miss in result["misses"]:
-        lines.append(f"miss: {miss['query']!r} -> {miss['top5']} (want {miss['expected']})")
+        lines.append(f"miss ({miss['set']}): {miss['query']!r} -> {miss['top5']} "
+                     f"(want {miss['expected']})")
     return "\n".join(lines)
 
 
