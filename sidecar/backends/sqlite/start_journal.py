@@ -1,0 +1,124 @@
+"""`StartJournal`: the starts of the calls an outcome log has claimed and not yet settled, one
+line appended per call to a private file (`<outcomes file>-starts`) before the call runs.
+
+A line is one `write` to the page cache (a few µs, durable once written, as a WAL commit with
+`synchronous=NORMAL`: it survives the process being killed); a SQLite row cost its own commit
+and a second statement to delete it. The call's outcome row, committed when it settles, is what
+marks it settled; a call cancelled before it settled appends a release. At the next open,
+`read` gives the starts without a release, and the log turns those without an outcome into
+`interrupted` outcomes, then empties the file. While running, the file is rewritten with only
+the calls still running whenever it passes `ROTATE_BYTES`.
+
+Imports `sidecar.stores.state_dir`. Exports `StartJournal`,
+`Start`, `ROTATE_BYTES`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+from sidecar.stores.state_dir import PRIVATE_FILE_MODE
+
+__all__ = ["ROTATE_BYTES", "Start", "StartJournal"]
+
+ROTATE_BYTES = 1 << 20
+"""The file is rewritten with the running calls alone once it is larger (~8,000 calls)."""
+
+logger = logging.getLogger("sidecar.stores.outcome_log")
+
+
+class Start(NamedTuple):
+    location: str
+    call_id: str
+    tool: str
+    fingerprint: str
+    started_at: float
+
+
+class StartJournal:
+    """Use from one thread (the event loop): `start`, `settled`, `release`, `close`."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._fd = _open(path, os.O_APPEND)
+        self._size = os.fstat(self._fd).st_size
+        self._running: dict[tuple[str, str], bytes] = {}
+
+    @staticmethod
+    def read(path: Path) -> list[Start]:
+        """The starts in `path` that were not released (a line that cannot be read, such as
+        one torn by a power cut, is skipped with a warning)."""
+        try:
+            text = path.read_bytes()
+        except FileNotFoundError:
+            return []
+        starts: dict[tuple[str, str], Start] = {}
+        for number, line in enumerate(text.splitlines(), 1):
+            try:
+                fields = json.loads(line)
+                if fields[0] == "release":
+                    starts.pop((str(fields[1]), str(fields[2])), None)
+                    continue
+                start = Start(str(fields[0]), str(fields[1]), str(fields[2]), str(fields[3]),
+                              float(fields[4]))
+            except (ValueError, IndexError, TypeError):
+                logger.warning("%s line %d: not a call start, skipped", path, number)
+                continue
+            starts[(start.location, start.call_id)] = start
+        return list(starts.values())
+
+    def empty(self) -> None:
+        """Forget every line (after the open turned them into outcomes)."""
+        os.ftruncate(self._fd, 0)
+        self._size = 0
+        self._running.clear()
+
+    def start(self, location: str, call_id: str, tool: str, fingerprint: str,
+              started_at: float) -> None:
+        line = json.dumps([location, call_id, tool, fingerprint, started_at],
+                          ensure_ascii=False).encode() + b"\n"
+        self._write(line)
+        self._running[(location, call_id)] = line
+
+    def settled(self, location: str, call_id: str) -> None:
+        """Its outcome is committed: nothing to write (the outcome row says so)."""
+        self._running.pop((location, call_id), None)
+
+    def release(self, location: str, call_id: str) -> None:
+        if self._running.pop((location, call_id), None) is not None:
+            self._write(json.dumps(["release", location, call_id],
+                                   ensure_ascii=False).encode() + b"\n")
+
+    def _write(self, line: bytes) -> None:
+        if self._size + len(line) > ROTATE_BYTES:
+            self._rotate()
+        os.write(self._fd, line)
+        self._size += len(line)
+
+    def _rotate(self) -> None:
+        """Rewrite the file with the running calls alone (a new file renamed over it)."""
+        fresh = self._path.with_name(self._path.name + ".new")
+        kept = b"".join(self._running.values())
+        fd = _open(fresh, os.O_APPEND | os.O_TRUNC)
+        try:
+            os.write(fd, kept)
+            os.replace(fresh, self._path)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(self._fd)
+        self._fd, self._size = fd, len(kept)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _open(path: Path, flags: int) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | flags,
+                   PRIVATE_FILE_MODE)

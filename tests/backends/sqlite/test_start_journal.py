@@ -1,0 +1,68 @@
+"""`StartJournal`, the starts of running calls appended before each call runs: a start not
+settled or released is read back (and only then), a torn line is skipped, the file is
+rewritten with the running calls alone past its size limit, and it is private (0600)."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from sidecar.backends.sqlite import start_journal
+from sidecar.backends.sqlite.start_journal import Start, StartJournal
+
+
+def test_starts_not_settled_nor_released_are_read_back(tmp_path: Path) -> None:
+    path = tmp_path / "outcomes.sqlite-starts"
+    journal = StartJournal(path)
+    journal.start("loc", "a", "echo", "fp-a", 1.0)
+    journal.start("loc", "b", "echo", "fp-b", 2.0)
+    journal.start("loc", "c", "deploy", "fp-c", 3.0)
+    journal.settled("loc", "a")  # its outcome row says so: the line stays
+    journal.release("loc", "b")  # cancelled before it settled: a release line
+    journal.close()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    read = {s.call_id: s for s in StartJournal.read(path)}
+    assert read["c"] == Start("loc", "c", "deploy", "fp-c", 3.0)
+    assert "b" not in read
+    assert "a" in read  # the open skips it because its outcome exists
+
+
+def test_a_torn_line_is_skipped_with_a_warning(tmp_path: Path,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "starts"
+    journal = StartJournal(path)
+    journal.start("loc", "a", "echo", "", 1.0)
+    journal.close()
+    with path.open("ab") as file:
+        file.write(b'["loc", "b", "ec')  # a power cut mid-line
+    assert [s.call_id for s in StartJournal.read(path)] == ["a"]
+    assert "line 2: not a call start" in caplog.text
+
+
+def test_past_its_limit_the_file_keeps_only_the_running_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(start_journal, "ROTATE_BYTES", 2_000)
+    path = tmp_path / "starts"
+    journal = StartJournal(path)
+    journal.start("loc", "long-running", "deploy", "", 1.0)
+    for i in range(200):
+        journal.start("loc", f"c{i}", "echo", "", 2.0)
+        journal.settled("loc", f"c{i}")
+    assert path.stat().st_size <= 2_000
+    journal.close()
+    ids = {s.call_id for s in StartJournal.read(path)}
+    assert "long-running" in ids and "c0" not in ids
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_empty_forgets_every_line(tmp_path: Path) -> None:
+    path = tmp_path / "starts"
+    journal = StartJournal(path)
+    journal.start("loc", "a", "echo", "", 1.0)
+    journal.empty()
+    journal.start("loc", "b", "echo", "", 2.0)
+    journal.close()
+    assert [s.call_id for s in StartJournal.read(path)] == ["b"]
