@@ -10,8 +10,8 @@ bounding, hooks) and the history records the real tool. Only a call the seam cou
 tool and points to `search_tools`. A model may also call an unlisted tool by its name.
 
 Imports the lower core and its `sidecar.codemode` siblings. Exports `search_snapshot`,
-`SearchSnapshot`, `advertised`, `SEARCH_BUILTINS`, `ALWAYS_LISTED` and the two built-ins'
-descriptions.
+`SearchSnapshot`, `advertised`, `called_tool`, `SEARCH_BUILTINS`, `ALWAYS_LISTED` and the two
+built-ins' descriptions.
 """
 
 from __future__ import annotations
@@ -149,6 +149,15 @@ def _call_target(raw_input: Any) -> tuple[str, Any] | None:
     if not isinstance(name, str) or not isinstance(arguments, dict):
         return None
     return name, arguments
+
+
+def called_tool(name: str, raw_input: Any) -> str:
+    """The tool a call of `name` with `raw_input` runs: for `call_tool`, the tool its input
+    names (when well formed and not a built-in), else `name` itself."""
+    if name != CALL_TOOL:
+        return name
+    target = _call_target(raw_input)
+    return target[0] if target is not None and target[0] not in SEARCH_BUILTINS else name
 
 
 class SearchSnapshot(Snapshot):

@@ -165,7 +165,7 @@ class FastAnswers:
         call = DownstreamCall(context.call_id, state, state.session, request_id, None, channel)
         self.sessions.calls[call.call_id] = call
         try:
-            await self._login_first(snapshot, name, call)
+            await self._login_first(snapshot, name, call, arguments)
             with tracing.continued(meta):  # a client's `_meta.traceparent`
                 outcome = await snapshot.execute(name, arguments, context)
         finally:

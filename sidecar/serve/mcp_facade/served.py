@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import mcp_types as types
 
 from bridges.mcp import InflightCall
+from sidecar.codemode.tool_search import called_tool
 from sidecar.execution.snapshot import Snapshot
 from sidecar.registry.profiles import UnknownProfile
 from sidecar.serve.listing_cache import ListingCache
@@ -92,14 +93,18 @@ class ServedTools:
         state.snapshot = self.snapshot(state.id)
         return state.snapshot
 
-    async def login_first(self, snapshot: Snapshot, tool: str, call: DownstreamCall) -> None:
+    async def login_first(
+        self, snapshot: Snapshot, tool: str, call: DownstreamCall, arguments: Any = None
+    ) -> None:
         """A tool of a server that waits for an OAuth login, called by a client that can open
-        a URL: that login first (`login_ask`; the URL goes out like an upstream's request)."""
+        a URL: that login first (`login_ask`; the URL goes out like an upstream's request).
+        A `call_tool` (search mode) is judged by the tool its `arguments` name."""
         async def ask(server: str, params: types.ElicitRequestURLParams) -> Any:
             inflight = [InflightCall(call.state.id, call.call_id)]
             return await self._server_request(server, inflight, "elicitation/create", params)
 
-        await login_ask.log_in_first(self.location, snapshot, tool, call.session, ask)
+        await login_ask.log_in_first(self.location, snapshot, called_tool(tool, arguments),
+                                     call.session, ask)
 
     async def result(
         self, outcome: Any, snapshot: Snapshot, *, modern: bool

@@ -239,7 +239,7 @@ class McpFacade:
         self, snapshot: Snapshot, params: types.CallToolRequestParams, context: Any,
         call: DownstreamCall,
     ) -> Any:
-        await self.served.login_first(snapshot, params.name, call)
+        await self.served.login_first(snapshot, params.name, call, params.arguments)
         with tracing.continued(params.meta):  # a client's `_meta.traceparent`
             if call.progress_token is None:
                 return await snapshot.execute(params.name, params.arguments or {}, context)

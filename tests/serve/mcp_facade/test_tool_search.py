@@ -1,7 +1,8 @@
 """Tool search (`expose = "search"`) through real clients: the Python `mcp` client against a real
 `sidecar serve` (/mcp and /mcp/{profile}) and a real `sidecar stdio --standalone`, a
 pydantic-ai agent over /mcp, and the native API's snapshots. Upstreams: the published
-`mcp-server-time` (scripts/bootstrap-servers) and the SDK test server (namespace `t`)."""
+`mcp-server-time` (scripts/bootstrap-servers) and the SDK test server (namespace `t`); for the
+login asked before a `call_tool`, the OAuth-protected test server (tests/bridges)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from tests.hardening.daemon_process import Daemon, serving, sidecar_env
+from tests.serve.mcp_facade.test_http import connect
+from tests.serve.mcp_facade.test_login_elicitation import follow, waiting_for_login
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parents[3]
@@ -291,3 +294,30 @@ async def test_native_api_snapshots_with_expose_search(daemon: Daemon) -> None:
         direct = await http.post(f"/v1/snapshots/{snapshot}/calls", json=call(
             "t_echo", {"text": "unlisted but captured"}, "api-2"))
         assert direct.json()["status"] == "completed"
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_call_tool_of_a_server_waiting_for_login_asks_for_the_login_first(
+    tmp_path: Path, mode: str
+) -> None:
+    """In search mode the client calls `call_tool`: the login is judged by the tool its
+    arguments name (tests/bridges/oauth_server.py, as in test_login_elicitation.py)."""
+    asked: list[types.ElicitRequestURLParams] = []
+
+    async def open_in_browser(ctx: Any, params: types.ElicitRequestParams) -> Any:
+        assert isinstance(params, types.ElicitRequestURLParams), params
+        asked.append(params)
+        await follow(params.url)
+        return types.ElicitResult(action="accept")
+
+    async with waiting_for_login(tmp_path) as (served, protected):
+        served.location.expose = "search"
+        async with connect(served.url, mode, elicitation_callback=open_in_browser) as client:
+            assert {t.name for t in (await client.list_tools()).tools} == TRIO
+            result = await client.call_tool("call_tool", {"name": "cloud_whoami",
+                                                          "arguments": {}})
+            text = " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
+            assert not result.is_error and text == "authorized", text
+            assert len(asked) == 1 and asked[0].url.startswith(f"{protected.base}/authorize?")
+            assert "cloud_whoami" in asked[0].message
+            assert served.location.server_health()["cloud"].state == "ready"
