@@ -185,13 +185,15 @@ class EmbeddedBackend:
         return self.location
 
     async def tools(self, fmt: str | None, profile: str | None = None) -> list[dict[str, Any]]:
-        definitions = self._loc().snapshot(hide_denied=False, keep=False,
-                                           profile=profile).definitions
+        snapshot = self._loc().snapshot(hide_denied=False, keep=False, profile=profile)
         if fmt is None:
-            return [d.to_json() for d in definitions]
+            return [d.to_json() for d in snapshot.definitions]
+        from sidecar.codemode.tool_search import advertised
         from sidecar.formats import definitions_for, parse_format
 
-        return list(definitions_for(parse_format(fmt), definitions))
+        chosen = parse_format(fmt)  # a search profile: as GET /v1/tools answers
+        listed, deferred = advertised(snapshot, native_search=chosen == "anthropic")
+        return list(definitions_for(chosen, listed, deferred=deferred))
 
     async def tool_tokens(self, profile: str | None = None) -> dict[str, Any]:
         from sidecar.serve.tool_tokens import tool_tokens

@@ -292,13 +292,16 @@ class Api:
             location = self.location
             served = location.profiles.entries(None, location.registry.effective())
             definitions = tuple(e.definition for e in served.values())
+            listed, deferred = definitions, definitions[:0]
         else:
-            definitions = self.location.snapshot(
-                hide_denied=False, keep=False, profile=self._profile(request, wanted)
-            ).definitions
+            snapshot = self.location.snapshot(
+                hide_denied=False, keep=False, profile=self._profile(request, wanted))
+            definitions = snapshot.definitions
+            # a search profile: Anthropic gets every tool, the unlisted ones deferred
+            listed, deferred = advertised(snapshot, native_search=fmt == "anthropic")
         tokens = await tool_tokens(self.location, definitions)
         return json_with({"format": fmt, **tokens.to_json()}, "tools",
-                         self.definitions.encoded(fmt, definitions))
+                         self.definitions.encoded(fmt, listed, deferred=deferred))
 
     async def approve(self, request: Request) -> Response:
         """Accept a tool's changed upstream definition (`sidecar.policy.pins`)."""

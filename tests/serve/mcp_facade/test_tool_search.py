@@ -32,7 +32,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from tests.hardening.daemon_process import Daemon, serving, sidecar_env
+from tests.hardening.daemon_process import Daemon, run_cli, serving, sidecar_env
 from tests.serve.mcp_facade.test_http import connect
 from tests.serve.mcp_facade.test_login_elicitation import follow, waiting_for_login
 
@@ -321,3 +321,42 @@ async def test_call_tool_of_a_server_waiting_for_login_asks_for_the_login_first(
             assert len(asked) == 1 and asked[0].url.startswith(f"{protected.base}/authorize?")
             assert "cloud_whoami" in asked[0].message
             assert served.location.server_health()["cloud"].state == "ready"
+
+
+def test_tool_listings_of_a_search_profile_defer_the_unlisted_tools_for_anthropic(
+    daemon: Daemon, tmp_path: Path,
+) -> None:
+    """`GET /v1/tools?profile=P&format=anthropic` and `sidecar tools --format anthropic` (through
+    the daemon and `--embedded`) answer as `POST /v1/snapshots` does: the listed tools, every
+    other one with `defer_loading: true`, then Anthropic's tool search tool; other formats list
+    what `tools/list` serves."""
+    def check_anthropic(tools: list[dict[str, Any]]) -> None:
+        assert tools[-1]["name"] == "tool_search_tool_bm25"
+        loaded = {t["name"] for t in tools[:-1] if not t.get("defer_loading")}
+        deferred = {t["name"] for t in tools[:-1] if t.get("defer_loading") is True}
+        assert loaded == {"managed_read", "time_get_current_time"}
+        assert "t_echo" in deferred and not deferred & TRIO
+
+    headers = {"Authorization": f"Bearer {daemon.token}"}
+    with anyio.from_thread.start_blocking_portal() as portal, httpx.Client(
+        base_url=daemon.url, headers=headers, timeout=30
+    ) as http:
+        async def echo_found() -> None:
+            async with over_http(daemon, "/mcp/ops") as client:
+                await found(client, "echo some text back", "t_echo")
+
+        portal.call(echo_found)  # the upstreams have started
+        check_anthropic(http.get("/v1/tools", params={"profile": "ops",
+                                                      "format": "anthropic"}).json()["tools"])
+        openai = http.get("/v1/tools", params={"profile": "ops", "format": "openai"}).json()
+        assert {t["function"]["name"] for t in openai["tools"]} == {*TRIO,
+                                                                    "time_get_current_time"}
+    manifest_dir = daemon.state.parent / "manifests"
+    shown = run_cli("tools", "--format", "anthropic", "--profile", "ops",
+                    env=sidecar_env(daemon.state, manifest_dir), timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    check_anthropic(json.loads(shown.stdout))
+    embedded = run_cli("tools", "--format", "anthropic", "--profile", "ops", "--embedded",
+                       env=sidecar_env(tmp_path / "state", manifest_dir), timeout=120)
+    assert embedded.returncode == 0, embedded.stderr
+    check_anthropic(json.loads(embedded.stdout))
