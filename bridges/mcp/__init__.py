@@ -20,10 +20,20 @@ from bridges.mcp.backoff import Backoff
 from bridges.mcp.connection import Connection
 from bridges.mcp.framing import LargeLine, LineFramer, OversizedLine
 from bridges.mcp.health import ServerHealth, ServerState, SkippedTool
-from bridges.mcp.passthrough import InflightCall, Relay, RelayTarget
+from bridges.mcp.passthrough import (
+    CALLER_CAPABILITIES,
+    CALLER_INPUT_RESPONSES,
+    INPUT_KEY,
+    InflightCall,
+    Relay,
+    RelayTarget,
+)
 from bridges.mcp.pool import ServerPool
 
 __all__ = [
+    "CALLER_CAPABILITIES",
+    "CALLER_INPUT_RESPONSES",
+    "INPUT_KEY",
     "Backoff",
     "Connection",
     "InflightCall",

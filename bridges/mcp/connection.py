@@ -47,6 +47,7 @@ from bridges.mcp.direct_requests import RESULT_TOO_LARGE
 from bridges.mcp.http_limit import LISTING_REFUSAL, LimitedTransport
 from bridges.mcp.http_parse import streamable_http_client
 from bridges.mcp.listing import CheckedPage, Listing, ToolLimit, check_page
+from bridges.mcp.passthrough import CALLER_CAPABILITIES, CALLER_INPUT_RESPONSES, INPUT_KEY
 from bridges.mcp.sse import sse_transport
 from bridges.mcp.stdio import DirectRequests, StderrTail, stdio_transport
 from bridges.mcp.transport_state import TransportState
@@ -105,6 +106,9 @@ class Connection:
         # The session's request stamp (`_meta` of the negotiated era) is SDK-private; without
         # it, calls take the SDK's own way.
         stamp = getattr(client.session, "_stamp", None)
+        if callable(stamp) and self.modern:
+            stamp = _caller_stamp(stamp)
+            client.session._stamp = stamp  # type: ignore[attr-defined]
         self._direct = (direct, stamp) if direct is not None and callable(stamp) else None
 
     @property
@@ -184,7 +188,8 @@ class Connection:
         answers with an `input_required` result instead; each embedded request goes to
         `answer` (None: refused) and the call is resent with the responses and the server's
         `requestState`, up to `MAX_INPUT_ROUNDS` times."""
-        input_responses: types.InputResponses | None = None
+        input_responses: types.InputResponses | None = (
+            CALLER_INPUT_RESPONSES.get() if self.modern else None)
         request_state: str | None = None
         for _ in range(MAX_INPUT_ROUNDS + 1):
             meta: dict[str, Any] = {}
@@ -303,6 +308,24 @@ class Connection:
         return _CALL_RESULT.validate_python(raw, by_name=False)
 
 
+def _caller_stamp(stamp: Callable[[dict[str, Any], Any], None]
+                  ) -> Callable[[dict[str, Any], Any], None]:
+    """The session's 2026-07-28 stamp, declaring the downstream caller's capabilities
+    (`passthrough.CALLER_CAPABILITIES`) while a frontend serves that caller's request."""
+
+    def stamped(data: dict[str, Any], opts: Any) -> None:
+        stamp(data, opts)
+        caps = CALLER_CAPABILITIES.get()
+        if caps is not None:
+            meta = data.setdefault("params", {}).setdefault("_meta", {})
+            meta[CLIENT_CAPABILITIES_KEY] = caps
+
+    return stamped
+
+
+CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
+
+
 @functools.cache
 def _later_revision_fields(version: str, method: str = "tools/call") -> frozenset[str]:
     """`method`'s result keys only revisions newer than `version` declare: outside the
@@ -363,6 +386,7 @@ async def _answer_all(
             reply: types.InputResponse | types.ErrorData = types.ErrorData(
                 code=types.INVALID_REQUEST, message=f"{request.method} cannot be answered here")
         else:
+            INPUT_KEY.set(key)  # this task's own context: the relay may keep the key
             reply = await answer(request)
         if isinstance(reply, types.ErrorData):
             refused.append(reply)

@@ -69,6 +69,9 @@ class OffLoopTransport(StreamableHTTPTransport):
         self, response: httpx2.Response, read_stream_writer: StreamWriter, *,
         request_id: RequestId,
     ) -> None:
+        if "content-length" not in response.headers:
+            await self._handle_json_lines(response, read_stream_writer, request_id=request_id)
+            return
         try:
             content = await response.aread()
         except httpx2.StreamError as exc:  # e.g. over max_result_bytes: as the SDK says it
@@ -86,6 +89,35 @@ class OffLoopTransport(StreamableHTTPTransport):
                                     f"Failed to parse JSON response: {exc}")
             return
         await read_stream_writer.send(SessionMessage(message))
+
+    async def _handle_json_lines(
+        self, response: httpx2.Response, read_stream_writer: StreamWriter, *,
+        request_id: RequestId,
+    ) -> None:
+        """A chunked `application/json` body without a length: one JSON-RPC message per line
+        (newline-delimited, as a 2026-07-28 `subscriptions/listen` stream or a call's
+        notifications may come), each handed on as it arrives; a body whose first line is not
+        a whole message is one message, parsed at its end."""
+        pending: list[str] = []
+        try:
+            async for line in response.aiter_lines():
+                if pending or not line.strip():
+                    if pending:
+                        pending.append(line)
+                    continue
+                try:
+                    message = (await parse_off_loop(line) if len(line) >= PARSE_OFF_LOOP_AT
+                               else _parse(line))
+                except ValueError:
+                    pending.append(line)
+                    continue
+                await read_stream_writer.send(SessionMessage(message))
+            if pending:
+                await read_stream_writer.send(
+                    SessionMessage(await parse_off_loop("\n".join(pending))))
+        except (httpx2.StreamError, ValueError) as exc:
+            await self._parse_error(read_stream_writer, request_id,
+                                    f"Failed to parse JSON response: {exc}")
 
     async def _handle_sse_event(
         self, sse: ServerSentEvent, read_stream_writer: StreamWriter,

@@ -1,6 +1,7 @@
 """What an upstream server sends us besides tool listings, handed to whoever serves clients.
 Imports nothing of ours; exports `Relay` (who gets what: its docstring), `RelayTarget`,
-`InflightCall` and `NO_CLIENT`.
+`InflightCall`, `NO_CLIENT`, `CALLER_CAPABILITIES`, `CALLER_INPUT_RESPONSES` and
+`INPUT_KEY`.
 
 An upstream connection is shared by every downstream client and opened at daemon start, before
 any client exists. So every upstream connection advertises `sampling`, `elicitation` and
@@ -12,18 +13,32 @@ request comes with every call in flight on the server, and the target decides (i
 a JSON-RPC error that says why when it cannot tell, or the client lacks the capability);
 nothing hangs. Notifications that are not about tools (resources, prompts) and log messages are
 handed on as they arrive, with the calls in flight on that server.
+
+A 2026-07-28 server hears capabilities per request: while `CALLER_CAPABILITIES` holds the
+downstream caller's client capabilities (set by the frontend for the request it serves), every
+request to such a server declares those instead of the gateway's, so the server sees what the
+client can answer (and refuses with -32021 what it cannot). `INPUT_KEY` is the key a server gave
+the request embedded in its `input_required` round, while that request is being relayed.
+`CALLER_INPUT_RESPONSES`: the `inputResponses` a client sent with a `tools/call` that carries
+no `requestState`, handed on with the first request of the call (the spec's SHOULD).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import mcp_types as types
 
 log = logging.getLogger("bridges.mcp")
+
+CALLER_CAPABILITIES: ContextVar[dict[str, Any] | None] = ContextVar(
+    "sidecar_caller_capabilities", default=None)
+INPUT_KEY: ContextVar[str | None] = ContextVar("sidecar_input_key", default=None)
+CALLER_INPUT_RESPONSES: ContextVar[Any] = ContextVar("sidecar_input_responses", default=None)
 
 NO_CLIENT = (
     "no downstream client can answer {method}: it is only relayed while one client session has "

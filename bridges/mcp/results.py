@@ -126,6 +126,10 @@ def is_our_timeout(exc: MCPError, *, direct: bool, method: str = "tools/call") -
             and exc.message == f"Request {method!r} timed out" and exc.data is None)
 
 
+MISSING_CAPABILITY = -32021
+"""2026-07-28: a request needs a client capability the caller did not declare."""
+
+
 def rpc_failure(
     exc: MCPError, *, server: str, tool: str, timeout: float, detail: str = "",
     lost: bool = False, timed_out: bool = False,
@@ -134,6 +138,8 @@ def rpc_failure(
     `is_transport_loss`, `is_our_timeout`), else the server's error response."""
     where = f"MCP server {server!r}, tool {tool!r}"
     meta: dict[str, Any] = {"server": server, "tool": tool, "code": exc.code}
+    if exc.code == MISSING_CAPABILITY and exc.data is not None:
+        meta["data"] = exc.data  # which capabilities: the facade relays this error as it is
     if timed_out:
         return ToolFailure(
             f"{where}: no result within {timeout:g} s (timeouts.call); the call was cancelled "

@@ -396,7 +396,7 @@ class Supervisor:
                 # only once it is acknowledged, or a change right after startup is lost.
                 listening = anyio.Event()
                 tg.start_soon(listen_for_changes, connection, self._ask_relist, listening,
-                              self.key)
+                              self.key, self._relay_change)
                 with anyio.move_on_after(LISTEN_ACK_WAIT):
                     await listening.wait()
             self._set(state="ready", protocol_version=connection.protocol_version,
@@ -511,6 +511,11 @@ class Supervisor:
 
     def _ask_relist(self) -> None:
         self._relist.set()
+
+    async def _relay_change(self, notification: Any) -> None:
+        """A list change a 2026-07-28 server announced on its listen stream."""
+        if self.relay is not None:
+            await self.relay.notify(self.key, self.caller.calls(), notification)
 
     async def _on_message(self, message: IncomingMessage) -> None:
         if isinstance(message, types.ToolListChangedNotification):

@@ -19,11 +19,12 @@ from mcp.server.subscriptions import (
     PromptsListChanged,
     ResourcesListChanged,
     ResourceUpdated,
+    ToolsListChanged,
 )
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 
-from bridges.mcp import InflightCall
+from bridges.mcp import INPUT_KEY, InflightCall
 from sidecar.serve.mcp_facade import upstream
 from sidecar.serve.mcp_facade.sessions import DownstreamCall, Sessions
 
@@ -115,7 +116,7 @@ class UpstreamRelay:
             if execution is None:
                 return types.ErrorData(code=types.INVALID_REQUEST, message=(
                     f"{method} from MCP server {server!r}: the call is not running"))
-            return await execution.ask(request)
+            return await execution.ask(request, INPUT_KEY.get())
         try:
             if call.channel is not None:
                 return await call.channel.request(request, result_type)
@@ -153,6 +154,10 @@ class UpstreamRelay:
             await self._broadcast(types.ResourceListChangedNotification(), ResourcesListChanged())
         elif isinstance(notification, types.PromptListChangedNotification):
             await self._broadcast(types.PromptListChangedNotification(), PromptsListChanged())
+        elif isinstance(notification, types.ToolListChangedNotification):
+            # a 2026-07-28 server's change, relayed even when the re-listing finds the same
+            # tools (the registry then pushes nothing); 2025 sessions hear registry changes
+            await self.bus.publish(ToolsListChanged())
 
     async def _relay_log(
         self, calls: Sequence[InflightCall], notification: types.LoggingMessageNotification

@@ -28,6 +28,8 @@ class Question:
     """One request waiting for the client's answer."""
 
     request: Any
+    key: str | None = None
+    """The upstream server's key for it (kept for the client), or None: one is made up."""
     answered: anyio.Event = field(default_factory=anyio.Event)
     answer: Any = None
 
@@ -81,9 +83,10 @@ class Execution:
 
     # --- the call's side -------------------------------------------------------------------
 
-    async def ask(self, request: Any) -> Any:
-        """Put a question to the client; its answer, or an `ErrorData` when none came."""
-        question = Question(request)
+    async def ask(self, request: Any, key: str | None = None) -> Any:
+        """Put a question to the client (under the upstream's `key` when given); its answer,
+        or an `ErrorData` when none came."""
+        question = Question(request, key)
         self._put(question)
         with anyio.move_on_after(ROUND_TTL * 2):  # the round's own TTL settles it first
             await question.answered.wait()
@@ -110,13 +113,18 @@ class Execution:
         first = self._items.popleft()
         if isinstance(first, Finished):
             return first
-        asked = {_key(): first}
-        while self._items:
+        asked: dict[str, Question] = {}
+        question = first
+        while True:
+            key = question.key if question.key and question.key not in asked else _key()
+            asked[key] = question
+            if not self._items:
+                break
             item = self._items.popleft()
             if isinstance(item, Finished):
                 self._finished = item
                 break
-            asked[_key()] = item
+            question = item
         self.open = asked
         return asked
 

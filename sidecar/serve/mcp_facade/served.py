@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
+from mcp.shared.exceptions import MCPError
 
 from bridges.mcp import InflightCall
 from sidecar.codemode.tool_search import called_tool
@@ -109,6 +110,9 @@ class ServedTools:
     async def result(
         self, outcome: Any, snapshot: Snapshot, *, modern: bool
     ) -> types.CallToolResult:
+        missing = _missing_capability(outcome) if modern else None
+        if missing is not None:  # the spec's protocol error, not a tool failure (HTTP 400)
+            raise MCPError(MISSING_CAPABILITY, *missing)
         wire = await self.result_wire(outcome, snapshot, modern=modern)
         return types.CallToolResult.model_validate(wire)
 
@@ -125,3 +129,20 @@ class ServedTools:
         if entry is not None and entry.origin.startswith(MCP_ORIGIN):
             self.upstreams.rewrite_result_uris(wire, entry.origin.removeprefix(MCP_ORIGIN))
         return wire
+
+
+MISSING_CAPABILITY = -32021
+"""2026-07-28: the request needs a client capability the caller did not declare."""
+
+
+def _missing_capability(outcome: Any) -> tuple[str, Any] | None:
+    """The message and data of an upstream's -32021 answer to the call (as `bridges.mcp`
+    words a server's JSON-RPC error and keeps its data), or None."""
+    error = getattr(outcome, "error", None)
+    if getattr(outcome, "status", None) != "error" or error is None:
+        return None
+    message = str(error.message)
+    if not message.endswith(f"(JSON-RPC code {MISSING_CAPABILITY})"):
+        return None
+    partial = getattr(outcome, "partial", None) or {}
+    return message, partial.get("data")

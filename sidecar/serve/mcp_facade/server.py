@@ -33,6 +33,7 @@ from mcp.server.subscriptions import (
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from bridges.mcp import CALLER_CAPABILITIES, CALLER_INPUT_RESPONSES
 from sidecar.execution.snapshot import Snapshot
 from sidecar.model import tracing
 from sidecar.model.events import CallProgress, CallSettled
@@ -57,6 +58,7 @@ log = logging.getLogger("sidecar.mcp")
 SERVER_NAME = "mcp-sidecar"
 PROGRESS_DRAIN_SECONDS = 2.0
 CHANGE_DEBOUNCE = 0.05
+CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
 Ctx = ServerRequestContext[Any, Any]
 
 
@@ -193,6 +195,19 @@ class McpFacade:
     async def _call_tool(
         self, ctx: Ctx, params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
+        caller = CALLER_CAPABILITIES.set(_caller_capabilities(ctx, params.meta))
+        # inputResponses without requestState: handed to the upstream's first request
+        given = CALLER_INPUT_RESPONSES.set(
+            params.input_responses if params.request_state is None else None)
+        try:
+            return await self._call_tool_as_caller(ctx, params)
+        finally:
+            CALLER_INPUT_RESPONSES.reset(given)
+            CALLER_CAPABILITIES.reset(caller)
+
+    async def _call_tool_as_caller(
+        self, ctx: Ctx, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
         state = self.sessions.state(ctx)
         if params.request_state is not None:
             return await self.paused.resume(ctx, state.id, params)
@@ -309,8 +324,12 @@ class McpFacade:
 
     async def _read_resource(
         self, ctx: Ctx, params: types.ReadResourceRequestParams
-    ) -> types.ReadResourceResult:
-        return await upstream.read_resource(self.upstreams, str(params.uri))
+    ) -> types.ReadResourceResult | types.InputRequiredResult:
+        caller = CALLER_CAPABILITIES.set(_caller_capabilities(ctx, params.meta))
+        try:
+            return await upstream.read_resource(self.upstreams, str(params.uri), params)
+        finally:
+            CALLER_CAPABILITIES.reset(caller)
 
     async def _subscribe(self, ctx: Ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
         state = self.sessions.state(ctx)
@@ -350,8 +369,12 @@ class McpFacade:
 
     async def _get_prompt(
         self, ctx: Ctx, params: types.GetPromptRequestParams
-    ) -> types.GetPromptResult:
-        return await upstream.get_prompt(self.prompt_upstreams, params)
+    ) -> types.GetPromptResult | types.InputRequiredResult:
+        caller = CALLER_CAPABILITIES.set(_caller_capabilities(ctx, params.meta))
+        try:
+            return await upstream.get_prompt(self.prompt_upstreams, params)
+        finally:
+            CALLER_CAPABILITIES.reset(caller)
 
     async def _complete(
         self, ctx: Ctx, params: types.CompleteRequestParams
@@ -370,6 +393,20 @@ class McpFacade:
         for up in self.upstreams.all():
             session = up.connection.client.session
             await quietly(session.send_notification(types.RootsListChangedNotification()))
+
+
+def _caller_capabilities(ctx: Ctx, meta: Any) -> dict[str, Any] | None:
+    """The client capabilities the caller declared (2026-07-28: in the request's `_meta`;
+    2025: at its handshake), declared in turn to 2026-07-28 upstreams for its requests."""
+    if _modern(ctx):
+        caps = (meta or {}).get(CLIENT_CAPABILITIES_KEY)
+        return dict(caps) if isinstance(caps, dict) else {}
+    client = ctx.session.client_params
+    if client is None:
+        return None
+    dumped: dict[str, Any] = client.capabilities.model_dump(
+        by_alias=True, mode="json", exclude_none=True)
+    return dumped
 
 
 def _modern(ctx: Ctx) -> bool:

@@ -8,13 +8,14 @@ Imports `sidecar.location` and the face `bridges.mcp`. Exports `Upstreams`, `Ups
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
-from pydantic import BaseModel
+from pydantic import BaseModel, Discriminator, Tag, TypeAdapter
 
 from bridges.mcp import Connection
 from sidecar.location.sources import UpstreamPool
@@ -153,6 +154,22 @@ async def send(upstream: Upstream, request: Any, result: type[R]) -> R:
     return await upstream.connection.client.session.send_request(request, result)
 
 
+def _result_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "input" if value.get("resultType") == "input_required" else "complete"
+    return "input" if isinstance(value, types.InputRequiredResult) else "complete"
+
+
+@functools.cache
+def or_input(result: type[R]) -> TypeAdapter[Any]:
+    """`result`, or a 2026-07-28 upstream's `input_required` round (tagged by `resultType`)."""
+    return TypeAdapter(Annotated[
+        Annotated[result, Tag("complete")]
+        | Annotated[types.InputRequiredResult, Tag("input")],
+        Discriminator(_result_kind),
+    ])
+
+
 async def every_page(
     upstream: Upstream, request: Callable[..., Any], result: type[R],
     items: Callable[[R], Sequence[T]],
@@ -189,10 +206,19 @@ async def list_templates(upstreams: Upstreams) -> types.ListResourceTemplatesRes
     return types.ListResourceTemplatesResult(resource_templates=merged)
 
 
-async def read_resource(upstreams: Upstreams, uri: str) -> types.ReadResourceResult:
+async def read_resource(
+    upstreams: Upstreams, uri: str, params: types.ReadResourceRequestParams | None = None
+) -> types.ReadResourceResult | types.InputRequiredResult:
+    """An upstream's `input_required` round passes through with its keys and `requestState`;
+    the client's `inputResponses` and `requestState` go back to the same server."""
     up, original = upstreams.resolve_uri(uri)
-    result = await send(up, types.ReadResourceRequest(
-        params=types.ReadResourceRequestParams(uri=original)), types.ReadResourceResult)
+    update: dict[str, Any] = {"uri": original, "meta": None}
+    request_params = (params.model_copy(update=update) if params is not None
+                      else types.ReadResourceRequestParams(uri=original))
+    result = await up.connection.client.session.send_request(
+        types.ReadResourceRequest(params=request_params), or_input(types.ReadResourceResult))
+    if isinstance(result, types.InputRequiredResult):
+        return result
     contents = [c.model_copy(update={"uri": up.uri_out(c.uri)}) for c in result.contents]
     return result.model_copy(update={"contents": contents})
 
@@ -208,10 +234,14 @@ async def list_prompts(upstreams: Upstreams) -> types.ListPromptsResult:
 
 async def get_prompt(
     upstreams: Upstreams, params: types.GetPromptRequestParams
-) -> types.GetPromptResult:
+) -> types.GetPromptResult | types.InputRequiredResult:
+    """As `read_resource`: an `input_required` round passes through both ways."""
     up, original = upstreams.resolve_prompt(params.name)
-    return await send(up, types.GetPromptRequest(
-        params=params.model_copy(update={"name": original})), types.GetPromptResult)
+    result: types.GetPromptResult | types.InputRequiredResult = (
+        await up.connection.client.session.send_request(types.GetPromptRequest(
+            params=params.model_copy(update={"name": original})),
+            or_input(types.GetPromptResult)))
+    return result
 
 
 async def complete(
