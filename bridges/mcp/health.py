@@ -3,7 +3,8 @@ pool builds anew on every change and hands to `on_health`, and `SkippedTool`. Im
 of ours. It never holds a secret: `last_error` and stderr excerpts pass through the server's
 `Redactor` first, and neither `env` nor `headers` is ever copied in. States:
 
-    starting   connecting: spawning, handshaking, listing tools (bounded by timeouts.startup)
+    starting   connecting: spawning, handshaking, listing tools (bounded by timeouts.startup);
+               first, for a sandboxed npx/uvx server, `preparing` its package
     ready      connected; its tools are registered and callable
     backoff    the last attempt failed or the connection was lost; retrying at `retry_at`
     needs_auth the server wants an OAuth login (`last_error` names the command to run,
@@ -59,6 +60,9 @@ class ServerHealth:
     """The stdio child's process id while it runs."""
     sandbox: dict[str, Any] | None = field(default=None, hash=False)
     """The stdio server's sandbox (`bridges.manifest.sandbox.describe_sandbox`); None: none."""
+    preparing: str | None = None
+    """In `starting`: what is fetched for its sandbox before its first start (`bridges.sandbox.
+    launchers`: "npm: PKG@VERSION", "uv: PKG==VERSION"), outside timeouts.startup."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -77,4 +81,5 @@ class ServerHealth:
             "retry_at": self.retry_at,
             "pid": self.pid,
             "sandbox": self.sandbox,
+            "preparing": self.preparing,
         }

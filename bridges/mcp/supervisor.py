@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import logging
 import math
+import os
 import re
 import time
 from collections.abc import Callable
@@ -48,6 +49,7 @@ from bridges.mcp.redact import Redactor
 from bridges.mcp.results import is_transport_loss
 from bridges.mcp.stdio import StderrTail
 from bridges.mcp.transport_state import TransportState
+from bridges.sandbox import pending, prepare
 from sidecar.model.errors import RegistrationError
 from sidecar.model.permissions import PermissionGate
 from sidecar.registry.registry import Scope, Tools
@@ -317,6 +319,7 @@ class Supervisor:
         connected_at: float | None = None
         error = ""
         try:
+            await self._prepare_sandbox(config)  # a first download: not in timeouts.startup
             with anyio.CancelScope(deadline=anyio.current_time() + config.timeouts.startup) as s:
                 self._attempt_scope = s
                 async with open_connection(
@@ -366,6 +369,22 @@ class Supervisor:
         self._set(last_error=error)
         self._count_same_failure(error if connected_at is None else None)
         return self._backoff.delay(self._failures)
+
+    async def _prepare_sandbox(self, config: ServerConfig) -> None:
+        """Fetch a sandboxed npx/uvx server's package before its first start, saying so in
+        health (`preparing`); `bridges.sandbox.launchers` bounds it by PREPARE_TIMEOUT."""
+        if self.health.sandbox is None or config.command is None:
+            return
+        argv = [config.command, *config.args]
+        what = await anyio.to_thread.run_sync(functools.partial(pending, argv, name=self.key))
+        if what is None:
+            return
+        log.info("[%s] preparing its sandbox: %s", self.key, what)
+        self._set(preparing=what)
+        try:
+            await prepare(argv, name=self.key, cwd=config.cwd, environ=dict(os.environ))
+        finally:
+            self._set(preparing=None)
 
     def _count_same_failure(self, error: str | None) -> None:
         """A server that fails to start the same way `SAME_FAILURE_LIMIT` times in a row will

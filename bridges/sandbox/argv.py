@@ -4,8 +4,9 @@ system access). Imports nothing of ours; exports `SandboxPlan`, `Limits`, `bwrap
 
 Built from the ground up: an empty root (bwrap's tmpfs), then, in this order, the read-only
 system directories, /proc, /dev, a private /tmp and home (tmpfs), the read-only paths, the
-writable paths, the egress socket and forwarder, and last the masks (a tmpfs over a
-protected directory, /dev/null over a protected file) so that no bind above reveals them.
+writable paths, a launcher's prepared cache (under /run/sidecar), the egress socket and
+forwarder, and last the masks (a tmpfs over a protected directory, /dev/null over a
+protected file) so that no bind above reveals them.
 Every namespace is unshared (`--unshare-all`); the network is shared only for
 `network = "host"`; all capabilities are dropped (bwrap keeps them for root otherwise); the
 environment is cleared and only `env` is set; limits are set inside the sandbox by `prlimit`
@@ -52,6 +53,8 @@ class SandboxPlan:
     """Top-level symlinks to recreate (`/bin` -> `usr/bin` on merged-/usr systems)."""
     read: tuple[str, ...] = ()
     write: tuple[str, ...] = ()
+    binds: tuple[tuple[str, str], ...] = ()
+    """(host directory, path inside) bound writable: a launcher's prepared cache."""
     masks: tuple[tuple[str, bool], ...] = ()
     """(path, is a directory) of what must stay hidden whatever was bound above it."""
     share_net: bool = False
@@ -77,6 +80,8 @@ def bwrap_argv(plan: SandboxPlan) -> list[str]:
         argv += ["--ro-bind-try", path, path]
     for path in plan.write:
         argv += ["--bind-try", path, path]
+    for source, inside in plan.binds:
+        argv += ["--bind", source, inside]
     command = [*plan.limits.prlimit_argv(plan.prlimit), *plan.argv]
     env = dict(plan.env)
     if plan.egress_socket is not None:

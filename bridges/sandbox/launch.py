@@ -1,13 +1,15 @@
-"""Running one process sandboxed: bubblewrap found and tried once, the egress proxy started
-for an allow-list, the bwrap argv built. Imports its `bridges.sandbox` siblings and
-`bridges.manifest.sandbox`; exports `sandboxed`, `SandboxUnavailable`, `explain_exit`.
+"""Running one process sandboxed: bubblewrap found and tried once, the launcher prepared
+(`launchers`: npx, uvx), the egress proxy started for an allow-list, the bwrap argv built.
+Imports its `bridges.sandbox` siblings and `bridges.manifest.sandbox`; exports `sandboxed`,
+`SandboxUnavailable`, `explain_exit`.
 
     async with sandboxed(config, ["node", "server.js"], cwd=..., env=..., name="fs") as argv:
         proc = await asyncio.create_subprocess_exec(*argv, ...)   # argv[0] is bwrap
 
 Where bwrap cannot run (not Linux, not installed, no user namespaces) entering raises
 `SandboxUnavailable`, a `PermissionError` whose text is one line naming why: the caller's
-"cannot start" path reports it, and nothing runs unsandboxed.
+"cannot start" path reports it, and nothing runs unsandboxed. A failed preparation raises
+`PreparationFailed` (an `OSError`), also one line.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import anyio
 from bridges.manifest.sandbox import SandboxConfig
 from bridges.sandbox.argv import bwrap_argv
 from bridges.sandbox.egress import EgressProxy
+from bridges.sandbox.launchers import prepare
 from bridges.sandbox.plan import allowed_destinations, plan_sandbox
 
 FORWARDER = str(Path(__file__).with_name("forward.py"))
@@ -90,18 +93,22 @@ async def sandboxed(
     owner: object = None,
 ) -> AsyncIterator[list[str]]:
     """The argv that runs `argv` in `config`'s sandbox, valid (its egress proxy serving)
-    until exit. `env`: what the entry sets itself; `name` names it in the proxy's log.
-    Raises SandboxUnavailable, or FileNotFoundError when the program is not found."""
+    until exit. `env`: what the entry sets itself; `name` names it in the proxy's log and
+    its prepared cache. Raises SandboxUnavailable, PreparationFailed, or FileNotFoundError
+    when the program is not found."""
     bwrap, prlimit = await _tools()
+    argv = list(argv)
+    environ = dict(os.environ)
+    prepared = await prepare(argv, name=name, cwd=cwd, environ=environ)
     async with AsyncExitStack() as stack:
         socket = None
         allowed = allowed_destinations(config)
         if allowed:
             socket = (await stack.enter_async_context(EgressProxy(allowed, name))).path
         plan = await anyio.to_thread.run_sync(functools.partial(
-            plan_sandbox, config, list(argv), cwd=cwd, env=env, environ=dict(os.environ),
+            plan_sandbox, config, argv, cwd=cwd, env=env, environ=environ,
             bwrap=bwrap, prlimit=prlimit, egress_socket=socket,
-            forwarder=(sys.executable, FORWARDER), owner=owner))
+            forwarder=(sys.executable, FORWARDER), owner=owner, prepared=prepared))
         yield bwrap_argv(plan)
 
 

@@ -5,10 +5,9 @@ interpreter, the system directories, the listed paths resolved, the masks. Impor
 
 The program is found on PATH and followed through its symlinks and `#!` line; each place
 the chain passes outside the system directories is bound read-only with its prefix (a
-`bin/` directory's parent: a virtualenv, a pyenv version, a Node install). `npx`/`npm` get
-the npm cache (`~/.npm`) and `uvx`/`uv` the uv cache and tools (`~/.cache/uv`,
-`~/.local/share/uv`) read-only: the daemon's user fills them (`npx -y PKG` once); a sandbox
-cannot change what another one will run. Nothing else of the user's home is visible.
+`bin/` directory's parent: a virtualenv, a pyenv version, a Node install). `npx` and `uvx`
+(`uv`) get the cache their preparation filled (`bridges.sandbox.launchers`), `npm` the
+user's npm cache (`~/.npm`) read-only. Nothing else of the user's home is visible.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from bridges.manifest.sandbox import SandboxConfig, split_host_port
 from bridges.sandbox.argv import Limits, SandboxPlan
+from bridges.sandbox.launchers import Prepared
 from bridges.sandbox.protected import PROTECTED
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -32,10 +32,8 @@ ETC_FILES = (
 """/etc entries a sandbox sees (read-only); no secrets (`shadow`), no daemon configuration."""
 NET_ETC_FILES = ("resolv.conf",)
 """Only with `network = "host"`: the others cannot resolve names themselves."""
-CACHES = {
-    "npx": ("~/.npm",), "npm": ("~/.npm",),
-    "uvx": ("~/.cache/uv", "~/.local/share/uv"), "uv": ("~/.cache/uv", "~/.local/share/uv"),
-}
+CACHES = {"npm": ("~/.npm",)}
+"""User caches bound read-only for a launcher that is not prepared (`launchers`)."""
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -51,16 +49,20 @@ def plan_sandbox(
     egress_socket: str | None = None,
     forwarder: tuple[str, ...] = (),
     owner: object = None,
+    prepared: Prepared | None = None,
 ) -> SandboxPlan:
     """The plan of one run: `env` is what the entry sets itself (its `env` table), `environ`
     the daemon's environment, of which only `config.env`'s names pass (and PATH); `owner`
-the key of this entry's own working directory in `PROTECTED`.
-    FileNotFoundError when the program is not found."""
+the key of this entry's own working directory in `PROTECTED`; `prepared` what its
+    launcher's preparation gives it. FileNotFoundError when the program is not found."""
     args = list(argv)
     path = environ.get("PATH", SANDBOX_PATH)
     program = _find(args[0], path, cwd)
     home = str(Path("~").expanduser())
+    prepared = prepared or Prepared()
     read = _prefixes(_chain(program))
+    for extra in prepared.programs:
+        read += _prefixes(_chain(extra))
     for cache in CACHES.get(Path(args[0]).name, ()):
         read.append(_real(cache))
     read += [_real(p) for p in config.read]
@@ -70,7 +72,7 @@ the key of this entry's own working directory in `PROTECTED`.
         chdir = _real(cwd)
         if not any(_under(chdir, w) for w in write):
             read.append(chdir)
-    inside = {"PATH": path, "HOME": home, "TMPDIR": "/tmp"}
+    inside = {"PATH": path, "HOME": home, "TMPDIR": "/tmp", **prepared.env}
     inside |= {name: environ[name] for name in config.env if name in environ}
     inside |= dict(env)
     net = config.network
@@ -84,7 +86,7 @@ the key of this entry's own working directory in `PROTECTED`.
         limits=Limits(config.memory_mb, config.cpu_seconds, config.pids), prlimit=prlimit,
         system=_system(share_net=net == "host"), symlinks=_symlinks(),
         read=tuple(_unique(p for p in read if not _system_path(p))),
-        write=tuple(_unique(write)),
+        write=tuple(_unique(write)), binds=tuple(prepared.binds),
         masks=PROTECTED.masks(bound, own=[*config.read, *config.write, chdir], owner=owner),
         share_net=net == "host", egress_socket=egress_socket, forwarder=forwarder,
         forwarder_binds=tuple(_unique(p for p in forwarder_binds if not _system_path(p))),

@@ -36,7 +36,7 @@ from bridges.manifest.profiles import ProfileConfig, RateLimitConfig
 from bridges.manifest_tools import ManifestTools, manifest_tool_validator
 from bridges.mcp import ServerPool
 from bridges.openapi import OpenApiTools, Prepared
-from bridges.sandbox import PROTECTED
+from bridges.sandbox import PREPARED, PROTECTED
 from sidecar.model.codemode import CodeModeSetting, ExposeSetting
 from sidecar.model.errors import RegistrationError, SchemaDefinitionError
 from sidecar.model.events import ManifestsReloaded, ServerHealthChanged
@@ -253,6 +253,7 @@ class ManifestSources:
     async def __aenter__(self) -> ManifestSources:
         location = self._location
         PROTECTED.protect(location.state_dir)  # masked in every sandbox (`bridges.sandbox`)
+        PREPARED.use(location.state_dir / "sandbox")  # npx/uvx caches (`bridges.sandbox`)
         loaded = await self.load()
         for problem in loaded.problems:
             level = logging.ERROR if problem.severity == "error" else logging.INFO

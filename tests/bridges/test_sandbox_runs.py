@@ -1,6 +1,7 @@
 """Sandboxed stdio servers and command tools, as real processes under real bubblewrap: what
 they cannot read, reach or write, their memory limit, the egress proxy, the published
-filesystem server, and the one-line refusal where bwrap cannot run."""
+filesystem server (also through `npx -y`), a server through `uvx` (both from the cache the
+daemon prepares), and the one-line refusal where bwrap cannot run."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 
 from bridges.manifest.loading import ServerConfig
 from bridges.mcp import ServerPool
-from bridges.sandbox import PROTECTED
+from bridges.sandbox import PREPARED, PROTECTED
 from sidecar import Location, TextContent
 from tests.bridges.helpers import ctx
 from tests.bridges.manifest_tools_support.location import call, manifest_tools, open_location
@@ -26,6 +27,8 @@ pytestmark = pytest.mark.anyio
 
 PROBE = Path(__file__).parent / "servers" / "probe_server.py"
 FILESYSTEM = "npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
+REFERENCE_VERSION = "2026.8.31"  # scripts/bootstrap-servers' server-filesystem
+TIME_VERSION = "2026.10.19"  # and mcp-server-time
 NOTHING: dict[str, Any] = {"type": "object", "properties": {}}
 
 
@@ -147,6 +150,71 @@ async def test_the_published_filesystem_server_works_sandboxed(
         read = await snapshot.execute("fs_read_text_file", {"path": str(root / "a.txt")}, ctx())
         assert read.status == "completed", read.error
         assert "hello" in read.content[0].text  # type: ignore[union-attr]
+
+
+@pytest.fixture(scope="module")
+def prepared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("prepared")
+
+
+@pytest.fixture
+def prepared_caches(location: Location, prepared_dir: Path) -> Path:
+    """Where npx and uvx entries get their caches prepared: kept for the module (each test
+    runs on two event loops), not in each location's state directory as the daemon does."""
+    PREPARED.use(prepared_dir)
+    return prepared_dir
+
+
+async def test_npx_starts_sandboxed_from_the_cache_prepared_for_it(
+    location: Location, world: dict[str, Path], prepared_caches: Path
+) -> None:
+    """`npx -y PKG@VERSION` (what `sidecar add` writes): the daemon fetches the package into
+    the entry's own npm cache first (npm, no package code), then npx runs it offline; the
+    server may serve the whole temporary directory, the token in it stays out of reach."""
+    root = world["tmp"]
+    config = ServerConfig.model_validate({
+        "command": "npx",
+        "args": ["-y", f"@modelcontextprotocol/server-filesystem@{REFERENCE_VERSION}", str(root)],
+        "sandbox": {"read": [str(root)]}})
+    async with ServerPool({"fs": config}, location.tools) as pool:
+        health = pool.health()["fs"]
+        assert health.state == "ready", health.last_error
+        assert health.preparing is None
+        snapshot = location.snapshot()
+        note = await snapshot.execute(
+            "fs_read_text_file", {"path": str(world["seen"] / "note.txt")}, ctx())
+        assert note.status == "completed", note.error
+        assert "visible" in note.content[0].text  # type: ignore[union-attr]
+        token = await snapshot.execute(
+            "fs_read_text_file", {"path": str(world["state"] / "token")}, ctx())
+        shown = token.error.message if token.error else str(token.content)
+        assert "SECRET-TOKEN" not in shown and "ENOENT" in shown, shown
+    prepared = PREPARED.entry_dir("fs")
+    assert prepared.parent == prepared_caches
+    assert (prepared / "prepared.json").is_file() and (prepared / "npm" / "_npx").is_dir()
+
+
+async def test_uvx_starts_sandboxed_from_the_cache_prepared_for_it(
+    location: Location, world: dict[str, Path], prepared_caches: Path
+) -> None:
+    """`uvx --from PKG==VERSION python probe_server.py`: the environment uv builds (once,
+    outside, `--no-build`) in the entry's own cache, the interpreter uv chose, offline
+    inside; the probe running in it still cannot read the token or ~/.ssh."""
+    uvx = str(Path(sys.executable).with_name("uvx"))
+    config = ServerConfig.model_validate({
+        "command": uvx, "args": ["--from", f"mcp-server-time=={TIME_VERSION}", "python",
+                                 str(PROBE)],
+        "protocol": "legacy", "sandbox": {"read": [str(PROBE.parent), str(world["state"])]}})
+    async with ServerPool({"p": config}, location.tools) as pool:
+        health = pool.health()["p"]
+        assert health.state == "ready", health.last_error
+        token = await _probe(location, "read", str(world["state"] / "token"))
+        assert token.startswith("error: FileNotFoundError"), token
+        key = await _probe(location, "read", str(world["home"] / ".ssh" / "id_ed25519"))
+        assert key.startswith("error: FileNotFoundError"), key
+        env = json.loads((await _probe(location, "env", "")).removeprefix("ok: "))
+        assert env["UV_OFFLINE"] == "1" and env["UV_CACHE_DIR"] == "/run/sidecar/cache/uv", env
+    assert (prepared_caches / PREPARED.entry_dir("p").name / "uv").is_dir()
 
 
 def _sh(script: str, **sandbox: Any) -> dict[str, Any]:
