@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from bridges.manifest.auth import AuthConfig
 from bridges.manifest.guardrails import GuardrailsConfig
 from bridges.manifest.oauth import OAuthSettings
 from bridges.manifest.openapi import OpenApiConfig
@@ -213,6 +214,7 @@ class ManifestFile(BaseModel):
     sandbox_default: SandboxSetting = None
     openapi: dict[str, Any] = {}
     guardrails: dict[str, Any] = {}
+    auth: dict[str, Any] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +259,9 @@ class ManifestSet:
     """OpenAPI services (`[openapi.NAME]`, value `OpenApiConfig`; docs/openapi.md)."""
     guardrails: GuardrailsConfig | None = None
     """The top-level `[guardrails]` (the last file that sets it wins; docs/guardrails.md)."""
+    auth: AuthConfig | None = None
+    """The top-level `[auth]`: sign-in, roles, quotas (the last file that sets it wins;
+    docs/identities.md)."""
 
     @property
     def errors(self) -> list[ManifestProblem]:
@@ -411,7 +416,7 @@ def _load_one(
                 hint=did_you_mean(key, [*model_keys(ManifestFile), "servers"]) or (
                     "known keys: mcpServers (or servers), tools, permissions, plugins, bounds, "
                     "codemode, expose, profiles, default_profile, rate_limits, audit, openapi, "
-                    "sandbox_default, guardrails"),
+                    "sandbox_default, guardrails, auth"),
                 unknown_key=True,
             ))
     for key, raw in top.mcpServers.items():
@@ -448,6 +453,13 @@ def _load_one(
                 result.guardrails = GuardrailsConfig.model_validate(guardrails)
         except ValidationError as exc:
             result.problems.extend(_validation_problems(name, "$.guardrails", exc))
+    if top.auth:
+        auth = _interpolated(name, "$.auth", top.auth, env, result)
+        try:
+            if auth is not None:
+                result.auth = AuthConfig.model_validate(auth)
+        except ValidationError as exc:
+            result.problems.extend(_validation_problems(name, "$.auth", exc))
     for i, plugin in enumerate(top.plugins):
         if not re.fullmatch(r"[\w.]+:[\w.]+", plugin):
             result.problems.append(ManifestProblem(

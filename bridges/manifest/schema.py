@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from bridges.manifest.auth import AuthConfig
 from bridges.manifest.guardrails import GuardrailsConfig
 from bridges.manifest.loading import (
     AuditConfig,
@@ -47,6 +48,10 @@ def manifest_json_schema() -> dict[str, Any]:
     props["audit"] = {"$ref": "#/$defs/AuditConfig"}
     defs["GuardrailsConfig"] = GuardrailsConfig.model_json_schema()
     props["guardrails"] = {"$ref": "#/$defs/GuardrailsConfig"}
+    auth: dict[str, Any] = AuthConfig.model_json_schema(ref_template="#/$defs/{model}")
+    defs.update(auth.pop("$defs", {}))
+    defs["AuthConfig"] = auth
+    props["auth"] = {"$ref": "#/$defs/AuthConfig"}
     entry = tool_entry_json_schema()
     defs.update(entry.pop("$defs", {}))
     defs["ManifestTool"] = entry

@@ -53,6 +53,7 @@ from sidecar.policy.permission_service import UnknownAsk
 from sidecar.policy.pins import NotHeld
 from sidecar.serve.api_bodies import CallBody, ReplyBody, SnapshotBody
 from sidecar.serve.auth_api import AuthApi
+from sidecar.serve.identities.history import own_history
 from sidecar.serve.listing_cache import ListingCache
 from sidecar.serve.metrics import CONTENT_TYPE, Metrics
 from sidecar.serve.security import profile_allowed, token_owner
@@ -407,6 +408,10 @@ class Api:
             query = CallQuery.from_params(request.query_params)
         except InvalidQuery as exc:
             raise ApiError(400, "invalid_parameter", str(exc), exc.field) from None
+        narrowed = own_history(request.scope, query)
+        if isinstance(narrowed, str):
+            raise ApiError(403, "forbidden_role", narrowed, "user")
+        query = narrowed
         if fmt == "json":
             rows, cursor = await history.query(query)
             return JSONResponse({"calls": [r.to_json() for r in rows], "next_cursor": cursor})

@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from sidecar.model.replica import REPLICA_HEADER, replica_id
 from sidecar.serve.api import DEFAULT_MAX_BODY_BYTES, Api
 from sidecar.serve.console import MinuteRing, console_routes
+from sidecar.serve.identities import Identities, Identity, route_refusal
 from sidecar.serve.metrics import Metrics
 from sidecar.serve.security import SecurityMiddleware, TokenUnverifiable
 from sidecar.serve.upstream_api import UpstreamApi
@@ -52,6 +53,7 @@ def build_app(
     events = location.new_event_log()
     api = Api(location, metrics=metrics, events=events, max_body_bytes=max_body_bytes)
     ring = MinuteRing()  # the console's plots of the last hour
+    identities = Identities(location)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -70,6 +72,7 @@ def build_app(
         finally:
             await api.calls.aclose()
             await api.auth.aclose()
+            await identities.aclose()
             await events.aclose()
             location.seam.observers.remove(metrics.observe)
             location.seam.observers.remove(ring.observe)
@@ -90,17 +93,25 @@ def build_app(
             raise TokenUnverifiable(message) from exc
         return (record.id, frozenset(record.profiles)) if record is not None else None
 
+    def default_profile() -> str:
+        return location.profiles.default_name
+
+    def refusal(identity: Identity, path: str, method: str) -> str | None:
+        return route_refusal(identity, path, method, default_profile)
+
     app = Starlette(
         routes=[*api.routes(), *UpstreamApi(location).routes(),
                 *console_routes(location, events, token, api.auth.begin, ring), *extra_routes],
         middleware=[Middleware(ReplicaHeader), Middleware(
             SecurityMiddleware, token=token, allowed_hosts=allowed_hosts, scoped=scoped,
-            default_profile=lambda: location.profiles.default_name, own_auth_prefix="/ui",
+            identify=identities.identify, route_refusal=refusal,
+            default_profile=default_profile, own_auth_prefix="/ui",
         )],
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error, Exception: _server_error},
     )
     app.state.api = api
+    app.state.identities = identities
     return app
 
 

@@ -106,7 +106,8 @@ def openapi_document() -> dict[str, Any]:
             "summary": "The call history, newest first: every settled or replayed call",
             "parameters": [
                 *(_param(name, "query", {"type": "string", "maxLength": 512})
-                  for name in ("tool", "server", "status", "session", "agent", "profile")),
+                  for name in ("tool", "server", "status", "session", "agent", "profile",
+                               "user")),
                 *(_param(name, "query", {"type": "number", "minimum": 0, "maximum": 1e11,
                                          "description": "epoch seconds; an ISO 8601 date or "
                                          "time (UTC unless it has an offset) is read too"})

@@ -5,9 +5,9 @@ The token is never logged.
 
 Imports `sidecar.serve.serve_policy`. Exports `SecurityMiddleware`, `load_or_create_token`,
 `token_owner`, `profile_allowed`, `parse_authority`, `host_allowed`, `origin_allowed`,
-`request_problem`, `TokenUnverifiable` and the scope keys and paths (`TOKEN_KEY`,
-`GRANT_KEY`, `ADMIT_KEY`, `MCP_PROFILE_PATH`, `LOGIN_CALLBACK_PATH`, `SCOPED_API_PATHS`,
-`TOKEN_FILE`, `LOCAL_HOSTS`).
+`request_problem`, `TokenUnverifiable`, `TokenRefused` and the scope keys and paths
+(`TOKEN_KEY`, `GRANT_KEY`, `ADMIT_KEY`, `USER_KEY`, `ROLE_KEY`, `MCP_PROFILE_PATH`,
+`LOGIN_CALLBACK_PATH`, `SCOPED_API_PATHS`, `TOKEN_FILE`, `LOCAL_HOSTS`).
 """
 
 from __future__ import annotations
@@ -21,14 +21,23 @@ import re
 import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sidecar.serve.serve_policy import check_token_file
 
+if TYPE_CHECKING:
+    from sidecar.serve.identities.roles import Identity
+
 GRANT_KEY = "sidecar.grant"
 """The ASGI scope key holding the profiles a scoped token reaches (absent: every profile)."""
 TOKEN_KEY = "sidecar.token"
+USER_KEY = "sidecar.user"
+"""The ASGI scope key of the signed-in user's name (`sidecar.serve.identities`): an identity
+provider's access token, or a scoped token that belongs to a user."""
+ROLE_KEY = "sidecar.role"
+"""The ASGI scope key of that user's role (admin, operator, user)."""
 ADMIT_KEY = "sidecar.admit"
 """The ASGI scope key of a callable (no arguments) the HTTP connection puts there: called once
 the request presented a valid bearer token, so that a connection flood evicts the
@@ -36,8 +45,12 @@ connections of clients without one first (`sidecar.serve.http_guard`)."""
 
 
 def token_owner(scope: Scope | None) -> str | None:
-    """The client per-client limits count against: `"token:<id>"` for a request a scoped token
-    authenticated, None for the all-access token (callers then count the session)."""
+    """The client per-client limits count against: `"user:<name>"` for a signed-in user,
+    `"token:<id>"` for a request a scoped token authenticated, None for the all-access token
+    (callers then count the session)."""
+    user = scope.get(USER_KEY) if scope is not None else None
+    if isinstance(user, str):
+        return f"user:{user}"
     token_id = scope.get(TOKEN_KEY) if scope is not None else None
     return f"token:{token_id}" if isinstance(token_id, str) else None
 """The ASGI scope key holding the id of the scoped token the request came with (absent: the
@@ -53,6 +66,11 @@ tools, snapshots and calls on them (each checks the profile), and retained text.
 Verifier = Callable[[str], Awaitable[tuple[str, frozenset[str]] | None]]
 """A presented bearer secret -> its scoped token's id and the profiles it reaches (None: not
 one)."""
+IdentityVerifier = Callable[[str], Awaitable["Identity | None"]]
+"""A presented bearer secret -> the signed-in person it proves (None: not an access token of
+the configured provider); raises `TokenRefused` (401, its message) or `TokenUnverifiable`."""
+RouteRefusal = Callable[["Identity", str, str], str | None]
+"""(identity, path, method) -> why the identity's role may not reach the route, or None."""
 
 
 def profile_allowed(scope: Scope, profile: str) -> bool:
@@ -167,6 +185,11 @@ class TokenUnverifiable(Exception):
     the message says so, answered 503 `unavailable`."""
 
 
+class TokenRefused(Exception):
+    """A bearer token that is well formed but refused (an access token for another audience,
+    expired, of another issuer, of a person without a grant): 401 with this message."""
+
+
 async def _refuse(send: Send, status: int, code: str, message: str) -> None:
     body = json.dumps({"error": {"code": code, "message": message}}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
@@ -200,6 +223,10 @@ class SecurityMiddleware:
       `/mcp` when the default profile is one) of its profiles, and on `/v1` only tools,
       snapshots and calls of its profiles (the API checks the profile) and retained text;
       anything else is 403 `forbidden_profile`.
+    - Access tokens of the manifest's OpenID provider (`[auth.oidc]`, `identify`): a signed
+      JWT proves a person; their role (`route_refusal`) decides which routes they reach (403
+      `forbidden_role`), their grant which profiles; a refused token is 401 with the reason
+      (wrong audience, expired, another issuer, no grant). docs/identities.md.
     - The OAuth login callback (`GET /v1/auth/NAME/callback`) needs no token: the browser's
       redirect has none; the login's single-use `state` is what authorizes it.
     """
@@ -212,12 +239,16 @@ class SecurityMiddleware:
         allowed_hosts: Iterable[str] = (),
         open_paths: Iterable[str] = (),
         scoped: Verifier | None = None,
+        identify: IdentityVerifier | None = None,
+        route_refusal: RouteRefusal | None = None,
         default_profile: Callable[[], str] = lambda: "default",
         own_auth_prefix: str | None = None,
     ) -> None:
         self.app = app
         self._token = token.encode() if token else None
         self._scoped = scoped
+        self._identify = identify
+        self._route_refusal = route_refusal
         self._default_profile = default_profile
         self._extra = frozenset(h.lower() for h in allowed_hosts)
         self._open = frozenset(open_paths)
@@ -250,6 +281,10 @@ class SecurityMiddleware:
             value = value.strip()
             verified_all = scheme.lower() == "bearer" and hmac.compare_digest(
                 value.encode(), self._token)
+            if not verified_all and self._identify is not None and scheme.lower() == "bearer" \
+                    and not value.startswith("sct_"):
+                await self._with_identity(scope, receive, send, value)
+                return
             if not verified_all:
                 try:
                     verified = await self._scoped(value) if self._scoped is not None and (
@@ -270,6 +305,34 @@ class SecurityMiddleware:
                 scope[TOKEN_KEY] = token_id
             else:
                 _admit(scope)
+        await self.app(scope, receive, send)
+
+    async def _with_identity(self, scope: Scope, receive: Receive, send: Send,
+                             value: str) -> None:
+        """A bearer that may be the identity provider's access token (`identify`)."""
+        assert self._identify is not None
+        try:
+            identity = await self._identify(value)
+        except TokenUnverifiable as exc:
+            await _refuse(send, 503, "unavailable", str(exc))
+            return
+        except TokenRefused as exc:
+            await _refuse(send, 401, "unauthorized", str(exc))
+            return
+        if identity is None:
+            await _refuse(send, 401, "unauthorized", "a valid bearer token is required")
+            return
+        _admit(scope)
+        refusal = self._route_refusal(identity, scope["path"], scope.get("method", "GET")) \
+            if self._route_refusal is not None else None
+        if refusal is not None:
+            await _refuse(send, 403, "forbidden_role", refusal)
+            return
+        scope[USER_KEY] = identity.user
+        scope[ROLE_KEY] = identity.role
+        if identity.profiles is not None or identity.role == "user":
+            scope[GRANT_KEY] = identity.profiles if identity.profiles else frozenset(
+                {self._default_profile()})
         await self.app(scope, receive, send)
 
     def _scope_refusal(self, path: str, grant: frozenset[str]) -> str | None:

@@ -10,9 +10,9 @@ after the answer, off the call's path, and keeps every settlement (a replay is a
 own); rows older than the retention period are pruned in batches.
 
 Imports `sidecar.model` only. Exports `CallHistory`, `SettledCall`, `CallRecord`, `CallQuery`,
-`InvalidQuery`, `AuditSettings`, `record_of`, `parse_time`, `content_tokens` (for writers) and
-the stored row's shape (`COLUMNS`, `FILTERS`, `record_of_row`, `encode_cursor`,
-`decode_cursor`, `guardrail_json`).
+`InvalidQuery`, `AuditSettings`, `record_of`, `user_of_owner`, `parse_time`,
+`content_tokens` (for writers) and the stored row's shape (`COLUMNS`, `FILTERS`,
+`record_of_row`, `encode_cursor`, `decode_cursor`, `guardrail_json`).
 """
 
 from __future__ import annotations
@@ -96,6 +96,9 @@ class CallRecord:
     guardrail: tuple[dict[str, Any], ...] | None = None
     """The guardrails' decisions on this call, in order (`sidecar.policy.guardrails`: stage,
     rule, decision and what they found); None when no guardrail applied."""
+    username: str | None = None
+    """The signed-in user who made the call (`ToolContext.owner` `user:<name>`: an identity
+    provider's access token, docs/identities.md); None for the all-access or a scoped token."""
 
     def to_json(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in _SHOWN}
@@ -118,6 +121,7 @@ class CallQuery:
     session: str | None = None
     agent: str | None = None
     profile: str | None = None
+    user: str | None = None
     since: float | None = None
     until: float | None = None
     limit: int = 100
@@ -127,7 +131,7 @@ class CallQuery:
     @classmethod
     def from_params(cls, params: Mapping[str, str], *, limit: int = 100) -> CallQuery:
         """From query parameters (`/v1/calls`, the console): `tool`, `server`, `status`,
-        `session`, `agent`, `profile`, `since`/`until` (ISO 8601, UTC unless an offset is
+        `session`, `agent`, `profile`, `user`, `since`/`until` (ISO 8601, UTC unless an offset is
         given, or epoch seconds), `limit` (1-1000), `cursor`. Raises InvalidQuery."""
         def text(name: str) -> str | None:
             value = params.get(name) or None
@@ -147,7 +151,7 @@ class CallQuery:
         return cls(
             tool=text("tool"), server=text("server"), status=text("status"),
             session=text("session"), agent=text("agent"), profile=text("profile"),
-            since=parse_time(params.get("since"), "since"),
+            user=text("user"), since=parse_time(params.get("since"), "since"),
             until=parse_time(params.get("until"), "until"), limit=limit, cursor=cursor,
         )
 
@@ -270,7 +274,13 @@ def record_of(
         input_bytes=size, input=kept, content_bytes=shown,
         retained=tuple(m.ref for m in outcome.managed), replayed=call.replayed,
         error=_error_text(outcome), input_json=kept_json, outcome=outcome,
+        username=user_of_owner(call.context.owner),
     )
+
+
+def user_of_owner(owner: str | None) -> str | None:
+    """The user name of a call's owner (`user:<name>`), or None."""
+    return owner[5:] if owner is not None and owner.startswith("user:") else None
 
 
 MAX_STORED_ERROR = 4000
@@ -286,9 +296,10 @@ def _error_text(outcome: Outcome) -> str | None:
 
 COLUMNS = ("seq", "call_id", "tool", "server", "profile", "session_id", "agent", "message_id",
             "status", "error_kind", "started_at", "duration_ms", "input_bytes", "input",
-            "content_bytes", "retained", "replayed", "error", "content_tokens", "guardrail")
+            "content_bytes", "retained", "replayed", "error", "content_tokens", "guardrail",
+           "username")
 FILTERS = {"tool": "tool", "server": "server", "status": "status", "session": "session_id",
-            "agent": "agent", "profile": "profile"}
+            "agent": "agent", "profile": "profile", "user": "username"}
 
 
 def content_tokens(record: CallRecord) -> int | None:

@@ -37,7 +37,7 @@ log = logging.getLogger("sidecar.backends.postgres.call_history")
 
 _WRITTEN = COLUMNS[1:]  # every column but `seq`, which the database numbers
 _TYPES = ("text", "text", "text", "text", "text", "text", "text", "text", "text", "float8",
-          "float8", "int8", "text", "int8", "text", "bool", "text", "int8", "text")
+          "float8", "int8", "text", "int8", "text", "bool", "text", "int8", "text", "text")
 # A batch of rows in one statement (one array per column): `executemany` would execute the
 # INSERT once per row. `seq` numbers them in the order they were added.
 _INSERT = (
@@ -67,7 +67,7 @@ class PostgresCallHistory(PostgresStore):
     Location's name."""
 
     COMPONENT = "call_history"
-    SCHEMA_VERSION = 4
+    SCHEMA_VERSION = 5
     MIGRATIONS: ClassVar[dict[int, str]] = {1: """
 CREATE TABLE sidecar_calls (
     seq           BIGSERIAL PRIMARY KEY,
@@ -93,7 +93,8 @@ CREATE INDEX sidecar_calls_by_location ON sidecar_calls (location, seq);
 CREATE INDEX sidecar_calls_by_age ON sidecar_calls (started_at);
 """, 2: "ALTER TABLE sidecar_calls ADD COLUMN error TEXT",
         3: "ALTER TABLE sidecar_calls ADD COLUMN content_tokens BIGINT",
-        4: "ALTER TABLE sidecar_calls ADD COLUMN guardrail TEXT"}
+        4: "ALTER TABLE sidecar_calls ADD COLUMN guardrail TEXT",
+        5: "ALTER TABLE sidecar_calls ADD COLUMN username TEXT"}
 
     def __init__(self, pool: asyncpg.Pool, *, owns_pool: bool = False,
                  location: str = "default") -> None:
@@ -158,7 +159,7 @@ CREATE INDEX sidecar_calls_by_age ON sidecar_calls (started_at);
                  else None if r.input is None
                  else json.dumps(r.input, ensure_ascii=False, default=str),
                  r.content_bytes, json.dumps(list(r.retained)), r.replayed, r.error, n,
-                 guardrail_json(r))
+                 guardrail_json(r), r.username)
                 for r, n in zip(rows, tokens, strict=True)
             ]
             try:

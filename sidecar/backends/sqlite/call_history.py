@@ -62,15 +62,18 @@ CREATE TABLE IF NOT EXISTS calls (
     replayed      INTEGER NOT NULL,
     error         TEXT,
     content_tokens INTEGER,
-    guardrail     TEXT
+    guardrail     TEXT,
+    username      TEXT
 );
 CREATE INDEX IF NOT EXISTS calls_started ON calls (started_at);
 """
 _ADDED = {"error": "ALTER TABLE calls ADD COLUMN error TEXT",
           "content_tokens": "ALTER TABLE calls ADD COLUMN content_tokens INTEGER",
-          "guardrail": "ALTER TABLE calls ADD COLUMN guardrail TEXT"}
+          "guardrail": "ALTER TABLE calls ADD COLUMN guardrail TEXT",
+          "username": "ALTER TABLE calls ADD COLUMN username TEXT"}
 """For a history written before failed calls kept their message, before rows counted the
-tokens of results, and before guardrails recorded their decisions."""
+tokens of results, before guardrails recorded their decisions, and before rows named the
+signed-in user."""
 
 
 class SqliteCallHistory:
@@ -199,7 +202,7 @@ def _write_rows(db: sqlite3.Connection, rows: list[CallRecord]) -> None:
          r.input_json if r.input_json is not None
          else None if r.input is None else json.dumps(r.input, ensure_ascii=False, default=str),
          r.content_bytes, "[]" if not r.retained else json.dumps(list(r.retained)),
-         int(r.replayed), r.error, content_tokens(r), guardrail_json(r))
+         int(r.replayed), r.error, content_tokens(r), guardrail_json(r), r.username)
         for r in rows
     ]
     try:
