@@ -10,7 +10,8 @@ ranker was developed against, so flattering) or `held-out` (written before any r
 them, never tuned on). Quality is reported for each set apart and for both together.
 
 Rankers: `bm25` is the `search_tools` tool itself, called through the seam of an
-`expose = "search"` snapshot; `codemode` is Code Mode's search (`sidecar.codemode.search`);
+`expose = "search"` snapshot; `bm25-plain` the same index without its glossary (written against
+the tuning tasks); `codemode` is Code Mode's search (`sidecar.codemode.search`);
 `substring` is the plain baseline: a tool scores the number of the query's words (3+ letters)
 found as substrings of its name and description. Reported: recall@1, recall@5 (an expected
 tool among the first 1 / 5), MRR (over the first 10). Tokens: the definitions a model is
@@ -155,9 +156,11 @@ async def measure() -> dict[str, Any]:
                 return [tool["name"] for tool in outcome.output["tools"]]
 
             bm25 = {t["query"]: await search_tools(t["query"]) for t in tasks}
+            plain = ToolIndex(catalog, {})
             rankers: dict[str, Ranker] = {
-                "bm25": lambda q: bm25[q], "codemode": codemode_ranker(catalog),
-                "substring": substring_ranker(catalog)}
+                "bm25": lambda q: bm25[q],
+                "bm25-plain": lambda q: [n for n, _ in plain.search(q, RANKED, glossary={})],
+                "codemode": codemode_ranker(catalog), "substring": substring_ranker(catalog)}
             quality = {name: {part: scores(ranker, chosen) for part, chosen in sets(tasks).items()}
                        for name, ranker in rankers.items()}
             token_all = tokens_of(every.definitions)

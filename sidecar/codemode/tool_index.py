@@ -1,9 +1,9 @@
 """The BM25 index behind tool search (`expose = "search"`): `ToolIndex` ranks the tools of one
 set of entries, `ToolIndexes` keeps the recent ones and builds new ones off the event loop.
 
-A tool is one BM25F-style document: its fields' terms, each field repeated `FIELD_WEIGHTS`
-times (name 3, title 2, parameters 1, description 1, server 1), in one `bm25s` index, so term
-frequency saturates and lengths normalise over the whole tool. Text is split into words and
+A tool is one BM25F-style document in one `bm25s` index: its fields' terms, each field repeated
+`FIELD_WEIGHTS` times (name 3, title 2, parameters, description, its first sentence, server 1),
+so term frequency saturates and lengths normalise over the whole tool. Text is split into words and
 identifier parts (`sidecar.codemode.search.tokens`: snake_case, kebab-case, camelCase),
 lowercased, English stop words dropped (NLTK's list as bm25s ships it, plus ours) and stemmed by
 Snowball's English stemmer (PyStemmer); a query also searches, at half weight, the words of a
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,11 +35,12 @@ from sidecar.registry.registry import Entry, ToolDefinition
 
 log = logging.getLogger("sidecar.codemode.tool_index")
 
-FIELDS = ("name", "title", "parameters", "description", "server")
+FIELDS = ("name", "title", "parameters", "description", "summary", "server")
 FIELD_WEIGHTS: Mapping[str, int] = {
-    "name": 3, "title": 2, "parameters": 1, "description": 1, "server": 1,
+    "name": 3, "title": 2, "parameters": 1, "description": 1, "summary": 1, "server": 1,
 }
-"""How many times each field's terms stand in a tool's document."""
+"""How many times each field's terms stand in a tool's document. `summary` is the description's
+first sentence (what the tool does; the rest is usually how to call it): counted twice."""
 STOP_WORDS = frozenset(STOPWORDS_EN_PLUS) | frozenset(
     "could get let like please use used using want would".split()
 )
@@ -97,11 +99,15 @@ def _server_of(entry: Entry) -> str:
     return f"{rest or origin} {entry.tool.namespace or ''}"
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s")
+
+
 def _document(name: str, entry: Entry) -> tuple[list[str], ...]:
     d = entry.definition
     return (
         query_terms(name), query_terms(d.title or ""),
         query_terms(_parameter_text(d.input_schema)), query_terms(d.description),
+        query_terms(_SENTENCE_END.split(d.description.strip(), maxsplit=1)[0]),
         query_terms(_server_of(entry)),
     )
 
@@ -150,14 +156,17 @@ class ToolIndex:
             self._retriever = bm25s.BM25()
             self._retriever.index(corpus, show_progress=False)
 
-    def search(self, query: str, limit: int) -> list[tuple[str, float]]:
-        """The best `limit` (name, score) pairs for `query`, best first; ties by name."""
+    def search(
+        self, query: str, limit: int, *, glossary: Mapping[str, tuple[str, ...]] = SYNONYMS,
+    ) -> list[tuple[str, float]]:
+        """The best `limit` (name, score) pairs for `query`, best first; ties by name.
+        `glossary` is the query's synonyms (`SYNONYMS`; the benchmark also ranks without)."""
         words = [t for t in tokens(query) if t not in STOP_WORDS]
         terms = list(dict.fromkeys(stem(t) for t in words))
         retriever = self._retriever
         if not terms or retriever is None or limit <= 0:
             return []
-        extra = [stem(s) for t in words for s in SYNONYMS.get(t, SYNONYMS.get(stem(t), ()))]
+        extra = [stem(s) for t in words for s in glossary.get(t, glossary.get(stem(t), ()))]
         synonyms = [s for s in dict.fromkeys(extra) if s not in terms]
         total = np.zeros(len(self.names), dtype=np.float32)
         for chosen, share in ((terms, 1.0), (synonyms, SYNONYM_WEIGHT)):
