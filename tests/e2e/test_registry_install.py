@@ -1,10 +1,11 @@
 """`sidecar add` into a running `sidecar serve`: servers found in a registry served on
 127.0.0.1 (tests/cli/registry_app.py, the real API's shapes) and in a catalog file are
 installed while the daemon runs, which starts them live: the published npm server-everything
-through `npx -y` and the PyPI mcp-server-time through `uvx` (the versions and caches
-scripts/bootstrap-servers prepares), and a remote (the SDK test server over streamable HTTP)
-with a header secret. Each answers a call; the secrets reach the server process and never
-the manifest; `sidecar remove` takes an entry away live."""
+through `npx -y` and the PyPI mcp-server-time through `uvx`, both sandboxed (`sandbox = true`,
+as `sidecar add` writes: the daemon fetches each package into the entry's own cache first),
+and a remote (the SDK test server over streamable HTTP) with a header secret. Each answers a
+call; the secrets reach the server process and never the manifest; `sidecar remove` takes an
+entry away live."""
 
 from __future__ import annotations
 
@@ -75,26 +76,20 @@ def holds(pid: int, name: str, value: str) -> bool:
     return False
 
 
-def add(env: dict[str, str], staging: Path, manifests: Path, *args: str) -> None:
-    """`sidecar add ARGS --yes`. TEMPORARY, test-only: the entry is written to `staging` and
-    moved into the daemon's directory with `sandbox = false`, because the sandbox of issue 42
-    does not start npx and uvx servers yet (tried 2026-12-06 on b4b00cc: uvx fails on its
-    read-only cache, "Could not acquire lock ... Read-only file system at ~/.cache/uv/.tmp...";
-    `npx -y` does not start within the 30 s startup, `npx --offline` says ENOTCACHED). Remove
-    this shim, and add straight into `manifests`, once they start sandboxed."""
-    added = run_cli("add", *args, "--yes", "--manifests", str(staging), env=env)
+def add(env: dict[str, str], manifests: Path, *args: str) -> None:
+    """`sidecar add ARGS --yes` into the daemon's directory: package entries say
+    `sandbox = true`, so the daemon prepares npx's and uvx's caches and starts them sandboxed."""
+    added = run_cli("add", *args, "--yes", "--manifests", str(manifests), env=env)
     assert added.returncode == 0, added.stderr
-    for path in staging.glob("*.toml"):
-        path.write_text(path.read_text().replace("sandbox = true", "sandbox = false"))
-        path.replace(manifests / path.name)  # whole, as `sidecar add` writes it
+    written = "".join(p.read_text() for p in manifests.glob("*.toml"))
+    assert written.count("sandbox = true") >= 1, written
 
 
 def offline_catalog(path: Path, remote: str) -> Path:
     """The registry's servers as a catalog file, mcp-server-time with the runtime argument
-    `--offline` (as a publisher writes one, `runtimeArguments`): uvx then runs it from the
-    cache scripts/bootstrap-servers filled. A stdio server inherits no proxy or CA settings
-    from the daemon (`bridges.prestart.INHERITED_ENV_VARS`), so where PyPI is reached through
-    such settings uvx could not check the index."""
+    `--offline` (as a publisher writes one, `runtimeArguments`): the daemon's preparation
+    leaves it out (it downloads, with the daemon's own proxy and CA settings), the sandboxed
+    uvx runs offline anyway."""
     entries = documents(remote)
     for entry in entries:
         if entry["server"]["name"] == TIME:
@@ -105,9 +100,8 @@ def offline_catalog(path: Path, remote: str) -> Path:
 
 
 def test_added_servers_start_live_and_remove_stops_them(tmp_path: Path, remote: str) -> None:
-    manifests, state, staging = tmp_path / "manifests", tmp_path / "state", tmp_path / "staging"
+    manifests, state = tmp_path / "manifests", tmp_path / "state"
     manifests.mkdir()
-    staging.mkdir()
     bin_dir = str(Path(sys.executable).parent)  # uvx (the test extra's `uv`), as a user's PATH
     env = sidecar_env(state, manifests, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     catalog = offline_catalog(tmp_path / "catalog.json", remote)
@@ -128,19 +122,21 @@ def test_added_servers_start_live_and_remove_stops_them(tmp_path: Path, remote: 
                 raise AssertionError(f"{name}: {report['servers'].get(name)}, reload problems "
                                      f"{report['reload_problems']}") from None
 
-        add(env, staging, manifests, "everything", "--registry", registry.url)
+        add(env, manifests, "everything", "--registry", registry.url)
         everything = ready("everything")
+        assert everything["sandbox"]["network"] == "none" and everything["preparing"] is None
         echoed = call(client, "everything_echo", {"message": "from the registry"})
         assert echoed["content"][0]["text"] == "Echo: from the registry"
 
-        add(env, staging, manifests, TIME, "--registry", str(catalog),
+        add(env, manifests, TIME, "--registry", str(catalog),
             "--secret", "TIME_API_KEY=tk-live-0123")
         clock = ready("time")
+        assert clock["sandbox"]["network"] == "none"
         now = call(client, "time_get_current_time", {"timezone": "UTC"})
         assert '"timezone": "UTC"' in now["content"][0]["text"]
         assert holds(clock["pid"], "TIME_API_KEY", "tk-live-0123")
 
-        add(env, staging, manifests, "com.example/weather", "--registry", registry.url,
+        add(env, manifests, "com.example/weather", "--registry", registry.url,
             "--secret", "token=wx-live-4567")
         ready("weather")
         assert call(client, "weather_echo", {"text": "hi"})["status"] == "completed"
