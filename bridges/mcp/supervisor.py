@@ -376,7 +376,8 @@ class Supervisor:
         if self.health.sandbox is None or config.command is None:
             return
         argv = [config.command, *config.args]
-        what = await anyio.to_thread.run_sync(functools.partial(pending, argv, name=self.key))
+        what = await anyio.to_thread.run_sync(functools.partial(
+            pending, argv, name=self.key, cwd=config.cwd))
         if what is None:
             return
         log.info("[%s] preparing its sandbox: %s", self.key, what)

@@ -135,14 +135,20 @@ class PreparedCaches:
 PREPARED = PreparedCaches()
 
 
-def _plan(argv: Sequence[str], environ: Mapping[str, str]) -> _Plan | None:
+def _plan(argv: Sequence[str], environ: Mapping[str, str],
+          cwd: str | os.PathLike[str] | None) -> _Plan | None:
     kind = launcher_of(argv)
+    if kind not in ("npx", "uvx", "uv run"):
+        return None
     path = environ.get("PATH", os.defpath)
+    program = argv[0]
+    if "/" in program:  # as the sandbox finds it (`plan._find`)
+        program = os.path.abspath(os.path.join(cwd or ".", program))
+    else:
+        program = shutil.which(program, path=path) or program
     if kind == "npx":
-        return _npx_plan(argv, path)
-    if kind in ("uvx", "uv run"):
-        return _uv_plan(argv, path, kind)
-    return None
+        return _npx_plan([program, *argv[1:]], path)
+    return _uv_plan([program, *argv[1:]], kind)
 
 
 def _npx_plan(argv: Sequence[str], path: str) -> _Plan:
@@ -169,8 +175,7 @@ def _npx_plan(argv: Sequence[str], path: str) -> _Plan:
             break
     if not packages and args:
         packages.append(args[0])
-    npx = shutil.which(argv[0], path=path) or argv[0]
-    npm = Path(npx).with_name("npm")
+    npm = Path(argv[0]).with_name("npm")
     program = str(npm) if npm.exists() else shutil.which("npm", path=path) or "npm"
     return _Plan("npm", (
         program, "exec", "--yes", "--ignore-scripts", "--no-audit", "--no-fund",
@@ -178,7 +183,7 @@ def _npx_plan(argv: Sequence[str], path: str) -> _Plan:
         *(f"--package={p}" for p in packages), "--", TRUE), f"npm: {' '.join(packages)}")
 
 
-def _uv_plan(argv: Sequence[str], path: str, kind: str) -> _Plan:
+def _uv_plan(argv: Sequence[str], kind: str) -> _Plan:
     base = Path(argv[0]).name
     rest = list(argv[1:])
     if base == "uv":
@@ -206,8 +211,7 @@ def _uv_plan(argv: Sequence[str], path: str, kind: str) -> _Plan:
             continue
         spec = token
         break
-    uv = shutil.which(argv[0], path=path) or argv[0]
-    program = str(Path(uv).with_name("uv")) if base == "uvx" else uv
+    program = str(Path(argv[0]).with_name("uv")) if base == "uvx" else argv[0]
     if kind == "uv run":
         return _Plan("uv", (program, "run", "--no-build", *options, TRUE),
                      "uv: uv run (its environment)", tuple(python))
@@ -227,9 +231,10 @@ def _uv_requirement(spec: str) -> str:
     return name if version == "latest" else f"{name}=={version}"
 
 
-def pending(argv: Sequence[str], *, name: str) -> str | None:
+def pending(argv: Sequence[str], *, name: str, cwd: str | os.PathLike[str] | None) -> (
+        str | None):
     """What preparing this entry will fetch, when it is not prepared yet (None: nothing to do)."""
-    plan = _plan(argv, os.environ)
+    plan = _plan(argv, os.environ, cwd)
     if plan is None or _stamp_matches(PREPARED.entry_dir(name), plan):
         return None
     return plan.what
@@ -241,7 +246,7 @@ async def prepare(
 ) -> Prepared:
     """Prepare the launcher of `argv` for the entry `name` (at once when done before) and say
     what its sandbox gets. Raises PreparationFailed."""
-    plan = _plan(argv, environ)
+    plan = _plan(argv, environ, cwd)
     if plan is None:
         return Prepared()
     where = PREPARED.entry_dir(name)
