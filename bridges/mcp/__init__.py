@@ -29,11 +29,13 @@ from bridges.mcp.passthrough import (
     RelayTarget,
 )
 from bridges.mcp.pool import ServerPool
+from bridges.mcp.results import STRUCTURED_KEY
 
 __all__ = [
     "CALLER_CAPABILITIES",
     "CALLER_INPUT_RESPONSES",
     "INPUT_KEY",
+    "STRUCTURED_KEY",
     "Backoff",
     "Connection",
     "InflightCall",

@@ -1,6 +1,7 @@
 """One live MCP session with an upstream server, over stdio, streamable HTTP or SSE. Imports the
 rest of `bridges` and `sidecar.model`; exports `open_connection`,
-`Connection`, `Era`, `configured_mode` (the protocol eras: its docstring) and `ConfigProblem`.
+`Connection`, `Era`, `configured_mode` (the protocol eras: its docstring), `ConfigProblem`,
+`UI_EXTENSION` and `UI_MIME_TYPE`.
 
 `open_connection` builds the transport a `ServerConfig` names, wraps its read stream so we learn
 when the connection ends, and enters an SDK `Client` over it (no response cache; our own
@@ -28,6 +29,7 @@ import httpx2
 import mcp_types as types
 from mcp import Client
 from mcp.client._transport import ReadStream, Transport, TransportStreams
+from mcp.client.extension import advertise
 from mcp.client.session import (
     ElicitationFnT,
     ListRootsFnT,
@@ -57,6 +59,9 @@ from sidecar.model import tracing
 log = logging.getLogger("bridges.mcp")
 
 CLIENT_INFO = types.Implementation(name="mcp-sidecar", version="0.1.0")
+UI_EXTENSION = "io.modelcontextprotocol/ui"
+"""MCP Apps (SEP-1865), advertised to every upstream as a client extension."""
+UI_MIME_TYPE = "text/html;profile=mcp-app"
 MAX_LIST_PAGES = 1000
 LIST_READ_TIMEOUT = 300.0
 """How long one `tools/list` page asked on the pipe may take (start-up has its own timeout)."""
@@ -420,8 +425,10 @@ async def open_connection(
     """Connect (transport + handshake); leaving the block closes everything it opened.
 
     `sampling`, `elicitation` and `list_roots` answer those server-to-client requests; each one
-    given is also advertised as a client capability (see `bridges.mcp.passthrough`). `auth`
-    authorizes the requests of a streamable HTTP server (`bridges.mcp.oauth`)."""
+    given is also advertised as a client capability (see `bridges.mcp.passthrough`). MCP Apps
+    (`UI_EXTENSION`) is advertised too: the gateway hands `ui://` resources and tools' `_meta.ui`
+    on, and a client without Apps still gets each tool's text. `auth` authorizes the requests
+    of a streamable HTTP server (`bridges.mcp.oauth`)."""
     lost = anyio.Event()
     direct = DirectRequests(on_log) if config.transport == "stdio" else None
     async with AsyncExitStack() as stack:
@@ -438,6 +445,7 @@ async def open_connection(
             sampling_callback=sampling,
             elicitation_callback=elicitation,
             list_roots_callback=list_roots,
+            extensions=[advertise(UI_EXTENSION, {"mimeTypes": [UI_MIME_TYPE]})],
         )
         await stack.enter_async_context(client)
         yield Connection(client, lost, direct)

@@ -1,9 +1,11 @@
 """What an upstream call returns, in the core's terms. Imports `bridges.mcp.stdio`, `sidecar.model`;
-exports `tool_response`, `tool_error`, `rpc_failure`, `transport_failure`, `is_*`, `content_item`.
+exports `tool_response` (and its `STRUCTURED_KEY`), `tool_error`, `rpc_failure`,
+`transport_failure`, `is_*`, `content_item`.
 
     CallToolResult                         -> ToolResponse
       content (text/image/audio/resource/resource_link) -> our content items, same meaning
-      structuredContent                    -> output (when the tool has an output codec)
+      structuredContent                    -> output (when the tool has an output codec), else
+                                              metadata {"structuredContent": ...} (a View's data)
       _meta                                -> metadata {"_meta": ...}
       isError                              -> ToolFailure(the tool's text)          tool_failure
     JSON-RPC error (any code)              -> ToolFailure(kind=upstream), the server's message
@@ -36,6 +38,8 @@ from sidecar.model.errors import ErrorKind, ToolFailure
 from sidecar.model.tool import ToolResponse
 
 NO_CONTENT = "(no content)"
+STRUCTURED_KEY = "structuredContent"
+"""Metadata key of an upstream `structuredContent` when the tool declares no `outputSchema`."""
 _PROTOCOL_META_PREFIX = "io.modelcontextprotocol/"
 
 
@@ -64,8 +68,10 @@ def tool_response(result: types.CallToolResult, *, has_output: bool) -> ToolResp
     """A successful (`isError` false) result as a `ToolResponse`.
 
     With an output codec, `structuredContent` is the output and empty content is derived from it
-    by the seam. Without one, content is all there is: empty content becomes the structured
-    content as JSON text, or "(no content)".
+    by the seam. Without one, content is what the model reads: empty content becomes the
+    structured content as JSON text, or "(no content)"; the structured content itself rides in
+    the metadata under `STRUCTURED_KEY` (bounded like all metadata, redacted by guardrails), and
+    the MCP facade hands it on as `structuredContent` (an MCP App's View renders it).
     """
     content: list[ContentItem] = [content_item(block) for block in result.content]
     meta = vendor_meta(result.meta)
@@ -73,10 +79,12 @@ def tool_response(result: types.CallToolResult, *, has_output: bool) -> ToolResp
     if has_output:
         return ToolResponse(output=result.structured_content, content=content or None,
                             metadata=metadata)
+    structured = result.structured_content
     if not content:
-        structured = result.structured_content
         text = NO_CONTENT if structured is None else _json(structured)
         content = [TextContent(text)]
+    if structured is not None:  # no outputSchema: the data an MCP App's View renders
+        metadata = {**(metadata or {}), STRUCTURED_KEY: structured}
     return ToolResponse(content=content, metadata=metadata)
 
 

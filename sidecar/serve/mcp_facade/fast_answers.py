@@ -101,6 +101,7 @@ class FastAnswers:
         """`tools/list` results as sent, by protocol version and definitions."""
         # bound once: looked up on every call
         self._settled_snapshot = served.settled_snapshot
+        self._app_tool = served.app_tool
         self._login_first = served.login_first
         self._result_wire = served.result_wire
 
@@ -151,6 +152,7 @@ class FastAnswers:
         assert snapshot is not None  # `session` (listed) said so
         if snapshot.entry(name) is None:
             snapshot = await self._settled_snapshot(state, name) or snapshot
+            name = self._app_tool(snapshot, name)  # an MCP App's View: its server's own name
         client = state.session.client_params
         try:
             context = tools.call_context(

@@ -74,8 +74,29 @@ class ServedTools:
 
     def listing(self, snapshot: Snapshot, *, modern: bool) -> types.ListToolsResult:
         """The `tools/list` result of `snapshot`, cached per registry state."""
+        def meta_out(name: str, meta: dict[str, Any]) -> dict[str, Any]:
+            entry = snapshot.entry(name)
+            if entry is None or not entry.origin.startswith(MCP_ORIGIN):
+                return meta
+            return self.upstreams.tool_meta_out(meta, entry.origin.removeprefix(MCP_ORIGIN))
+
         return self.listings.get(modern, snapshot.definitions,
-                                 lambda: tools.tool_list(snapshot, modern=modern))
+                                 lambda: tools.tool_list(snapshot, modern=modern,
+                                                         meta_out=meta_out))
+
+    @staticmethod
+    def app_tool(snapshot: Snapshot, name: str) -> str:
+        """The tool a `tools/call` of `name` means. An MCP App's View calls its own server's
+        tools by their upstream names (`get-time`), and its host relays the call unchanged,
+        with nothing that says which server the View came from: a name the snapshot does not
+        list, that is the upstream name of exactly one listed MCP server tool, means that tool
+        (`basic_get-time`). Any other name is left as it is (an unknown tool stays unknown)."""
+        if snapshot.entry(name) is not None:
+            return name
+        found = [listed for listed in snapshot.names
+                 if (entry := snapshot.entry(listed)) is not None
+                 and entry.origin.startswith(MCP_ORIGIN) and entry.key == name]
+        return found[0] if len(found) == 1 else name
 
     def starting(self) -> list[str]:
         """The upstream servers still on their first attempt (the daemon starts them in the

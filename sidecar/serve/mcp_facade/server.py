@@ -118,6 +118,8 @@ class McpFacade:
                 on_roots_list_changed=self._roots_changed,
                 on_subscriptions_listen=ListenHandler(self.bus),
             )
+        # MCP Apps (SEP-1865): `ui://` resources and tools' `_meta.ui` pass through
+        self.server.extensions[upstream.UI_EXTENSION] = {}
         options = NotificationOptions(
             tools_changed=True, resources_changed=True, prompts_changed=True
         )
@@ -216,6 +218,8 @@ class McpFacade:
             snapshot = state.snapshot = self.served.snapshot(state.id)
         if snapshot.entry(params.name) is None:
             snapshot = await self.served.settled_snapshot(state, params.name) or snapshot
+            if (name := self.served.app_tool(snapshot, params.name)) != params.name:
+                params = params.model_copy(update={"name": name})  # an MCP App's View
         meta: dict[str, Any] = dict(params.meta) if params.meta is not None else {}
         client = ctx.session.client_params
         try:

@@ -10,14 +10,16 @@ Imports the core, `sidecar.formats`, `managed_store` and the rest of `sidecar.se
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import mcp_types as types
 
+from bridges.mcp import STRUCTURED_KEY
 from managed_store import TextStore
 from sidecar.execution.snapshot import Snapshot
 from sidecar.formats import definitions_for, result_for
+from sidecar.formats.results import META_PREFIX
 from sidecar.model.outcome import Outcome
 from sidecar.model.tool import Bounds, ToolContext
 from sidecar.serve.mcp_facade.structured import advertise_output_schemas, bound_structured
@@ -31,11 +33,20 @@ STARTING_KEY = "io.mcp-sidecar/starting"
 """In a `tools/list` result's `_meta`: the upstream servers still starting (their tools are not
 listed yet; a `list_changed` follows when each is ready)."""
 DEFAULT_AGENT = "mcp-client"
+METADATA_META = f"{META_PREFIX}metadata"
 
 
-def tool_list(snapshot: Snapshot, *, modern: bool) -> types.ListToolsResult:
+def tool_list(
+    snapshot: Snapshot, *, modern: bool,
+    meta_out: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
+) -> types.ListToolsResult:
+    """`meta_out(name, _meta)`: a tool's `_meta` as clients see it (MCP Apps' UI URIs)."""
     wire = definitions_for("mcp", snapshot.definitions, wrap_structured=not modern)
     advertise_output_schemas(wire, snapshot)
+    if meta_out is not None:
+        for tool in wire:
+            if isinstance(tool.get("_meta"), dict):
+                tool["_meta"] = meta_out(tool["name"], tool["_meta"])
     return types.ListToolsResult(tools=[types.Tool.model_validate(d) for d in wire])
 
 
@@ -92,7 +103,30 @@ def call_result_wire(outcome: Outcome, snapshot: Snapshot, *, modern: bool) -> d
     wire: dict[str, Any] = result_for(
         "mcp", outcome, tool_call_id="", wrap_structured=not modern, output_schema=schema
     )
+    if schema is None and outcome.metadata and STRUCTURED_KEY in outcome.metadata:
+        _lift_structured(wire)
     return wire
+
+
+def _lift_structured(wire: dict[str, Any]) -> None:
+    """An upstream tool without `outputSchema` returned `structuredContent` (kept in the
+    outcome's metadata by `bridges.mcp`): sent as `structuredContent` again, the data an MCP
+    App's View renders. The outcome's own metadata is not changed."""
+    meta = wire.get("_meta")
+    if not isinstance(meta, dict) or "structuredContent" in wire:
+        return
+    metadata = meta.get(METADATA_META)
+    if not isinstance(metadata, dict):
+        return
+    rest = {k: v for k, v in metadata.items() if k != STRUCTURED_KEY}
+    wire["structuredContent"] = metadata[STRUCTURED_KEY]
+    meta = {k: v for k, v in meta.items() if k != METADATA_META}
+    if rest:
+        meta[METADATA_META] = rest
+    if meta:
+        wire["_meta"] = meta
+    else:
+        del wire["_meta"]
 
 
 def error_result(message: str) -> types.CallToolResult:

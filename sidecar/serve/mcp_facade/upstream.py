@@ -3,7 +3,8 @@
 
 Imports `sidecar.location` and the face `bridges.mcp`. Exports `Upstreams`, `Upstream`,
 `list_resources`, `list_templates`, `read_resource`, `list_prompts`, `get_prompt`,
-`complete`, `subscribe`, `send`, `every_page`, `URI_SEP` and `PROMPT_SEP`.
+`complete`, `subscribe`, `send`, `every_page`, `prefixed_uri`, `URI_SEP`, `UI_SCHEME`,
+`UI_EXTENSION` and `PROMPT_SEP`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,20 @@ R = TypeVar("R", bound=BaseModel)
 T = TypeVar("T")
 URI_SEP = "+"
 PROMPT_SEP = "/"
+UI_SCHEME = "ui://"
+"""MCP Apps' scheme (SEP-1865): hosts render only `ui://` URIs, so these keep their scheme and
+take the namespace as their first path segment instead of a `<namespace>+` prefix."""
+UI_EXTENSION = "io.modelcontextprotocol/ui"
+"""MCP Apps' extension identifier, advertised by the facade (`server`)."""
+UI_META_KEY = "ui/resourceUri"
+"""The older flat `_meta` key of a tool's UI resource (`_meta.ui.resourceUri` is the new one)."""
+
+
+def prefixed_uri(namespace: str, uri: str) -> str:
+    """`uri` of the server with `namespace` as clients see it when several servers serve."""
+    if uri.startswith(UI_SCHEME):
+        return f"{UI_SCHEME}{namespace}/{uri[len(UI_SCHEME):]}"
+    return f"{namespace}{URI_SEP}{uri}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +49,7 @@ class Upstream:
     prefixed: bool
 
     def uri_out(self, uri: str) -> str:
-        return f"{self.namespace}{URI_SEP}{uri}" if self.prefixed else uri
+        return prefixed_uri(self.namespace, uri) if self.prefixed else uri
 
     def name_out(self, name: str) -> str:
         return f"{self.namespace}{PROMPT_SEP}{name}" if self.prefixed else name
@@ -46,15 +61,17 @@ class Upstreams:
     Namespacing (only when more than one server is configured; a server whose namespace is ""
     is never prefixed, and neither is anything when there is a single server):
 
-    - resource URI (and URI template) `u` -> `<namespace>+<u>`;
+    - resource URI (and URI template) `u` -> `<namespace>+<u>`, except MCP Apps' `ui://<rest>`
+      -> `ui://<namespace>/<rest>` (it stays `ui://`), also in a tool's `_meta.ui.resourceUri`
+      and `_meta["ui/resourceUri"]` (`tool_meta_out`);
     - prompt name `p` -> `<namespace>/<p>`.
 
-    Reversal: the longest namespace `ns` for which the value starts with `ns+` (URIs) or `ns/`
-    (prompt names) names the server; a value that matches none goes to the server whose
-    namespace is "" (if any), unchanged. URIs in tool results (resource links, embedded
-    resources) are rewritten the same way, for the server whose tool produced them
-    (`rewrite_result_uris`), so that `resources/read` of a link a tool returned reaches that
-    server.
+    Reversal: the longest namespace `ns` for which the value starts with `ns+` (URIs),
+    `ui://ns/` (`ui://` URIs) or `ns/` (prompt names) names the server; a value that matches
+    none goes to the server whose namespace is "" (if any), unchanged. URIs in tool results
+    (resource links, embedded resources) are rewritten the same way, for the server whose tool
+    produced them (`rewrite_result_uris`), so that `resources/read` of a link a tool returned
+    reaches that server.
 
     Listings merge every ready server that advertises the capability, in configuration order,
     in one page. A server that is down is left out of listings; a request aimed at it fails with
@@ -96,11 +113,15 @@ class Upstreams:
         if len(namespaces) == 1:
             return next(iter(namespaces)), value
         best: tuple[str, str] | None = None
+        ui = sep == URI_SEP and value.startswith(UI_SCHEME)
+        head = UI_SCHEME if ui else ""
         for key, ns in namespaces.items():
-            if ns and value.startswith(ns + sep) and (best is None or len(ns) > len(best[1])):
+            start = f"{head}{ns}/" if ui else ns + sep
+            if ns and value.startswith(start) and (best is None or len(ns) > len(best[1])):
                 best = (key, ns)
         if best is not None:
-            return best[0], value[len(best[1]) + len(sep):]
+            cut = len(head) + len(best[1]) + (1 if ui else len(sep))
+            return best[0], head + value[cut:]
         bare = [key for key, ns in namespaces.items() if ns == ""]
         if bare:
             return bare[0], value
@@ -111,8 +132,24 @@ class Upstreams:
         namespaces = self._namespaces()
         namespace = namespaces.get(key)
         if namespace and len(namespaces) > 1:
-            return f"{namespace}{URI_SEP}{uri}"
+            return prefixed_uri(namespace, uri)
         return uri
+
+    def tool_meta_out(self, meta: dict[str, Any], key: str) -> dict[str, Any]:
+        """A tool's `_meta` of server `key` with its MCP Apps UI resource URIs
+        (`_meta.ui.resourceUri`, `_meta["ui/resourceUri"]`) as clients see them; the same
+        object when there is nothing to change."""
+        ui = meta.get("ui")
+        nested = ui.get("resourceUri") if isinstance(ui, dict) else None
+        flat = meta.get(UI_META_KEY)
+        if not isinstance(nested, str) and not isinstance(flat, str):
+            return meta
+        out = dict(meta)
+        if isinstance(ui, dict) and isinstance(nested, str):
+            out["ui"] = {**ui, "resourceUri": self.uri_out(key, nested)}
+        if isinstance(flat, str):
+            out[UI_META_KEY] = self.uri_out(key, flat)
+        return out
 
     def rewrite_result_uris(self, wire: dict[str, Any], key: str) -> None:
         """The URIs of the resource links and embedded resources in a `CallToolResult` (wire
