@@ -39,6 +39,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     create.add_argument("--profile", action="append", required=True, metavar="NAME",
                         help="a profile the token reaches (repeatable)")
     create.add_argument("--label", default="", help="a note to recognise it by")
+    create.add_argument("--user", default=None, metavar="NAME",
+                        help="the user the token belongs to (the history and quotas count "
+                             "its calls as theirs; docs/identities.md)")
     token_sub.add_parser("list", parents=[common], help="the scoped tokens (never secrets)")
     revoke = token_sub.add_parser("revoke", parents=[common], help="revoke a token by id")
     revoke.add_argument("id", help="the token id (tok_...)")
@@ -111,14 +114,15 @@ async def _run(args: argparse.Namespace, state: Path, open_store: OpenTokenStore
         if args.token_command == "create":
             try:
                 secret, record = await create_token(store, profiles=args.profile,
-                                                    label=args.label)
+                                                    label=args.label, user=args.user)
             except TokenError as exc:
                 print(f"sidecar: {exc}", file=sys.stderr)
                 return 2
             if args.json:
                 print(json.dumps({**record.to_json(), "token": secret}))
             else:
-                print(f"token {record.id} for profile(s) {', '.join(record.profiles)}; "
+                owner = f" of user {record.user}" if record.user else ""
+                print(f"token {record.id}{owner} for profile(s) {', '.join(record.profiles)}; "
                       "it is shown only now:", file=sys.stderr)
                 print(secret)
             return 0
@@ -131,7 +135,8 @@ async def _run(args: argparse.Namespace, state: Path, open_store: OpenTokenStore
                       "the state directory's own token reaches everything)", file=sys.stderr)
             for r in records if not args.json else ():
                 made = time.strftime("%Y-%m-%d %H:%M", time.gmtime(r.created_at))
-                print(f"{r.id}  {','.join(r.profiles)}  {made} UTC  {r.label}".rstrip())
+                owner = f"  user {r.user}" if r.user else ""
+                print(f"{r.id}  {','.join(r.profiles)}  {made} UTC{owner}  {r.label}".rstrip())
             return 0
         if await store.revoke(args.id):
             print(f"revoked {args.id}", file=sys.stderr)

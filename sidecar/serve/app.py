@@ -82,7 +82,7 @@ def build_app(
             location.call_listeners.remove(metrics.observe_record)
             location.cancellers.remove(api.cancel_here)
 
-    async def scoped(secret: str) -> tuple[str, frozenset[str]] | None:
+    async def scoped(secret: str) -> tuple[str, frozenset[str], str | None] | None:
         try:
             record = await verify_token(location.stores.tokens, secret)
         except Exception as exc:  # the fleet database down: 503, not a 500
@@ -91,7 +91,9 @@ def build_app(
             if message is None:
                 raise
             raise TokenUnverifiable(message) from exc
-        return (record.id, frozenset(record.profiles)) if record is not None else None
+        if record is None:
+            return None
+        return record.id, frozenset(record.profiles), record.user
 
     def default_profile() -> str:
         return location.profiles.default_name

@@ -63,9 +63,9 @@ SCOPED_API_PATHS = re.compile(r"/v1/(?:tools|snapshots|snapshots/[^/]+/calls|man
 """What a scoped token may reach besides `/mcp` and `/mcp/NAME` of its profiles: listing
 tools, snapshots and calls on them (each checks the profile), and retained text."""
 
-Verifier = Callable[[str], Awaitable[tuple[str, frozenset[str]] | None]]
-"""A presented bearer secret -> its scoped token's id and the profiles it reaches (None: not
-one)."""
+Verifier = Callable[[str], Awaitable[tuple[str, frozenset[str], str | None] | None]]
+"""A presented bearer secret -> its scoped token's id, the profiles it reaches and the user it
+belongs to (None: not one)."""
 IdentityVerifier = Callable[[str], Awaitable["Identity | None"]]
 """A presented bearer secret -> the signed-in person it proves (None: not an access token of
 the configured provider); raises `TokenRefused` (401, its message) or `TokenUnverifiable`."""
@@ -296,13 +296,15 @@ class SecurityMiddleware:
                     await _refuse(send, 401, "unauthorized", "a valid bearer token is required")
                     return
                 _admit(scope)
-                token_id, grant = verified
-                refusal = self._scope_refusal(scope["path"], grant)
+                token_id, grant, user = verified
+                refusal = self._scope_refusal(scope["path"], grant, user)
                 if refusal is not None:
                     await _refuse(send, 403, "forbidden_profile", refusal)
                     return
                 scope[GRANT_KEY] = grant
                 scope[TOKEN_KEY] = token_id
+                if user is not None:  # a user's token: their history, their quotas
+                    scope[USER_KEY], scope[ROLE_KEY] = user, "user"
             else:
                 _admit(scope)
         await self.app(scope, receive, send)
@@ -335,8 +337,12 @@ class SecurityMiddleware:
                 {self._default_profile()})
         await self.app(scope, receive, send)
 
-    def _scope_refusal(self, path: str, grant: frozenset[str]) -> str | None:
-        """Why a scoped token may not reach `path` (None: it may, so far)."""
+    def _scope_refusal(self, path: str, grant: frozenset[str],
+                       user: str | None = None) -> str | None:
+        """Why a scoped token may not reach `path` (None: it may, so far). A token that
+        belongs to a user also reads that user's history (`/v1/calls`)."""
+        if user is not None and path == "/v1/calls":
+            return None
         mcp = MCP_PROFILE_PATH.fullmatch(path)
         if mcp is not None:
             profile = mcp.group(1) or self._default_profile()

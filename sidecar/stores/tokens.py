@@ -1,7 +1,8 @@
 """The token store's port: scoped bearer tokens, each reaching only the profiles it was made
 for, and the helpers that make and check them.
 
-    secret, record = await create_token(tokens, profiles=("coding",), label="ci")
+    secret, record = await create_token(tokens, profiles=("coding",), label="ci",
+                                        user="alice")   # optional: the token is alice's
     await verify_token(tokens, secret)      # -> the record, or None (unknown or revoked)
 
 A secret is `sct_` + 43 URL-safe characters (256 random bits). Only its SHA-256 digest is
@@ -30,6 +31,7 @@ __all__ = ["SECRET_PREFIX", "TokenError", "TokenRecord", "TokenStore", "create_t
 
 SECRET_PREFIX = "sct_"
 _PROFILE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_USER = re.compile(r"[^\s:]{1,256}")
 
 
 class TokenError(SidecarError):
@@ -44,10 +46,16 @@ class TokenRecord:
     profiles: tuple[str, ...]
     label: str
     created_at: float
+    user: str | None = None
+    """The user the token belongs to (docs/identities.md): its calls are that user's in the
+    history and quotas, and it reads that user's history; None: nobody's."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "profiles": list(self.profiles), "label": self.label,
+        data = {"id": self.id, "profiles": list(self.profiles), "label": self.label,
                 "created_at": self.created_at}
+        if self.user is not None:
+            data["user"] = self.user
+        return data
 
 
 class TokenStore(Protocol):
@@ -71,7 +79,7 @@ def digest_of(secret: str) -> str:
 
 
 async def create_token(
-    store: TokenStore, *, profiles: Sequence[str], label: str = ""
+    store: TokenStore, *, profiles: Sequence[str], label: str = "", user: str | None = None
 ) -> tuple[str, TokenRecord]:
     """Make a token that reaches `profiles`; returns (secret, record). The secret is not
     stored anywhere: show it to the user now."""
@@ -80,9 +88,11 @@ async def create_token(
     for name in profiles:
         if not _PROFILE.fullmatch(name):
             raise TokenError(f"{name!r} is not a profile name (1-64 letters, digits, _ or -)")
+    if user is not None and not _USER.fullmatch(user):
+        raise TokenError(f"{user!r} is not a user name (1-256 characters, no space or colon)")
     record = TokenRecord(
         id="tok_" + secrets.token_hex(6), profiles=tuple(dict.fromkeys(profiles)),
-        label=label, created_at=time.time(),
+        label=label, created_at=time.time(), user=user,
     )
     secret = SECRET_PREFIX + secrets.token_urlsafe(32)
     await store.add(record, digest_of(secret))

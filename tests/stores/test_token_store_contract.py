@@ -10,7 +10,13 @@ import pytest
 
 from sidecar.backends.postgres.tokens import PostgresTokenStore
 from sidecar.backends.sqlite.tokens import SqliteTokenStore
-from sidecar.stores.tokens import TokenRecord, TokenStore, create_token, verify_token
+from sidecar.stores.tokens import (
+    TokenError,
+    TokenRecord,
+    TokenStore,
+    create_token,
+    verify_token,
+)
 from tests.fleet.postgres import PostgresServer
 
 pytestmark = pytest.mark.anyio
@@ -94,3 +100,17 @@ async def test_a_token_made_through_one_store_is_found_by_another(
     assert await daemon.revoke(record.id) is True
     assert await verify_token(daemon, secret) is None
     assert await verify_token(cli, secret) is None
+
+
+async def test_a_token_keeps_the_user_it_belongs_to(open_store: OpenStore) -> None:
+    store = await open_store()
+    secret, record = await create_token(store, profiles=("coding",), user="carol")
+    assert record.user == "carol" and record.to_json()["user"] == "carol"
+    assert await verify_token(store, secret) == record
+    reopened = await open_store()
+    assert [r.user for r in await reopened.list()] == ["carol"]
+    nobodys = TokenRecord("tok_n", ("coding",), "", 3.0)
+    await store.add(nobodys, "digest-n")
+    assert (await store.find("digest-n")) == nobodys and "user" not in nobodys.to_json()
+    with pytest.raises(TokenError, match="is not a user name"):
+        await create_token(store, profiles=("coding",), user="user:x")

@@ -34,7 +34,7 @@ class PostgresTokenStore(PostgresStore):
     store)."""
 
     COMPONENT = "tokens"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2
     MIGRATIONS: ClassVar[dict[int, str]] = {1: """
 CREATE TABLE sidecar_tokens (
     id         TEXT PRIMARY KEY,
@@ -43,7 +43,7 @@ CREATE TABLE sidecar_tokens (
     label      TEXT NOT NULL,
     created_at DOUBLE PRECISION NOT NULL
 );
-"""}
+""", 2: "ALTER TABLE sidecar_tokens ADD COLUMN username TEXT"}
 
     def __init__(self, pool: asyncpg.Pool, *, owns_pool: bool = False,
                  location: str = "default") -> None:
@@ -55,9 +55,9 @@ CREATE TABLE sidecar_tokens (
     async def add(self, record: TokenRecord, digest: str) -> None:
         async with self._pool.acquire() as conn:
             await conn.execute(
-                "INSERT INTO sidecar_tokens (id, digest, profiles, label, created_at) VALUES "
-                "($1, $2, $3, $4, $5)", record.id, digest, list(record.profiles), record.label,
-                record.created_at)
+                "INSERT INTO sidecar_tokens (id, digest, profiles, label, created_at, username) "
+                "VALUES ($1, $2, $3, $4, $5, $6)", record.id, digest, list(record.profiles),
+                record.label, record.created_at, record.user)
 
     async def find(self, digest: str) -> TokenRecord | None:
         now = time.monotonic()
@@ -66,7 +66,8 @@ CREATE TABLE sidecar_tokens (
             return cached[1]
         async with self._pool.acquire() as conn:
             row = await conn.fetchrow(
-                "SELECT id, profiles, label, created_at FROM sidecar_tokens WHERE digest = $1",
+                "SELECT id, profiles, label, created_at, username FROM sidecar_tokens "
+                "WHERE digest = $1",
                 digest)
         if row is None:
             self._found.pop(digest, None)
@@ -79,8 +80,8 @@ CREATE TABLE sidecar_tokens (
 
     async def list(self) -> list[TokenRecord]:
         async with self._pool.acquire() as conn:
-            rows = await conn.fetch("SELECT id, profiles, label, created_at FROM sidecar_tokens "
-                                    "ORDER BY created_at, id")
+            rows = await conn.fetch("SELECT id, profiles, label, created_at, username "
+                                    "FROM sidecar_tokens ORDER BY created_at, id")
         return [_record(row) for row in rows]
 
     async def revoke(self, token_id: str) -> bool:
@@ -94,4 +95,5 @@ CREATE TABLE sidecar_tokens (
 
 
 def _record(row: Any) -> TokenRecord:
-    return TokenRecord(row["id"], tuple(row["profiles"]), row["label"], row["created_at"])
+    return TokenRecord(row["id"], tuple(row["profiles"]), row["label"], row["created_at"],
+                       row["username"])

@@ -25,7 +25,8 @@ CREATE TABLE IF NOT EXISTS tokens (
     digest     TEXT NOT NULL UNIQUE,
     profiles   TEXT NOT NULL,      -- space-separated profile names
     label      TEXT NOT NULL,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    username   TEXT                -- the user the token belongs to (NULL: nobody's)
 );
 """
 
@@ -50,6 +51,8 @@ class SqliteTokenStore:
     def _connect(self) -> sqlite3.Connection:
         conn = private_connection(self._path, timeout=10)
         conn.executescript(_SCHEMA)
+        if "username" not in {row[1] for row in conn.execute("PRAGMA table_info(tokens)")}:
+            conn.execute("ALTER TABLE tokens ADD COLUMN username TEXT")  # made before users
         return conn
 
     def _db(self) -> sqlite3.Connection:
@@ -59,19 +62,22 @@ class SqliteTokenStore:
         return conn
 
     async def add(self, record: TokenRecord, digest: str) -> None:
-        row = (record.id, digest, " ".join(record.profiles), record.label, record.created_at)
+        row = (record.id, digest, " ".join(record.profiles), record.label, record.created_at,
+               record.user)
         await self._run(lambda: self._db().execute(
-            "INSERT INTO tokens VALUES (?,?,?,?,?)", row))
+            "INSERT INTO tokens (id, digest, profiles, label, created_at, username) "
+            "VALUES (?,?,?,?,?,?)", row))
 
     async def find(self, digest: str) -> TokenRecord | None:
         rows = await self._run(lambda: self._db().execute(
-            "SELECT id, profiles, label, created_at FROM tokens WHERE digest=?", (digest,)
+            "SELECT id, profiles, label, created_at, username FROM tokens WHERE digest=?",
+            (digest,)
         ).fetchall())
         return _record(rows[0]) if rows else None
 
     async def list(self) -> list[TokenRecord]:
         rows = await self._run(lambda: self._db().execute(
-            "SELECT id, profiles, label, created_at FROM tokens ORDER BY created_at"
+            "SELECT id, profiles, label, created_at, username FROM tokens ORDER BY created_at"
         ).fetchall())
         return [_record(row) for row in rows]
 
@@ -85,5 +91,5 @@ class SqliteTokenStore:
 
 
 def _record(row: tuple[Any, ...]) -> TokenRecord:
-    token_id, profiles, label, created_at = row
-    return TokenRecord(token_id, tuple(profiles.split()), label, created_at)
+    token_id, profiles, label, created_at, user = row
+    return TokenRecord(token_id, tuple(profiles.split()), label, created_at, user)

@@ -4,13 +4,15 @@ no grant); roles on routes; the history records the user and a user reads only t
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from typing import Any
 
 import httpx
 import jwt
 
-from tests.serve.identities.conftest import Daemon, Provider
+from tests.serve.identities.conftest import SIDECAR, Daemon, Provider
 
 
 def call(client: httpx.Client, name: str, args: dict[str, Any], call_id: str,
@@ -153,3 +155,24 @@ def test_the_history_records_the_user_and_a_user_reads_only_their_own(
         assert error(client.get("/v1/calls", params={"user": "bob"})) == (
             403, "forbidden_role",
             "alice has the role user and reads only their own history, not bob's")
+
+
+def test_a_local_token_that_belongs_to_a_user(daemon: Daemon) -> None:
+    made = subprocess.run([*SIDECAR, "token", "create", "--profile", "small", "--user", "carol",
+                           "--json"], env=daemon.env, capture_output=True, text=True,
+                          timeout=60)
+    assert made.returncode == 0, made.stderr
+    secret = json.loads(made.stdout)["token"]
+    assert json.loads(made.stdout)["user"] == "carol"
+    with daemon.client(secret) as carol:
+        assert call(carol, "numbers", {"n": 1}, "carol-1", profile="small").status_code == 200
+        deadline = time.monotonic() + 10
+        while True:
+            rows = carol.get("/v1/calls").json()["calls"]
+            if rows or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert {(r["call_id"], r["username"]) for r in rows} == {("carol-1", "carol")}
+        assert error(carol.get("/v1/calls", params={"user": "alice"}))[:2] == (
+            403, "forbidden_role")
+        assert error(carol.get("/v1/permissions"))[:2] == (403, "forbidden_profile")
