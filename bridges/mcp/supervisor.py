@@ -49,7 +49,7 @@ from bridges.mcp.redact import Redactor
 from bridges.mcp.results import is_transport_loss
 from bridges.mcp.stdio import StderrTail
 from bridges.mcp.transport_state import TransportState
-from bridges.sandbox import pending, prepare
+from bridges.sandbox import PreparationFailed, pending, prepare
 from sidecar.model.errors import RegistrationError
 from sidecar.model.permissions import PermissionGate
 from sidecar.registry.registry import Scope, Tools
@@ -319,7 +319,8 @@ class Supervisor:
         connected_at: float | None = None
         error = ""
         try:
-            await self._prepare_sandbox(config)  # a first download: not in timeouts.startup
+            if not await self._prepare_sandbox(config):  # a download: not in timeouts.startup
+                return 0.0  # reconfigured or restarted meanwhile
             with anyio.CancelScope(deadline=anyio.current_time() + config.timeouts.startup) as s:
                 self._attempt_scope = s
                 async with open_connection(
@@ -370,22 +371,43 @@ class Supervisor:
         self._count_same_failure(error if connected_at is None else None)
         return self._backoff.delay(self._failures)
 
-    async def _prepare_sandbox(self, config: ServerConfig) -> None:
+    async def _prepare_sandbox(self, config: ServerConfig) -> bool:
         """Fetch a sandboxed npx/uvx server's package before its first start, saying so in
-        health (`preparing`); `bridges.sandbox.launchers` bounds it by PREPARE_TIMEOUT."""
+        health (`preparing`), bounded by `bridges.sandbox.PREPARE_TIMEOUT`, not by
+        timeouts.startup; past that, the server counts as settled (a reload or the daemon's
+        start does not wait for a download). False: a new configuration interrupted it."""
         if self.health.sandbox is None or config.command is None:
-            return
+            return True
         argv = [config.command, *config.args]
         what = await anyio.to_thread.run_sync(functools.partial(
             pending, argv, name=self.key, cwd=config.cwd))
         if what is None:
-            return
+            return True
         log.info("[%s] preparing its sandbox: %s", self.key, what)
         self._set(preparing=what)
+        settled, failure = self.settled, None
+
+        async def settle_later() -> None:
+            await anyio.sleep(config.timeouts.startup)
+            settled.set()
+
         try:
-            await prepare(argv, name=self.key, cwd=config.cwd, environ=dict(os.environ))
+            with anyio.CancelScope() as scope:
+                self._attempt_scope = scope
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(settle_later)
+                    try:
+                        await prepare(argv, name=self.key, cwd=config.cwd,
+                                      environ=dict(os.environ))
+                    except PreparationFailed as exc:
+                        failure = exc
+                    tg.cancel_scope.cancel()
         finally:
+            self._attempt_scope = None
             self._set(preparing=None)
+        if failure is not None:
+            raise failure
+        return not scope.cancelled_caught
 
     def _count_same_failure(self, error: str | None) -> None:
         """A server that fails to start the same way `SAME_FAILURE_LIMIT` times in a row will

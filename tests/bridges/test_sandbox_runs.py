@@ -14,11 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from bridges.manifest.loading import ServerConfig
-from bridges.mcp import ServerPool
-from bridges.sandbox import PREPARED, PROTECTED
+from bridges.mcp import ServerHealth, ServerPool
+from bridges.sandbox import PREPARE_TIMEOUT, PREPARED, PROTECTED
 from sidecar import Location, TextContent
 from tests.bridges.helpers import ctx
 from tests.bridges.manifest_tools_support.location import call, manifest_tools, open_location
@@ -152,6 +153,25 @@ async def test_the_published_filesystem_server_works_sandboxed(
         assert "hello" in read.content[0].text  # type: ignore[union-attr]
 
 
+class _Started:
+    """`on_health` of a pool of one server: set once it left `starting`. A first preparation
+    (a download) may outlast timeouts.startup, and the pool then stops waiting for it."""
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+
+    def __call__(self, key: str, health: ServerHealth) -> None:
+        if health.state != "starting":
+            self.event.set()
+
+    async def ready(self, pool: ServerPool, key: str) -> ServerHealth:
+        with anyio.fail_after(PREPARE_TIMEOUT):
+            await self.event.wait()
+        health = pool.health()[key]
+        assert health.state == "ready", health.last_error
+        return health
+
+
 @pytest.fixture(scope="module")
 def prepared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("prepared")
@@ -176,9 +196,9 @@ async def test_npx_starts_sandboxed_from_the_cache_prepared_for_it(
         "command": "npx",
         "args": ["-y", f"@modelcontextprotocol/server-filesystem@{REFERENCE_VERSION}", str(root)],
         "sandbox": {"read": [str(root)]}})
-    async with ServerPool({"fs": config}, location.tools) as pool:
-        health = pool.health()["fs"]
-        assert health.state == "ready", health.last_error
+    started = _Started()
+    async with ServerPool({"fs": config}, location.tools, on_health=started) as pool:
+        health = await started.ready(pool, "fs")
         assert health.preparing is None
         snapshot = location.snapshot()
         note = await snapshot.execute(
@@ -205,9 +225,9 @@ async def test_uvx_starts_sandboxed_from_the_cache_prepared_for_it(
         "command": uvx, "args": ["--from", f"mcp-server-time=={TIME_VERSION}", "python",
                                  str(PROBE)],
         "protocol": "legacy", "sandbox": {"read": [str(PROBE.parent), str(world["state"])]}})
-    async with ServerPool({"p": config}, location.tools) as pool:
-        health = pool.health()["p"]
-        assert health.state == "ready", health.last_error
+    started = _Started()
+    async with ServerPool({"p": config}, location.tools, on_health=started) as pool:
+        await started.ready(pool, "p")
         token = await _probe(location, "read", str(world["state"] / "token"))
         assert token.startswith("error: FileNotFoundError"), token
         key = await _probe(location, "read", str(world["home"] / ".ssh" / "id_ed25519"))
