@@ -276,9 +276,21 @@ async def get_prompt(
     up, original = upstreams.resolve_prompt(params.name)
     result: types.GetPromptResult | types.InputRequiredResult = (
         await up.connection.client.session.send_request(types.GetPromptRequest(
-            params=params.model_copy(update={"name": original})),
+            params=params.model_copy(update={"name": original, "meta": _own_meta(params)})),
             or_input(types.GetPromptResult)))
     return result
+
+
+def _own_meta(params: Any) -> Any:
+    """A request's `_meta` without the caller's protocol envelope (`io.modelcontextprotocol/`
+    keys): the upstream connection stamps its own, and a handshake-era one refuses them."""
+    meta = params.meta
+    if not meta or not any(key.startswith(ENVELOPE_PREFIX) for key in meta):
+        return meta
+    return {key: value for key, value in meta.items() if not key.startswith(ENVELOPE_PREFIX)}
+
+
+ENVELOPE_PREFIX = "io.modelcontextprotocol/"
 
 
 async def complete(
@@ -292,7 +304,8 @@ async def complete(
         up, original = upstreams.resolve_uri(ref.uri)
         new_ref = ref.model_copy(update={"uri": original})
     return await send(up, types.CompleteRequest(
-        params=params.model_copy(update={"ref": new_ref})), types.CompleteResult)
+        params=params.model_copy(update={"ref": new_ref, "meta": _own_meta(params)})),
+        types.CompleteResult)
 
 
 async def subscribe(upstreams: Upstreams, uri: str, *, on: bool) -> tuple[str, str]:
