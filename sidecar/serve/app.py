@@ -114,6 +114,7 @@ def build_app(
     )
     app.state.api = api
     app.state.identities = identities
+    app.state.auth_required = token is not None  # what the MCP Server Cards say
     return app
 
 

@@ -7,7 +7,7 @@ Imports `sidecar.serve.serve_policy`. Exports `SecurityMiddleware`, `load_or_cre
 `token_owner`, `profile_allowed`, `parse_authority`, `host_allowed`, `origin_allowed`,
 `request_problem`, `TokenUnverifiable`, `TokenRefused` and the scope keys and paths
 (`TOKEN_KEY`, `GRANT_KEY`, `ADMIT_KEY`, `USER_KEY`, `ROLE_KEY`, `MCP_PROFILE_PATH`,
-`LOGIN_CALLBACK_PATH`, `SCOPED_API_PATHS`, `TOKEN_FILE`, `LOCAL_HOSTS`).
+`LOGIN_CALLBACK_PATH`, `SERVER_CARD_PATH`, `SCOPED_API_PATHS`, `TOKEN_FILE`, `LOCAL_HOSTS`).
 """
 
 from __future__ import annotations
@@ -59,6 +59,11 @@ MCP_PROFILE_PATH = re.compile(r"/mcp(?:/([A-Za-z0-9_-]{1,64}))?")
 LOGIN_CALLBACK_PATH = re.compile(r"/v1/auth/[^/]+/callback")
 """The browser's OAuth redirect (`SIDECAR_PUBLIC_URL`): it carries no bearer token; the
 login's `state` authorizes it (`sidecar.serve.auth_api`)."""
+SERVER_CARD_PATH = re.compile(
+    r"/\.well-known/mcp/(?:server-card(?:\.json)?(?:/[^/]+)?|catalog\.json)"
+    r"|/mcp(?:/[^/]+)?/server-card")
+"""MCP Server Cards and their catalog (`mcp_facade.server_card`): public metadata read before
+a client connects, so no token is asked for."""
 SCOPED_API_PATHS = re.compile(r"/v1/(?:tools|snapshots|snapshots/[^/]+/calls|managed/[^/]+)")
 """What a scoped token may reach besides `/mcp` and `/mcp/NAME` of its profiles: listing
 tools, snapshots and calls on them (each checks the profile), and retained text."""
@@ -228,7 +233,8 @@ class SecurityMiddleware:
       `forbidden_role`), their grant which profiles; a refused token is 401 with the reason
       (wrong audience, expired, another issuer, no grant). docs/identities.md.
     - The OAuth login callback (`GET /v1/auth/NAME/callback`) needs no token: the browser's
-      redirect has none; the login's single-use `state` is what authorizes it.
+      redirect has none; the login's single-use `state` is what authorizes it. Nor do the MCP
+      Server Cards and their catalog (GET of `SERVER_CARD_PATH`): public by design.
     """
 
     def __init__(
@@ -275,6 +281,7 @@ class SecurityMiddleware:
             path == self._own_auth or path.startswith(self._own_auth + "/"))
         if self._token is not None and path not in self._open and not own and (
             LOGIN_CALLBACK_PATH.fullmatch(path) is None
+            and (SERVER_CARD_PATH.fullmatch(path) is None or scope["method"] != "GET")
         ):
             given = headers.get("authorization", "")
             scheme, _, value = given.partition(" ")

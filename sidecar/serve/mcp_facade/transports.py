@@ -27,6 +27,7 @@ from starlette.types import Receive, Scope, Send
 from sidecar.serve.mcp_facade.http_fastpath import HttpFastPath, guard_depth
 from sidecar.serve.mcp_facade.profile_routes import ProfileEndpoints, http_manager
 from sidecar.serve.mcp_facade.server import McpFacade, new_session_id
+from sidecar.serve.mcp_facade.server_card import card_routes
 from sidecar.serve.mcp_facade.stdio_fastpath import FastCalls
 from sidecar.serve.mcp_facade.stdio_pipes import pipe_wire, pipes_available
 
@@ -105,6 +106,8 @@ def mcp_http(location: Location) -> tuple[list[BaseRoute], AbstractAsyncContextM
     endpoint = McpEndpoint(manager, fast_path)
     routes: list[BaseRoute] = [
         Route(MCP_PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"]),
+        # the cards before the profiles: `/mcp/server-card` is not a profile
+        *card_routes(location, lambda: facade.server.extensions, facade.server.version),
         Route(MCP_PATH + "/{profile}", endpoint=profiles, methods=["GET", "POST", "DELETE"]),
     ]
     return routes, lifespan()
