@@ -136,7 +136,7 @@ class CommandCall:
                     spec = dataclasses.replace(spec, argv=tuple(
                         await sandbox.enter_async_context(sandboxed(
                             self._sandbox, argv, cwd=cwd, env=self._sandbox_env(env),
-                            name=tool))))
+                            name=tool, entry=f"tool:{tool}"))))
                 running = await spawn(spec)
             except OSError as exc:
                 if exc.errno in _DAEMON_OUT_OF:

@@ -91,15 +91,17 @@ async def sandboxed(
     env: Mapping[str, str],
     name: str,
     owner: object = None,
+    entry: str | None = None,
 ) -> AsyncIterator[list[str]]:
     """The argv that runs `argv` in `config`'s sandbox, valid (its egress proxy serving)
-    until exit. `env`: what the entry sets itself; `name` names it in the proxy's log and
-    its prepared cache. Raises SandboxUnavailable, PreparationFailed, or FileNotFoundError
-    when the program is not found."""
+    until exit. `env`: what the entry sets itself; `name` names it in the proxy's log;
+    `entry` keys its prepared cache (`launchers`; default: `name`). Raises
+    SandboxUnavailable, PreparationFailed, or FileNotFoundError when the program is not
+    found."""
     bwrap, prlimit = await _tools()
     argv = list(argv)
     environ = dict(os.environ)
-    prepared = await prepare(argv, name=name, cwd=cwd, environ=environ)
+    prepared = await prepare(argv, name=entry or name, cwd=cwd, environ=environ)
     async with AsyncExitStack() as stack:
         socket = None
         allowed = allowed_destinations(config)

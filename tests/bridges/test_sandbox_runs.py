@@ -237,6 +237,28 @@ async def test_uvx_starts_sandboxed_from_the_cache_prepared_for_it(
     assert (prepared_caches / PREPARED.entry_dir("p").name / "uv").is_dir()
 
 
+async def test_a_command_through_uvx_runs_from_its_own_prepared_cache(
+    tmp_path: Path, world: dict[str, Path], prepared_dir: Path
+) -> None:
+    """A `command` tool prepares at its first call, in a cache of its own (`tool:NAME`)."""
+    uvx = str(Path(sys.executable).with_name("uvx"))
+    script = ("import os, sys, mcp_server_time; print(mcp_server_time.__name__); "
+              "print('token', os.path.exists(sys.argv[1]))")
+    entries = {"peek": {"kind": "command", "description": "d", "input": NOTHING,
+                        "argv": [uvx, "--from", f"mcp-server-time=={TIME_VERSION}", "python",
+                                 "-c", script, str(world["state"] / "token")],
+                        "sandbox": {"read": [str(world["state"])]}}}
+    (tmp_path / "loc").mkdir()
+    async with open_location(tmp_path / "loc") as location:
+        PREPARED.use(prepared_dir)
+        async with manifest_tools(location, entries):
+            outcome = await call(location, "peek", {})
+    assert outcome.status == "completed", outcome.error
+    text = outcome.content[0].text  # type: ignore[union-attr]
+    assert text.split() == ["mcp_server_time", "token", "False"], text
+    assert (PREPARED.entry_dir("tool:peek") / "uv").is_dir()
+
+
 def _sh(script: str, **sandbox: Any) -> dict[str, Any]:
     return {"kind": "command", "description": "d", "input": NOTHING,
             "argv": ["/bin/sh", "-c", script], "sandbox": sandbox or True}
