@@ -2,8 +2,10 @@
 file in WAL mode (`<state>/outcomes.sqlite`).
 
 One thread owns the connection (`SqliteOwner`); work queued while it was busy is committed
-together (group commit) and every caller is answered after that commit, so an outcome is
-durable (WAL, `synchronous=NORMAL`: it survives SIGKILL) before its answer leaves. Retention
+together (group commit), and a record made while it is idle commits inline on the caller's
+thread; every caller is answered after its commit, so an outcome is durable (WAL,
+`synchronous=NORMAL`: it survives SIGKILL) before its answer leaves. Starts go to a journal
+file (`StartJournal`) before the call runs. Retention
 prunes in small batches on that thread, leaving tombstones; a Bloom filter of settled keys
 (`SettledFilter`) answers "never settled" without a trip to SQLite. See `README.md` of this package.
 
@@ -26,6 +28,7 @@ from typing import Any, TypeVar
 
 from sidecar.backends.sqlite.files import private_connection
 from sidecar.backends.sqlite.owner import SqliteOwner
+from sidecar.backends.sqlite.start_journal import StartJournal
 from sidecar.backends.sqlite.wal import (
     CHECKPOINT_EVERY,
     DEFAULT_IDLE_SECONDS,
@@ -155,6 +158,8 @@ class SqliteOutcomeLog:
         self._outcomes = 0
         self._expired = 0
         self._pruned = 0
+        self._journal: StartJournal | None = None
+        """The starts of running calls (event loop only), opened with the log."""
         self._unrecorded: dict[tuple[str, str], tuple[str, str, str]] = {}
         """Calls that ran but whose outcome could not be recorded: (tool, fingerprint, why)."""
         self._owner: SqliteOwner[None] = SqliteOwner(
@@ -189,19 +194,33 @@ class SqliteOutcomeLog:
             log._pruner = asyncio.create_task(log._prune_forever(), name=f"outcome-prune {path}")
         return log
 
-    async def _run(self, fn: Callable[[], T]) -> T:
+    async def _run(self, fn: Callable[[], T], *, inline: bool = True) -> T:
+        """`fn` on the writer's connection: inline when the writer thread is idle (a
+        statement and its commit: `SqliteOwner.run_inline`), else on that thread."""
         if self._closed:
             raise OutcomeLogError(f"outcome log {self._path}: closed")
         try:
-            return await self._owner.submit(fn)
+            done = self._owner.run_inline(fn) if inline else None
+            if done is None:
+                return await self._owner.submit(fn)
+            ok, value = done
+            if not ok:
+                raise value
+            return value  # type: ignore[no-any-return]
         except (sqlite3.Error, OSError) as exc:
             raise OutcomeLogError(f"outcome log {self._path}: {exc}") from exc
 
     async def _opened(self) -> None:
         try:
             await self._owner.open(self._connect)
+            self._journal = StartJournal(self._starts_path)
+            self._journal.empty()  # `_connect` turned what it held into outcomes
         except (sqlite3.Error, OSError) as exc:
             raise OutcomeLogError(f"outcome log {self._path}: {exc}") from exc
+
+    @property
+    def _starts_path(self) -> Path:
+        return self._path.with_name(self._path.name + "-starts")
 
     def _connect(self) -> sqlite3.Connection:
         """On the owner thread: the connection, the schema migrated, the filter loaded."""
@@ -232,20 +251,29 @@ class SqliteOutcomeLog:
     def _interrupt_started(self, conn: sqlite3.Connection) -> None:
         """Calls the last process started and never settled (it was killed, or could not
         record them) become `interrupted` outcomes: a retry answers that, never runs them
-        again, and `GET /v1/calls/{id}` shows it."""
+        again, and `GET /v1/calls/{id}` shows it. The starts are in the journal
+        (`StartJournal`) and, in logs written before it, in the `started` table."""
         rows = conn.execute(
             "SELECT location, call_id, tool, fingerprint, started_at FROM started").fetchall()
+        rows += [tuple(start) for start in StartJournal.read(self._starts_path)]
+        interrupted = 0
         for location, call_id, tool, fingerprint, started_at in rows:
+            if conn.execute(  # settled, or settled and pruned since
+                    "SELECT 1 FROM outcomes WHERE location=? AND call_id=? UNION ALL "
+                    "SELECT 1 FROM expired WHERE location=? AND call_id=?",
+                    (location, call_id, location, call_id)).fetchone() is not None:
+                continue
             outcome = interrupted_outcome(str(call_id), str(tool), float(started_at),
                                           "the daemon stopped before it settled")
             body = json.dumps(outcome.to_json(include_output=False), ensure_ascii=False)
-            conn.execute(
+            interrupted += conn.execute(  # (a call in both places: once)
                 f"INSERT OR IGNORE INTO outcomes ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (location, call_id, "", "", "", tool, "error", body, time.time(), fingerprint))
-        if rows:
-            conn.execute("DELETE FROM started")
+                (location, call_id, "", "", "", tool, "error", body, time.time(), fingerprint),
+            ).rowcount
+        conn.execute("DELETE FROM started")
+        if interrupted:
             logger.warning("%d call(s) had started and not settled when the daemon stopped; "
-                           "they are recorded as interrupted", len(rows))
+                           "they are recorded as interrupted", interrupted)
 
     def _db(self) -> sqlite3.Connection:
         conn = self._owner.connection
@@ -264,11 +292,9 @@ class SqliteOutcomeLog:
 
         def write() -> tuple[str, str] | None:
             db = self._db()
-            inserted = db.execute(
+            inserted = db.execute(  # one statement: its own commit (autocommit, inline)
                 f"INSERT OR IGNORE INTO outcomes ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)", row
             ).rowcount
-            db.execute("DELETE FROM started WHERE location=? AND call_id=?",
-                       (location, outcome.call_id))
             self._settled.add(location, outcome.call_id)
             if inserted:
                 self._outcomes += 1
@@ -285,16 +311,18 @@ class SqliteOutcomeLog:
             self._unrecorded[(location, outcome.call_id)] = (
                 outcome.tool, fingerprint, f"its outcome could not be recorded ({exc})")
             raise
+        if self._journal is not None:
+            self._journal.settled(location, outcome.call_id)
         if existing is None:
             return outcome
         return replayed_outcome(outcome.call_id, existing, fingerprint)
 
     async def claim(self, location: str, call_id: str, fingerprint: str = "",
                     tool: str = "") -> Outcome | None:
-        """`get`, then the call's start is written (behind: the writer commits it with its
-        next batch, before the call's outcome) so that a call the daemon was killed under
-        is known at the next open (`_interrupt_started`). The seam's in-flight map is the
-        claim between the callers of this process."""
+        """`get`, then the call's start is appended to the journal, before the call runs, so
+        that a call the daemon was killed under is known at the next open
+        (`_interrupt_started`). The seam's in-flight map is the claim between the callers of
+        this process."""
         stored = await self.get(location, call_id, fingerprint)
         if stored is not None:
             return stored
@@ -304,21 +332,21 @@ class SqliteOutcomeLog:
             if fingerprint and recorded_print and fingerprint != recorded_print:
                 raise CallIdConflict(call_id)
             return interrupted_outcome(call_id, tool, time.time(), reason)
-        self._write_behind(functools.partial(
-            _start, location, call_id, tool, fingerprint, time.time()))
+        if self._journal is not None:
+            try:
+                self._journal.start(location, call_id, tool, fingerprint, time.time())
+            except OSError as exc:  # the call runs; only a kill meanwhile would go unnoticed
+                logger.warning("recording the start of call %r failed: %s", call_id, exc)
         return None
 
     async def release(self, location: str, call_id: str) -> None:
         """Forget the call's start (cancelled before it settled: a duplicate may run it),
         unless its outcome could not be recorded (then it stays `interrupted`)."""
-        if (location, call_id) not in self._unrecorded:
-            self._write_behind(functools.partial(_unstart, location, call_id))
-
-    def _write_behind(self, job: Callable[[sqlite3.Connection], None]) -> None:
-        if self._closed or self._owner.connection is None:
-            return
-        future = self._owner.submit(lambda: job(self._db()))
-        future.add_done_callback(_log_failed_start)
+        if (location, call_id) not in self._unrecorded and self._journal is not None:
+            try:
+                self._journal.release(location, call_id)
+            except OSError as exc:
+                logger.warning("releasing call %r failed: %s", call_id, exc)
 
     async def holder(self, location: str, call_id: str) -> str | None:
         return None  # no claims (see `claim`)
@@ -363,7 +391,7 @@ class SqliteOutcomeLog:
         limit = min(self._prune_batch, 16)  # grows while batches are quick
         while True:
             pruned, took = await self._run(
-                functools.partial(self._prune_batch_sync, cutoff, limit))
+                functools.partial(self._prune_batch_sync, cutoff, limit), inline=False)
             total += pruned
             if pruned < limit:
                 return total
@@ -427,6 +455,8 @@ class SqliteOutcomeLog:
             pruner.cancel()
             await asyncio.wait([pruner])
         await self._owner.close()
+        if self._journal is not None:
+            self._journal.close()
 
     def _stop_keeper(self) -> None:
         """On the owner thread, before the connection closes (which checkpoints the rest)."""
@@ -434,20 +464,3 @@ class SqliteOutcomeLog:
         self._owner.upkeep = None
         if keeper is not None:
             keeper.stop()
-
-
-def _start(location: str, call_id: str, tool: str, fingerprint: str, started_at: float,
-           db: sqlite3.Connection) -> None:
-    db.execute("INSERT OR REPLACE INTO started VALUES (?,?,?,?,?)",
-               (location, call_id, tool, fingerprint, started_at))
-
-
-def _unstart(location: str, call_id: str, db: sqlite3.Connection) -> None:
-    db.execute("DELETE FROM started WHERE location=? AND call_id=?", (location, call_id))
-
-
-def _log_failed_start(future: asyncio.Future[None]) -> None:
-    if not future.cancelled() and (exc := future.exception()) is not None:
-        logger.warning("recording a call's start failed: %s", exc)
-
-

@@ -27,6 +27,9 @@ CATCH_UP_FRAMES = 256
 """Over the cap, PASSIVE rounds repeat (at most `CATCH_UP_ROUNDS`) until one copies at most
 this many frames (1 MiB of 4 KiB pages) before the writer is asked to truncate."""
 
+STAT_EVERY = 8
+"""Records between two looks at the WAL file's size."""
+
 DEFAULT_IDLE_SECONDS = 1.0
 
 logger = logging.getLogger("sidecar.backends.sqlite.wal")
@@ -85,6 +88,7 @@ class WalKeeper:
         self.cap_bytes = cap_bytes
         self._idle = idle_seconds
         self._unchecked = 0
+        self._unstatted = 0
         self._seen_changes = 0
         self._clean_changes = 0  # the writer's `total_changes` at its last truncation
         self._last_write = 0.0
@@ -108,7 +112,10 @@ class WalKeeper:
 
     # --- writer thread ---------------------------------------------------------------
 
-    def after_batch(self, conn: sqlite3.Connection | None, records: int) -> None:
+    def after_batch(self, conn: sqlite3.Connection | None, records: int, *,
+                    owner: bool = True) -> None:
+        """After a batch of `records`; `owner=False` after a job run inline on another thread
+        (`SqliteOwner.run_inline`), which never truncates: it asks the writer thread to."""
         if conn is None:
             return
         changes = conn.total_changes
@@ -117,12 +124,24 @@ class WalKeeper:
             self._last_write = time.monotonic()
         self._unchecked += records
         if self._truncate_due:
-            self._truncate(conn)
-        elif self._unchecked >= CHECKPOINT_EVERY or file_size(self._wal) > self.cap_bytes:
-            # Large records fill the cap long before `CHECKPOINT_EVERY` of them: one `stat`
-            # per batch (about a microsecond) catches that.
+            if owner:
+                self._truncate(conn)
+        elif self._unchecked >= CHECKPOINT_EVERY or self._over_cap(records):
             self._unchecked = 0
             self._wake.set()
+
+    def _over_cap(self, records: int) -> bool:
+        """Large records fill the cap long before `CHECKPOINT_EVERY` of them: a `stat` every
+        `STAT_EVERY` records (each a few µs, as much as the rest of the upkeep) catches that."""
+        self._unstatted += records
+        if self._unstatted < STAT_EVERY:
+            return False
+        self._unstatted = 0
+        return file_size(self._wal) > self.cap_bytes
+
+    def inline_ok(self) -> bool:
+        """False while a truncation is due: only the writer thread runs one."""
+        return not self._truncate_due
 
     def idle_wait(self, conn: sqlite3.Connection | None) -> float | None:
         """How long the writer may wait for work before `on_idle` (None: as long as it likes)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -71,7 +72,7 @@ async def test_one_failing_job_in_a_batch_fails_only_its_caller(tmp_path):
     log = await SqliteOutcomeLog.open(tmp_path / "outcomes.sqlite")
     gate = threading.Event()
     try:
-        busy = log._run(gate.wait)  # holds the worker so the next jobs queue up as one batch
+        busy = log._run(gate.wait, inline=False)  # holds the worker: the next jobs batch up
         first = asyncio.ensure_future(log.record(
             "loc", Outcome(call_id="ok-1", tool="t", status="completed"),
             ToolContext("s", "a", "m", "ok-1")))
@@ -202,3 +203,44 @@ async def test_a_call_whose_outcome_could_not_be_recorded_is_interrupted_not_run
         assert await reopened.claim("loc", "fresh", "p", "t") is None
     finally:
         await reopened.aclose()
+
+
+async def test_starts_left_by_a_killed_process_become_interrupted_once(tmp_path: Path) -> None:
+    """The journal's starts and, from logs written before it, rows of the `started` table:
+    those without an outcome become `interrupted` at the next open; a start whose outcome was
+    recorded, or recorded and pruned since, changes nothing."""
+    path = tmp_path / "outcomes.sqlite"
+    log = await SqliteOutcomeLog.open(path, retention_seconds=3600)
+    try:
+        assert await log.claim("loc", "pruned", "fp", "echo") is None
+        await log.record("loc", Outcome(call_id="pruned", tool="echo", status="completed"),
+                         ToolContext("s", "a", "m", "pruned"), "fp")
+        assert await log.prune(time.time() + 1) == 1
+        assert await log.claim("loc", "settled", "fp", "echo") is None
+        await log.record("loc", Outcome(call_id="settled", tool="echo", status="completed"),
+                         ToolContext("s", "a", "m", "settled"), "fp")
+        assert await log.claim("loc", "running", "fp", "deploy") is None
+        await log._run(lambda: log._db().execute(
+            "INSERT INTO started VALUES ('loc', 'legacy', 'migrate', 'fp', 1.0)"))
+    finally:  # "running" never settles nor is released: as after a kill
+        await log.aclose()
+    reopened = await SqliteOutcomeLog.open(path, retention_seconds=3600)
+    try:
+        for call_id, tool in (("running", "deploy"), ("legacy", "migrate")):
+            stored = await reopened.get("loc", call_id, "fp")
+            assert stored is not None and stored.error is not None, call_id
+            assert stored.error.kind == "interrupted" and f"({tool})" in stored.error.message
+        settled = await reopened.get("loc", "settled", "fp")
+        assert settled is not None and settled.status == "completed"
+        pruned = await reopened.get("loc", "pruned", "fp")
+        assert pruned is not None and pruned.error is not None
+        assert pruned.error.kind == "expired"
+        assert await reopened._run(lambda: reopened._db().execute(
+            "SELECT count(*) FROM started").fetchone()[0]) == 0
+    finally:
+        await reopened.aclose()
+    again = await SqliteOutcomeLog.open(path, retention_seconds=3600)
+    try:  # the journal was emptied: nothing is turned into an outcome twice
+        assert (await again.stats()).outcomes == 3
+    finally:
+        await again.aclose()

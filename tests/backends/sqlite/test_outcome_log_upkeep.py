@@ -41,7 +41,7 @@ async def test_after_a_burst_the_wal_is_truncated_under_its_cap_once_the_writer_
     log = await SqliteOutcomeLog.open(path, wal_cap_bytes=cap, idle_seconds=2)
     gate = threading.Event()
     try:
-        busy = asyncio.ensure_future(log._run(gate.wait))
+        busy = asyncio.ensure_future(log._run(gate.wait, inline=False))
         await asyncio.sleep(0.05)  # the writer waits at the gate; the burst queues up behind it
         burst = asyncio.ensure_future(record_many(log, [f"c{i}" for i in range(200)]))
         await asyncio.sleep(0.05)
@@ -148,7 +148,7 @@ async def test_pruning_runs_in_batches_on_the_writer_thread_and_never_blocks_the
     try:
         await record_many(log, [f"old-{i}" for i in range(55)])
         cutoff = time.time()
-        busy = asyncio.ensure_future(log._run(gate.wait))
+        busy = asyncio.ensure_future(log._run(gate.wait, inline=False))
         await asyncio.sleep(0.05)  # the writer waits at the gate
         pruning = asyncio.ensure_future(log.prune(cutoff))
         await asyncio.sleep(0.05)  # the first batch is queued behind the gate...

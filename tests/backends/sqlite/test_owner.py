@@ -111,3 +111,38 @@ async def test_after_close_a_job_fails_with_the_stores_error(
     assert owner.connection is None
     with pytest.raises(Closed, match="the t store is closed"):
         await owner.run(lambda: 1)
+
+
+async def test_an_idle_owner_runs_a_job_inline_and_a_busy_one_keeps_the_order(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    """`run_inline` runs on the caller's thread only when nothing submitted before it is
+    queued or running; otherwise it declines and the job is submitted behind the others."""
+    path = tmp_path / "t.sqlite"
+    owner: SqliteOwner[None] = SqliteOwner("t", closed=Closed, group_commit=True)
+    await owner.open(lambda: connect(path))
+    db = owner.connection
+    assert db is not None
+    here = threading.get_ident()
+    done = owner.run_inline(lambda: (threading.get_ident(), db.execute(
+        "INSERT INTO t VALUES (1)").rowcount))
+    assert done == (True, (here, 1))
+    failed = owner.run_inline(lambda: db.execute("INSERT INTO missing VALUES (1)"))
+    assert failed is not None and failed[0] is False
+    assert isinstance(failed[1], sqlite3.OperationalError)
+
+    gate = threading.Event()
+    busy = owner.submit(gate.wait)
+    queued = owner.submit(lambda: db.execute("INSERT INTO t VALUES (2)").rowcount)
+    assert owner.run_inline(lambda: db.execute("INSERT INTO t VALUES (3)")) is None
+    later = owner.submit(lambda: db.execute("INSERT INTO t VALUES (3)").rowcount)
+    gate.set()
+    assert await busy is True and await queued == 1 and await later == 1
+    assert rows(path) == [1, 2, 3]  # the declined job ran after the ones before it
+    for _ in range(100):  # the thread has answered them all: inline again
+        if (inline := owner.run_inline(lambda: threading.get_ident())) is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert inline == (True, here)
+    await owner.close()
+    assert owner.run_inline(lambda: 1) is None
