@@ -9,15 +9,16 @@ Anything else (a refused connection, the timeout, another status, an answer that
 of these) is a `HookError`; the guardrail's `on_error` decides what the call gets then. The
 client ignores proxy variables (`trust_env=False`): a guard is a service of the deployment.
 
-Imports httpx only. Exports `GuardHook`, `Verdict` and `HookError`.
+Imports httpx (when a guard is first asked) only. Exports `GuardHook`, `Verdict` and `HookError`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
 MAX_REASON_CHARS = 2000
 
@@ -48,6 +49,8 @@ class GuardHook:
         self._client: httpx.AsyncClient | None = None
 
     async def ask(self, url: str, seconds: float, payload: dict[str, Any]) -> Verdict:
+        import httpx  # here: a daemon without a hook (or HTTP tools) never imports it
+
         if self._client is None:
             self._client = httpx.AsyncClient(trust_env=False, follow_redirects=False)
         try:
