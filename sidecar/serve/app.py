@@ -103,7 +103,8 @@ def build_app(
 
     app = Starlette(
         routes=[*api.routes(), *UpstreamApi(location).routes(),
-                *console_routes(location, events, token, api.auth.begin, ring), *extra_routes],
+                *console_routes(location, events, token, api.auth.begin, ring, identities),
+                *extra_routes],
         middleware=[Middleware(ReplicaHeader), Middleware(
             SecurityMiddleware, token=token, allowed_hosts=allowed_hosts, scoped=scoped,
             identify=identities.identify, route_refusal=refusal,

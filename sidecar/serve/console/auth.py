@@ -24,6 +24,10 @@ class ConsoleSession:
     expires: float
     label: str = ""
     """The session id the console's own tool runs carry (`console-...`: not a secret)."""
+    user: str | None = None
+    """Who signed in through the identity provider (None: the daemon's token)."""
+    role: str = "admin"
+    """Their role (docs/identities.md); the daemon's token is `admin`."""
 
 
 class ConsoleSessions:
@@ -40,14 +44,14 @@ class ConsoleSessions:
             return True
         return hmac.compare_digest(given.strip().encode(), self._token)
 
-    def start(self, response: Response) -> None:
+    def start(self, response: Response, user: str | None = None, role: str = "admin") -> None:
         now = time.monotonic()
         self._sessions = {k: s for k, s in self._sessions.items() if s.expires > now}
         while len(self._sessions) >= MAX_SESSIONS:
             del self._sessions[next(iter(self._sessions))]
         sid = secrets.token_urlsafe(32)
         self._sessions[sid] = ConsoleSession(secrets.token_urlsafe(24), now + SESSION_SECONDS,
-                                             _label())
+                                             _label(), user, role)
         response.set_cookie(COOKIE, sid, max_age=SESSION_SECONDS, path="/ui", httponly=True,
                             samesite="strict")
 

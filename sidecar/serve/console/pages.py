@@ -86,8 +86,12 @@ def _focusable(body: str) -> str:
     return body.replace("<pre>", "<pre tabindex=0>").replace("<pre ", "<pre tabindex=0 ")
 
 
-def login_page(error: str | None) -> str:
+def login_page(error: str | None, provider: str | None = None) -> str:
+    """The token form; with `[auth.oidc]`, a sign-in link to the identity provider above it."""
     message = f'<p class="bad">{e(error)}</p>' if error else ""
+    if provider is not None:
+        message += (f'<p class=card><a id=oidc-login href="/ui/login/oidc">Sign in with '
+                    f"{e(provider)}</a></p>")
     body = (f"{message}<form method=post action=/ui/login class=card><label>Token "
             f"<input type=password name=token autocomplete=current-password autofocus "
             f"size=48></label> <button>log in</button><p class=muted>The bearer token is in "
@@ -219,7 +223,7 @@ def asks_page(asks: Sequence[Any], csrf: str) -> str:
     return "".join(cards)
 
 
-HISTORY_FILTERS = ("tool", "server", "status", "session", "agent", "since", "until")
+HISTORY_FILTERS = ("tool", "server", "status", "session", "agent", "user", "since", "until")
 
 
 def calls_page(rows: Sequence[Any], filters: Mapping[str, str], next_cursor: str | None) -> str:
@@ -278,7 +282,10 @@ def history_row(r: Any) -> list[str]:
         {"session": r.session_id, "at": int(r.started_at)})
     return [f"<span>{day}</span> <span>{moment}</span>",
             f'<a href="{e(link)}"><code>{e(r.call_id)}</code></a>',
-            server + e(r.tool), e(r.session_id), e(r.agent), status, e(r.duration_ms),
+            server + e(r.tool), e(r.session_id),
+            e(r.agent) + (f' <span class=muted>({e(r.username)})</span>'
+                          if getattr(r, "username", None) else ""),
+            status, e(r.duration_ms),
             f"{e(r.input_bytes)} / {e(r.content_bytes)}",
             refs, f"<code>{e(_cut(shown, INPUT_SHOWN))}</code>"]
 

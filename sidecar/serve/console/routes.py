@@ -28,6 +28,8 @@ from sidecar.serve.console.auth import ConsoleSession, ConsoleSessions
 from sidecar.serve.console.detail_pages import ALL_TOOLS
 from sidecar.serve.console.detail_routes import BadInput, DetailPages
 from sidecar.serve.console.minute_ring import MinuteRing
+from sidecar.serve.console.oidc_login import BINDING_COOKIE, OidcLogins, SignInFailed
+from sidecar.serve.identities import Identities
 from sidecar.serve.tool_tokens import tool_tokens
 from sidecar.stores.call_history import CallQuery, InvalidQuery
 from sidecar.stores.database_down import database_label, unavailable_message
@@ -123,14 +125,22 @@ def _events_url(events: EventLog) -> str:
     return f"/ui/events?after={events.last_id}"
 
 
+USER_PAGES = ("/ui", "/ui/tools", "/ui/calls", "/ui/calls.jsonl", "/ui/managed",
+              "/ui/logout")
+"""What a console session of the role `user` reaches (its own history only); operators and
+admins reach every page."""
+
+
 class Console:
     def __init__(self, location: Location, events: EventLog, token: str | None,
-                 begin_login: BeginLogin | None = None, ring: MinuteRing | None = None) -> None:
+                 begin_login: BeginLogin | None = None, ring: MinuteRing | None = None,
+                 identities: Identities | None = None) -> None:
         self.location = location
         self.events = events
         self.sessions = ConsoleSessions(token)
         self.begin_login = begin_login
         self.details = DetailPages(location, _page, ring)
+        self.oidc = OidcLogins(identities) if identities is not None else None
 
     def routes(self) -> list[BaseRoute]:
         def g(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -138,6 +148,8 @@ class Console:
 
         return [
             Route("/ui/login", _secured(self.login), methods=["GET", "POST"]),
+            Route("/ui/login/oidc", _secured(self.oidc_begin), methods=["GET"]),
+            Route("/ui/login/callback", _secured(self.oidc_callback), methods=["GET"]),
             Route("/ui/logout", g(self.logout), methods=["POST"]),
             Route("/ui", g(self.servers), methods=["GET"]),
             Route("/ui/servers/{name}/login", g(self.server_login), methods=["POST"]),
@@ -161,6 +173,12 @@ class Console:
                 if request.method == "GET" and request.url.path != "/ui/events":
                     return RedirectResponse("/ui/login", status_code=303)
                 return Response("log in first", status_code=401)
+            if session.role == "user" and not (
+                    request.url.path in USER_PAGES or request.url.path.startswith(
+                        "/ui/managed/")):
+                return _page("Not for your role", f'<p class="bad">{pages.e(session.user)} has '
+                             f"the role user: this page is for operators.</p>", session, "",
+                             status=403)
             if request.method == "POST":
                 form = await request.form()
                 given = form.get("csrf")
@@ -185,7 +203,7 @@ class Console:
         if request.method == "GET":
             if self.sessions.session(request) is not None:
                 return RedirectResponse("/ui", status_code=303)
-            return HTMLResponse(pages.login_page(None))
+            return HTMLResponse(pages.login_page(None, self._provider()))
         try:
             token = await _login_token(request)
         except (_TooLarge, ValueError):
@@ -197,6 +215,38 @@ class Console:
                                 status_code=401)
         response = RedirectResponse("/ui", status_code=303)
         self.sessions.start(response)
+        return response
+
+    def _provider(self) -> str | None:
+        return self.oidc.provider if self.oidc is not None else None
+
+    async def oidc_begin(self, request: Request) -> Response:
+        if self.oidc is None:
+            return HTMLResponse(pages.login_page("no identity provider is configured"), 404)
+        try:
+            url, binding = await self.oidc.begin(request)
+        except SignInFailed as exc:
+            return HTMLResponse(pages.login_page(str(exc), self._provider()), status_code=503)
+        response = RedirectResponse(url, status_code=303)
+        response.set_cookie(BINDING_COOKIE, binding, max_age=600, path="/ui/login",
+                            httponly=True, samesite="lax")
+        return response
+
+    async def oidc_callback(self, request: Request) -> Response:
+        if self.oidc is None:
+            return HTMLResponse(pages.login_page("no identity provider is configured"), 404)
+        try:
+            identity = await self.oidc.finish(request)
+        except SignInFailed as exc:
+            return HTMLResponse(pages.login_page(str(exc), self._provider()), status_code=401)
+        # A page, not a redirect: the session cookie is SameSite=Strict, and a browser does
+        # not send it on a redirect chain that began at the provider's site.
+        response = HTMLResponse(pages.layout("Signed in", (
+            f'<meta http-equiv="refresh" content="0;url=/ui"><p>Signed in as '
+            f"<strong id=signed-in>{pages.e(identity.user)}</strong> ({pages.e(identity.role)}). "
+            f'<a href="/ui">Continue to the console</a></p>'), csrf=None))
+        self.sessions.start(response, identity.user, identity.role)
+        response.delete_cookie(BINDING_COOKIE, path="/ui/login", httponly=True, samesite="lax")
         return response
 
     async def logout(self, request: Request, session: ConsoleSession) -> Response:
@@ -254,7 +304,8 @@ class Console:
             body = '<p class="muted">This daemon keeps no call history.</p>'
         else:
             try:
-                rows, cursor = await history.query(CallQuery.from_params(request.query_params))
+                query = _own(session, CallQuery.from_params(request.query_params))
+                rows, cursor = await history.query(query)
             except InvalidQuery as exc:
                 raise _BadInput(str(exc)) from None
             body = pages.calls_page(rows, filters, cursor)
@@ -266,7 +317,7 @@ class Console:
         if history is None:
             raise _BadInput("this daemon keeps no call history")
         try:
-            query = CallQuery.from_params(request.query_params, limit=1000)
+            query = _own(session, CallQuery.from_params(request.query_params, limit=1000))
         except InvalidQuery as exc:
             raise _BadInput(str(exc)) from None
 
@@ -382,6 +433,15 @@ class Console:
             "content-disposition": f'attachment; filename="{ref}.txt"'})
 
 
+def _own(session: ConsoleSession, query: CallQuery) -> CallQuery:
+    """A `user` session reads only its own history."""
+    if session.role != "user":
+        return query
+    if query.user is not None and query.user != session.user:
+        raise InvalidQuery("user", f"{session.user} reads only their own history")
+    return replace(query, user=session.user)
+
+
 def _number(raw: str, name: str, default: int, maximum: int, minimum: int = 1) -> int:
     if not raw:
         return default
@@ -392,7 +452,9 @@ def _number(raw: str, name: str, default: int, maximum: int, minimum: int = 1) -
 
 def console_routes(location: Location, events: EventLog, token: str | None,
                    begin_login: BeginLogin | None = None,
-                   ring: MinuteRing | None = None) -> list[BaseRoute]:
+                   ring: MinuteRing | None = None,
+                   identities: Identities | None = None) -> list[BaseRoute]:
     """`ring`: the per-minute numbers the metrics page plots (a seam observer the app
-    attaches); without one the page plots nothing."""
-    return Console(location, events, token, begin_login, ring).routes()
+    attaches); without one the page plots nothing. `identities`: sign-in through the
+    manifest's OpenID provider (`[auth.oidc]`) beside the token form."""
+    return Console(location, events, token, begin_login, ring, identities).routes()

@@ -84,6 +84,14 @@ class Identities:
             raise InvalidAccessToken(found)
         return found
 
+    async def verifier(self) -> AccessTokenVerifier | None:
+        """The verifier of the configured provider (None without `[auth.oidc]`): its
+        discovery document and token endpoint serve the console's sign-in."""
+        auth = self.auth()
+        if auth is None or auth.oidc is None:
+            return None
+        return await self._verifier_for(auth)
+
     async def _verifier_for(self, auth: AuthConfig) -> AccessTokenVerifier:
         oidc = auth.oidc
         assert oidc is not None

@@ -52,6 +52,7 @@ class AccessTokenVerifier:
         self._client = client or httpx.AsyncClient(timeout=FETCH_TIMEOUT)
         self._own_client = client is None
         self._keys: dict[str, jwt.PyJWK] = {}
+        self._discovery: dict[str, Any] | None = None
         self._fetched_at = -REFETCH_SECONDS
         self._lock = asyncio.Lock()
 
@@ -87,6 +88,31 @@ class AccessTokenVerifier:
             raise InvalidAccessToken(f"the access token is not valid ({exc})") from None
         return claims
 
+    async def discovery(self) -> dict[str, Any]:
+        """The issuer's discovery document (fetched once; `ProviderUnreachable`)."""
+        if self._discovery is None:
+            found = await self._get_json(f"{self.issuer}/.well-known/openid-configuration")
+            if found.get("issuer", "").rstrip("/") != self.issuer:
+                raise ProviderUnreachable(
+                    f"the discovery document of {self.issuer} names another issuer "
+                    f"({found.get('issuer')!r})")
+            self._discovery = found
+        return self._discovery
+
+    async def post_form(self, url: str, form: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        """POST `form` to the provider (its token endpoint): (status, JSON body)."""
+        try:
+            response = await self._client.post(url, data=form)
+        except httpx.HTTPError as exc:
+            raise ProviderUnreachable(f"the identity provider did not answer at {url}: "
+                                      f"{exc.__class__.__name__}") from None
+        try:
+            body = json.loads(response.content) if len(response.content) < MAX_DOCUMENT_BYTES \
+                else {}
+        except ValueError:
+            body = {}
+        return response.status_code, body if isinstance(body, dict) else {}
+
     async def _key(self, kid: Any) -> jwt.PyJWK:
         found = self._find(kid)
         if found is not None:
@@ -107,11 +133,7 @@ class AccessTokenVerifier:
 
     async def _fetch_keys(self) -> None:
         self._fetched_at = time.monotonic()
-        discovery = await self._get_json(f"{self.issuer}/.well-known/openid-configuration")
-        if discovery.get("issuer", "").rstrip("/") != self.issuer:
-            raise ProviderUnreachable(
-                f"the discovery document of {self.issuer} names another issuer "
-                f"({discovery.get('issuer')!r})")
+        discovery = await self.discovery()
         jwks_uri = discovery.get("jwks_uri")
         if not isinstance(jwks_uri, str):
             raise ProviderUnreachable(f"the discovery document of {self.issuer} has no jwks_uri")

@@ -6,7 +6,7 @@
 // Two issuers share one signing key: a token of OTHER carries a valid signature but the
 // wrong `iss`. Accounts: any name signs in through the devInteractions form; GROUPS below
 // gives some names groups (an `groups` claim in ID and access tokens). Clients:
-// `sidecar-console` (authorization code + PKCE, redirect URIs given by REDIRECT_URIS) and one
+// `sidecar-console` (authorization code + PKCE, the console's loopback callback) and one
 // client_credentials client per name in GROUPS (`sub` = the client id), plus `shortlived`
 // whose tokens expire after 2 s. Access tokens are JWTs for the requested resource
 // (default `urn:sidecar`).
@@ -18,7 +18,6 @@ const { default: Provider } = await import(require.resolve('oidc-provider'));
 
 const GROUPS = { alice: ['engineering'], bob: ['engineering'], olga: ['ops'], mallory: [], root: [],
                  shortlived: ['engineering'] };
-const redirectUris = (process.env.REDIRECT_URIS || 'http://127.0.0.1/cb').split(' ');
 const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
 const jwk = { ...privateKey.export({ format: 'jwk' }), kid: 'test-key', use: 'sig', alg: 'RS256' };
 
@@ -26,8 +25,10 @@ function configuration() {
   return {
     jwks: { keys: [jwk] },
     clients: [
+      // a native client: a loopback redirect URI matches on any port (RFC 8252 7.3)
       { client_id: 'sidecar-console', client_secret: 'console-secret',
-        redirect_uris: redirectUris, grant_types: ['authorization_code'],
+        application_type: 'native', redirect_uris: ['http://127.0.0.1/ui/login/callback'],
+        grant_types: ['authorization_code'],
         response_types: ['code'], token_endpoint_auth_method: 'client_secret_post' },
       ...Object.keys(GROUPS).map((name) => ({
         client_id: name, client_secret: `${name}-secret`, grant_types: ['client_credentials'],
@@ -55,15 +56,6 @@ function configuration() {
       },
     },
     pkce: { required: () => true },
-    loadExistingGrant: async (ctx) => {
-      // consent once, silently: the test signs in, it does not review scopes
-      const grant = new ctx.oidc.provider.Grant({ clientId: ctx.oidc.client.clientId,
-                                                  accountId: ctx.oidc.session.accountId });
-      grant.addOIDCScope('openid profile');
-      grant.addResourceScope('urn:sidecar', 'mcp openid');
-      await grant.save();
-      return grant;
-    },
   };
 }
 
