@@ -148,7 +148,7 @@ def test_the_console_shows_the_tokens_of_each_tool(daemon: Daemon) -> None:
         assert client.post("/ui/login", data={"token": daemon.token}).status_code == 303
         page = client.get("/ui/tools", params={"q": "numbers"}).text
     assert f'<span id=total-tokens>{every["total_tokens"]:,}</span> tokens' in page
-    assert f'numbers</strong> <span class="muted tokens">{every["tokens"]["numbers"]:,} ' \
+    assert f'numbers</a></strong> <span class="muted tokens">{every["tokens"]["numbers"]:,} ' \
         'tokens</span>' in page
 
 
