@@ -125,6 +125,7 @@ def test_added_servers_start_live_and_remove_stops_them(tmp_path: Path, remote: 
         add(env, manifests, "everything", "--registry", registry.url)
         everything = ready("everything")
         assert everything["sandbox"]["network"] == "none" and everything["preparing"] is None
+        assert psutil.Process(everything["pid"]).name() == "bwrap"
         echoed = call(client, "everything_echo", {"message": "from the registry"})
         assert echoed["content"][0]["text"] == "Echo: from the registry"
 
@@ -132,6 +133,7 @@ def test_added_servers_start_live_and_remove_stops_them(tmp_path: Path, remote: 
             "--secret", "TIME_API_KEY=tk-live-0123")
         clock = ready("time")
         assert clock["sandbox"]["network"] == "none"
+        assert psutil.Process(clock["pid"]).name() == "bwrap"
         now = call(client, "time_get_current_time", {"timezone": "UTC"})
         assert '"timezone": "UTC"' in now["content"][0]["text"]
         assert holds(clock["pid"], "TIME_API_KEY", "tk-live-0123")
