@@ -53,7 +53,9 @@ from sidecar.policy.permission_service import UnknownAsk
 from sidecar.policy.pins import NotHeld
 from sidecar.serve.api_bodies import CallBody, ReplyBody, SnapshotBody
 from sidecar.serve.auth_api import AuthApi
+from sidecar.serve.identities import user_of_scope
 from sidecar.serve.identities.history import own_history
+from sidecar.serve.identities.quotas import UserQuotas
 from sidecar.serve.listing_cache import ListingCache
 from sidecar.serve.metrics import CONTENT_TYPE, Metrics
 from sidecar.serve.security import profile_allowed, token_owner
@@ -191,6 +193,9 @@ class Api:
         self.events = events
         self.calls = CallTracker()
         self.auth = AuthApi(location)
+        self.quotas: UserQuotas | None = None
+        """Per-user quotas (`[auth.quotas]`), set by the app: 429 `quota` before a call or a
+        snapshot of a user over one."""
         self.definitions = DefinitionsCache()
         self.max_body_bytes = max_body_bytes
         self.health_extras: dict[str, Any] = {}
@@ -312,8 +317,17 @@ class Api:
             raise ApiError(404, "not_held", str(exc), "name") from None
         return JSONResponse({"approved": change.to_json()})
 
+    def _quota(self, request: Request, what: str) -> str | None:
+        """The signed-in user (None: none); 429 `quota` when they are over a quota."""
+        user = user_of_scope(request.scope)
+        refusal = self.quotas.refusal(user, what) if self.quotas is not None else None
+        if refusal is not None:
+            raise ApiError(429, "quota", refusal)
+        return user
+
     async def create_snapshot(self, request: Request) -> Response:
         body = await self._body(request, SnapshotBody)
+        user = self._quota(request, "snapshot")
         await self.location.definitions_checked()  # fingerprinted off the loop first
         snapshot = self.location.snapshot(
             session_id=body.session_id, allow=body.allow, deny=body.deny,
@@ -326,6 +340,8 @@ class Api:
             await self.location.share_snapshot(snapshot)  # any replica of a fleet serves its id
         except SnapshotRecordsError as exc:
             raise self._unavailable(exc, f"snapshot {snapshot.id!r} could not be kept") from None
+        if self.quotas is not None:
+            self.quotas.snapshot_made(user)
         return json_with({
             "id": snapshot.id,
             "session_id": body.session_id,
@@ -347,6 +363,7 @@ class Api:
         if not profile_allowed(request.scope, snapshot.profile or ""):
             raise ApiError(403, "forbidden_profile", "this token does not reach profile "
                            f"{snapshot.profile!r}", "snapshot_id")
+        self._quota(request, "call")
         c = body.context
         context = ToolContext(c.session_id, c.agent, c.message_id, c.call_id,
                               owner=_owner(request))

@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from sidecar.model.replica import REPLICA_HEADER, replica_id
 from sidecar.serve.api import DEFAULT_MAX_BODY_BYTES, Api
 from sidecar.serve.console import MinuteRing, console_routes
-from sidecar.serve.identities import Identities, Identity, route_refusal
+from sidecar.serve.identities import Identities, Identity, UserQuotas, route_refusal
 from sidecar.serve.metrics import Metrics
 from sidecar.serve.security import SecurityMiddleware, TokenUnverifiable
 from sidecar.serve.upstream_api import UpstreamApi
@@ -54,6 +54,9 @@ def build_app(
     api = Api(location, metrics=metrics, events=events, max_body_bytes=max_body_bytes)
     ring = MinuteRing()  # the console's plots of the last hour
     identities = Identities(location)
+    quotas = UserQuotas(identities.quotas, lambda: location.snapshots.ttl_seconds)
+    api.quotas = quotas
+    metrics.registry.register(quotas)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -61,6 +64,8 @@ def build_app(
         location.seam.observers.append(ring.observe)
         sampler = asyncio.create_task(ring.sample_forever(location.seam.store.stats))
         location.call_listeners.append(metrics.observe_record)
+        location.profiles.wrappers.append(quotas.reshape_profile)
+        location.profiles.changed()  # served entries recomputed with the quota wrapper
         location.cancellers.append(api.cancel_here)  # cancel requests of other replicas
         await events.start()
         try:
@@ -80,6 +85,8 @@ def build_app(
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
             location.call_listeners.remove(metrics.observe_record)
+            location.profiles.wrappers.remove(quotas.reshape_profile)
+            location.profiles.changed()
             location.cancellers.remove(api.cancel_here)
 
     async def scoped(secret: str) -> tuple[str, frozenset[str], str | None] | None:

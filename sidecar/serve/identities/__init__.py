@@ -6,7 +6,7 @@ docs/identities.md is the user's guide.
 applies at once) and keeps one `AccessTokenVerifier` per configured issuer and audience.
 
 Imports `sidecar.serve.security` and its own modules. Exports `Identities`, `Identity`,
-`InvalidAccessToken`, `route_refusal`, `reached_profiles`, `user_of_scope`, `role_of_scope`.
+`InvalidAccessToken`, `UserQuotas`, `route_refusal`, `reached_profiles`, `user_of_scope`.
 """
 
 from __future__ import annotations
@@ -19,22 +19,23 @@ from sidecar.serve.identities.access_tokens import (
     ProviderUnreachable,
     looks_like_jwt,
 )
+from sidecar.serve.identities.quotas import UserQuotas
 from sidecar.serve.identities.roles import (
     Identity,
     identity_of_claims,
     reached_profiles,
     route_refusal,
 )
-from sidecar.serve.security import ROLE_KEY, USER_KEY, TokenUnverifiable
+from sidecar.serve.security import USER_KEY, TokenUnverifiable
 
 if TYPE_CHECKING:
     from starlette.types import Scope
 
-    from bridges.manifest.auth import AuthConfig
+    from bridges.manifest.auth import AuthConfig, QuotaConfig
     from sidecar.location.location import Location
 
-__all__ = ["Identities", "Identity", "InvalidAccessToken", "reached_profiles",
-           "role_of_scope", "route_refusal", "user_of_scope"]
+__all__ = ["Identities", "Identity", "InvalidAccessToken", "UserQuotas", "reached_profiles",
+           "route_refusal", "user_of_scope"]
 
 
 def user_of_scope(scope: Scope) -> str | None:
@@ -42,17 +43,14 @@ def user_of_scope(scope: Scope) -> str | None:
     return user if isinstance(user, str) else None
 
 
-def role_of_scope(scope: Scope) -> str:
-    """The request's role: a signed-in person's, else `admin` (the all-access token or
-    `--no-auth`) ... scoped tokens without a user reach only what their profiles allow."""
-    role = scope.get(ROLE_KEY)
-    return role if isinstance(role, str) else "admin"
-
-
 class Identities:
     def __init__(self, location: Location) -> None:
         self._location = location
         self._verifier: AccessTokenVerifier | None = None
+
+    def quotas(self) -> QuotaConfig | None:
+        auth = self.auth()
+        return auth.quotas if auth is not None else None
 
     def auth(self) -> AuthConfig | None:
         try:

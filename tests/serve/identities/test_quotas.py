@@ -1,0 +1,148 @@
+"""Per-user quotas on a real `sidecar serve` trusting a real OpenID provider: calls per
+minute, calls at once and snapshots, each refused 429 `quota` naming the limit on `/v1`, as a
+tool error through `/mcp`; per-user overrides; counted in /metrics."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.serve.identities.conftest import Daemon, Provider, auth_manifest, start_daemon
+from tests.serve.identities.test_access_tokens import call, error
+from tests.serve.test_observability import stop
+
+QUOTAS = """
+[tools.pause]
+kind = "command"
+description = "Wait for a file to appear"
+input = { type = "object", properties = { path = { type = "string" } }, required = ["path"] }
+argv = ["sh", "-c", "while [ ! -e \\"$0\\" ]; do sleep 0.05; done", "{path}"]
+
+[auth.quotas]
+calls_per_minute = 3
+concurrent_calls = 1
+snapshots = 50
+
+[auth.quotas.users.bob]
+calls_per_minute = 100
+
+[auth.quotas.users.olga]
+snapshots = 2
+"""
+
+
+@pytest.fixture(scope="module")
+def limited(oidc_provider: Provider, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[Daemon]:
+    manifest = auth_manifest(oidc_provider.issuer, QUOTAS).replace(
+        'include = ["numbers"]', 'include = ["numbers", "pause"]')
+    proc, served = start_daemon(tmp_path_factory.mktemp("quotas"), manifest)
+    try:
+        yield served
+    finally:
+        stop(proc)
+
+
+def metric(daemon: Daemon, name: str, **labels: str) -> float | None:
+    with daemon.client() as client:
+        text = client.get("/metrics").text
+    shown = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    found = re.search(rf"^{name}\{{{re.escape(shown)}\}} (\S+)$", text, re.M)
+    return float(found.group(1)) if found else None
+
+
+def test_calls_per_minute(limited: Daemon, oidc_provider: Provider) -> None:
+    with limited.client(oidc_provider.token("alice")) as alice:
+        for i in range(3):
+            assert call(alice, "numbers", {"n": 1}, f"cpm-{i}", "small").status_code == 200
+        status, code, message = error(call(alice, "numbers", {"n": 1}, "cpm-3", "small"))
+        assert (status, code) == (429, "quota")
+        assert message.startswith("Quota: alice may make 3 calls per minute (quota "
+                                  "calls_per_minute); retry in ")
+    assert metric(limited, "sidecar_quota_refused_total", user="alice",
+                  limit="calls_per_minute") == 1.0
+    with limited.client(oidc_provider.token("bob")) as bob:  # bob's own quota: 100
+        for i in range(4):
+            assert call(bob, "numbers", {"n": 1}, f"cpm-bob-{i}", "small").status_code == 200
+    with limited.client() as local:  # the all-access token counts against no one
+        for i in range(4):
+            assert call(local, "numbers", {"n": 1}, f"cpm-local-{i}").status_code == 200
+
+
+def test_the_quota_holds_through_mcp(limited: Daemon, oidc_provider: Provider) -> None:
+    token = oidc_provider.token("alice")  # over its 3 calls a minute (the test above)
+    headers = {"authorization": f"Bearer {token}",
+               "accept": "application/json, text/event-stream"}
+    with httpx.Client(base_url=limited.url, headers=headers, timeout=30) as client:
+        hello = client.post("/mcp/small", json={
+            "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"}}})
+        assert hello.status_code == 200, hello.text
+        session = {"mcp-session-id": hello.headers["mcp-session-id"],
+                   "mcp-protocol-version": "2025-06-18"}
+        client.post("/mcp/small", headers=session,
+                    json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        answer = client.post("/mcp/small", headers=session, json={
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "numbers", "arguments": {"n": 1}}})
+    result = rpc_result(answer)
+    assert result["isError"] is True
+    assert "Quota: alice may make 3 calls per minute" in result["content"][0]["text"]
+
+
+def rpc_result(response: httpx.Response) -> dict[str, Any]:
+    if response.headers["content-type"].startswith("text/event-stream"):
+        for line in response.text.splitlines():
+            if line.startswith("data:"):
+                message = json.loads(line[5:])
+                if "result" in message:
+                    return dict(message["result"])
+        raise AssertionError(response.text)
+    return dict(response.json()["result"])
+
+
+def test_concurrent_calls(limited: Daemon, oidc_provider: Provider, tmp_path) -> None:
+    gate = tmp_path / "open"
+    token = oidc_provider.token("bob")
+    first: list[httpx.Response] = []
+
+    def slow() -> None:
+        with limited.client(token) as bob:
+            first.append(call(bob, "pause", {"path": str(gate)}, "held-1", "small"))
+
+    runner = threading.Thread(target=slow)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 20
+        while metric(limited, "sidecar_user_calls_running", user="bob") != 1.0:
+            assert time.monotonic() < deadline, "the first call never started"
+            time.sleep(0.02)
+        with limited.client(token) as bob:
+            status, code, message = error(call(bob, "numbers", {"n": 1}, "held-2", "small"))
+        assert (status, code) == (429, "quota")
+        assert message == ("Quota: bob has 1 call(s) running, at most 1 at once (quota "
+                           "concurrent_calls); retry when one has finished")
+    finally:
+        gate.touch()
+        runner.join(timeout=30)
+    assert first[0].status_code == 200 and first[0].json()["status"] == "completed"
+    assert metric(limited, "sidecar_user_calls_running", user="bob") == 0.0
+
+
+def test_snapshots(limited: Daemon, oidc_provider: Provider) -> None:
+    with limited.client(oidc_provider.token("olga")) as olga:
+        for _ in range(2):
+            assert olga.post("/v1/snapshots", json={"session_id": "s"}).status_code == 201
+        status, code, message = error(olga.post("/v1/snapshots", json={"session_id": "s"}))
+    assert (status, code) == (429, "quota")
+    assert message.startswith("Quota: olga may hold 2 snapshots (quota snapshots); the "
+                              "oldest expires in ")
+    assert metric(limited, "sidecar_user_snapshots", user="olga") == 2.0
