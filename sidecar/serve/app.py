@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from sidecar.model.replica import REPLICA_HEADER, replica_id
 from sidecar.serve.api import DEFAULT_MAX_BODY_BYTES, Api
 from sidecar.serve.console import MinuteRing, console_routes
-from sidecar.serve.identities import Identities, Identity, UserQuotas, route_refusal
+from sidecar.serve.identities import Identities, Identity, route_refusal
 from sidecar.serve.metrics import Metrics
 from sidecar.serve.security import SecurityMiddleware, TokenUnverifiable
 from sidecar.serve.upstream_api import UpstreamApi
@@ -54,7 +54,7 @@ def build_app(
     api = Api(location, metrics=metrics, events=events, max_body_bytes=max_body_bytes)
     ring = MinuteRing()  # the console's plots of the last hour
     identities = Identities(location)
-    quotas = UserQuotas(identities.quotas, lambda: location.snapshots.ttl_seconds)
+    quotas = identities.book
     api.quotas = quotas
     metrics.registry.register(quotas)
 

@@ -141,6 +141,7 @@ class Console:
         self.begin_login = begin_login
         self.details = DetailPages(location, _page, ring)
         self.oidc = OidcLogins(identities) if identities is not None else None
+        self.identities = identities
 
     def routes(self) -> list[BaseRoute]:
         def g(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -256,7 +257,29 @@ class Console:
 
     async def servers(self, request: Request, session: ConsoleSession) -> Response:
         health = await self.location.health()
-        return _page("Servers", pages.servers_page(health, session.csrf), session, "servers")
+        quotas = self._quotas(session)
+        if session.role == "user":  # a user: who they are and their quotas, no servers
+            body = (f"<p>Signed in as <strong>{pages.e(session.user)}</strong> (user).</p>"
+                    + quotas)
+            return _page("Servers", body, session, "servers")
+        return _page("Servers", pages.servers_page(health, session.csrf) + quotas, session,
+                     "servers")
+
+    def _quotas(self, session: ConsoleSession) -> str:
+        """The per-user quota table (`[auth.quotas]`): a user sees their own row."""
+        if self.identities is None:
+            return ""
+        usage = self.identities.book.usage()
+        if session.role == "user":
+            usage = {k: v for k, v in usage.items() if k == session.user}
+        if not usage:
+            return ""
+        rows = [[pages.e(user)] + [f"{used} / {limit if limit is not None else '-'}"
+                                   for used, limit in row.values()]
+                for user, row in usage.items()]
+        return "<h2>Quotas</h2>" + pages.table(
+            ["user", "calls in the last minute", "calls running", "snapshots"], rows,
+            empty="no user has used a quota yet")
 
     async def server_login(self, request: Request, session: ConsoleSession) -> Response:
         """Start the server's OAuth login in the daemon and send the browser to the

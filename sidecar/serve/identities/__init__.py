@@ -47,6 +47,8 @@ class Identities:
     def __init__(self, location: Location) -> None:
         self._location = location
         self._verifier: AccessTokenVerifier | None = None
+        self.book = UserQuotas(self.quotas, lambda: location.snapshots.ttl_seconds)
+        """The per-user quota counts (`[auth.quotas]`)."""
 
     def quotas(self) -> QuotaConfig | None:
         auth = self.auth()

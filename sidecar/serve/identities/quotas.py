@@ -108,6 +108,20 @@ class UserQuotas(Collector):
     def _wait(oldest: float, now: float, window: float) -> float:
         return max(0.1, math.ceil((oldest + window - now) * 10) / 10)
 
+    def usage(self) -> dict[str, dict[str, Any]]:
+        """Each counted user's use and limits (the console's quota table)."""
+        now = self._clock()
+        shown: dict[str, dict[str, Any]] = {}
+        for user in sorted(self._usage):
+            usage, limits = self._use(user, now), self._limits(user)
+            if limits is None:
+                continue
+            shown[user] = {
+                "calls_per_minute": (len(usage.calls), limits.calls_per_minute),
+                "concurrent_calls": (usage.running, limits.concurrent_calls),
+                "snapshots": (len(usage.snapshots), limits.snapshots)}
+        return shown
+
     def snapshot_made(self, user: str | None) -> None:
         if user is not None and self._limits(user) is not None:
             now = self._clock()

@@ -146,3 +146,16 @@ def test_snapshots(limited: Daemon, oidc_provider: Provider) -> None:
     assert message.startswith("Quota: olga may hold 2 snapshots (quota snapshots); the "
                               "oldest expires in ")
     assert metric(limited, "sidecar_user_snapshots", user="olga") == 2.0
+
+
+def test_the_console_shows_each_users_quota(limited: Daemon, oidc_provider: Provider) -> None:
+    with limited.client(oidc_provider.token("alice")) as alice:
+        call(alice, "numbers", {"n": 1}, "console-quota", "small")  # alice is counted
+    with httpx.Client(base_url=limited.url, timeout=30) as browser:
+        signed = browser.post("/ui/login", data={"token": limited.token})
+        assert signed.status_code == 303, signed.text
+        page = browser.get("/ui").text
+    assert "<h2>Quotas</h2>" in page
+    row = re.search(r"<tr><td>alice</td><td>(\d+) / 3</td><td>0 / 1</td><td>\d+ / 50</td>",
+                    page)
+    assert row is not None and int(row.group(1)) >= 1, page[-2000:]
