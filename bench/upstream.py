@@ -1,6 +1,9 @@
 """The upstream stdio MCP server of the side-by-side benchmarks (`bench/compare.py`).
 
-    python bench/upstream.py [--tools N]
+    python bench/upstream.py [--tools N] [--http PORT]
+
+`--http PORT`: the same server over streamable HTTP on 127.0.0.1:PORT (`/mcp`, the SDK's own
+`streamable_http_app` under uvicorn with uvloop): the `direct streamable HTTP` row.
 
 Written with the `mcp` 2.x lowlevel `Server` (no pydantic argument models: the cheapest
 server the SDK offers, so that relay overheads show). Tools:
@@ -61,6 +64,8 @@ def big_text(nbytes: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tools", type=int, default=0, help="extra synthetic tools")
+    parser.add_argument("--http", type=int, default=None, metavar="PORT",
+                        help="serve streamable HTTP on 127.0.0.1:PORT instead of stdio")
     args = parser.parse_args()
     tools = make_tools(args.tools)
     listing = types.ListToolsResult(tools=tools)
@@ -78,6 +83,13 @@ def main() -> None:
 
     server = Server("bench-upstream", version="1.0", on_list_tools=list_tools,
                     on_call_tool=call_tool)
+
+    if args.http is not None:
+        import uvicorn
+
+        uvicorn.run(server.streamable_http_app(host="127.0.0.1"), host="127.0.0.1",
+                    port=args.http, log_level="warning", access_log=False, loop="uvloop")
+        return
 
     async def run() -> None:
         async with stdio_server() as (read, write):
