@@ -37,7 +37,7 @@ from bridges.mcp import CALLER_CAPABILITIES, CALLER_INPUT_RESPONSES
 from sidecar.execution.snapshot import Snapshot
 from sidecar.model import tracing
 from sidecar.model.events import CallProgress, CallSettled
-from sidecar.serve.mcp_facade import tools, upstream
+from sidecar.serve.mcp_facade import skills, tools, upstream
 from sidecar.serve.mcp_facade.fast_answers import FastAnswers
 from sidecar.serve.mcp_facade.paused_calls import PausedCalls
 from sidecar.serve.mcp_facade.relays import UpstreamRelay, quietly
@@ -120,6 +120,15 @@ class McpFacade:
             )
         # MCP Apps (SEP-1865): `ui://` resources and tools' `_meta.ui` pass through
         self.server.extensions[upstream.UI_EXTENSION] = {}
+        # Agent Skills (SEP-2640), advertised while an upstream declares them
+        skills.register(self.server, lambda: self.upstreams)
+        capabilities = self.server.get_capabilities
+
+        def advertised(*args: Any, **kwargs: Any) -> types.ServerCapabilities:
+            skills.advertise(self.server.extensions, self.upstreams)
+            return capabilities(*args, **kwargs)
+
+        self.server.get_capabilities = advertised  # type: ignore[method-assign]
         options = NotificationOptions(
             tools_changed=True, resources_changed=True, prompts_changed=True
         )

@@ -107,7 +107,8 @@ def mcp_http(location: Location) -> tuple[list[BaseRoute], AbstractAsyncContextM
     routes: list[BaseRoute] = [
         Route(MCP_PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"]),
         # the cards before the profiles: `/mcp/server-card` is not a profile
-        *card_routes(location, lambda: facade.server.extensions, facade.server.version),
+        *card_routes(location, lambda: facade.server.get_capabilities().extensions or {},
+                     facade.server.version),
         Route(MCP_PATH + "/{profile}", endpoint=profiles, methods=["GET", "POST", "DELETE"]),
     ]
     return routes, lifespan()

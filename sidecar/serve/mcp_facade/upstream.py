@@ -4,7 +4,7 @@
 Imports `sidecar.location` and the face `bridges.mcp`. Exports `Upstreams`, `Upstream`,
 `list_resources`, `list_templates`, `read_resource`, `list_prompts`, `get_prompt`,
 `complete`, `subscribe`, `send`, `every_page`, `prefixed_uri`, `URI_SEP`, `UI_SCHEME`,
-`UI_EXTENSION` and `PROMPT_SEP`.
+`SKILL_SCHEME`, `UI_EXTENSION` and `PROMPT_SEP`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,10 @@ PROMPT_SEP = "/"
 UI_SCHEME = "ui://"
 """MCP Apps' scheme (SEP-1865): hosts render only `ui://` URIs, so these keep their scheme and
 take the namespace as their first path segment instead of a `<namespace>+` prefix."""
+SKILL_SCHEME = "skill://"
+"""Agent Skills' scheme (SEP-2640): kept the same way, so a skill's name stays its URI's last
+directory and its files stay within its directory."""
+KEPT_SCHEMES = (UI_SCHEME, SKILL_SCHEME)
 UI_EXTENSION = "io.modelcontextprotocol/ui"
 """MCP Apps' extension identifier, advertised by the facade (`server`)."""
 UI_META_KEY = "ui/resourceUri"
@@ -36,8 +40,9 @@ UI_META_KEY = "ui/resourceUri"
 
 def prefixed_uri(namespace: str, uri: str) -> str:
     """`uri` of the server with `namespace` as clients see it when several servers serve."""
-    if uri.startswith(UI_SCHEME):
-        return f"{UI_SCHEME}{namespace}/{uri[len(UI_SCHEME):]}"
+    for scheme in KEPT_SCHEMES:
+        if uri.startswith(scheme):
+            return f"{scheme}{namespace}/{uri[len(scheme):]}"
     return f"{namespace}{URI_SEP}{uri}"
 
 
@@ -63,15 +68,16 @@ class Upstreams:
 
     - resource URI (and URI template) `u` -> `<namespace>+<u>`, except MCP Apps' `ui://<rest>`
       -> `ui://<namespace>/<rest>` (it stays `ui://`), also in a tool's `_meta.ui.resourceUri`
-      and `_meta["ui/resourceUri"]` (`tool_meta_out`);
+      and `_meta["ui/resourceUri"]` (`tool_meta_out`), and Agent Skills' `skill://<rest>` ->
+      `skill://<namespace>/<rest>` (`skills`);
     - prompt name `p` -> `<namespace>/<p>`.
 
     Reversal: the longest namespace `ns` for which the value starts with `ns+` (URIs),
-    `ui://ns/` (`ui://` URIs) or `ns/` (prompt names) names the server; a value that matches
-    none goes to the server whose namespace is "" (if any), unchanged. URIs in tool results
-    (resource links, embedded resources) are rewritten the same way, for the server whose tool
-    produced them (`rewrite_result_uris`), so that `resources/read` of a link a tool returned
-    reaches that server.
+    `ui://ns/` or `skill://ns/` (URIs of those schemes) or `ns/` (prompt names) is the server;
+    a value that matches none goes to the server whose namespace is "" (if any), unchanged.
+    URIs in tool results (resource links, embedded resources) are rewritten the same way, for
+    the server whose tool produced them (`rewrite_result_uris`), so that `resources/read` of a
+    link a tool returned reaches that server.
 
     Listings merge every ready server that advertises the capability, in configuration order,
     in one page. A server that is down is left out of listings; a request aimed at it fails with
@@ -113,8 +119,8 @@ class Upstreams:
         if len(namespaces) == 1:
             return next(iter(namespaces)), value
         best: tuple[str, str] | None = None
-        ui = sep == URI_SEP and value.startswith(UI_SCHEME)
-        head = UI_SCHEME if ui else ""
+        head = next((s for s in KEPT_SCHEMES if value.startswith(s)), "") if sep == URI_SEP else ""
+        ui = bool(head)  # a kept scheme: the namespace is the first path segment
         for key, ns in namespaces.items():
             start = f"{head}{ns}/" if ui else ns + sep
             if ns and value.startswith(start) and (best is None or len(ns) > len(best[1])):
