@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,13 @@ class Provider:
 
 @pytest.fixture(scope="session")
 def oidc_provider() -> Iterator[Provider]:
+    with running_provider() as provider:
+        yield provider
+
+
+@contextmanager
+def running_provider() -> Iterator[Provider]:
+    """provider.mjs in a node process, until the block ends (tests/fleet uses it too)."""
     if not (MODULES / "oidc-provider").is_dir():
         pytest.fail("oidc-provider is not installed: run scripts/bootstrap-servers")
     env = {**os.environ, "NPM_MODULES": str(MODULES)}
