@@ -17,6 +17,7 @@ Imports `sidecar.model`, `sidecar.registry`, `sidecar.stores`, `managed_store`, 
 
 from bridges.manifest.loading import ServerConfig
 from bridges.mcp.backoff import Backoff
+from bridges.mcp.catalog import TASK_SUPPORT_META
 from bridges.mcp.connection import Connection
 from bridges.mcp.framing import LargeLine, LineFramer, OversizedLine
 from bridges.mcp.health import ServerHealth, ServerState, SkippedTool
@@ -36,6 +37,7 @@ __all__ = [
     "CALLER_INPUT_RESPONSES",
     "INPUT_KEY",
     "STRUCTURED_KEY",
+    "TASK_SUPPORT_META",
     "Backoff",
     "Connection",
     "InflightCall",

@@ -155,9 +155,21 @@ def _tool_value(
             if bounds.max_bytes is not None or bounds.max_lines is not None
             else None
         ),
-        meta=upstream.meta or None,
+        meta=_with_task_support(upstream),
         structured_output=config.structured_output,
     )
+
+
+TASK_SUPPORT_META = "io.mcp-sidecar/taskSupport"
+"""In a tool's `_meta`: its upstream's `execution.taskSupport` (`optional` or `required`), so
+the MCP facade can run calls of it as tasks (SEP-2663)."""
+
+
+def _with_task_support(upstream: types.Tool) -> dict[str, Any] | None:
+    support = upstream.execution.task_support if upstream.execution is not None else None
+    if support not in ("optional", "required"):
+        return upstream.meta or None
+    return {**(upstream.meta or {}), TASK_SUPPORT_META: support}
 
 
 def _output_codec(server: str, config: ServerConfig, upstream: types.Tool) -> Codec | None:

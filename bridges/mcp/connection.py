@@ -113,7 +113,7 @@ class Connection:
         stamp = getattr(client.session, "_stamp", None)
         if callable(stamp) and self.modern:
             stamp = _caller_stamp(stamp)
-            client.session._stamp = stamp  # type: ignore[attr-defined]
+            client.session._stamp = stamp
         self._direct = (direct, stamp) if direct is not None and callable(stamp) else None
 
     @property

@@ -128,6 +128,18 @@ class Execution:
         self.open = asked
         return asked
 
+    def asked_since(self) -> dict[str, Question]:
+        """The questions asked since the last step, without waiting (a task's round takes
+        those asked at about the same time: `tasks`)."""
+        asked: dict[str, Question] = {}
+        while self._items and isinstance(self._items[0], Question):
+            question = self._items.popleft()
+            assert isinstance(question, Question)
+            key = question.key if question.key and question.key not in self.open else _key()
+            asked[key] = question
+        self.open.update(asked)
+        return asked
+
     def answer(self, responses: dict[str, Any] | None) -> None:
         """The client's `inputResponses` for the questions sent in the last round."""
         given = responses or {}

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import anyio.abc
@@ -47,6 +47,15 @@ from sidecar.serve.mcp_facade.sessions import (
     DownstreamCall,
     Sessions,
     SessionState,
+)
+from sidecar.serve.mcp_facade.tasks import (
+    TASKS_EXTENSION,
+    FacadeTasks,
+    TaskParams,
+    check_routing,
+    declares_tasks,
+    missing_tasks_capability,
+    task_support,
 )
 from sidecar.stores.database_down import database_label, unavailable_message
 
@@ -105,7 +114,8 @@ class McpFacade:
                 SERVER_NAME,
                 version="0.1.0",
                 on_list_tools=self._list_tools,
-                on_call_tool=self._call_tool,
+                # a dict: a task's CreateTaskResult (an extension's result shape)
+                on_call_tool=cast("Any", self._call_tool),
                 on_list_resources=self._list_resources,
                 on_list_resource_templates=self._list_templates,
                 on_read_resource=self._read_resource,
@@ -129,6 +139,11 @@ class McpFacade:
             return capabilities(*args, **kwargs)
 
         self.server.get_capabilities = advertised  # type: ignore[method-assign]
+        self.tasks = FacadeTasks(location, self._task_result)  # SEP-2663
+        self.server.extensions[TASKS_EXTENSION] = {}
+        self.server.add_request_handler("tasks/get", TaskParams, self._tasks_get)
+        self.server.add_request_handler("tasks/update", TaskParams, self._tasks_update)
+        self.server.add_request_handler("tasks/cancel", TaskParams, self._tasks_cancel)
         options = NotificationOptions(
             tools_changed=True, resources_changed=True, prompts_changed=True
         )
@@ -205,7 +220,7 @@ class McpFacade:
 
     async def _call_tool(
         self, ctx: Ctx, params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult:
+    ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
         caller = CALLER_CAPABILITIES.set(_caller_capabilities(ctx, params.meta))
         # inputResponses without requestState: handed to the upstream's first request
         given = CALLER_INPUT_RESPONSES.set(
@@ -218,7 +233,7 @@ class McpFacade:
 
     async def _call_tool_as_caller(
         self, ctx: Ctx, params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult:
+    ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
         state = self.sessions.state(ctx)
         if params.request_state is not None:
             return await self.paused.resume(ctx, state.id, params)
@@ -241,11 +256,19 @@ class McpFacade:
             return tools.error_result(str(exc))
         if context.call_id in self.sessions.calls:
             return tools.error_result(f"call id {context.call_id!r} is already in flight")
+        as_task = state.modern and self._as_task(snapshot, params.name)
         token = meta.get("progress_token", meta.get("progressToken"))
         call = DownstreamCall(context.call_id, state, ctx.session, ctx.request_id,
                               token if isinstance(token, str | int) else None)
         self.sessions.calls[call.call_id] = call
         try:
+            if as_task and self._tg is not None:  # SEP-2663: a CreateTaskResult at once
+                execution = Execution(state.id, params.name, params.arguments or {},
+                                      call.call_id, snapshot)
+                return await self.tasks.start(
+                    execution, lambda: self._execute(snapshot, params, context, call),
+                    self.paused.running, lambda: self.sessions.calls.pop(call.call_id, None),
+                    self._tg)
             if state.modern and self._tg is not None:
                 execution = Execution(state.id, params.name, params.arguments or {},
                                       call.call_id, snapshot)
@@ -262,6 +285,40 @@ class McpFacade:
                 raise
             raise MCPError(types.INTERNAL_ERROR, message) from exc
         return await self.served.result(outcome, snapshot, modern=_modern(ctx))
+
+    def _as_task(self, snapshot: Snapshot, name: str) -> bool:
+        """Whether this call runs as a task (`tasks`: which tools, which clients); -32021 for
+        a tool that runs only as one, from a client without the extension."""
+        support = task_support(snapshot.entry(name))
+        if support is None:
+            return False
+        if declares_tasks(CALLER_CAPABILITIES.get()):
+            return True
+        if support == "required":
+            raise missing_tasks_capability(f"tool {name!r}")
+        return False
+
+    async def _task_result(self, outcome: Any, snapshot: Snapshot | None) -> dict[str, Any]:
+        if snapshot is None:
+            snapshot = self.served.snapshot("tasks")
+        return await self.served.result_wire(outcome, snapshot, modern=True)
+
+    def _tasks_gate(self, ctx: Ctx, params: TaskParams, method: str) -> None:
+        if not declares_tasks(_caller_capabilities(ctx, params.meta)):
+            raise missing_tasks_capability(method)
+        check_routing(ctx.request, params)
+
+    async def _tasks_get(self, ctx: Ctx, params: TaskParams) -> dict[str, Any]:
+        self._tasks_gate(ctx, params, "tasks/get")
+        return await self.tasks.get(params)
+
+    async def _tasks_update(self, ctx: Ctx, params: TaskParams) -> dict[str, Any]:
+        self._tasks_gate(ctx, params, "tasks/update")
+        return await self.tasks.update(params)
+
+    async def _tasks_cancel(self, ctx: Ctx, params: TaskParams) -> dict[str, Any]:
+        self._tasks_gate(ctx, params, "tasks/cancel")
+        return await self.tasks.cancel(params)
 
     async def _execute(
         self, snapshot: Snapshot, params: types.CallToolRequestParams, context: Any,

@@ -206,11 +206,12 @@ def _result_kind(value: Any) -> str:
 @functools.cache
 def or_input(result: type[R]) -> TypeAdapter[Any]:
     """`result`, or a 2026-07-28 upstream's `input_required` round (tagged by `resultType`)."""
-    return TypeAdapter(Annotated[
+    tagged: Any = Annotated[
         Annotated[result, Tag("complete")]
         | Annotated[types.InputRequiredResult, Tag("input")],
         Discriminator(_result_kind),
-    ])
+    ]
+    return TypeAdapter(tagged)
 
 
 async def every_page(
@@ -258,8 +259,10 @@ async def read_resource(
     update: dict[str, Any] = {"uri": original, "meta": None}
     request_params = (params.model_copy(update=update) if params is not None
                       else types.ReadResourceRequestParams(uri=original))
-    result = await up.connection.client.session.send_request(
-        types.ReadResourceRequest(params=request_params), or_input(types.ReadResourceResult))
+    result: types.ReadResourceResult | types.InputRequiredResult = (
+        await up.connection.client.session.send_request(
+            types.ReadResourceRequest(params=request_params),
+            or_input(types.ReadResourceResult)))
     if isinstance(result, types.InputRequiredResult):
         return result
     contents = [c.model_copy(update={"uri": up.uri_out(c.uri)}) for c in result.contents]

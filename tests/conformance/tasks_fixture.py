@@ -1,0 +1,111 @@
+"""The conformance suite's Tasks (SEP-2663) fixture contract as a Python MCP server over stdio.
+
+The 0.2.0 suite's `tasks-*` scenarios call fixed tools; the reference server has none of them.
+This server lists them with their task support (`execution.taskSupport`) and runs them as
+plain tool calls: the sidecar's facade makes the tasks (the outcome log holds their results).
+
+    greet(name)                 sync only: "Hello, {name}!"
+    slow_compute(seconds, label) optional: sleeps, then "computed {label}"
+    failing_job()               required: a tool error (isError)
+    protocol_error_job()        optional: a JSON-RPC error (the task fails)
+    confirm_delete()            optional: one elicitation, then its answer
+    multi_input()               optional: two elicitations at once
+    test_tool_with_task()       required: asks for user_name, then greets it
+
+    python tasks_fixture.py     # stdio, the handshake era (how scripts/conformance runs it)
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server import NotificationOptions, Server
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
+
+warnings.simplefilter("ignore")  # the SDK marks elicitation deprecated in 2026
+
+
+def _tool(name: str, support: str | None, properties: dict[str, Any] | None = None
+          ) -> types.Tool:
+    execution = types.ToolExecution(task_support=support) if support else None
+    return types.Tool(name=name, description=f"tasks fixture: {name}", execution=execution,
+                      input_schema={"type": "object", "properties": properties or {}})
+
+
+TOOLS = [
+    _tool("greet", None, {"name": {"type": "string"}}),
+    _tool("slow_compute", "optional", {"seconds": {"type": "number"},
+                                       "label": {"type": "string"}}),
+    _tool("failing_job", "required"),
+    _tool("protocol_error_job", "optional"),
+    _tool("confirm_delete", "optional"),
+    _tool("multi_input", "optional"),
+    _tool("test_tool_with_task", "required"),
+]
+NAME_SCHEMA = {"type": "object", "properties": {"user_name": {"type": "string"}}}
+CONFIRM_SCHEMA = {"type": "object", "properties": {"confirm": {"type": "boolean"}}}
+
+
+async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+    return types.ListToolsResult(tools=TOOLS)
+
+
+def _text(value: str, *, error: bool = False) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=value)], is_error=error)
+
+
+async def _elicit(ctx: Any, message: str, schema: dict[str, Any]) -> Any:
+    answer = await ctx.session.send_request(
+        types.ElicitRequest(params=types.ElicitRequestFormParams(
+            message=message, requested_schema=schema)),
+        types.ElicitResult, metadata=ServerMessageMetadata(related_request_id=ctx.request_id))
+    return answer.content or {}
+
+
+async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    args = params.arguments or {}
+    name = params.name
+    if name == "greet":
+        return _text(f"Hello, {args.get('name', 'World')}!")
+    if name == "slow_compute":
+        await anyio.sleep(float(args.get("seconds", 0) or 0))
+        return _text(f"computed {args.get('label', '')}")
+    if name == "failing_job":
+        await anyio.sleep(0.2)
+        return _text("the job failed", error=True)
+    if name == "protocol_error_job":
+        raise MCPError(types.INTERNAL_ERROR, "the job crashed")
+    if name == "confirm_delete":
+        answer = await _elicit(ctx, "Delete the file?", CONFIRM_SCHEMA)
+        return _text(f"confirmed: {answer.get('confirm')}")
+    if name == "multi_input":
+        answers: list[Any] = [None, None]
+
+        async def ask(i: int) -> None:
+            answers[i] = await _elicit(ctx, f"Input {i + 1}?", NAME_SCHEMA)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask, 0)
+            tg.start_soon(ask, 1)
+        return _text(f"inputs: {answers}")
+    if name == "test_tool_with_task":
+        answer = await _elicit(ctx, "What is your name?", NAME_SCHEMA)
+        return _text(f"Hello, {answer.get('user_name')}!")
+    raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}")
+
+
+async def main() -> None:
+    server: Server[Any] = Server("tasks-fixture", version="1.0.0",
+                                 on_list_tools=list_tools, on_call_tool=call_tool)
+    options = server.create_initialization_options(NotificationOptions())
+    async with stdio_server() as (read, write):
+        await server.run(read, write, options)
+
+
+if __name__ == "__main__":
+    anyio.run(main)
