@@ -31,8 +31,8 @@ from sidecar.stores.call_history import CallHistory, CallQuery, CallRecord, Inva
 if TYPE_CHECKING:
     from sidecar.cli.targets import RemoteBackend
 
-FILTERS = ("tool", "server", "status", "session", "agent", "profile", "since", "until",
-           "limit", "cursor")
+FILTERS = ("tool", "server", "status", "session", "agent", "profile", "user", "since",
+           "until", "limit", "cursor")
 OpenCallHistory = Callable[[Path], Awaitable[CallHistory | None]]
 """The history `--embedded` reads, as the composition root chooses it
 (`sidecar.daemon.daemon.open_call_history`; None: there is none yet)."""

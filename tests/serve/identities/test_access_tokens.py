@@ -176,3 +176,19 @@ def test_a_local_token_that_belongs_to_a_user(daemon: Daemon) -> None:
         assert error(carol.get("/v1/calls", params={"user": "alice"}))[:2] == (
             403, "forbidden_role")
         assert error(carol.get("/v1/permissions"))[:2] == (403, "forbidden_profile")
+
+
+def test_sidecar_calls_filters_by_user(daemon: Daemon, oidc_provider: Provider) -> None:
+    with daemon.client(oidc_provider.token("bob")) as bob:
+        assert call(bob, "numbers", {"n": 1}, "cli-bob", profile="small").status_code == 200
+    deadline = time.monotonic() + 10
+    while True:
+        shown = subprocess.run([*SIDECAR, "calls", "--user", "bob", "--json"], env=daemon.env,
+                               capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        rows = json.loads(shown.stdout)["calls"]
+        if any(r["call_id"] == "cli-bob" for r in rows) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert {r["username"] for r in rows} == {"bob"}
+    assert "cli-bob" in {r["call_id"] for r in rows}
