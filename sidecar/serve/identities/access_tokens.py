@@ -53,6 +53,9 @@ class AccessTokenVerifier:
         self._own_client = client is None
         self._keys: dict[str, jwt.PyJWK] = {}
         self._discovery: dict[str, Any] | None = None
+        self._failure: str | None = None
+        """Why the last fetch of the keys failed (None: it did not): repeated, not retried,
+        until `REFETCH_SECONDS` have passed."""
         self._fetched_at = -REFETCH_SECONDS
         self._lock = asyncio.Lock()
 
@@ -120,8 +123,16 @@ class AccessTokenVerifier:
         async with self._lock:
             found = self._find(kid)
             if found is None and time.monotonic() - self._fetched_at >= REFETCH_SECONDS:
-                await self._fetch_keys()
+                self._fetched_at = time.monotonic()
+                try:
+                    await self._fetch_keys()
+                except ProviderUnreachable as exc:
+                    self._failure = str(exc)
+                    raise
+                self._failure = None
                 found = self._find(kid)
+            elif found is None and self._failure is not None:
+                raise ProviderUnreachable(self._failure)
         if found is None:
             raise InvalidAccessToken(f"no key {kid!r} is published by {self.issuer}")
         return found
@@ -132,7 +143,6 @@ class AccessTokenVerifier:
         return self._keys.get(kid) if isinstance(kid, str) else None
 
     async def _fetch_keys(self) -> None:
-        self._fetched_at = time.monotonic()
         discovery = await self.discovery()
         jwks_uri = discovery.get("jwks_uri")
         if not isinstance(jwks_uri, str):

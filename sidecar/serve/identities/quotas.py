@@ -128,7 +128,11 @@ class UserQuotas(Collector):
             self._use(user, now).snapshots.append(now)
 
     def reshape_profile(self, profile: str, entries: Mapping[str, Entry]) -> Mapping[str, Entry]:
-        """Every tool counted against its caller's quota (a `Profiles` wrapper)."""
+        """Every tool counted against its caller's quota (a `Profiles` wrapper); unchanged
+        without `[auth.quotas]` (a manifest load recomputes the served entries), so a daemon
+        without quotas pays nothing on its calls."""
+        if self._config() is None:
+            return entries
         return {name: Entry(tool_with(entry.tool, execute=self._counted(entry.tool.execute)),
                             entry.key, entry.definition, entry.origin)
                 for name, entry in entries.items()}

@@ -5,6 +5,7 @@ no grant); roles on routes; the history records the user and a user reads only t
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import time
 from typing import Any
@@ -12,7 +13,14 @@ from typing import Any
 import httpx
 import jwt
 
-from tests.serve.identities.conftest import SIDECAR, Daemon, Provider
+from tests.serve.identities.conftest import (
+    SIDECAR,
+    Daemon,
+    Provider,
+    auth_manifest,
+    start_daemon,
+)
+from tests.serve.test_observability import stop
 
 
 def call(client: httpx.Client, name: str, args: dict[str, Any], call_id: str,
@@ -192,3 +200,21 @@ def test_sidecar_calls_filters_by_user(daemon: Daemon, oidc_provider: Provider) 
         time.sleep(0.05)
     assert {r["username"] for r in rows} == {"bob"}
     assert "cli-bob" in {r["call_id"] for r in rows}
+
+
+def test_an_unreachable_provider_makes_tokens_unverifiable_not_valid(
+        oidc_provider: Provider, tmp_path) -> None:
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        issuer = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    proc, daemon = start_daemon(tmp_path, auth_manifest(issuer))
+    try:
+        token = oidc_provider.token("alice")
+        for _ in range(2):  # the second answer is the remembered failure: no new fetch
+            with daemon.client(token) as client:
+                status, code, message = error(client.get("/v1/tools",
+                                                         params={"profile": "small"}))
+            assert (status, code) == (503, "unavailable")
+            assert message.startswith(f"the identity provider did not answer at {issuer}/")
+    finally:
+        stop(proc)
