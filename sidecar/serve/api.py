@@ -54,6 +54,7 @@ from sidecar.policy.pins import NotHeld
 from sidecar.serve.api_bodies import CallBody, ReplyBody, SnapshotBody
 from sidecar.serve.auth_api import AuthApi
 from sidecar.serve.identities import user_of_scope
+from sidecar.serve.identities.asks import CallUsers
 from sidecar.serve.identities.history import own_history
 from sidecar.serve.identities.quotas import UserQuotas
 from sidecar.serve.listing_cache import ListingCache
@@ -193,6 +194,8 @@ class Api:
         self.events = events
         self.calls = CallTracker()
         self.auth = AuthApi(location)
+        self.call_users = CallUsers()
+        """Which signed-in user started each call here: a user sees only their own asks."""
         self.quotas: UserQuotas | None = None
         """Per-user quotas (`[auth.quotas]`), set by the app: 429 `quota` before a call or a
         snapshot of a user over one."""
@@ -363,7 +366,7 @@ class Api:
         if not profile_allowed(request.scope, snapshot.profile or ""):
             raise ApiError(403, "forbidden_profile", "this token does not reach profile "
                            f"{snapshot.profile!r}", "snapshot_id")
-        self._quota(request, "call")
+        self.call_users.started(body.context.call_id, self._quota(request, "call"))
         c = body.context
         context = ToolContext(c.session_id, c.agent, c.message_id, c.call_id,
                               owner=_owner(request))
@@ -601,12 +604,18 @@ class Api:
 
     async def permissions(self, request: Request) -> Response:
         session = request.query_params.get("session_id")
-        pending = await self.location.permissions.listed(session)
+        pending = self.call_users.visible(request.scope,
+                                          await self.location.permissions.listed(session))
         return JSONResponse({"pending": [p.to_json() for p in pending]})
 
     async def reply(self, request: Request) -> Response:
         body = await self._body(request, ReplyBody)
         ask_id = request.path_params["ask_id"]
+        if user_of_scope(request.scope) is not None and not any(
+                a.id == ask_id for a in self.call_users.visible(
+                    request.scope, await self.location.permissions.listed())):
+            raise ApiError(404, "unknown_ask", f"no pending ask {ask_id!r} of a call of "
+                           f"{user_of_scope(request.scope)}", "ask_id")
         try:
             await self.location.permissions.reply(
                 ask_id, body.reply, feedback=body.feedback, scope=body.scope

@@ -6,7 +6,8 @@
     operator  every route (servers, approvals, definitions, everyone's history); tools of the
               profiles its grants list (every profile when a grant lists none)
     user      `/mcp/NAME`, tools, snapshots and calls of its profiles, retained text, its own
-              history (`GET /v1/calls`, narrowed to the user)
+              history (`GET /v1/calls`, narrowed to the user) and the permission asks of its
+              own calls (`/v1/permissions`, narrowed)
 
 A person matched by several grants gets the highest role among them and the union of their
 profiles. A `roles_claim` in the token may name roles directly (admin, operator, user).
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
 
 RANK = {"user": 0, "operator": 1, "admin": 2}
 _MCP = re.compile(r"/mcp(?:/([A-Za-z0-9_-]{1,64}))?")
-USER_PATHS = re.compile(r"/v1/(?:tools|snapshots|snapshots/[^/]+/calls|managed/[^/]+|calls)")
+USER_PATHS = re.compile(r"/v1/(?:tools|snapshots|snapshots/[^/]+/calls|managed/[^/]+|calls|"
+                        r"permissions|permissions/[^/]+/reply)")
 """What the `user` role reaches on `/v1` (each route narrows further: profiles, own history)."""
 
 
@@ -113,5 +115,6 @@ def route_refusal(identity: Identity, path: str, method: str,
     if identity.role == "operator" or USER_PATHS.fullmatch(path):
         return None
     return (f"{identity.user} has the role user: it reaches /mcp/NAME of its profiles, "
-            f"/v1/tools, /v1/snapshots and calls on them, /v1/managed and its own /v1/calls; "
+            f"/v1/tools, /v1/snapshots and calls on them, /v1/managed and its own /v1/calls and "
+            f"/v1/permissions; "
             f"not {method} {path}")

@@ -25,6 +25,16 @@ description = "Wait for a file to appear"
 input = { type = "object", properties = { path = { type = "string" } }, required = ["path"] }
 argv = ["sh", "-c", "while [ ! -e \\"$0\\" ]; do sleep 0.05; done", "{path}"]
 
+[tools.asked]
+kind = "command"
+description = "Print a word, once a person allowed it"
+input = { type = "object", properties = { w = { type = "string" } }, required = ["w"] }
+argv = ["echo", "{w}"]
+
+[[permissions.rules]]
+action = "asked"
+decision = "ask"
+
 [auth.quotas]
 calls_per_minute = 3
 concurrent_calls = 1
@@ -42,7 +52,7 @@ snapshots = 2
 def limited(oidc_provider: Provider, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[Daemon]:
     manifest = auth_manifest(oidc_provider.issuer, QUOTAS).replace(
-        'include = ["numbers"]', 'include = ["numbers", "pause"]')
+        'include = ["numbers"]', 'include = ["numbers", "pause", "asked"]')
     proc, served = start_daemon(tmp_path_factory.mktemp("quotas"), manifest)
     try:
         yield served
@@ -159,3 +169,40 @@ def test_the_console_shows_each_users_quota(limited: Daemon, oidc_provider: Prov
     row = re.search(r"<tr><td>alice</td><td>(\d+) / 3</td><td>0 / 1</td><td>\d+ / 50</td>",
                     page)
     assert row is not None and int(row.group(1)) >= 1, page[-2000:]
+
+
+def test_a_user_sees_and_answers_only_the_asks_of_their_calls(
+        limited: Daemon, oidc_provider: Provider) -> None:
+    bob, alice, olga = (oidc_provider.token(n) for n in ("bob", "alice", "olga"))
+    answered: list[httpx.Response] = []
+
+    def asking() -> None:
+        with limited.client(bob) as client:
+            answered.append(call(client, "asked", {"w": "hi"}, "ask-bob", "small"))
+
+    runner = threading.Thread(target=asking)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            with limited.client(bob) as client:
+                pending = client.get("/v1/permissions").json()["pending"]
+            if pending or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        (ask,) = pending
+        assert ask["source"]["call_id"] == "ask-bob"
+        with limited.client(alice) as client:
+            assert client.get("/v1/permissions").json() == {"pending": []}
+            status, code, message = error(client.post(
+                f"/v1/permissions/{ask['id']}/reply", json={"reply": "once"}))
+            assert (status, code) == (404, "unknown_ask") and "of a call of alice" in message
+        with limited.client(olga) as client:  # an operator sees every ask
+            assert [a["id"] for a in client.get("/v1/permissions").json()["pending"]] == [
+                ask["id"]]
+        with limited.client(bob) as client:
+            replied = client.post(f"/v1/permissions/{ask['id']}/reply", json={"reply": "once"})
+            assert replied.status_code == 200, replied.text
+    finally:
+        runner.join(timeout=30)
+    assert answered[0].status_code == 200 and answered[0].json()["status"] == "completed"
