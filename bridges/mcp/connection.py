@@ -49,7 +49,12 @@ from bridges.mcp.direct_requests import RESULT_TOO_LARGE
 from bridges.mcp.http_limit import LISTING_REFUSAL, LimitedTransport
 from bridges.mcp.http_parse import streamable_http_client
 from bridges.mcp.listing import CheckedPage, Listing, ToolLimit, check_page
-from bridges.mcp.passthrough import CALLER_CAPABILITIES, CALLER_INPUT_RESPONSES, INPUT_KEY
+from bridges.mcp.passthrough import (
+    CALLER_CAPABILITIES,
+    CALLER_INPUT_RESPONSES,
+    INPUT_KEY,
+    UPSTREAM_TASK,
+)
 from bridges.mcp.sse import sse_transport
 from bridges.mcp.stdio import DirectRequests, StderrTail, stdio_transport
 from bridges.mcp.transport_state import TransportState
@@ -209,12 +214,14 @@ class Connection:
             else:
                 result = await self._client.session.send_request(
                     request,
-                    _CALL_RESULT,
+                    cast("TypeAdapter[Any]", _CALL_RESULT),
                     request_read_timeout_seconds=call_timeout,
                     progress_callback=progress,
                 )
             if isinstance(result, types.CallToolResult):
                 return result
+            if isinstance(result, dict):  # SEP-2663: the server made a task of the call
+                return await self._follow_task(result, call_timeout, answer)
             input_responses = await _answer_all(result.input_requests or {}, answer)
             request_state = result.request_state
             if not result.input_requests:
@@ -224,6 +231,45 @@ class Connection:
             f"tool {name!r} still asked for input after {MAX_INPUT_ROUNDS} rounds",
         )
 
+
+    async def _follow_task(
+        self, created: dict[str, Any], call_timeout: float, answer: AnswerFnT | None
+    ) -> types.CallToolResult:
+        """A task the server made of a call, polled with `tasks/get` until it ends (within
+        `call_timeout`); its input requests are answered through `tasks/update`."""
+        task_id = created.get("taskId")
+        if not isinstance(task_id, str):
+            raise MCPError(types.INTERNAL_ERROR, "the server's CreateTaskResult has no taskId")
+        notify = UPSTREAM_TASK.get()
+        if notify is not None:
+            notify()
+        session = self._client.session
+        with anyio.fail_after(call_timeout):
+            while True:
+                task: dict[str, Any] = await session.send_request(
+                    _TaskRequest(method="tasks/get", params={"taskId": task_id}), _ANY_RESULT)
+                status = task.get("status")
+                if status == "completed":
+                    return types.CallToolResult.model_validate(task.get("result") or {},
+                                                               by_name=False)
+                if status == "failed":
+                    error = task.get("error") or {}
+                    raise MCPError(int(error.get("code", types.INTERNAL_ERROR)),
+                                   str(error.get("message", "the task failed")))
+                if status == "cancelled":
+                    raise MCPError(types.INTERNAL_ERROR, f"task {task_id!r} was cancelled")
+                if status == "input_required":
+                    asked = {key: _INPUT_REQUEST.validate_python(value, by_name=False)
+                             for key, value in (task.get("inputRequests") or {}).items()}
+                    responses = await _answer_all(asked, answer) or {}
+                    await session.send_request(_TaskRequest(method="tasks/update", params={
+                        "taskId": task_id,
+                        "inputResponses": {key: _dump(value)
+                                           for key, value in responses.items()},
+                    }), _ANY_RESULT)
+                    continue
+                poll = task.get("pollIntervalMs") or created.get("pollIntervalMs") or 250
+                await anyio.sleep(min(max(float(poll), 50.0), 2000.0) / 1000)
 
     async def _direct_list(
         self, cursor: str | None, max_bytes: int | None, room: int, limit: ToolLimit
@@ -286,7 +332,7 @@ class Connection:
 
     async def _direct_call(
         self, request: types.CallToolRequest, call_timeout: float, progress: ProgressFnT | None
-    ) -> types.CallToolResult | types.InputRequiredResult:
+    ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
         """`tools/call` on the pipe, stamped and checked as `ClientSession.send_request` does."""
         assert self._direct is not None
         direct, stamp = self._direct
@@ -363,18 +409,34 @@ STATE_ONLY_PAUSE = 0.05
 
 def _result_kind(value: Any) -> str:
     if isinstance(value, dict):
-        return "input" if value.get("resultType") == "input_required" else "complete"
+        kind = value.get("resultType")
+        return "input" if kind == "input_required" else "task" if kind == "task" else "complete"
     return "input" if isinstance(value, types.InputRequiredResult) else "complete"
 
 
-# Tagged by `resultType` so a large result is validated once, as a `CallToolResult`.
-_CALL_RESULT: TypeAdapter[types.CallToolResult | types.InputRequiredResult] = TypeAdapter(
-    Annotated[
+# Tagged by `resultType` so a large result is validated once, as a `CallToolResult`; a task
+# (SEP-2663's CreateTaskResult) stays a dict.
+_CALL_RESULT: TypeAdapter[types.CallToolResult | types.InputRequiredResult | dict[str, Any]] = (
+    TypeAdapter(Annotated[
         Annotated[types.CallToolResult, Tag("complete")]
-        | Annotated[types.InputRequiredResult, Tag("input")],
+        | Annotated[types.InputRequiredResult, Tag("input")]
+        | Annotated[dict[str, Any], Tag("task")],
         Discriminator(_result_kind),
-    ]
-)
+    ]))
+_ANY_RESULT: TypeAdapter[Any] = TypeAdapter(dict[str, Any])
+_INPUT_REQUEST: TypeAdapter[types.InputRequest] = TypeAdapter(types.InputRequest)
+
+
+class _TaskRequest(types.Request[dict[str, Any], str]):
+    """`tasks/get` or `tasks/update` (SEP-2663), whose `Mcp-Name` is the task id."""
+
+    name_param = "taskId"
+
+
+def _dump(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return value
 
 
 async def _answer_all(

@@ -1,7 +1,7 @@
 """What an upstream server sends us besides tool listings, handed to whoever serves clients.
 Imports nothing of ours; exports `Relay` (who gets what: its docstring), `RelayTarget`,
-`InflightCall`, `NO_CLIENT`, `CALLER_CAPABILITIES`, `CALLER_INPUT_RESPONSES` and
-`INPUT_KEY`.
+`InflightCall`, `NO_CLIENT`, `CALLER_CAPABILITIES`, `CALLER_INPUT_RESPONSES`, `INPUT_KEY`
+and `UPSTREAM_TASK`.
 
 An upstream connection is shared by every downstream client and opened at daemon start, before
 any client exists. So every upstream connection advertises `sampling`, `elicitation` and
@@ -21,6 +21,8 @@ client can answer (and refuses with -32021 what it cannot). `INPUT_KEY` is the k
 the request embedded in its `input_required` round, while that request is being relayed.
 `CALLER_INPUT_RESPONSES`: the `inputResponses` a client sent with a `tools/call` that carries
 no `requestState`, handed on with the first request of the call (the spec's SHOULD).
+`UPSTREAM_TASK`: called when the server answers the call with a task (SEP-2663), which the
+bridge then follows to its end (`tasks/get`, its input rounds through `tasks/update`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ CALLER_CAPABILITIES: ContextVar[dict[str, Any] | None] = ContextVar(
     "sidecar_caller_capabilities", default=None)
 INPUT_KEY: ContextVar[str | None] = ContextVar("sidecar_input_key", default=None)
 CALLER_INPUT_RESPONSES: ContextVar[Any] = ContextVar("sidecar_input_responses", default=None)
+UPSTREAM_TASK: ContextVar[Callable[[], None] | None] = ContextVar(
+    "sidecar_upstream_task", default=None)
 
 NO_CLIENT = (
     "no downstream client can answer {method}: it is only relayed while one client session has "

@@ -10,13 +10,19 @@ plain tool calls: the sidecar's facade makes the tasks (the outcome log holds th
     protocol_error_job()        optional: a JSON-RPC error (the task fails)
     confirm_delete()            optional: one elicitation, then its answer
     multi_input()               optional: two elicitations at once
-    test_tool_with_task()       required: asks for user_name, then greets it
+    test_tool_with_task()       required: asks for user_name (an MRTR round), then greets it
 
     python tasks_fixture.py     # stdio, the handshake era (how scripts/conformance runs it)
+
+`test_tool_with_task` asks in an MRTR round before it becomes a task: that needs a 2026-07-28
+connection, so `tasks_fixture.py --mrtr` serves it alone (scripts/conformance connects it at
+2026-07-28); there it asks with an `input_required` result keyed `user_name`, then answers the
+retry with a task of its own (`tasks/get`), which the sidecar's bridge follows.
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Any
 
@@ -26,6 +32,7 @@ from mcp.server import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
+from pydantic import ConfigDict
 
 warnings.simplefilter("ignore")  # the SDK marks elicitation deprecated in 2026
 
@@ -45,14 +52,17 @@ TOOLS = [
     _tool("protocol_error_job", "optional"),
     _tool("confirm_delete", "optional"),
     _tool("multi_input", "optional"),
-    _tool("test_tool_with_task", "required"),
 ]
+MRTR_TOOLS = [_tool("test_tool_with_task", "required")]
 NAME_SCHEMA = {"type": "object", "properties": {"user_name": {"type": "string"}}}
 CONFIRM_SCHEMA = {"type": "object", "properties": {"confirm": {"type": "boolean"}}}
 
 
 async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-    return types.ListToolsResult(tools=TOOLS)
+    return types.ListToolsResult(tools=MRTR_TOOLS if MRTR else TOOLS)
+
+
+MRTR = "--mrtr" in sys.argv[1:]
 
 
 def _text(value: str, *, error: bool = False) -> types.CallToolResult:
@@ -67,9 +77,44 @@ async def _elicit(ctx: Any, message: str, schema: dict[str, Any]) -> Any:
     return answer.content or {}
 
 
-async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+TASKS: dict[str, dict[str, Any]] = {}
+
+
+def _task(text: str) -> Any:
+    """A CreateTaskResult (SEP-2663) whose task has already completed with `text`."""
+    stamp = "2026-12-06T00:00:00Z"
+    task = {"taskId": f"fixture-{len(TASKS) + 1}", "status": "completed", "createdAt": stamp,
+            "lastUpdatedAt": stamp, "ttlMs": 60000}
+    TASKS[task["taskId"]] = {**task, "result": {"content": [{"type": "text", "text": text}]}}
+    return {"resultType": "task", **task, "status": "working"}
+
+
+class TaskParams(types.RequestParams):
+    model_config = ConfigDict(extra="allow")
+    taskId: str  # the wire name
+
+
+async def get_task(ctx: Any, params: TaskParams) -> dict[str, Any]:
+    task = TASKS.get(params.taskId)
+    if task is None:
+        raise MCPError(types.INVALID_PARAMS, f"unknown task {params.taskId!r}")
+    return task
+
+
+async def call_tool(
+    ctx: Any, params: types.CallToolRequestParams
+) -> types.CallToolResult | types.InputRequiredResult:
     args = params.arguments or {}
     name = params.name
+    if MRTR and name == "test_tool_with_task":  # round 1 asks; round 2 carries the answer
+        answer = (params.input_responses or {}).get("user_name")
+        if answer is None:
+            return types.InputRequiredResult(input_requests={"user_name": types.ElicitRequest(
+                params=types.ElicitRequestFormParams(
+                    message="What is your name?", requested_schema=NAME_SCHEMA))},
+                request_state="asked-user_name")
+        content = getattr(answer, "content", None) or {}
+        return _task(f"Hello, {content.get('user_name', content.get('name'))}!")
     if name == "greet":
         return _text(f"Hello, {args.get('name', 'World')}!")
     if name == "slow_compute":
@@ -93,15 +138,13 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
             tg.start_soon(ask, 0)
             tg.start_soon(ask, 1)
         return _text(f"inputs: {answers}")
-    if name == "test_tool_with_task":
-        answer = await _elicit(ctx, "What is your name?", NAME_SCHEMA)
-        return _text(f"Hello, {answer.get('user_name')}!")
     raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}")
 
 
 async def main() -> None:
     server: Server[Any] = Server("tasks-fixture", version="1.0.0",
                                  on_list_tools=list_tools, on_call_tool=call_tool)
+    server.add_request_handler("tasks/get", TaskParams, get_task)
     options = server.create_initialization_options(NotificationOptions())
     async with stdio_server() as (read, write):
         await server.run(read, write, options)

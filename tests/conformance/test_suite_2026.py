@@ -9,8 +9,9 @@ every one of the 37 scenarios 2026-07-28 requires over HTTP; over `legacy` and `
 that need an upstream speaking 2026-07-28 are listed in
 sidecar/serve/mcp_facade/expected-failures-2026-legacy.yml (the script's exit code checks that
 nothing else fails). `scripts/bootstrap-servers` installs the suite, Node 22 and the reference
-server into .deps/. Each run takes 8 to 15 s. Tasks: 9 of the 10 `tasks-*` scenarios;
-`tasks-mrtr-composition` needs an upstream that answers an input round before it makes a task.
+server into .deps/. Each run takes 8 to 15 s. Tasks: all 10 `tasks-*` scenarios
+(`tasks-mrtr-composition` through `tasks_fixture.py --mrtr`, a 2026-07-28 upstream that makes
+a task of its own after an input round, which the bridge follows).
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ def _run(*args: str) -> str:
 
 
 @pytest.mark.parametrize(("upstream", "passed", "tasks"),
-                         [("http", 37, 9), ("legacy", 26, 9), ("stdio", 26, 0)])
+                         [("http", 37, 10), ("legacy", 26, 10), ("stdio", 26, 0)])
 def test_required_scenarios_through_the_bridge(upstream: str, passed: int, tasks: int) -> None:
-    """`http` and `legacy` also run the tasks fixture upstream (tasks_fixture.py, stdio), so
+    """`http` and `legacy` also run the tasks fixtures upstream (tasks_fixture.py, stdio), so
     the suite's not-scored `tasks-*` scenarios (SEP-2663, the facade's tasks) count too."""
     out = _run(upstream)
     found = _REQUIRED.search(out)

@@ -25,6 +25,7 @@ from sidecar.serve.mcp_facade import tools
 from sidecar.serve.mcp_facade.fleet_rounds import ResumeAnywhere
 from sidecar.serve.mcp_facade.rounds import (
     ROUND_TTL,
+    Escalated,
     Execution,
     Finished,
     foreign_round,
@@ -53,6 +54,9 @@ class PausedCalls:
         self._result = result
         self.fleet = ResumeAnywhere(shared, sessions, self._paused, self.step)
         self.tg: anyio.abc.TaskGroup | None = None
+        self.escalate: Callable[[Execution], Awaitable[dict[str, Any]]] | None = None
+        """A call that becomes a task once answered (`Execution.as_task`): its CreateTaskResult
+        (`tasks.FacadeTasks.adopt`)."""
 
     async def run(
         self, execution: Execution, work: Callable[[], Awaitable[Any]], tg: anyio.abc.TaskGroup,
@@ -120,10 +124,15 @@ class PausedCalls:
         stepped = False
         try:
             step = await execution.next_step()
+            while isinstance(step, Escalated) and self.escalate is None:
+                step = await execution.next_step()
             stepped = True
         finally:
             if not stepped:  # this request was cancelled: so is the call
                 execution.scope.cancel()
+        if isinstance(step, Escalated):
+            assert self.escalate is not None
+            return await self.escalate(execution)  # type: ignore[return-value]
         if isinstance(step, Finished):
             if step.failure is not None:
                 raise step.failure

@@ -2,7 +2,7 @@
 `Execution` per call, which may span several `tools/call` requests (how, and the token's
 rules, are its docstring).
 
-Imports `sidecar.model`. Exports `Execution`, `Question`, `Finished`, `new_token`,
+Imports `sidecar.model`. Exports `Execution`, `Question`, `Finished`, `Escalated`, `new_token`,
 `request_digest`, `foreign_round` and `ROUND_TTL`.
 """
 
@@ -37,6 +37,11 @@ class Question:
         if not self.answered.is_set():
             self.answer = answer
             self.answered.set()
+
+
+@dataclass(frozen=True, slots=True)
+class Escalated:
+    """The upstream made a task of the call: so does the facade (`tasks`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +81,7 @@ class Execution:
         self.call_id = call_id
         self.snapshot = snapshot
         self.scope = anyio.CancelScope()
-        self._items: deque[Question | Finished] = deque()
+        self._items: deque[Question | Finished | Escalated] = deque()
         self._ready = anyio.Event()
         self._finished: Finished | None = None
         self.open: dict[str, Question] = {}
@@ -94,24 +99,28 @@ class Execution:
             question.settle(_unanswered(request))
         return question.answer
 
+    def became_task(self) -> None:
+        self._put(Escalated())
+
     def finish(self, outcome: Any, failure: Exception | None = None) -> None:
         self._put(Finished(outcome, failure))
 
-    def _put(self, item: Question | Finished) -> None:
+    def _put(self, item: Question | Finished | Escalated) -> None:
         self._items.append(item)
         self._ready.set()
 
     # --- the request handler's side --------------------------------------------------------
 
-    async def next_step(self) -> Finished | dict[str, Question]:
-        """Wait until the call finishes or asks something; every question asked by then."""
+    async def next_step(self) -> Finished | Escalated | dict[str, Question]:
+        """Wait until the call finishes, asks something or becomes a task upstream; every
+        question asked by then."""
         if self._finished is not None:
             return self._finished
         while not self._items:
             self._ready = anyio.Event()
             await self._ready.wait()
         first = self._items.popleft()
-        if isinstance(first, Finished):
+        if isinstance(first, Finished | Escalated):
             return first
         asked: dict[str, Question] = {}
         question = first
@@ -121,6 +130,9 @@ class Execution:
             if not self._items:
                 break
             item = self._items.popleft()
+            if isinstance(item, Escalated):
+                self._items.appendleft(item)
+                break
             if isinstance(item, Finished):
                 self._finished = item
                 break

@@ -33,7 +33,7 @@ from mcp.server.subscriptions import (
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from bridges.mcp import CALLER_CAPABILITIES, CALLER_INPUT_RESPONSES
+from bridges.mcp import CALLER_CAPABILITIES, CALLER_INPUT_RESPONSES, UPSTREAM_TASK
 from sidecar.execution.snapshot import Snapshot
 from sidecar.model import tracing
 from sidecar.model.events import CallProgress, CallSettled
@@ -140,6 +140,7 @@ class McpFacade:
 
         self.server.get_capabilities = advertised  # type: ignore[method-assign]
         self.tasks = FacadeTasks(location, self._task_result)  # SEP-2663
+        self.paused.escalate = self._escalate
         self.server.extensions[TASKS_EXTENSION] = {}
         self.server.add_request_handler("tasks/get", TaskParams, self._tasks_get)
         self.server.add_request_handler("tasks/update", TaskParams, self._tasks_update)
@@ -272,8 +273,16 @@ class McpFacade:
             if state.modern and self._tg is not None:
                 execution = Execution(state.id, params.name, params.arguments or {},
                                       call.call_id, snapshot)
-                return await self.paused.run(
-                    execution, lambda: self._execute(snapshot, params, context, call), self._tg)
+                # an upstream that makes a task of the call (after its input rounds): so does
+                # this facade, for a client with the tasks extension
+                upstream_task = UPSTREAM_TASK.set(
+                    execution.became_task if declares_tasks(CALLER_CAPABILITIES.get()) else None)
+                try:
+                    return await self.paused.run(
+                        execution, lambda: self._execute(snapshot, params, context, call),
+                        self._tg)
+                finally:
+                    UPSTREAM_TASK.reset(upstream_task)
             try:
                 outcome = await self._execute(snapshot, params, context, call)
             finally:
@@ -302,6 +311,10 @@ class McpFacade:
         if snapshot is None:
             snapshot = self.served.snapshot("tasks")
         return await self.served.result_wire(outcome, snapshot, modern=True)
+
+    async def _escalate(self, execution: Execution) -> dict[str, Any]:
+        assert self._tg is not None
+        return await self.tasks.adopt(execution, self._tg)
 
     def _tasks_gate(self, ctx: Ctx, params: TaskParams, method: str) -> None:
         if not declares_tasks(_caller_capabilities(ctx, params.meta)):

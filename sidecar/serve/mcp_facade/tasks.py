@@ -32,7 +32,7 @@ from mcp_types.jsonrpc import HEADER_MISMATCH
 from pydantic import BaseModel, ConfigDict, Field
 
 from bridges.mcp import TASK_SUPPORT_META
-from sidecar.serve.mcp_facade.rounds import Execution, Finished, Question
+from sidecar.serve.mcp_facade.rounds import Escalated, Execution, Finished, Question
 
 if TYPE_CHECKING:
     from sidecar.location.location import Location
@@ -122,9 +122,7 @@ class FacadeTasks:
     ) -> dict[str, Any]:
         """Run the call as a task in `tg`; its `CreateTaskResult`, once `tasks/get` finds it."""
         self._forget_expired()
-        task = Task(execution.call_id, execution)
-        self._tasks[task.task_id] = task
-        running[task.task_id] = execution
+        running[execution.call_id] = execution
 
         async def run() -> None:
             outcome: Any = None
@@ -135,11 +133,18 @@ class FacadeTasks:
             except Exception as exc:
                 failure = exc
             finally:
-                running.pop(task.task_id, None)
+                running.pop(execution.call_id, None)
                 done()
                 execution.finish(outcome, failure)
 
         tg.start_soon(run)
+        return await self.adopt(execution, tg)
+
+    async def adopt(self, execution: Execution, tg: anyio.abc.TaskGroup) -> dict[str, Any]:
+        """The running call as a task from now on (also a paused call whose upstream made a
+        task of it: SEP-2663's input rounds before the task): its `CreateTaskResult`."""
+        task = Task(execution.call_id, execution)
+        self._tasks[task.task_id] = task
         tg.start_soon(self._follow, task)
         return {"resultType": "task", **task.envelope()}
 
@@ -147,6 +152,8 @@ class FacadeTasks:
         """The task's status as its call asks and settles."""
         while True:
             step = await task.execution.next_step()
+            if isinstance(step, Escalated):
+                continue
             if isinstance(step, Finished):
                 await self._settle(task, step)
                 return
