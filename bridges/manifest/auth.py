@@ -74,7 +74,6 @@ class GrantConfig(_Strict):
 class QuotaLimits(_Strict):
     calls_per_minute: Annotated[int, Field(gt=0)] | None = None
     concurrent_calls: Annotated[int, Field(gt=0)] | None = None
-    store_bytes: Annotated[int, Field(gt=0)] | None = None
     snapshots: Annotated[int, Field(gt=0)] | None = None
 
 
