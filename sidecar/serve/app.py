@@ -109,9 +109,10 @@ def build_app(
         return route_refusal(identity, path, method, default_profile)
 
     app = Starlette(
-        routes=[*api.routes(), *UpstreamApi(location).routes(),
-                *console_routes(location, events, token, api.auth.begin, ring, identities),
-                *extra_routes],
+        # `extra_routes` (the MCP facade's /mcp) first: Starlette tries routes in order, and
+        # an MCP call should not be matched against every /v1 and /ui route before its own
+        routes=[*extra_routes, *api.routes(), *UpstreamApi(location).routes(),
+                *console_routes(location, events, token, api.auth.begin, ring, identities)],
         middleware=[Middleware(ReplicaHeader), Middleware(
             SecurityMiddleware, token=token, allowed_hosts=allowed_hosts, scoped=scoped,
             identify=identities.identify, route_refusal=refusal,
