@@ -46,6 +46,10 @@ class OAuthSettings(_Strict):
     idp_token_endpoint: str | None = None
     idp_client_id: str | None = None
     id_token: str | None = Field(default=None, repr=False)
+    per_user: bool = False
+    """Credentials per user: each signed-in user logs in once (`sidecar auth login NAME --user
+    USER`) and a call carries its caller's grant, stored per (server, user); the tool list is
+    read with the server's own login (docs/identities.md)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> OAuthSettings:
@@ -61,6 +65,8 @@ class OAuthSettings(_Strict):
                        if not getattr(self, name)]
             if missing:
                 raise ValueError(f"grant cross_app_access needs {', '.join(missing)}")
+        if self.per_user and self.grant != "authorization_code":
+            raise ValueError("`per_user` needs grant authorization_code (each user logs in)")
         if self.private_key and self.grant != "client_credentials":
             raise ValueError("`private_key` (private_key_jwt) is used with grant "
                              "client_credentials only")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx2
@@ -41,6 +41,9 @@ from sidecar.model import tracing
 from sidecar.model.errors import ErrorKind, ToolFailure
 from sidecar.model.permissions import PermissionGate, ask_permission
 from sidecar.model.tool import CallContext
+
+if TYPE_CHECKING:
+    from bridges.mcp.per_user import UserConnections
 
 InputRequestFnT = Callable[[InflightCall, Any], Awaitable[Any]]
 """Answers a request embedded in a 2026-07-28 `input_required` result of one call."""
@@ -118,6 +121,9 @@ class Caller:
         self._auth_hint = auth_hint
         """The OAuth login sentence while the server wants one (`bridges.mcp.oauth`)."""
         self.inflight: list[CallProgress] = []
+        self.users: UserConnections | None = None
+        """Set for a server with credentials per user: each call goes through its caller's
+        own connection (`bridges.mcp.per_user`)."""
 
     async def __call__(self, tool: UpstreamTool, arguments: Any, ctx: CallContext) -> Any:
         config, _ = self._current()
@@ -131,7 +137,15 @@ class Caller:
         self.inflight.append(progress)
         started = time.perf_counter()
         try:
-            result = await self._send(connection, tool.name, arguments, config, progress)
+            users = self.users
+            if users is None:
+                result = await self._send(connection, tool.name, arguments, config, progress)
+            else:
+                owner = ctx.runner.owner
+                result = await users.call_with(
+                    owner, tool.name, config,
+                    lambda own: self._send(own, tool.name, arguments, config, progress,
+                                           hint=lambda: users.hint(owner)))
         finally:
             self.inflight.remove(progress)
             self._record_latency((time.perf_counter() - started) * 1000)
@@ -171,6 +185,8 @@ class Caller:
         arguments: Any,
         config: ServerConfig,
         progress: CallProgress,
+        *,
+        hint: Callable[[], str | None] | None = None,
     ) -> types.CallToolResult:
         timeout = config.timeouts.call
         relay = self._input_request
@@ -194,11 +210,12 @@ class Caller:
                     answer=answer,
                 )
         except MCPError as exc:
-            hint = self._auth_hint() if self._auth_hint is not None else None
-            if hint is not None:
+            auth_hint = hint if hint is not None else self._auth_hint
+            login = auth_hint() if auth_hint is not None else None
+            if login is not None:
                 raise ToolFailure(
                     f"MCP server {self.server!r}, tool {tool!r}: the server refused the call: "
-                    f"{hint}",
+                    f"{login}",
                     {"server": self.server, "tool": tool, "code": exc.code},
                     kind=ErrorKind.UPSTREAM,
                 ) from None

@@ -19,7 +19,8 @@ import math
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -45,6 +46,7 @@ from bridges.mcp.listing import ToolLimit
 from bridges.mcp.log_budget import LogBudget
 from bridges.mcp.oauth.upstream import UpstreamAuth
 from bridges.mcp.passthrough import InflightCall, Relay
+from bridges.mcp.per_user import UserConnections
 from bridges.mcp.redact import Redactor
 from bridges.mcp.results import is_transport_loss
 from bridges.mcp.stdio import StderrTail
@@ -171,6 +173,7 @@ class Supervisor:
             auth_hint=lambda: self._oauth.hint() if self._oauth is not None else None,
         )
         self.caller.redact = self._redact
+        self.caller.users = self._per_user(config)
 
     @property
     def connection(self) -> Connection | None:
@@ -188,6 +191,7 @@ class Supervisor:
         self._redact = self._redactor(config)
         self._stderr = StderrTail(self.key, self._redact)
         self.caller.redact = self._redact
+        self.caller.users = self._per_user(config)
         self._era = None
         self._failures = 0
         self._last_failure, self._same_failures = None, 0
@@ -430,6 +434,8 @@ class Supervisor:
         self._era = connection.era()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._relist_loop, connection)
+            if self.caller.users is not None:
+                tg.start_soon(self.caller.users.run)
             if self._oauth is not None:
                 tg.start_soon(self._oauth.keep_fresh)
                 tg.start_soon(self._oauth.watch_login, self._on_login_change)
@@ -455,6 +461,29 @@ class Supervisor:
             self._set(state="needs_auth", last_error=hint)
         elif self.connection is not None:
             self._set(state="ready", last_error=None)
+
+    def _per_user(self, config: ServerConfig) -> UserConnections | None:
+        """The users' own connections of a server with credentials per user, else None."""
+        if (self._oauth is None or self._grants is None or config.oauth is None
+                or not config.oauth.per_user):
+            return None
+        return UserConnections(self.key, self._grants, self._open_for_user,
+                               on_secret=self._add_secret)
+
+    @asynccontextmanager
+    async def _open_for_user(self, key: str, auth: Any) -> AsyncIterator[Connection]:
+        """One user's connection: the server's own settings and handlers, the user's auth."""
+        config = self.config
+        async with open_connection(
+            key, config, era=self._era or Era(configured_mode(config)),
+            on_message=self._on_message, on_log=self._on_log,
+            stderr=StderrTail(key, self._redact), state=TransportState(),
+            sampling=self._on_sampling if self.relay is not None else None,
+            elicitation=self._on_elicitation if self.relay is not None else None,
+            list_roots=self._on_list_roots if self.relay is not None else None,
+            auth=auth,
+        ) as connection:
+            yield connection
 
     def _add_secret(self, secret: str) -> None:
         if secret not in self._secrets:

@@ -7,7 +7,7 @@ back with a code, a token endpoint with refresh-token rotation, revocation).
 Tokens are random and expire after `expires_in` seconds; `grants` records every token
 request's grant type, `rejected` counts the MCP requests answered 401, `reused` the refreshes
 with a refresh token that was already spent (what two clients sharing one grant must never
-do).
+do). `called` records, for every tool call, the tool and the access token it carried.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class OAuthServer:
         self.codes: dict[str, str] = {}
         self.grants: list[str] = []
         self.rejected = 0
+        self.called: list[tuple[str, str]] = []
         self.revoked: list[str] = []
         self.meeting = 0
         self.met = anyio.Event()
@@ -91,6 +92,10 @@ class OAuthServer:
         ])
 
     async def _call(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        request = getattr(ctx, "request", None)
+        if request is not None:
+            bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
+            self.called.append((params.name, bearer))
         if params.name == "meet":  # answers once two calls are in flight at the same time
             self.meeting += 1
             if self.meeting % 2 == 0:

@@ -35,8 +35,25 @@ def canonical_resource(url: str) -> str:
     return resource_url_from_server_url(url)
 
 
+USER_GRANT = "/user:"
+"""Between a server's key and a user's name in the key of that user's grant (per_user)."""
+
+
+def user_grant_key(server: str, user: str) -> str:
+    """The grant store key of `user`'s own grant for `server` (`oauth.per_user`)."""
+    return f"{server}{USER_GRANT}{user}"
+
+
+def split_grant_key(key: str) -> tuple[str, str | None]:
+    """(server, user) of a grant store key; user None for a server's own grant."""
+    server, sep, user = key.partition(USER_GRANT)
+    return (server, user) if sep else (key, None)
+
+
 def login_command(server: str) -> str:
-    return f"sidecar auth login {server}"
+    """The command that stores the grant of key `server` (a server's, or one user's)."""
+    name, user = split_grant_key(server)
+    return f"sidecar auth login {name}" + (f" --user {user}" if user is not None else "")
 
 
 @dataclass(slots=True)
