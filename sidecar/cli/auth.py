@@ -1,6 +1,7 @@
 """`sidecar auth login|status|logout`: OAuth grants of the manifests' HTTP servers.
 
     sidecar auth login NAME [--no-browser]   authorize NAME; exits 0 once its tokens are stored
+        [--user USER]                        USER's own grant (a server with oauth.per_user)
     sidecar auth status [NAME] [--json]      per server: authorized, expiry, scopes, needs login
     sidecar auth logout NAME                 revoke (where supported) and forget NAME's tokens
     sidecar auth rekey [--check] [--json]    seal every fleet grant with the first key
@@ -28,7 +29,12 @@ from typing import Any
 
 from bridges.manifest.loading import ServerConfig, load_manifests
 from bridges.mcp.oauth.login import login, logout
-from bridges.mcp.oauth.records import grant_status, login_command
+from bridges.mcp.oauth.records import (
+    grant_status,
+    login_command,
+    split_grant_key,
+    user_grant_key,
+)
 from sidecar.cli.database import database_line
 from sidecar.cli.output import EXIT_DATABASE
 from sidecar.stores.grants import GrantStore, GrantStoreUnavailable
@@ -98,11 +104,18 @@ async def _run(args: argparse.Namespace, manifests: list[str], store: GrantStore
         return await _status(args, servers, store)
     name = args.name
     config = servers.get(name)
+    user = getattr(args, "user", None)
+    if user is not None:
+        if config is not None and (config.oauth is None or not config.oauth.per_user):
+            print(f"sidecar auth {args.auth_command}: server {name!r} has no credentials per "
+                  "user (oauth.per_user = true)", file=sys.stderr)
+            return 2
+        name = user_grant_key(name, user)
     if args.auth_command == "logout":
         print(await logout(name, config, store))
         return 0
     if config is None:
-        print(f"sidecar auth login: {no_login_for(name, every)}", file=sys.stderr)
+        print(f"sidecar auth login: {no_login_for(args.name, every)}", file=sys.stderr)
         for error in errors:
             print(f"  manifest: {error}", file=sys.stderr)
         return 2
@@ -134,7 +147,8 @@ async def _status(
     report: dict[str, dict[str, Any]] = {}
     now = time.time()
     for name in names:
-        report[name] = grant_status(name, servers.get(name), await store.get(name), now)
+        config = servers.get(split_grant_key(name)[0])
+        report[name] = grant_status(name, config, await store.get(name), now)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -137,6 +137,8 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     auth_sub = auth.add_subparsers(dest="auth_command", required=True)
     login_p = auth_sub.add_parser("login", parents=[common, store], help="authorize one server")
     login_p.add_argument("name")
+    login_p.add_argument("--user", default=None, metavar="USER",
+                         help="store the grant of this user (a server with oauth.per_user)")
     login_p.add_argument("--no-browser", action="store_true",
                          help="print the authorization URL on stdout instead of opening it")
     status_p = auth_sub.add_parser("status", parents=[common, store],
@@ -145,6 +147,8 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     logout_p = auth_sub.add_parser("logout", parents=[common, store],
                                    help="revoke and forget one server's tokens")
     logout_p.add_argument("name")
+    logout_p.add_argument("--user", default=None, metavar="USER",
+                          help="this user's grant (a server with oauth.per_user)")
     rekey_p = auth_sub.add_parser(
         "rekey", parents=[common, store],
         help="seal every OAuth grant of the fleet database with the first key of "

@@ -1,0 +1,122 @@
+"""Credentials per user through a real `sidecar serve`: an HTTP server with `oauth.per_user =
+true` in front of the real OAuth test server (tests/bridges/oauth_server.py, which records the
+access token of every tool call). The server's own login (`sidecar auth login cloud`) lists
+its tools; alice and bob log in with `sidecar auth login cloud --user NAME` and call through
+`/v1` with local tokens made for them: each call reaches the upstream with the caller's own
+access token. carol, who never logged in, is told `needs_auth` and the command to run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from sidecar.backends.local.grants import FileGrantStore
+from tests.bridges.oauth_server import OAuthServer
+from tests.bridges.test_oauth import follow
+from tests.live_server import live_server
+from tests.serve.identities.conftest import SIDECAR, Daemon, Provider, auth_manifest, start_daemon
+from tests.serve.test_observability import stop
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def sidecar(daemon: Daemon, *args: str) -> str:
+    done = await anyio.run_process([*SIDECAR, *args], env=daemon.env, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode()
+
+
+async def log_in(daemon: Daemon, *args: str) -> None:
+    """`sidecar auth login ... --no-browser`, its URL followed as a browser would."""
+    async with await anyio.open_process(
+            [*SIDECAR, "auth", "login", *args, "--no-browser"], env=daemon.env) as cli:
+        assert cli.stdout is not None
+        line = b""
+        while not line.endswith(b"\n"):
+            line += await cli.stdout.receive(1)
+        await follow(line.decode().strip())
+        assert await cli.wait() == 0
+
+
+async def call(client: httpx.AsyncClient, call_id: str) -> dict[str, Any]:
+    snap = await client.post("/v1/snapshots", json={"session_id": call_id, "profile": "small"})
+    assert snap.status_code == 201, snap.text
+    response = await client.post(f"/v1/snapshots/{snap.json()['id']}/calls", json={
+        "name": "cloud_whoami", "input": {}, "context": {
+            "session_id": call_id, "agent": "a", "message_id": "m", "call_id": call_id}})
+    body: dict[str, Any] = response.json()
+    return body
+
+
+async def test_each_user_reaches_the_upstream_with_their_own_grant(
+        oidc_provider: Provider, tmp_path: Path) -> None:
+    protected = OAuthServer()
+    async with live_server(protected) as port:
+        protected.base = f"http://127.0.0.1:{port}"
+        root = tmp_path / "daemon"
+        (root / "manifests").mkdir(parents=True)
+        (root / "manifests" / "cloud.json").write_text(json.dumps({"mcpServers": {"cloud": {
+            "url": f"{protected.base}/mcp", "auth": "oauth", "oauth": {"per_user": True},
+            "timeouts": {"startup": 10}}}}))
+        manifest = auth_manifest(oidc_provider.issuer).replace(
+            'include = ["numbers"]', 'include = ["numbers", "cloud_whoami"]')
+        proc, daemon = await anyio.to_thread.run_sync(start_daemon, root, manifest)
+        try:
+            await scenario(daemon, protected)
+        finally:
+            await anyio.to_thread.run_sync(stop, proc)
+
+
+async def scenario(daemon: Daemon, protected: OAuthServer) -> None:
+    await log_in(daemon, "cloud")
+    for user in ("alice", "bob"):
+        await log_in(daemon, "cloud", "--user", user)
+    status = json.loads(await sidecar(daemon, "auth", "status", "--json"))
+    assert status["cloud/user:alice"]["authorized"], status
+    secrets = {}
+    for user in ("alice", "bob", "carol"):
+        made = await sidecar(daemon, "token", "create", "--profile", "small", "--user", user,
+                             "--json")
+        secrets[user] = json.loads(made)["token"]
+    grants = FileGrantStore(daemon.state)
+    tokens = {}
+    for user in ("alice", "bob"):
+        record = await grants.get(f"cloud/user:{user}")
+        assert record is not None
+        tokens[user] = record["tokens"]["access_token"]
+
+    secrets["admin"] = daemon.token
+
+    def client(user: str) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=daemon.url, timeout=30,
+                                 headers={"authorization": f"Bearer {secrets[user]}"})
+
+    async with client("alice") as alice, client("bob") as bob, client("carol") as carol, \
+            client("admin") as admin:
+        deadline = anyio.current_time() + 20
+        while True:  # the daemon reconnects within a second of the server's own login
+            health = (await admin.get("/v1/health")).json()
+            if health["servers"]["cloud"]["state"] == "ready":
+                break
+            assert anyio.current_time() < deadline, health["servers"]["cloud"]
+            await anyio.sleep(0.05)
+        for caller, call_id in ((alice, "a-1"), (bob, "b-1"), (alice, "a-2")):
+            outcome = await call(caller, call_id)
+            assert outcome["status"] == "completed", outcome
+        assert protected.called == [("whoami", tokens["alice"]), ("whoami", tokens["bob"]),
+                                    ("whoami", tokens["alice"])]
+        refused = await call(carol, "c-1")
+        assert refused["status"] == "error", refused
+        assert "needs_auth" in refused["error"]["message"]
+        assert "sidecar auth login cloud --user carol" in refused["error"]["message"]
+        assert len(protected.called) == 3
