@@ -21,7 +21,7 @@ import errno
 import json
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -131,12 +131,13 @@ class CommandCall:
             self._capture(owner) as out, self._capture(owner) as err,
             contextlib.AsyncExitStack() as sandbox,  # an allow-list's egress proxy lives here
         ):
+            ran: list[str] = []  # what ran: its sandbox's cgroup counters (`explain_exit`)
             try:
                 if self._sandbox is not None:  # bwrap's argv (`bridges.sandbox`)
-                    spec = dataclasses.replace(spec, argv=tuple(
-                        await sandbox.enter_async_context(sandboxed(
-                            self._sandbox, argv, cwd=cwd, env=self._sandbox_env(env),
-                            name=tool, entry=f"tool:{tool}"))))
+                    ran = await sandbox.enter_async_context(sandboxed(
+                        self._sandbox, argv, cwd=cwd, env=self._sandbox_env(env),
+                        name=tool, entry=f"tool:{tool}"))
+                    spec = dataclasses.replace(spec, argv=tuple(ran))
                 running = await spawn(spec)
             except OSError as exc:
                 if exc.errno in _DAEMON_OUT_OF:
@@ -150,7 +151,7 @@ class CommandCall:
                 progress.close()
             stdout = await out.finish()
             stderr = await err.finish()
-        return self._result(tool, exited, stdout, stderr, redact)
+        return self._result(tool, exited, stdout, stderr, redact, ran)
 
     def _sandbox_env(self, env: Mapping[str, str]) -> dict[str, str]:
         """What a sandboxed command gets of its environment besides its sandbox's `env`: what
@@ -185,7 +186,8 @@ class CommandCall:
     # --- the result -------------------------------------------------------------------------
 
     def _result(
-        self, tool: str, exited: Exited, stdout: Captured, stderr: Captured, redact: Redactor
+        self, tool: str, exited: Exited, stdout: Captured, stderr: Captured, redact: Redactor,
+        ran: Sequence[str] = (),
     ) -> ToolResponse:
         config = self._config
         meta: dict[str, Any] = {"exit_code": exited.returncode}
@@ -210,7 +212,7 @@ class CommandCall:
             codes = ", ".join(map(str, config.success_codes))
             how = (f"was killed by signal {_signal_name(-code)}" if code < 0
                    else f"exited with code {code} (success codes: {codes})")
-            why = (explain_exit(self._sandbox, code, stderr.tail_excerpt())
+            why = (explain_exit(self._sandbox, code, stderr.tail_excerpt(), ran)
                    if self._sandbox is not None else None)
             how += f"; {why}" if why else ""
             raise ToolFailure(redact(f"{tool}: {program} {how}" + _tails(stdout, stderr)),

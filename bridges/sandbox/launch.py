@@ -1,10 +1,13 @@
 """Running one process sandboxed: bubblewrap found and tried once, the launcher prepared
 (`launchers`: npx, uvx), the egress proxy started for an allow-list, the bwrap argv built.
 Imports its `bridges.sandbox` siblings and `bridges.manifest.sandbox`; exports `sandboxed`,
-`SandboxUnavailable`, `explain_exit`.
+`SandboxUnavailable`, `explain_exit`, `SandboxArgv`.
 
     async with sandboxed(config, ["node", "server.js"], cwd=..., env=..., name="fs") as argv:
-        proc = await asyncio.create_subprocess_exec(*argv, ...)   # argv[0] is bwrap
+        proc = await asyncio.create_subprocess_exec(*argv, ...)   # bwrap, maybe behind sh
+
+Where a cgroup can be made (`cgroup`), the argv first joins the sandbox's own cgroup
+(`pids`, total memory); it is removed on exit, its counters kept for `explain_exit`.
 
 Where bwrap cannot run (not Linux, not installed, no user namespaces) entering raises
 `SandboxUnavailable`, a `PermissionError` whose text is one line naming why: the caller's
@@ -15,11 +18,12 @@ Where bwrap cannot run (not Linux, not installed, no user namespaces) entering r
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
@@ -27,6 +31,7 @@ import anyio
 
 from bridges.manifest.sandbox import SandboxConfig
 from bridges.sandbox.argv import bwrap_argv
+from bridges.sandbox.cgroup import CGROUP_OVERHEAD, SandboxCgroup, cgroup_for, joining_argv
 from bridges.sandbox.egress import EgressProxy
 from bridges.sandbox.launchers import prepare
 from bridges.sandbox.plan import allowed_destinations, plan_sandbox
@@ -34,8 +39,15 @@ from bridges.sandbox.plan import allowed_destinations, plan_sandbox
 FORWARDER = str(Path(__file__).with_name("forward.py"))
 _MEMORY_SIGNS = ("MemoryError", "out of memory", "Cannot allocate memory", "bad_alloc",
                  "Failed to reserve virtual memory", "allocation failed", "Out of memory")
+log = logging.getLogger("bridges.sandbox")
 _tried: dict[str, str | None] = {}
 """bwrap path -> None (it runs here) or why it does not."""
+
+
+class SandboxArgv(list[str]):
+    """The argv `sandboxed` yields, with the sandbox's cgroup (None: rlimits only)."""
+
+    cgroup: SandboxCgroup | None = None
 
 
 class SandboxUnavailable(PermissionError):
@@ -92,7 +104,7 @@ async def sandboxed(
     name: str,
     owner: object = None,
     entry: str | None = None,
-) -> AsyncIterator[list[str]]:
+) -> AsyncIterator[SandboxArgv]:
     """The argv that runs `argv` in `config`'s sandbox, valid (its egress proxy serving)
     until exit. `env`: what the entry sets itself; `name` names it in the proxy's log;
     `entry` keys its prepared cache (`launchers`; default: `name`). Raises
@@ -111,11 +123,37 @@ async def sandboxed(
             plan_sandbox, config, argv, cwd=cwd, env=env, environ=environ,
             bwrap=bwrap, prlimit=prlimit, egress_socket=socket,
             forwarder=(sys.executable, FORWARDER), owner=owner, prepared=prepared))
-        yield bwrap_argv(plan)
+        command = SandboxArgv(bwrap_argv(plan))
+        overhead = CGROUP_OVERHEAD + (socket is not None)  # the forwarder: one more
+        try:
+            cgroup = await anyio.to_thread.run_sync(functools.partial(
+                cgroup_for, config.pids, config.memory_mb, overhead=overhead))
+        except OSError as exc:
+            raise SandboxUnavailable(f"sandbox: cannot create its cgroup: "
+                                     f"{exc.strerror or exc}") from None
+        if cgroup is not None:
+            stack.push_async_callback(_close_cgroup, cgroup, config, name)
+            command = SandboxArgv(joining_argv(cgroup, command))
+            command.cgroup = cgroup
+        yield command
 
 
-def explain_exit(config: SandboxConfig, returncode: int | None, output: str) -> str | None:
-    """Why a sandboxed process probably ended, when a sandbox limit is the likely cause."""
+async def _close_cgroup(cgroup: SandboxCgroup, config: SandboxConfig, name: str) -> None:
+    await anyio.to_thread.run_sync(cgroup.close)
+    what = cgroup.exceeded(config.pids, config.memory_mb)
+    if what is not None:
+        log.warning("[%s] sandbox: %s", name, what)
+
+
+def explain_exit(config: SandboxConfig, returncode: int | None, output: str,
+                 argv: Sequence[str] = ()) -> str | None:
+    """Why a sandboxed process probably ended, when a sandbox limit is the likely cause;
+    `argv` is what `sandboxed` yielded (its cgroup's counters tell)."""
+    cgroup = getattr(argv, "cgroup", None)
+    if isinstance(cgroup, SandboxCgroup):
+        what = cgroup.exceeded(config.pids, config.memory_mb)
+        if what is not None:
+            return what
     if returncode in (128 + 24, -24):  # SIGXCPU: RLIMIT_CPU
         return f"it reached its sandbox cpu_seconds limit ({config.cpu_seconds} s)"
     if any(sign in output for sign in _MEMORY_SIGNS):
