@@ -55,7 +55,7 @@ from bridges.mcp.stderr_tail import StderrTail as StderrTail
 from bridges.mcp.transport_state import TransportState
 from bridges.prestart import PRESTARTED, StdioSpec
 from bridges.prestart import stop as stop_prestarted  # `_stop` here is the async one
-from bridges.sandbox import PROTECTED, sandboxed
+from bridges.sandbox import PROTECTED, explain_exit, sandboxed
 
 log = logging.getLogger("bridges.mcp.stdio")
 
@@ -92,6 +92,7 @@ async def stdio_transport(
     """
     proc: Child
     sandbox = contextlib.AsyncExitStack()  # the egress proxy of an allow-list, if any
+    ran: list[str] = []  # the sandboxed argv: its cgroup says which limit it hit
     prestarted = PRESTARTED.claim(spec)
     if prestarted is not None:
         try:
@@ -106,7 +107,7 @@ async def stdio_transport(
         argv = [spec.command, *spec.args]
         try:
             if spec.sandbox is not None:  # bwrap's argv (`bridges.sandbox`)
-                argv = await sandbox.enter_async_context(sandboxed(
+                argv = ran = await sandbox.enter_async_context(sandboxed(
                     spec.sandbox, argv, cwd=spec.cwd, env=spec.env, name=server, owner=info))
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -136,7 +137,9 @@ async def stdio_transport(
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(
-                _pump_stdout, proc, read_writer, spec.max_message_bytes, server, info, direct
+                _pump_stdout, proc, read_writer, spec.max_message_bytes, server, info, direct,
+                functools.partial(explain_exit, spec.sandbox, None, "", ran)
+                if spec.sandbox is not None else None,
             )
             tg.start_soon(_pump_stdin, proc, write_reader, read_writer)
             tg.start_soon(_pump_stderr, proc, stderr)
@@ -169,6 +172,7 @@ async def _pump_stdout(
     server: str,
     state: TransportState,
     direct: DirectRequests,
+    sandbox_limit: Callable[[], str | None] | None = None,
 ) -> None:
     assert proc.stdout is not None
     framer = LineFramer(max_message_bytes, stream_at=STREAM_LINES_AT)
@@ -209,6 +213,8 @@ async def _pump_stdout(
     except (anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError):
         pass
     finally:
+        if state.closing_reason is None and sandbox_limit is not None:
+            state.closing_reason = sandbox_limit()  # a limit of its cgroup it ran into
         direct.close()
         await out.aclose()
 

@@ -12,7 +12,10 @@ from typing import Any
 
 import pytest
 
+from bridges.manifest.loading import ServerConfig
+from bridges.mcp import ServerPool
 from bridges.sandbox.cgroup import cgroup_for
+from sidecar import Location
 from tests.bridges.manifest_tools_support.location import call, manifest_tools, open_location
 
 pytestmark = pytest.mark.anyio
@@ -20,14 +23,15 @@ pytestmark = pytest.mark.anyio
 NOTHING: dict[str, Any] = {"type": "object", "properties": {}}
 
 FORKS = """
-import subprocess
+import subprocess, sys
+OUT = sys.stderr if "server" in sys.argv else sys.stdout
 procs, refused = [], 0
 for _ in range(20):
     try:
         procs.append(subprocess.Popen(["sleep", "30"]))
     except BlockingIOError:
         refused += 1
-print("started", len(procs), "refused", refused, flush=True)
+print("started", len(procs), "refused", refused, file=OUT, flush=True)
 for p in procs:
     p.kill()
     p.wait()
@@ -76,6 +80,21 @@ async def test_pids_refuses_forks_past_the_limit_and_says_so(
     message = outcome.error.message
     assert "it reached its sandbox pids limit (pids = 5)" in message, message
     assert "started 4 refused 16" in message, message  # the script itself is the fifth
+    assert _leftovers(os.getpid()) == []
+
+
+async def test_a_server_at_its_pids_limit_says_so_in_its_health(
+    location: Location, cgroups: None
+) -> None:
+    config = ServerConfig.model_validate({
+        "command": sys.executable, "args": ["-c", FORKS, "server"],
+        "sandbox": {"pids": 5}, "timeouts": {"startup": 10}})
+    async with ServerPool({"p": config}, location.tools) as pool:
+        health = pool.health()["p"]
+    assert health.state != "ready"
+    error = health.last_error or ""
+    assert "it reached its sandbox pids limit (pids = 5)" in error, error
+    assert "started 4 refused 16" in error, error
     assert _leftovers(os.getpid()) == []
 
 
