@@ -1,7 +1,7 @@
 """Sandboxed stdio servers and `command` tools: bubblewrap, built from the ground up
 (docs/sandbox.md). Imports `bridges.manifest.sandbox` (the manifest key, parsed there only);
-exports `sandboxed`, `SandboxUnavailable`, `explain_exit`, `PROTECTED`, `bwrap_argv`,
-`SandboxPlan`, `Limits`, and of `launchers` `PREPARED`, `PREPARE_TIMEOUT`,
+exports `sandboxed`, `SandboxArgv`, `SandboxUnavailable`, `explain_exit`, `PROTECTED`,
+`bwrap_argv`, `SandboxPlan`, `Limits`, and of `launchers` `PREPARED`, `PREPARE_TIMEOUT`,
 `PreparationFailed`, `launcher_of`, `pending`, `prepare`.
 
     argv.py       the bwrap command line of a plan (pure)
@@ -10,11 +10,12 @@ exports `sandboxed`, `SandboxUnavailable`, `explain_exit`, `PROTECTED`, `bwrap_a
     protected.py  what no sandbox sees (state directories, other servers' working dirs)
     egress.py     the CONNECT proxy of an allow-list `network`, in the daemon
     forward.py    its in-sandbox end (standard library only)
+    cgroup.py     a cgroup per sandbox: `pids` and total memory, where one can be made
     launch.py     bwrap found and tried, proxy started, argv built
 """
 
 from bridges.sandbox.argv import Limits, SandboxPlan, bwrap_argv
-from bridges.sandbox.launch import SandboxUnavailable, explain_exit, sandboxed
+from bridges.sandbox.launch import SandboxArgv, SandboxUnavailable, explain_exit, sandboxed
 from bridges.sandbox.launchers import (
     PREPARE_TIMEOUT,
     PREPARED,
@@ -26,5 +27,5 @@ from bridges.sandbox.launchers import (
 from bridges.sandbox.protected import PROTECTED
 
 __all__ = ["PREPARED", "PREPARE_TIMEOUT", "PROTECTED", "Limits", "PreparationFailed",
-           "SandboxPlan", "SandboxUnavailable", "bwrap_argv", "explain_exit", "launcher_of",
-           "pending", "prepare", "sandboxed"]
+           "SandboxArgv", "SandboxPlan", "SandboxUnavailable", "bwrap_argv", "explain_exit",
+           "launcher_of", "pending", "prepare", "sandboxed"]
