@@ -5,6 +5,7 @@ the error names the limit, and no cgroup directory is left after the run."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -125,3 +126,23 @@ def test_a_dead_daemons_cgroups_are_removed_at_the_next_start(cgroups: None) -> 
          "cgroup_for(3, 64).close()"],
         check=True, cwd=Path(__file__).parents[2])
     assert not left.exists()
+
+
+def test_without_a_cgroup_mounted_the_rlimits_apply_and_a_warning_says_so_once() -> None:
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare: a mount namespace without /sys/fs/cgroup")
+    script = ("import logging; logging.basicConfig(format='%(levelname)s %(message)s')\n"
+              "from bridges.sandbox.cgroup import cgroup_for\n"
+              "print(cgroup_for(5, 64), cgroup_for(5, 64))")
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", 'umount -l /sys/fs/cgroup || exit 99; exec "$@"', "sh",
+         sys.executable, "-c", script],
+        capture_output=True, text=True, check=False, cwd=Path(__file__).parents[2])
+    if done.returncode == 99:
+        pytest.skip(f"/sys/fs/cgroup cannot be unmounted here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "None None", done.stdout
+    assert done.stderr.strip().splitlines() == [
+        "WARNING sandbox: no writable cgroup (no cgroup hierarchy with the pids controller is "
+        "mounted): pids is RLIMIT_NPROC only (not applied to root) and memory_mb is address "
+        "space per process"], done.stderr
