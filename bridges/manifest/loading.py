@@ -44,6 +44,11 @@ from bridges.manifest.values import did_you_mean, model_keys
 
 MANIFEST_SUFFIXES = (".json", ".toml")
 _SECRET_KEYS = frozenset({"env", "headers", "oauth"})
+UNFORWARDABLE = frozenset({
+    "authorization", "cookie", "host", "content-length", "content-type", "accept",
+    "connection", "transfer-encoding", "mcp-session-id", "mcp-protocol-version",
+    "last-event-id", "proxy-authorization"})
+"""What `forward_headers` may not name: the daemon's own credentials and the transport's."""
 
 Decision = Literal["allow", "deny", "ask"]
 
@@ -93,6 +98,10 @@ class ServerConfig(BaseModel):
     cwd: str | None = None
     url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict, repr=False)
+    forward_headers: list[str] = []
+    """Headers of the client's request (`/v1`, `/mcp`) passed on to this HTTP server with
+    each call, by name; calls with the same values share one connection
+    (`bridges.mcp.per_user`). Never Authorization, Cookie or a header of the protocol."""
     type: str | None = None
     namespace: str | None = None
     tools: ToolFilter = ToolFilter()
@@ -145,6 +154,11 @@ class ServerConfig(BaseModel):
             raise ValueError(f"type {self.type} needs `url`")
         if transport == "stdio" and (self.auth == "oauth" or self.oauth is not None):
             raise ValueError("`auth`/`oauth` apply to HTTP servers (`url`) only")
+        if self.forward_headers and transport == "stdio":
+            raise ValueError("`forward_headers` apply to HTTP servers (`url`) only")
+        refused = [n for n in self.forward_headers if n.lower() in UNFORWARDABLE]
+        if refused:
+            raise ValueError(f"`forward_headers` may not name {', '.join(refused)}")
         if transport != "stdio" and self.sandbox is not None:
             raise ValueError("`sandbox` applies to stdio servers (`command`) only")
         if self.auth == "none" and self.oauth is not None:

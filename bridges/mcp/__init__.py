@@ -23,6 +23,7 @@ from bridges.mcp.framing import LargeLine, LineFramer, OversizedLine
 from bridges.mcp.health import ServerHealth, ServerState, SkippedTool
 from bridges.mcp.passthrough import (
     CALLER_CAPABILITIES,
+    CALLER_HEADERS,
     CALLER_INPUT_RESPONSES,
     INPUT_KEY,
     UPSTREAM_TASK,
@@ -35,6 +36,7 @@ from bridges.mcp.results import STRUCTURED_KEY
 
 __all__ = [
     "CALLER_CAPABILITIES",
+    "CALLER_HEADERS",
     "CALLER_INPUT_RESPONSES",
     "INPUT_KEY",
     "STRUCTURED_KEY",

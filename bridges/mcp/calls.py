@@ -27,7 +27,8 @@ from pydantic import ValidationError
 from bridges.manifest.loading import ServerConfig
 from bridges.mcp.catalog import UpstreamTool
 from bridges.mcp.connection import Connection
-from bridges.mcp.passthrough import InflightCall
+from bridges.mcp.passthrough import CALLER_HEADERS, InflightCall
+from bridges.mcp.per_user import forwarded
 from bridges.mcp.redact import Redactor
 from bridges.mcp.results import (
     is_our_timeout,
@@ -122,8 +123,8 @@ class Caller:
         """The OAuth login sentence while the server wants one (`bridges.mcp.oauth`)."""
         self.inflight: list[CallProgress] = []
         self.users: UserConnections | None = None
-        """Set for a server with credentials per user: each call goes through its caller's
-        own connection (`bridges.mcp.per_user`)."""
+        """Set for a server with credentials per user or `forward_headers`: a call goes
+        through its caller's own connection (`bridges.mcp.per_user`)."""
 
     async def __call__(self, tool: UpstreamTool, arguments: Any, ctx: CallContext) -> Any:
         config, _ = self._current()
@@ -138,14 +139,14 @@ class Caller:
         started = time.perf_counter()
         try:
             users = self.users
-            if users is None:
+            headers = forwarded(config.forward_headers, CALLER_HEADERS.get())
+            if users is None or not (users.per_user or headers):
                 result = await self._send(connection, tool.name, arguments, config, progress)
             else:
-                owner = ctx.runner.owner
                 result = await users.call_with(
-                    owner, tool.name, config,
-                    lambda own: self._send(own, tool.name, arguments, config, progress,
-                                           hint=lambda: users.hint(owner)))
+                    ctx.runner.owner, headers, tool.name, config,
+                    lambda own, hint: self._send(own, tool.name, arguments, config, progress,
+                                                 hint=hint))
         finally:
             self.inflight.remove(progress)
             self._record_latency((time.perf_counter() - started) * 1000)

@@ -21,6 +21,8 @@ client can answer (and refuses with -32021 what it cannot). `INPUT_KEY` is the k
 the request embedded in its `input_required` round, while that request is being relayed.
 `CALLER_INPUT_RESPONSES`: the `inputResponses` a client sent with a `tools/call` that carries
 no `requestState`, handed on with the first request of the call (the spec's SHOULD).
+`CALLER_HEADERS`: the headers of the HTTP request a call came with (ASGI `(name, value)` byte
+pairs, names lower-case), for servers with `forward_headers`.
 `UPSTREAM_TASK`: called when the server answers the call with a task (SEP-2663), which the
 bridge then follows to its end (`tasks/get`, its input rounds through `tasks/update`).
 """
@@ -41,6 +43,8 @@ CALLER_CAPABILITIES: ContextVar[dict[str, Any] | None] = ContextVar(
     "sidecar_caller_capabilities", default=None)
 INPUT_KEY: ContextVar[str | None] = ContextVar("sidecar_input_key", default=None)
 CALLER_INPUT_RESPONSES: ContextVar[Any] = ContextVar("sidecar_input_responses", default=None)
+CALLER_HEADERS: ContextVar[Sequence[tuple[bytes, bytes]] | None] = ContextVar(
+    "sidecar_caller_headers", default=None)
 UPSTREAM_TASK: ContextVar[Callable[[], None] | None] = ContextVar(
     "sidecar_upstream_task", default=None)
 

@@ -1,9 +1,10 @@
-"""Credentials per user (`oauth.per_user`): one upstream connection per (server, user), each
-authorized with that user's own grant. Imports the rest of `bridges`, `sidecar.model` and
-`sidecar.stores`; exports `UserConnections`.
+"""Connections per caller: one upstream connection per (server, user) for credentials per user
+(`oauth.per_user`), each authorized with that user's own grant, and per set of forwarded
+header values (`forward_headers`). Imports the rest of `bridges`, `sidecar.model` and
+`sidecar.stores`; exports `UserConnections`, `forwarded`.
 
-A supervisor of a per-user server holds one `UserConnections` and runs it (`run`) for as long
-as its own connection (the one that lists the tools) is up. A call names its user by
+A supervisor of such a server holds one `UserConnections` and runs it (`run`) for as long as
+its own connection (the one that lists the tools) is up. A call names its user by
 `ToolContext.owner` (`user:<name>`): the user's connection is opened on their first call with
 the grant stored under `user_grant_key(server, name)`, kept while used, closed after `idle`
 seconds without a call, and at most `cap` are open (the least recently used idle one makes
@@ -45,15 +46,30 @@ CAP = 64
 SWEEP = 1.0
 T = TypeVar("T")
 
-Opener = Callable[[str, SidecarAuth], AbstractAsyncContextManager[Connection]]
-"""Opens one connection of the server (key of the grant, its auth)."""
+Headers = tuple[tuple[str, str], ...]
+Opener = Callable[[str, SidecarAuth | None, Headers],
+                  AbstractAsyncContextManager[Connection]]
+"""Opens one connection of the server (a name for the log, its auth, headers to add)."""
+
+
+def forwarded(names: list[str], caller: object) -> Headers:
+    """The `(name, value)` pairs of `names` in the caller's request headers (ASGI pairs)."""
+    if not names or not caller:
+        return ()
+    wanted = {name.lower(): name for name in names}
+    found: list[tuple[str, str]] = []
+    for raw, value in caller:  # type: ignore[attr-defined]
+        name = raw.decode("latin-1").lower()
+        if name in wanted:
+            found.append((wanted[name], value.decode("latin-1")))
+    return tuple(sorted(found))
 
 
 class _Entry:
     __slots__ = ("auth", "close", "connection", "failure", "inflight", "key", "last_used",
                  "ready", "status")
 
-    def __init__(self, key: str, auth: SidecarAuth, status: LoginStatus) -> None:
+    def __init__(self, key: str, auth: SidecarAuth | None, status: LoginStatus) -> None:
         self.key = key
         self.auth = auth
         self.status = status
@@ -66,22 +82,26 @@ class _Entry:
 
 
 class UserConnections:
-    def __init__(self, server: str, store: GrantStore, opener: Opener, *,
+    def __init__(self, server: str, store: GrantStore | None, opener: Opener, *,
+                 per_user: bool, shared: Callable[[], SidecarAuth | None],
                  on_secret: Callable[[str], None] | None = None,
                  idle: float = IDLE, cap: int = CAP) -> None:
         self.server = server
+        self.per_user = per_user
+        """Each user's own grant; else every connection carries `shared()` (the server's)."""
+        self._shared = shared
         self._store = store
         self._opener = opener
         self._on_secret = on_secret
         self.idle = idle
         self.cap = cap
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[tuple[str | None, Headers], _Entry] = {}
         self._tg: anyio.abc.TaskGroup | None = None
 
-    def open_users(self) -> list[str]:
+    def open_users(self) -> list[str | None]:
         """The users whose connection is open (or opening), oldest use first."""
         entries = sorted(self._entries.items(), key=lambda item: item[1].last_used)
-        return [user for user, _ in entries]
+        return [user for (user, _), _ in entries]
 
     async def run(self) -> None:
         """Hold the users' connections until cancelled (they all close then)."""
@@ -98,85 +118,100 @@ class UserConnections:
             self._tg = None
             self._entries.clear()
 
-    async def call_with(self, owner: str | None, tool: str, config: ServerConfig,
-                        send: Callable[[Connection], Awaitable[T]]) -> T:
-        """Run `send` on the connection of `owner`'s user (opened if needed)."""
-        entry = await self._entry(owner, tool, config)
+    async def call_with(self, owner: str | None, headers: Headers, tool: str,
+                        config: ServerConfig,
+                        send: Callable[[Connection, Callable[[], str | None]], Awaitable[T]],
+                        ) -> T:
+        """Run `send(connection, login hint)` on the connection of `owner`'s user (per user)
+        and these forwarded `headers`, opened if needed."""
+        slot = (_user(owner) if self.per_user else None, headers)
+        entry = await self._entry(slot, tool, config)
         entry.inflight += 1
         try:
             assert entry.connection is not None
-            return await send(entry.connection)
+            return await send(entry.connection, lambda: self._hint(entry))
         finally:
             entry.inflight -= 1
             entry.last_used = time.monotonic()
             if entry.status.needs_login:  # refused: the next call reads the grant afresh
-                self._drop(owner, entry)
+                self._drop(slot, entry)
 
-    def hint(self, owner: str | None) -> str | None:
-        """The login sentence of `owner`'s user while their grant needs a login."""
-        user = _user(owner)
-        entry = self._entries.get(user) if user is not None else None
-        return entry.status.hint() if entry is not None and entry.status.needs_login else None
+    def _hint(self, entry: _Entry) -> str | None:
+        if entry.status.needs_login:
+            return entry.status.hint()
+        shared = self._shared() if not self.per_user else None
+        status = getattr(shared, "status", None)
+        return status.hint() if status is not None and status.needs_login else None
 
-    async def _entry(self, owner: str | None, tool: str, config: ServerConfig) -> _Entry:
-        user = _user(owner)
-        if user is None:
+    async def _entry(self, slot: tuple[str | None, Headers], tool: str,
+                     config: ServerConfig) -> _Entry:
+        user = slot[0]
+        if self.per_user and user is None:
             raise self._needs_auth(
                 tool, "this call has no user (the server's credentials are per user: sign "
                 "in, or use a token made with `sidecar token create --user`)", None)
-        key = user_grant_key(self.server, user)
-        entry = self._entries.get(user)
+        entry = self._entries.get(slot)
         if entry is not None and (entry.close.is_set() or (
                 entry.connection is not None and entry.connection.lost.is_set())):
-            self._entries.pop(user, None)
+            self._entries.pop(slot, None)
             entry = None
         if entry is None:
-            assert config.url is not None
-            storage = RecordStorage(self._store, key, canonical_resource(config.url))
-            if await storage.current() is None:
-                raise self._needs_auth(tool, f"user {user!r} has not logged in", key)
-            self._make_room()
-            status = LoginStatus(key)
-            entry = _Entry(key, build_auth(key, config, self._store, status,
-                                           on_secret=self._on_secret), status)
-            self._entries[user] = entry
+            entry = await self._new_entry(user, tool, config)
+            self._entries[slot] = entry
             if self._tg is None:
-                self._entries.pop(user, None)
+                self._entries.pop(slot, None)
                 raise ToolFailure(f"MCP server {self.server!r} is not connected; tool "
                                   f"{tool!r} was not called",
                                   {"server": self.server, "tool": tool},
                                   kind=ErrorKind.UPSTREAM)
-            self._tg.start_soon(self._hold, user, entry, name=f"mcp {self.server} {key}")
+            self._tg.start_soon(self._hold, slot, entry, name=f"mcp {self.server} {entry.key}")
         entry.last_used = time.monotonic()
         with anyio.move_on_after(config.timeouts.startup):
             await entry.ready.wait()
         if entry.connection is not None and not entry.connection.lost.is_set():
             return entry
-        self._drop(owner, entry)
+        self._drop(slot, entry)
         if entry.status.needs_login:
-            raise self._needs_auth(tool, entry.status.reason or "a login is needed", key)
+            raise self._needs_auth(tool, entry.status.reason or "a login is needed", entry.key)
         reason = entry.failure or (f"did not connect within {config.timeouts.startup:g} s "
                                    "(timeouts.startup)")
+        who = f" (user {user!r})" if user is not None else ""
         raise ToolFailure(
-            f"MCP server {self.server!r} (user {user!r}): {reason}; tool {tool!r} was not "
-            "called", {"server": self.server, "tool": tool}, kind=ErrorKind.UPSTREAM)
+            f"MCP server {self.server!r}{who}: {reason}; tool {tool!r} was not called",
+            {"server": self.server, "tool": tool}, kind=ErrorKind.UPSTREAM)
 
-    def _drop(self, owner: str | None, entry: _Entry) -> None:
-        user = _user(owner)
-        if user is not None and self._entries.get(user) is entry:
-            del self._entries[user]
+    async def _new_entry(self, user: str | None, tool: str, config: ServerConfig) -> _Entry:
+        if user is None or self._store is None:
+            shared = self._shared()
+            status = getattr(shared, "status", None)
+            self._make_room()
+            return _Entry(self.server, shared,
+                          status if isinstance(status, LoginStatus) else LoginStatus(self.server))
+        key = user_grant_key(self.server, user)
+        assert config.url is not None
+        storage = RecordStorage(self._store, key, canonical_resource(config.url))
+        if await storage.current() is None:
+            raise self._needs_auth(tool, f"user {user!r} has not logged in", key)
+        self._make_room()
+        status = LoginStatus(key)
+        return _Entry(key, build_auth(key, config, self._store, status,
+                                      on_secret=self._on_secret), status)
+
+    def _drop(self, slot: tuple[str | None, Headers], entry: _Entry) -> None:
+        if self._entries.get(slot) is entry:
+            del self._entries[slot]
         entry.close.set()
 
     def _make_room(self) -> None:
         if len(self._entries) < self.cap:
             return
-        idle = [(e.last_used, u) for u, e in self._entries.items() if e.inflight == 0]
+        idle = [(e.last_used, slot) for slot, e in self._entries.items() if e.inflight == 0]
         if not idle:
             raise ToolFailure(
-                f"MCP server {self.server!r}: {self.cap} users' connections are busy; try "
+                f"MCP server {self.server!r}: {self.cap} callers' connections are busy; try "
                 "again", {"server": self.server}, kind=ErrorKind.UNAVAILABLE)
-        _, user = min(idle)
-        self._entries.pop(user).close.set()
+        _, slot = min(idle, key=lambda item: item[0])
+        self._entries.pop(slot).close.set()
 
     def _needs_auth(self, tool: str, reason: str, key: str | None) -> ToolFailure:
         how = f"; run `{login_command(key)}`" if key is not None else ""
@@ -186,12 +221,14 @@ class UserConnections:
              **({"command": login_command(key)} if key is not None else {})},
             kind=ErrorKind.UPSTREAM)
 
-    async def _hold(self, user: str, entry: _Entry) -> None:
+    async def _hold(self, slot: tuple[str | None, Headers], entry: _Entry) -> None:
+        user, headers = slot
         try:
-            async with self._opener(entry.key, entry.auth) as connection:
+            async with self._opener(entry.key, entry.auth, headers) as connection:
                 entry.connection = connection
                 entry.ready.set()
-                log.info("[%s] connected for user %r", self.server, user)
+                if user is not None:
+                    log.info("[%s] connected for user %r", self.server, user)
                 async with anyio.create_task_group() as tg:
                     async def lost() -> None:
                         await connection.lost.wait()
@@ -203,12 +240,12 @@ class UserConnections:
         except Exception as exc:
             entry.failure = describe(exc)
             if not entry.status.needs_login:
-                log.warning("[%s] user %r: %s", self.server, user, entry.failure)
+                log.warning("[%s] %s: %s", self.server, entry.key, entry.failure)
         finally:
             entry.close.set()
             entry.ready.set()
-            if self._entries.get(user) is entry:
-                del self._entries[user]
+            if self._entries.get(slot) is entry:
+                del self._entries[slot]
 
 
 def _user(owner: str | None) -> str | None:

@@ -463,17 +463,25 @@ class Supervisor:
             self._set(state="ready", last_error=None)
 
     def _per_user(self, config: ServerConfig) -> UserConnections | None:
-        """The users' own connections of a server with credentials per user, else None."""
-        if (self._oauth is None or self._grants is None or config.oauth is None
-                or not config.oauth.per_user):
+        """The callers' own connections of a server with credentials per user or
+        `forward_headers`, else None."""
+        per_user = (self._oauth is not None and self._grants is not None
+                    and config.oauth is not None and config.oauth.per_user)
+        if not per_user and not config.forward_headers:
             return None
-        return UserConnections(self.key, self._grants, self._open_for_user,
-                               on_secret=self._add_secret)
+        return UserConnections(
+            self.key, self._grants, self._open_for_caller, per_user=per_user,
+            shared=lambda: self._oauth.auth if self._oauth is not None else None,
+            on_secret=self._add_secret)
 
     @asynccontextmanager
-    async def _open_for_user(self, key: str, auth: Any) -> AsyncIterator[Connection]:
-        """One user's connection: the server's own settings and handlers, the user's auth."""
+    async def _open_for_caller(self, key: str, auth: Any,
+                               headers: tuple[tuple[str, str], ...]) -> AsyncIterator[Connection]:
+        """One caller's connection: the server's own settings and handlers, the caller's auth
+        and forwarded headers."""
         config = self.config
+        if headers:
+            config = config.model_copy(update={"headers": {**config.headers, **dict(headers)}})
         async with open_connection(
             key, config, era=self._era or Era(configured_mode(config)),
             on_message=self._on_message, on_log=self._on_log,

@@ -2,7 +2,9 @@
 `/metrics`, the web console under `/ui`, and (when the MCP facade is mounted) `/mcp`, all
 behind one `SecurityMiddleware` (the console authenticates with its own login cookie).
 
-Imports the core and the rest of `sidecar.serve`. Exports `build_app` and `ReplicaHeader`.
+Imports the core, the rest of `sidecar.serve` and `bridges.mcp` (`CALLER_HEADERS`, which
+`CallerHeaders` sets for each request: servers with `forward_headers` read it). Exports
+`build_app`, `ReplicaHeader` and `CallerHeaders`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from bridges.mcp import CALLER_HEADERS
 from sidecar.model.replica import REPLICA_HEADER, replica_id
 from sidecar.serve.api import DEFAULT_MAX_BODY_BYTES, Api
 from sidecar.serve.console import MinuteRing, console_routes
@@ -113,7 +116,7 @@ def build_app(
         # an MCP call should not be matched against every /v1 and /ui route before its own
         routes=[*extra_routes, *api.routes(), *UpstreamApi(location).routes(),
                 *console_routes(location, events, token, api.auth.begin, ring, identities)],
-        middleware=[Middleware(ReplicaHeader), Middleware(
+        middleware=[Middleware(ReplicaHeader), Middleware(CallerHeaders), Middleware(
             SecurityMiddleware, token=token, allowed_hosts=allowed_hosts, scoped=scoped,
             identify=identities.identify, route_refusal=refusal,
             default_profile=default_profile, own_auth_prefix="/ui",
@@ -125,6 +128,23 @@ def build_app(
     app.state.identities = identities
     app.state.auth_required = token is not None  # what the MCP Server Cards say
     return app
+
+
+class CallerHeaders:
+    """Holds the request's headers in `CALLER_HEADERS` while it is served (no copy)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = CALLER_HEADERS.set(scope["headers"])
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            CALLER_HEADERS.reset(given)
 
 
 class ReplicaHeader:

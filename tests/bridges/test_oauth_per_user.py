@@ -50,7 +50,7 @@ async def test_each_user_calls_with_their_own_grant(
     config = ServerConfig(url=f"{protected.base}/mcp", auth="oauth", oauth={"per_user": True},
                           timeouts={"startup": 10})
     # The server's own login lists its tools; each user logs in for their calls.
-    for key in ("cloud", user_grant_key("cloud", "alice"), user_grant_key("cloud", "bob")):
+    for key in ("cloud", *(user_grant_key("cloud", u) for u in ("alice", "bob", "dave"))):
         result = await login(key, config, store, show=follow)
         assert result.ok, result.message
 
@@ -81,24 +81,23 @@ async def test_each_user_calls_with_their_own_grant(
         assert "needs_auth: this call has no user" in outcome.error.message
         assert len(protected.called) == 3
 
-        # bob's grant is revoked at the authorization server: his next call needs a login.
-        record = await store.get(user_grant_key("cloud", "bob"))
+        # dave's grant is revoked at the authorization server: his call needs a login.
+        record = await store.get(user_grant_key("cloud", "dave"))
         assert record is not None
-        protected.access.pop(bob)
+        protected.access.pop(record["tokens"]["access_token"])
         protected.refresh.discard(record["tokens"]["refresh_token"])
-        users = pool._supervisors["cloud"].caller.users  # the server's users' connections
-        assert users is not None
-        users._entries["bob"].close.set()  # as after an idle period: the next call reconnects
-        outcome = await location.snapshot().execute("cloud_whoami", {}, as_user("bob"))
+        outcome = await location.snapshot().execute("cloud_whoami", {}, as_user("dave"))
         assert outcome.status == "error" and outcome.error is not None
-        assert "run `sidecar auth login cloud --user bob`" in outcome.error.message, (
+        assert "run `sidecar auth login cloud --user dave`" in outcome.error.message, (
             outcome.error.message)
         assert len(protected.called) == 3
         # alice is unaffected; once idle, her connection closes
         outcome = await location.snapshot().execute("cloud_whoami", {}, as_user("alice"))
         assert outcome.status == "completed", outcome.error
         assert protected.called[-1] == ("whoami", alice)
-        assert users.open_users() == ["alice"]
+        users = pool._supervisors["cloud"].caller.users  # the server's callers' connections
+        assert users is not None
+        assert users.open_users() == ["bob", "alice"]
         users.idle = 0.2
         await eventually(lambda: users.open_users() == [], within=10,
                          what="alice's idle connection closed")
