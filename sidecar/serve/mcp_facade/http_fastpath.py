@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sidecar.model import json_depth
 from sidecar.model.json_depth import JsonTooDeep
+from sidecar.serve.mcp_facade import stream_priming
 from sidecar.serve.mcp_facade.fast_answers import (
     Asks,
     FastCall,
@@ -37,6 +38,7 @@ from sidecar.serve.mcp_facade.fast_answers import (
     notification_message,
     plain_request,
 )
+from sidecar.serve.mcp_facade.stream_priming import priming_event
 
 if TYPE_CHECKING:
     from sidecar.serve.mcp_facade.server import McpFacade
@@ -94,6 +96,7 @@ class HttpFastPath:
 
         setattr(manager, "_admit_session", admit_with_fast_path)  # noqa: B010
         self.installed = True
+        stream_priming.install(manager)
 
     def _attach(self, transport: Any) -> None:
         sdk = getattr(transport, "_handle_request", None)
@@ -127,10 +130,10 @@ class _Session:
             return
         message = await receive()
         value = _json_body(message)
-        if value is None or not await self._take(value, send):
+        if value is None or not await self._take(scope, value, send):
             await self._sdk(scope, _replay(message, receive), send)
 
-    async def _take(self, value: dict[str, Any], send: Send) -> bool:
+    async def _take(self, scope: Scope, value: dict[str, Any], send: Send) -> bool:
         """Answer the message and return True, or return False (the SDK's path answers)."""
         if "method" not in value:
             answer = _answer(value) if self._asks.waits_for(value.get("id")) else None
@@ -157,7 +160,7 @@ class _Session:
         if not isinstance(taken, FastCall):
             return False
         self._path.handled += 1
-        reply = _Reply(send, self._id, self._asks)
+        reply = _Reply(send, self._id, self._asks, scope["headers"])
         task = asyncio.current_task()
         assert task is not None
         self._inflight.tasks[request_id] = task
@@ -181,10 +184,13 @@ class _Reply:
     """The response to one POST: a JSON body, or an SSE stream once something has to reach
     the client before the result (`CallChannel` of the call)."""
 
-    __slots__ = ("_asks", "_done", "_lock", "_send", "_session_id", "_streaming")
+    __slots__ = ("_asks", "_done", "_headers", "_lock", "_send", "_session_id", "_streaming")
 
-    def __init__(self, send: Send, session_id: str, asks: Asks) -> None:
+    def __init__(self, send: Send, session_id: str, asks: Asks,
+                 headers: list[tuple[bytes, bytes]] | None = None) -> None:
         self._send = send
+        self._headers = headers
+        """The request's: a stream opens with a priming event for its client's version."""
         self._session_id = session_id
         self._asks = asks
         self._streaming = False
@@ -230,6 +236,10 @@ class _Reply:
                 self._streaming = True
                 await self._send({"type": "http.response.start", "status": 200,
                                   "headers": _SSE_HEADERS + _session_header(self._session_id)})
+                priming = priming_event(self._headers) if self._headers is not None else b""
+                if priming:
+                    await self._send({"type": "http.response.body", "more_body": True,
+                                      "body": priming})
             self._done = last
             await self._send({"type": "http.response.body", "more_body": not last,
                               "body": b"event: message\ndata: " + data + b"\n\n"})

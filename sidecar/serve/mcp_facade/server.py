@@ -37,7 +37,7 @@ from bridges.mcp import CALLER_CAPABILITIES, CALLER_INPUT_RESPONSES, UPSTREAM_TA
 from sidecar.execution.snapshot import Snapshot
 from sidecar.model import tracing
 from sidecar.model.events import CallProgress, CallSettled
-from sidecar.serve.mcp_facade import skills, tools, upstream
+from sidecar.serve.mcp_facade import offered, skills, tools, upstream
 from sidecar.serve.mcp_facade.fast_answers import FastAnswers
 from sidecar.serve.mcp_facade.paused_calls import PausedCalls
 from sidecar.serve.mcp_facade.relays import UpstreamRelay, quietly
@@ -136,7 +136,9 @@ class McpFacade:
 
         def advertised(*args: Any, **kwargs: Any) -> types.ServerCapabilities:
             skills.advertise(self.server.extensions, self.upstreams)
-            return capabilities(*args, **kwargs)
+            # resources, prompts, completions, logging: while an upstream offers them
+            return offered.capabilities(capabilities(*args, **kwargs), self.upstreams,
+                                        self.prompt_upstreams, self.served.starting())
 
         self.server.get_capabilities = advertised  # type: ignore[method-assign]
         self.tasks = FacadeTasks(location, self._task_result)  # SEP-2663

@@ -58,7 +58,7 @@ async def serve_stdio(
             lambda: bool(calls) and calls[0].busy,
             fds=fds,
         ) as wire:
-            options = facade.server.create_initialization_options()
+            options: Any = None  # made at `initialize`: what the upstreams offer then
             calls.append(FastCalls(facade, wire.read, wire.write, wire.send_line))
             facade.relay.requester, facade.relay.notifier = calls[0].request, calls[0].notify
             try:
@@ -74,7 +74,7 @@ async def serve_stdio(
         if stdout else None
     )
     async with facade.attached(), stdio_server(in_text, out_text) as (read, write):
-        options = facade.server.create_initialization_options()
+        options = None  # made at `initialize`: what the upstreams offer then
         fast = FastCalls(facade, read, write)
         facade.relay.requester, facade.relay.notifier = fast.request, fast.notify
         try:

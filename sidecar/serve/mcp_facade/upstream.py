@@ -20,6 +20,7 @@ from pydantic import BaseModel, Discriminator, Tag, TypeAdapter
 
 from bridges.mcp import Connection
 from sidecar.location.sources import UpstreamPool
+from sidecar.serve.mcp_facade.offered import cache_hints
 
 R = TypeVar("R", bound=BaseModel)
 T = TypeVar("T")
@@ -216,15 +217,18 @@ def or_input(result: type[R]) -> TypeAdapter[Any]:
 
 async def every_page(
     upstream: Upstream, request: Callable[..., Any], result: type[R],
-    items: Callable[[R], Sequence[T]],
+    items: Callable[[R], Sequence[T]], pages: list[R] | None = None,
 ) -> list[T]:
-    """Every page of one upstream's listing (`request` takes `params=`), in order."""
+    """Every page of one upstream's listing (`request` takes `params=`), in order; each page
+    is also appended to `pages` when given (their cache hints)."""
     found: list[T] = []
     cursor: str | None = None
     while True:
         params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
         page = await send(upstream, request(params=params), result)
         found += items(page)
+        if pages is not None:
+            pages.append(page)
         cursor = getattr(page, "next_cursor", None)
         if not cursor:
             return found
@@ -232,22 +236,24 @@ async def every_page(
 
 async def list_resources(upstreams: Upstreams) -> types.ListResourcesResult:
     merged: list[types.Resource] = []
+    seen: list[types.ListResourcesResult] = []
     for up in upstreams.with_capability("resources"):
         pages = await every_page(up, types.ListResourcesRequest, types.ListResourcesResult,
-                                 lambda page: page.resources)
+                                 lambda page: page.resources, seen)
         merged += [r.model_copy(update={"uri": up.uri_out(r.uri)}) for r in pages]
-    return types.ListResourcesResult(resources=merged)
+    return types.ListResourcesResult(resources=merged, **cache_hints(seen))
 
 
 async def list_templates(upstreams: Upstreams) -> types.ListResourceTemplatesResult:
     merged: list[types.ResourceTemplate] = []
+    seen: list[types.ListResourceTemplatesResult] = []
     for up in upstreams.with_capability("resources"):
         pages = await every_page(
             up, types.ListResourceTemplatesRequest, types.ListResourceTemplatesResult,
-            lambda page: page.resource_templates)
+            lambda page: page.resource_templates, seen)
         merged += [t.model_copy(update={"uri_template": up.uri_out(t.uri_template)})
                    for t in pages]
-    return types.ListResourceTemplatesResult(resource_templates=merged)
+    return types.ListResourceTemplatesResult(resource_templates=merged, **cache_hints(seen))
 
 
 async def read_resource(
@@ -271,11 +277,12 @@ async def read_resource(
 
 async def list_prompts(upstreams: Upstreams) -> types.ListPromptsResult:
     merged: list[types.Prompt] = []
+    seen: list[types.ListPromptsResult] = []
     for up in upstreams.with_capability("prompts"):
         pages = await every_page(up, types.ListPromptsRequest, types.ListPromptsResult,
-                                 lambda page: page.prompts)
+                                 lambda page: page.prompts, seen)
         merged += [p.model_copy(update={"name": up.name_out(p.name)}) for p in pages]
-    return types.ListPromptsResult(prompts=merged)
+    return types.ListPromptsResult(prompts=merged, **cache_hints(seen))
 
 
 async def get_prompt(
