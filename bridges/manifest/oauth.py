@@ -16,12 +16,15 @@ class OAuthSettings(_Strict):
     sidecar discovers the authorization server and registers itself (CIMD or dynamic client
     registration) on `sidecar auth login NAME`."""
 
-    grant: Literal["authorization_code", "client_credentials", "cross_app_access"] = (
-        "authorization_code"
-    )
+    grant: Literal["authorization_code", "client_credentials", "cross_app_access",
+                   "token_exchange"] = "authorization_code"
     """`cross_app_access`: SEP-990 (enterprise-managed): the ID token `id_token` is exchanged
     at the enterprise IdP (`idp_token_endpoint`, RFC 8693) for an ID-JAG, which the MCP
-    authorization server (`issuer`) takes as a jwt-bearer grant (RFC 7523)."""
+    authorization server (`issuer`) takes as a jwt-bearer grant (RFC 7523).
+    `token_exchange`: each call's own bearer token (the caller's identity-provider access
+    token) is exchanged at `idp_token_endpoint` (RFC 8693) for a token of this server (its
+    URL as `resource`, `audience` if set), per user; the tool list comes from the server's
+    own login."""
     client_id: str | None = None
     client_secret: str | None = Field(default=None, repr=False)
     private_key: str | None = Field(default=None, repr=False)
@@ -46,6 +49,10 @@ class OAuthSettings(_Strict):
     idp_token_endpoint: str | None = None
     idp_client_id: str | None = None
     id_token: str | None = Field(default=None, repr=False)
+    idp_client_secret: str | None = Field(default=None, repr=False)
+    """The secret of `idp_client_id` at the identity provider (token_exchange)."""
+    audience: str | None = None
+    """The `audience` a token exchange asks for (token_exchange)."""
     per_user: bool = False
     """Credentials per user: each signed-in user logs in once (`sidecar auth login NAME --user
     USER`) and a call carries its caller's grant, stored per (server, user); the tool list is
@@ -65,6 +72,11 @@ class OAuthSettings(_Strict):
                        if not getattr(self, name)]
             if missing:
                 raise ValueError(f"grant cross_app_access needs {', '.join(missing)}")
+        if self.grant == "token_exchange":
+            missing = [name for name in ("idp_token_endpoint", "idp_client_id")
+                       if not getattr(self, name)]
+            if missing:
+                raise ValueError(f"grant token_exchange needs {', '.join(missing)}")
         if self.per_user and self.grant != "authorization_code":
             raise ValueError("`per_user` needs grant authorization_code (each user logs in)")
         if self.private_key and self.grant != "client_credentials":

@@ -28,7 +28,7 @@ from bridges.manifest.loading import ServerConfig
 from bridges.mcp.catalog import UpstreamTool
 from bridges.mcp.connection import Connection
 from bridges.mcp.passthrough import CALLER_HEADERS, InflightCall
-from bridges.mcp.per_user import forwarded
+from bridges.mcp.per_user import caller_bearer, forwarded
 from bridges.mcp.redact import Redactor
 from bridges.mcp.results import (
     is_our_timeout,
@@ -139,14 +139,16 @@ class Caller:
         started = time.perf_counter()
         try:
             users = self.users
-            headers = forwarded(config.forward_headers, CALLER_HEADERS.get())
+            caller = CALLER_HEADERS.get()
+            headers = forwarded(config.forward_headers, caller)
             if users is None or not (users.per_user or headers):
                 result = await self._send(connection, tool.name, arguments, config, progress)
             else:
                 result = await users.call_with(
                     ctx.runner.owner, headers, tool.name, config,
                     lambda own, hint: self._send(own, tool.name, arguments, config, progress,
-                                                 hint=hint))
+                                                 hint=hint),
+                    subject=caller_bearer(caller))
         finally:
             self.inflight.remove(progress)
             self._record_latency((time.perf_counter() - started) * 1000)

@@ -10,6 +10,9 @@ the grant stored under `user_grant_key(server, name)`, kept while used, closed a
 seconds without a call, and at most `cap` are open (the least recently used idle one makes
 room). A caller without a user, or a user without a grant (or whose grant the server refused),
 fails at once, `needs_auth`, naming the command that logs them in; nothing is sent upstream.
+With `oauth.grant = "token_exchange"` a user's connection carries instead the token the
+identity provider exchanged the call's own bearer token for (renewed when it nears its expiry
+or the caller's token changed).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import anyio.abc
 from bridges.manifest.loading import ServerConfig
 from bridges.mcp.connection import Connection
 from bridges.mcp.listening import describe
+from bridges.mcp.oauth.exchange import BearerAuth, ExchangeRefused
 from bridges.mcp.oauth.providers import SidecarAuth, build_auth
 from bridges.mcp.oauth.records import (
     LoginStatus,
@@ -47,7 +51,9 @@ SWEEP = 1.0
 T = TypeVar("T")
 
 Headers = tuple[tuple[str, str], ...]
-Opener = Callable[[str, SidecarAuth | None, Headers],
+Exchange = Callable[[str], Awaitable[tuple[str, float | None]]]
+"""Exchanges a caller's token for one of the server: (token, absolute expiry or None)."""
+Opener = Callable[[str, SidecarAuth | BearerAuth | None, Headers],
                   AbstractAsyncContextManager[Connection]]
 """Opens one connection of the server (a name for the log, its auth, headers to add)."""
 
@@ -65,11 +71,21 @@ def forwarded(names: list[str], caller: object) -> Headers:
     return tuple(sorted(found))
 
 
+def caller_bearer(caller: object) -> str | None:
+    """The bearer token of the caller's request (ASGI header pairs), if any."""
+    for raw, value in caller or ():  # type: ignore[attr-defined]
+        if raw.lower() == b"authorization" and value[:7].lower() == b"bearer ":
+            token: str = value[7:].decode("latin-1").strip()
+            return token or None
+    return None
+
+
 class _Entry:
     __slots__ = ("auth", "close", "connection", "failure", "inflight", "key", "last_used",
                  "ready", "status")
 
-    def __init__(self, key: str, auth: SidecarAuth | None, status: LoginStatus) -> None:
+    def __init__(self, key: str, auth: SidecarAuth | BearerAuth | None,
+                 status: LoginStatus) -> None:
         self.key = key
         self.auth = auth
         self.status = status
@@ -84,10 +100,12 @@ class _Entry:
 class UserConnections:
     def __init__(self, server: str, store: GrantStore | None, opener: Opener, *,
                  per_user: bool, shared: Callable[[], SidecarAuth | None],
+                 exchange: Exchange | None = None,
                  on_secret: Callable[[str], None] | None = None,
                  idle: float = IDLE, cap: int = CAP) -> None:
         self.server = server
-        self.per_user = per_user
+        self.per_user = per_user or exchange is not None
+        self._exchange = exchange
         """Each user's own grant; else every connection carries `shared()` (the server's)."""
         self._shared = shared
         self._store = store
@@ -121,11 +139,12 @@ class UserConnections:
     async def call_with(self, owner: str | None, headers: Headers, tool: str,
                         config: ServerConfig,
                         send: Callable[[Connection, Callable[[], str | None]], Awaitable[T]],
-                        ) -> T:
+                        subject: str | None = None) -> T:
         """Run `send(connection, login hint)` on the connection of `owner`'s user (per user)
-        and these forwarded `headers`, opened if needed."""
+        and these forwarded `headers`, opened if needed; `subject`: the caller's bearer
+        token (token_exchange)."""
         slot = (_user(owner) if self.per_user else None, headers)
-        entry = await self._entry(slot, tool, config)
+        entry = await self._entry(slot, tool, config, subject)
         entry.inflight += 1
         try:
             assert entry.connection is not None
@@ -144,7 +163,7 @@ class UserConnections:
         return status.hint() if status is not None and status.needs_login else None
 
     async def _entry(self, slot: tuple[str | None, Headers], tool: str,
-                     config: ServerConfig) -> _Entry:
+                     config: ServerConfig, subject: str | None = None) -> _Entry:
         user = slot[0]
         if self.per_user and user is None:
             raise self._needs_auth(
@@ -155,8 +174,11 @@ class UserConnections:
                 entry.connection is not None and entry.connection.lost.is_set())):
             self._entries.pop(slot, None)
             entry = None
+        if entry is not None:
+            await self._exchanged(entry, subject, tool)
         if entry is None:
             entry = await self._new_entry(user, tool, config)
+            await self._exchanged(entry, subject, tool)
             self._entries[slot] = entry
             if self._tg is None:
                 self._entries.pop(slot, None)
@@ -180,7 +202,30 @@ class UserConnections:
             f"MCP server {self.server!r}{who}: {reason}; tool {tool!r} was not called",
             {"server": self.server, "tool": tool}, kind=ErrorKind.UPSTREAM)
 
+    async def _exchanged(self, entry: _Entry, subject: str | None, tool: str) -> None:
+        """Give a token_exchange entry a token for `subject` unless it has a fresh one."""
+        auth = entry.auth
+        if self._exchange is None or not isinstance(auth, BearerAuth):
+            return
+        if subject is None:
+            raise self._needs_auth(
+                tool, "this call carries no access token of the identity provider to "
+                "exchange (oauth.grant token_exchange)", None)
+        if auth.fresh(subject):
+            return
+        try:
+            token, expires_at = await self._exchange(subject)
+        except ExchangeRefused as exc:
+            raise self._needs_auth(tool, str(exc), None) from None
+        if self._on_secret is not None:
+            self._on_secret(token)
+        auth.token, auth.expires_at, auth.subject = token, expires_at, subject
+
     async def _new_entry(self, user: str | None, tool: str, config: ServerConfig) -> _Entry:
+        if user is not None and self._exchange is not None:
+            key = user_grant_key(self.server, user)
+            self._make_room()
+            return _Entry(key, BearerAuth(), LoginStatus(key))
         if user is None or self._store is None:
             shared = self._shared()
             status = getattr(shared, "status", None)

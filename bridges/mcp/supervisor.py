@@ -44,6 +44,8 @@ from bridges.mcp.health import ServerHealth
 from bridges.mcp.listening import describe, listen_for_changes
 from bridges.mcp.listing import ToolLimit
 from bridges.mcp.log_budget import LogBudget
+from bridges.mcp.oauth.exchange import exchange_token
+from bridges.mcp.oauth.records import canonical_resource
 from bridges.mcp.oauth.upstream import UpstreamAuth
 from bridges.mcp.passthrough import InflightCall, Relay
 from bridges.mcp.per_user import UserConnections
@@ -465,14 +467,18 @@ class Supervisor:
     def _per_user(self, config: ServerConfig) -> UserConnections | None:
         """The callers' own connections of a server with credentials per user or
         `forward_headers`, else None."""
-        per_user = (self._oauth is not None and self._grants is not None
-                    and config.oauth is not None and config.oauth.per_user)
-        if not per_user and not config.forward_headers:
+        settings = config.oauth if self._oauth is not None else None
+        per_user = settings is not None and self._grants is not None and settings.per_user
+        exchange = None
+        if settings is not None and settings.grant == "token_exchange" and config.url:
+            exchange = functools.partial(exchange_token, settings,
+                                         canonical_resource(config.url))
+        if not per_user and exchange is None and not config.forward_headers:
             return None
         return UserConnections(
             self.key, self._grants, self._open_for_caller, per_user=per_user,
             shared=lambda: self._oauth.auth if self._oauth is not None else None,
-            on_secret=self._add_secret)
+            exchange=exchange, on_secret=self._add_secret)
 
     @asynccontextmanager
     async def _open_for_caller(self, key: str, auth: Any,

@@ -7,7 +7,10 @@ back with a code, a token endpoint with refresh-token rotation, revocation).
 Tokens are random and expire after `expires_in` seconds; `grants` records every token
 request's grant type, `rejected` counts the MCP requests answered 401, `reused` the refreshes
 with a refresh token that was already spent (what two clients sharing one grant must never
-do). `called` records, for every tool call, the tool and the access token it carried.
+do). `called` records, for every tool call, the tool and the access token it carried. `/token`
+also takes RFC 8693 token exchanges (client `exchanger`/`exchanger-secret`, HTTP Basic): any
+subject token not in `refuse` is exchanged for an access token, recorded in `exchanged` as
+(subject token, resource, the token issued).
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ class OAuthServer:
         self.grants: list[str] = []
         self.rejected = 0
         self.called: list[tuple[str, str]] = []
+        self.exchanged: list[tuple[str, str, str]] = []
+        self.refuse: set[str] = set()
         self.revoked: list[str] = []
         self.meeting = 0
         self.met = anyio.Event()
@@ -180,6 +185,19 @@ class OAuthServer:
             self.refresh.discard(old)  # rotation: a refresh token is used once
             self.spent.add(old)
             return JSONResponse(self._issue())
+        if grant == "urn:ietf:params:oauth:grant-type:token-exchange":
+            basic = base64.b64encode(b"exchanger:exchanger-secret").decode()
+            if request.headers.get("authorization") != f"Basic {basic}":
+                return JSONResponse({"error": "invalid_client"}, status_code=401)
+            subject = str(form.get("subject_token", ""))
+            if not subject or subject in self.refuse or form.get("subject_token_type") != (
+                    "urn:ietf:params:oauth:token-type:access_token"):
+                return JSONResponse({"error": "invalid_grant"}, status_code=400)
+            issued = self._issue()
+            del issued["refresh_token"]
+            self.exchanged.append((subject, str(form.get("resource")), issued["access_token"]))
+            return JSONResponse({**issued, "issued_token_type":
+                                 "urn:ietf:params:oauth:token-type:access_token"})
         return JSONResponse({"error": "unsupported_grant_type"}, status_code=400)
 
     async def _revoke(self, request: Request) -> Response:

@@ -2,18 +2,20 @@
 user's call reaches the upstream with that user's own access token (the server records the
 token of every tool call), a user without a grant, or whose grant the server no longer takes,
 fails `needs_auth` naming `sidecar auth login cloud --user NAME` and sends nothing, and idle
-users' connections close."""
+users' connections close. With `oauth.grant = "token_exchange"` each call's bearer token is
+exchanged (RFC 8693, at the test server's /token) and the call carries the token issued."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bridges.manifest.loading import ServerConfig
-from bridges.mcp import ServerPool
+from bridges.mcp import CALLER_HEADERS, ServerPool
 from bridges.mcp.oauth.login import login
 from bridges.mcp.oauth.records import user_grant_key
 from sidecar import Location
@@ -101,3 +103,44 @@ async def test_each_user_calls_with_their_own_grant(
         users.idle = 0.2
         await eventually(lambda: users.open_users() == [], within=10,
                          what="alice's idle connection closed")
+
+
+async def test_token_exchange_gives_each_caller_a_token_of_their_own(
+    location: Location, protected: OAuthServer, tmp_path: Path
+) -> None:
+    """RFC 8693 at the test server's /token: the call's bearer token (what the daemon's app
+    puts in CALLER_HEADERS for each request) is exchanged once per user and token, and the
+    call carries what it was exchanged for; a refused or missing token is needs_auth."""
+    store = FileGrantStore(tmp_path / "grants")
+    config = ServerConfig(url=f"{protected.base}/mcp", timeouts={"startup": 10}, oauth={
+        "grant": "token_exchange", "idp_token_endpoint": f"{protected.base}/token",
+        "idp_client_id": "exchanger", "idp_client_secret": "exchanger-secret"})
+    assert (await login("cloud", config, store, show=follow)).ok  # the tool list
+
+    async def whoami(user: str, bearer: str | None) -> Any:
+        given = CALLER_HEADERS.set([(b"authorization", f"Bearer {bearer}".encode())]
+                                   if bearer else [])
+        try:
+            return await location.snapshot().execute("cloud_whoami", {}, as_user(user))
+        finally:
+            CALLER_HEADERS.reset(given)
+
+    async with ServerPool({"cloud": config}, location.tools, grants=store):
+        for user, bearer in (("alice", "idp-alice-1"), ("bob", "idp-bob-1"),
+                             ("alice", "idp-alice-1"), ("alice", "idp-alice-2")):
+            outcome = await whoami(user, bearer)
+            assert outcome.status == "completed", outcome.error
+        resource = f"{protected.base}/mcp"
+        assert [(s, r) for s, r, _ in protected.exchanged] == [
+            ("idp-alice-1", resource), ("idp-bob-1", resource), ("idp-alice-2", resource)]
+        issued = [token for _, _, token in protected.exchanged]
+        assert protected.called == [("whoami", issued[0]), ("whoami", issued[1]),
+                                    ("whoami", issued[0]), ("whoami", issued[2])]
+        protected.refuse.add("idp-carol")
+        for bearer, said in (("idp-carol", "refused the exchange (HTTP 400: invalid_grant)"),
+                             (None, "carries no access token of the identity provider")):
+            outcome = await whoami("carol", bearer)
+            assert outcome.status == "error" and outcome.error is not None
+            assert "needs_auth" in outcome.error.message and said in outcome.error.message, (
+                outcome.error.message)
+        assert len(protected.called) == 4

@@ -156,7 +156,8 @@ async def login(
     storage = RecordStorage(store, server, canonical_resource(config.url))
     port, path = _callback_address(settings)
     public = None
-    if callbacks is not None and settings.grant == "authorization_code" and not (
+    interactive_grant = settings.grant in ("authorization_code", "token_exchange")
+    if callbacks is not None and interactive_grant and not (
         settings.redirect_uri or settings.callback_port
     ):
         public = PublicRedirect(server, canonical_resource(config.url), callbacks.pending,
@@ -166,7 +167,7 @@ async def login(
         if public is not None:
             assert callbacks is not None
             interactive = public.interactive(callbacks.redirect_uri(server), show)
-        elif settings.grant == "authorization_code":
+        elif interactive_grant:  # token_exchange: the server's own login lists its tools
             try:
                 callback = await stack.enter_async_context(LoopbackCallback.open(port, path))
             except OSError as exc:

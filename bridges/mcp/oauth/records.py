@@ -273,7 +273,7 @@ def grant_status(
         entry["reason"] = record["login_required"]
         entry["pending_scope"] = record.get("pending_scope")
     oauth = getattr(config, "oauth", None)
-    if oauth is not None and oauth.grant != "authorization_code":
+    if oauth is not None and oauth.grant not in ("authorization_code", "token_exchange"):
         entry["needs_login"] = False  # the daemon fetches its own tokens
     if entry["needs_login"]:
         entry["command"] = login_command(server)
