@@ -72,11 +72,13 @@ def forwarded(names: list[str], caller: object) -> Headers:
 
 
 def caller_bearer(caller: object) -> str | None:
-    """The bearer token of the caller's request (ASGI header pairs), if any."""
+    """The caller's identity-provider access token: the bearer token of its request (ASGI
+    header pairs) if it is a JWT (the daemon verified it against the provider before the call
+    ran); never the daemon's own or a local token, which must not leave the daemon."""
     for raw, value in caller or ():  # type: ignore[attr-defined]
         if raw.lower() == b"authorization" and value[:7].lower() == b"bearer ":
             token: str = value[7:].decode("latin-1").strip()
-            return token or None
+            return token if token.count(".") == 2 and not token.startswith("sct_") else None
     return None
 
 

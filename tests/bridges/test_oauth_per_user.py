@@ -126,19 +126,20 @@ async def test_token_exchange_gives_each_caller_a_token_of_their_own(
             CALLER_HEADERS.reset(given)
 
     async with ServerPool({"cloud": config}, location.tools, grants=store):
-        for user, bearer in (("alice", "idp-alice-1"), ("bob", "idp-bob-1"),
-                             ("alice", "idp-alice-1"), ("alice", "idp-alice-2")):
+        for user, bearer in (("alice", "alice.1.jwt"), ("bob", "bob.1.jwt"),
+                             ("alice", "alice.1.jwt"), ("alice", "alice.2.jwt")):
             outcome = await whoami(user, bearer)
             assert outcome.status == "completed", outcome.error
         resource = f"{protected.base}/mcp"
         assert [(s, r) for s, r, _ in protected.exchanged] == [
-            ("idp-alice-1", resource), ("idp-bob-1", resource), ("idp-alice-2", resource)]
+            ("alice.1.jwt", resource), ("bob.1.jwt", resource), ("alice.2.jwt", resource)]
         issued = [token for _, _, token in protected.exchanged]
         assert protected.called == [("whoami", issued[0]), ("whoami", issued[1]),
                                     ("whoami", issued[0]), ("whoami", issued[2])]
-        protected.refuse.add("idp-carol")
-        for bearer, said in (("idp-carol", "refused the exchange (HTTP 400: invalid_grant)"),
-                             (None, "carries no access token of the identity provider")):
+        protected.refuse.add("carol.1.jwt")
+        for bearer, said in (("carol.1.jwt", "refused the exchange (HTTP 400: invalid_grant)"),
+                             (None, "carries no access token of the identity provider"),
+                             ("sct_local", "carries no access token of the identity provider")):
             outcome = await whoami("carol", bearer)
             assert outcome.status == "error" and outcome.error is not None
             assert "needs_auth" in outcome.error.message and said in outcome.error.message, (

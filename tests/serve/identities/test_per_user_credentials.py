@@ -3,7 +3,10 @@ true` in front of the real OAuth test server (tests/bridges/oauth_server.py, whi
 access token of every tool call). The server's own login (`sidecar auth login cloud`) lists
 its tools; alice and bob log in with `sidecar auth login cloud --user NAME` and call through
 `/v1` with local tokens made for them: each call reaches the upstream with the caller's own
-access token. carol, who never logged in, is told `needs_auth` and the command to run."""
+access token. carol, who never logged in, is told `needs_auth` and the command to run.
+`exchanged` (the same upstream with `oauth.grant = "token_exchange"`): a call made with an
+access token of the real OpenID provider carries the token the test server's RFC 8693
+endpoint exchanged that very token for; a local token is never sent for exchange."""
 
 from __future__ import annotations
 
@@ -48,11 +51,12 @@ async def log_in(daemon: Daemon, *args: str) -> None:
         assert await cli.wait() == 0
 
 
-async def call(client: httpx.AsyncClient, call_id: str) -> dict[str, Any]:
+async def call(client: httpx.AsyncClient, call_id: str, tool: str = "cloud_whoami"
+               ) -> dict[str, Any]:
     snap = await client.post("/v1/snapshots", json={"session_id": call_id, "profile": "small"})
     assert snap.status_code == 201, snap.text
     response = await client.post(f"/v1/snapshots/{snap.json()['id']}/calls", json={
-        "name": "cloud_whoami", "input": {}, "context": {
+        "name": tool, "input": {}, "context": {
             "session_id": call_id, "agent": "a", "message_id": "m", "call_id": call_id}})
     body: dict[str, Any] = response.json()
     return body
@@ -67,18 +71,23 @@ async def test_each_user_reaches_the_upstream_with_their_own_grant(
         (root / "manifests").mkdir(parents=True)
         (root / "manifests" / "cloud.json").write_text(json.dumps({"mcpServers": {"cloud": {
             "url": f"{protected.base}/mcp", "auth": "oauth", "oauth": {"per_user": True},
-            "timeouts": {"startup": 10}}}}))
+            "timeouts": {"startup": 10}}, "exchanged": {
+            "url": f"{protected.base}/mcp", "timeouts": {"startup": 10}, "oauth": {
+                "grant": "token_exchange", "idp_token_endpoint": f"{protected.base}/token",
+                "idp_client_id": "exchanger", "idp_client_secret": "exchanger-secret"}}}}))
         manifest = auth_manifest(oidc_provider.issuer).replace(
-            'include = ["numbers"]', 'include = ["numbers", "cloud_whoami"]')
+            'include = ["numbers"]', 'include = ["numbers", "cloud_whoami", "exchanged_whoami"]')
         proc, daemon = await anyio.to_thread.run_sync(start_daemon, root, manifest)
         try:
             await scenario(daemon, protected)
+            await exchange(daemon, protected, oidc_provider)
         finally:
             await anyio.to_thread.run_sync(stop, proc)
 
 
 async def scenario(daemon: Daemon, protected: OAuthServer) -> None:
-    await log_in(daemon, "cloud")
+    for server in ("cloud", "exchanged"):  # the servers' own logins: their tool lists
+        await log_in(daemon, server)
     for user in ("alice", "bob"):
         await log_in(daemon, "cloud", "--user", user)
     status = json.loads(await sidecar(daemon, "auth", "status", "--json"))
@@ -120,3 +129,28 @@ async def scenario(daemon: Daemon, protected: OAuthServer) -> None:
         assert "needs_auth" in refused["error"]["message"]
         assert "sidecar auth login cloud --user carol" in refused["error"]["message"]
         assert len(protected.called) == 3
+
+
+async def exchange(daemon: Daemon, protected: OAuthServer, provider: Provider) -> None:
+    alice_jwt = await anyio.to_thread.run_sync(provider.token, "alice")
+    local = json.loads(await sidecar(daemon, "token", "create", "--profile", "small",
+                                     "--user", "alice", "--json"))["token"]
+    async with httpx.AsyncClient(base_url=daemon.url, timeout=30, headers={
+            "authorization": f"Bearer {alice_jwt}"}) as alice, httpx.AsyncClient(
+            base_url=daemon.url, timeout=30, headers={
+            "authorization": f"Bearer {local}"}) as alice_local:
+        deadline = anyio.current_time() + 20
+        while True:
+            outcome = await call(alice, f"x-{anyio.current_time()}", "exchanged_whoami")
+            if outcome["status"] == "completed" or anyio.current_time() > deadline:
+                break
+            await anyio.sleep(0.1)  # the server's own login is picked up within a second
+        assert outcome["status"] == "completed", outcome
+        subject, resource, issued = protected.exchanged[-1]
+        assert (subject, resource) == (alice_jwt, f"{protected.base}/mcp")
+        assert protected.called[-1] == ("whoami", issued)
+        exchanges = len(protected.exchanged)
+        refused = await call(alice_local, "x-local", "exchanged_whoami")
+        assert refused["status"] == "error", refused
+        assert "carries no access token of the identity provider" in refused["error"]["message"]
+        assert len(protected.exchanged) == exchanges
