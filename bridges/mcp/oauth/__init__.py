@@ -5,6 +5,7 @@
     login.py      `sidecar auth login`: the loopback callback and one authorization
     callback.py   a login whose redirect reaches the daemon's public URL, on any replica
     attempts.py   logins started inside the daemon (`/v1/auth`, the MCP facade), one per server
+    exchange.py   token_exchange (RFC 8693): a caller's token exchanged for the server's
     refresher.py  refreshes a server's token before it expires, off the call path
 
 May import: the core (its `TokenStore` interface, never an implementation), `managed_store`
