@@ -4,8 +4,9 @@
 Capabilities: `tools` always (the daemon's own tools); `resources`, `prompts`, `completions`
 and `logging` only while some connected upstream server (through the profile) declares them,
 each flag (`subscribe`, `listChanged`) only when the SDK's own derivation sets it AND an
-upstream declares it. While a server is still on its first attempt its capabilities are not
-known: the SDK's full set is kept. Asked at each `initialize` and `server/discover`.
+upstream declares it. While a server is still on its first attempt, or when a 2026-07-28 server
+was connected without `server/discover`, what it offers is not known: the SDK's full set is
+kept. Asked at each `initialize` and `server/discover`.
 
 Cache hints (2026-07-28 `ttlMs`/`cacheScope`): the smallest `ttlMs` of the upstream pages
 merged, `public` only when every page said `public`; nothing merged: 0 and `private`.
@@ -25,13 +26,20 @@ if TYPE_CHECKING:
     from sidecar.serve.mcp_facade.upstream import Upstream, Upstreams
 
 
-def _declared(upstreams: Iterable[Upstream]) -> list[types.ServerCapabilities]:
+def _declared(upstreams: Iterable[Upstream]) -> list[types.ServerCapabilities] | None:
+    """What each server declares; None when one of them has not said (a 2026-07-28 server
+    connected without `server/discover`, as `protocol = "2026-07-28"` does: the SDK stands in
+    an empty `ServerCapabilities()` for it)."""
     found = []
     for up in upstreams:
         caps = up.connection.client.session.server_capabilities
-        if caps is not None:
-            found.append(caps)
+        if caps is None or (up.connection.modern and caps == _UNSAID):
+            return None
+        found.append(caps)
     return found
+
+
+_UNSAID = types.ServerCapabilities()
 
 
 def capabilities(
@@ -40,10 +48,10 @@ def capabilities(
 ) -> types.ServerCapabilities:
     """`base` (the SDK's derivation from the handlers) narrowed to what the upstream servers
     (`resources`: the servers whose resources pass, `prompts`: whose prompts pass) offer."""
-    if starting:
-        return base
     of_resources = _declared(resources.all())
     of_prompts = _declared(prompts.all())
+    if starting or of_resources is None or of_prompts is None:
+        return base
     every = of_resources + of_prompts
     update: dict[str, Any] = {}
     offering = [c.resources for c in of_resources if c.resources is not None]
