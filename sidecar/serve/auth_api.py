@@ -17,8 +17,16 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from bridges.mcp.oauth import CallbackFailed, Logins, finish_login, grant_status
+from bridges.mcp.oauth import (
+    CallbackFailed,
+    Logins,
+    finish_login,
+    grant_status,
+    split_grant_key,
+    user_grant_key,
+)
 from sidecar.model.replica import replica_id
+from sidecar.serve.security import ROLE_KEY, USER_KEY
 from sidecar.stores.grants import GrantStoreUnavailable
 from sidecar.stores.pending_logins import PUBLIC_URL_ENV, LoginStateRejected
 
@@ -54,7 +62,12 @@ class AuthApi:
     Location's grant store (the state directory; in a fleet the database, where every replica
     finds them). One login per server at a time. A grant store that cannot be used (fleet:
     `SIDECAR_GRANT_KEY` missing or another replica's) answers 503 `grant_store_unavailable`
-    with the reason."""
+    with the reason.
+
+    For a server with credentials per user (`oauth.per_user`) `?user=NAME` names one user's
+    own grant; a signed-in user of the role `user` always gets their own (another name is 403
+    `forbidden_role`), and a server without `oauth.per_user` is 403 `forbidden_role` for them
+    (400 `not_per_user` for others who name a user)."""
 
     def __init__(self, location: Location) -> None:
         self.location = location
@@ -76,15 +89,46 @@ class AuthApi:
         ]
 
     def _config(self, server: str) -> Any:
-        sourced = self.location.manifests.servers.get(server)
+        sourced = self.location.manifests.servers.get(split_grant_key(server)[0])
         config = sourced.value if sourced is not None else None
         if config is None or config.url is None or config.oauth_mode == "none":
             return None
         return config
 
+    def _grant_key(self, request: Request, server: str, config: Any) -> str | Response:
+        """The grant a request is about: the server's own, or one user's (per_user)."""
+        asked = request.query_params.get("user") or None
+        if request.scope.get(ROLE_KEY) == "user":
+            user = request.scope.get(USER_KEY)
+            per_user = config is not None and config.oauth is not None and config.oauth.per_user
+            if not per_user or asked not in (None, user):
+                return JSONResponse({"error": {"code": "forbidden_role", "message": (
+                    f"{user} has the role user: it logs in only its own grant of a server "
+                    f"with credentials per user (oauth.per_user); not {request.method} "
+                    f"{request.url.path}")}}, status_code=403)
+            asked = user
+        if asked is None:
+            return server
+        if config is None or config.oauth is None or not config.oauth.per_user:
+            return JSONResponse({"error": {"code": "not_per_user", "field": "user", "message": (
+                f"server {server!r} has no credentials per user (oauth.per_user)")}},
+                status_code=400)
+        return user_grant_key(server, str(asked))
+
     async def status(self, request: Request) -> Response:
         server = request.path_params["server"]
         config = self._config(server)
+        key = self._grant_key(request, server, config)
+        if isinstance(key, Response):
+            return key
+        if key != server:
+            try:
+                record = await self.store.get(key)
+            except GrantStoreUnavailable as exc:
+                return _unavailable(exc)
+            report = grant_status(key, config, record, time.time())
+            report["login"] = await self._login(key)
+            return JSONResponse({"server": server, "user": split_grant_key(key)[1], **report})
         try:
             record = await self.store.get(server)
         except GrantStoreUnavailable as exc:
@@ -115,7 +159,11 @@ class AuthApi:
 
     async def start_login(self, request: Request) -> Response:
         server = request.path_params["server"]
-        started = await self.begin(server)
+        config = self._config(server)
+        key = self._grant_key(request, server, config)
+        if isinstance(key, Response):
+            return key
+        started = await self.begin(key)
         if started is None:
             return _not_found(server)
         status = 202 if started["state"] == "pending" else 200

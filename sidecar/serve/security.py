@@ -64,7 +64,8 @@ SERVER_CARD_PATH = re.compile(
     r"|/mcp(?:/[^/]+)?/server-card")
 """MCP Server Cards and their catalog (`mcp_facade.server_card`): public metadata read before
 a client connects, so no token is asked for."""
-_USER_TOKEN_PATHS = re.compile(r"/v1/(?:calls|permissions|permissions/[^/]+/reply)")
+_USER_TOKEN_PATHS = re.compile(r"/v1/(?:calls|permissions|permissions/[^/]+/reply|"
+                               r"auth/[^/]+|auth/[^/]+/login)")
 SCOPED_API_PATHS = re.compile(r"/v1/(?:tools|snapshots|snapshots/[^/]+/calls|managed/[^/]+)")
 """What a scoped token may reach besides `/mcp` and `/mcp/NAME` of its profiles: listing
 tools, snapshots and calls on them (each checks the profile), and retained text."""
@@ -348,8 +349,8 @@ class SecurityMiddleware:
     def _scope_refusal(self, path: str, grant: frozenset[str],
                        user: str | None = None) -> str | None:
         """Why a scoped token may not reach `path` (None: it may, so far). A token that
-        belongs to a user also reads that user's history (`/v1/calls`) and the asks of their
-        calls (`/v1/permissions`)."""
+        belongs to a user also reads that user's history (`/v1/calls`), the asks of their
+        calls (`/v1/permissions`) and their own grants (`/v1/auth/NAME`, `AuthApi`)."""
         if user is not None and _USER_TOKEN_PATHS.fullmatch(path):
             return None
         mcp = MCP_PROFILE_PATH.fullmatch(path)

@@ -21,6 +21,8 @@ from bridges.mcp.oauth.records import (
     canonical_resource,
     grant_status,
     login_command,
+    split_grant_key,
+    user_grant_key,
 )
 
 __all__ = [
@@ -37,4 +39,6 @@ __all__ = [
     "finish_login",
     "grant_status",
     "login_command",
+    "split_grant_key",
+    "user_grant_key",
 ]

@@ -35,7 +35,7 @@ def canonical_resource(url: str) -> str:
     return resource_url_from_server_url(url)
 
 
-USER_GRANT = "/user:"
+USER_GRANT = "@user:"
 """Between a server's key and a user's name in the key of that user's grant (per_user)."""
 
 

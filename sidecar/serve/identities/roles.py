@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 RANK = {"user": 0, "operator": 1, "admin": 2}
 _MCP = re.compile(r"/mcp(?:/([A-Za-z0-9_-]{1,64}))?")
 USER_PATHS = re.compile(r"/v1/(?:tools|snapshots|snapshots/[^/]+/calls|managed/[^/]+|calls|"
-                        r"permissions|permissions/[^/]+/reply)")
+                        r"permissions|permissions/[^/]+/reply|auth/[^/]+|auth/[^/]+/login)")
 """What the `user` role reaches on `/v1` (each route narrows further: profiles, own history)."""
 
 

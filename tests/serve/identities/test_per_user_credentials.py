@@ -4,6 +4,8 @@ access token of every tool call). The server's own login (`sidecar auth login cl
 its tools; alice and bob log in with `sidecar auth login cloud --user NAME` and call through
 `/v1` with local tokens made for them: each call reaches the upstream with the caller's own
 access token. carol, who never logged in, is told `needs_auth` and the command to run.
+dave logs himself in through `/v1/auth/cloud/login` (his local token: the role user) and
+reaches only his own grant there.
 `exchanged` (the same upstream with `oauth.grant = "token_exchange"`): a call made with an
 access token of the real OpenID provider carries the token the test server's RFC 8693
 endpoint exchanged that very token for; a local token is never sent for exchange."""
@@ -91,16 +93,16 @@ async def scenario(daemon: Daemon, protected: OAuthServer) -> None:
     for user in ("alice", "bob"):
         await log_in(daemon, "cloud", "--user", user)
     status = json.loads(await sidecar(daemon, "auth", "status", "--json"))
-    assert status["cloud/user:alice"]["authorized"], status
+    assert status["cloud@user:alice"]["authorized"], status
     secrets = {}
-    for user in ("alice", "bob", "carol"):
+    for user in ("alice", "bob", "carol", "dave"):
         made = await sidecar(daemon, "token", "create", "--profile", "small", "--user", user,
                              "--json")
         secrets[user] = json.loads(made)["token"]
     grants = FileGrantStore(daemon.state)
     tokens = {}
     for user in ("alice", "bob"):
-        record = await grants.get(f"cloud/user:{user}")
+        record = await grants.get(f"cloud@user:{user}")
         assert record is not None
         tokens[user] = record["tokens"]["access_token"]
 
@@ -129,6 +131,33 @@ async def scenario(daemon: Daemon, protected: OAuthServer) -> None:
         assert "needs_auth" in refused["error"]["message"]
         assert "sidecar auth login cloud --user carol" in refused["error"]["message"]
         assert len(protected.called) == 3
+        await self_login(client("dave"), admin, protected, grants)
+
+
+async def self_login(client: httpx.AsyncClient, admin: httpx.AsyncClient,
+                     protected: OAuthServer, grants: FileGrantStore) -> None:
+    async with client as dave:
+        before = (await dave.get("/v1/auth/cloud")).json()
+        assert before["user"] == "dave" and before["needs_login"], before
+        assert before["command"] == "sidecar auth login cloud --user dave"
+        started = await dave.post("/v1/auth/cloud/login")
+        assert started.status_code == 202, started.text
+        await follow(started.json()["authorization_url"])
+        deadline = anyio.current_time() + 20
+        while not (await dave.get("/v1/auth/cloud")).json()["authorized"]:
+            assert anyio.current_time() < deadline, "dave's login did not finish"
+            await anyio.sleep(0.05)
+        outcome = await call(dave, "d-1")
+        assert outcome["status"] == "completed", outcome
+        record = await grants.get("cloud@user:dave")
+        assert record is not None
+        assert protected.called[-1] == ("whoami", record["tokens"]["access_token"])
+        for path in ("/v1/auth/exchanged", "/v1/auth/cloud?user=alice"):
+            refused = await dave.get(path)
+            assert refused.status_code == 403, refused.text
+            assert refused.json()["error"]["code"] == "forbidden_role"
+        alices = (await admin.get("/v1/auth/cloud", params={"user": "alice"})).json()
+        assert alices["user"] == "alice" and alices["authorized"], alices
 
 
 async def exchange(daemon: Daemon, protected: OAuthServer, provider: Provider) -> None:
