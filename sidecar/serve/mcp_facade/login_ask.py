@@ -2,7 +2,8 @@
 URL: the login first (`log_in_first`, whose docstring says when the client is asked and what
 the call does then; `opens_urls`).
 
-Imports `sidecar.execution`, `sidecar.location` and `sidecar.model`. Exports `log_in_first`,
+Imports `sidecar.execution`, `sidecar.location`, `sidecar.model` and the face
+`bridges.mcp.oauth` (a user's grant key). Exports `log_in_first`,
 `opens_urls`, `LOGIN_WAIT` and `READY_WAIT`.
 """
 
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import mcp_types as types
 
+from bridges.mcp.oauth import user_grant_key
 from sidecar.execution.snapshot import Snapshot
 from sidecar.model.events import ServerHealthChanged
 
@@ -39,7 +41,8 @@ def opens_urls(session: Any) -> bool:
 
 
 async def log_in_first(
-    location: Location, snapshot: Snapshot, tool: str, session: Any, ask: Ask
+    location: Location, snapshot: Snapshot, tool: str, session: Any, ask: Ask,
+    owner: str | None = None,
 ) -> None:
     """Before a call of `tool`: when its server waits for a login and the client can open a
     URL, ask it to open the authorization URL and wait for the login.
@@ -58,7 +61,11 @@ async def log_in_first(
     The redirect comes back to the daemon's loopback callback (127.0.0.1), so the browser that
     opens the URL must run on the daemon's machine, as for the `/v1` login; with the daemon's
     public URL (`SIDECAR_PUBLIC_URL`) it comes back to `/v1/auth/{server}/callback` there, on
-    any replica (`bridges.mcp.oauth.callback`)."""
+    any replica (`bridges.mcp.oauth.callback`).
+
+    A server with credentials per user (`oauth.per_user`) asks the calling user (`owner`,
+    `user:NAME`) the same way for their own login while they have no usable grant, whatever
+    the server's health; the call then runs on a connection with their new grant."""
     entry = snapshot.entry(tool)
     if entry is None or not entry.origin.startswith(MCP_ORIGIN) or not opens_urls(session):
         return
@@ -67,9 +74,18 @@ async def log_in_first(
     if pool is None or pool.logins is None:
         return
     health, config = pool.health().get(server), pool.config(server)
-    if health is None or health.state != "needs_auth" or config is None:
+    key = server
+    if config is not None and config.oauth is not None and config.oauth.per_user:
+        if owner is None or not owner.startswith("user:") or health is None or (
+                health.state != "ready"):
+            return
+        key = user_grant_key(server, owner.removeprefix("user:"))
+        record = await pool.logins.store.get(key)
+        if record is not None and record.get("tokens") and not record.get("login_required"):
+            return  # logged in: a refused grant fails the call, naming the command
+    elif health is None or health.state != "needs_auth" or config is None:
         return
-    attempt = await pool.logins.begin(server, config)
+    attempt = await pool.logins.begin(key, config)
     if attempt.state == "pending":
         if attempt.authorization_url is None:
             return
@@ -82,7 +98,7 @@ async def log_in_first(
         ))
         if _action(answer) != "accept" or not await attempt.finished(LOGIN_WAIT):
             return
-    if attempt.state != "authorized":
+    if attempt.state != "authorized" or key != server:
         return
     async with location.events.subscribe() as events:  # checked after subscribing: no race
         with anyio.move_on_after(READY_WAIT):

@@ -126,7 +126,7 @@ class ServedTools:
             return await self._server_request(server, inflight, "elicitation/create", params)
 
         await login_ask.log_in_first(self.location, snapshot, called_tool(tool, arguments),
-                                     call.session, ask)
+                                     call.session, ask, owner=call.state.owner)
 
     async def result(
         self, outcome: Any, snapshot: Snapshot, *, modern: bool
