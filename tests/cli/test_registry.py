@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import stat
 import sys
 import tomllib
@@ -237,5 +238,8 @@ def test_the_written_entries_pass_sidecar_check(registry, where, capsys, monkeyp
                  ["com.example/weather", "--secret", "token=t"]):
         code, _, err = add(capsys, monkeypatch, where, *args, "--registry", registry, "--yes")
         assert code == 0, err
+    # `sidecar check` looks the commands up on PATH: uvx is the test extra's `uv`, beside the
+    # interpreter, as on a user's PATH once the virtualenv is active (CI does not activate it)
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     code, out, err = sidecar(capsys, monkeypatch, "check", str(where["manifests"]))
     assert code == 0, out + err

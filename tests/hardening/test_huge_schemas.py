@@ -198,8 +198,10 @@ def test_a_tools_list_over_max_listing_bytes_over_http_is_refused(
         }}
         daemon = start_daemon(tmp_path, manifests={"servers.json": json.dumps(manifest)})
         try:
-            state = _wait(daemon, "huge", lambda s: s.get("last_error"))
-            assert state["state"] in ("backoff", "failed"), state
+            # (a retry is `starting` again with the last attempt's error: wait for the state
+            # between two attempts)
+            state = _wait(daemon, "huge", lambda s: bool(s.get("last_error"))
+                          and s["state"] in ("backoff", "failed"))
             assert "over this server's max_listing_bytes (1,048,576 bytes)" in state["last_error"]
             assert "raise max_listing_bytes for this server to accept it" in state["last_error"]
             # json: its Content-Length, legacy: the whole event is read (not parsed)

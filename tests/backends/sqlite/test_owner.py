@@ -9,6 +9,7 @@ import asyncio
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -124,11 +125,11 @@ async def test_an_idle_owner_runs_a_job_inline_and_a_busy_one_keeps_the_order(
     db = owner.connection
     assert db is not None
     here = threading.get_ident()
-    done = owner.run_inline(lambda: (threading.get_ident(), db.execute(
+    done = await inline(owner, lambda: (threading.get_ident(), db.execute(
         "INSERT INTO t VALUES (1)").rowcount))
     assert done == (True, (here, 1))
-    failed = owner.run_inline(lambda: db.execute("INSERT INTO missing VALUES (1)"))
-    assert failed is not None and failed[0] is False
+    failed = await inline(owner, lambda: db.execute("INSERT INTO missing VALUES (1)"))
+    assert failed[0] is False
     assert isinstance(failed[1], sqlite3.OperationalError)
 
     gate = threading.Event()
@@ -139,10 +140,16 @@ async def test_an_idle_owner_runs_a_job_inline_and_a_busy_one_keeps_the_order(
     gate.set()
     assert await busy is True and await queued == 1 and await later == 1
     assert rows(path) == [1, 2, 3]  # the declined job ran after the ones before it
-    for _ in range(100):  # the thread has answered them all: inline again
-        if (inline := owner.run_inline(lambda: threading.get_ident())) is not None:
-            break
-        await asyncio.sleep(0.01)
-    assert inline == (True, here)
+    assert await inline(owner, threading.get_ident) == (True, here)  # answered: inline again
     await owner.close()
     assert owner.run_inline(lambda: 1) is None
+
+
+async def inline(owner: SqliteOwner[None], fn: Any) -> tuple[bool, Any]:
+    """`run_inline` once the thread is idle: it declines while the thread holds its lock, as
+    it does for a moment after each wake-up (then a caller submits instead)."""
+    for _ in range(500):
+        if (done := owner.run_inline(fn)) is not None:
+            return done
+        await asyncio.sleep(0.01)
+    raise AssertionError("run_inline declined for 5 s with nothing queued")
