@@ -194,14 +194,7 @@ class Supervisor:
         self._stderr = StderrTail(self.key, self._redact)
         self.caller.redact = self._redact
         self.caller.users = self._per_user(config)
-        self._era = None
-        self._failures = 0
-        self._last_failure, self._same_failures = None, 0
-        self._restart = True
-        self.settled = anyio.Event()
-        if self._attempt_scope is not None:
-            self._attempt_scope.cancel()
-        self._wake.set()
+        self.restart()
 
     def restart(self) -> None:
         """Stop the server's process (or connection) and start it again with the same
