@@ -1,6 +1,6 @@
 """The registrar of a Location's manifest tools: one scope, swapped in place on every apply.
 Imports `bridges.manifest`, its `manifest_tools` siblings, `managed_store`, `sidecar.model`
-and `sidecar.registry`; exports `ManifestTools` and `shared_client`.
+and `sidecar.registry`; exports `ManifestTools`, `shared_client` and `LazyClient`.
 
     manifest_tools = ManifestTools(location.tools, store, root, permissions)
     await manifest_tools.apply(loaded.tools)      # first call: one registration (one scope)
@@ -52,6 +52,25 @@ def shared_client() -> httpx.AsyncClient:
     return httpx.AsyncClient(follow_redirects=False, max_redirects=MAX_REDIRECTS, limits=limits)
 
 
+class LazyClient:
+    """A registrar's HTTP client: the one passed in, else a `shared_client` made on the first
+    `get` (building one loads the CA bundle into an SSL context, ~0.1 s of blocking work, which
+    a Location without http tools never needs). `aclose` closes only a client it made."""
+
+    def __init__(self, client: httpx.AsyncClient | None = None) -> None:
+        self._owned = client is None
+        self.client = client
+
+    def get(self) -> httpx.AsyncClient:
+        if self.client is None:
+            self.client = shared_client()
+        return self.client
+
+    async def aclose(self) -> None:
+        if self._owned and self.client is not None:
+            await self.client.aclose()
+
+
 class ManifestTools:
     """Registers a Location's manifest tools (one scope, see the module docstring)."""
 
@@ -71,10 +90,7 @@ class ManifestTools:
         self._root = Path(root)
         self._permissions = permissions
         self._namespace = store_namespace
-        self._owns_client = client is None
-        # Created with the first http tool: building one loads the CA bundle into an SSL
-        # context (~0.1 s of blocking work), which a Location without http tools never needs.
-        self._client = client
+        self._client = LazyClient(client)
         self._label = label
         self._scope: Scope | None = None
         self._built: dict[str, tuple[ManifestToolConfig, Tool]] = {}
@@ -118,7 +134,7 @@ class ManifestTools:
 
             return http_tool(
                 config,
-                client=self._http_client(),
+                client=self._client.get(),
                 store=self._store,
                 store_namespace=self._namespace,
                 permissions=self._permissions,
@@ -131,11 +147,6 @@ class ManifestTools:
             permissions=self._permissions,
         )
 
-    def _http_client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = shared_client()
-        return self._client
-
     async def aclose(self) -> None:
         """Remove the tools and close the HTTP client (if the registrar created it)."""
         if self._closed:
@@ -144,8 +155,7 @@ class ManifestTools:
         if self._scope is not None:
             self._scope.close()
         self._built = {}
-        if self._owns_client and self._client is not None:
-            await self._client.aclose()
+        await self._client.aclose()
 
     async def __aenter__(self) -> Self:
         return self

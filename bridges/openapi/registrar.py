@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from bridges.manifest.loading import Sourced
 from bridges.manifest.openapi import OpenApiConfig
 from bridges.manifest.values import ManifestProblem
+from bridges.manifest_tools.registrar import LazyClient
 from bridges.openapi.document import SpecError, open_spec, resolve_url, same_origin
 from bridges.openapi.operations import Operation, Skipped, read_operations
 from managed_store import TextStore
@@ -92,8 +93,7 @@ class OpenApiTools:
         self._store = store
         self._permissions = permissions
         self._namespace = store_namespace
-        self._owns_client = client is None
-        self._client = client
+        self._client = LazyClient(client)
         self._services: dict[str, Service] = {}
         self._scopes: dict[str, Scope] = {}
         self._stamps: tuple[tuple[str, int, int], ...] = ()
@@ -149,7 +149,7 @@ class OpenApiTools:
         for operation in read.operations:
             try:
                 tool = operation_tool(
-                    operation, config, read.base_url, client=self._http_client(),
+                    operation, config, read.base_url, client=self._client.get(),
                     store=self._store, store_namespace=self._namespace,
                     permissions=self._permissions)
                 build_entries({**tools, operation.key: tool}, namespace)
@@ -183,13 +183,6 @@ class OpenApiTools:
                      service.base_url)
         self._services = dict(prepared.services)
 
-    def _http_client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            from bridges.manifest_tools.registrar import shared_client
-
-            self._client = shared_client()
-        return self._client
-
     async def aclose(self) -> None:
         """Remove the tools and close the HTTP client (if this registrar created it)."""
         if self._closed:
@@ -199,8 +192,7 @@ class OpenApiTools:
             scope.close()
         self._scopes = {}
         self._services = {}
-        if self._owns_client and self._client is not None:
-            await self._client.aclose()
+        await self._client.aclose()
 
 
 def _read(config: OpenApiConfig, base_dir: Path) -> _Read:

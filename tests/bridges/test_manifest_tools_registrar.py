@@ -157,10 +157,10 @@ async def test_the_http_client_is_built_with_the_first_http_tool_and_closed_with
             "request": {"method": "GET", "url": "http://127.0.0.1:9/x"}}
     tools = registrar(location)
     await tools.apply({"cmd": validated(location, "cmd", echo("x"))})
-    assert tools._client is None  # no SSL context loaded for a Location without http tools
+    assert tools._client.client is None  # no SSL context loaded for a Location without http tools
     await tools.apply({"cmd": validated(location, "cmd", echo("x")),
                        "get": validated(location, "get", http)})
-    client = tools._client
+    client = tools._client.client
     assert client is not None and not client.is_closed
     await tools.aclose()
     assert client.is_closed
