@@ -98,7 +98,10 @@ class AuthApi:
     def _grant_key(self, request: Request, server: str, config: Any) -> str | Response:
         """The grant a request is about: the server's own, or one user's (per_user)."""
         asked = request.query_params.get("user") or None
-        if request.scope.get(ROLE_KEY) == "user":
+        role_user = request.scope.get(ROLE_KEY) == "user"
+        if config is None and asked is not None and not role_user:
+            return _not_found(server)
+        if role_user:
             user = request.scope.get(USER_KEY)
             per_user = config is not None and config.oauth is not None and config.oauth.per_user
             if not per_user or asked not in (None, user):
@@ -109,7 +112,7 @@ class AuthApi:
             asked = user
         if asked is None:
             return server
-        if config is None or config.oauth is None or not config.oauth.per_user:
+        if config.oauth is None or not config.oauth.per_user:
             return JSONResponse({"error": {"code": "not_per_user", "field": "user", "message": (
                 f"server {server!r} has no credentials per user (oauth.per_user)")}},
                 status_code=400)

@@ -51,6 +51,10 @@ def _param(name: str, where: str, schema: dict[str, Any], required: bool = False
     return {"name": name, "in": where, "required": required or where == "path", "schema": schema}
 
 
+_USER_GRANT = {**_param("user", "query", {"type": "string"}), "description": (
+    "a server with oauth.per_user: this user's own grant (a signed-in user of the role user "
+    "always gets their own)")}
+
 # Each event of /v1/events (OpenAPI 3.1: a text/event-stream `schema` describes one event).
 _SSE_EVENT: dict[str, Any] = {
     "type": "object",
@@ -197,8 +201,10 @@ def openapi_document() -> dict[str, Any]:
             "summary": "A server's OAuth authorization (authorized, expiry, scopes, needs "
                        "login, the command to run) and the state of its newest login "
                        "(`login`; with a public URL, also one another replica started)",
-            "parameters": [_param("server", "path", {"type": "string"}, required=True)],
-            "responses": {"200": _json(_OBJECT, "Authorization state"), **_errors(404, 503)},
+            "parameters": [_param("server", "path", {"type": "string"}, required=True),
+                           _USER_GRANT],
+            "responses": {"200": _json(_OBJECT, "Authorization state"),
+                          **_errors(400, 403, 404, 503)},
         }},
         "/v1/auth/{server}/login": {"post": {
             "summary": "Start an OAuth login in the daemon: 202 with `authorization_url` to "
@@ -206,10 +212,11 @@ def openapi_document() -> dict[str, Any]:
                        "callback, so a browser on its machine; with `SIDECAR_PUBLIC_URL` to "
                        "`/v1/auth/{server}/callback` on any replica), or 200 with the result "
                        "when the grant needs no browser",
-            "parameters": [_param("server", "path", {"type": "string"}, required=True)],
+            "parameters": [_param("server", "path", {"type": "string"}, required=True),
+                           _USER_GRANT],
             "responses": {"200": _json(_OBJECT, "Login finished"),
                           "202": _json(_OBJECT, "Login waiting for the browser"),
-                          **_errors(404, 503)},
+                          **_errors(400, 403, 404, 503)},
         }},
         "/v1/auth/{server}/callback": {"get": {
             "summary": "The browser's OAuth redirect when the daemon has a public URL "
