@@ -2,12 +2,15 @@
 user's call reaches the upstream with that user's own access token (the server records the
 token of every tool call), a user without a grant, or whose grant the server no longer takes,
 fails `needs_auth` naming `sidecar auth login cloud --user NAME` and sends nothing, and idle
-users' connections close. With `oauth.grant = "token_exchange"` each call's bearer token is
+users' connections close; in the state directory's grant file and sealed in the fleet
+database. With `oauth.grant = "token_exchange"` each call's bearer token is
 exchanged (RFC 8693, at the test server's /token) and the call carries the token issued."""
 
 from __future__ import annotations
 
+import base64
 import itertools
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,10 +23,14 @@ from bridges.mcp.oauth.login import login
 from bridges.mcp.oauth.records import user_grant_key
 from sidecar import Location
 from sidecar.backends.local.grants import FileGrantStore
+from sidecar.backends.postgres.grant_keys import GrantKeys
+from sidecar.backends.postgres.grants import PostgresGrantStore
 from sidecar.model.tool import ToolContext
+from sidecar.stores.grants import GrantStore
 from tests.bridges.helpers import eventually
 from tests.bridges.oauth_server import OAuthServer
 from tests.bridges.test_oauth import follow
+from tests.fleet.postgres import PostgresServer
 from tests.live_server import live_server
 
 pytestmark = pytest.mark.anyio
@@ -39,6 +46,21 @@ async def protected() -> AsyncIterator[OAuthServer]:
         yield server
 
 
+@pytest.fixture(params=["file", "postgres"])
+async def grants(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[GrantStore]:
+    """The state directory's grant file, or the fleet database (grants sealed with a key)."""
+    if request.param == "file":
+        yield FileGrantStore(tmp_path / "grants")
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    store = await PostgresGrantStore.open(await server.new_database())
+    store.keys = GrantKeys.parse(base64.b64encode(os.urandom(32)).decode())
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
 def as_user(user: str | None) -> ToolContext:
     return ToolContext(session_id="s1", agent="agent", message_id="m1",
                        call_id=f"per-user-{next(_ids)}",
@@ -46,9 +68,9 @@ def as_user(user: str | None) -> ToolContext:
 
 
 async def test_each_user_calls_with_their_own_grant(
-    location: Location, protected: OAuthServer, tmp_path: Path
+    location: Location, protected: OAuthServer, grants: GrantStore
 ) -> None:
-    store = FileGrantStore(tmp_path / "grants")
+    store = grants
     config = ServerConfig(url=f"{protected.base}/mcp", auth="oauth", oauth={"per_user": True},
                           timeouts={"startup": 10})
     # The server's own login lists its tools; each user logs in for their calls.
