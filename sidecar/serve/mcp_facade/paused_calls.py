@@ -66,20 +66,11 @@ class PausedCalls:
         call_id = execution.call_id
         self.running[call_id] = execution
 
-        async def run() -> None:
-            outcome: Any = None
-            failure: Exception | None = None
-            try:
-                with execution.scope:
-                    outcome = await work()
-            except Exception as exc:  # a defect: raised again in the request that waits
-                failure = exc
-            finally:
-                self.running.pop(call_id, None)
-                self._sessions.calls.pop(call_id, None)
-                execution.finish(outcome, failure)
+        def forget() -> None:
+            self.running.pop(call_id, None)
+            self._sessions.calls.pop(call_id, None)
 
-        tg.start_soon(run)
+        tg.start_soon(execution.run, work, forget)
         return await self.step(execution)
 
     async def resume(

@@ -12,6 +12,7 @@ import hashlib
 import json
 import secrets
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +99,21 @@ class Execution:
         if not question.answered.is_set():
             question.settle(_unanswered(request))
         return question.answer
+
+    async def run(self, work: Callable[[], Awaitable[Any]], after: Callable[[], object]) -> None:
+        """Run the call (`work`) in this execution's scope, then `after()` (the caller's
+        bookkeeping) and `finish` with its outcome, or with the exception it raised (a defect:
+        raised again in the request that waits)."""
+        outcome: Any = None
+        failure: Exception | None = None
+        try:
+            with self.scope:
+                outcome = await work()
+        except Exception as exc:
+            failure = exc
+        finally:
+            after()
+            self.finish(outcome, failure)
 
     def became_task(self) -> None:
         self._put(Escalated())

@@ -124,20 +124,11 @@ class FacadeTasks:
         self._forget_expired()
         running[execution.call_id] = execution
 
-        async def run() -> None:
-            outcome: Any = None
-            failure: Exception | None = None
-            try:
-                with execution.scope:
-                    outcome = await work()
-            except Exception as exc:
-                failure = exc
-            finally:
-                running.pop(execution.call_id, None)
-                done()
-                execution.finish(outcome, failure)
+        def forget() -> None:
+            running.pop(execution.call_id, None)
+            done()
 
-        tg.start_soon(run)
+        tg.start_soon(execution.run, work, forget)
         return await self.adopt(execution, tg)
 
     async def adopt(self, execution: Execution, tg: anyio.abc.TaskGroup) -> dict[str, Any]:
