@@ -5,37 +5,13 @@ user)."""
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
-
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from tests.serve.identities.conftest import Daemon, Provider
 from tests.serve.identities.test_access_tokens import call
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--disable-dev-shm-usage", "--disable-background-networking",
-            "--disable-component-update", "--no-first-run"])
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    try:
-        yield context.new_page()
-    finally:
-        context.close()
+from tests.serve.test_console import browser as browser  # a fixture
+from tests.serve.test_console import page as page  # a fixture
 
 
 def sign_in(page: Page, daemon: Daemon, user: str) -> None:
