@@ -11,6 +11,7 @@ Exports `UpstreamProblem`, `list_resources`, `read_resource`, `list_prompts`, `g
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -18,7 +19,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from sidecar.registry.profiles import UnknownProfile
-from sidecar.serve.mcp_facade.upstream import Upstreams, every_page, send
+from sidecar.serve.mcp_facade.upstream import Upstream, Upstreams, every_page, send
 
 if TYPE_CHECKING:
     from sidecar.location.location import Location
@@ -98,10 +99,7 @@ async def list_resources(location: Location, profile: str | None) -> dict[str, A
 async def read_resource(location: Location, profile: str | None, uri: str) -> dict[str, Any]:
     """`{"server", "uri", "contents": [{"uri", "mime_type", "text" | "blob" (base64)}]}`."""
     upstreams = _upstreams(location, profile, "resources")
-    try:
-        up, original = upstreams.resolve_uri(uri)
-    except MCPError as exc:
-        raise UpstreamProblem(404, "not_found", exc.error.message) from None
+    up, original = _resolved(upstreams.resolve_uri, uri)
     result = await _asked(f"MCP server {up.key!r}: resources/read {original}", send(
         up, types.ReadResourceRequest(params=types.ReadResourceRequestParams(uri=original)),
         types.ReadResourceResult))
@@ -124,14 +122,21 @@ async def get_prompt(location: Location, profile: str | None, name: str,
                      arguments: dict[str, str]) -> dict[str, Any]:
     """`{"server", "name", "description", "messages": [{"role", "content"}]}`."""
     upstreams = _upstreams(location, profile, "prompts")
-    try:
-        up, original = upstreams.resolve_prompt(name)
-    except MCPError as exc:
-        raise UpstreamProblem(404, "not_found", exc.error.message) from None
+    up, original = _resolved(upstreams.resolve_prompt, name)
     result = await _asked(f"MCP server {up.key!r}: prompts/get {original}", send(
         up, types.GetPromptRequest(params=types.GetPromptRequestParams(
             name=original, arguments=arguments or None)), types.GetPromptResult))
     return {"server": up.key, "name": name, **_plain(result)}
+
+
+def _resolved(resolve: Callable[[str], tuple[Upstream, str]],
+              public: str) -> tuple[Upstream, str]:
+    """The upstream serving `public` (a resource URI or prompt name) and its own name for
+    it; 404 `not_found` when no upstream serves it."""
+    try:
+        return resolve(public)
+    except MCPError as exc:
+        raise UpstreamProblem(404, "not_found", exc.error.message) from None
 
 
 def _pool(location: Location, name: str) -> Any:
