@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
+from bridges.mcp.oauth import grant_status, user_grant_key
 from managed_store import InvalidRef, ManagedNotFound
 from sidecar.model.permissions import Reply
 from sidecar.model.token_count import ENCODING
@@ -176,7 +177,7 @@ class Console:
                 return Response("log in first", status_code=401)
             if session.role == "user" and not (
                     request.url.path in USER_PAGES or request.url.path.startswith(
-                        "/ui/managed/")):
+                        "/ui/managed/") or _own_login(request)):
                 return _page("Not for your role", f'<p class="bad">{pages.e(session.user)} has '
                              f"the role user: this page is for operators.</p>", session, "",
                              status=403)
@@ -258,12 +259,51 @@ class Console:
     async def servers(self, request: Request, session: ConsoleSession) -> Response:
         health = await self.location.health()
         quotas = self._quotas(session)
-        if session.role == "user":  # a user: who they are and their quotas, no servers
+        if session.role == "user":  # a user: who they are, their own grants and quotas
             body = (f"<p>Signed in as <strong>{pages.e(session.user)}</strong> (user).</p>"
-                    + quotas)
+                    + await self._own_grants(session) + quotas)
             return _page("Servers", body, session, "servers")
         return _page("Servers", pages.servers_page(health, session.csrf) + quotas, session,
                      "servers")
+
+    def _per_user_servers(self) -> list[str]:
+        """The HTTP servers whose credentials are per user (`oauth.per_user = true`)."""
+        names = []
+        for name, sourced in self.location.manifests.servers.items():
+            config = sourced.value
+            if (config is not None and config.url is not None and config.oauth_mode != "none"
+                    and config.oauth is not None and config.oauth.per_user):
+                names.append(name)
+        return sorted(names)
+
+    async def _own_grants(self, session: ConsoleSession) -> str:
+        """A user's own grant of each server with credentials per user, and a button that
+        starts the login of that grant (`POST /ui/servers/{name}/login`)."""
+        names = self._per_user_servers()
+        if not names or session.user is None:
+            return ""
+        rows = []
+        for name in names:
+            key = user_grant_key(name, session.user)
+            config = self.location.manifests.servers[name].value
+            try:
+                record = await self.location.grant_store().get(key)
+            except Exception as exc:  # a grant store that cannot be read: say so
+                state = f"the grant store cannot be read: {type(exc).__name__}"
+            else:
+                status = grant_status(key, config, record, time.time())
+                state = "authorized" if status["authorized"] and not status[
+                    "needs_login"] else (status.get("reason") or "needs a login")
+            rows.append([
+                f"<strong>{pages.e(name)}</strong>",
+                f'<span class="own-grant">{pages.e(state)}</span>',
+                f'<form class=inline method=post action="/ui/servers/'
+                f'{pages.e(urllib.parse.quote(name, safe=""))}/login">'
+                f'<input type=hidden name=csrf value="{pages.e(session.csrf)}">'
+                f"<button>log in</button></form> <span class=muted>or run <code>sidecar auth "
+                f"login {pages.e(name)} --user {pages.e(session.user)}</code></span>"])
+        return "<h2>Your logins</h2>" + pages.table(
+            ["server", "your grant", ""], rows, empty="")
 
     def _quotas(self, session: ConsoleSession) -> str:
         """The per-user quota table (`[auth.quotas]`): a user sees their own row."""
@@ -286,7 +326,12 @@ class Console:
         authorization page (the redirect comes back to the daemon's loopback callback, or
         with `SIDECAR_PUBLIC_URL` to `/v1/auth/{name}/callback` on any replica)."""
         name = request.path_params["name"]
-        started = await self.begin_login(name) if self.begin_login is not None else None
+        key = name
+        if session.role == "user":  # a user logs in only their own grant (oauth.per_user)
+            if name not in self._per_user_servers() or session.user is None:
+                raise _BadInput(f"{name} has no credentials per user (oauth.per_user)")
+            key = user_grant_key(name, session.user)
+        started = await self.begin_login(key) if self.begin_login is not None else None
         if started is None:
             raise _BadInput(f"{name} is not an HTTP server that logs in with OAuth")
         url = started.get("authorization_url")
@@ -463,6 +508,13 @@ def _own(session: ConsoleSession, query: CallQuery) -> CallQuery:
     if query.user is not None and query.user != session.user:
         raise InvalidQuery("user", f"{session.user} reads only their own history")
     return replace(query, user=session.user)
+
+
+def _own_login(request: Request) -> bool:
+    """`POST /ui/servers/{name}/login`: a user's login of their own grant."""
+    path = request.url.path
+    return (request.method == "POST" and path.startswith("/ui/servers/")
+            and path.endswith("/login") and path.count("/") == 4)
 
 
 def _number(raw: str, name: str, default: int, maximum: int, minimum: int = 1) -> int:

@@ -5,7 +5,8 @@ its tools; alice and bob log in with `sidecar auth login cloud --user NAME` and 
 `/v1` with local tokens made for them: each call reaches the upstream with the caller's own
 access token. carol, who never logged in, is told `needs_auth` and the command to run.
 dave logs himself in through `/v1/auth/cloud/login` (his local token: the role user) and
-reaches only his own grant there.
+reaches only his own grant there. bob, signed in to the console through the OpenID provider
+(the role user), sees his own grant of `cloud` and logs it in with the console's button.
 `exchanged` (the same upstream with `oauth.grant = "token_exchange"`): a call made with an
 access token of the real OpenID provider carries the token the test server's RFC 8693
 endpoint exchanged that very token for; a local token is never sent for exchange."""
@@ -13,6 +14,7 @@ endpoint exchanged that very token for; a local token is never sent for exchange
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +92,7 @@ async def test_each_user_reaches_the_upstream_with_their_own_grant(
 async def scenario(daemon: Daemon, protected: OAuthServer) -> None:
     for server in ("cloud", "exchanged"):  # the servers' own logins: their tool lists
         await log_in(daemon, server)
+    await console_login(daemon, "bob")
     for user in ("alice", "bob"):
         await log_in(daemon, "cloud", "--user", user)
     status = json.loads(await sidecar(daemon, "auth", "status", "--json"))
@@ -132,6 +135,56 @@ async def scenario(daemon: Daemon, protected: OAuthServer) -> None:
         assert "sidecar auth login cloud --user carol" in refused["error"]["message"]
         assert len(protected.called) == 3
         await self_login(client("dave"), admin, protected, grants)
+
+
+async def submit(http: httpx.AsyncClient, page: httpx.Response,
+                 **fields: str) -> httpx.Response:
+    """Submit the page's first form (its hidden fields and `fields`), as a browser would."""
+    form = re.search(r'<form[^>]*action="([^"]*)"[^>]*>(.*?)</form>', page.text, re.S)
+    assert form is not None, page.text
+    hidden = dict(re.findall(r'<input type="?hidden"? name="?([\w-]+)"? value="([^"]*)"',
+                             form.group(2)))
+    return await http.post(page.url.join(form.group(1).replace("&amp;", "&")),
+                           data={**hidden, **fields})
+
+
+async def console_login(daemon: Daemon, user: str) -> None:
+    """`user` signs in to the console through the provider's own forms, sees their grant of
+    `cloud` unauthorized, and the log in button sends them to the authorization URL of
+    THEIR grant; once followed, the console shows it authorized."""
+    async with httpx.AsyncClient(base_url=daemon.url, timeout=30,
+                                 follow_redirects=True) as http:
+        page = await http.get("/ui/login/oidc")  # the provider's login form
+        page = await submit(http, page, login=user, password="any")  # its consent form
+        page = await submit(http, page)  # back to /ui/login/callback, then /ui
+        if "/ui/login/callback" in str(page.url):
+            page = await http.get("/ui")
+        assert f"Signed in as <strong>{user}</strong> (user)" in page.text, page.text
+        assert "Your logins" in page.text
+        grant = re.search(r'class="own-grant">([^<]*)<', page.text)
+        assert grant is not None and grant.group(1) != "authorized", page.text
+        assert f"sidecar auth login cloud --user {user}" in page.text
+        csrf = re.search(r'name=csrf value="([^"]+)"', page.text)
+        assert csrf is not None
+        forged = await http.post("/ui/servers/cloud/login", data={"csrf": "forged"})
+        assert forged.status_code == 403
+        started = await http.post("/ui/servers/cloud/login", data={"csrf": csrf.group(1)},
+                                  follow_redirects=False)
+        assert started.status_code == 303, started.text
+        url = started.headers["location"]
+        running = (await http.get("/v1/auth/cloud", params={"user": user}, headers={
+            "authorization": f"Bearer {daemon.token}"})).json()
+        assert running["user"] == user and running["login"]["authorization_url"] == url
+        await follow(url)
+        deadline = anyio.current_time() + 20
+        while True:
+            grant = re.search(r'class="own-grant">([^<]*)<', (await http.get("/ui")).text)
+            if grant is not None and grant.group(1) == "authorized":
+                break
+            assert anyio.current_time() < deadline, "the console login did not finish"
+            await anyio.sleep(0.05)
+        refused = await http.post("/ui/servers/exchanged/login", data={"csrf": csrf.group(1)})
+        assert refused.status_code == 400 and "per user" in refused.text
 
 
 async def self_login(client: httpx.AsyncClient, admin: httpx.AsyncClient,
