@@ -106,13 +106,16 @@ class Era:
 class Connection:
     """A connected session. Calls may come from any task; `lost` is set when it ends."""
 
-    __slots__ = ("_client", "_direct", "lost")
+    __slots__ = ("_client", "_direct", "lost", "tools_hints")
 
     def __init__(
         self, client: Client, lost: anyio.Event, direct: DirectRequests | None = None
     ) -> None:
         self._client = client
         self.lost = lost
+        self.tools_hints: tuple[int, str] | None = None
+        """The cache hints (`ttlMs`, `cacheScope`) of the last `tools/list` (`list_tools`);
+        None from a handshake-era server or before a listing."""
         # The session's request stamp (`_meta` of the negotiated era) is SDK-private; without
         # it, calls take the SDK's own way.
         stamp = getattr(client.session, "_stamp", None)
@@ -162,6 +165,13 @@ class Connection:
         seen: set[str] = set()
         cursor: str | None = None
         offered = 0
+        hints: tuple[int, str] | None = None
+
+        def done(warning: str | None = None, over_cap: int = 0) -> Listing:
+            self.tools_hints = hints
+            ttl, scope = hints if hints is not None else (None, None)
+            return Listing(tools, warning, over_cap, limit.max_tools, ttl, scope)
+
         for _ in range(MAX_LIST_PAGES):
             room = limit.max_tools - offered
             if self._direct is not None:
@@ -171,19 +181,22 @@ class Connection:
             page = checked.page
             tools.extend(page.tools)
             offered += checked.offered
+            if self.modern:  # the smallest ttlMs, `public` only when every page says so
+                scope = "public" if page.cache_scope == "public" else "private"
+                hints = (page.ttl_ms, scope) if hints is None else (
+                    min(hints[0], page.ttl_ms), scope if hints[1] == "public" else "private")
             cursor = page.next_cursor
             if checked.over_cap:
-                return Listing(tools, None, checked.over_cap, limit.max_tools)
+                return done(None, checked.over_cap)
             if cursor is None:
-                return Listing(tools, max_tools=limit.max_tools)
+                return done()
             if cursor in seen:
-                return Listing(tools, (
+                return done(
                     f"tools/list repeated the cursor {cursor!r}; kept the {len(tools)} tools "
-                    "listed before it"
-                ), max_tools=limit.max_tools)
+                    "listed before it")
             seen.add(cursor)
-        return Listing(tools, f"tools/list did not end after {MAX_LIST_PAGES} pages; kept "
-                       f"{len(tools)}", max_tools=limit.max_tools)
+        return done(f"tools/list did not end after {MAX_LIST_PAGES} pages; kept "
+                    f"{len(tools)}")
 
     async def call(
         self,

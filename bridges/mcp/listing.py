@@ -46,13 +46,17 @@ class ToolLimit:
 
 @dataclass(frozen=True, slots=True)
 class Listing:
-    """Every kept tool of a listing, a warning if the listing stopped early, and how many
-    offered tools were left out past `max_tools` (`over_cap`)."""
+    """Every kept tool of a listing, a warning if the listing stopped early, how many
+    offered tools were left out past `max_tools` (`over_cap`), and the listing's cache hints
+    (2026-07-28: the smallest `ttlMs` and the narrowest `cacheScope` of its pages; None from
+    a handshake-era server, which gives none)."""
 
     tools: list[types.Tool]
     warning: str | None = None
     over_cap: int = 0
     max_tools: int = DEFAULT_MAX_TOOLS
+    ttl_ms: int | None = None
+    cache_scope: str | None = None
 
     @property
     def cap_reason(self) -> str | None:

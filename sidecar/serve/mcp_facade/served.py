@@ -61,7 +61,10 @@ class ServedTools:
         self.upstreams = upstreams
         self._server_request = server_request
         self.listings = ListingCache[types.ListToolsResult](4)
-        """`tools/list` results by era and definitions (both routes share them)."""
+        """`tools/list` results by era, cache hints and definitions (both routes share
+        them)."""
+        self._servers = ListingCache[tuple[str, ...]](4)
+        """The upstream servers whose tools a snapshot lists, by definitions."""
 
     def snapshot(self, session_id: str) -> Snapshot:
         """What one session's `tools/list` advertises now, through this facade's profile; a
@@ -73,16 +76,25 @@ class ServedTools:
             return Snapshot(self.location.seam, {}, session_id=session_id)
 
     def listing(self, snapshot: Snapshot, *, modern: bool) -> types.ListToolsResult:
-        """The `tools/list` result of `snapshot`, cached per registry state."""
+        """The `tools/list` result of `snapshot`, cached per registry state. Its 2026-07-28
+        cache hints (`modern`) are those of the upstream listings of the servers whose tools
+        it lists (the daemon's own tools constrain nothing; none listed: 0 and `private`)."""
         def meta_out(name: str, meta: dict[str, Any]) -> dict[str, Any]:
             entry = snapshot.entry(name)
             if entry is None or not entry.origin.startswith(MCP_ORIGIN):
                 return meta
             return self.upstreams.tool_meta_out(meta, entry.origin.removeprefix(MCP_ORIGIN))
 
-        return self.listings.get(modern, snapshot.definitions,
-                                 lambda: tools.tool_list(snapshot, modern=modern,
-                                                         meta_out=meta_out))
+        def build() -> types.ListToolsResult:
+            return tools.tool_list(snapshot, modern=modern, meta_out=meta_out)
+
+        if not modern:  # a handshake-era listing carries no cache hints
+            return self.listings.get(modern, snapshot.definitions, build)
+        hints = self.upstreams.tools_hints(self._servers.get(
+            None, snapshot.definitions, lambda: _servers_of(snapshot)))
+        return self.listings.get((modern, hints["ttl_ms"], hints["cache_scope"]),
+                                 snapshot.definitions,
+                                 lambda: build().model_copy(update=hints))
 
     @staticmethod
     def app_tool(snapshot: Snapshot, name: str) -> str:
@@ -154,6 +166,14 @@ class ServedTools:
 
 MISSING_CAPABILITY = -32021
 """2026-07-28: the request needs a client capability the caller did not declare."""
+
+
+def _servers_of(snapshot: Snapshot) -> tuple[str, ...]:
+    """The upstream servers whose tools `snapshot` lists, in name order."""
+    found = {entry.origin.removeprefix(MCP_ORIGIN) for name in snapshot.names
+             if (entry := snapshot.entry(name)) is not None
+             and entry.origin.startswith(MCP_ORIGIN)}
+    return tuple(sorted(found))
 
 
 def _missing_capability(outcome: Any) -> tuple[str, Any] | None:

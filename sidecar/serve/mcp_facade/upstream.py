@@ -39,6 +39,12 @@ UI_META_KEY = "ui/resourceUri"
 """The older flat `_meta` key of a tool's UI resource (`_meta.ui.resourceUri` is the new one)."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Hints:
+    ttl_ms: int
+    cache_scope: str
+
+
 def prefixed_uri(namespace: str, uri: str) -> str:
     """`uri` of the server with `namespace` as clients see it when several servers serve."""
     for scheme in KEPT_SCHEMES:
@@ -113,6 +119,17 @@ class Upstreams:
 
     def by_key(self, key: str) -> Upstream | None:
         return next((u for u in self.all() if u.key == key), None)
+
+    def tools_hints(self, servers: Sequence[str]) -> dict[str, Any]:
+        """The cache hints of a `tools/list` listing the tools of `servers` (each server's
+        last listing; a handshake-era server, or one not connected: 0 and `private`)."""
+        pool = self._pool()
+        pages = []
+        for key in servers:
+            connection = pool.connection(key) if pool is not None else None
+            hints = connection.tools_hints if connection is not None else None
+            pages.append(_Hints(*(hints or (0, "private"))))
+        return cache_hints(pages)
 
     def _resolve(self, value: str, sep: str) -> tuple[str, str]:
         """(server key, upstream value) for a downstream URI or prompt name."""

@@ -91,9 +91,9 @@ async def test_capabilities_follow_what_the_upstreams_offer(tmp_path: Path) -> N
 async def test_list_cache_hints_come_from_the_upstreams_and_reset_on_reload(
     tmp_path: Path
 ) -> None:
-    a = offer("auto", "a", tool="zeta", prompts=[60000, "public"],
+    a = offer("auto", "a", tool="zeta", tools=[50000, "public"], prompts=[60000, "public"],
               resources=[30000, "public"], templates=[45000, "private"])
-    b = offer("auto", "b", tool="alpha", prompts=[20000, "public"])
+    b = offer("auto", "b", tool="alpha", tools=[40000, "private"], prompts=[20000, "public"])
     async with serving(tmp_path, {"a": a, "b": b}) as served:
         names = await listed(served, "a_zeta", "b_alpha")
         assert names == sorted(names)  # tools/list: in name order
@@ -105,8 +105,8 @@ async def test_list_cache_hints_come_from_the_upstreams_and_reset_on_reload(
             assert (resources.ttl_ms, resources.cache_scope) == (30000, "public")
             templates = await client.list_resource_templates()
             assert (templates.ttl_ms, templates.cache_scope) == (45000, "private")
-            tools = await client.list_tools()
-            assert (tools.ttl_ms, tools.cache_scope) == (0, "private")  # the daemon's own
+            tools = await client.list_tools()  # the smallest ttl, the narrowest scope
+            assert (tools.ttl_ms, tools.cache_scope) == (40000, "private")
             again = await client.list_tools()
             assert [t.name for t in again.tools] == [t.name for t in tools.tools]
         # b in the handshake era: no hint from it, so the merged prompts are immediately stale
@@ -115,11 +115,12 @@ async def test_list_cache_hints_come_from_the_upstreams_and_reset_on_reload(
             while True:
                 async with connect(served.url, "2026-07-28") as client:
                     prompts = await client.list_prompts()
-                    after = [t.name for t in (await client.list_tools()).tools]
-                if len(prompts.prompts) == 2 and prompts.ttl_ms == 0:
+                    listing = await client.list_tools()
+                    after = [t.name for t in listing.tools]
+                if len(prompts.prompts) == 2 and prompts.ttl_ms == 0 and listing.ttl_ms == 0:
                     break
                 await anyio.sleep(0.1)
-        assert prompts.cache_scope == "private"
+        assert prompts.cache_scope == listing.cache_scope == "private"
         assert after == names  # the same order after a reload
 
 

@@ -1,13 +1,15 @@
 """An MCP server (stdio, lowlevel SDK `Server`, both eras) that offers what its argument says,
 for the tests of what the facade advertises and of its cache hints (`test_offered`).
 
-    python offer_server.py '{"tool": "t", "prompts": [60000, "public"],
-                             "resources": [30000, "public"], "templates": [45000, "private"],
+    python offer_server.py '{"tool": "t", "tools": [50000, "public"],
+                             "prompts": [60000, "public"], "resources": [30000, "public"],
+                             "templates": [45000, "private"],
                              "completions": true, "logging": true}'
 
-One tool always (`tool`); prompts, resources (with subscribe), resource templates,
-completions and logging only when named; each listing answers with the given `ttlMs` and
-`cacheScope` (2026-07-28 era; a handshake-era client sees none).
+One tool always (`tool`, listed with the hints of `tools` when given); prompts, resources
+(with subscribe), resource templates, completions and logging only when named; each listing
+answers with the given `ttlMs` and `cacheScope` (2026-07-28 era; a handshake-era client sees
+none).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ def _hints(kind: str) -> dict[str, Any]:
 
 async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
     return types.ListToolsResult(tools=[types.Tool(
-        name=OFFER["tool"], input_schema={"type": "object", "properties": {}})])
+        name=OFFER["tool"], input_schema={"type": "object", "properties": {}})],
+        **(_hints("tools") if "tools" in OFFER else {}))
 
 
 async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
