@@ -333,30 +333,25 @@ class Targets:
     async def direct_http(self) -> Target:
         """The upstream itself over streamable HTTP (the SDK's `streamable_http_app`): what
         `/mcp` is held against with 16 callers."""
-        name = "direct streamable HTTP"
-        port = free_port()
-        try:
-            proc = subprocess.Popen(
-                [self.py, str(UPSTREAM), "--http", str(port)], stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True, cwd=str(ROOT))
-            self.stack.callback(stop, proc)
-            await wait_port(port)
-        except Exception as exc:
-            return Target(name, _none, unavailable=f"n/a ({exc})")
-        return Target(name, lambda: mcp_client(f"http://127.0.0.1:{port}/mcp"),
-                      server_pid=proc.pid)
+        return await self._http_on_port("direct streamable HTTP",
+                                        lambda port: [self.py, str(UPSTREAM), "--http", port])
 
     async def mcp_proxy(self) -> Target:
         name = "mcp-proxy (streamable HTTP)"
         if not MCP_PROXY.exists():
             return Target(name, _none, unavailable="n/a (no bench/.venvs/mcp-proxy)")
+        return await self._http_on_port(name, lambda port: [
+            str(MCP_PROXY), "--host", "127.0.0.1", "--port", port, "--pass-environment", "--",
+            self.py, str(UPSTREAM)])
+
+    async def _http_on_port(self, name: str, argv: Callable[[str], list[str]]) -> Target:
+        """A streamable HTTP server started as `argv(port)` on a free port, stopped with the
+        run; its `/mcp` is the target."""
         port = free_port()
         try:
             proc = subprocess.Popen(
-                [str(MCP_PROXY), "--host", "127.0.0.1", "--port", str(port),
-                 "--pass-environment", "--", self.py, str(UPSTREAM)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                cwd=str(ROOT))
+                argv(str(port)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True, cwd=str(ROOT))
             self.stack.callback(stop, proc)
             await wait_port(port)
         except Exception as exc:
