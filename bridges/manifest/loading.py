@@ -24,7 +24,7 @@ import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -460,20 +460,12 @@ def _load_one(
             result.audit = AuditConfig.model_validate(top.audit)
         except ValidationError as exc:
             result.problems.extend(_validation_problems(name, "$.audit", exc))
-    if top.guardrails:
-        guardrails = _interpolated(name, "$.guardrails", top.guardrails, env, result)
-        try:
-            if guardrails is not None:
-                result.guardrails = GuardrailsConfig.model_validate(guardrails)
-        except ValidationError as exc:
-            result.problems.extend(_validation_problems(name, "$.guardrails", exc))
-    if top.auth:
-        auth = _interpolated(name, "$.auth", top.auth, env, result)
-        try:
-            if auth is not None:
-                result.auth = AuthConfig.model_validate(auth)
-        except ValidationError as exc:
-            result.problems.extend(_validation_problems(name, "$.auth", exc))
+    if top.guardrails and (guardrails := _secret_table(
+            name, "$.guardrails", top.guardrails, GuardrailsConfig, env, result)) is not None:
+        result.guardrails = guardrails
+    if top.auth and (auth := _secret_table(
+            name, "$.auth", top.auth, AuthConfig, env, result)) is not None:
+        result.auth = auth
     for i, plugin in enumerate(top.plugins):
         if not re.fullmatch(r"[\w.]+:[\w.]+", plugin):
             result.problems.append(ManifestProblem(
@@ -493,6 +485,23 @@ def _load_one(
             result.bounds = BoundsConfig.model_validate(top.bounds)
         except ValidationError as exc:
             result.problems.extend(_validation_problems(name, "$.bounds", exc))
+
+
+_T = TypeVar("_T", bound=BaseModel)
+
+
+def _secret_table(name: str, path: str, raw: Any, model: type[_T], env: Mapping[str, str],
+                  result: ManifestSet) -> _T | None:
+    """A top-level table whose values may name secrets (`${env:}`, `${file:}`), resolved and
+    validated as `model`; None, with problems recorded, when either fails."""
+    table = _interpolated(name, path, raw, env, result)
+    if table is None:
+        return None
+    try:
+        return model.model_validate(table)
+    except ValidationError as exc:
+        result.problems.extend(_validation_problems(name, path, exc))
+        return None
 
 
 def _interpolated(
