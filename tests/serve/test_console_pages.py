@@ -213,6 +213,8 @@ def test_a_servers_stderr_follows_live_and_it_restarts(page: Page, daemon: Daemo
 def test_the_metrics_page_plots_the_last_hour(page: Page, daemon: Daemon) -> None:
     for i in range(3):
         daemon.call("everything_echo", {"message": f"hi {i}"}, f"metrics-{i}")
+    # its own failed call: the test that makes one may run in another worker's daemon
+    assert daemon.call("migrate", {}, "metrics-failed")["status"] == "error"
     page.goto(f"{daemon.url}/ui/metrics")
     calls = page.locator("#calls-per-second svg.plot")
     expect(calls).to_be_visible()
