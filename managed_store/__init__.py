@@ -14,6 +14,7 @@ from managed_store.errors import (
     InvalidRef,
     ManagedNotFound,
     ManagedStoreError,
+    OwnerLimitExceeded,
     OwnerShareExceeded,
     RetentionError,
     SearchTimeout,
@@ -26,6 +27,7 @@ from managed_store.pattern import MAX_PATTERN_CHARS, InvalidPattern
 from managed_store.protocol import FdSpool, TextSpool, TextStore
 from managed_store.reading import GrepMatch, GrepResult, TextSlice
 from managed_store.refs import ManagedRef
+from managed_store.retention import OwnerLimits
 from managed_store.search import SearchLimits, TooManySearches
 from managed_store.spool import Drained, SpoolWriter
 from managed_store.store import ManagedStore
@@ -43,6 +45,8 @@ __all__ = [
     "ManagedRef",
     "ManagedStore",
     "ManagedStoreError",
+    "OwnerLimitExceeded",
+    "OwnerLimits",
     "OwnerShareExceeded",
     "RetentionError",
     "SearchLimits",

@@ -8,6 +8,7 @@ itself reports is a `ManagedStoreError`:
     ├── RetentionError                  a write could not be made durable (I/O error, disk full,
     │   │                               invalid UTF-8, quota impossible); nothing is left behind
     │   └── OwnerShareExceeded          one object larger than its owner's share of the quota
+    │       └── OwnerLimitExceeded      ... or than the owner's own limit (`OwnerLimits`)
     ├── SearchTimeout, TooManySearches  a grep past its time limit; past the owner's share of
     │                                   concurrent greps (`TooManySearches` is in `search`)
     └── StoreInUse, StoreClosed         another live store holds the root; used after closing
@@ -40,6 +41,23 @@ class RetentionError(ManagedStoreError):
 class OwnerShareExceeded(RetentionError):
     """One object is larger than its owner's share of the quota (`owner_share`): a limit the
     client hit, not a fault of the store; nothing was stored."""
+
+
+class OwnerLimitExceeded(OwnerShareExceeded):
+    """One object is larger than its owner's own byte limit (`retention.OwnerLimits`, which
+    replaces the share for that owner); nothing was stored. Names `owner`, `limit_bytes`
+    and the object's `size_bytes`."""
+
+    def __init__(self, owner: str, limit_bytes: int, size_bytes: int) -> None:
+        super().__init__(
+            f"object of {size_bytes:,} bytes is over the limit of {owner} in the store "
+            f"({limit_bytes:,} bytes); the whole text was not retained")
+        self.owner = owner
+        self.limit_bytes = limit_bytes
+        self.size_bytes = size_bytes
+
+    def __reduce__(self) -> tuple[type[OwnerLimitExceeded], tuple[str, int, int]]:
+        return type(self), (self.owner, self.limit_bytes, self.size_bytes)
 
 
 class SearchTimeout(ManagedStoreError):

@@ -14,6 +14,7 @@ from managed_store.index import StoreStats
 from managed_store.line_chars import LineChars
 from managed_store.reading import GrepResult, TextSlice
 from managed_store.refs import ManagedRef
+from managed_store.retention import OwnerLimits
 from managed_store.spool import Drained
 
 
@@ -64,8 +65,9 @@ class TextStore(Protocol):
     ) -> ManagedRef:
         """`owner`: who the text counts against (None: nobody in particular). An engine
         that enforces per-owner shares (the local one: at most `owner_share` of the quota per
-        owner, its own oldest evicted first) raises `RetentionError` for an object over the
-        share; one that does not ignores it."""
+        owner, or the owner's own limit from `owner_limits`, its own oldest evicted first)
+        raises `OwnerShareExceeded` for an object over the share (`OwnerLimitExceeded` over
+        the owner's limit); one that does not ignores it."""
         ...
 
     def open_spool(self, *, namespace: str = "default", owner: str | None = None) -> TextSpool: ...
@@ -86,5 +88,14 @@ class TextStore(Protocol):
     async def stat(self, ref_id: str) -> ManagedRef: ...
 
     async def stats(self) -> StoreStats: ...
+
+    @property
+    def owner_limits(self) -> OwnerLimits:
+        """Byte limits of single owners in place of the share, replaceable at any time."""
+        ...
+
+    async def owner_usage(self) -> dict[str, tuple[int, int]]:
+        """(bytes held, limit) of each owner `owner_limits` covers (`OwnerLimits.usage`)."""
+        ...
 
     async def cleanup(self) -> int: ...

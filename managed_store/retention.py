@@ -1,9 +1,10 @@
 """Retention policy: how long objects live and how many bytes they may take together.
 
 Expiry is oldest first (by `created_at`). The quota is shared by owners (the clients the
-caller names when it stores text): one owner may hold at most `owner_share` of it, and
-storing an owner's object first evicts that owner's own oldest objects until it fits its
-share. When the whole quota overflows, the oldest objects of the owner holding the most bytes
+caller names when it stores text): one owner may hold at most `owner_share` of it, or its own
+limit when `OwnerLimits` names one (replaced at runtime, e.g. per user), and storing an
+owner's object first evicts that owner's own oldest objects until it fits. When the whole
+quota overflows, the oldest objects of the owner holding the most bytes
 go first (objects stored without an owner count as one owner; with no owners at all that is
 plain oldest first). So one client storing huge outputs evicts its own refs, not the others'.
 The policy only chooses victims; the store deletes their rows and files.
@@ -13,22 +14,68 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+import threading
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from managed_store.errors import OwnerShareExceeded, RetentionError
+from managed_store.errors import OwnerLimitExceeded, OwnerShareExceeded, RetentionError
 from managed_store.index import Index
 from managed_store.refs import ManagedRef
 
 
+class OwnerLimits:
+    """Byte limits of single owners, each in place of the share for the owner it covers: by
+    exact name (`"user:alice"`) or, for owners without one, by name prefix (`"user:"`).
+    Thread-safe: `set` replaces the whole table at once, and a reader sees the old one or
+    the new one. Empty: every owner has the share."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._table: tuple[Mapping[str, int], tuple[tuple[str, int], ...]] = ({}, ())
+
+    def set(self, exact: Mapping[str, int], prefixed: Mapping[str, int] | None = None) -> None:
+        """Replace every limit: `exact` by owner, `prefixed` by name prefix (the longest
+        matching prefix applies). Each limit is an int > 0 (`ValueError`, `TypeError`)."""
+        prefixed = prefixed or {}
+        for name, limit in (*exact.items(), *prefixed.items()):
+            if isinstance(limit, bool) or not isinstance(limit, int):
+                raise TypeError(f"the byte limit of {name!r} must be an int, got {limit!r}")
+            if limit <= 0:
+                raise ValueError(f"the byte limit of {name!r} must be > 0, got {limit!r}")
+        table = (dict(exact), tuple(sorted(prefixed.items(), key=lambda p: -len(p[0]))))
+        with self._lock:
+            self._table = table
+
+    def limit_of(self, owner: str) -> int | None:
+        """`owner`'s own limit in bytes; None: the share applies."""
+        exact, prefixed = self._table
+        found = exact.get(owner)
+        if found is not None:
+            return found
+        return next((limit for prefix, limit in prefixed if owner.startswith(prefix)), None)
+
+    def usage(self, held: Mapping[str | None, int]) -> dict[str, tuple[int, int]]:
+        """(bytes held, limit) of every owner with a limit that holds bytes (`held`) or is
+        named exactly."""
+        exact, _ = self._table
+        found = {owner: (0, limit) for owner, limit in exact.items()}
+        for owner, nbytes in held.items():
+            limit = self.limit_of(owner) if owner is not None else None
+            if owner is not None and limit is not None:
+                found[owner] = (nbytes, limit)
+        return dict(sorted(found.items()))
+
+
 @dataclass(frozen=True, slots=True)
 class RetentionPolicy:
-    """`ttl_seconds` may be `math.inf` (never expire); `quota_bytes` is a hard upper bound."""
+    """`ttl_seconds` may be `math.inf` (never expire); `quota_bytes` is a hard upper bound;
+    `limits` (mutable, shared with whoever sets them) replace the share for some owners."""
 
     ttl_seconds: float
     quota_bytes: int
     owner_share: float = 0.5
+    limits: OwnerLimits = field(default_factory=OwnerLimits, compare=False)
 
     def __post_init__(self) -> None:
         if not 0 < self.owner_share <= 1:
@@ -53,9 +100,22 @@ class RetentionPolicy:
         """The most bytes one owner may hold."""
         return math.floor(self.quota_bytes * self.owner_share)
 
+    def bytes_for(self, owner: str) -> int:
+        """The most bytes `owner` may hold: its own limit, else the share."""
+        limit = self.limits.limit_of(owner)
+        return self.owner_bytes if limit is None else limit
+
     def check_owner_fits(self, size_bytes: int, owner: str | None) -> None:
-        """Raise `RetentionError` if one object of this size is over an owner's share."""
-        if owner is not None and size_bytes > self.owner_bytes:
+        """Raise `OwnerLimitExceeded` if one object of this size is over the owner's own
+        limit, `OwnerShareExceeded` if over the share (for an owner without a limit)."""
+        if owner is None:
+            return
+        limit = self.limits.limit_of(owner)
+        if limit is not None:
+            if size_bytes > limit:
+                raise OwnerLimitExceeded(owner, limit, size_bytes)
+            return
+        if size_bytes > self.owner_bytes:
             raise OwnerShareExceeded(
                 f"object of {size_bytes:,} bytes is over the per-owner share of the store "
                 f"quota ({self.owner_bytes:,} bytes: {self.owner_share:.0%} of "
@@ -75,7 +135,7 @@ class RetentionPolicy:
         module docstring) until the whole quota has room."""
         victims: list[ManagedRef] = []
         if owner is not None:
-            excess = index.owner_bytes(owner) + incoming_bytes - self.owner_bytes
+            excess = index.owner_bytes(owner) + incoming_bytes - self.bytes_for(owner)
             if excess > 0:
                 victims = _covering(index.oldest_of(owner, _BATCH), excess, index, owner)
         excess = index.totals().bytes - sum(v.size_bytes for v in victims) + incoming_bytes \

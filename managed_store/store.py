@@ -51,7 +51,7 @@ from managed_store.reading import (
     read_line_range,
 )
 from managed_store.refs import ManagedRef, new_ref_id, validate_ref_id
-from managed_store.retention import RetentionPolicy
+from managed_store.retention import OwnerLimits, RetentionPolicy
 from managed_store.search import Searches, SearchLimits
 from managed_store.spool import SpoolWriter, WrittenObject, to_the_end
 
@@ -110,16 +110,18 @@ class ManagedStore:
         cleanup_interval: float = 3600.0,
         owner_share: float = 0.5,
         searches: SearchLimits | None = None,
+        owner_limits: OwnerLimits | None = None,
     ) -> Self:
         """Open (creating if needed) the store at `root` and run a first `cleanup()`.
 
         `ttl_seconds` may be `math.inf`; `cleanup_interval=math.inf` disables the periodic
-        cleanup. `owner_share` is the part of the quota one owner may hold (see `put`).
+        cleanup. `owner_share` is the part of the quota one owner may hold (see `put`);
+        `owner_limits` replace it for the owners they cover (`owner_limits` attribute).
         `searches` bounds `grep` (default: `SearchLimits.from_environ(os.environ)`).
         Raises `ManagedStoreError` if the root is in use or cannot be opened.
         """
         policy = RetentionPolicy(ttl_seconds=ttl_seconds, quota_bytes=quota_bytes,
-                                 owner_share=owner_share)
+                                 owner_share=owner_share, limits=owner_limits or OwnerLimits())
         if not cleanup_interval > 0:
             raise ValueError(f"cleanup_interval must be > 0, got {cleanup_interval!r}")
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="managed-store-index")
@@ -184,9 +186,9 @@ class ManagedStore:
         """Store `text` whole and return its ref.
 
         `owner` names who the text counts against (a client; None: nobody in particular): an
-        owner holds at most `owner_share` of the quota, and storing for it first evicts its
-        own oldest objects; when the whole quota is full, the largest holder's oldest go
-        first (`managed_store.retention`).
+        owner holds at most `owner_share` of the quota (or its own limit, `owner_limits`), and
+        storing for it first evicts its own oldest objects; when the whole quota is full, the
+        largest holder's oldest go first (`managed_store.retention`).
 
         Extra memory is one window: 1 Mi characters, encoded (measured: +4 MB RSS for a 100 MB
         ASCII text). Raises `RetentionError` if it cannot be stored (quota, the owner's share,
@@ -315,6 +317,16 @@ class ManagedStore:
 
     async def stats(self) -> StoreStats:
         return await self._on_index_thread(self._stats_sync)
+
+    @property
+    def owner_limits(self) -> OwnerLimits:
+        """The owners' own byte limits (in place of the share); `set` them at any time."""
+        return self._policy.limits
+
+    async def owner_usage(self) -> dict[str, tuple[int, int]]:
+        """(bytes held, limit) of each owner with its own limit (`OwnerLimits.usage`)."""
+        held = await self._on_index_thread(Index.holdings)
+        return self._policy.limits.usage({o: total for o, (total, _) in held.items()})
 
     async def cleanup(self) -> int:
         """Evict expired objects, then the oldest until the store is within its quota.

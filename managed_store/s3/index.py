@@ -304,6 +304,13 @@ class PostgresIndex:
         assert row is not None
         return StoreStats(count=row["n"], bytes=int(row["b"]), index_bytes=int(row["i"]))
 
+    async def holdings(self) -> dict[str | None, int]:
+        """Bytes held per owner (None: objects stored without one) in the location."""
+        rows = await self._pool.fetch(
+            "SELECT owner, SUM(size_bytes) AS b FROM sidecar_managed_objects "
+            "WHERE location = $1 GROUP BY owner", self._location)
+        return {row["owner"]: int(row["b"]) for row in rows}
+
     # -- retention -------------------------------------------------------------------------
 
     async def evict(self, conn: Any, policy: RetentionPolicy,

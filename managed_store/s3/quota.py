@@ -1,11 +1,12 @@
 """Which objects a location must lose so that more bytes fit: the local store's rules
 (`managed_store.retention`) asked of the PostgreSQL index, for the whole fleet at once.
 
-An owner holds at most `policy.owner_bytes`; storing for it first evicts its own oldest
-objects beyond that. When the whole quota still overflows, the oldest objects of the owner
-holding the most bytes go first (objects without an owner count as one owner; with no owners
-at all that is plain oldest first). The caller holds `LOCK_MANAGED_QUOTA` in the transaction
-of `conn`, so no other replica changes the holdings meanwhile.
+An owner holds at most `policy.bytes_for(owner)` (its own limit, else the share); storing for
+it first evicts its own oldest objects beyond that. When the whole quota still overflows, the
+oldest objects of the owner holding the most bytes go first (objects without an owner count
+as one owner; with no owners at all that is plain oldest first). The caller holds
+`LOCK_MANAGED_QUOTA` in the transaction of `conn`, so no other replica changes the holdings
+meanwhile.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ async def over_quota(conn: Any, location: str, incoming: int, policy: RetentionP
     if owner is not None:
         held = await conn.fetchval(
             f"SELECT COALESCE(SUM(size_bytes), 0) {_OBJECTS} AND owner = $2", location, owner)
-        excess = int(held) + incoming - policy.owner_bytes
+        excess = int(held) + incoming - policy.bytes_for(owner)
         while excess > 0:
             after = victims[-1].created_at if victims else -1.0
             batch = await _oldest_of(conn, location, owner, after)

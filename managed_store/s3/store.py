@@ -39,7 +39,7 @@ from managed_store.reading import (
     line_range_in,
 )
 from managed_store.refs import ManagedRef, new_ref_id, validate_ref_id
-from managed_store.retention import RetentionPolicy
+from managed_store.retention import OwnerLimits, RetentionPolicy
 from managed_store.s3.index import LOCK_MANAGED_CLEANUP, Found, PostgresIndex, Staged
 from managed_store.s3.objects import RangedReader, S3Sink, describe
 from managed_store.s3.settings import S3Settings
@@ -145,6 +145,7 @@ class S3TextStore:
         read_wait_seconds: float = 120.0,
         close_wait_seconds: float = 20.0,
         heartbeat_seconds: float = 5.0,
+        owner_limits: OwnerLimits | None = None,
     ) -> Self:
         """Migrate the index, check that the bucket answers, run a first `cleanup()`.
 
@@ -153,7 +154,8 @@ class S3TextStore:
         a spool buffers per upload besides `upload_concurrency` parts in flight. A spool whose
         upload is not committed within `spool_grace_seconds` is taken for a crashed one and
         deleted. `owner_share` is the part of the quota one owner may hold, fleet-wide (see
-        `put`). Raises `ManagedStoreError` when the database or the bucket cannot be used.
+        `put`); `owner_limits` replace it for the owners they cover. Raises
+        `ManagedStoreError` when the database or the bucket cannot be used.
 
         With a `staging_dir` (under the replica's state directory) writes are write-behind:
         see `s3.staging`. `replica` names this replica in the rows of objects it is still
@@ -166,7 +168,7 @@ class S3TextStore:
         staging directory, writes are write-through.
         """
         policy = RetentionPolicy(ttl_seconds=ttl_seconds, quota_bytes=quota_bytes,
-                                 owner_share=owner_share)
+                                 owner_share=owner_share, limits=owner_limits or OwnerLimits())
         if not cleanup_interval > 0:
             raise ValueError(f"cleanup_interval must be > 0, got {cleanup_interval!r}")
         if part_bytes < 5 * 1024 * 1024:
@@ -271,9 +273,10 @@ class S3TextStore:
 
         `owner` names who the text counts against (None: nobody in particular), with the
         local store's rules applied to the whole location: an owner holds at most
-        `owner_share` of the quota and storing for it first evicts its own oldest objects;
-        when the quota is full, the largest holder's oldest go first. An object over the
-        share raises `OwnerShareExceeded` (a `RetentionError`).
+        `owner_share` of the quota (or its own limit, `owner_limits`) and storing for it first
+        evicts its own oldest objects; when the quota is full, the largest holder's oldest go
+        first. An object over the share raises `OwnerShareExceeded` (a `RetentionError`), over
+        the owner's own limit `OwnerLimitExceeded` (a subclass).
         """
         if not isinstance(text, str):
             raise TypeError(f"put() takes str, not {type(text).__name__}")
@@ -458,6 +461,17 @@ class S3TextStore:
                           evicted_expired=self._evicted_expired,
                           evicted_quota=self._evicted_quota, index_bytes=totals.index_bytes,
                           staged=self._staging.report() if self._staging is not None else None)
+
+    @property
+    def owner_limits(self) -> OwnerLimits:
+        """The owners' own byte limits (in place of the share); `set` them at any time (each
+        replica applies its own, as each loads the same manifest)."""
+        return self._policy.limits
+
+    async def owner_usage(self) -> dict[str, tuple[int, int]]:
+        """(bytes held in the whole location, limit) of each owner with its own limit."""
+        self._check_open()
+        return self._policy.limits.usage(await self._on_index(self._index.holdings()))
 
     # -- retention -----------------------------------------------------------------------
 

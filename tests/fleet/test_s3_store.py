@@ -19,6 +19,8 @@ from managed_store import (
     ManagedNotFound,
     ManagedStore,
     ManagedStoreError,
+    OwnerLimitExceeded,
+    OwnerLimits,
     OwnerShareExceeded,
     RetentionError,
     StoreStats,
@@ -393,6 +395,33 @@ async def test_owner_shares_hold_for_the_fleet(place: Place) -> None:
         await b.aclose()
         await a.aclose()
         await other_pool.close()
+
+
+async def test_owner_limits_hold_for_the_fleet(place: Place) -> None:
+    """Owners' own limits in place of the share (the per-user `store_bytes` quota), set on
+    each replica's store, over the location's holdings in PostgreSQL."""
+    a = await place.open(quota_bytes=200, owner_share=0.25)  # share: 50 bytes
+    b = await place.open(quota_bytes=200, owner_share=0.25)
+    for store in (a, b):
+        store.owner_limits.set({"user:alice": 30}, {"user:": 60})
+    try:
+        other = (await a.put("s" * 40, owner="session:x")).id
+        bob = (await b.put("b" * 55, owner="user:bob")).id  # the prefix's 60, over the share
+        alice = [(await (a, b)[i % 2].put(str(i) * 12, owner="user:alice")).id
+                 for i in range(4)]
+        assert await _alive(a, other, bob, *alice) == [True, True, False, False, True, True]
+        with pytest.raises(OwnerLimitExceeded, match=r"limit of user:alice in the store "
+                           r"\(30 bytes\)"):
+            await b.put("x" * 31, owner="user:alice")
+        with pytest.raises(OwnerLimitExceeded):
+            async with a.open_spool(owner="user:alice") as spool:
+                await spool.write("y" * 31)
+                await spool.commit()
+        assert await b.owner_usage() == {"user:alice": (24, 30), "user:bob": (55, 60)}
+        assert await place.rows() == (4, 0, 0)
+    finally:
+        await b.aclose()
+        await a.aclose()
 
 
 async def test_a_full_quota_evicts_the_largest_holders_oldest_first(place: Place) -> None:

@@ -1,5 +1,6 @@
 """Per-owner shares of the quota: one owner storing a lot evicts its own objects, not the
-others' (issue 26 item 6)."""
+others' (issue 26 item 6); owners' own limits in place of the share (`OwnerLimits`, the
+per-user `store_bytes` quota of issue 45)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from managed_store import ManagedNotFound, ManagedStore, RetentionError, StoreStats
+from managed_store import (
+    ManagedNotFound,
+    ManagedStore,
+    OwnerLimitExceeded,
+    OwnerLimits,
+    OwnerShareExceeded,
+    RetentionError,
+    StoreStats,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -51,6 +60,48 @@ async def test_one_object_over_the_owner_share_is_refused(root: Path) -> None:
                 await spool.commit()
         assert await _alive(store, kept) == [True]
         assert (await store.put("z" * 41)).size_bytes == 41  # no owner: the whole quota
+
+
+async def test_an_owners_own_limit_replaces_the_share(root: Path) -> None:
+    limits = OwnerLimits()
+    limits.set({"user:alice": 30}, {"user:": 60})
+    async with await ManagedStore.open(root, quota_bytes=200, owner_share=0.25,
+                                       owner_limits=limits) as store:  # share: 50 bytes
+        assert store.owner_limits is limits
+        other = (await store.put("s" * 40, owner="session:x")).id
+        bob = (await store.put("b" * 55, owner="user:bob")).id  # the prefix's 60, over the share
+        alice = [(await store.put(str(i) * 12, owner="user:alice")).id for i in range(4)]
+        # alice may hold 30 bytes: her two newest stay, each new one evicted her own oldest
+        assert await _alive(store, other, bob, *alice) == [True, True, False, False, True, True]
+        with pytest.raises(OwnerLimitExceeded) as refused:
+            await store.put("x" * 31, owner="user:alice")
+        assert isinstance(refused.value, OwnerShareExceeded)
+        assert (refused.value.owner, refused.value.limit_bytes, refused.value.size_bytes) == (
+            "user:alice", 30, 31)
+        assert "over the limit of user:alice in the store (30 bytes)" in str(refused.value)
+        with pytest.raises(OwnerLimitExceeded, match="user:alice"):
+            async with store.open_spool(owner="user:alice") as spool:
+                await spool.write("y" * 31)
+                await spool.commit()
+        assert await _alive(store, other, bob, *alice[2:]) == [True, True, True, True]
+        assert await store.owner_usage() == {"user:alice": (24, 30), "user:bob": (55, 60)}
+        limits.set({})  # replaced at runtime: the share again
+        with pytest.raises(OwnerShareExceeded, match="per-owner share"):
+            await store.put("b" * 51, owner="user:bob")
+        assert (await store.put("z" * 45, owner="user:alice")).size_bytes == 45
+        assert await store.owner_usage() == {}
+        assert await _alive(store, other, bob) == [True, True]
+
+
+def test_owner_limits_are_checked() -> None:
+    limits = OwnerLimits()
+    with pytest.raises(ValueError, match="'user:a' must be > 0"):
+        limits.set({"user:a": 0})
+    with pytest.raises(TypeError, match="must be an int"):
+        limits.set({}, {"user:": True})
+    limits.set({"user:a": 5}, {"user:": 9, "user:team-": 7})
+    assert [limits.limit_of(o) for o in ("user:a", "user:b", "user:team-x", "session:s")] == [
+        5, 9, 7, None]
 
 
 async def test_a_full_quota_evicts_the_largest_holders_oldest_first(root: Path) -> None:
