@@ -21,6 +21,7 @@ from bridges.mcp.catalog import TASK_SUPPORT_META
 from bridges.mcp.connection import Connection
 from bridges.mcp.framing import LargeLine, LineFramer, OversizedLine
 from bridges.mcp.health import ServerHealth, ServerState, SkippedTool
+from bridges.mcp.listening import ResourceWatch
 from bridges.mcp.passthrough import (
     CALLER_CAPABILITIES,
     CALLER_HEADERS,
@@ -50,6 +51,7 @@ __all__ = [
     "OversizedLine",
     "Relay",
     "RelayTarget",
+    "ResourceWatch",
     "ServerConfig",
     "ServerHealth",
     "ServerPool",

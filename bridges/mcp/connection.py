@@ -48,6 +48,7 @@ from bridges.manifest.loading import ServerConfig
 from bridges.mcp.direct_requests import RESULT_TOO_LARGE
 from bridges.mcp.http_limit import LISTING_REFUSAL, LimitedTransport
 from bridges.mcp.http_parse import streamable_http_client
+from bridges.mcp.listening import ResourceWatch
 from bridges.mcp.listing import CheckedPage, Listing, ToolLimit, check_page
 from bridges.mcp.passthrough import (
     CALLER_CAPABILITIES,
@@ -106,7 +107,7 @@ class Era:
 class Connection:
     """A connected session. Calls may come from any task; `lost` is set when it ends."""
 
-    __slots__ = ("_client", "_direct", "lost", "tools_hints")
+    __slots__ = ("_client", "_direct", "lost", "tools_hints", "watched")
 
     def __init__(
         self, client: Client, lost: anyio.Event, direct: DirectRequests | None = None
@@ -116,6 +117,9 @@ class Connection:
         self.tools_hints: tuple[int, str] | None = None
         """The cache hints (`ttlMs`, `cacheScope`) of the last `tools/list` (`list_tools`);
         None from a handshake-era server or before a listing."""
+        self.watched = ResourceWatch()
+        """The resource URIs clients subscribed to, which a 2026-07-28 connection's
+        `subscriptions/listen` stream asks for (its supervisor's, kept across reconnects)."""
         # The session's request stamp (`_meta` of the negotiated era) is SDK-private; without
         # it, calls take the SDK's own way.
         stamp = getattr(client.session, "_stamp", None)

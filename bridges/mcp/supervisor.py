@@ -27,6 +27,7 @@ import anyio
 import mcp_types as types
 from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
 from bridges.manifest.loading import ServerConfig
 from bridges.manifest.sandbox import describe_sandbox
@@ -41,7 +42,7 @@ from bridges.mcp.connection import (
     open_connection,
 )
 from bridges.mcp.health import ServerHealth
-from bridges.mcp.listening import describe, listen_for_changes
+from bridges.mcp.listening import ResourceWatch, describe, listen_for_changes
 from bridges.mcp.listing import ToolLimit
 from bridges.mcp.log_budget import LogBudget
 from bridges.mcp.oauth.exchange import exchange_token
@@ -84,6 +85,11 @@ _RELAYED_NOTIFICATIONS = (
 
 HealthListener = Callable[[str, ServerHealth], None]
 ToolsListener = Callable[[str], None]
+
+
+def _on_listen_stream(notification: Any) -> bool:
+    meta = getattr(notification.params, "meta", None)
+    return isinstance(meta, dict) and SUBSCRIPTION_ID_META_KEY in meta
 
 
 class _Permanent(Exception):
@@ -143,6 +149,7 @@ class Supervisor:
         self._transport = TransportState()
         self._scope: Scope | None = None
         self._connection: Connection | None = None
+        self._watched = ResourceWatch()  # what clients subscribed to, across reconnects
         self._state_changed = anyio.Event()
         self._era: Era | None = None
         self._failures = 0
@@ -425,6 +432,7 @@ class Supervisor:
                 "until its manifest entry changes or the daemon restarts)")
 
     async def _serve(self, connection: Connection) -> None:
+        connection.watched = self._watched
         self._connection = connection
         self._era = connection.era()
         async with anyio.create_task_group() as tg:
@@ -435,8 +443,9 @@ class Supervisor:
                 tg.start_soon(self._oauth.keep_fresh)
                 tg.start_soon(self._oauth.watch_login, self._on_login_change)
             if connection.modern:
-                # 2026-07-28 delivers list_changed only to an open listen stream: be ready
-                # only once it is acknowledged, or a change right after startup is lost.
+                # 2026-07-28 delivers list_changed and resources/updated only to an open
+                # listen stream: be ready only once it is acknowledged, or a change right
+                # after startup is lost.
                 listening = anyio.Event()
                 tg.start_soon(listen_for_changes, connection, self._ask_relist, listening,
                               self.key, self._relay_change)
@@ -591,14 +600,18 @@ class Supervisor:
         self._relist.set()
 
     async def _relay_change(self, notification: Any) -> None:
-        """A list change a 2026-07-28 server announced on its listen stream."""
+        """A list change or resource update a 2026-07-28 server announced on its listen
+        stream."""
         if self.relay is not None:
             await self.relay.notify(self.key, self.caller.calls(), notification)
 
     async def _on_message(self, message: IncomingMessage) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             self._relist.set()
-        elif isinstance(message, _RELAYED_NOTIFICATIONS) and self.relay is not None:
+        elif (isinstance(message, _RELAYED_NOTIFICATIONS) and self.relay is not None
+              and not _on_listen_stream(message)):
+            # a listen stream's frames are relayed by `listen_for_changes` (the SDK tees
+            # them here too: relaying both sent every change twice)
             await self.relay.notify(self.key, self.caller.calls(), message)
         elif isinstance(message, Exception):
             log.debug("[%s] transport reported: %s", self.key, self._redact(describe(message)))
