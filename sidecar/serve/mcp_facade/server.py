@@ -3,8 +3,9 @@ facade serves any number of downstream sessions (stdio: one; HTTP: one per `Mcp-
 in both protocol eras. It is the SDK's route: every request the fast route does not take
 (`fast_answers`) arrives here through the SDK server's handlers. It is made of collaborators,
 each given what it needs: `served` (`ServedTools`), `fast` (`FastAnswers`), `relay`
-(`UpstreamRelay`: upstream traffic to the sessions) and `paused` (`PausedCalls`: 2026-07-28
-rounds, on any replica through `fleet_rounds`).
+(`UpstreamRelay`: upstream traffic to the sessions), `paused` (`PausedCalls`: 2026-07-28
+rounds, on any replica through `fleet_rounds`) and `subscriptions` (`ResourceSubscriptions`:
+the clients' resource subscriptions, and what the upstreams are asked for them).
 
 Imports the core and the rest of `sidecar.serve`. Exports `McpFacade`, `new_session_id`,
 `SERVER_NAME`, `PROGRESS_DRAIN_SECONDS` and `CHANGE_DEBOUNCE`.
@@ -25,11 +26,7 @@ import anyio.abc
 import mcp_types as types
 from mcp.server import NotificationOptions, Server
 from mcp.server.context import ServerRequestContext
-from mcp.server.subscriptions import (
-    InMemorySubscriptionBus,
-    ListenHandler,
-    ToolsListChanged,
-)
+from mcp.server.subscriptions import InMemorySubscriptionBus, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -41,13 +38,10 @@ from sidecar.serve.mcp_facade import offered, skills, tools, upstream
 from sidecar.serve.mcp_facade.fast_answers import FastAnswers
 from sidecar.serve.mcp_facade.paused_calls import PausedCalls
 from sidecar.serve.mcp_facade.relays import UpstreamRelay, quietly
+from sidecar.serve.mcp_facade.resource_subscriptions import ResourceSubscriptions
 from sidecar.serve.mcp_facade.rounds import Execution
 from sidecar.serve.mcp_facade.served import ServedTools, passes
-from sidecar.serve.mcp_facade.sessions import (
-    DownstreamCall,
-    Sessions,
-    SessionState,
-)
+from sidecar.serve.mcp_facade.sessions import DownstreamCall, Sessions
 from sidecar.serve.mcp_facade.tasks import (
     TASKS_EXTENSION,
     FacadeTasks,
@@ -92,7 +86,6 @@ class McpFacade:
         """The profile served (`sidecar.registry.profiles`; None: the default one)."""
         self.sessions = Sessions(session_id)
         self.bus = InMemorySubscriptionBus()
-        self._subscribers: dict[tuple[str, str], set[str]] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         pool = lambda: location.upstreams  # noqa: E731
         self.upstreams = upstream.Upstreams(pool, partial(passes, location, profile,
@@ -100,8 +93,10 @@ class McpFacade:
         self.prompt_upstreams = upstream.Upstreams(pool, partial(passes, location, profile,
                                                                  which="prompts"))
         running: dict[str, Execution] = {}  # by call id: the 2026-07-28 calls' executions
+        self.subscriptions = ResourceSubscriptions(self.upstreams, self.bus)
+        self.sessions.on_end = self.subscriptions.ended
         self.relay = UpstreamRelay(self.sessions, self.bus, self.upstreams, running,
-                                   self._subscribers)
+                                   self.subscriptions.holders)
         """Upstream servers' requests and notifications to the sessions; a transport that
         writes them itself (stdio) sets its `requester` and `notifier`."""
         self.served = ServedTools(location, profile, self.upstreams, self.relay.server_request)
@@ -126,7 +121,7 @@ class McpFacade:
                 on_completion=self._complete,
                 on_set_logging_level=self._set_level,
                 on_roots_list_changed=self._roots_changed,
-                on_subscriptions_listen=ListenHandler(self.bus),
+                on_subscriptions_listen=self.subscriptions.listen,
             )
         # MCP Apps (SEP-1865): `ui://` resources and tools' `_meta.ui` pass through
         self.server.extensions[upstream.UI_EXTENSION] = {}
@@ -417,37 +412,14 @@ class McpFacade:
             CALLER_CAPABILITIES.reset(caller)
 
     async def _subscribe(self, ctx: Ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
-        state = self.sessions.state(ctx)
-        up, original = self.upstreams.resolve_uri(str(params.uri))
-        key = (up.key, original)
-        # Held before the upstream hears of it: a server may announce an update at once.
-        state.subscriptions.add(key)
-        self._subscribers.setdefault(key, set()).add(state.id)
-        try:
-            await upstream.subscribe(self.upstreams, str(params.uri), on=True)
-        except BaseException:
-            self._drop_holder(state, key)
-            raise
+        await self.subscriptions.subscribe(self.sessions.state(ctx), str(params.uri))
         return types.EmptyResult()
 
     async def _unsubscribe(
         self, ctx: Ctx, params: types.UnsubscribeRequestParams
     ) -> types.EmptyResult:
-        state = self.sessions.state(ctx)
-        up, original = self.upstreams.resolve_uri(str(params.uri))
-        if self._drop_holder(state, (up.key, original)):
-            await upstream.subscribe(self.upstreams, str(params.uri), on=False)
+        await self.subscriptions.unsubscribe(self.sessions.state(ctx), str(params.uri))
         return types.EmptyResult()
-
-    def _drop_holder(self, state: SessionState, key: tuple[str, str]) -> bool:
-        """Forget that a session holds a subscription; True when nobody holds it any more."""
-        state.subscriptions.discard(key)
-        holders = self._subscribers.get(key, set())
-        holders.discard(state.id)
-        if holders:
-            return False
-        self._subscribers.pop(key, None)
-        return True
 
     async def _list_prompts(self, ctx: Ctx, params: Any) -> types.ListPromptsResult:
         return await upstream.list_prompts(self.prompt_upstreams)

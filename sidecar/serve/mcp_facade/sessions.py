@@ -13,6 +13,7 @@ Imports `sidecar.execution` and `sidecar.serve.security`. Exports `Sessions`, `S
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -87,6 +88,8 @@ class Sessions:
         self._by_connection: dict[Any, SessionState] = {}
         self.calls: dict[str, DownstreamCall] = {}
         self._by_id: dict[str, SessionState] = {}
+        self.on_end: Callable[[SessionState], None] | None = None
+        """Told of each session that ends (its resource subscriptions are let go)."""
 
     def state(self, ctx: ServerRequestContext[Any, Any]) -> SessionState:
         """The session of a request (created on its first request)."""
@@ -113,6 +116,8 @@ class Sessions:
         state = self._by_connection.pop(connection, None)
         if state is not None:
             self._by_id.pop(state.id, None)
+            if self.on_end is not None:
+                self.on_end(state)
 
     @property
     def fixed(self) -> bool:

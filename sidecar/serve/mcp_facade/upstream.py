@@ -343,8 +343,8 @@ async def complete(
 
 async def subscribe(upstreams: Upstreams, uri: str, *, on: bool) -> tuple[str, str]:
     """Forward a (un)subscribe; returns (server key, upstream URI). A 2026-07-28 upstream has
-    no `resources/subscribe` (removed with sessions): it is not sent there, the subscription
-    is held here only (that server's changes come on its `subscriptions/listen` stream)."""
+    no `resources/subscribe` (removed with sessions): nothing is sent there (its subscriptions
+    are asked for on its `subscriptions/listen` stream: `resource_subscriptions`)."""
     up, original = upstreams.resolve_uri(uri)
     if up.connection.modern:
         return up.key, original

@@ -10,7 +10,9 @@ server upstream of the sidecar (namespace "") and runs the suite through `/mcp`.
 Extra tools for the facade tests: `test_big_text(size)` (a large text result) and
 `test_structured(value)` (structuredContent that is not an object when `value` is a list),
 `test_roots` (asks the client for its roots; also reports the roots it fetched after the last
-`notifications/roots/list_changed`), `test_sleep(seconds)`.
+`notifications/roots/list_changed`), `test_sleep(seconds)`, `test_update_resource(uri)` (says
+that resource `uri` changed: to the 2026-07-28 `subscriptions/listen` streams that asked for it,
+and to the calling handshake-era session when it subscribed to it).
 
 On a 2026-07-28 connection a server cannot send requests to the client: sampling, elicitation
 and roots are asked with an `input_required` result instead, and answered by the client's retry.
@@ -27,6 +29,7 @@ import anyio
 import mcp_types as types
 from mcp.server import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -85,6 +88,7 @@ TOOLS = [
     _tool("test_sleep", "Sleeps `seconds`",
           {"type": "object", "properties": {"seconds": {"type": "number"}},
            "required": ["seconds"]}),
+    _tool("test_update_resource", "Announces that resource `uri` changed", _str_args("uri")),
 ]
 
 ELICIT_DEFAULTS = {"type": "object", "properties": {
@@ -108,6 +112,7 @@ ELICIT_ENUMS = {"type": "object", "properties": {
         {"const": "value3", "title": "Third Choice"}]}},
 }}
 SUBSCRIPTIONS: set[str] = set()
+BUS = InMemorySubscriptionBus()
 
 
 def text(value: str) -> types.TextContent:
@@ -227,6 +232,12 @@ async def _call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Cal
     if name == "test_sleep":
         await anyio.sleep(float(args["seconds"]))
         return result(text("slept"))
+    if name == "test_update_resource":
+        uri = str(args["uri"])
+        await BUS.publish(ResourceUpdated(uri=uri))
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS and uri in SUBSCRIPTIONS:
+            await ctx.session.send_resource_updated(uri)
+        return result(text(f"updated {uri}"))
     if name == "json_schema_2020_12_tool":
         return result(text(f"received {json.dumps(args)}"))
     if name == "test_reconnection":
@@ -361,7 +372,7 @@ def build_server() -> Server[Any]:
         on_read_resource=read_resource, on_subscribe_resource=subscribe,
         on_unsubscribe_resource=unsubscribe, on_list_prompts=list_prompts,
         on_get_prompt=get_prompt, on_completion=complete, on_set_logging_level=set_level,
-        on_roots_list_changed=roots_changed,
+        on_roots_list_changed=roots_changed, on_subscriptions_listen=ListenHandler(BUS),
     )
 
 
