@@ -14,6 +14,7 @@ profiles, under which quotas (docs/identities.md says what each key means).
     profiles = ["coding"]
     [auth.quotas]                                  # per user; [auth.quotas.users.NAME] overrides
     calls_per_minute = 60
+    store_bytes = 104857600                        # retained text in the managed store
 
 Imports nothing of ours. Exports `AuthConfig`, `OidcConfig`, `GrantConfig`, `QuotaConfig`
 and `ROLES`.
@@ -75,6 +76,15 @@ class QuotaLimits(_Strict):
     calls_per_minute: Annotated[int, Field(gt=0)] | None = None
     concurrent_calls: Annotated[int, Field(gt=0)] | None = None
     snapshots: Annotated[int, Field(gt=0)] | None = None
+    store_bytes: Annotated[int, Field(gt=0)] | None = None
+
+    @field_validator("store_bytes", mode="before")
+    @classmethod
+    def _a_number_of_bytes(cls, value: object) -> object:
+        if isinstance(value, str):
+            raise ValueError("store_bytes is a number of bytes, such as 52428800 for 50 MiB "
+                             f"(not a string: {value!r})")
+        return value
 
 
 class QuotaConfig(QuotaLimits):
@@ -88,6 +98,13 @@ class QuotaConfig(QuotaLimits):
         merged = {k: getattr(own, k) if getattr(own, k) is not None else getattr(self, k)
                   for k in QuotaLimits.model_fields}
         return QuotaLimits(**merged)
+
+    def store_bytes_limits(self) -> tuple[dict[str, int], int | None]:
+        """`store_bytes` of the users who set their own, and of every other user (None: none,
+        the managed store's per-owner share applies)."""
+        own = {user: limits.store_bytes for user, limits in self.users.items()
+               if limits.store_bytes is not None}
+        return own, self.store_bytes
 
 
 class AuthConfig(_Strict):

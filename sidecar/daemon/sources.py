@@ -37,6 +37,7 @@ from bridges.manifest_tools import ManifestTools, manifest_tool_validator
 from bridges.mcp import ServerPool
 from bridges.openapi import OpenApiTools, Prepared
 from bridges.sandbox import PREPARED, PROTECTED
+from sidecar.daemon.stores import apply_store_quotas
 from sidecar.model.codemode import CodeModeSetting, ExposeSetting
 from sidecar.model.errors import RegistrationError, SchemaDefinitionError
 from sidecar.model.events import ManifestsReloaded, ServerHealthChanged
@@ -396,6 +397,7 @@ class ManifestSources:
         if loaded.ask_timeout is not None:
             location.permissions.ask_timeout = loaded.ask_timeout
         location.seam.bounds = location_bounds(loaded, self._base_bounds)
+        apply_store_quotas(location.seam.store, loaded.auth)
         audit = loaded.audit
         self.audit = AuditSettings() if audit is None else AuditSettings(
             audit.inputs, frozenset(m.lower() for m in audit.mask))

@@ -52,10 +52,24 @@ from sidecar.stores.snapshot_records import SnapshotRecords
 from sidecar.stores.tokens import TokenStore
 
 if TYPE_CHECKING:
+    from bridges.manifest.auth import AuthConfig
     from sidecar.backends.postgres.pool import Pool
 
-__all__ = ["Backends", "grant_store_of", "open_call_history", "open_local_stores",
-           "open_token_store"]
+__all__ = ["Backends", "apply_store_quotas", "grant_store_of", "open_call_history",
+           "open_local_stores", "open_token_store"]
+
+USER_OWNER = "user:"
+"""How calls of a signed-in user name their owner in the managed store (`user:NAME`)."""
+
+
+def apply_store_quotas(store: TextStore, auth: AuthConfig | None) -> None:
+    """The managed store's per-owner limits from `[auth.quotas]` `store_bytes` (each manifest
+    load): a user's own value for `user:NAME`, the table's for every other `user:` owner;
+    none (the per-owner share) without it. Sessions and tokens of nobody keep the share."""
+    quotas = auth.quotas if auth is not None else None
+    own, default = quotas.store_bytes_limits() if quotas is not None else ({}, None)
+    store.owner_limits.set({USER_OWNER + user: limit for user, limit in own.items()},
+                           {USER_OWNER: default} if default is not None else {})
 
 async def open_token_store(state: Path) -> TokenStore:
     """The token store `sidecar token ...` opens without a daemon: the fleet database's when

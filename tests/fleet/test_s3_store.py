@@ -400,10 +400,11 @@ async def test_owner_shares_hold_for_the_fleet(place: Place) -> None:
 async def test_owner_limits_hold_for_the_fleet(place: Place) -> None:
     """Owners' own limits in place of the share (the per-user `store_bytes` quota), set on
     each replica's store, over the location's holdings in PostgreSQL."""
-    a = await place.open(quota_bytes=200, owner_share=0.25)  # share: 50 bytes
+    limits = OwnerLimits()
+    limits.set({"user:alice": 30}, {"user:": 60})
+    a = await place.open(quota_bytes=200, owner_share=0.25, owner_limits=limits)  # share: 50
     b = await place.open(quota_bytes=200, owner_share=0.25)
-    for store in (a, b):
-        store.owner_limits.set({"user:alice": 30}, {"user:": 60})
+    b.owner_limits.set({"user:alice": 30}, {"user:": 60})
     try:
         other = (await a.put("s" * 40, owner="session:x")).id
         bob = (await b.put("b" * 55, owner="user:bob")).id  # the prefix's 60, over the share
