@@ -550,7 +550,15 @@ def unknown_tool_error(name: str, available: Mapping[str, Any]) -> CallError:
 
 def _over_share(name: str, exc: OwnerShareExceeded) -> CallError:
     """A call whose output is larger than its client's share of the managed store: it fails
-    (never a lossy success), model-visibly, so the caller can ask for less."""
+    (never a lossy success), model-visibly, so the caller can ask for less. Over a user's own
+    limit (`[auth.quotas]` `store_bytes`) it is a quota, as the other per-user quotas."""
+    from managed_store import OwnerLimitExceeded
+
+    if isinstance(exc, OwnerLimitExceeded):
+        return CallError(ErrorKind.UNAVAILABLE, f"Quota: {exc.owner.removeprefix('user:')} may "
+                         f"keep {exc.limit_bytes:,} bytes in the managed store (quota "
+                         f"store_bytes); {name}'s output of {exc.size_bytes:,} bytes was not kept "
+                         "whole: ask for less output")
     return CallError(ErrorKind.TOOL_FAILURE, f"{name}: the output was not kept whole: {exc}; "
                      "ask for less output (the limit is SIDECAR_STORE_OWNER_SHARE of "
                      "SIDECAR_STORE_QUOTA)")

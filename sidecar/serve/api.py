@@ -649,6 +649,8 @@ class Api:
 
     async def prometheus(self, request: Request) -> Response:
         report = await self.location.health()
+        if self.quotas is not None:
+            await self.quotas.read_store()  # bytes per user in the managed store
         body = await self.metrics.render(self.location.seam.store.stats,
                                          report.get("servers", {}), report.get("state"),
                                          report.get("rate_limited"),

@@ -258,7 +258,7 @@ class Console:
 
     async def servers(self, request: Request, session: ConsoleSession) -> Response:
         health = await self.location.health()
-        quotas = self._quotas(session)
+        quotas = await self._quotas(session)
         if session.role == "user":  # a user: who they are, their own grants and quotas
             body = (f"<p>Signed in as <strong>{pages.e(session.user)}</strong> (user).</p>"
                     + await self._own_grants(session) + quotas)
@@ -305,20 +305,22 @@ class Console:
         return "<h2>Your logins</h2>" + pages.table(
             ["server", "your grant", ""], rows, empty="")
 
-    def _quotas(self, session: ConsoleSession) -> str:
+    async def _quotas(self, session: ConsoleSession) -> str:
         """The per-user quota table (`[auth.quotas]`): a user sees their own row."""
         if self.identities is None:
             return ""
+        await self.identities.book.read_store()
         usage = self.identities.book.usage()
         if session.role == "user":
             usage = {k: v for k, v in usage.items() if k == session.user}
         if not usage:
             return ""
-        rows = [[pages.e(user)] + [f"{used} / {limit if limit is not None else '-'}"
-                                   for used, limit in row.values()]
+        rows = [[pages.e(user)] + [f"{used:,} / {limit:,}" if limit is not None else
+                                   f"{used:,} / -" for used, limit in row.values()]
                 for user, row in usage.items()]
         return "<h2>Quotas</h2>" + pages.table(
-            ["user", "calls in the last minute", "calls running", "snapshots"], rows,
+            ["user", "calls in the last minute", "calls running", "snapshots",
+             "bytes in the managed store"], rows,
             empty="no user has used a quota yet")
 
     async def server_login(self, request: Request, session: ConsoleSession) -> Response:

@@ -47,7 +47,8 @@ class Identities:
     def __init__(self, location: Location) -> None:
         self._location = location
         self._verifier: AccessTokenVerifier | None = None
-        self.book = UserQuotas(self.quotas, lambda: location.snapshots.ttl_seconds)
+        self.book = UserQuotas(self.quotas, lambda: location.snapshots.ttl_seconds,
+                               store_usage=lambda: location.seam.store.owner_usage())
         """The per-user quota counts (`[auth.quotas]`)."""
 
     def quotas(self) -> QuotaConfig | None:

@@ -1,7 +1,7 @@
 """Per-user quotas (`[auth.quotas]`, `[auth.quotas.users.NAME]`): calls per minute, calls
-running at once and snapshots, counted per signed-in user (an identity provider's access
-token, or a scoped token that belongs to a user); the all-access token and tokens of nobody
-are not counted.
+running at once, snapshots and bytes in the managed store, counted per signed-in user (an
+identity provider's access token, or a scoped token that belongs to a user); the all-access
+token and tokens of nobody are not counted.
 
 Two doors, one book (`UserQuotas`):
 - the HTTP API asks `refusal(...)` before a call or a snapshot: 429 `quota`, nothing runs;
@@ -9,24 +9,30 @@ Two doors, one book (`UserQuotas`):
   a call through `/mcp` or Code Mode counts too and, over a limit, fails `unavailable` with
   the same message (`Quota: ...`).
 Each message names the limit (`calls_per_minute`, `concurrent_calls`, `snapshots`) and the
-user. `collect` exports `sidecar_user_calls_running{user}`,
-`sidecar_user_snapshots{user}` and `sidecar_quota_refused_total{user,limit}` for /metrics.
+user. `store_bytes` is the managed store's own limit for `user:NAME` (the daemon sets it on
+each manifest load; the seam fails a call whose output is over it with `Quota: ...`); this
+book only reads the bytes each user holds (`read_store`, before a scrape or a console page).
+`collect` exports `sidecar_user_calls_running{user}`, `sidecar_user_snapshots{user}`,
+`sidecar_user_store_bytes{user}`, `sidecar_user_store_bytes_limit{user}` and
+`sidecar_quota_refused_total{user,limit}` for /metrics.
 
-Imports `sidecar.model`, `sidecar.registry`. Exports `UserQuotas`.
+Imports `sidecar.model`, `sidecar.registry`, `managed_store`. Exports `UserQuotas`.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from managed_store import ManagedStoreError
 from sidecar.model.errors import ErrorKind, ToolFailure
 from sidecar.model.tool import CallContext, tool_with
 from sidecar.registry.registry import Entry
@@ -35,6 +41,9 @@ if TYPE_CHECKING:
     from bridges.manifest.auth import QuotaConfig, QuotaLimits
 
 WINDOW = 60.0
+USER_OWNER = "user:"
+"""How a signed-in user's calls name their owner in the managed store."""
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -47,12 +56,30 @@ class _Usage:
 class UserQuotas(Collector):
     def __init__(self, config: Callable[[], QuotaConfig | None],
                  snapshot_seconds: Callable[[], float],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 store_usage: Callable[[], Awaitable[Mapping[str, tuple[int, int]]]]
+                 | None = None) -> None:
+        """`store_usage`: the managed store's (bytes held, limit) per owner with a limit."""
         self._config = config
         self._snapshot_seconds = snapshot_seconds
         self._clock = clock
+        self._store_usage = store_usage
         self._usage: dict[str, _Usage] = {}
+        self._stored: dict[str, tuple[int, int]] = {}
         self.refused: dict[tuple[str, str], int] = {}
+
+    async def read_store(self) -> None:
+        """Read the bytes each user holds in the managed store against `store_bytes` (kept
+        for `usage` and `collect`); a store that cannot answer keeps the last reading."""
+        if self._store_usage is None:
+            return
+        try:
+            found = await self._store_usage()
+        except ManagedStoreError as exc:
+            log.warning("bytes per user in the managed store could not be read: %s", exc)
+            return
+        self._stored = {owner.removeprefix(USER_OWNER): held for owner, held in found.items()
+                        if owner.startswith(USER_OWNER)}
 
     def _limits(self, user: str) -> QuotaLimits | None:
         config = self._config()
@@ -109,17 +136,20 @@ class UserQuotas(Collector):
         return max(0.1, math.ceil((oldest + window - now) * 10) / 10)
 
     def usage(self) -> dict[str, dict[str, Any]]:
-        """Each counted user's use and limits (the console's quota table)."""
+        """Each counted user's use and limits (the console's quota table); bytes in the
+        managed store as of the last `read_store`."""
         now = self._clock()
         shown: dict[str, dict[str, Any]] = {}
-        for user in sorted(self._usage):
+        for user in sorted({*self._usage, *self._stored}):
             usage, limits = self._use(user, now), self._limits(user)
             if limits is None:
                 continue
+            held, _ = self._stored.get(user, (0, None))
             shown[user] = {
                 "calls_per_minute": (len(usage.calls), limits.calls_per_minute),
                 "concurrent_calls": (usage.running, limits.concurrent_calls),
-                "snapshots": (len(usage.snapshots), limits.snapshots)}
+                "snapshots": (len(usage.snapshots), limits.snapshots),
+                "store_bytes": (held, limits.store_bytes)}
         return shown
 
     def snapshot_made(self, user: str | None) -> None:
@@ -174,6 +204,14 @@ class UserQuotas(Collector):
             usage = self._use(user, now)
             running.add_metric([user], usage.running)
             snapshots.add_metric([user], len(usage.snapshots))
+        stored = GaugeMetricFamily("sidecar_user_store_bytes",
+                                 "Bytes each user holds in the managed store (quota store_bytes)",
+                                 labels=["user"])
+        stored_limit = GaugeMetricFamily("sidecar_user_store_bytes_limit",
+                                         "Each user's store_bytes quota", labels=["user"])
+        for user, (nbytes, most) in dict(self._stored).items():
+            stored.add_metric([user], nbytes)
+            stored_limit.add_metric([user], most)
         refused = CounterMetricFamily("sidecar_quota_refused",
                                       "Calls and snapshots refused by a user's quota",
                                       labels=["user", "limit"])
@@ -181,4 +219,6 @@ class UserQuotas(Collector):
             refused.add_metric([user, limit], count)
         yield running
         yield snapshots
+        yield stored
+        yield stored_limit
         yield refused

@@ -1,6 +1,8 @@
 """Per-user quotas on a real `sidecar serve` trusting a real OpenID provider: calls per
 minute, calls at once and snapshots, each refused 429 `quota` naming the limit on `/v1`, as a
-tool error through `/mcp`; per-user overrides; counted in /metrics."""
+tool error through `/mcp`; per-user overrides; counted in /metrics. Bytes in the managed store
+(`store_bytes`): a user's own oldest texts go first, one output over the limit fails the call
+with `Quota: ...`."""
 
 from __future__ import annotations
 
@@ -39,9 +41,11 @@ decision = "ask"
 calls_per_minute = 3
 concurrent_calls = 1
 snapshots = 50
+store_bytes = 10000000
 
 [auth.quotas.users.bob]
 calls_per_minute = 100
+store_bytes = 200000
 
 [auth.quotas.users.olga]
 snapshots = 2
@@ -169,6 +173,49 @@ def test_the_console_shows_each_users_quota(limited: Daemon, oidc_provider: Prov
     row = re.search(r"<tr><td>alice</td><td>(\d+) / 3</td><td>0 / 1</td><td>\d+ / 50</td>",
                     page)
     assert row is not None and int(row.group(1)) >= 1, page[-2000:]
+
+
+def test_store_bytes(limited: Daemon, oidc_provider: Provider) -> None:
+    def retained(client: httpx.Client, n: int, call_id: str) -> tuple[str, int]:
+        done = call(client, "numbers", {"n": n}, call_id, "small")
+        assert done.status_code == 200 and done.json()["status"] == "completed", done.text
+        (kept,) = done.json()["managed"]
+        return kept["ref"], kept["size_bytes"]
+
+    def alive(ref: str) -> bool:
+        with limited.client() as local:
+            return local.get(f"/v1/managed/{ref}").status_code == 200
+
+    with limited.client(oidc_provider.token("bob")) as bob, \
+            limited.client(oidc_provider.token("root")) as root:
+        first, size = retained(bob, 20000, "store-bob-1")  # 108,894 bytes each
+        other, _ = retained(root, 20000, "store-root-1")  # root: the table's 10,000,000
+        second, _ = retained(bob, 20000, "store-bob-2")  # over bob's 200,000: his oldest goes
+        assert [alive(first), alive(other), alive(second)] == [False, True, True]
+        over = call(bob, "numbers", {"n": 40000}, "store-bob-3", "small")  # 228,894 bytes
+    assert over.status_code == 200, over.text  # a call that ran: its outcome, not a 429
+    assert over.json()["status"] == "error"
+    assert over.json()["error"]["kind"] == "unavailable"
+    assert over.json()["error"]["message"] == (
+        "Quota: bob may keep 200,000 bytes in the managed store (quota store_bytes); "
+        "numbers's output of 228,894 bytes was not kept whole: ask for less output")
+    assert [alive(other), alive(second)] == [True, True]
+    assert metric(limited, "sidecar_user_store_bytes", user="bob") == size
+    assert metric(limited, "sidecar_user_store_bytes_limit", user="bob") == 200000
+    assert metric(limited, "sidecar_user_store_bytes_limit", user="root") == 10000000
+    with httpx.Client(base_url=limited.url, timeout=30) as browser:
+        browser.post("/ui/login", data={"token": limited.token})
+        page = browser.get("/ui").text
+    assert f"<td>{size:,} / 200,000</td></tr>" in page
+    manifest = limited.state.parent / "manifests" / "auth.toml"  # a reload sets the new limit
+    manifest.write_text(manifest.read_text().replace("store_bytes = 200000",
+                                                     "store_bytes = 300000"))
+    deadline = time.monotonic() + 20
+    while metric(limited, "sidecar_user_store_bytes_limit", user="bob") != 300000:
+        assert time.monotonic() < deadline, "the reload never set bob's new limit"
+        time.sleep(0.05)
+    with limited.client(oidc_provider.token("bob")) as bob:
+        assert retained(bob, 40000, "store-bob-4")[1] == 228894
 
 
 def test_a_user_sees_and_answers_only_the_asks_of_their_calls(
