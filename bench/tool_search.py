@@ -9,15 +9,16 @@ type them, each with the tool that should be called, and its set: `tuning` (the 
 ranker was developed against, so flattering) or `held-out` (written before any ranker ran on
 them, never tuned on). Quality is reported for each set apart and for both together.
 
-Rankers: `bm25` is the `search_tools` tool itself, called through the seam of an
-`expose = "search"` snapshot; `bm25-plain` the same index without its glossary (written against
-the tuning tasks); `codemode` is Code Mode's search (`sidecar.codemode.search`);
-`substring` is the plain baseline: a tool scores the number of the query's words (3+ letters)
-found as substrings of its name and description. Reported: recall@1, recall@5 (an expected
-tool among the first 1 / 5), MRR (over the first 10). Tokens: the definitions a model is
-shown (`sidecar.model.token_count`, cl100k_base) with `expose = "all"` and `"search"`.
-Speed: building the index of 5,000 tools (the catalog, repeated under other namespaces) and
-one search over it, median and p99 over every task's query.
+Rankers: `hybrid` is the `search_tools` tool itself (BM25 and embeddings), called through the
+seam of an `expose = "search"` snapshot; `bm25` the same index by words alone; `-plain` either
+without its glossary (written against the tuning tasks); `codemode` is Code Mode's search
+(`sidecar.codemode.search`); `substring` is the plain baseline: a tool scores the number of the
+query's words (3+ letters) found as substrings of its name and description. Reported:
+recall@1, recall@5 (an expected tool among the first 1 / 5), MRR (over the first 10). Tokens:
+the definitions a model is shown (`sidecar.model.token_count`, cl100k_base) with
+`expose = "all"` and `"search"`. Speed: loading the embedding model, building the index of
+5,000 tools (the catalog, repeated under other namespaces) and one search over it, median and
+p99 over every task's query, hybrid and by words alone.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 
 from sidecar import Location, Tool, ToolContext, ToolResponse
 from sidecar.codemode.catalog import Catalog
+from sidecar.codemode.embedding import load_embedder
 from sidecar.codemode.search import SearchIndex
 from sidecar.codemode.tool_index import ToolIndex
 from sidecar.model.token_count import ENCODING, count_tokens, definition_text
@@ -115,24 +117,35 @@ def scaled_entries(servers: dict[str, dict[str, Tool]]) -> dict[str, Entry]:
     return dict(list(entries.items())[:SCALE])
 
 
-def speed(servers: dict[str, dict[str, Tool]], tasks: list[dict[str, Any]]) -> dict[str, float]:
-    entries = scaled_entries(servers)
-    started = time.perf_counter()
-    index = ToolIndex(entries, {})
-    build = time.perf_counter() - started
+def search_timings(index: ToolIndex, tasks: list[dict[str, Any]], embedding: bool) -> list[float]:
     timings: list[float] = []
     for _ in range(5):
         for task in tasks:
             t0 = time.perf_counter()
-            index.search(task["query"], 5)
+            index.search(task["query"], 5, embedding=embedding)
             timings.append(time.perf_counter() - t0)
-    timings.sort()
-    return {"tools": len(entries), "build_s": build,
-            "search_median_ms": statistics.median(timings) * 1000,
-            "search_p99_ms": timings[int(len(timings) * 0.99) - 1] * 1000}
+    return sorted(timings)
+
+
+def speed(servers: dict[str, dict[str, Tool]], tasks: list[dict[str, Any]]) -> dict[str, float]:
+    entries = scaled_entries(servers)
+    started = time.perf_counter()
+    load_embedder.__wrapped__()  # a fresh load, not the process's cached model
+    load = time.perf_counter() - started
+    started = time.perf_counter()
+    index = ToolIndex(entries, {})
+    build = time.perf_counter() - started
+    result = {"tools": len(entries), "model_load_s": load, "build_s": build}
+    for label, embedding in (("search", True), ("bm25", False)):
+        timings = search_timings(index, tasks, embedding)
+        result[f"{label}_median_ms"] = statistics.median(timings) * 1000
+        result[f"{label}_p99_ms"] = timings[int(len(timings) * 0.99) - 1] * 1000
+    return result
 
 
 async def measure() -> dict[str, Any]:
+    if load_embedder() is None:
+        raise SystemExit("the embedding model did not load (see the warning above)")
     servers = catalog_tools()
     tasks = json.loads(TASKS.read_text())["tasks"]
     with tempfile.TemporaryDirectory() as root:
@@ -155,11 +168,16 @@ async def measure() -> dict[str, Any]:
                 assert outcome.status == "completed", outcome.error
                 return [tool["name"] for tool in outcome.output["tools"]]
 
-            bm25 = {t["query"]: await search_tools(t["query"]) for t in tasks}
-            plain = ToolIndex(catalog, {})
+            hybrid = {t["query"]: await search_tools(t["query"]) for t in tasks}
+            index = ToolIndex(catalog, {})
+
+            def ranked(glossary: bool, embedding: bool) -> Ranker:
+                return lambda q: [n for n, _ in index.search(
+                    q, RANKED, embedding=embedding, **({} if glossary else {"glossary": {}}))]
+
             rankers: dict[str, Ranker] = {
-                "bm25": lambda q: bm25[q],
-                "bm25-plain": lambda q: [n for n, _ in plain.search(q, RANKED, glossary={})],
+                "hybrid": lambda q: hybrid[q], "bm25": ranked(True, False),
+                "hybrid-plain": ranked(False, True), "bm25-plain": ranked(False, False),
                 "codemode": codemode_ranker(catalog), "substring": substring_ranker(catalog)}
             quality = {name: {part: scores(ranker, chosen) for part, chosen in sets(tasks).items()}
                        for name, ranker in rankers.items()}
@@ -172,8 +190,8 @@ async def measure() -> dict[str, Any]:
                    "fewer": 1 - token_search / token_all},
         "speed": speed(servers, tasks),
         "misses": [{"set": t["set"], "query": t["query"], "expected": t["expected"],
-                    "top5": bm25[t["query"]][:5]}
-                   for t in tasks if not set(t["expected"]) & set(bm25[t["query"]][:5])],
+                    "top5": hybrid[t["query"]][:5]}
+                   for t in tasks if not set(t["expected"]) & set(hybrid[t["query"]][:5])],
     }
 
 
@@ -182,16 +200,18 @@ def report(result: dict[str, Any]) -> str:
     counts = ", ".join(f"{n} {part}" for part, n in result["tasks"].items())
     lines = [f"catalog: {c['tools']} tools from {c['servers']} published servers; "
              f"tasks: {counts}", "",
-             f"{'set':<10}{'ranker':<12}{'recall@1':>10}{'recall@5':>10}{'MRR':>8}"]
+             f"{'set':<10}{'ranker':<14}{'recall@1':>10}{'recall@5':>10}{'MRR':>8}"]
     for part in result["tasks"]:
         for name, by_set in q.items():
             s = by_set[part]
-            lines.append(f"{part:<10}{name:<12}{s['recall@1']:>10.3f}{s['recall@5']:>10.3f}"
+            lines.append(f"{part:<10}{name:<14}{s['recall@1']:>10.3f}{s['recall@5']:>10.3f}"
                          f"{s['mrr']:>8.3f}")
     lines += ["", f"definition tokens ({tok['encoding']}): all {tok['all']:,}, search "
               f"{tok['search']:,} ({tok['fewer']:.1%} fewer)",
-              f"{sp['tools']:,} tools: index built in {sp['build_s']:.2f} s; one search "
-              f"{sp['search_median_ms']:.2f} ms median, {sp['search_p99_ms']:.2f} ms p99"]
+              f"embedding model loaded in {sp['model_load_s']:.2f} s; {sp['tools']:,} tools: "
+              f"index built in {sp['build_s']:.2f} s; one search {sp['search_median_ms']:.2f} "
+              f"ms median, {sp['search_p99_ms']:.2f} ms p99 (by words alone "
+              f"{sp['bm25_median_ms']:.2f} / {sp['bm25_p99_ms']:.2f} ms)"]
     for miss in result["misses"]:
         lines.append(f"miss ({miss['set']}): {miss['query']!r} -> {miss['top5']} "
                      f"(want {miss['expected']})")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import itertools
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +34,8 @@ _WEIGHTS = Path("weights") / f"{MODEL_NAME}.safetensors"
 _TOKENIZER = Path("tokenizers") / "l2_supercat_tokenizer_config.json"
 MAX_CHARS = 4000
 """Text past this many characters is not embedded (a mean over more says little more)."""
+TOKENS_AT_ONCE = 16_384
+"""Token vectors gathered at once when many texts are embedded (8 MB in float16)."""
 
 Vectors = NDArray[np.float32]
 
@@ -62,17 +65,33 @@ class TextEmbedder:
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         """One unit vector per text, in order (a text without tokens: the zero vector)."""
+        # one text at a time: a batch would start the tokenizer's thread pool, which a
+        # daemon that forks servers is better without
+        ids = [self._tokenizer.encode(text[:MAX_CHARS].lower(), add_special_tokens=False).ids
+               for text in texts]
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
-        last_row = self._table.shape[0] - 1
-        for i, text in enumerate(texts):
-            # one text at a time: a batch would start the tokenizer's thread pool, which a
-            # daemon that forks servers is better without
-            ids = self._tokenizer.encode(text[:MAX_CHARS].lower(),
-                                         add_special_tokens=False).ids
-            if ids:
-                token_vectors = self._table[np.minimum(np.asarray(ids, dtype=np.intp), last_row)]
-                out[i] = token_vectors.mean(0, dtype=np.float32)
+        start = 0
+        while start < len(ids):
+            end, tokens = start + 1, len(ids[start])
+            while end < len(ids) and tokens + len(ids[end]) <= TOKENS_AT_ONCE:
+                tokens += len(ids[end])
+                end += 1
+            out[start:end] = self._means(ids[start:end])
+            start = end
         return unit_rows(out)
+
+    def _means(self, ids: Sequence[Sequence[int]]) -> Vectors:
+        counts = np.fromiter((len(i) for i in ids), dtype=np.intp, count=len(ids))
+        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.intp,
+                           count=int(counts.sum()))
+        np.minimum(flat, self._table.shape[0] - 1, out=flat)
+        means = np.zeros((len(ids), self.dimensions), dtype=np.float32)
+        filled = np.flatnonzero(counts)
+        if filled.size:  # each text's rows run from its start to the next nonempty text's
+            starts = (np.cumsum(counts) - counts)[filled]
+            sums = np.add.reduceat(self._table[flat], starts, axis=0, dtype=np.float32)
+            means[filled] = sums / counts[filled, None]
+        return means
 
 
 def unit_rows(vectors: Vectors) -> Vectors:
