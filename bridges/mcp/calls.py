@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from bridges.manifest.loading import ServerConfig
 from bridges.mcp.catalog import UpstreamTool
 from bridges.mcp.connection import Connection
-from bridges.mcp.passthrough import CALLER_HEADERS, InflightCall
+from bridges.mcp.passthrough import CALLER_HEADERS, UPSTREAM_CALL, InflightCall
 from bridges.mcp.per_user import caller_bearer, forwarded
 from bridges.mcp.redact import Redactor
 from bridges.mcp.results import (
@@ -203,6 +203,7 @@ class Caller:
                                        message=f"{request.method} cannot be relayed")
             return await relay(call, request)
 
+        sent_by = UPSTREAM_CALL.set(call)  # what the server asks on this call's stream
         try:
             with tracing.step(f"tools/call {tool}", SpanKind.CLIENT, {
                 "mcp.method.name": "tools/call", "gen_ai.tool.name": tool,
@@ -243,6 +244,8 @@ class Caller:
                 RuntimeError) as exc:
             connection.lost.set()
             raise self._redacted(transport_failure(exc, server=self.server, tool=tool)) from None
+        finally:
+            UPSTREAM_CALL.reset(sent_by)
 
     def _redacted(self, failure: ToolFailure) -> ToolFailure:
         message = self.redact(failure.message)

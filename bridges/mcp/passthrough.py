@@ -1,15 +1,18 @@
 """What an upstream server sends us besides tool listings, handed to whoever serves clients.
 Imports nothing of ours; exports `Relay` (who gets what: its docstring), `RelayTarget`,
-`InflightCall`, `NO_CLIENT`, `CALLER_CAPABILITIES`, `CALLER_INPUT_RESPONSES`, `INPUT_KEY`
-and `UPSTREAM_TASK`.
+`InflightCall`, `NO_CLIENT`, `CALLER_CAPABILITIES`, `CALLER_INPUT_RESPONSES`, `INPUT_KEY`,
+`UPSTREAM_CALL` and `UPSTREAM_TASK`.
 
 An upstream connection is shared by every downstream client and opened at daemon start, before
 any client exists. So every upstream connection advertises `sampling`, `elicitation` and
 `roots` (upstreams such as server-everything add tools only for clients that have them), and
 each server-to-client request is answered by routing it, through the pool's `Relay`, to the
 downstream session that made the call in flight on that server. A 2026-07-28 server asks inside
-an `input_required` result of one call, which the relay receives with exactly that call; a 2025
-request comes with every call in flight on the server, and the target decides (it refuses with
+an `input_required` result of one call, which the relay receives with exactly that call. A 2025
+request that a streamable HTTP server sends on the response stream of one `tools/call` comes
+with exactly that call too: the SDK runs its handler in the context of the task that sent the
+call, where `UPSTREAM_CALL` names it. Any other 2025 request (stdio, SSE, the standalone GET
+stream) comes with every call in flight on the server, and the target decides (it refuses with
 a JSON-RPC error that says why when it cannot tell, or the client lacks the capability);
 nothing hangs. Notifications that are not about tools (resources, prompts) and log messages are
 handed on as they arrive, with the calls in flight on that server.
@@ -60,6 +63,11 @@ class InflightCall:
 
     session_id: str
     call_id: str
+
+
+UPSTREAM_CALL: ContextVar[InflightCall | None] = ContextVar(
+    "sidecar_upstream_call", default=None)
+"""The call whose `tools/call` request the current task sent (`calls.Caller`)."""
 
 
 class RelayTarget(Protocol):
@@ -125,6 +133,9 @@ class Relay:
     async def request(
         self, server: str, calls: Sequence[InflightCall], method: str, params: Any
     ) -> Any:
+        sent_by = UPSTREAM_CALL.get()  # the request came on that call's own response stream
+        if sent_by is not None and sent_by in calls:
+            calls = [sent_by]
         owners = self._owners(calls)
         target = owners[-1] if owners else self.target
         if target is None:

@@ -13,6 +13,8 @@ plain tool calls: the sidecar's facade makes the tasks (the outcome log holds th
     test_tool_with_task()       required: asks for user_name (an MRTR round), then greets it
 
     python tasks_fixture.py     # stdio, the handshake era (how scripts/conformance runs it)
+    python tasks_fixture.py --http   # streamable HTTP on 127.0.0.1: prints `PORT <n>`, then
+                                     # serves /mcp (tests/serve/mcp_facade/test_relays.py)
 
 `test_tool_with_task` asks in an MRTR round before it becomes a task: that needs a 2026-07-28
 connection, so `tasks_fixture.py --mrtr` serves it alone (scripts/conformance connects it at
@@ -145,9 +147,25 @@ async def main() -> None:
     server: Server[Any] = Server("tasks-fixture", version="1.0.0",
                                  on_list_tools=list_tools, on_call_tool=call_tool)
     server.add_request_handler("tasks/get", TaskParams, get_task)
+    if "--http" in sys.argv[1:]:
+        await _serve_http(server)
+        return
     options = server.create_initialization_options(NotificationOptions())
     async with stdio_server() as (read, write):
         await server.run(read, write, options)
+
+
+async def _serve_http(server: Server[Any]) -> None:
+    import socket
+
+    import uvicorn
+
+    sock = socket.create_server(("127.0.0.1", 0))
+    app = server.streamable_http_app(host="127.0.0.1")
+    web = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
+                                        timeout_graceful_shutdown=1))
+    print(f"PORT {sock.getsockname()[1]}", flush=True)
+    await web.serve(sockets=[sock])
 
 
 if __name__ == "__main__":

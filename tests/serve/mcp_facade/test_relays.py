@@ -5,7 +5,10 @@ sessions, roots/list_changed, and namespacing with several upstream servers."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ from tests.serve.mcp_facade.conftest import Served, fixture_server, serving
 from tests.serve.mcp_facade.test_http import connect
 
 pytestmark = pytest.mark.anyio
+TASKS_FIXTURE = Path(__file__).resolve().parents[2] / "conformance" / "tasks_fixture.py"
 ERAS = ["legacy", "2026-07-28"]
 
 
@@ -107,6 +111,61 @@ async def test_a_2025_request_with_calls_from_two_sessions_is_refused_clearly(
     refused = [r for r in results if r.is_error]
     assert refused, [r.content for r in results]
     assert "2 client sessions" in refused[0].content[0].text
+
+
+@pytest.fixture
+def tasks_over_http() -> Iterator[str]:
+    """tests/conformance/tasks_fixture.py over streamable HTTP: its /mcp URL."""
+    proc = subprocess.Popen([sys.executable, str(TASKS_FIXTURE), "--http"],
+                            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        yield f"http://127.0.0.1:{int(proc.stdout.readline().split()[1])}/mcp"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+async def test_a_2025_request_on_a_calls_http_stream_reaches_that_calls_session(
+    tmp_path: Path, tasks_over_http: str
+) -> None:
+    """A streamable HTTP server sends its 2025-era elicitation on the response stream of the
+    call that asks: with two sessions' calls in flight on that server, only the asking
+    session's client hears it, and the other call is left alone."""
+    servers = {"tasks": {"url": tasks_over_http, "namespace": "", "protocol": "legacy"}}
+    asked: dict[str, list[str]] = {"waiting": [], "asking": []}
+
+    def answering(name: str) -> Any:
+        async def on_elicit(ctx: Any, params: types.ElicitRequestParams) -> Any:
+            asked[name].append(params.message)
+            return types.ElicitResult(action="accept", content={"confirm": True})
+        return on_elicit
+
+    results: dict[str, str] = {}
+    async with serving(tmp_path, servers) as served, \
+            connect(served.url, "legacy", elicitation_callback=answering("waiting")) as a, \
+            connect(served.url, "legacy", elicitation_callback=answering("asking")) as b:
+        await a.list_tools()
+        await b.list_tools()
+
+        async def slow() -> None:
+            done = await a.call_tool("slow_compute", {"seconds": 1.5, "label": "a"},
+                                     meta={CALL_ID_KEY: "waiting-call"})
+            results["waiting"] = done.content[0].text
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(slow)
+            calls = served.fast_path.facade.sessions.calls
+            with anyio.fail_after(10):
+                while "waiting-call" not in calls:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            asking = await b.call_tool("confirm_delete", {})
+            results["asking"] = asking.content[0].text
+            assert "waiting-call" in calls  # the other call was still in flight
+    assert results == {"waiting": "computed a", "asking": "confirmed: True"}
+    assert asked == {"waiting": [], "asking": ["Delete the file?"]}
 
 
 async def test_an_unanswered_round_expires_and_the_call_settles(
