@@ -24,7 +24,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -131,7 +131,32 @@ class PreparedCaches:
     def lock(self, where: Path) -> anyio.Lock:
         return self._locks.setdefault(where, anyio.Lock())
 
+    def sweep(self, keep: Iterable[str]) -> list[Path]:
+        """Delete the prepared caches of entries not in `keep` (entry names: server keys and
+        `tool:NAME`); the removed directories. Only under a root the daemon gave (`use`: its
+        state directory, which no other daemon shares), never the user's own cache; blocking
+        (a thread). An entry added again later is prepared again, which fetches its package."""
+        if self._root is None:
+            return []
+        kept = {self.entry_dir(name) for name in keep}
+        removed: list[Path] = []
+        try:
+            children = list(self._root.iterdir())
+        except FileNotFoundError:
+            return []
+        for child in children:
+            lock = self._locks.get(child)
+            if child in kept or not _PREPARED_DIR.fullmatch(child.name) or child.is_symlink() \
+                    or not child.is_dir() or (lock is not None and lock.locked()):
+                continue
+            shutil.rmtree(child, ignore_errors=True)
+            self._locks.pop(child, None)
+            removed.append(child)
+        return removed
 
+
+_PREPARED_DIR = re.compile(r"[A-Za-z0-9_.-]{1,64}-[0-9a-f]{8}")
+"""The name of an entry's directory (`PreparedCaches.entry_dir`)."""
 PREPARED = PreparedCaches()
 
 

@@ -166,6 +166,13 @@ def tool_names(location: Location) -> ToolNames:
     return ToolNames(frozenset(names), {k: frozenset(v) for k, v in upstream.items()})
 
 
+async def _sweep_prepared(loaded: ManifestSet) -> None:
+    """The prepared npx/uvx caches of entries the manifests no longer have are deleted."""
+    keep = [*loaded.servers, *(f"tool:{name}" for name in loaded.tools)]
+    for removed in await asyncio.to_thread(PREPARED.sweep, keep):
+        log.info("sandbox: deleted the prepared cache of a removed entry (%s)", removed.name)
+
+
 def _report(problems: Sequence[ManifestProblem]) -> list[dict[str, Any]]:
     return [
         {"file": p.file, "path": p.path, "message": p.message, "hint": p.hint,
@@ -290,6 +297,7 @@ class ManifestSources:
         )
         await self.pool.__aenter__()
         self.manifests = loaded
+        await _sweep_prepared(loaded)
         self._unsubscribe = location.registry.on_change(self._tools_changed)
         self._report_unmatched_when_settled()
         return self
@@ -465,6 +473,7 @@ class ManifestSources:
             await self._sync_plugins(loaded)
             self.manifests = loaded
             self.reload_problems = []
+            await _sweep_prepared(loaded)
             self._report_unmatched_when_settled()
             self._location.events.publish(ManifestsReloaded(True, _report(loaded.problems)))
             log.info("manifests reloaded: %d server(s), %d tool(s)", len(loaded.servers),
