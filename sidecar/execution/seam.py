@@ -16,7 +16,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from managed_store import ManagedStoreError, OwnerShareExceeded, RetentionError, TextStore
+from managed_store import (
+    ManagedStoreError,
+    OwnerLimitExceeded,
+    OwnerShareExceeded,
+    RetentionError,
+    TextStore,
+)
 from sidecar.execution.bounding import apply_preview, plan_bounding
 from sidecar.execution.hooks import AfterCall, BeforeCall, Hooks
 from sidecar.execution.unrecorded import OutcomeKept, Unrecorded
@@ -552,8 +558,6 @@ def _over_share(name: str, exc: OwnerShareExceeded) -> CallError:
     """A call whose output is larger than its client's share of the managed store: it fails
     (never a lossy success), model-visibly, so the caller can ask for less. Over a user's own
     limit (`[auth.quotas]` `store_bytes`) it is a quota, as the other per-user quotas."""
-    from managed_store import OwnerLimitExceeded
-
     if isinstance(exc, OwnerLimitExceeded):
         return CallError(ErrorKind.UNAVAILABLE, f"Quota: {exc.owner.removeprefix('user:')} may "
                          f"keep {exc.limit_bytes:,} bytes in the managed store (quota "
