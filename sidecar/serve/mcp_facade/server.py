@@ -121,7 +121,7 @@ class McpFacade:
                 on_completion=self._complete,
                 on_set_logging_level=self._set_level,
                 on_roots_list_changed=self._roots_changed,
-                on_subscriptions_listen=self.subscriptions.listen,
+                on_subscriptions_listen=self._listen,
             )
         # MCP Apps (SEP-1865): `ui://` resources and tools' `_meta.ui` pass through
         self.server.extensions[upstream.UI_EXTENSION] = {}
@@ -329,6 +329,14 @@ class McpFacade:
     async def _tasks_cancel(self, ctx: Ctx, params: TaskParams) -> dict[str, Any]:
         self._tasks_gate(ctx, params, "tasks/cancel")
         return await self.tasks.cancel(params)
+
+    async def _listen(
+        self, ctx: Ctx, params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        """`subscriptions/listen`: resource subscriptions and list changes, plus the status of
+        the tasks it names (SEP-2663 `notifications/tasks`, `tasks.FacadeTasks.listen`)."""
+        declared = declares_tasks(_caller_capabilities(ctx, params.meta))
+        return await self.tasks.listen(ctx, params, declared, self.subscriptions.listen)
 
     async def _execute(
         self, snapshot: Snapshot, params: types.CallToolRequestParams, context: Any,

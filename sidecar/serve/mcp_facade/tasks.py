@@ -1,15 +1,16 @@
 """Tasks (SEP-2663, extension `io.modelcontextprotocol/tasks`) on the facade: a `tools/call` the
 client lets run as a task returns a `CreateTaskResult` at once; `tasks/get`, `tasks/update` and
-`tasks/cancel` follow it. A task is the call itself: its id is the call id, it runs through the
-seam like any call (an `rounds.Execution`, so the upstream's questions become the task's
-`inputRequests`), and once settled its outcome is in the outcome log, where `tasks/get` finds it
-again after the record here is gone (another replica, a restart).
+`tasks/cancel` follow it; listen streams that name it hear its status (`task_status`). A task
+is the call itself: its id is the call id, it runs through the seam like any call (an
+`rounds.Execution`: the upstream's questions become the task's `inputRequests`), and once
+settled its outcome is in the outcome log, where `tasks/get` finds it after the record here is
+gone (another replica, a restart).
 
 Which tools: an upstream tool that lists `execution.taskSupport` `optional` or `required`
 (`bridges.mcp` keeps it in the tool's `_meta`, `TASK_SUPPORT_META`). A client that declared the
 extension (in the request's `_meta` client capabilities) gets a task for those; one that did not
 gets the plain result of an `optional` tool and -32021 for a `required` one, and -32021 for every
-`tasks/*` method. An unknown task id is -32602.
+`tasks/*` method and for a listen stream that names tasks. An unknown task id is -32602.
 
 May import the core and the rest of `sidecar.serve`. Exports `FacadeTasks`, `TASKS_EXTENSION`,
 `declares_tasks`, `task_support`, `check_routing` and `missing_tasks_capability`.
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 import mcp_types as types
+from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import decode_header_value
 from mcp_types.jsonrpc import HEADER_MISMATCH
@@ -33,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bridges.mcp import TASK_SUPPORT_META
 from sidecar.serve.mcp_facade.rounds import Escalated, Execution, Finished, Question
+from sidecar.serve.mcp_facade.task_status import Listen, TaskStatusStreams, task_ids
 
 if TYPE_CHECKING:
     from sidecar.location.location import Location
@@ -96,10 +99,14 @@ class Task:
     pending: dict[str, Question] = field(default_factory=dict)
     resumed: anyio.Event = field(default_factory=anyio.Event)
     expires: float = field(default_factory=lambda: time.monotonic() + TTL_MS / 1000)
+    on_change: Callable[[str], None] | None = None
+    """Told the task id after each status change (`task_status.TaskStatusStreams`)."""
 
     def set(self, status: str) -> None:
         self.status = status
         self.updated = _now()
+        if self.on_change is not None:
+            self.on_change(self.task_id)
 
     def envelope(self) -> dict[str, Any]:
         return {"taskId": self.task_id, "status": self.status, "createdAt": self.created,
@@ -113,6 +120,7 @@ class FacadeTasks:
         self._location = location
         self._result = result
         self._tasks: dict[str, Task] = {}
+        self.status = TaskStatusStreams()
 
     # --- tools/call ------------------------------------------------------------------------
 
@@ -134,7 +142,7 @@ class FacadeTasks:
     async def adopt(self, execution: Execution, tg: anyio.abc.TaskGroup) -> dict[str, Any]:
         """The running call as a task from now on (also a paused call whose upstream made a
         task of it: SEP-2663's input rounds before the task): its `CreateTaskResult`."""
-        task = Task(execution.call_id, execution)
+        task = Task(execution.call_id, execution, on_change=self.status.changed)
         self._tasks[task.task_id] = task
         tg.start_soon(self._follow, task)
         return {"resultType": "task", **task.envelope()}
@@ -180,9 +188,16 @@ class FacadeTasks:
     # --- tasks/* ---------------------------------------------------------------------------
 
     async def get(self, params: TaskParams) -> dict[str, Any]:
-        task = self._tasks.get(params.task_id)
-        if task is None:
+        detailed = self.detailed(params.task_id)
+        if detailed is None:
             return await self._from_log(params.task_id)
+        return detailed
+
+    def detailed(self, task_id: str) -> dict[str, Any] | None:
+        """A held task's `DetailedTask` (what `tasks/get` and `notifications/tasks` carry)."""
+        task = self._tasks.get(task_id)
+        if task is None:
+            return None
         detailed = task.envelope()
         if task.status == "input_required":
             detailed["inputRequests"] = {
@@ -193,6 +208,21 @@ class FacadeTasks:
         if task.error is not None:
             detailed["error"] = task.error
         return detailed
+
+    async def listen(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams,
+        declared: bool, inner: Listen,
+    ) -> types.SubscriptionsListenResult:
+        """A `subscriptions/listen` stream (served by `inner`) that may list task ids: those
+        this facade holds are acknowledged and their status changes ride the stream; a client
+        that did not declare the extension (`declared`) and lists some gets -32021."""
+        wanted = task_ids(params)
+        if not wanted:
+            return await inner(ctx, params)
+        if not declared:
+            raise missing_tasks_capability("subscriptions/listen for task ids")
+        honored = [task_id for task_id in wanted if task_id in self._tasks]
+        return await self.status.listen(ctx, params, honored, self.detailed, inner)
 
     async def update(self, params: TaskParams) -> dict[str, Any]:
         task = self._known(params.task_id)
