@@ -90,8 +90,23 @@ def load_embedder(package: str = MODEL_PACKAGE) -> TextEmbedder | None:
         if spec is None or not spec.submodule_search_locations:
             raise FileNotFoundError(f"the package {package!r} is not installed")
         root = Path(next(iter(spec.submodule_search_locations)))
-        return TextEmbedder.from_files(root / _WEIGHTS, root / _TOKENIZER)
+        embedder = TextEmbedder.from_files(root / _WEIGHTS, root / _TOKENIZER)
     except Exception as exc:  # any failure: search still works, by words alone
         log.warning("tool search ranks by words alone: its embedding model (%s from %s) did "
                     "not load: %s", MODEL_NAME, package, exc)
         return None
+    _one_blas_thread()
+    return embedder
+
+
+def _one_blas_thread() -> None:
+    """The process's BLAS on one thread from now on: a search's product (5,000 x 256) runs on
+    the event loop, and OpenBLAS's threads, spinning for cores a busy machine does not have,
+    made its p99 38 ms instead of 1.4 ms (2026-12-06, load 4-5)."""
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=1, user_api="blas")
+    except Exception as exc:  # slower under load, still correct
+        log.info("tool search: the BLAS thread count was left as it is: %s", exc)
+
