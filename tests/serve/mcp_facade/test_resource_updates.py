@@ -143,3 +143,21 @@ async def test_updates_over_stdio(tmp_path: Path) -> None:
         await client.call_tool("test_update_resource", {"uri": STATIC})
         await updates.until(STATIC)
         assert updates.uris == [WATCHED, STATIC]
+
+
+async def test_subscriptions_outlive_a_restart_of_the_upstream(tmp_path: Path) -> None:
+    updates = Updates()
+    async with serving(tmp_path, {"one": fixture_server(protocol="auto")}) as served, connect(
+        served.url, "legacy", message_handler=updates.on_message
+    ) as client:
+        pool = served.location.upstreams
+        assert pool is not None
+        await subscribe(client, WATCHED)
+        before = pool.connection("one")
+        with anyio.fail_after(30):
+            assert await pool.restart("one")
+        after = pool.connection("one")
+        assert after is not None and after is not before and after.modern
+        assert after.watched.uris() == [WATCHED]  # asked for by the new connection's stream
+        await client.call_tool("test_update_resource", {"uri": WATCHED})
+        await updates.until(WATCHED)
