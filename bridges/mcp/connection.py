@@ -527,7 +527,30 @@ async def open_connection(
             extensions=[advertise(UI_EXTENSION, {"mimeTypes": [UI_MIME_TYPE]})],
         )
         await stack.enter_async_context(client)
+        if era.prior is None and era.mode not in ("legacy", "auto"):
+            await _discover_pinned(client, era.mode, server)
         yield Connection(client, lost, direct)
+
+
+async def _discover_pinned(client: Client, version: str, server: str) -> None:
+    """A server pinned to a 2026 version (`protocol = "2026-07-28"`) connects without a
+    probe, and the SDK then adopts an empty capability set for it: its resources and prompts
+    would never be listed. So `server/discover` is asked at that version once, and adopted
+    when the server supports it; a server that does not answer it keeps the empty set (one
+    log line), as before."""
+    session = client.session
+    try:
+        raw = await session.send_discover(version)
+        found = types.DiscoverResult.model_validate(raw)
+    except (MCPError, ValueError) as exc:
+        log.info("[%s] server/discover at the pinned %s failed (%s): its capabilities are "
+                 "not known, so only its tools are listed", server, version, exc)
+        return
+    if version not in found.supported_versions:
+        log.warning("[%s] pinned to protocol %s, which the server does not list among its "
+                    "versions (%s)", server, version, ", ".join(found.supported_versions))
+        return
+    session.adopt(found.model_copy(update={"supported_versions": [version]}))
 
 
 async def _transport(
