@@ -15,6 +15,9 @@ plain tool calls: the sidecar's facade makes the tasks (the outcome log holds th
     python tasks_fixture.py     # stdio, the handshake era (how scripts/conformance runs it)
     python tasks_fixture.py --http   # streamable HTTP on 127.0.0.1: prints `PORT <n>`, then
                                      # serves /mcp (tests/serve/mcp_facade/test_relays.py)
+    python tasks_fixture.py --http --completion-asks   # also prompt `pick(choice)`, and its
+        # completion/complete answered with input_required (2026-07-28 forbids that there, and
+        # the SDK would not send it: the raw answer goes out before the SDK sees the request)
 
 `test_tool_with_task` asks in an MRTR round before it becomes a task: that needs a 2026-07-28
 connection, so `tasks_fixture.py --mrtr` serves it alone (scripts/conformance connects it at
@@ -24,6 +27,7 @@ retry with a task of its own (`tasks/get`), which the sidecar's bridge follows.
 
 from __future__ import annotations
 
+import json
 import sys
 import warnings
 from typing import Any
@@ -143,9 +147,69 @@ async def call_tool(
     raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}")
 
 
+PICK = types.Prompt(name="pick", description="tasks fixture: pick",
+                    arguments=[types.PromptArgument(name="choice")])
+
+
+async def list_prompts(ctx: Any, params: Any) -> types.ListPromptsResult:
+    return types.ListPromptsResult(prompts=[PICK])
+
+
+async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+    choice = (params.arguments or {}).get("choice", "")
+    return types.GetPromptResult(messages=[types.PromptMessage(
+        role="user", content=types.TextContent(text=f"picked {choice}"))])
+
+
+async def complete(ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
+    return types.CompleteResult(completion=types.Completion(values=["apple", "apricot"]))
+
+
+ASKING = {"resultType": "input_required", "inputRequests": {"user_name": {
+    "method": "elicitation/create",
+    "params": {"mode": "form", "message": "Who is asking?", "requestedSchema": NAME_SCHEMA}}}}
+
+
+def asking_completions(app: Any) -> Any:
+    """`app`, except that a POSTed completion/complete gets `ASKING` as its result."""
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await app(scope, receive, send)
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        try:
+            request = json.loads(body)
+        except ValueError:
+            request = None
+        if isinstance(request, dict) and request.get("method") == "completion/complete":
+            reply = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "result": ASKING})
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": reply.encode()})
+            return None
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return await app(scope, replay, send)
+
+    return wrapped
+
+
 async def main() -> None:
+    prompts: dict[str, Any] = {}
+    if "--completion-asks" in sys.argv[1:]:
+        prompts = {"on_list_prompts": list_prompts, "on_get_prompt": get_prompt,
+                   "on_completion": complete}
     server: Server[Any] = Server("tasks-fixture", version="1.0.0",
-                                 on_list_tools=list_tools, on_call_tool=call_tool)
+                                 on_list_tools=list_tools, on_call_tool=call_tool, **prompts)
     server.add_request_handler("tasks/get", TaskParams, get_task)
     if "--http" in sys.argv[1:]:
         await _serve_http(server)
@@ -162,6 +226,8 @@ async def _serve_http(server: Server[Any]) -> None:
 
     sock = socket.create_server(("127.0.0.1", 0))
     app = server.streamable_http_app(host="127.0.0.1")
+    if "--completion-asks" in sys.argv[1:]:
+        app = asking_completions(app)
     web = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
                                         timeout_graceful_shutdown=1))
     print(f"PORT {sock.getsockname()[1]}", flush=True)

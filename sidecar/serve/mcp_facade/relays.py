@@ -54,12 +54,14 @@ class UpstreamRelay:
     downstream sessions:
 
     - sampling, elicitation or roots requests. A 2026-07-28 upstream embeds them in an
-      `input_required` result, which names its call exactly. A 2025-era request names no call:
-      it goes to the one downstream session with calls in flight on that server, and is refused
-      with a JSON-RPC error when several sessions have (`roots/list` with no call in flight goes
-      to the most recent handshake-era session with roots). A handshake-era client gets the
-      request on the call's own stream; a 2026-07-28 client gets an `input_required` result and
-      continues the call by answering it (`rounds`; on any replica of a fleet: `fleet_rounds`).
+      `input_required` result, which names its call exactly; so does a 2025-era request on the
+      response stream of a call over streamable HTTP (`bridges.mcp.Relay` narrows `calls` to it).
+      Any other 2025-era request names no call: it goes to the one downstream session with calls
+      in flight on that server, and is refused with a JSON-RPC error when several sessions have
+      (`roots/list` with no call in flight goes to the most recent handshake-era session with
+      roots). A handshake-era client gets the request on the call's own stream; a 2026-07-28
+      client gets an `input_required` result and continues the call by answering it (`rounds`;
+      on any replica of a fleet: `fleet_rounds`).
     - log messages go to every session with a call in flight on that server (filtered by its
       `logging/setLevel`; 2026-07-28 sessions only when the request opted in); with no call in
       flight, to the handshake-era sessions that set a level.

@@ -16,7 +16,7 @@ from typing import Annotated, Any, TypeVar
 
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
-from pydantic import BaseModel, Discriminator, Tag, TypeAdapter
+from pydantic import BaseModel, Discriminator, Tag, TypeAdapter, ValidationError
 
 from bridges.mcp import Connection
 from sidecar.location.sources import UpstreamPool
@@ -336,9 +336,29 @@ async def complete(
     else:
         up, original = upstreams.resolve_uri(ref.uri)
         new_ref = ref.model_copy(update={"uri": original})
-    return await send(up, types.CompleteRequest(
-        params=params.model_copy(update={"ref": new_ref, "meta": _own_meta(params)})),
-        types.CompleteResult)
+    try:
+        return await send(up, types.CompleteRequest(
+            params=params.model_copy(update={"ref": new_ref, "meta": _own_meta(params)})),
+            types.CompleteResult)
+    except ValidationError as exc:
+        if not _asks_for_input(exc):
+            raise
+        raise MCPError(types.INTERNAL_ERROR, COMPLETION_ASKS.format(server=up.key)) from None
+
+
+COMPLETION_ASKS = (
+    "MCP server {server!r} answered completion/complete with input_required: MCP 2026-07-28 "
+    "admits input requests only on tools/call, prompts/get and resources/read (SEP-2322), and "
+    "a completion request cannot carry the answers, so no completion values can be given")
+"""An upstream that asks for input on `completion/complete`: the client cannot answer it
+(`CompleteRequestParams` has no `inputResponses`), so the facade says so (docs/mcp-facade.md)."""
+
+
+def _asks_for_input(exc: ValidationError) -> bool:
+    """Whether a result the SDK refused was an `input_required` round (its errors quote it)."""
+    return any(isinstance(error.get("input"), dict)
+               and error["input"].get("resultType") == "input_required"
+               for error in exc.errors())
 
 
 async def subscribe(upstreams: Upstreams, uri: str, *, on: bool) -> tuple[str, str]:

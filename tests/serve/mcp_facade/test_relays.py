@@ -113,10 +113,9 @@ async def test_a_2025_request_with_calls_from_two_sessions_is_refused_clearly(
     assert "2 client sessions" in refused[0].content[0].text
 
 
-@pytest.fixture
-def tasks_over_http() -> Iterator[str]:
+def fixture_over_http(*options: str) -> Iterator[str]:
     """tests/conformance/tasks_fixture.py over streamable HTTP: its /mcp URL."""
-    proc = subprocess.Popen([sys.executable, str(TASKS_FIXTURE), "--http"],
+    proc = subprocess.Popen([sys.executable, str(TASKS_FIXTURE), "--http", *options],
                             stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     try:
         assert proc.stdout is not None
@@ -126,6 +125,37 @@ def tasks_over_http() -> Iterator[str]:
         proc.wait(timeout=10)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+@pytest.fixture
+def tasks_over_http() -> Iterator[str]:
+    yield from fixture_over_http()
+
+
+@pytest.fixture
+def completion_asks() -> Iterator[str]:
+    """The same fixture with prompt `pick`, whose completion it answers with input_required."""
+    yield from fixture_over_http("--completion-asks")
+
+
+@pytest.mark.parametrize("downstream", ERAS)
+async def test_a_completion_answered_with_input_required_is_a_clear_error(
+    tmp_path: Path, completion_asks: str, downstream: str
+) -> None:
+    """MCP 2026-07-28 allows input requests on tools/call, prompts/get and resources/read only
+    (a completion request has no inputResponses to answer them with): the client is told
+    which server did it and why, not handed a -32602 about its own parameters."""
+    servers = {"asks": {"url": completion_asks, "namespace": "", "protocol": "auto"}}
+    async with serving(tmp_path, servers) as served, connect(served.url, downstream) as client:
+        got = await client.get_prompt("pick", {"choice": "apple"})  # the server itself works
+        assert got.messages[0].content.text == "picked apple"
+        with pytest.raises(MCPError) as refused:
+            await client.complete(types.PromptReference(name="pick"),
+                                  {"name": "choice", "value": "ap"})
+    assert refused.value.error.code == types.INTERNAL_ERROR
+    assert refused.value.error.message.startswith(
+        "MCP server 'asks' answered completion/complete with input_required: MCP 2026-07-28 "
+        "admits input requests only on tools/call, prompts/get and resources/read (SEP-2322)")
 
 
 async def test_a_2025_request_on_a_calls_http_stream_reaches_that_calls_session(
