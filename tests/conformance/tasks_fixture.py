@@ -1,4 +1,5 @@
-"""The conformance suite's Tasks (SEP-2663) fixture contract as a Python MCP server over stdio.
+"""The conformance suite's Tasks (SEP-2663) fixture contract as a Python MCP server (stdio or
+streamable HTTP).
 
 The 0.2.0 suite's `tasks-*` scenarios call fixed tools; the reference server has none of them.
 This server lists them with their task support (`execution.taskSupport`) and runs them as
@@ -12,9 +13,10 @@ plain tool calls: the sidecar's facade makes the tasks (the outcome log holds th
     multi_input()               optional: two elicitations at once
     test_tool_with_task()       required: asks for user_name (an MRTR round), then greets it
 
-    python tasks_fixture.py     # stdio, the handshake era (how scripts/conformance runs it)
+    python tasks_fixture.py     # stdio
     python tasks_fixture.py --http   # streamable HTTP on 127.0.0.1: prints `PORT <n>`, then
-                                     # serves /mcp (tests/serve/mcp_facade/test_relays.py)
+        # serves /mcp (how scripts/conformance runs it, in the handshake era: an elicitation
+        # comes on the stream of the call that asks; tests/serve/mcp_facade/test_relays.py)
     python tasks_fixture.py --http --completion-asks   # also prompt `pick(choice)`, and its
         # completion/complete answered with input_required (2026-07-28 forbids that there, and
         # the SDK would not send it: the raw answer goes out before the SDK sees the request)

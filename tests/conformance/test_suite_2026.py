@@ -45,7 +45,7 @@ def _run(*args: str) -> str:
 @pytest.mark.parametrize(("upstream", "passed", "tasks"),
                          [("http", 37, 10), ("legacy", 26, 10), ("stdio", 26, 0)])
 def test_required_scenarios_through_the_bridge(upstream: str, passed: int, tasks: int) -> None:
-    """`http` and `legacy` also run the tasks fixtures upstream (tasks_fixture.py, stdio), so
+    """`http` and `legacy` also run the tasks fixtures upstream (tasks_fixture.py), so
     the suite's not-scored `tasks-*` scenarios (SEP-2663, the facade's tasks) count too."""
     out = _run(upstream)
     found = _REQUIRED.search(out)
