@@ -2,7 +2,8 @@
 list changes and the resource updates clients subscribed to), the counted set of those
 resources (`ResourceWatch`), and `describe` (one line for an exception), for the supervisor
 (`bridges.mcp.supervisor`). Imports `bridges.mcp.connection` (types only). Exports
-`listen_for_changes`, `ResourceWatch`, `describe`, `LISTEN_RETRY` and `OLD_STREAM_GRACE`."""
+`listen_for_changes`, `resubscribe`, `ResourceWatch`, `describe`, `LISTEN_RETRY` and
+`OLD_STREAM_GRACE`."""
 
 from __future__ import annotations
 
@@ -108,6 +109,20 @@ class ResourceWatch:
         if self._wake is not None:
             self._wake.set()
             self._wake = None
+
+
+async def resubscribe(connection: Connection, key: str) -> None:
+    """A handshake-era server forgets its subscriptions with its session: on a new connection
+    the URIs clients still hold (`connection.watched`, which outlives a reconnect) are sent
+    `resources/subscribe` again. A refusal is one log line; the others are still sent."""
+    session = connection.client.session  # `Client.subscribe_resource` warns it is 2025-only
+    for uri in connection.watched.uris():
+        try:
+            await session.send_request(types.SubscribeRequest(
+                params=types.SubscribeRequestParams(uri=uri)), types.EmptyResult)
+        except MCPError as exc:
+            log.info("[%s] resources/subscribe %s again after a reconnect: %s", key, uri,
+                     describe(exc))
 
 
 async def listen_for_changes(

@@ -42,7 +42,7 @@ from bridges.mcp.connection import (
     open_connection,
 )
 from bridges.mcp.health import ServerHealth
-from bridges.mcp.listening import ResourceWatch, describe, listen_for_changes
+from bridges.mcp.listening import ResourceWatch, describe, listen_for_changes, resubscribe
 from bridges.mcp.listing import ToolLimit
 from bridges.mcp.log_budget import LogBudget
 from bridges.mcp.oauth.exchange import exchange_token
@@ -451,6 +451,8 @@ class Supervisor:
                               self.key, self._relay_change)
                 with anyio.move_on_after(LISTEN_ACK_WAIT):
                     await listening.wait()
+            elif self._watched.uris():  # a reconnect: what clients hold is subscribed again
+                tg.start_soon(resubscribe, connection, self.key)
             self._set(state="ready", protocol_version=connection.protocol_version,
                       last_error=None)
             self.settled.set()

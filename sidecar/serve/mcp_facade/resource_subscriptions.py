@@ -3,12 +3,13 @@
 
 A handshake-era client's `resources/subscribe` is held per (server key, upstream URI) with the
 ids of the sessions that hold it (`holders`: the relay sends `notifications/resources/updated`
-to those, with the facade's URI; `relays.UpstreamRelay`). A handshake-era server is sent
-`resources/subscribe` / `resources/unsubscribe` as before. A 2026-07-28 server has no such
-method: while sessions of this facade hold one of its URIs, the facade holds that URI once in
-the server's `ResourceWatch` (`Connection.watched`), which its `subscriptions/listen` stream
-asks for (`bridges.mcp.listening`). A 2026-07-28 client's own listen stream on the facade holds
-the URIs of its filter the same way while it is open. A session that ends lets go of its own.
+to those, with the facade's URI; `relays.UpstreamRelay`). While sessions hold one of a server's
+URIs, the facade holds it once in the server's `ResourceWatch` (`Connection.watched`, kept by
+its supervisor across reconnects). A handshake-era server is sent `resources/subscribe` and
+`resources/unsubscribe`, and the held URIs again after a reconnect (its session forgot them). A
+2026-07-28 server has no such method: its `subscriptions/listen` stream asks for the held URIs
+(`bridges.mcp.listening`). A 2026-07-28 client's own listen stream on the facade holds the URIs
+of its filter the same way while it is open. A session that ends lets go of its own.
 
 Imports the face `bridges.mcp` and the rest of `sidecar.serve`. Exports
 `ResourceSubscriptions` and `SUBSCRIBE_PATIENCE`.
@@ -44,7 +45,7 @@ class ResourceSubscriptions:
         self.holders: dict[Key, set[str]] = {}
         """Which sessions hold each subscription (read by the relay)."""
         self._watched: dict[Key, ResourceWatch] = {}
-        """The watch each 2026-07-28 server's subscription is held in (one hold per key)."""
+        """The watch each subscription is held in (one hold per key)."""
 
     async def subscribe(self, state: SessionState, uri: str) -> None:
         up, original = self._upstreams.resolve_uri(uri)
@@ -53,11 +54,11 @@ class ResourceSubscriptions:
         state.subscriptions.add(key)
         self.holders.setdefault(key, set()).add(state.id)
         try:
+            watch = self._watched.get(key)
+            if watch is None:
+                watch = self._watched[key] = up.connection.watched
+                watch.hold(original)
             if up.connection.modern:
-                watch = self._watched.get(key)
-                if watch is None:
-                    watch = self._watched[key] = up.connection.watched
-                    watch.hold(original)
                 await watch.caught_up(SUBSCRIBE_PATIENCE)
             else:
                 await upstream.subscribe(self._upstreams, uri, on=True)
