@@ -14,6 +14,7 @@ May import the MCP SDK only. Exports `TaskStatusStreams`, `NOTIFICATION` and `ta
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, Literal, cast
@@ -26,6 +27,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.subscriptions import SUBSCRIPTION_ID_META_KEY
 from pydantic import BaseModel
 
+log = logging.getLogger("sidecar.mcp")
 NOTIFICATION = "notifications/tasks"
 BACKLOG = 256
 """Changes a stream may have unsent before it skips to the latest state (never blocking)."""
@@ -92,18 +94,26 @@ class TaskStatusStreams:
 
         async def forward() -> None:
             await acked.wait()
-            for task_id in honored:  # the state now, then every change
-                await push(task_id)
-            async for task_id in recv:
-                await push(task_id)
+            try:
+                for task_id in honored:  # the state now, then every change
+                    await push(task_id)
+                async for task_id in recv:
+                    await push(task_id)
+            except Exception as exc:  # the client is gone: the listen handler ends too
+                log.debug("task status notifications stopped: %r", exc)
 
+        failure: Exception | None = None
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(forward)
                 try:
                     result = await inner(replace(ctx, session=cast("Any", session)), params)
+                except Exception as exc:  # raised as it is, not in the task group's group
+                    failure = exc
                 finally:
                     tg.cancel_scope.cancel()
+            if failure is not None:
+                raise failure
             return result
         finally:
             for task_id in honored:
