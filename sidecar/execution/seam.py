@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import Any
 
 from managed_store import (
@@ -24,7 +23,6 @@ from managed_store import (
     RetentionError,
     TextStore,
 )
-from sidecar.execution.after_answer import later
 from sidecar.execution.bounding import apply_preview, plan_bounding
 from sidecar.execution.hooks import AfterCall, BeforeCall, Hooks
 from sidecar.execution.unrecorded import OutcomeKept, Unrecorded
@@ -164,9 +162,7 @@ class Seam:
             self._audit(snapshot, name, raw_input, context, kept.outcome, started)
             raise
         else:
-            if self.audit is not None:  # the history row: once the answer is out
-                later(partial(self._audit, snapshot, name, raw_input, context, outcome, started,
-                              (time.perf_counter(), time.time())))
+            self._audit(snapshot, name, raw_input, context, outcome, started)
             return outcome
         finally:
             del self._inflight[call_id]
@@ -191,15 +187,11 @@ class Seam:
         return None
 
     def _audit(self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext,
-               outcome: Outcome, started: float,
-               ended: tuple[float, float] | None = None) -> None:
-        """The history row; `ended` is when the call ended (`perf_counter()`, `time()`) when
-        that was earlier than now."""
+               outcome: Outcome, started: float) -> None:
         if self.audit is not None:
-            now, wall = ended if ended is not None else (time.perf_counter(), time.time())
-            took = now - started
+            took = time.perf_counter() - started
             self.audit(SettledCall(
-                name, raw_input, context, outcome, wall - took, took,
+                name, raw_input, context, outcome, time.time() - took, took,
                 outcome.replayed, getattr(snapshot, "profile", None),
             ))
 
@@ -270,14 +262,14 @@ class Seam:
         if self.observers:
             started = time.perf_counter()
             outcome = await self._settle(snapshot, name, raw_input, context, refused)
-            later(partial(_observe, tuple(self.observers), outcome,
-                          time.perf_counter() - started))
+            elapsed = time.perf_counter() - started
+            for observe in self.observers:
+                observe(outcome, elapsed)
         else:
             outcome = await self._settle(snapshot, name, raw_input, context, refused)
         if self.events is not None and self.events.active:
             kind = outcome.error.kind.value if outcome.error is not None else None
-            later(partial(self.events.publish,
-                          CallSettled(outcome.call_id, outcome.tool, outcome.status, kind)))
+            self.events.publish(CallSettled(outcome.call_id, outcome.tool, outcome.status, kind))
         return outcome
 
     async def _settle(
@@ -560,12 +552,6 @@ def unknown_tool_error(name: str, available: Mapping[str, Any]) -> CallError:
     else:
         hint = f"No tool has a similar name; {len(available)} tools are available."
     return CallError(ErrorKind.UNKNOWN_TOOL, f"Unknown tool: {name}. {hint}")
-
-
-def _observe(observers: tuple[Callable[[Outcome, float], None], ...], outcome: Outcome,
-             elapsed: float) -> None:
-    for observe in observers:
-        observe(outcome, elapsed)
 
 
 def _over_share(name: str, exc: OwnerShareExceeded) -> CallError:

@@ -23,7 +23,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sidecar.execution.after_answer import answer_first
 from sidecar.model import json_depth
 from sidecar.model.json_depth import JsonTooDeep
 from sidecar.serve.mcp_facade import stream_priming
@@ -167,10 +166,9 @@ class _Session:
         self._inflight.tasks[request_id] = task
         work = fast.call(taken.state, request_id, taken.name, taken.arguments, taken.meta,
                          channel=reply)
-        with answer_first():  # the history row and the metrics once the answer is written
-            result = await self._inflight.run(request_id, work, reply.fail)
-            if result is not None:
-                await reply.answer(request_id, result)
+        result = await self._inflight.run(request_id, work, reply.fail)
+        if result is not None:
+            await reply.answer(request_id, result)
         return True
 
     async def _list(self, request_id: types.RequestId, taken: FastList, send: Send) -> bool:

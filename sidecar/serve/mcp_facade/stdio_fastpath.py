@@ -19,7 +19,6 @@ import anyio.abc
 import mcp_types as types
 from mcp.shared.message import SessionMessage
 
-from sidecar.execution.after_answer import answer_first
 from sidecar.serve.mcp_facade.fast_answers import (
     Asks,
     FastCall,
@@ -156,10 +155,9 @@ class FastCalls:
                 error_wire("the session is no longer available"))
         else:
             work = fast.call(state, request_id, name, arguments, meta)
-        with answer_first():  # the history row and the metrics once the answer is written
-            result = await self._inflight.run(request_id, work, self._fail)
-            if result is not None:
-                await self._respond(request_id, result)
+        result = await self._inflight.run(request_id, work, self._fail)
+        if result is not None:
+            await self._respond(request_id, result)
 
     async def _fail(self, request_id: types.RequestId, error: types.ErrorData) -> None:
         if error.code == types.INTERNAL_ERROR:  # over stdio a cancelled call gets no answer
