@@ -6,7 +6,6 @@ profiles, under which quotas (docs/identities.md says what each key means).
     client_id = "sidecar"
     client_secret = "${env:SIDECAR_OIDC_SECRET}"   # a secret reference, never a literal
     audience = "urn:sidecar"                       # the `aud` an access token must carry
-    scopes = ["openid", "profile"]
     groups_claim = "groups"                        # roles_claim: a claim naming roles directly
     [[auth.grants]]
     groups = ["engineering"]                       # and/or users = ["alice"]
@@ -15,7 +14,6 @@ profiles, under which quotas (docs/identities.md says what each key means).
     [auth.quotas]                                  # per user; [auth.quotas.users.NAME] overrides
     calls_per_minute = 60
     store_bytes = 104857600                        # retained text in the managed store
-
 Imports nothing of ours. Exports `AuthConfig`, `OidcConfig`, `GrantConfig`, `QuotaConfig`
 and `ROLES`.
 """

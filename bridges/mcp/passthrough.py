@@ -1,33 +1,12 @@
 """What an upstream server sends us besides tool listings, handed to whoever serves clients.
 Imports nothing of ours; exports `Relay` (who gets what: its docstring), `RelayTarget`,
-`InflightCall`, `NO_CLIENT`, `CALLER_CAPABILITIES`, `CALLER_INPUT_RESPONSES`, `INPUT_KEY`,
-`UPSTREAM_CALL` and `UPSTREAM_TASK`.
+`InflightCall`, `NO_CLIENT`, `CALLER_CAPABILITIES`, `CALLER_INPUT_RESPONSES`, `CALLER_HEADERS`,
+`INPUT_KEY`, `UPSTREAM_CALL` and `UPSTREAM_TASK` (each variable's docstring says who sets it).
 
 An upstream connection is shared by every downstream client and opened at daemon start, before
-any client exists. So every upstream connection advertises `sampling`, `elicitation` and
-`roots` (upstreams such as server-everything add tools only for clients that have them), and
-each server-to-client request is answered by routing it, through the pool's `Relay`, to the
-downstream session that made the call in flight on that server. A 2026-07-28 server asks inside
-an `input_required` result of one call, which the relay receives with exactly that call. A 2025
-request that a streamable HTTP server sends on the response stream of one `tools/call` comes
-with exactly that call too: the SDK runs its handler in the context of the task that sent the
-call, where `UPSTREAM_CALL` names it. Any other 2025 request (stdio, SSE, the standalone GET
-stream) comes with every call in flight on the server, and the target decides (it refuses with
-a JSON-RPC error that says why when it cannot tell, or the client lacks the capability);
-nothing hangs. Notifications that are not about tools (resources, prompts) and log messages are
-handed on as they arrive, with the calls in flight on that server.
-
-A 2026-07-28 server hears capabilities per request: while `CALLER_CAPABILITIES` holds the
-downstream caller's client capabilities (set by the frontend for the request it serves), every
-request to such a server declares those instead of the gateway's, so the server sees what the
-client can answer (and refuses with -32021 what it cannot). `INPUT_KEY` is the key a server gave
-the request embedded in its `input_required` round, while that request is being relayed.
-`CALLER_INPUT_RESPONSES`: the `inputResponses` a client sent with a `tools/call` that carries
-no `requestState`, handed on with the first request of the call (the spec's SHOULD).
-`CALLER_HEADERS`: the headers of the HTTP request a call came with (ASGI `(name, value)` byte
-pairs, names lower-case), for servers with `forward_headers`.
-`UPSTREAM_TASK`: called when the server answers the call with a task (SEP-2663), which the
-bridge then follows to its end (`tasks/get`, its input rounds through `tasks/update`).
+any client exists: it advertises `sampling`, `elicitation` and `roots` (upstreams such as
+server-everything add tools only for clients that have them), and each server-to-client request
+is routed, through the pool's `Relay`, to the downstream session whose call it belongs to.
 """
 
 from __future__ import annotations
@@ -44,12 +23,24 @@ log = logging.getLogger("bridges.mcp")
 
 CALLER_CAPABILITIES: ContextVar[dict[str, Any] | None] = ContextVar(
     "sidecar_caller_capabilities", default=None)
+"""The downstream caller's client capabilities, set by the frontend for the request it serves.
+A 2026-07-28 server hears capabilities per request: while this is set, every request to such a
+server declares these instead of the gateway's, so the server sees what the client can answer
+(and refuses with -32021 what it cannot)."""
 INPUT_KEY: ContextVar[str | None] = ContextVar("sidecar_input_key", default=None)
+"""The key a server gave the request embedded in its `input_required` round, while that request
+is being relayed."""
 CALLER_INPUT_RESPONSES: ContextVar[Any] = ContextVar("sidecar_input_responses", default=None)
+"""The `inputResponses` a client sent with a `tools/call` that carries no `requestState`,
+handed on with the first request of the call (the spec's SHOULD)."""
 CALLER_HEADERS: ContextVar[Sequence[tuple[bytes, bytes]] | None] = ContextVar(
     "sidecar_caller_headers", default=None)
+"""The headers of the HTTP request a call came with (ASGI `(name, value)` byte pairs, names
+lower-case), for servers with `forward_headers`."""
 UPSTREAM_TASK: ContextVar[Callable[[], None] | None] = ContextVar(
     "sidecar_upstream_task", default=None)
+"""Called when the server answers the call with a task (SEP-2663), which the bridge then
+follows to its end (`tasks/get`, its input rounds through `tasks/update`)."""
 
 NO_CLIENT = (
     "no downstream client can answer {method}: it is only relayed while one client session has "
@@ -77,13 +68,22 @@ class RelayTarget(Protocol):
         self, server: str, calls: Sequence[InflightCall], method: str, params: Any
     ) -> Any:
         """Answer `sampling/createMessage`, `elicitation/create` or `roots/list` (params None):
-        a result model or a `types.ErrorData`."""
+        a result model or a `types.ErrorData`.
+
+        `calls` says whose it is. A 2026-07-28 server asks inside an `input_required` result
+        of one call, which comes with exactly that call. So does a 2025 request that a
+        streamable HTTP server sends on the response stream of one `tools/call` (the SDK runs
+        its handler in the context of the task that sent the call, where `UPSTREAM_CALL` names
+        it). Any other 2025 request (stdio, SSE, the standalone GET stream) comes with every
+        call in flight on the server, and the target decides: it refuses with an error that
+        says why when it cannot tell, or when the client lacks the capability; nothing hangs."""
         ...
 
     async def server_notification(
         self, server: str, calls: Sequence[InflightCall], notification: Any
     ) -> None:
-        """A notification other than tools/list_changed (logs arrive here too)."""
+        """A notification other than tools/list_changed (resources, prompts; logs arrive here
+        too), handed on as it arrives, with the calls in flight on that server."""
         ...
 
 
