@@ -10,19 +10,18 @@ tool calls, skipping the SDK's client-side output validation (`output_validation
 manifest decides what is checked, in our codecs). Over stdio a call is written on the pipe
 directly (`bridges.mcp.stdio.DirectRequests`), with the `_meta` the session stamps on every
 request; over HTTP and SSE it goes through `session.send_request`. Either way the result is
-parsed as a `CallToolResult` (or a 2026-07-28 `input_required` round) without the fields only
-later protocol versions define.
+parsed as a `CallToolResult` (or a 2026-07-28 `input_required` round, or a task) without the
+fields only later protocol versions define (`bridges.mcp.call_results`).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from types import TracebackType, UnionType
-from typing import Annotated, Any, Self, cast, get_args
+from types import TracebackType
+from typing import Any, Self, cast
 
 import anyio
 import httpx2
@@ -40,22 +39,25 @@ from mcp.client.session import (
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
-from mcp_types.methods import SERVER_RESULTS
-from mcp_types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel, Discriminator, Tag, TypeAdapter
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import TypeAdapter
 
 from bridges.manifest.loading import ServerConfig
+from bridges.mcp.call_results import (
+    CALL_RESULT,
+    MAX_INPUT_ROUNDS,
+    STATE_ONLY_PAUSE,
+    AnswerFnT,
+    answer_all,
+    follow_task,
+    later_revision_fields,
+)
 from bridges.mcp.direct_requests import RESULT_TOO_LARGE
 from bridges.mcp.http_limit import LISTING_REFUSAL, LimitedTransport
 from bridges.mcp.http_parse import streamable_http_client
 from bridges.mcp.listening import ResourceWatch
 from bridges.mcp.listing import CheckedPage, Listing, ToolLimit, check_page
-from bridges.mcp.passthrough import (
-    CALLER_CAPABILITIES,
-    CALLER_INPUT_RESPONSES,
-    INPUT_KEY,
-    UPSTREAM_TASK,
-)
+from bridges.mcp.passthrough import CALLER_CAPABILITIES, CALLER_INPUT_RESPONSES
 from bridges.mcp.sse import sse_transport
 from bridges.mcp.stdio import DirectRequests, StderrTail, stdio_transport
 from bridges.mcp.transport_state import TransportState
@@ -231,15 +233,15 @@ class Connection:
             else:
                 result = await self._client.session.send_request(
                     request,
-                    cast("TypeAdapter[Any]", _CALL_RESULT),
+                    cast("TypeAdapter[Any]", CALL_RESULT),
                     request_read_timeout_seconds=call_timeout,
                     progress_callback=progress,
                 )
             if isinstance(result, types.CallToolResult):
                 return result
             if isinstance(result, dict):  # SEP-2663: the server made a task of the call
-                return await self._follow_task(result, call_timeout, answer)
-            input_responses = await _answer_all(result.input_requests or {}, answer)
+                return await follow_task(self._client.session, result, call_timeout, answer)
+            input_responses = await answer_all(result.input_requests or {}, answer)
             request_state = result.request_state
             if not result.input_requests:
                 await anyio.sleep(STATE_ONLY_PAUSE)
@@ -248,45 +250,6 @@ class Connection:
             f"tool {name!r} still asked for input after {MAX_INPUT_ROUNDS} rounds",
         )
 
-
-    async def _follow_task(
-        self, created: dict[str, Any], call_timeout: float, answer: AnswerFnT | None
-    ) -> types.CallToolResult:
-        """A task the server made of a call, polled with `tasks/get` until it ends (within
-        `call_timeout`); its input requests are answered through `tasks/update`."""
-        task_id = created.get("taskId")
-        if not isinstance(task_id, str):
-            raise MCPError(types.INTERNAL_ERROR, "the server's CreateTaskResult has no taskId")
-        notify = UPSTREAM_TASK.get()
-        if notify is not None:
-            notify()
-        session = self._client.session
-        with anyio.fail_after(call_timeout):
-            while True:
-                task: dict[str, Any] = await session.send_request(
-                    _TaskRequest(method="tasks/get", params={"taskId": task_id}), _ANY_RESULT)
-                status = task.get("status")
-                if status == "completed":
-                    return types.CallToolResult.model_validate(task.get("result") or {},
-                                                               by_name=False)
-                if status == "failed":
-                    error = task.get("error") or {}
-                    raise MCPError(int(error.get("code", types.INTERNAL_ERROR)),
-                                   str(error.get("message", "the task failed")))
-                if status == "cancelled":
-                    raise MCPError(types.INTERNAL_ERROR, f"task {task_id!r} was cancelled")
-                if status == "input_required":
-                    asked = {key: _INPUT_REQUEST.validate_python(value, by_name=False)
-                             for key, value in (task.get("inputRequests") or {}).items()}
-                    responses = await _answer_all(asked, answer) or {}
-                    await session.send_request(_TaskRequest(method="tasks/update", params={
-                        "taskId": task_id,
-                        "inputResponses": {key: _dump(value)
-                                           for key, value in responses.items()},
-                    }), _ANY_RESULT)
-                    continue
-                poll = task.get("pollIntervalMs") or created.get("pollIntervalMs") or 250
-                await anyio.sleep(min(max(float(poll), 50.0), 2000.0) / 1000)
 
     async def _direct_list(
         self, cursor: str | None, max_bytes: int | None, room: int, limit: ToolLimit
@@ -300,7 +263,7 @@ class Connection:
         raw = await direct.request(
             "tools/list", data["params"], read_timeout=LIST_READ_TIMEOUT,
             max_answer=None if max_bytes is None else (max_bytes, "max_listing_bytes"))
-        foreign = _later_revision_fields(self._client.protocol_version, "tools/list")
+        foreign = later_revision_fields(self._client.protocol_version, "tools/list")
         box = [raw]
         del raw  # the thread frees the page
         # Not abandoned on cancellation: the page is dropped in the thread either way.
@@ -337,7 +300,7 @@ class Connection:
             if at < 0 or "max_listing_bytes" not in exc.message:
                 raise
             raise MCPError(RESULT_TOO_LARGE, exc.message[at:]) from None
-        foreign = _later_revision_fields(self._client.protocol_version, "tools/list")
+        foreign = later_revision_fields(self._client.protocol_version, "tools/list")
         box = [raw]
         del raw  # the thread frees the page
         checked = await anyio.to_thread.run_sync(check_page, box, foreign, self.modern, room,
@@ -371,9 +334,9 @@ class Connection:
         # whole result); the tagged union below checks the same fields and the codecs check
         # the tool's own schemas, so that pass is left out (about 5 % of the bridge's CPU).
         version = self._client.protocol_version
-        if not (foreign := _later_revision_fields(version)).isdisjoint(raw):
+        if not (foreign := later_revision_fields(version)).isdisjoint(raw):
             raw = {key: value for key, value in raw.items() if key not in foreign}
-        return _CALL_RESULT.validate_python(raw, by_name=False)
+        return CALL_RESULT.validate_python(raw, by_name=False)
 
 
 def _caller_stamp(stamp: Callable[[dict[str, Any], Any], None]
@@ -392,98 +355,6 @@ def _caller_stamp(stamp: Callable[[dict[str, Any], Any], None]
 
 
 CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
-
-
-@functools.cache
-def _later_revision_fields(version: str, method: str = "tools/call") -> frozenset[str]:
-    """`method`'s result keys only revisions newer than `version` declare: outside the
-    negotiated contract, so dropped before parsing (as the SDK drops them)."""
-    current = SERVER_RESULTS.get((method, version))
-    if current is None or version not in KNOWN_PROTOCOL_VERSIONS:
-        return frozenset()
-    later: set[str] = set()
-    for revision in KNOWN_PROTOCOL_VERSIONS[KNOWN_PROTOCOL_VERSIONS.index(version) + 1 :]:
-        if (row := SERVER_RESULTS.get((method, revision))) is not None:
-            later |= _wire_fields(row)
-    return frozenset(later - _wire_fields(current))
-
-
-def _wire_fields(target: Any) -> set[str]:
-    members = get_args(target) if isinstance(target, UnionType) else (target,)
-    return {
-        field.alias or name
-        for model in members if isinstance(model, type) and issubclass(model, BaseModel)
-        for name, field in model.model_fields.items()
-    }
-
-
-AnswerFnT = Callable[[types.InputRequest], Awaitable[types.InputResponse | types.ErrorData]]
-"""Answers one request embedded in an `input_required` result (sampling, elicitation, roots)."""
-
-MAX_INPUT_ROUNDS = 10
-STATE_ONLY_PAUSE = 0.05
-
-
-def _result_kind(value: Any) -> str:
-    if isinstance(value, dict):
-        kind = value.get("resultType")
-        return "input" if kind == "input_required" else "task" if kind == "task" else "complete"
-    return "input" if isinstance(value, types.InputRequiredResult) else "complete"
-
-
-# Tagged by `resultType` so a large result is validated once, as a `CallToolResult`; a task
-# (SEP-2663's CreateTaskResult) stays a dict.
-_CALL_RESULT: TypeAdapter[types.CallToolResult | types.InputRequiredResult | dict[str, Any]] = (
-    TypeAdapter(Annotated[
-        Annotated[types.CallToolResult, Tag("complete")]
-        | Annotated[types.InputRequiredResult, Tag("input")]
-        | Annotated[dict[str, Any], Tag("task")],
-        Discriminator(_result_kind),
-    ]))
-_ANY_RESULT: TypeAdapter[Any] = TypeAdapter(dict[str, Any])
-_INPUT_REQUEST: TypeAdapter[types.InputRequest] = TypeAdapter(types.InputRequest)
-
-
-class _TaskRequest(types.Request[dict[str, Any], str]):
-    """`tasks/get` or `tasks/update` (SEP-2663), whose `Mcp-Name` is the task id."""
-
-    name_param = "taskId"
-
-
-def _dump(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(by_alias=True, mode="json", exclude_none=True)
-    return value
-
-
-async def _answer_all(
-    requests: dict[str, types.InputRequest], answer: AnswerFnT | None
-) -> types.InputResponses | None:
-    """Every embedded request answered concurrently; the first refusal ends the call."""
-    if not requests:
-        return None
-    responses: types.InputResponses = {}
-    refused: list[types.ErrorData] = []
-
-    async def one(key: str, request: types.InputRequest) -> None:
-        if answer is None:
-            reply: types.InputResponse | types.ErrorData = types.ErrorData(
-                code=types.INVALID_REQUEST, message=f"{request.method} cannot be answered here")
-        else:
-            INPUT_KEY.set(key)  # this task's own context: the relay may keep the key
-            reply = await answer(request)
-        if isinstance(reply, types.ErrorData):
-            refused.append(reply)
-            tg.cancel_scope.cancel()
-        else:
-            responses[key] = reply
-
-    async with anyio.create_task_group() as tg:
-        for key, request in requests.items():
-            tg.start_soon(one, key, request)
-    if refused:
-        raise MCPError.from_error_data(refused[0])
-    return responses
 
 
 @asynccontextmanager
