@@ -8,10 +8,11 @@
         await pool.update(new)   # apply a manifest change
 
 Modules, in the order a call meets them: `pool` (all servers) -> `supervisor` (one server's
-life) -> `connection` (one session, any transport) -> `stdio` + `framing` (our own stdio
-transport, linear framing) -> `catalog` (listings -> tool values, codecs in `codecs`) ->
-`calls` (one tool call) -> `results` (upstream results and errors -> the core's terms).
-`stdio` uses `direct_requests` (tool calls without the SDK's session) and `stderr_tail`.
+life: `health_book`, `failures`, `registration` of its tools, `server_messages`) ->
+`connection` (one session, any transport; `call_results` decodes what a call answers) ->
+`stdio` + `framing` (our own stdio transport, linear framing) -> `catalog` (listings -> tool
+values, codecs in `codecs`) -> `calls` (one tool call) -> `results` (upstream results and
+errors -> the core's terms). `stdio` uses `direct_requests` and `stderr_tail`.
 Imports `sidecar.model`, `sidecar.registry`, `sidecar.stores`, `managed_store`, other `bridges`.
 """
 
