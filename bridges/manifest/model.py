@@ -20,7 +20,6 @@ from bridges.manifest.oauth import OAuthSettings
 from bridges.manifest.sandbox import SandboxConfig, SandboxSetting
 from bridges.manifest.values import BoundsConfig, ManifestProblem
 
-_SECRET_KEYS = frozenset({"env", "headers", "oauth"})
 UNFORWARDABLE = frozenset({
     "authorization", "cookie", "host", "content-length", "content-type", "accept",
     "connection", "transfer-encoding", "mcp-session-id", "mcp-protocol-version",

@@ -117,7 +117,7 @@ def with_default(setting: SandboxConfig | None, default: SandboxConfig | None) -
 
 
 class _Entries(Protocol):
-    """The part of `bridges.manifest.loading.ManifestSet` the default is applied to."""
+    """The part of `bridges.manifest.model.ManifestSet` the default is applied to."""
 
     servers: dict[str, Any]
     tools: dict[str, Any]
