@@ -159,6 +159,7 @@ class ServerPool:
         removed = [sup for key, sup in self._supervisors.items() if key not in servers]
         for sup in removed:
             del self._supervisors[sup.key]
+            sup.request_stop()  # its tools leave the registry with its health entry
         async with anyio.create_task_group() as tg:
             for sup in removed:
                 tg.start_soon(sup.stop)

@@ -188,8 +188,11 @@ class Supervisor:
         return self._stderr
 
     def request_stop(self) -> None:
-        """Stop without waiting: the connection closes and the child is reaped in `run`."""
+        """Stop without waiting: the server's tools leave the registry at once (no new call is
+        routed to a server on its way out; calls in flight go on), then the connection closes
+        and the child is reaped in `run`."""
         self._stopped = True
+        self._registration.close()
         if self._run_scope is not None:
             self._run_scope.cancel()
         self._wake.set()
