@@ -40,6 +40,20 @@ async def follow(url: str) -> None:
         assert (await browser.get(url)).status_code == 200
 
 
+class Browser:
+    """A client's elicitation handler for URL mode: each URL it is asked to open is kept in
+    `asked` and followed (`follow`), and the request accepted."""
+
+    def __init__(self) -> None:
+        self.asked: list[types.ElicitRequestURLParams] = []
+
+    async def __call__(self, ctx: Any, params: types.ElicitRequestParams) -> Any:
+        assert isinstance(params, types.ElicitRequestURLParams), params
+        self.asked.append(params)
+        await follow(params.url)
+        return types.ElicitResult(action="accept")
+
+
 @asynccontextmanager
 async def waiting_for_login(tmp_path: Path) -> AsyncIterator[tuple[Served, OAuthServer]]:
     """A daemon whose `cloud` server was authorized once (its tools are registered), then had
@@ -74,13 +88,8 @@ def _text(result: types.CallToolResult) -> str:
 async def test_a_client_with_url_elicitation_is_asked_to_log_in(
     tmp_path: Path, mode: str
 ) -> None:
-    asked: list[types.ElicitRequestURLParams] = []
-
-    async def open_in_browser(ctx: Any, params: types.ElicitRequestParams) -> Any:
-        assert isinstance(params, types.ElicitRequestURLParams), params
-        asked.append(params)
-        await follow(params.url)
-        return types.ElicitResult(action="accept")
+    open_in_browser = Browser()
+    asked = open_in_browser.asked
 
     async with waiting_for_login(tmp_path) as (served, protected), connect(
         served.url, mode, elicitation_callback=open_in_browser

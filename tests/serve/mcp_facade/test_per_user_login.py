@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -24,7 +23,7 @@ from sidecar.stores.tokens import create_token
 from tests.bridges.oauth_server import OAuthServer
 from tests.live_server import live_server
 from tests.serve.mcp_facade.conftest import serving
-from tests.serve.mcp_facade.test_login_elicitation import follow
+from tests.serve.mcp_facade.test_login_elicitation import Browser, _text, follow
 
 pytestmark = pytest.mark.anyio
 
@@ -43,19 +42,10 @@ async def as_bearer(url: str, bearer: str, **kwargs: Any) -> AsyncIterator[Clien
             yield client
 
 
-def _text(result: types.CallToolResult) -> str:
-    return " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
-
-
 async def test_a_user_is_asked_for_their_own_login(tmp_path: Path) -> None:
     protected = OAuthServer()
-    asked: list[types.ElicitRequestURLParams] = []
-
-    async def open_in_browser(ctx: Any, params: types.ElicitRequestParams) -> Any:
-        assert isinstance(params, types.ElicitRequestURLParams), params
-        asked.append(params)
-        await follow(params.url)
-        return types.ElicitResult(action="accept")
+    open_in_browser = Browser()
+    asked = open_in_browser.asked
 
     async with live_server(protected) as port:
         protected.base = f"http://127.0.0.1:{port}"

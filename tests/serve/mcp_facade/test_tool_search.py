@@ -34,7 +34,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from tests.hardening.daemon_process import Daemon, run_cli, serving, sidecar_env
 from tests.serve.mcp_facade.test_http import connect
-from tests.serve.mcp_facade.test_login_elicitation import follow, waiting_for_login
+from tests.serve.mcp_facade.test_login_elicitation import Browser, waiting_for_login
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parents[3]
@@ -302,13 +302,8 @@ async def test_call_tool_of_a_server_waiting_for_login_asks_for_the_login_first(
 ) -> None:
     """In search mode the client calls `call_tool`: the login is judged by the tool its
     arguments name (tests/bridges/oauth_server.py, as in test_login_elicitation.py)."""
-    asked: list[types.ElicitRequestURLParams] = []
-
-    async def open_in_browser(ctx: Any, params: types.ElicitRequestParams) -> Any:
-        assert isinstance(params, types.ElicitRequestURLParams), params
-        asked.append(params)
-        await follow(params.url)
-        return types.ElicitResult(action="accept")
+    open_in_browser = Browser()
+    asked = open_in_browser.asked
 
     async with waiting_for_login(tmp_path) as (served, protected):
         served.location.expose = "search"
