@@ -295,10 +295,7 @@ class ManagedStore:
         store's), also inside one long line (see `managed_store.search`). Memory is
         O(longest line); each returned line is cut to 64 KiB.
         """
-        ref_id = validate_ref_id(ref_id)
-        _check_int("max_matches", max_matches, 1)
-        _check_int("context", context, 0)
-        check_pattern(pattern)
+        ref_id = _grep_request(ref_id, pattern, max_matches, context)
         with self._searches.admitted(owner):
             # Compiling a long pattern takes milliseconds: never on the event loop.
             await self._searches.in_thread(functools.partial(compile_pattern, pattern))
@@ -557,6 +554,15 @@ def _raise_as_retention_error(exc: BaseException) -> NoReturn:
     else:
         message = f"could not store the object: {exc!r}"
     raise RetentionError(message) from exc
+
+
+def _grep_request(ref_id: object, pattern: object, max_matches: object, context: object) -> str:
+    """A grep's arguments checked (the same for every store); the valid ref id."""
+    ref_id = validate_ref_id(ref_id)
+    _check_int("max_matches", max_matches, 1)
+    _check_int("context", context, 0)
+    check_pattern(pattern)
+    return ref_id
 
 
 def _check_int(name: str, value: object, minimum: int) -> None:

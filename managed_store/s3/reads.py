@@ -21,7 +21,7 @@ from obstore.exceptions import BaseError as ObjectStoreError
 from managed_store.errors import ManagedStoreError, StoreClosed
 from managed_store.index import MARK_BYTES
 from managed_store.line_chars import LineChars, line_chars_in
-from managed_store.pattern import check_pattern, compile_pattern
+from managed_store.pattern import compile_pattern
 from managed_store.reading import (
     READ_BUFFER,
     GrepResult,
@@ -36,7 +36,7 @@ from managed_store.s3.index import Found, PostgresIndex, Staged
 from managed_store.s3.objects import RangedReader, describe
 from managed_store.s3.staging import Staging, wait_for_upload
 from managed_store.search import LineMatcher, Searches
-from managed_store.store import _check_int, _not_found
+from managed_store.store import _check_int, _grep_request, _not_found
 
 if TYPE_CHECKING:
     from obstore.store import S3Store
@@ -115,10 +115,7 @@ class S3Reads:
                    time_limit: float | None = None) -> GrepResult:
         """Lines matching the RE2 `pattern` (see `ManagedStore.grep`), streamed with one GET,
         in a search thread and worker process (`managed_store.search`)."""
-        ref_id = validate_ref_id(ref_id)
-        _check_int("max_matches", max_matches, 1)
-        _check_int("context", context, 0)
-        check_pattern(pattern)
+        ref_id = _grep_request(ref_id, pattern, max_matches, context)
         with self._searches.admitted(owner):
             await self._searches.in_thread(functools.partial(compile_pattern, pattern))
             found = await self._found(ref_id, self._index.get(ref_id))
