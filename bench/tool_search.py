@@ -2,23 +2,14 @@
 
     python bench/tool_search.py [--json]
 
-The catalog is bench/data/tool_catalog.json: the real `tools/list` of published MCP servers
-(bench/dump_tool_catalog.py), registered in a real Location under each server's key as its
-namespace. The tasks are bench/data/tool_search_tasks.json: requests written as a user would
-type them, each with the tool that should be called, and its set: `tuning` (the tasks the
-ranker was developed against, so flattering) or `held-out` (written before any ranker ran on
-them, never tuned on). Quality is reported for each set apart and for both together.
-
-Rankers: `hybrid` is the `search_tools` tool itself (BM25 and embeddings), called through the
-seam of an `expose = "search"` snapshot; `bm25` the same index by words alone; `-plain` either
-without its glossary (written against the tuning tasks); `codemode` is Code Mode's search
-(`sidecar.codemode.search`); `substring` is the plain baseline: a tool scores the number of the
-query's words (3+ letters) found as substrings of its name and description. Reported:
-recall@1, recall@5 (an expected tool among the first 1 / 5), MRR (over the first 10). Tokens:
-the definitions a model is shown (`sidecar.model.token_count`, cl100k_base) with
-`expose = "all"` and `"search"`. Speed: loading the embedding model, building the index of
-5,000 tools (the catalog, repeated under other namespaces) and one search over it, median and
-p99 over every task's query, hybrid and by words alone.
+Catalog: bench/data/tool_catalog.json, the real `tools/list` of published MCP servers, in a real
+Location. Tasks: bench/data/tool_search_tasks.json, requests as a user types them with the tool
+to call and their set: `tuning` (developed against) or `held-out` (written before any ranker ran
+on them); quality per set and together. Rankers: `hybrid` (`search_tools` itself, BM25 and
+embeddings, through the seam), `bm25` (by words alone), `-plain` (either without its glossary),
+`codemode` (Code Mode's search) and `substring` (query words found in name and description).
+Reported: recall@1, recall@5, MRR (first 10); definition tokens (cl100k_base) with `expose` all
+and search; loading the model, building an index of 5,000 tools and one search (median, p99).
 """
 
 from __future__ import annotations

@@ -1,30 +1,15 @@
-"""The conformance suite's Tasks (SEP-2663) fixture contract as a Python MCP server (stdio or
-streamable HTTP).
+"""The conformance suite's Tasks (SEP-2663) fixture contract as a Python MCP server: the fixed
+tools of the 0.2.0 suite's `tasks-*` scenarios, listed with their `execution.taskSupport` and run
+as plain calls (the sidecar's facade makes the tasks): `greet(name)` (sync only),
+`slow_compute(seconds, label)`, `failing_job()` (required; isError), `protocol_error_job()` (a
+JSON-RPC error), `confirm_delete()` (one elicitation), `multi_input()` (two at once),
+`test_tool_with_task()` (required: an MRTR round for `user_name`, then a task of its own; it
+needs 2026-07-28, so `--mrtr` serves it alone).
 
-The 0.2.0 suite's `tasks-*` scenarios call fixed tools; the reference server has none of them.
-This server lists them with their task support (`execution.taskSupport`) and runs them as
-plain tool calls: the sidecar's facade makes the tasks (the outcome log holds their results).
-
-    greet(name)                 sync only: "Hello, {name}!"
-    slow_compute(seconds, label) optional: sleeps, then "computed {label}"
-    failing_job()               required: a tool error (isError)
-    protocol_error_job()        optional: a JSON-RPC error (the task fails)
-    confirm_delete()            optional: one elicitation, then its answer
-    multi_input()               optional: two elicitations at once
-    test_tool_with_task()       required: asks for user_name (an MRTR round), then greets it
-
-    python tasks_fixture.py     # stdio
-    python tasks_fixture.py --http   # streamable HTTP on 127.0.0.1: prints `PORT <n>`, then
-        # serves /mcp (how scripts/conformance runs it, in the handshake era: an elicitation
-        # comes on the stream of the call that asks; tests/serve/mcp_facade/test_relays.py)
-    python tasks_fixture.py --http --completion-asks   # also prompt `pick(choice)`, and its
-        # completion/complete answered with input_required (2026-07-28 forbids that there, and
-        # the SDK would not send it: the raw answer goes out before the SDK sees the request)
-
-`test_tool_with_task` asks in an MRTR round before it becomes a task: that needs a 2026-07-28
-connection, so `tasks_fixture.py --mrtr` serves it alone (scripts/conformance connects it at
-2026-07-28); there it asks with an `input_required` result keyed `user_name`, then answers the
-retry with a task of its own (`tasks/get`), which the sidecar's bridge follows.
+    python tasks_fixture.py                 # stdio
+    python tasks_fixture.py --http          # 127.0.0.1, prints `PORT <n>`, serves /mcp
+    python tasks_fixture.py --http --completion-asks   # also prompt `pick(choice)`, whose
+        # completion/complete is answered with input_required (forbidden in 2026-07-28; sent raw)
 """
 
 from __future__ import annotations
