@@ -119,11 +119,13 @@ class S3Reads:
         with self._searches.admitted(owner):
             await self._searches.in_thread(functools.partial(compile_pattern, pattern))
             found = await self._found(ref_id, self._index.get(ref_id))
-            # The matcher exists only in the search thread, which runs the read.
+            # The matcher exists only in the search thread, which runs the read. A read of the
+            # staging file that finds it deleted (uploaded meanwhile) runs again from the
+            # bucket, with a new search: each read uses its own search's matcher, the last.
             matchers: list[LineMatcher] = []
 
             def read(reader: ObjectReader) -> GrepResult:
-                return grep_in(reader, found[0], matchers[0], max_matches=max_matches,
+                return grep_in(reader, found[0], matchers[-1], max_matches=max_matches,
                                context=context)
 
             def offload(job: Callable[[], GrepResult]) -> Awaitable[GrepResult]:
