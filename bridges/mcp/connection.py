@@ -223,20 +223,8 @@ class Connection:
         for _ in range(MAX_INPUT_ROUNDS + 1):
             meta: dict[str, Any] = {}
             tracing.inject_into(meta)  # W3C traceparent for the server, when tracing is on
-            request = types.CallToolRequest(params=types.CallToolRequestParams(
-                name=name, arguments=arguments,
-                input_responses=input_responses, request_state=request_state,
-                _meta=cast("types.RequestParamsMeta", meta) if meta else None,
-            ))
-            if self._direct is not None:
-                result = await self._direct_call(request, call_timeout, progress)
-            else:
-                result = await self._client.session.send_request(
-                    request,
-                    cast("TypeAdapter[Any]", CALL_RESULT),
-                    request_read_timeout_seconds=call_timeout,
-                    progress_callback=progress,
-                )
+            result = await self._send_call(name, arguments, input_responses, request_state,
+                                           meta, call_timeout, progress)
             if isinstance(result, types.CallToolResult):
                 return result
             if isinstance(result, dict):  # SEP-2663: the server made a task of the call
@@ -250,6 +238,35 @@ class Connection:
             f"tool {name!r} still asked for input after {MAX_INPUT_ROUNDS} rounds",
         )
 
+
+    async def _send_call(
+        self, name: str, arguments: dict[str, Any],
+        input_responses: types.InputResponses | None, request_state: str | None,
+        meta: dict[str, Any], call_timeout: float, progress: ProgressFnT | None,
+    ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
+        """One round of `call`: on the pipe (a plain call builds no request model) or through
+        the SDK session."""
+        if (self._direct is not None and input_responses is None and request_state is None
+                and not meta):
+            return await self._direct_call(
+                {"name": name, "arguments": arguments}, call_timeout, progress)
+        request = types.CallToolRequest(params=types.CallToolRequestParams(
+            name=name, arguments=arguments,
+            input_responses=input_responses, request_state=request_state,
+            _meta=cast("types.RequestParamsMeta", meta) if meta else None,
+        ))
+        if self._direct is not None:
+            return await self._direct_call(
+                request.params.model_dump(by_alias=True, mode="json", exclude_none=True),
+                call_timeout, progress)
+        result: types.CallToolResult | types.InputRequiredResult | dict[str, Any]
+        result = await self._client.session.send_request(
+            request,
+            cast("TypeAdapter[Any]", CALL_RESULT),
+            request_read_timeout_seconds=call_timeout,
+            progress_callback=progress,
+        )
+        return result
 
     async def _direct_list(
         self, cursor: str | None, max_bytes: int | None, room: int, limit: ToolLimit
@@ -311,18 +328,13 @@ class Connection:
         return CheckedPage(listed, checked.offered, checked.over_cap)
 
     async def _direct_call(
-        self, request: types.CallToolRequest, call_timeout: float, progress: ProgressFnT | None
+        self, params: dict[str, Any], call_timeout: float, progress: ProgressFnT | None
     ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
-        """`tools/call` on the pipe, stamped and checked as `ClientSession.send_request` does."""
+        """`tools/call` with these params (wire JSON) on the pipe, stamped and checked as
+        `ClientSession.send_request` does."""
         assert self._direct is not None
         direct, stamp = self._direct
-        params = request.params
-        data: dict[str, Any] = {"method": "tools/call", "params": (
-            {"name": params.name, "arguments": params.arguments}
-            if params.input_responses is None and params.request_state is None
-            and params.meta is None
-            else params.model_dump(by_alias=True, mode="json", exclude_none=True)
-        )}
+        data: dict[str, Any] = {"method": "tools/call", "params": params}
         stamp(data, {})
         raw = await direct.request(
             "tools/call", data["params"], read_timeout=call_timeout, on_progress=progress

@@ -22,6 +22,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from bridges.mcp.framing import OversizedLine
+from sidecar.model.json_text import compact
 
 log = logging.getLogger("bridges.mcp.stdio")
 
@@ -112,7 +113,8 @@ class DirectRequests:
         timer: asyncio.TimerHandle | None = None
         try:
             message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-            line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+            line = (compact(message)
+                    or json.dumps(message, separators=(",", ":")).encode()) + b"\n"
             issued = True  # write() is synchronous: from here on the line is on its way
             await self._write(line)
             # The clock starts once the request is written, as in the SDK. A timer that

@@ -28,6 +28,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 
 from sidecar.model.audit_redaction import Redaction
 from sidecar.model.content import TextContent
+from sidecar.model.json_text import compact
 from sidecar.model.outcome import Outcome
 from sidecar.model.token_count import count_tokens, result_text
 from sidecar.model.tool import ToolContext
@@ -236,20 +237,27 @@ class AuditSettings:
     def keep_encoded(self, raw_input: Any) -> tuple[int, Any, str | None]:
         """As `keep`, plus the kept copy as JSON (None when nothing is kept): the input is
         encoded once, and that text is reused when the copy is the input itself."""
-        try:
-            encoded: str | None = _COMPACT.encode(raw_input)
-        except (TypeError, ValueError):
-            encoded = None
-        text = repr(raw_input) if encoded is None else encoded
-        size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        data = compact(raw_input)
+        if data is not None:
+            encoded: str | None = data.decode()
+            size = len(data)
+        else:
+            try:
+                encoded = _COMPACT.encode(raw_input)
+            except (TypeError, ValueError):
+                encoded = None
+            text = repr(raw_input) if encoded is None else encoded
+            size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
         if self.inputs == "none":
             return size, None, None
         kept = raw_input if self.inputs == "full" else self._redaction.copy(raw_input)
         if kept is raw_input and encoded is not None:
             kept_json = encoded
         else:
+            kept_data = compact(kept)
             try:
-                kept_json = _COMPACT_ANY.encode(kept)
+                kept_json = (kept_data.decode() if kept_data is not None
+                             else _COMPACT_ANY.encode(kept))
             except (TypeError, ValueError):  # e.g. a circular structure: keep its size only
                 kept_json = None
         if kept_json is None or len(kept_json) > MAX_STORED_INPUT:

@@ -38,6 +38,7 @@ from sidecar.backends.sqlite.wal import (
     wal_path,
 )
 from sidecar.model.errors import CallIdConflict
+from sidecar.model.json_text import compact
 from sidecar.model.outcome import Outcome
 from sidecar.model.tool import ToolContext
 from sidecar.stores.outcome_log import (
@@ -284,7 +285,10 @@ class SqliteOutcomeLog:
     async def record(
         self, location: str, outcome: Outcome, context: ToolContext, fingerprint: str = ""
     ) -> Outcome:
-        body = json.dumps(outcome.to_json(include_output=False), ensure_ascii=False)
+        value = outcome.to_json(include_output=False)
+        encoded = compact(value)
+        body = (encoded.decode() if encoded is not None
+                else json.dumps(value, ensure_ascii=False))
         row = (
             location, outcome.call_id, context.session_id, context.agent, context.message_id,
             outcome.tool, outcome.status, body, time.time(), fingerprint,

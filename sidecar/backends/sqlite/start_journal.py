@@ -9,7 +9,7 @@ marks it settled; a call cancelled before it settled appends a release. At the n
 `interrupted` outcomes, then empties the file. While running, the file is rewritten with only
 the calls still running whenever it passes `ROTATE_BYTES`.
 
-Imports `sidecar.stores.state_dir`. Exports `StartJournal`,
+Imports `sidecar.stores.state_dir` and `sidecar.model.json_text`. Exports `StartJournal`,
 `Start`, `ROTATE_BYTES`.
 """
 
@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from sidecar.model.json_text import compact
 from sidecar.stores.state_dir import PRIVATE_FILE_MODE
 
 __all__ = ["ROTATE_BYTES", "Start", "StartJournal"]
@@ -79,8 +80,8 @@ class StartJournal:
 
     def start(self, location: str, call_id: str, tool: str, fingerprint: str,
               started_at: float) -> None:
-        line = json.dumps([location, call_id, tool, fingerprint, started_at],
-                          ensure_ascii=False).encode() + b"\n"
+        fields = [location, call_id, tool, fingerprint, started_at]
+        line = (compact(fields) or json.dumps(fields, ensure_ascii=False).encode()) + b"\n"
         self._write(line)
         self._running[(location, call_id)] = line
 

@@ -25,6 +25,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.methods import serialize_server_result
 
 from sidecar.model import tracing
+from sidecar.model.json_text import compact
 from sidecar.serve.listing_cache import ListingCache
 from sidecar.serve.mcp_facade import tools
 from sidecar.serve.mcp_facade.sessions import (
@@ -351,6 +352,9 @@ class ListingJson:
 def json_bytes(message: dict[str, Any]) -> bytes | None:
     """Compact JSON (no newline in it), or None when the value is not plain JSON (the model
     path serializes it)."""
+    data = compact(message, allow_nan=False)
+    if data is not None:
+        return data
     try:
         return json.dumps(message, ensure_ascii=False, separators=(",", ":"),
                           allow_nan=False).encode()
