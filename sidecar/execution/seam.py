@@ -114,6 +114,9 @@ class Seam:
     events: EventSink | None = None
     observers: list[Callable[[Outcome, float], None]] = field(default_factory=list)
     """Called with every executed outcome and its duration in seconds (metrics)."""
+    limit_refusals: list[Callable[[str], None]] = field(default_factory=list)
+    """Called with the owner (`user:NAME`) whose own managed-store limit refused a call's
+    output (`OwnerLimitExceeded`: `[auth.quotas] store_bytes`; the quota book counts it)."""
     audit: Callable[[SettledCall], None] | None = None
     """Called with every settled or replayed call once it is recorded (the call history)."""
     _inflight: dict[str, _InFlight] = field(default_factory=dict)
@@ -318,6 +321,12 @@ class Seam:
                 call = changed
         return call
 
+    def _over_share(self, name: str, exc: OwnerShareExceeded) -> CallError:
+        if isinstance(exc, OwnerLimitExceeded):
+            for note in self.limit_refusals:
+                note(exc.owner)
+        return _over_share(name, exc)
+
     async def _invoke(self, tool: Any, value: Any, ctx: CallContext, bounds: Bounds) -> Outcome:
         name, call_id = ctx.tool_name, ctx.call_id
         try:
@@ -327,7 +336,7 @@ class Seam:
             partial = self._bound_meta(partial, name, call_id, "partial snapshot")
             raise _Failed(CallError(failure.kind, failure.message), partial) from None
         except OwnerShareExceeded as exc:  # the tool's own spool: a client's limit, not a defect
-            raise _Failed(_over_share(name, exc)) from None
+            raise _Failed(self._over_share(name, exc)) from None
         except RetentionError as exc:  # the tool's own spool: a full disk, the store quota
             raise _not_kept(name, call_id, exc) from None
         except Exception as exc:
@@ -367,7 +376,7 @@ class Seam:
             ref = await self.store.put(joined, namespace=self.location,
                                        owner=context.store_owner)
         except OwnerShareExceeded as exc:
-            raise _Failed(_over_share(name, exc)) from None
+            raise _Failed(self._over_share(name, exc)) from None
         except RetentionError as exc:
             raise _not_kept(name, call_id, exc) from None
         except ManagedStoreError as exc:

@@ -65,6 +65,7 @@ def build_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         location.seam.observers.append(metrics.observe)
         location.seam.observers.append(ring.observe)
+        location.seam.limit_refusals.append(quotas.store_refused)
         sampler = asyncio.create_task(ring.sample_forever(location.seam.store.stats))
         location.call_listeners.append(metrics.observe_record)
         location.profiles.wrappers.append(quotas.reshape_profile)
@@ -84,6 +85,7 @@ def build_app(
             await events.aclose()
             location.seam.observers.remove(metrics.observe)
             location.seam.observers.remove(ring.observe)
+            location.seam.limit_refusals.remove(quotas.store_refused)
             sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler

@@ -10,8 +10,9 @@ Two doors, one book (`UserQuotas`):
   the same message (`Quota: ...`).
 Each message names the limit (`calls_per_minute`, `concurrent_calls`, `snapshots`) and the
 user. `store_bytes` is the managed store's own limit for `user:NAME` (the daemon sets it on
-each manifest load; the seam fails a call whose output is over it with `Quota: ...`); this
-book only reads the bytes each user holds (`read_store`, before a scrape or a console page).
+each manifest load; the seam fails a call whose output is over it with `Quota: ...` and tells
+`store_refused`); this book reads the bytes each user holds (`read_store`, before a scrape or
+a console page).
 `collect` exports `sidecar_user_calls_running{user}`, `sidecar_user_snapshots{user}`,
 `sidecar_user_store_bytes{user}`, `sidecar_user_store_bytes_limit{user}` and
 `sidecar_quota_refused_total{user,limit}` for /metrics.
@@ -151,6 +152,13 @@ class UserQuotas(Collector):
                 "snapshots": (len(usage.snapshots), limits.snapshots),
                 "store_bytes": (held, limits.store_bytes)}
         return shown
+
+    def store_refused(self, owner: str) -> None:
+        """The managed store refused `owner`'s output over its `store_bytes` (the seam's
+        `limit_refusals`): counted as the other refusals."""
+        if owner.startswith("user:"):
+            key = (owner[5:], "store_bytes")
+            self.refused[key] = self.refused.get(key, 0) + 1
 
     def snapshot_made(self, user: str | None) -> None:
         if user is not None and self._limits(user) is not None:

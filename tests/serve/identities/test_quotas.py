@@ -203,6 +203,7 @@ def test_store_bytes(limited: Daemon, oidc_provider: Provider) -> None:
     assert metric(limited, "sidecar_user_store_bytes", user="bob") == size
     assert metric(limited, "sidecar_user_store_bytes_limit", user="bob") == 200000
     assert metric(limited, "sidecar_user_store_bytes_limit", user="root") == 10000000
+    assert metric(limited, "sidecar_quota_refused_total", limit="store_bytes", user="bob") == 1
     with httpx.Client(base_url=limited.url, timeout=30) as browser:
         browser.post("/ui/login", data={"token": limited.token})
         page = browser.get("/ui").text
