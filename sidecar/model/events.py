@@ -7,7 +7,7 @@ behind loses its oldest events rather than slowing calls down: `dropped` counts 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -112,14 +112,24 @@ class EventBus:
 
     def __init__(self) -> None:
         self._subscribers: set[Subscription] = set()
+        self._listeners: list[Callable[[Event], None]] = []
 
     @property
     def active(self) -> bool:
-        return bool(self._subscribers)
+        return bool(self._subscribers or self._listeners)
 
     def publish(self, event: Event) -> None:
+        for listener in self._listeners:
+            listener(event)
         for sub in self._subscribers:
             sub.offer(event)
+
+    def listen(self, listener: Callable[[Event], None]) -> Callable[[], None]:
+        """Call `listener` with every event, inside `publish` (on the publisher's thread, the
+        event loop's): for a consumer that only files events away and must never block, it
+        saves the task wake-up a subscription costs per event. Returns what removes it."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
 
     @asynccontextmanager
     async def subscribe(self, maxsize: int = 1024) -> AsyncIterator[Subscription]:

@@ -1,9 +1,10 @@
 """`MemoryEventLog`: the embedded `EventLog` (`sidecar.stores.event_log`), a bounded ring of a
 Location's newest events in memory.
 
-One background task drains the Location's event bus into the ring; every event gets an
-increasing id. A reader resumes after `Last-Event-ID` while that id is still kept; when it is
-older, the reader first gets a `stream.reset` event saying how many events it missed.
+It listens on the Location's event bus (`EventBus.listen`: each event is filed as it is
+published, without a task of its own to wake); every event gets an increasing id. A reader
+resumes after `Last-Event-ID` while that id is still kept; when it is older, the reader first
+gets a `stream.reset` event saying how many events it missed.
 
 Imports `sidecar.stores` and `sidecar.model`. Exports `MemoryEventLog`.
 """
@@ -13,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
-from sidecar.model.events import CallSettled, EventBus
+from sidecar.model.events import CallSettled, Event, EventBus
 from sidecar.stores.event_log import LoggedEvent, encode_event
 
 __all__ = ["MemoryEventLog"]
@@ -29,33 +30,28 @@ class MemoryEventLog:
         self._bus = bus
         self._buffer: deque[LoggedEvent] = deque(maxlen=capacity)
         self._next_id = 1
-        self._changed = asyncio.Condition()
-        self._task: asyncio.Task[None] | None = None
-        self._ready = asyncio.Event()
+        self._waiter: asyncio.Event | None = None
+        """Set (and dropped) at the next event; made only while a reader waits."""
+        self._stop: Callable[[], None] | None = None
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._drain(), name="event-log")
-        await self._ready.wait()
+        self._stop = self._bus.listen(self._take)
 
     async def aclose(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.wait([task])  # waits without re-raising the task's cancellation
+        stop, self._stop = self._stop, None
+        if stop is not None:
+            stop()
 
-    async def _drain(self) -> None:
-        async with self._bus.subscribe(maxsize=4096) as sub:
-            self._ready.set()
-            while True:
-                event = await sub.next()
-                # A call's outcome (plain strings) is encoded when read; an event holding a
-                # dict now, in case its producer changes that dict later.
-                logged = (LoggedEvent(self._next_id, event) if type(event) is CallSettled
-                          else LoggedEvent(self._next_id, None, encode_event(event)))
-                async with self._changed:
-                    self._buffer.append(logged)
-                    self._next_id += 1
-                    self._changed.notify_all()
+    def _take(self, event: Event) -> None:
+        # A call's outcome (plain strings) is encoded when read; an event holding a dict now,
+        # in case its producer changes that dict later.
+        logged = (LoggedEvent(self._next_id, event) if type(event) is CallSettled
+                  else LoggedEvent(self._next_id, None, encode_event(event)))
+        self._buffer.append(logged)
+        self._next_id += 1
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            waiter.set()
 
     @property
     def last_id(self) -> int:
@@ -81,11 +77,11 @@ class MemoryEventLog:
                 yield event
                 cursor = event.id
         while True:
-            def advanced(seen: int = cursor) -> bool:
-                return self.last_id > seen
-
-            async with self._changed:
-                await self._changed.wait_for(advanced)
+            if self.last_id <= cursor:
+                if self._waiter is None:
+                    self._waiter = asyncio.Event()
+                await self._waiter.wait()
+                continue
             events, _ = self.after(cursor)
             for event in events:
                 yield event
