@@ -2,25 +2,15 @@
 
     .venv/bin/python bench/codemode.py [--rounds R] [--task synthetic|servers|both]
 
-Task 1, "synthetic": three in-process tool groups that mimic MCP servers, with MCP-style JSON
-Schemas and sizable results: `fs` (6 tools over a synthetic 40-file repository, text results
-like the filesystem server), `issues` (6 tools over 40 issues with bodies and comments,
-structured output), `calc` (4 tools). They run through the real seam of a real Location.
-Among the open issues labelled `bug`, take those whose body mentions source files; for each,
-add up the line counts of the mentioned files and count its comments; report the 3 issues
-with the most mentioned lines, and the mean and median comment count.
-(a) direct: the model sees every definition; turn 1 lists the bug issues, turn 2 gets file
-    info and comments for all of them in parallel, turn 3 computes statistics.
-(b) Code Mode: the model sees `execute`, `search_tools`, `describe_tools`; turn 1 runs three
-    searches, turn 2 describes the 4 tools it picked, turn 3 runs one program.
-
-Task 2, "servers": three published MCP servers with their real definitions and outputs
-(bench/codemode_servers.py: @modelcontextprotocol/server-filesystem and server-memory,
-mcp-server-time; scripts/bootstrap-servers installs them).
-
-Counting (bench/codemode_common.py): what the model holds after its last tool turn, in
-cl100k_base tokens. Wall time covers tool execution only (what the sidecar does), not model
-latency; the median of R rounds is reported.
+Each task runs twice through the real seam of a real Location: (a) direct, the model sees every
+definition and reads every result; (b) Code Mode, it sees `execute`, `search_tools` and
+`describe_tools`, searches, describes the tools it picked and runs one program. The script fails
+unless both modes give the same answer. Task 1, "synthetic": in-process `fs`, `issues` and `calc`
+tools with MCP-style schemas; of the open `bug` issues that mention source files, report the 3
+whose files have the most lines, and the mean and median comment count. Task 2, "servers": three
+published MCP servers (bench/codemode_servers.py). Tokens (bench/codemode_common.py): cl100k_base
+of what the model holds after its last tool turn; the ratio is Code Mode's over direct's. Wall
+time covers tool execution only, not model latency; the median of R rounds is reported.
 """
 
 from __future__ import annotations

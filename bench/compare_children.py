@@ -4,26 +4,14 @@
 
 Each child prints its result as one JSON line prefixed `RESULT ` on stdout (servers print
 `PORT <n>` once they listen and run until stdin closes or SIGTERM). Kinds:
-
-- `native --app sidecar|sidecar-nondurable|bare`: uvicorn (uvloop, access log off, like
-  `sidecar serve`) on 127.0.0.1:0 serving the sidecar app with a Python `echo` tool, or a bare
-  Starlette JSON echo endpoint.
+- `native --app sidecar|sidecar-nondurable|bare`: uvicorn serving the app or a bare Starlette echo;
 - `bridge-core [--bytes SEQ] [--tools PER_TASK]`: `Snapshot.execute` on the upstream `echo`
-  through the pool in this process (sequential, then 16 concurrent callers).
-- `large-upstream --bytes N`: `Location.open` with a manifest of `bench/upstream.py`, one
-  `big(nbytes)` call through the seam; time and this process's peak RSS (VmHWM reset first).
-- `large-command --bytes N`: `bench/command_large.py`'s seam run and its plain baseline.
-- `disk --bytes N`: writing N bytes of text to a file with fsync (the baseline).
-- `startup --servers N [--upstream sdk|light|sh]`: time from `Location.open` until every
-  upstream server is ready, with the heap frozen first as the daemon commands do.
-- `launch --servers N [--upstream ...]`: what a user waits for: time from starting the
-  `sidecar stdio` process (`python -P -m sidecar.cli stdio`, a fresh interpreter and its imports)
-  until its `tools/list` answer holds every upstream's tools, over its real stdin/stdout.
-- `spawn --servers N`: the same upstreams with no sidecar: spawn N at once and wait until each
-  answered `initialize` (the machine's own cost of starting them; the startup baseline).
-- `catalog --servers S --tools T`: S upstream servers with T tools each (manifests), or
-  `--inproc K`: K tools registered through `location.tools.register` with JSON-schema codecs;
-  then snapshot build time, `GET /v1/tools` latency and RSS.
+  through the pool in this process, SEQ sequential calls, then 16 callers of PER_TASK calls;
+- `large-upstream`, `large-command`, `disk --bytes N`: one large result through the seam (time,
+  peak RSS with VmHWM reset first) and the fsynced file write they are compared with;
+- `startup`, `launch`, `spawn --servers N [--upstream sdk|light|sh]`: time until every upstream
+  is ready, from `Location.open`, from starting `sidecar stdio`, and with no sidecar (baseline);
+- `catalog --servers S --tools T` or `--inproc K`: snapshot build, `GET /v1/tools` latency, RSS.
 """
 
 from __future__ import annotations

@@ -1,31 +1,17 @@
-"""Fleet benchmarks (issue 31): the fleet backends against the embedded ones, in one run.
+"""Fleet benchmarks: the fleet backends against the embedded ones, in one run.
 
     .venv/bin/python bench/fleet.py [--only outcomes,replicas,objects] [--blocks N]
                                     [--rounds N] [--mb 100] [--quick] [--write]
     scripts/bench fleet ...                                  (the same, after the installs)
 
-Real servers on 127.0.0.1, started here and stopped at the end (`bench/fleet_servers.py`):
-PostgreSQL 15 from Debian with its default durability (fsync, `synchronous_commit=on`),
-SeaweedFS `weed mini` as the S3-compatible store, HAProxy from Debian.
-
-1. `outcomes`: durable calls/s through the seam: `Location.open` with the outcome log on
-   SQLite (the state directory, the default) and on PostgreSQL (`SIDECAR_DATABASE_URL`), a
-   Python `echo` tool, a fresh call id per call; the Locations are open at once and take
-   turns in blocks (the order rotating), sequential calls then 16 concurrent callers.
-   Baseline: SQLite in the same blocks. Target: PostgreSQL >= 0.5x.
-2. `replicas`: 16 concurrent callers on `/v1` through HAProxy in front of one `sidecar
-   serve` replica and in front of two, both on one PostgreSQL database
-   (`bench/fleet_replicas.py`). Baseline: one replica. Target: two >= 1.6x, or the reason,
-   measured (CPU of every process and of the whole machine).
-3. `objects`: a 100 MB spool and `managed_read` first-byte latency with the managed store
-   on S3 (`SIDECAR_OBJECT_STORE`) against the local directory, both opened by the
-   composition root as a Location opens them, beside the raw `obstore` path (streamed
-   multipart upload, one PUT, ranged GETs) and a plain file write (`bench/fleet_objects.py`;
-   without an S3 engine in the tree only the raw rows are measured). Baseline: the local
-   directory. Target: S3 spool within 2x.
-
-`--quick` is a smoke run (seconds, small sizes; nothing about speed is meaningful);
-`--write` puts the report into bench/RESULTS.md between the fleet markers.
+Starts PostgreSQL 15, SeaweedFS `weed mini` (S3) and HAProxy on 127.0.0.1 and stops them at the end
+(`bench/fleet_servers.py`). `outcomes`: durable calls through the seam, outcome log on PostgreSQL vs
+SQLite. `replicas`: 16 callers on `/v1` through HAProxy, two `sidecar serve` replicas on one
+PostgreSQL vs one (`bench/fleet_replicas.py`). `objects`: a 100 MB spool and `managed_read` first
+byte, S3 vs the local directory (`bench/fleet_objects.py`). Candidates take turns; a calls/s ratio
+is the median of same-block ratios to the baseline (higher is faster), a spool ratio the median time
+over the local directory's (lower is faster). `--quick` is a smoke run (nothing about speed is
+meaningful); `--write` puts the report into bench/RESULTS.md (fleet markers).
 """
 
 from __future__ import annotations

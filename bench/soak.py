@@ -4,24 +4,14 @@
                                    [--transports stdio,mcp] [--quick] [--write]
     scripts/bench soak ...                                   (the same, after the installs)
 
-Starts one daemon per transport, each on its own state directory, in front of the same
-upstream (`bench/upstream.py`, 2025 handshake): `sidecar stdio` (one MCP session over its
-pipes; where `sidecar stdio` relays to a background daemon, that daemon is the process
-sampled, and it is stopped at the end) and `sidecar serve` (one MCP session on `/mcp`). `--callers` concurrent callers per
-transport call for `--seconds`: mostly tiny `echo` calls, and every `--large-every`-th call a
-`big` call whose `--large-bytes` of text are retained in the managed store (over the 50 KiB
-bound). Both daemons run with `SIDECAR_RETENTION` = `--retention`, so outcome pruning and
-managed-store expiry run during the soak.
-
-Every `--sample` seconds it records, per daemon process: RSS, open descriptors, threads, and
-the state directory's size (total, outcome log, its WAL, managed objects). It prints the
-samples as they come, then per daemon the growth after warm-up (the first fifth of the run, at
-most 60 s) against the targets of a 10-minute run (issue 32): RSS growth under 10 %,
-descriptors and threads flat (no upward trend: the highest count of the second half after
-warm-up at most 2 above that of the first half), state directory under 150 MB plus the retained
-objects still within retention, 0 errors. `--quick` is the smoke version CI runs (seconds,
-tiny sizes); nothing is asserted here about speed. `--write` puts the summary into
-`bench/RESULTS.md` between the soak markers (a "Soak" section; the rest is kept).
+One daemon per transport, each on its own state directory, in front of `bench/upstream.py`: `sidecar
+stdio` (the background daemon it relays to is the one sampled) and `sidecar serve` (`/mcp`).
+`--callers` callers per transport call for `--seconds`: `echo`, and every `--large-every`-th call
+`big`, whose `--large-bytes` the managed store retains; `SIDECAR_RETENTION` = `--retention`. Every
+`--sample` seconds: RSS, descriptors, threads, state directory size. Targets, after warm-up (the
+first fifth, at most 60 s): RSS growth under 10 %, descriptors and threads flat (the second half's
+highest count at most 2 above the first half's), state directory less managed objects under
+150 MB, 0 errors. `--quick` is the CI smoke run; `--write` puts the summary into bench/RESULTS.md.
 """
 
 from __future__ import annotations
