@@ -79,7 +79,7 @@ class Snapshot:
             self._entries.values()
         )
         self.final_step = final_step
-        self.removed = frozenset(removed) - self._entries.keys()
+        self.removed = frozenset(removed).difference(self._entries)
         self.created_at = time.monotonic()
         self.profile: str | None = None
         """The profile it was taken through (set by `Location.snapshot`)."""
