@@ -23,18 +23,18 @@ import os
 import socket
 import time
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
-from uvicorn import Server as uvicorn_Server
 
 from bridges.child_groups import CHILD_GROUPS, reap_leftovers
 from bridges.prestart import PRESTARTED
 from sidecar.backends.local.event_log import MemoryEventLog
 from sidecar.daemon.failure_drill import failure_drill
+from sidecar.daemon.http_server import HttpServer
 from sidecar.daemon.sources import ManifestSources
 from sidecar.daemon.start_signals import sigterm_cancels
 from sidecar.daemon.stores import (
@@ -133,16 +133,12 @@ DAEMON_WIRING = dataclasses.replace(DEFAULT_WIRING, attach_sources=_sources_in_b
 gets ready."""
 
 
-class _Server(uvicorn_Server):
-    """uvicorn's server without its own signal capture: `serve()` installs handlers that only
-    start a graceful shutdown, so the Location closes (children stopped) before we exit."""
+class _Server(HttpServer):
+    """The doors' server (`sidecar.daemon.http_server`: no signal capture, one wake-up a
+    second while idle), with the sockets it serves and the MCP facade's health."""
 
     sockets_to_serve: list[socket.socket]
     facade: FacadeHealth
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 class LocationFailed(Exception):
