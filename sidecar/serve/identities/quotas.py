@@ -1,21 +1,14 @@
 """Per-user quotas (`[auth.quotas]`, `[auth.quotas.users.NAME]`): calls per minute, calls
-running at once, snapshots and bytes in the managed store, counted per signed-in user (an
-identity provider's access token, or a scoped token that belongs to a user); the all-access
-token and tokens of nobody are not counted.
+running at once, snapshots and bytes in the managed store, per signed-in user (an identity
+provider's token, or a scoped token of a user); the all-access token is not counted.
 
-Two doors, one book (`UserQuotas`):
-- the HTTP API asks `refusal(...)` before a call or a snapshot: 429 `quota`, nothing runs;
-- every tool served is wrapped (`reshape_profile`, a `Profiles` wrapper the app installs), so
-  a call through `/mcp` or Code Mode counts too and, over a limit, fails `unavailable` with
-  the same message (`Quota: ...`).
-Each message names the limit (`calls_per_minute`, `concurrent_calls`, `snapshots`) and the
-user. `store_bytes` is the managed store's own limit for `user:NAME` (the daemon sets it on
-each manifest load; the seam fails a call whose output is over it with `Quota: ...` and tells
-`store_refused`); this book reads the bytes each user holds (`read_store`, before a scrape or
-a console page).
-`collect` exports `sidecar_user_calls_running{user}`, `sidecar_user_snapshots{user}`,
-`sidecar_user_store_bytes{user}`, `sidecar_user_store_bytes_limit{user}` and
-`sidecar_quota_refused_total{user,limit}` for /metrics.
+Two doors, one book (`UserQuotas`): the HTTP API asks `refusal(...)` before a call or a
+snapshot (429 `quota`, nothing runs); every tool served is wrapped (`reshape_profile`), so a
+call through `/mcp` or Code Mode counts too and fails `unavailable` with the same `Quota: ...`
+message, naming the limit and the user. `store_bytes` is the managed store's own limit for
+`user:NAME` (set on each manifest load; the seam fails an output over it and tells
+`store_refused`); this book reads the bytes each user holds (`read_store`). `collect` exports
+the `sidecar_user_*` gauges and `sidecar_quota_refused_total{user,limit}` for /metrics.
 
 Imports `sidecar.model`, `sidecar.registry`, `managed_store`. Exports `UserQuotas`.
 """
