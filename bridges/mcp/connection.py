@@ -238,7 +238,6 @@ class Connection:
             f"tool {name!r} still asked for input after {MAX_INPUT_ROUNDS} rounds",
         )
 
-
     async def _send_call(
         self, name: str, arguments: dict[str, Any],
         input_responses: types.InputResponses | None, request_state: str | None,
