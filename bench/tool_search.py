@@ -4,14 +4,15 @@
 
 Catalog: bench/data/tool_catalog.json, the real `tools/list` of published MCP servers, in a real
 Location. Tasks: bench/data/tool_search_tasks.json, requests as a user types them with the tool
-to call and their set: `tuning` (developed against), `held-out`, `held-out-2` and `held-out-3`
-(written before any ranker ran on them; the last two, 300 and 198 requests, from the definitions
-alone, together `blind`); quality per set and together. Rankers: `hybrid` (`search_tools`
-itself, BM25 and embeddings, through the seam), `bm25` (by words alone), `-plain` (either without
-its glossary), `codemode` (Code Mode's search) and `substring` (query words found in name and
-description). Misses are listed (and kept in `--json`) only for the sets `--misses` names.
-Reported: recall@1, recall@5, MRR (first 10); definition tokens (cl100k_base) with `expose` all
-and search; loading the model, building an index of 5,000 tools and one search (median, p99).
+to call, the query a model wrote for each as its first search given only `search_tools`'
+definition, and their set: `tuning` (developed against), `held-out`, `held-out-2`, `held-out-3`
+(written before any ranker ran on them; the last two from the definitions alone: `blind`).
+Rankers: `hybrid` (`search_tools` through the seam), `bm25` (words alone), `-plain` (without the
+glossary), `-model` (on the model's query), `codemode` (Code Mode's search), `substring` (query
+words found in name and description). Misses are listed (and kept in `--json`) only for the
+sets `--misses` names. Reported: recall@1, recall@5, MRR (first 10) per set; definition tokens
+(cl100k_base) with `expose` all and search; loading the model, building an index of 5,000 tools
+and one search (median, p99).
 """
 
 from __future__ import annotations
@@ -168,16 +169,26 @@ async def measure() -> dict[str, Any]:
                 return [tool["name"] for tool in outcome.output["tools"]]
 
             hybrid = {t["query"]: await search_tools(t["query"]) for t in tasks}
+            if any("model_query" not in t for t in tasks):
+                raise SystemExit("every task needs its model_query")
+            by_model = {t["query"]: await search_tools(t["model_query"]) for t in tasks}
+            model_query = {t["query"]: t["model_query"] for t in tasks}
             index = ToolIndex(catalog, {})
 
             def ranked(glossary: bool, embedding: bool) -> Ranker:
                 return lambda q: [n for n, _ in index.search(
                     q, RANKED, embedding=embedding, **({} if glossary else {"glossary": {}}))]
 
+            words, code, substring = (ranked(True, False), codemode_ranker(catalog),
+                                      substring_ranker(catalog))
             rankers: dict[str, Ranker] = {
-                "hybrid": lambda q: hybrid[q], "bm25": ranked(True, False),
+                "hybrid": lambda q: hybrid[q], "bm25": words,
                 "hybrid-plain": ranked(False, True), "bm25-plain": ranked(False, False),
-                "codemode": codemode_ranker(catalog), "substring": substring_ranker(catalog)}
+                "codemode": code, "substring": substring,
+                "hybrid-model": lambda q: by_model[q],
+                "bm25-model": lambda q: words(model_query[q]),
+                "codemode-model": lambda q: code(model_query[q]),
+                "substring-model": lambda q: substring(model_query[q])}
             quality = {name: {part: scores(ranker, chosen) for part, chosen in sets(tasks).items()}
                        for name, ranker in rankers.items()}
             token_all = tokens_of(every.definitions)
@@ -199,11 +210,11 @@ def report(result: dict[str, Any]) -> str:
     counts = ", ".join(f"{n} {part}" for part, n in result["tasks"].items())
     lines = [f"catalog: {c['tools']} tools from {c['servers']} published servers; "
              f"tasks: {counts}", "",
-             f"{'set':<12}{'ranker':<14}{'recall@1':>10}{'recall@5':>10}{'MRR':>8}"]
+             f"{'set':<12}{'ranker':<17}{'recall@1':>10}{'recall@5':>10}{'MRR':>8}"]
     for part in result["tasks"]:
         for name, by_set in q.items():
             s = by_set[part]
-            lines.append(f"{part:<12}{name:<14}{s['recall@1']:>10.3f}{s['recall@5']:>10.3f}"
+            lines.append(f"{part:<12}{name:<17}{s['recall@1']:>10.3f}{s['recall@5']:>10.3f}"
                          f"{s['mrr']:>8.3f}")
     lines += ["", f"definition tokens ({tok['encoding']}): all {tok['all']:,}, search "
               f"{tok['search']:,} ({tok['fewer']:.1%} fewer)",

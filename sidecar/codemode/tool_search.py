@@ -42,9 +42,11 @@ ALWAYS_LISTED = ("managed_read",)
 """Listed in search mode whenever the profile serves them (previews point to `managed_read`)."""
 
 SEARCH_TOOLS_DESCRIPTION = """\
-Find the tools available to you. Only a few tools are listed; search by what you want to do \
-(e.g. "create a github issue", "read a file", "current time in Tokyo"). Returns the best \
-matches, each with its name, description and input_schema. Then run one with call_tool."""
+Find the tools available to you: only a few are listed. Search by what you want to do, in a \
+few words: the action, the kind of thing it acts on, and the product or service when you know \
+it (e.g. "create a github issue", "read a file", "list kubernetes pods"). Leave names, ids and \
+values out: they go in call_tool's arguments. Returns the best matches, each with its name, \
+description and input_schema; then run one with call_tool."""
 
 CALL_TOOL_DESCRIPTION = """\
 Run a tool that search_tools found: `name` is its exact name, `arguments` its input as its \
@@ -56,7 +58,8 @@ log = logging.getLogger("sidecar.codemode")
 class SearchToolsInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(min_length=1, description="What you want to do, in a few words.")
+    query: str = Field(min_length=1, description=(
+        "What you want to do: the action and the kind of thing, in a few words."))
     limit: int = Field(5, ge=1, le=50, description="How many matches to return.")
 
 
