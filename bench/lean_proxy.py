@@ -1,0 +1,252 @@
+"""What the per-call work costs without the daemon's layers: a lean stdio MCP proxy, measured
+beside direct stdio, the bare byte relay and `sidecar stdio` in one run.
+
+    python bench/lean_proxy.py [--rounds R] [--block N]     (the comparison)
+    python bench/lean_proxy.py -- COMMAND [ARGS...]          (the proxy itself)
+
+For each `tools/call` the proxy does what the sidecar must: parses the request, checks the
+arguments against the tool's input schema (jsonschema_rs, compiled from the listing),
+fingerprints the call (SHA-256 of canonical JSON), appends its start to a journal file, forwards
+it; on the answer parses it, checks its content, commits the outcome row to SQLite (WAL,
+synchronous=NORMAL) before answering, keeps a history row (written 100 at a time), re-encodes
+the answer and writes it. Every other line is relayed. It has no profiles, pins, rate limits,
+permissions, hooks, bounding, metrics, cancellation or restarts: the price of those is what the
+daemon adds above it. Blocks of sequential echo calls alternate between the targets; reported:
+median calls/s, the ratio to direct, the relaying process's CPU per call (from /proc).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import importlib.util
+import json
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+class _Lines(asyncio.Protocol):
+    """Calls `on_line` with each complete line as it arrives."""
+
+    def __init__(self, on_line: Callable[[bytes], None]) -> None:
+        self.rest = b""
+        self.on_line = on_line
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def data_received(self, data: bytes) -> None:
+        *lines, self.rest = (self.rest + data).split(b"\n")
+        for line in lines:
+            if line:
+                self.on_line(line)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+class _Work:
+    """The per-call work and its stores, in a private temporary directory."""
+
+    def __init__(self, state: str) -> None:
+        self.outcomes = self._open(os.path.join(state, "outcomes.sqlite"))
+        self.outcomes.execute("CREATE TABLE outcomes (call_id TEXT PRIMARY KEY, tool TEXT, "
+                              "status TEXT, body TEXT, created_at REAL, fingerprint TEXT) "
+                              "WITHOUT ROWID")
+        self.history = self._open(os.path.join(state, "history.sqlite"))
+        self.history.execute("CREATE TABLE calls (seq INTEGER PRIMARY KEY, call_id TEXT, "
+                             "tool TEXT, status TEXT, input TEXT, started REAL, ms REAL)")
+        self.journal = os.open(os.path.join(state, "journal"),
+                               os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.validators: dict[str, Any] = {}
+        self.pending: dict[Any, tuple[str, str, Any, str, float, float]] = {}
+        self.rows: list[tuple[Any, ...]] = []
+
+    @staticmethod
+    def _open(path: str) -> sqlite3.Connection:
+        db = sqlite3.connect(path, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        return db
+
+    def request(self, line: bytes) -> bytes | None:
+        """The line to forward, or None with the refusal written by `answer` instead."""
+        if b'"tools/call"' not in line:
+            return line
+        message = json.loads(line)
+        params = message["params"]
+        name, arguments = params["name"], params.get("arguments") or {}
+        validator = self.validators.get(name)
+        if validator is not None and not validator.is_valid(arguments):
+            return None
+        fingerprint = hashlib.sha256(
+            _CANONICAL.encode([name, arguments, "session", "agent"]).encode()).hexdigest()[:32]
+        call_id = f"session:{message['id']}"
+        os.write(self.journal, f"{call_id}\t{name}\t{fingerprint}\n".encode())
+        self.pending[message["id"]] = (call_id, name, arguments, fingerprint, time.time(),
+                                       time.perf_counter())
+        return line
+
+    def answer(self, line: bytes) -> bytes:
+        """The line to send the client for a line of the server."""
+        if self.pending and b'"result"' in line:
+            message = json.loads(line)
+            call = self.pending.pop(message.get("id"), None)
+            if call is not None:
+                return self._settle(message, *call)
+        elif b'"inputSchema"' in line:
+            import jsonschema_rs
+
+            for tool in json.loads(line).get("result", {}).get("tools", []):
+                self.validators[tool["name"]] = jsonschema_rs.validator_for(tool["inputSchema"])
+        return line
+
+    def _settle(self, message: dict[str, Any], call_id: str, name: str, arguments: Any,
+                fingerprint: str, started: float, t0: float) -> bytes:
+        result = message["result"]
+        content = result.get("content")
+        if not isinstance(content, list) or not all(
+                isinstance(c, dict) and isinstance(c.get("type"), str) for c in content):
+            raise ValueError(f"not a tools/call result: {result!r}")
+        status = "error" if result.get("isError") else "completed"
+        body = json.dumps({"call_id": call_id, "tool": name, "status": status,
+                           "content": content}, ensure_ascii=False, separators=(",", ":"))
+        self.outcomes.execute("INSERT OR IGNORE INTO outcomes VALUES (?,?,?,?,?,?)",
+                              (call_id, name, status, body, time.time(), fingerprint))
+        self.rows.append((call_id, name, status, json.dumps(arguments), started,
+                          (time.perf_counter() - t0) * 1000))
+        if len(self.rows) >= 100:
+            with self.history:
+                self.history.executemany("INSERT INTO calls (call_id, tool, status, input, "
+                                         "started, ms) VALUES (?,?,?,?,?,?)", self.rows)
+            self.rows.clear()
+        return json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result},
+                          ensure_ascii=False, separators=(",", ":")).encode()
+
+
+async def proxy(argv: list[str]) -> None:
+    loop = asyncio.get_running_loop()
+    child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+    assert child.stdin is not None and child.stdout is not None
+    up, _ = await loop.connect_write_pipe(asyncio.Protocol, child.stdin)
+    out, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(1, "wb", buffering=0))
+    with tempfile.TemporaryDirectory() as state:
+        work = _Work(state)
+
+        def from_client(line: bytes) -> None:
+            forward = work.request(line)
+            if forward is None:
+                error = {"jsonrpc": "2.0", "id": json.loads(line)["id"], "result": {
+                    "content": [{"type": "text", "text": "invalid input"}], "isError": True}}
+                out.write(json.dumps(error).encode() + b"\n")
+            else:
+                up.write(forward + b"\n")
+
+        await loop.connect_read_pipe(lambda: _Lines(lambda line: out.write(
+            work.answer(line) + b"\n")), child.stdout)
+        client = _Lines(from_client)
+        await loop.connect_read_pipe(lambda: client, os.fdopen(0, "rb", buffering=0))
+        await client.closed
+        up.close()
+        await asyncio.to_thread(child.wait)
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _pid_running(script: str) -> int | None:
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if (len(argv) > 2 and argv[1].endswith(script.encode()) and argv[2] == b"--"
+                    and int(entry) != os.getpid()):
+                return int(entry)
+    return None
+
+
+async def measure(rounds: int, block: int) -> None:
+    spec = importlib.util.spec_from_file_location("compare", HERE / "compare.py")
+    assert spec is not None and spec.loader is not None
+    compare: Any = importlib.util.module_from_spec(spec)
+    sys.modules["compare"] = compare
+    spec.loader.exec_module(compare)
+    py, upstream = sys.executable, str(HERE / "upstream.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        manifests = compare.write_manifest(Path(tmp) / "m", protocol="legacy")
+        state = Path(tmp) / "state"
+        targets: dict[str, tuple[Any, str | None]] = {
+            "direct stdio": (compare.stdio_params(py, [upstream]), None),
+            "bare byte relay": (compare.stdio_params(
+                py, [str(HERE / "byte_relay.py"), "--", py, upstream]), "byte_relay.py"),
+            "lean proxy": (compare.stdio_params(
+                py, [str(HERE / "lean_proxy.py"), "--", py, upstream]), "lean_proxy.py"),
+            "sidecar stdio": (compare.stdio_params(
+                py, ["-m", "sidecar.cli", "stdio", "--manifests", str(manifests),
+                     "--state-dir", str(state)], env={"SIDECAR_STATE_DIR": str(state)}),
+                "daemon"),
+        }
+        async with AsyncExitStack() as stack:
+            sides: dict[str, tuple[Any, str, int | None]] = {}
+            for label, (params, process) in targets.items():
+                client = await stack.enter_async_context(compare.mcp_client(params))
+                name = await compare.find_tool(client, "echo")
+                for _ in range(200):
+                    await compare.call(client, name, {"text": "warm"})
+                pid = (json.loads((state / "daemon.json").read_text())["pid"]
+                       if process == "daemon" else _pid_running(process) if process else None)
+                sides[label] = (client, name, pid)
+            rates: dict[str, list[float]] = {label: [] for label in sides}
+            cpu: dict[str, list[float]] = {label: [] for label in sides}
+            for r in range(rounds):
+                for label in list(sides) if r % 2 == 0 else list(sides)[::-1]:
+                    client, name, pid = sides[label]
+                    used = _cpu_seconds(pid) if pid else 0.0
+                    started = time.perf_counter()
+                    for _ in range(block):
+                        await compare.call(client, name, {"text": "hello"})
+                    rates[label].append(block / (time.perf_counter() - started))
+                    if pid:
+                        cpu[label].append((_cpu_seconds(pid) - used) / block * 1e6)
+    direct = statistics.median(rates["direct stdio"])
+    print(f"{rounds} rounds of {block} sequential echo calls per target, taking turns; "
+          f"load average {os.getloadavg()[0]:.2f}\n")
+    print("| target | calls/s | vs direct | relaying process CPU µs/call |\n|---|---|---|---|")
+    for label, got in rates.items():
+        spent = f"{statistics.mean(cpu[label]):.0f}" if cpu[label] else ""
+        print(f"| {label} | {statistics.median(got):,.0f} | "
+              f"{statistics.median(got) / direct:.2f}x | {spent} |")
+
+
+def main() -> None:
+    if "--" in sys.argv:
+        import uvloop
+
+        uvloop.run(proxy(sys.argv[sys.argv.index("--") + 1:]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--block", type=int, default=300)
+    args = parser.parse_args()
+    asyncio.run(measure(args.rounds, args.block))
+
+
+if __name__ == "__main__":
+    main()
