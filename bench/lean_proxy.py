@@ -221,8 +221,10 @@ async def measure(rounds: int, block: int) -> None:
                     used = _cpu_seconds(pid) if pid else 0.0
                     started = time.perf_counter()
                     for _ in range(block):
-                        await compare.call(client, name, {"text": "hello"})
+                        result = await compare.call(client, name, {"text": "hello"})
                     rates[label].append(block / (time.perf_counter() - started))
+                    if "hello" not in str(result.content):  # each target answers the call
+                        raise SystemExit(f"{label} answered {result!r}")
                     if pid:
                         cpu[label].append((_cpu_seconds(pid) - used) / block * 1e6)
     direct = statistics.median(rates["direct stdio"])
