@@ -164,24 +164,6 @@ async def proxy(argv: list[str]) -> None:
         await asyncio.to_thread(child.wait)
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _pid_running(script: str) -> int | None:
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if (len(argv) > 2 and argv[1].endswith(script.encode()) and argv[2] == b"--"
-                    and int(entry) != os.getpid()):
-                return int(entry)
-    return None
-
-
 async def measure(rounds: int, block: int) -> None:
     spec = importlib.util.spec_from_file_location("compare", HERE / "compare.py")
     assert spec is not None and spec.loader is not None
@@ -192,12 +174,13 @@ async def measure(rounds: int, block: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         manifests = compare.write_manifest(Path(tmp) / "m", protocol="legacy")
         state = Path(tmp) / "state"
+        # the process whose CPU is counted: none (direct), the client's new child, the daemon
         targets: dict[str, tuple[Any, str | None]] = {
             "direct stdio": (compare.stdio_params(py, [upstream]), None),
             "bare byte relay": (compare.stdio_params(
-                py, [str(HERE / "byte_relay.py"), "--", py, upstream]), "byte_relay.py"),
+                py, [str(HERE / "byte_relay.py"), "--", py, upstream]), "child"),
             "lean proxy": (compare.stdio_params(
-                py, [str(HERE / "lean_proxy.py"), "--", py, upstream]), "lean_proxy.py"),
+                py, [str(HERE / "lean_proxy.py"), "--", py, upstream]), "child"),
             "sidecar stdio": (compare.stdio_params(
                 py, ["-m", "sidecar.cli", "stdio", "--manifests", str(manifests),
                      "--state-dir", str(state)], env={"SIDECAR_STATE_DIR": str(state)}),
@@ -206,19 +189,21 @@ async def measure(rounds: int, block: int) -> None:
         async with AsyncExitStack() as stack:
             sides: dict[str, tuple[Any, str, int | None]] = {}
             for label, (params, process) in targets.items():
+                before = set(compare.new_children(set()))
                 client = await stack.enter_async_context(compare.mcp_client(params))
                 name = await compare.find_tool(client, "echo")
                 for _ in range(200):
                     await compare.call(client, name, {"text": "warm"})
-                pid = (json.loads((state / "daemon.json").read_text())["pid"]
-                       if process == "daemon" else _pid_running(process) if process else None)
+                pid = (compare.state_daemon(state) if process == "daemon"
+                       else next(iter(compare.new_children(before)), None) if process
+                       else None)
                 sides[label] = (client, name, pid)
             rates: dict[str, list[float]] = {label: [] for label in sides}
             cpu: dict[str, list[float]] = {label: [] for label in sides}
             for r in range(rounds):
                 for label in list(sides) if r % 2 == 0 else list(sides)[::-1]:
                     client, name, pid = sides[label]
-                    used = _cpu_seconds(pid) if pid else 0.0
+                    used = compare.cpu_seconds(pid)
                     started = time.perf_counter()
                     for _ in range(block):
                         result = await compare.call(client, name, {"text": "hello"})
@@ -226,7 +211,7 @@ async def measure(rounds: int, block: int) -> None:
                     if "hello" not in str(result.content):  # each target answers the call
                         raise SystemExit(f"{label} answered {result!r}")
                     if pid:
-                        cpu[label].append((_cpu_seconds(pid) - used) / block * 1e6)
+                        cpu[label].append((compare.cpu_seconds(pid) - used) / block * 1e6)
     direct = statistics.median(rates["direct stdio"])
     print(f"{rounds} rounds of {block} sequential echo calls per target, taking turns; "
           f"load average {os.getloadavg()[0]:.2f}\n")
