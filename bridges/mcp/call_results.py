@@ -2,8 +2,9 @@
 (the tagged parse: a `CallToolResult`, a 2026-07-28 `input_required` round, or a SEP-2663
 task), `later_revision_fields` (result keys only newer revisions declare, dropped before
 parsing), `answer_all` (an `input_required` round's embedded requests answered) and
-`follow_task` (a task polled with `tasks/get` to its end). Imports `bridges.mcp.passthrough`;
-exports those, `AnswerFnT`, `MAX_INPUT_ROUNDS` and `STATE_ONLY_PAUSE`.
+`follow_task` (a task polled with `tasks/get` to its end), `plain_result` (a result of text
+blocks alone, read without a model: `PlainResult`). Imports `bridges.mcp.passthrough`; exports
+those, `AnswerFnT`, `MAX_INPUT_ROUNDS` and `STATE_ONLY_PAUSE`.
 """
 
 from __future__ import annotations
@@ -71,6 +72,51 @@ CALL_RESULT: TypeAdapter[types.CallToolResult | types.InputRequiredResult | dict
         Discriminator(_result_kind),
     ]))
 _ANY_RESULT: TypeAdapter[Any] = TypeAdapter(dict[str, Any])
+
+
+class PlainResult:
+    """A `tools/call` result made of text blocks alone (`plain_result`): what
+    `CALL_RESULT` would make a `CallToolResult` of, read without building one."""
+
+    __slots__ = ("is_error", "texts")
+
+    def __init__(self, texts: list[str], is_error: bool) -> None:
+        self.texts = texts
+        self.is_error = is_error
+
+
+_PLAIN_KEYS = frozenset({"content", "isError", "resultType", "_meta"})
+_PROTOCOL_META = "io.modelcontextprotocol/"
+_TEXT_KEYS = frozenset({"type", "text"})
+
+
+def plain_result(raw: dict[str, Any]) -> PlainResult | None:
+    """The result as a `PlainResult` when it is nothing but `content` (one or more blocks of
+    exactly `type: "text"` and a string `text`), an optional boolean `isError`, and what only
+    the protocol reads (`resultType: "complete"`, the protocol's own `_meta` keys such as the
+    2026-07-28 serverInfo stamp, which `tool_response` drops); None for anything else
+    (annotations, other `_meta`, `structuredContent`, other blocks, lax values), which
+    `CALL_RESULT` validates. Validating even a small result with the SDK's model cost ~20 µs
+    of the daemon's CPU a call (2026-12-06), for the most common answer of all."""
+    if not _PLAIN_KEYS.issuperset(raw):
+        return None
+    content = raw.get("content")
+    is_error = raw.get("isError", False)
+    if type(content) is not list or not content or type(is_error) is not bool:
+        return None
+    if len(raw) > 2 or (len(raw) == 2 and "isError" not in raw):
+        if raw.get("resultType", "complete") != "complete":
+            return None
+        meta = raw.get("_meta", {})
+        if type(meta) is not dict or not all(key.startswith(_PROTOCOL_META) for key in meta):
+            return None
+    texts: list[str] = []
+    for block in content:
+        if (type(block) is not dict or block.keys() != _TEXT_KEYS or block["type"] != "text"
+                or type(text := block["text"]) is not str):
+            return None
+        texts.append(text)
+    return PlainResult(texts, is_error)
 _INPUT_REQUEST: TypeAdapter[types.InputRequest] = TypeAdapter(types.InputRequest)
 
 

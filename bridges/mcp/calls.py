@@ -25,6 +25,7 @@ from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
 from bridges.manifest.loading import ServerConfig
+from bridges.mcp.call_results import PlainResult
 from bridges.mcp.catalog import UpstreamTool
 from bridges.mcp.connection import Connection
 from bridges.mcp.passthrough import CALLER_HEADERS, UPSTREAM_CALL, InflightCall
@@ -33,6 +34,8 @@ from bridges.mcp.redact import Redactor
 from bridges.mcp.results import (
     is_our_timeout,
     is_transport_loss,
+    plain_error,
+    plain_response,
     rpc_failure,
     tool_error,
     tool_response,
@@ -152,6 +155,10 @@ class Caller:
         finally:
             self.inflight.remove(progress)
             self._record_latency((time.perf_counter() - started) * 1000)
+        if isinstance(result, PlainResult):  # text blocks alone, read without a model
+            if result.is_error:
+                raise self._redacted(plain_error(result, server=self.server, tool=tool.name))
+            return plain_response(result, has_output=tool.has_output)
         if result.is_error:
             raise self._redacted(tool_error(result, server=self.server, tool=tool.name))
         return tool_response(result, has_output=tool.has_output)
@@ -190,7 +197,7 @@ class Caller:
         progress: CallProgress,
         *,
         hint: Callable[[], str | None] | None = None,
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | PlainResult:
         timeout = config.timeouts.call
         relay = self._input_request
         call = InflightCall(progress.context.runner.session_id, progress.context.runner.call_id)

@@ -48,9 +48,11 @@ from bridges.mcp.call_results import (
     MAX_INPUT_ROUNDS,
     STATE_ONLY_PAUSE,
     AnswerFnT,
+    PlainResult,
     answer_all,
     follow_task,
     later_revision_fields,
+    plain_result,
 )
 from bridges.mcp.direct_requests import RESULT_TOO_LARGE
 from bridges.mcp.http_limit import LISTING_REFUSAL, LimitedTransport
@@ -212,11 +214,12 @@ class Connection:
         call_timeout: float,
         progress: ProgressFnT | None,
         answer: AnswerFnT | None = None,
-    ) -> types.CallToolResult:
-        """One `tools/call`. A 2026-07-28 server that needs sampling, elicitation or roots
-        answers with an `input_required` result instead; each embedded request goes to
-        `answer` (None: refused) and the call is resent with the responses and the server's
-        `requestState`, up to `MAX_INPUT_ROUNDS` times."""
+    ) -> types.CallToolResult | PlainResult:
+        """One `tools/call` (a result of text blocks alone comes as a `PlainResult`). A
+        2026-07-28 server that needs sampling, elicitation or roots answers with an
+        `input_required` result instead; each embedded request goes to `answer` (None:
+        refused) and the call is resent with the responses and the server's `requestState`,
+        up to `MAX_INPUT_ROUNDS` times."""
         input_responses: types.InputResponses | None = (
             CALLER_INPUT_RESPONSES.get() if self.modern else None)
         request_state: str | None = None
@@ -225,7 +228,7 @@ class Connection:
             tracing.inject_into(meta)  # W3C traceparent for the server, when tracing is on
             result = await self._send_call(name, arguments, input_responses, request_state,
                                            meta, call_timeout, progress)
-            if isinstance(result, types.CallToolResult):
+            if isinstance(result, types.CallToolResult | PlainResult):
                 return result
             if isinstance(result, dict):  # SEP-2663: the server made a task of the call
                 return await follow_task(self._client.session, result, call_timeout, answer)
@@ -242,7 +245,7 @@ class Connection:
         self, name: str, arguments: dict[str, Any],
         input_responses: types.InputResponses | None, request_state: str | None,
         meta: dict[str, Any], call_timeout: float, progress: ProgressFnT | None,
-    ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
+    ) -> types.CallToolResult | types.InputRequiredResult | PlainResult | dict[str, Any]:
         """One round of `call`: on the pipe (a plain call builds no request model) or through
         the SDK session."""
         if (self._direct is not None and input_responses is None and request_state is None
@@ -328,9 +331,10 @@ class Connection:
 
     async def _direct_call(
         self, params: dict[str, Any], call_timeout: float, progress: ProgressFnT | None
-    ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
+    ) -> types.CallToolResult | types.InputRequiredResult | PlainResult | dict[str, Any]:
         """`tools/call` with these params (wire JSON) on the pipe, stamped and checked as
-        `ClientSession.send_request` does."""
+        `ClientSession.send_request` does (a result of text blocks alone is not made a model:
+        `plain_result`)."""
         assert self._direct is not None
         direct, stamp = self._direct
         data: dict[str, Any] = {"method": "tools/call", "params": params}
@@ -347,7 +351,7 @@ class Connection:
         version = self._client.protocol_version
         if not (foreign := later_revision_fields(version)).isdisjoint(raw):
             raw = {key: value for key, value in raw.items() if key not in foreign}
-        return CALL_RESULT.validate_python(raw, by_name=False)
+        return plain_result(raw) or CALL_RESULT.validate_python(raw, by_name=False)
 
 
 def _caller_stamp(stamp: Callable[[dict[str, Any], Any], None]

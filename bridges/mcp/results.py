@@ -25,6 +25,7 @@ from typing import Any
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
+from bridges.mcp.call_results import PlainResult
 from bridges.mcp.stdio import ConnectionLost, RequestTimedOut
 from sidecar.model.content import (
     AudioContent,
@@ -88,6 +89,14 @@ def tool_response(result: types.CallToolResult, *, has_output: bool) -> ToolResp
     return ToolResponse(content=content, metadata=metadata)
 
 
+def plain_response(result: PlainResult, *, has_output: bool) -> ToolResponse:
+    """`tool_response` of a result of text blocks alone (`plain_result`)."""
+    content: list[ContentItem] = [TextContent(text) for text in result.texts]
+    if has_output:
+        return ToolResponse(output=None, content=content)
+    return ToolResponse(content=content)
+
+
 def vendor_meta(meta: dict[str, Any] | None) -> dict[str, Any]:
     """A result's `_meta` without the protocol's own keys (e.g. the 2026 serverInfo stamp)."""
     return {k: v for k, v in (meta or {}).items() if not k.startswith(_PROTOCOL_META_PREFIX)}
@@ -102,6 +111,15 @@ def tool_error(result: types.CallToolResult, *, server: str, tool: str) -> ToolF
     text = "\n".join(b.text for b in result.content if isinstance(b, types.TextContent)).strip()
     if not text and result.structured_content is not None:
         text = _json(result.structured_content)
+    return ToolFailure(
+        text or f"tool {tool!r} of MCP server {server!r} reported an error without a message",
+        metadata={"server": server, "tool": tool},
+    )
+
+
+def plain_error(result: PlainResult, *, server: str, tool: str) -> ToolFailure:
+    """`tool_error` of a result of text blocks alone (`plain_result`)."""
+    text = "\n".join(result.texts).strip()
     return ToolFailure(
         text or f"tool {tool!r} of MCP server {server!r} reported an error without a message",
         metadata={"server": server, "tool": tool},

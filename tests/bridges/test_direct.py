@@ -16,6 +16,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
+from bridges.mcp.call_results import PlainResult
 from bridges.mcp.connection import Era, open_connection
 from bridges.mcp.redact import Redactor
 from bridges.mcp.stdio import DirectRequests, LogFn, StderrTail, stdio_transport
@@ -159,5 +160,5 @@ async def test_stdio_connections_call_directly_with_the_eras_stamp(mode: str, tm
         assert connection.direct
         assert connection.protocol_version == (mode if mode != "legacy" else "2025-11-25")
         result = await connection.call("echo", {"text": "hi"}, call_timeout=5, progress=None)
-        assert isinstance(result, types.CallToolResult)
-        assert result.content == [types.TextContent(type="text", text="hi")]
+        assert isinstance(result, PlainResult)  # text alone: read without a model
+        assert (result.texts, result.is_error) == (["hi"], False)
