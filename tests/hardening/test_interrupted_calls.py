@@ -75,3 +75,35 @@ def test_a_call_killed_with_the_daemon_answers_interrupted_after_the_restart(
             assert client.get("/v1/calls/settled-1").json()["status"] == "completed"
     finally:
         stop_daemon(again)
+
+
+def test_every_answered_call_is_known_after_a_kill_right_after_its_answer(
+    tmp_path: Path,
+) -> None:
+    """An outcome is durable before its answer leaves: journaled, with SQLite's row committed
+    behind it. SIGKILL right after the last answer (inside the window the rows are gathered
+    in), then a restart: every answered call replays its outcome, none runs again."""
+    daemon = start_daemon(tmp_path, manifests={"nap.toml": NAP})
+    ids = [f"quick-{i}" for i in range(30)]
+    try:
+        with daemon.client() as client:
+            snap = client.post("/v1/snapshots", json={"session_id": "s"}).json()["id"]
+            for call_id in ids:
+                answer = client.post(f"/v1/snapshots/{snap}/calls", json={
+                    "name": "nap", "input": {"s": 0}, "context": {
+                        "session_id": "s", "agent": "a", "message_id": "m",
+                        "call_id": call_id}})
+                assert answer.json()["status"] == "completed", answer.text
+            daemon.proc.send_signal(signal.SIGKILL)
+            daemon.proc.wait(timeout=30)
+    finally:
+        stop_daemon(daemon)
+    again = start_daemon(tmp_path, manifests={"nap.toml": NAP})
+    try:
+        with again.client() as client:
+            for call_id in ids:
+                shown = client.get(f"/v1/calls/{call_id}").json()
+                assert shown["status"] == "completed" and "woke" in shown["content"][0]["text"], \
+                    (call_id, shown)
+    finally:
+        stop_daemon(again)

@@ -1,6 +1,6 @@
 """An install without the `fleet` extra (no asyncpg, as the default Docker image): a failure
-of the SQLite outcome log (a real write refused by a trigger, through the seam's record path)
-is an `operational` outcome from the seam, not a `ModuleNotFoundError`. Run in a fresh
+of the SQLite outcome log (its journal refusing the outcome line, then a real write refused by
+a trigger, through the seam's record path) is an `operational` outcome from the seam, not a `ModuleNotFoundError`. Run in a fresh
 interpreter where importing asyncpg fails."""
 
 from __future__ import annotations
@@ -28,6 +28,11 @@ async def main(root):
         await log._run(lambda: log._db().execute(
             "CREATE TRIGGER refuse BEFORE INSERT ON outcomes "
             "BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END"))
+
+        def full(row):
+            raise OSError(28, "No space left on device")
+
+        log._journal.settle = full
         outcome = await loc.snapshot().execute("echo", {"text": "hi"},
                                               ToolContext("s", "a", "m", "c1"))
         print(outcome.status, outcome.error.kind.value)

@@ -2,10 +2,12 @@
 file in WAL mode (`<state>/outcomes.sqlite`).
 
 One thread owns the connection (`SqliteOwner`); work queued while it was busy is committed
-together (group commit), and a record made while it is idle commits inline on the caller's
-thread; every caller is answered after its commit, so an outcome is durable (WAL,
-`synchronous=NORMAL`: it survives SIGKILL) before its answer leaves. Starts go to a journal
-file (`StartJournal`) before the call runs. Retention
+together (group commit), and a job queued while it is idle runs inline on the caller's
+thread. A call's start goes to a journal file (`StartJournal`) before the call runs, and its
+outcome row is appended there before `record` returns, so an outcome is durable (as a WAL
+commit with `synchronous=NORMAL`: it survives SIGKILL) before its answer leaves; the row is
+committed to SQLite behind it, gathered for `SETTLE_GATHER_SECONDS`, and read from memory
+until then. Retention
 prunes in small batches on that thread, leaving tombstones; a Bloom filter of settled keys
 (`SettledFilter`) answers "never settled" without a trip to SQLite. See `README.md` of this package.
 
@@ -16,6 +18,7 @@ Imports `sidecar.stores`, `sidecar.model` and this package. Exports `SqliteOutco
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -51,6 +54,10 @@ from sidecar.stores.outcome_log import (
 )
 
 T = TypeVar("T")
+
+SETTLE_GATHER_SECONDS = 0.02
+"""How long settled rows are gathered before the writer thread commits them to SQLite (they are
+durable in the journal already)."""
 
 __all__ = ["CHECKPOINT_EVERY", "PRUNE_BATCH", "PRUNE_BATCH_SECONDS", "SettledFilter",
            "SqliteOutcomeLog"]
@@ -89,6 +96,10 @@ CREATE TABLE IF NOT EXISTS expired (
 """
 _COLUMNS = ("location, call_id, session_id, agent, message_id, tool, status, body, created_at, "
             "fingerprint")
+_INSERT = f"INSERT OR IGNORE INTO outcomes ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
+_INSERT_UNLESS_EXPIRED = (  # a journaled row whose outcome was pruned since stays pruned
+    f"INSERT OR IGNORE INTO outcomes ({_COLUMNS}) SELECT ?1,?2,?3,?4,?5,?6,?7,?8,?9,?10 "
+    "WHERE NOT EXISTS (SELECT 1 FROM expired WHERE location=?1 AND call_id=?2)")
 # `outcomes_session` (location, session_id, created_at) was never read and cost a quarter of
 # every insert; logs that have it lose it at open. `outcomes_by_age` is what pruning reads; it
 # is appended to in time order, so an insert touches only its rightmost page.
@@ -163,9 +174,13 @@ class SqliteOutcomeLog:
         """The starts of running calls (event loop only), opened with the log."""
         self._unrecorded: dict[tuple[str, str], tuple[str, str, str]] = {}
         """Calls that ran but whose outcome could not be recorded: (tool, fingerprint, why)."""
-        self._owner: SqliteOwner[None] = SqliteOwner(
+        self._unwritten: dict[tuple[str, str], tuple[str, str]] = {}
+        """Settled outcomes journaled and not yet committed to SQLite: (body, fingerprint)."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._owner: SqliteOwner[tuple[Any, ...]] = SqliteOwner(
             "outcome-log", group_commit=True,
-            closed=lambda: OutcomeLogError(f"outcome log {path}: closed"))
+            closed=lambda: OutcomeLogError(f"outcome log {path}: closed"),
+            write_gathered=self._write_settled, gather_seconds=SETTLE_GATHER_SECONDS)
         self._owner.on_close = self._stop_keeper
         self._closed = False
 
@@ -212,6 +227,7 @@ class SqliteOutcomeLog:
             raise OutcomeLogError(f"outcome log {self._path}: {exc}") from exc
 
     async def _opened(self) -> None:
+        self._loop = asyncio.get_running_loop()
         try:
             await self._owner.open(self._connect)
             self._journal = StartJournal(self._starts_path)
@@ -254,9 +270,14 @@ class SqliteOutcomeLog:
         record them) become `interrupted` outcomes: a retry answers that, never runs them
         again, and `GET /v1/calls/{id}` shows it. The starts are in the journal
         (`StartJournal`) and, in logs written before it, in the `started` table."""
+        journaled, settled = StartJournal.read_all(self._starts_path)
+        if settled:  # outcomes the last process journaled (committed since, or not yet)
+            with conn:
+                conn.execute("BEGIN")
+                conn.executemany(_INSERT_UNLESS_EXPIRED, settled)
         rows = conn.execute(
             "SELECT location, call_id, tool, fingerprint, started_at FROM started").fetchall()
-        rows += [tuple(start) for start in StartJournal.read(self._starts_path)]
+        rows += [tuple(start) for start in journaled]
         interrupted = 0
         for location, call_id, tool, fingerprint, started_at in rows:
             if conn.execute(  # settled, or settled and pruned since
@@ -268,7 +289,7 @@ class SqliteOutcomeLog:
                                           "the daemon stopped before it settled")
             body = json.dumps(outcome.to_json(include_output=False), ensure_ascii=False)
             interrupted += conn.execute(  # (a call in both places: once)
-                f"INSERT OR IGNORE INTO outcomes ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                _INSERT,
                 (location, call_id, "", "", "", tool, "error", body, time.time(), fingerprint),
             ).rowcount
         conn.execute("DELETE FROM started")
@@ -285,6 +306,9 @@ class SqliteOutcomeLog:
     async def record(
         self, location: str, outcome: Outcome, context: ToolContext, fingerprint: str = ""
     ) -> Outcome:
+        """The outcome, journaled (or, when the key may be known already or the journal
+        failed, committed to SQLite first) before this returns; the outcome already stored
+        under the key instead, replayed, when there is one."""
         value = outcome.to_json(include_output=False)
         encoded = compact(value)
         body = (encoded.decode() if encoded is not None
@@ -293,12 +317,33 @@ class SqliteOutcomeLog:
             location, outcome.call_id, context.session_id, context.agent, context.message_id,
             outcome.tool, outcome.status, body, time.time(), fingerprint,
         )
+        key = (location, outcome.call_id)
+        journal = None if self._closed else self._journal  # closed: `_record_now` says so
+        if (found := self._unwritten.get(key)) is not None:
+            return replayed_outcome(outcome.call_id, found, fingerprint)
+        if journal is not None and not self._settled.may_contain(location, outcome.call_id):
+            try:  # never settled here: the journal line is its record; SQLite's row follows
+                journal.settle(row)
+            except OSError as exc:
+                logger.warning("journaling the outcome of call %r failed (%s); committing it "
+                               "directly", outcome.call_id, exc)
+            else:
+                self._unwritten[key] = (body, fingerprint)
+                self._settled.add(location, outcome.call_id)
+                self._outcomes += 1
+                self._owner.gather(row)
+                return outcome
+        return await self._record_now(row, outcome, fingerprint)
+
+    async def _record_now(
+        self, row: tuple[Any, ...], outcome: Outcome, fingerprint: str
+    ) -> Outcome:
+        """`record` as one committed statement (inline or on the writer thread)."""
+        location = row[0]
 
         def write() -> tuple[str, str] | None:
             db = self._db()
-            inserted = db.execute(  # one statement: its own commit (autocommit, inline)
-                f"INSERT OR IGNORE INTO outcomes ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)", row
-            ).rowcount
+            inserted = db.execute(_INSERT, row).rowcount  # its own commit (autocommit)
             self._settled.add(location, outcome.call_id)
             if inserted:
                 self._outcomes += 1
@@ -320,6 +365,33 @@ class SqliteOutcomeLog:
         if existing is None:
             return outcome
         return replayed_outcome(outcome.call_id, existing, fingerprint)
+
+    def _write_settled(self, db: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+        """On the writer thread: journaled rows committed together; the loop then forgets
+        them (`_written`). A row SQLite refuses stays journaled, and in memory: the next open
+        inserts it."""
+        try:
+            with db:
+                db.execute("BEGIN")
+                db.executemany(_INSERT, rows)
+        except sqlite3.Error:
+            logger.exception("%s: committing %d settled outcome(s) failed; they stay in the "
+                             "journal", self._path, len(rows))
+            return
+        keeper = self._keeper
+        if keeper is not None:
+            keeper.after_batch(db, len(rows))
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody reads them
+                loop.call_soon_threadsafe(self._written, [(r[0], r[1]) for r in rows])
+
+    def _written(self, keys: list[tuple[str, str]]) -> None:
+        journal = self._journal
+        for key in keys:
+            self._unwritten.pop(key, None)
+            if journal is not None:
+                journal.written(*key)
 
     async def claim(self, location: str, call_id: str, fingerprint: str = "",
                     tool: str = "") -> Outcome | None:
@@ -361,6 +433,8 @@ class SqliteOutcomeLog:
         if self._owner.connection is not None and not self._settled.may_contain(location,
                                                                                   call_id):
             return None  # never settled here: no trip to SQLite
+        if (unwritten := self._unwritten.get((location, call_id))) is not None:
+            return replayed_outcome(call_id, unwritten, fingerprint)  # not in SQLite yet
 
         def read() -> Any:
             db = self._db()

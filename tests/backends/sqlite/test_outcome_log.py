@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.backends.sqlite.outcome_log import CHECKPOINT_EVERY, SettledFilter, SqliteOutcomeLog
+from sidecar.backends.sqlite.outcome_log import (
+    CHECKPOINT_EVERY,
+    SETTLE_GATHER_SECONDS,
+    SettledFilter,
+    SqliteOutcomeLog,
+)
 from sidecar.model.content import TextContent
 from sidecar.model.errors import CallIdConflict
 from sidecar.model.outcome import Outcome
@@ -172,14 +177,21 @@ async def test_a_log_from_before_fingerprints_is_migrated_and_still_replays(tmp_
 async def test_a_call_whose_outcome_could_not_be_recorded_is_interrupted_not_run_again(
     tmp_path: Path,
 ) -> None:
-    """Its start stays: a retry in this process and after a reopen answers `interrupted`
-    (naming the tool and why), never None, which would run the tool again."""
+    """Neither the journal nor SQLite took it. Its start stays: a retry in this process and
+    after a reopen answers `interrupted` (naming the tool and why), never None, which would
+    run the tool again."""
     path = tmp_path / "outcomes.sqlite"
     log = await SqliteOutcomeLog.open(path)
     try:
         await log._run(lambda: log._db().execute(
             "CREATE TRIGGER refuse BEFORE INSERT ON outcomes WHEN NEW.call_id = 'doomed' "
             "BEGIN SELECT RAISE(ABORT, 'disk says no'); END"))
+        assert log._journal is not None
+
+        def full(row: object) -> None:
+            raise OSError(28, "No space left on device")
+
+        log._journal.settle = full  # type: ignore[method-assign]
         assert await log.claim("loc", "doomed", "print", "deploy") is None
         ran = Outcome(call_id="doomed", tool="deploy", status="completed",
                       content=(TextContent("deployed"),))
@@ -203,6 +215,66 @@ async def test_a_call_whose_outcome_could_not_be_recorded_is_interrupted_not_run
         assert await reopened.claim("loc", "fresh", "p", "t") is None
     finally:
         await reopened.aclose()
+
+
+async def test_a_journaled_outcome_sqlite_refuses_is_still_answered_and_kept(
+    tmp_path: Path,
+) -> None:
+    """The journal line is the record: when the commit behind it fails, the outcome is still
+    answered from memory, and the next open puts it in SQLite."""
+    path = tmp_path / "outcomes.sqlite"
+    log = await SqliteOutcomeLog.open(path)
+    try:
+        await log._run(lambda: log._db().execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON outcomes WHEN NEW.call_id = 'late' "
+            "BEGIN SELECT RAISE(ABORT, 'disk says no'); END"))
+        assert await log.claim("loc", "late", "print", "deploy") is None
+        ran = Outcome(call_id="late", tool="deploy", status="completed",
+                      content=(TextContent("deployed"),))
+        assert await log.record("loc", ran, ToolContext("s", "a", "m", "late"), "print") is ran
+        await asyncio.sleep(SETTLE_GATHER_SECONDS * 5)  # the commit behind it has failed
+        stored = await log.claim("loc", "late", "print", "deploy")
+        assert stored is not None and stored.replayed and stored.content == ran.content
+        await log._run(lambda: log._db().execute("DROP TRIGGER refuse"))
+    finally:
+        await log.aclose()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT count(*) FROM outcomes WHERE call_id='late'").fetchone() \
+            == (0,)
+    reopened = await SqliteOutcomeLog.open(path)
+    try:
+        again = await reopened.get("loc", "late", "print")
+        assert again is not None and again.content == ran.content
+        assert await reopened._run(lambda: reopened._db().execute(
+            "SELECT count(*) FROM outcomes WHERE call_id='late'").fetchone()) == (1,)
+    finally:
+        await reopened.aclose()
+
+
+async def test_outcomes_of_a_killed_process_are_in_sqlite_at_the_next_open(
+    tmp_path: Path,
+) -> None:
+    """A process killed after journaling outcomes and before committing them behind: the next
+    open inserts them, once, and answers them as replays."""
+    path = tmp_path / "outcomes.sqlite"
+    first = await SqliteOutcomeLog.open(path, idle_seconds=60)
+    ran = Outcome(call_id="k1", tool="t", status="completed", content=(TextContent("x"),))
+    assert await first.claim("loc", "k1", "fp", "t") is None
+    assert first._journal is not None
+    first._owner.gather = lambda row: None  # type: ignore[method-assign]  # the kill: no commit
+    await first.record("loc", ran, ToolContext("s", "a", "m", "k1"), "fp")
+    journal = path.with_name(path.name + "-starts").read_bytes()
+    await first.aclose()
+    path.with_name(path.name + "-starts").write_bytes(journal)  # as the kill left it
+    for _ in range(2):  # once: the second open finds it in SQLite and the journal empty
+        reopened = await SqliteOutcomeLog.open(path)
+        try:
+            again = await reopened.claim("loc", "k1", "fp", "t")
+            assert again is not None and again.replayed and again.content == ran.content
+            assert await reopened._run(lambda: reopened._db().execute(  # noqa: B023
+                "SELECT count(*) FROM outcomes WHERE call_id='k1'").fetchone()) == (1,)
+        finally:
+            await reopened.aclose()
 
 
 async def test_starts_left_by_a_killed_process_become_interrupted_once(tmp_path: Path) -> None:

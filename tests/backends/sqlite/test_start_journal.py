@@ -66,3 +66,38 @@ def test_empty_forgets_every_line(tmp_path: Path) -> None:
     journal.start("loc", "b", "echo", "", 2.0)
     journal.close()
     assert [s.call_id for s in StartJournal.read(path)] == ["b"]
+
+
+def row(call_id: str, body: str = '{"status":"completed"}') -> tuple[object, ...]:
+    return ("loc", call_id, "s", "a", "m", "echo", "completed", body, 5.0, "fp")
+
+
+def test_settled_rows_are_read_back_and_their_starts_are_settled(tmp_path: Path) -> None:
+    path = tmp_path / "starts"
+    journal = StartJournal(path)
+    journal.start("loc", "a", "echo", "fp", 1.0)
+    journal.start("loc", "b", "echo", "fp", 2.0)
+    journal.settle(row("a", 'text with\na newline, "quotes" and é'))
+    journal.close()
+    with path.open("ab") as file:
+        file.write(b'["settled", "loc", "c", "s"')  # a power cut mid-line
+    starts, settled = StartJournal.read_all(path)
+    assert [s.call_id for s in starts] == ["b"]
+    assert settled == [row("a", 'text with\na newline, "quotes" and é')]
+
+
+def test_past_its_limit_the_file_keeps_the_rows_sqlite_lacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(start_journal, "ROTATE_BYTES", 2_000)
+    path = tmp_path / "starts"
+    journal = StartJournal(path)
+    journal.settle(row("kept"))  # never `written`: SQLite does not have it
+    for i in range(100):
+        journal.start("loc", f"c{i}", "echo", "", 2.0)
+        journal.settle(row(f"c{i}"))
+        journal.written("loc", f"c{i}")
+    assert path.stat().st_size <= 2_000
+    journal.close()
+    starts, settled = StartJournal.read_all(path)
+    assert starts == [] and row("kept") in settled and row("c0") not in settled
