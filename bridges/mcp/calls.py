@@ -12,6 +12,7 @@ daemon log: a log line of one session's call is never shown to another's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 InputRequestFnT = Callable[[InflightCall, Any], Awaitable[Any]]
 """Answers a request embedded in a 2026-07-28 `input_required` result of one call."""
 
+_UNTRACED = contextlib.nullcontext()
 RECONNECT_WAIT = 5.0
 """How long a call waits for a (re)starting server before it fails `upstream`."""
 _LOG_TEXT_LIMIT = 2000
@@ -212,10 +214,11 @@ class Caller:
 
         sent_by = UPSTREAM_CALL.set(call)  # what the server asks on this call's stream
         try:
-            with tracing.step(f"tools/call {tool}", SpanKind.CLIENT, {
+            traced = tracing.step(f"tools/call {tool}", SpanKind.CLIENT, {
                 "mcp.method.name": "tools/call", "gen_ai.tool.name": tool,
                 "sidecar.server": self.server,
-            }):
+            }) if tracing.enabled() else _UNTRACED  # (no name nor attributes built for nothing)
+            with traced:
                 return await connection.call(
                     tool, arguments, call_timeout=timeout, progress=progress.on_progress,
                     answer=answer,

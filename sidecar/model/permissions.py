@@ -106,6 +106,11 @@ class PermissionGate(Protocol):
         end the turn), or `tool_failure` carrying the user's feedback (the model can go on)."""
         ...
 
+    def decision(self, session_id: str, action: str, resources: tuple[str, ...] = (),
+                 default: Decision | None = None) -> Decision:
+        """What the rules known now decide, as `ask` would start with (no request built)."""
+        ...
+
 
 async def ask_permission(
     gate: PermissionGate | None,
@@ -117,8 +122,10 @@ async def ask_permission(
 ) -> None:
     """Ask `gate` whether the call `ctx` describes may run, its tool name as the action (the
     session, agent, message and call ids come from `ctx`); returns when it may, raises what
-    `ask` raises otherwise. Without a gate there is nothing to ask."""
-    if gate is None:
+    `ask` raises otherwise. Without a gate there is nothing to ask; a call the rules allow
+    outright builds no request (most calls: an `allow` default or rule)."""
+    if gate is None or gate.decision(ctx.session_id, ctx.tool_name, resources,
+                                     default) == "allow":
         return
     await gate.ask(PermissionRequest(
         session_id=ctx.session_id,

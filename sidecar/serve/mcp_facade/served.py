@@ -133,6 +133,9 @@ class ServedTools:
         """A tool of a server that waits for an OAuth login, called by a client that can open
         a URL: that login first (`login_ask`; the URL goes out like an upstream's request).
         A `call_tool` (search mode) is judged by the tool its `arguments` name."""
+        if not login_ask.opens_urls(call.session):  # nobody to ask: nothing to do
+            return
+
         async def ask(server: str, params: types.ElicitRequestURLParams) -> Any:
             inflight = [InflightCall(call.state.id, call.call_id)]
             return await self._server_request(server, inflight, "elicitation/create", params)
