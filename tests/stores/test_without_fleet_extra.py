@@ -1,7 +1,7 @@
 """An install without the `fleet` extra (no asyncpg, as the default Docker image): a failure
 of the SQLite outcome log (its journal refusing the outcome line, then a real write refused by
-a trigger, through the seam's record path) is an `operational` outcome from the seam, not a `ModuleNotFoundError`. Run in a fresh
-interpreter where importing asyncpg fails."""
+a trigger, through the seam's record path) is an `operational` outcome from the seam, not a
+`ModuleNotFoundError`. Run in a fresh interpreter where importing asyncpg fails."""
 
 from __future__ import annotations
 
