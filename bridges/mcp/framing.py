@@ -1,6 +1,7 @@
 """Newline-delimited JSON-RPC framing for stdio, in linear time and with few copies. Imports
 `bridges.mcp.piecewise_json` only; exports `LineFramer`, `OversizedLine`, `LargeLine`,
-`drain_messages`, `offer_large`, `InvalidAnswer` and `PARSE_OFF_LOOP_AT`.
+`drain_messages`, `offer_large`, `InvalidAnswer`, `PARSE_OFF_LOOP_AT`, and `LineReader` with
+`take_lines` (lines handled as they arrive).
 
 `LineFramer` scans each byte once (the SDK's stdio reader re-splits its buffer for every chunk,
 quadratic in the line length): chunks of an unfinished line are kept in a list and joined
@@ -15,14 +16,15 @@ lines are parsed as they arrive, or off the event loop: `LineFramer`.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import re
 import secrets
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, SupportsIndex
 
 import mcp_types as types
 from mcp.shared.message import SessionMessage
@@ -554,3 +556,40 @@ def _restore(value: Any, marker: str, longs: list[str]) -> Any:
         return item
 
     return swap(value) if longs else value
+
+
+class LineReader(asyncio.StreamReader):
+    """A stream whose bytes are first offered, as they arrive (from the transport's
+    callback), to `take`, while its reader waits with nothing held (`idle`, set by the
+    reading loop): `take(data)` handles whole lines from the start of `data` and says how
+    many bytes it used; the rest goes through the stream as before, so lines are still
+    handled in order. A line handled there costs no buffer, waiter, task step nor framer
+    (~10 µs each in the daemon, 2026-12-06)."""
+
+    def __init__(self, take: Callable[[bytes], int], *, limit: int,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self._take = take
+        self.idle = False
+        """Set by the reading loop: it waits in `read`, and neither it nor the stream holds
+        any byte (every byte fed since clears it)."""
+
+    def feed_data(self, data: Iterable[SupportsIndex]) -> None:
+        if self.idle and isinstance(data, bytes):  # (transports hand bytes)
+            taken = self._take(data)
+            if taken == len(data):
+                return
+            data = data[taken:]
+        self.idle = False  # bytes are buffered now: the loop reads them in order
+        super().feed_data(data)
+
+
+def take_lines(data: bytes, take: Callable[[bytes], bool], limit: int) -> int:
+    """How many bytes of `data`, whole lines from its start, `take` took (it is offered each
+    non-blank line shorter than `limit` until it refuses one)."""
+    start = 0
+    while (end := data.find(b"\n", start)) >= 0:
+        if end - start >= limit or not take(data[start:end]):
+            break
+        start = end + 1
+    return start

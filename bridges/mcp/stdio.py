@@ -21,13 +21,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 import os
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import IO, Protocol
+from typing import IO, Protocol, cast
 
 import anyio
 import mcp_types as types
@@ -43,12 +44,15 @@ from bridges.mcp.direct_requests import DirectRequests as DirectRequests
 from bridges.mcp.direct_requests import LogFn as LogFn
 from bridges.mcp.direct_requests import RequestTimedOut as RequestTimedOut
 from bridges.mcp.framing import (
+    PARSE_OFF_LOOP_AT,
     InvalidAnswer,
     LargeLine,
     LineFramer,
+    LineReader,
     OversizedLine,
     drain_messages,
     offer_large,
+    take_lines,
 )
 from bridges.mcp.stderr_tail import STDERR_TAIL_BYTES as STDERR_TAIL_BYTES
 from bridges.mcp.stderr_tail import StderrTail as StderrTail
@@ -91,12 +95,19 @@ async def stdio_transport(
     cancellation) the child is stopped and reaped before this returns.
     """
     proc: Child
+    direct = direct if direct is not None else DirectRequests()
+    answers = functools.partial(_direct_answer, direct)
+    limit = min(PARSE_OFF_LOOP_AT, spec.max_message_bytes)
+
+    def stdout_lines(data: bytes) -> int:  # answers to direct requests, as they arrive
+        return take_lines(data, answers, limit)
+
     sandbox = contextlib.AsyncExitStack()  # the egress proxy of an allow-list, if any
     ran: list[str] = []  # the sandboxed argv: its cgroup says which limit it hit
     prestarted = PRESTARTED.claim(spec)
     if prestarted is not None:
         try:
-            proc = await _Adopted.of(prestarted)
+            proc = await _Adopted.of(prestarted, stdout_lines)
         except BaseException:  # claimed, so nobody else would stop it
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(stop_prestarted, prestarted)
@@ -109,7 +120,9 @@ async def stdio_transport(
             if spec.sandbox is not None:  # bwrap's argv (`bridges.sandbox`)
                 argv = ran = await sandbox.enter_async_context(sandboxed(
                     spec.sandbox, argv, cwd=spec.cwd, env=spec.env, name=server, owner=info))
-            proc = await asyncio.create_subprocess_exec(
+            loop = asyncio.get_running_loop()
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _ChildProtocol(stdout_lines, limit=READ_CHUNK, loop=loop),
                 *argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -117,9 +130,9 @@ async def stdio_transport(
                 env=spec.child_environment(),
                 cwd=spec.cwd,
                 start_new_session=True,
-                limit=READ_CHUNK,
                 preexec_fn=die_with_parent(),  # dies with the daemon (`bridges.child_groups`)
             )
+            proc = asyncio.subprocess.Process(transport, protocol, loop)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await sandbox.aclose()
@@ -131,7 +144,6 @@ async def stdio_transport(
     on_spawned()
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
-    direct = direct if direct is not None else DirectRequests()
     assert proc.stdin is not None
     direct.attach(proc.stdin, read_writer.aclose)
     try:
@@ -176,8 +188,18 @@ async def _pump_stdout(
 ) -> None:
     assert proc.stdout is not None
     framer = LineFramer(max_message_bytes, stream_at=STREAM_LINES_AT)
+    lines = proc.stdout if isinstance(proc.stdout, LineReader) else None
+    emptied = True  # the stream's buffer: a read shorter than asked for emptied it
     try:
-        while chunk := await proc.stdout.read(READ_CHUNK):
+        while True:
+            if lines is not None:  # nothing held anywhere: answers may go straight on
+                lines.idle = emptied and framer.buffered_bytes == 0
+            chunk = await proc.stdout.read(READ_CHUNK)
+            if lines is not None:
+                lines.idle = False
+            if not chunk:
+                break
+            emptied = len(chunk) < READ_CHUNK
             framer.feed(chunk)
             del chunk
             for drained in drain_messages(framer, direct.claims, direct.deliver,
@@ -217,6 +239,42 @@ async def _pump_stdout(
             state.closing_reason = sandbox_limit()  # a limit of its cgroup it ran into
         direct.close()
         await out.aclose()
+
+
+class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """`asyncio.create_subprocess_exec`'s protocol, with the child's stdout read by a
+    `LineReader`: answers to direct requests are handed over as they arrive."""
+
+    def __init__(self, take: Callable[[bytes], int], *, limit: int,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self._take = take
+        self._reader_limit = limit
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        # (uvloop's process transport is no `asyncio.SubprocessTransport` subclass)
+        stdout = cast("asyncio.SubprocessTransport", transport).get_pipe_transport(1)
+        if stdout is not None:
+            reader = LineReader(self._take, limit=self._reader_limit,
+                                loop=asyncio.get_running_loop())
+            reader.set_transport(stdout)
+            self.stdout = reader
+
+
+def _direct_answer(direct: DirectRequests, line: bytes) -> bool:
+    """Whether `line` (a whole line of stdout, as it arrived) answered a direct request or
+    reported on one, and was taken: as `drain_messages` would take it."""
+    if not direct.claims(line):
+        return False
+    text = line.decode("utf-8", "replace")
+    if len(text) < 16 and not text.strip():
+        return False
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return False  # the pump says what was wrong with it
+    return direct.deliver(value)
 
 
 async def _parse_large(
@@ -372,21 +430,25 @@ class _Adopted:
         self._transports = transports
 
     @classmethod
-    async def of(cls, process: subprocess.Popen[bytes]) -> _Adopted:
+    async def of(cls, process: subprocess.Popen[bytes],
+                 take: Callable[[bytes], int] | None = None) -> _Adopted:
+        """`take`: stdout is a `LineReader` handing lines over to it, as the spawned ones."""
         assert process.stdin is not None and process.stdout is not None
         assert process.stderr is not None
         loop = asyncio.get_running_loop()
         transports: list[asyncio.BaseTransport] = []
 
-        async def reader(pipe: IO[bytes]) -> asyncio.StreamReader:
-            stream = asyncio.StreamReader(limit=READ_CHUNK, loop=loop)  # as the spawned ones
+        async def reader(pipe: IO[bytes],
+                         take: Callable[[bytes], int] | None = None) -> asyncio.StreamReader:
+            stream = (asyncio.StreamReader(limit=READ_CHUNK, loop=loop) if take is None
+                      else LineReader(take, limit=READ_CHUNK, loop=loop))  # as the spawned ones
             read, _ = await loop.connect_read_pipe(
                 functools.partial(asyncio.StreamReaderProtocol, stream, loop=loop), pipe)
             transports.append(read)
             return stream
 
         try:
-            stdout = await reader(process.stdout)
+            stdout = await reader(process.stdout, take)
             stderr = await reader(process.stderr)
             write, protocol = await loop.connect_write_pipe(
                 functools.partial(asyncio.streams.FlowControlMixin, loop=loop), process.stdin)

@@ -33,6 +33,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from bridges.mcp import LargeLine, LineFramer, OversizedLine
+from bridges.mcp.framing import LineReader, take_lines
 from sidecar.model import json_depth
 from sidecar.serve.local_door import pipes_available as pipes_available
 
@@ -115,7 +116,17 @@ async def pipe_wire(
         wire_in, wire_out = fds
     to_sdk, read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write, from_sdk = anyio.create_memory_object_stream[SessionMessage](0)
-    reader = asyncio.StreamReader(limit=READ_CHUNK, loop=loop)
+    def taken(line: bytes) -> bool:  # a request line the fast route answers, as it arrives
+        if not line.strip():
+            return False  # (the loop skips it, as any blank line)
+        try:
+            value = json_depth.loads(line)
+        except ValueError:
+            return False  # answered by the loop as a parse error
+        return take_raw(value)
+
+    reader = LineReader(lambda data: take_lines(data, taken, MAX_LINE_BYTES),
+                        limit=READ_CHUNK, loop=loop)
     opened: list[asyncio.BaseTransport] = []
     try:
         writer = await _open_wire(loop, reader, wire_in, wire_out, opened)
@@ -227,9 +238,19 @@ async def _read_lines(
     send_line: Callable[[bytes], Awaitable[None]],
 ) -> None:
     framer = LineFramer(MAX_LINE_BYTES)
+    lines = reader if isinstance(reader, LineReader) else None
+    drained = True  # the stream's buffer: a read shorter than asked for emptied it
     try:
         async with sink:
-            while chunk := await reader.read(READ_CHUNK):
+            while True:
+                if lines is not None:  # nothing held anywhere: the next lines may go straight on
+                    lines.idle = drained and framer.buffered_bytes == 0
+                chunk = await reader.read(READ_CHUNK)
+                if lines is not None:
+                    lines.idle = False
+                if not chunk:
+                    break
+                drained = len(chunk) < READ_CHUNK
                 framer.feed(chunk)
                 del chunk
                 while (line := framer.pop()) is not None:
