@@ -115,23 +115,26 @@ class SettledFilter:
         self._bits = bytearray(bits // 8)
         self._mask = bits - 1
 
-    def _positions(self, location: str, call_id: str) -> tuple[int, ...]:
-        # Double hashing over Python's own (keyed SipHash) string hash: the filter lives in
-        # memory only and is rebuilt at open, so a per-process hash seed does no harm, and a
-        # str caches its hash. A blake2b digest per call cost ~3 % of a bridged call's CPU.
-        first = hash((location, call_id))
-        step = hash((call_id, location)) | 1
+    def _positions(self, location: str, call_id: str) -> tuple[int, int, int, int]:
+        # Double hashing over the halves of Python's own (keyed SipHash) string hashes, which
+        # a str caches: the filter lives in memory only and is rebuilt at open, so a
+        # per-process hash seed does no harm. A blake2b digest per call cost ~3 % of a bridged
+        # call's CPU, hashing a (location, call id) tuple twice a call ~1 µs (2026-12-06).
+        h = hash(call_id) ^ (hash(location) << 1)
+        step = (h >> 32) | 1
         mask = self._mask
-        return (first & mask, (first + step) & mask, (first + 2 * step) & mask,
-                (first + 3 * step) & mask)
+        return (h & mask, (h + step) & mask, (h + 2 * step) & mask, (h + 3 * step) & mask)
 
     def add(self, location: str, call_id: str) -> None:
+        bits = self._bits
         for p in self._positions(location, call_id):
-            self._bits[p >> 3] |= 1 << (p & 7)
+            bits[p >> 3] |= 1 << (p & 7)
 
     def may_contain(self, location: str, call_id: str) -> bool:
         bits = self._bits
-        return all(bits[p >> 3] >> (p & 7) & 1 for p in self._positions(location, call_id))
+        a, b, c, d = self._positions(location, call_id)
+        return bool(bits[a >> 3] >> (a & 7) & bits[b >> 3] >> (b & 7)
+                    & bits[c >> 3] >> (c & 7) & bits[d >> 3] >> (d & 7) & 1)
 
 
 PRUNE_BATCH = 256
