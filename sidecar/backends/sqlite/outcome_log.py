@@ -55,9 +55,11 @@ from sidecar.stores.outcome_log import (
 
 T = TypeVar("T")
 
-SETTLE_GATHER_SECONDS = 0.02
+SETTLE_GATHER_SECONDS = 0.1
 """How long settled rows are gathered before the writer thread commits them to SQLite (they are
-durable in the journal already)."""
+durable in the journal already). Each batch costs the writer ~300 µs of CPU beyond its rows (a
+wake-up, the commit, the loop told): at 20 ms the writer took 26-38 µs of a sequential
+`sidecar stdio` call, at 100 ms 11-14 (2026-12-06)."""
 
 __all__ = ["CHECKPOINT_EVERY", "PRUNE_BATCH", "PRUNE_BATCH_SECONDS", "SettledFilter",
            "SqliteOutcomeLog"]
