@@ -29,7 +29,7 @@ async def main(root):
             "CREATE TRIGGER refuse BEFORE INSERT ON outcomes "
             "BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END"))
 
-        def full(row):
+        def full(row, body=None):
             raise OSError(28, "No space left on device")
 
         log._journal.settle = full

@@ -328,7 +328,7 @@ class SqliteOutcomeLog:
             return replayed_outcome(outcome.call_id, found, fingerprint)
         if journal is not None and not self._settled.may_contain(location, outcome.call_id):
             try:  # never settled here: the journal line is its record; SQLite's row follows
-                journal.settle(row)
+                journal.settle(row, encoded)
             except OSError as exc:
                 logger.warning("journaling the outcome of call %r failed (%s); committing it "
                                "directly", outcome.call_id, exc)

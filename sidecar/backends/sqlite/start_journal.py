@@ -82,6 +82,9 @@ class StartJournal:
                     starts.pop((str(fields[1]), str(fields[2])), None)
                     continue
                 if fields[0] == SETTLED and len(fields) == len(ROW_COLUMNS) + 1:
+                    if not isinstance(fields[8], str):  # the body as its JSON value
+                        fields[8] = json.dumps(fields[8], ensure_ascii=False,
+                                               separators=(",", ":"))
                     row = tuple(fields[1:])
                     if not all(isinstance(v, str) for k, v in zip(ROW_COLUMNS, row, strict=True)
                                if k != "created_at") or not isinstance(row[8], int | float):
@@ -115,12 +118,17 @@ class StartJournal:
         """Its outcome is committed: nothing to write (the outcome row says so)."""
         self._running.pop((location, call_id), None)
 
-    def settle(self, row: tuple[Any, ...]) -> None:
-        """The call settled: its outcome row (`ROW_COLUMNS`), kept here until `written`."""
-        line = compact([SETTLED, *row], allow_nan=False)
-        if line is None:
-            line = json.dumps([SETTLED, *row], ensure_ascii=False, allow_nan=False).encode()
-        line += b"\n"
+    def settle(self, row: tuple[Any, ...], body_json: bytes | None = None) -> None:
+        """The call settled: its outcome row (`ROW_COLUMNS`), kept here until `written`.
+        `body_json`: the row's body as compact JSON bytes, written as the JSON value it is
+        (not escaped again as a string: a long text's every quote and backslash would be)."""
+        head = compact([SETTLED, *row[:7]], allow_nan=False)
+        tail = compact([row[8], row[9]], allow_nan=False)
+        if body_json is not None and head is not None and tail is not None:
+            line = head[:-1] + b"," + body_json + b"," + tail[1:] + b"\n"
+        else:
+            line = (compact([SETTLED, *row], allow_nan=False) or json.dumps(
+                [SETTLED, *row], ensure_ascii=False, allow_nan=False).encode()) + b"\n"
         key = (row[0], row[1])
         self._write(line)
         self._running.pop(key, None)

@@ -188,7 +188,7 @@ async def test_a_call_whose_outcome_could_not_be_recorded_is_interrupted_not_run
             "BEGIN SELECT RAISE(ABORT, 'disk says no'); END"))
         assert log._journal is not None
 
-        def full(row: object) -> None:
+        def full(row: object, body: object = None) -> None:
             raise OSError(28, "No space left on device")
 
         log._journal.settle = full  # type: ignore[method-assign]

@@ -4,6 +4,7 @@ rewritten with the running calls alone past its size limit, and it is private (0
 
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 
@@ -101,3 +102,18 @@ def test_past_its_limit_the_file_keeps_the_rows_sqlite_lacks(
     journal.close()
     starts, settled = StartJournal.read_all(path)
     assert starts == [] and row("kept") in settled and row("c0") not in settled
+
+
+def test_a_body_given_as_json_is_written_as_its_value_and_read_back_as_text(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "starts"
+    journal = StartJournal(path)
+    body = '{"content":[{"type":"text","text":"a \\"quoted\\" line\\n\\u00e9"}]}'
+    journal.settle(row("raw", body), body.encode())
+    journal.close()
+    assert b'"status":' not in path.read_bytes()  # (the value, not an escaped string)
+    assert b',{"content":[' in path.read_bytes()
+    _, settled = StartJournal.read_all(path)
+    assert len(settled) == 1 and json.loads(settled[0][7]) == json.loads(body)
+    assert settled[0][:7] == row("raw")[:7] and settled[0][8:] == row("raw")[8:]
