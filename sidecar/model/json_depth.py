@@ -57,6 +57,12 @@ def check_depth(value: Any) -> None:
                      if isinstance(child, dict | list))
 
 
+def may_be_too_deep(data: str | bytes | bytearray) -> bool:
+    """False when `data` cannot nest deeper than `MAX_JSON_DEPTH` (it has no more opening
+    brackets than that: a count, no parse); True when only a parse can tell (`loads`)."""
+    return _openings(data) > MAX_JSON_DEPTH
+
+
 def _openings(data: str | bytes | bytearray) -> int:
     if isinstance(data, str):
         return data.count("[") + data.count("{")

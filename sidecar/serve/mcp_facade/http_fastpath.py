@@ -346,6 +346,8 @@ class _DepthGuard:
 
 
 def _too_deep(body: bytes) -> bool:
+    if not json_depth.may_be_too_deep(body):  # most bodies: counted, not parsed twice
+        return False
     try:
         json_depth.loads(body)
     except JsonTooDeep:
