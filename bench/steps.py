@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sidecar import Bounds, CallContext, Location, Tool, ToolContext, ToolResponse
 from sidecar.backends.sqlite.call_history import SqliteCallHistory
+from sidecar.backends.sqlite.outcome_log import SqliteOutcomeLog
 from sidecar.model import json_depth, tracing
 from sidecar.model.permissions import PermissionGate, ask_permission
 from sidecar.serve.mcp_facade.fast_answers import call_params, json_bytes, plain_request
@@ -280,6 +281,9 @@ async def opened(
                 history = location.stores.history
                 if isinstance(history, SqliteCallHistory):
                     await history._run(lambda: None)  # writes the rows queued before it
+                outcomes = location.seam.outcomes
+                if isinstance(outcomes, SqliteOutcomeLog):  # and the outcome rows journaled
+                    await outcomes._run(lambda: None, inline=False)
 
             yield call, settle
 
