@@ -163,6 +163,9 @@ class Target:
     unavailable: str | None = None
     server_pid: int | None = None  # long-lived HTTP server targets
     state_dir: Path | None = None  # `sidecar stdio`: the state whose daemon serves the client
+    writes_behind: bool = False
+    """A sidecar daemon: its writer threads commit a block's outcome and history rows up to
+    `WRITE_BEHIND_SECONDS` after its last call; its CPU is read once they have."""
 
 
 def stdio_params(command: str, args: list[str], env: dict[str, str] | None = None) -> Any:
@@ -301,7 +304,7 @@ class Targets:
         params = stdio_params(str(SIDECAR), ["stdio", "--manifests", str(manifests),
                                              "--state-dir", str(state)],
                               env={"SIDECAR_STATE_DIR": str(state)})
-        return Target(name, lambda: mcp_client(params), state_dir=state)
+        return Target(name, lambda: mcp_client(params), state_dir=state, writes_behind=True)
 
     def fastmcp(self, limit: int = 0) -> Target:
         name = "FastMCP proxy stdio" + (f" (ResponseLimiting {limit // 1000} kB)" if limit else "")
@@ -328,7 +331,7 @@ class Targets:
             return Target(name, _none, unavailable=f"n/a (serve failed: {exc})")
         headers = {"authorization": f"Bearer {TOKEN}"}
         return Target(name, lambda: mcp_client(url + "/mcp", http_headers=headers),
-                      server_pid=pid)
+                      server_pid=pid, writes_behind=True)
 
     async def direct_http(self) -> Target:
         """The upstream itself over streamable HTTP (the SDK's `streamable_http_app`): what
@@ -402,6 +405,12 @@ def state_daemon(state: Path | None) -> int | None:
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         return int(json.loads((state / "daemon.json").read_text())["pid"])
     return None
+
+
+WRITE_BEHIND_SECONDS = 0.15
+"""Longer than the daemon gathers rows before committing them (`SETTLE_GATHER_SECONDS` and the
+call history's `GATHER_SECONDS`, 0.1 s): a block's CPU includes its own writes (and the idle
+daemon's timers over this wait, which only adds)."""
 
 
 def cpu_seconds(pid: int | None) -> float:
@@ -508,6 +517,8 @@ async def run_blocks(live: list[Connected], blocks: int, phase: str, measure: Ca
             except Exception as exc:  # includes the timeout; a cancellation propagates
                 item.target.unavailable = f"failed: {_short(exc)}"
                 continue
+            if item.target.writes_behind:  # its block's rows, committed behind its calls
+                await asyncio.sleep(WRITE_BEHIND_SECONDS)
             part.cpu += cpu_seconds(item.pid) - cpu0
             rate_key, seconds_key = (("seq_rate", "seq_seconds") if phase == "seq"
                                      else ("conc_rate", "conc_seconds"))
