@@ -274,7 +274,11 @@ def _direct_answer(direct: DirectRequests, line: bytes) -> bool:
         value = json.loads(text)
     except (ValueError, RecursionError):
         return False  # the pump says what was wrong with it
-    return direct.deliver(value)
+    try:
+        return direct.deliver(value)
+    except Exception:  # not in the transport's callback: the pump meets it as before
+        log.exception("a direct answer could not be handed over; the pump retries it")
+        return False
 
 
 async def _parse_large(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import tracemalloc
@@ -11,7 +12,14 @@ import pytest
 from mcp.shared.message import SessionMessage
 
 from bridges.mcp import framing
-from bridges.mcp.framing import LargeLine, LineFramer, OversizedLine, drain_messages
+from bridges.mcp.framing import (
+    LargeLine,
+    LineFramer,
+    LineReader,
+    OversizedLine,
+    drain_messages,
+    take_lines,
+)
 from bridges.mcp.redact import Redactor
 
 
@@ -257,3 +265,31 @@ def test_a_large_line_too_deep_to_parse_names_its_request():
     [error] = list(drain_messages(framer))
     assert isinstance(error, framing.InvalidAnswer) and error.request_id == "mcp-sidecar/9"
     assert "nested too deeply" in str(error)
+
+
+@pytest.mark.anyio
+async def test_a_line_reader_hands_lines_over_while_idle_and_keeps_their_order() -> None:
+    """Whole lines from the start of the bytes go to `take` while the reader is idle; from
+    the first line it refuses (and the partial line at the end) the bytes go through the
+    stream, and while the reader is not idle all of them do."""
+    taken: list[bytes] = []
+
+    def take(line: bytes) -> bool:
+        if line.startswith(b"fast"):
+            taken.append(line)
+            return True
+        return False
+
+    reader = LineReader(lambda data: take_lines(data, take, 100),
+                        limit=1 << 16, loop=asyncio.get_running_loop())
+    reader.feed_data(b"fast 1\nfast 2\n")  # not idle: the loop has not asked yet
+    assert taken == [] and await reader.read(100) == b"fast 1\nfast 2\n"
+    reader.idle = True
+    reader.feed_data(b"fast 3\nfast 4\n")
+    assert taken == [b"fast 3", b"fast 4"]
+    reader.feed_data(b"fast 5\nslow 6\nfast 7\nfast 8 (half")  # idle still: nothing buffered
+    assert taken[-1] == b"fast 5"
+    assert not reader.idle and await reader.read(100) == b"slow 6\nfast 7\nfast 8 (half"
+    reader.idle = True
+    reader.feed_data(b"f" * 100 + b"\n")  # a line of `limit` bytes or more: the stream's
+    assert taken[-1] == b"fast 5" and await reader.read(200) == b"f" * 100 + b"\n"

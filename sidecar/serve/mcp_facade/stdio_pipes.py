@@ -123,7 +123,11 @@ async def pipe_wire(
             value = json_depth.loads(line)
         except ValueError:
             return False  # answered by the loop as a parse error
-        return take_raw(value)
+        try:
+            return take_raw(value)
+        except Exception:  # not in the transport's callback: the loop meets it as before
+            log.exception("stdio: the fast route failed on a request; the reader retries it")
+            return False
 
     reader = LineReader(lambda data: take_lines(data, taken, MAX_LINE_BYTES),
                         limit=READ_CHUNK, loop=loop)
