@@ -8,7 +8,9 @@ rest of `bridges`; exports `stdio_transport` (and re-exports `DirectRequests`, `
 Tool calls take a shorter way (`DirectRequests`): the bridge writes the `tools/call` line on
 stdin itself and the stdout pump hands the answer (and the call's progress and log
 notifications) straight back to it, as a plain dict, before any SDK parsing; a direct answer
-is handed back only once the notifications read before it have been handled. Everything else
+is handed back only once the notifications read before it have been handled. The answer is
+taken as its bytes arrive, in the pipe's callback (stdout is a `framing.LineReader`), while the
+pump waits with nothing held; otherwise the pump takes it in order. Everything else
 (handshake, listings, requests from the server) goes through the SDK session. The child runs
 in its own session and process group (`start_new_session`), gets only a safe subset of our
 environment plus its `env` (the SDK's policy), or runs under bubblewrap when its entry says
