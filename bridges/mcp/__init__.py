@@ -20,7 +20,7 @@ from bridges.manifest.loading import ServerConfig
 from bridges.mcp.backoff import Backoff
 from bridges.mcp.catalog import TASK_SUPPORT_META
 from bridges.mcp.connection import Connection
-from bridges.mcp.framing import LargeLine, LineFramer, OversizedLine
+from bridges.mcp.framing import LargeLine, LineFramer, LineReader, OversizedLine, take_lines
 from bridges.mcp.health import ServerHealth, ServerState, SkippedTool
 from bridges.mcp.listening import ResourceWatch
 from bridges.mcp.passthrough import (
@@ -49,6 +49,7 @@ __all__ = [
     "InflightCall",
     "LargeLine",
     "LineFramer",
+    "LineReader",
     "OversizedLine",
     "Relay",
     "RelayTarget",
@@ -58,4 +59,5 @@ __all__ = [
     "ServerPool",
     "ServerState",
     "SkippedTool",
+    "take_lines",
 ]

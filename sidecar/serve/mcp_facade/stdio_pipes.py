@@ -32,8 +32,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from bridges.mcp import LargeLine, LineFramer, OversizedLine
-from bridges.mcp.framing import LineReader, take_lines
+from bridges.mcp import LargeLine, LineFramer, LineReader, OversizedLine, take_lines
 from sidecar.model import json_depth
 from sidecar.serve.local_door import pipes_available as pipes_available
 
