@@ -174,6 +174,14 @@ async def test_a_log_from_before_fingerprints_is_migrated_and_still_replays(tmp_
     assert columns[-1] == "fingerprint"
 
 
+async def refuse_inserts(log: SqliteOutcomeLog, call_id: str) -> None:
+    """SQLite refuses the outcome row of `call_id` ("disk says no") until `DROP TRIGGER
+    refuse`."""
+    await log._run(lambda: log._db().execute(
+        f"CREATE TRIGGER refuse BEFORE INSERT ON outcomes WHEN NEW.call_id = '{call_id}' "
+        "BEGIN SELECT RAISE(ABORT, 'disk says no'); END"))
+
+
 async def test_a_call_whose_outcome_could_not_be_recorded_is_interrupted_not_run_again(
     tmp_path: Path,
 ) -> None:
@@ -183,9 +191,7 @@ async def test_a_call_whose_outcome_could_not_be_recorded_is_interrupted_not_run
     path = tmp_path / "outcomes.sqlite"
     log = await SqliteOutcomeLog.open(path)
     try:
-        await log._run(lambda: log._db().execute(
-            "CREATE TRIGGER refuse BEFORE INSERT ON outcomes WHEN NEW.call_id = 'doomed' "
-            "BEGIN SELECT RAISE(ABORT, 'disk says no'); END"))
+        await refuse_inserts(log, "doomed")
         assert log._journal is not None
 
         def full(row: object, body: object = None) -> None:
@@ -225,9 +231,7 @@ async def test_a_journaled_outcome_sqlite_refuses_is_still_answered_and_kept(
     path = tmp_path / "outcomes.sqlite"
     log = await SqliteOutcomeLog.open(path)
     try:
-        await log._run(lambda: log._db().execute(
-            "CREATE TRIGGER refuse BEFORE INSERT ON outcomes WHEN NEW.call_id = 'late' "
-            "BEGIN SELECT RAISE(ABORT, 'disk says no'); END"))
+        await refuse_inserts(log, "late")
         assert await log.claim("loc", "late", "print", "deploy") is None
         ran = Outcome(call_id="late", tool="deploy", status="completed",
                       content=(TextContent("deployed"),))

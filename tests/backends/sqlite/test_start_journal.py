@@ -42,12 +42,18 @@ def test_a_torn_line_is_skipped_with_a_warning(tmp_path: Path,
     assert "line 2: not a call start" in caplog.text
 
 
-def test_past_its_limit_the_file_keeps_only_the_running_calls(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, StartJournal]:
+    """A journal rewritten past 2,000 bytes."""
     monkeypatch.setattr(start_journal, "ROTATE_BYTES", 2_000)
     path = tmp_path / "starts"
-    journal = StartJournal(path)
+    return path, StartJournal(path)
+
+
+def test_past_its_limit_the_file_keeps_only_the_running_calls(
+    small: tuple[Path, StartJournal],
+) -> None:
+    path, journal = small
     journal.start("loc", "long-running", "deploy", "", 1.0)
     for i in range(200):
         journal.start("loc", f"c{i}", "echo", "", 2.0)
@@ -88,11 +94,9 @@ def test_settled_rows_are_read_back_and_their_starts_are_settled(tmp_path: Path)
 
 
 def test_past_its_limit_the_file_keeps_the_rows_sqlite_lacks(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    small: tuple[Path, StartJournal],
 ) -> None:
-    monkeypatch.setattr(start_journal, "ROTATE_BYTES", 2_000)
-    path = tmp_path / "starts"
-    journal = StartJournal(path)
+    path, journal = small
     journal.settle(row("kept"))  # never `written`: SQLite does not have it
     for i in range(100):
         journal.start("loc", f"c{i}", "echo", "", 2.0)
