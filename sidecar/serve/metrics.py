@@ -117,10 +117,9 @@ class Metrics:
                        self.input_bytes, self.output_bytes):
             self.registry.register(family)
         self._labelsets: set[tuple[str, str]] = set()
-        # The children of every call, by label values. As many entries as the metrics have
-        # children.
+        # The children of a history row's (tool, server), past `MAX_LABELSETS` those of
+        # `other`: at most `_MAX_CACHED` entries.
         self._by_server: dict[tuple[str, str], tuple[_Child, _Child, _Child]] = {}
-        self._by_outcome: dict[tuple[str, str, str], tuple[_Child, _Child]] = {}
         self._bounded = self.text_bytes.labels("bounded")
         self._retained = self.text_bytes.labels("retained")
 
@@ -147,14 +146,8 @@ class Metrics:
 
     def observe(self, outcome: Outcome, seconds: float) -> None:
         kind = outcome.error.kind.value if outcome.error is not None else ""
-        key = (outcome.tool, outcome.status, kind)
-        children = self._by_outcome.get(key)
-        if children is None:
-            children = (self.calls.labels(*key), self.latency.labels(outcome.tool))
-            if len(self._by_outcome) < _MAX_CACHED:
-                self._by_outcome[key] = children
-        children[0].inc(1)
-        children[1].observe(seconds)
+        self.calls.labels(outcome.tool, outcome.status, kind).inc()
+        self.latency.labels(outcome.tool).observe(seconds)
         shown = sum(len(i.text.encode()) for i in outcome.content if isinstance(i, TextContent))
         if shown:
             self._bounded.inc(shown)
@@ -318,7 +311,7 @@ class _Child:
         self.total: float = 0
         self.created = time.time()
 
-    def inc(self, amount: float) -> None:
+    def inc(self, amount: float = 1) -> None:
         self.total += amount
 
     def observe(self, amount: float) -> None:
