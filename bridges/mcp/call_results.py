@@ -4,7 +4,7 @@ task), `later_revision_fields` (result keys only newer revisions declare, droppe
 parsing), `answer_all` (an `input_required` round's embedded requests answered) and
 `follow_task` (a task polled with `tasks/get` to its end), `plain_result` (a result of text
 blocks alone, read without a model: `PlainResult`). Imports `bridges.mcp.passthrough`; exports
-those, `AnswerFnT`, `MAX_INPUT_ROUNDS` and `STATE_ONLY_PAUSE`.
+those, `AnswerFnT`, `MAX_INPUT_ROUNDS`, `STATE_ONLY_PAUSE` and `PROTOCOL_META_PREFIX`.
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ class PlainResult:
 
 
 _PLAIN_KEYS = frozenset({"content", "isError", "resultType", "_meta"})
-_PROTOCOL_META = "io.modelcontextprotocol/"
+PROTOCOL_META_PREFIX = "io.modelcontextprotocol/"
+"""The protocol's own `_meta` keys (e.g. the 2026-07-28 serverInfo stamp), not the tool's."""
 _TEXT_KEYS = frozenset({"type", "text"})
 
 
@@ -104,12 +105,11 @@ def plain_result(raw: dict[str, Any]) -> PlainResult | None:
     is_error = raw.get("isError", False)
     if type(content) is not list or not content or type(is_error) is not bool:
         return None
-    if len(raw) > 2 or (len(raw) == 2 and "isError" not in raw):
-        if raw.get("resultType", "complete") != "complete":
-            return None
-        meta = raw.get("_meta", {})
-        if type(meta) is not dict or not all(key.startswith(_PROTOCOL_META) for key in meta):
-            return None
+    if raw.get("resultType", "complete") != "complete":
+        return None
+    if "_meta" in raw and (type(meta := raw["_meta"]) is not dict
+                           or not all(key.startswith(PROTOCOL_META_PREFIX) for key in meta)):
+        return None
     texts: list[str] = []
     for block in content:
         if (type(block) is not dict or block.keys() != _TEXT_KEYS or block["type"] != "text"

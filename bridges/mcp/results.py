@@ -25,7 +25,7 @@ from typing import Any
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
-from bridges.mcp.call_results import PlainResult
+from bridges.mcp.call_results import PROTOCOL_META_PREFIX, PlainResult
 from bridges.mcp.stdio import ConnectionLost, RequestTimedOut
 from sidecar.model.content import (
     AudioContent,
@@ -41,7 +41,6 @@ from sidecar.model.tool import ToolResponse
 NO_CONTENT = "(no content)"
 STRUCTURED_KEY = "structuredContent"
 """Metadata key of an upstream `structuredContent` when the tool declares no `outputSchema`."""
-_PROTOCOL_META_PREFIX = "io.modelcontextprotocol/"
 
 
 def content_item(block: types.ContentBlock) -> ContentItem:
@@ -99,7 +98,7 @@ def plain_response(result: PlainResult, *, has_output: bool) -> ToolResponse:
 
 def vendor_meta(meta: dict[str, Any] | None) -> dict[str, Any]:
     """A result's `_meta` without the protocol's own keys (e.g. the 2026 serverInfo stamp)."""
-    return {k: v for k, v in (meta or {}).items() if not k.startswith(_PROTOCOL_META_PREFIX)}
+    return {k: v for k, v in (meta or {}).items() if not k.startswith(PROTOCOL_META_PREFIX)}
 
 
 def _json(value: Any) -> str:
@@ -111,15 +110,15 @@ def tool_error(result: types.CallToolResult, *, server: str, tool: str) -> ToolF
     text = "\n".join(b.text for b in result.content if isinstance(b, types.TextContent)).strip()
     if not text and result.structured_content is not None:
         text = _json(result.structured_content)
-    return ToolFailure(
-        text or f"tool {tool!r} of MCP server {server!r} reported an error without a message",
-        metadata={"server": server, "tool": tool},
-    )
+    return _reported(text, server, tool)
 
 
 def plain_error(result: PlainResult, *, server: str, tool: str) -> ToolFailure:
     """`tool_error` of a result of text blocks alone (`plain_result`)."""
-    text = "\n".join(result.texts).strip()
+    return _reported("\n".join(result.texts).strip(), server, tool)
+
+
+def _reported(text: str, server: str, tool: str) -> ToolFailure:
     return ToolFailure(
         text or f"tool {tool!r} of MCP server {server!r} reported an error without a message",
         metadata={"server": server, "tool": tool},
