@@ -20,7 +20,14 @@ from bridges.manifest.loading import ServerConfig
 from bridges.mcp.backoff import Backoff
 from bridges.mcp.catalog import TASK_SUPPORT_META
 from bridges.mcp.connection import Connection
-from bridges.mcp.framing import LargeLine, LineFramer, LineReader, OversizedLine, take_lines
+from bridges.mcp.framing import (
+    LargeLine,
+    LineFramer,
+    LineReader,
+    OversizedLine,
+    read_chunk,
+    take_lines,
+)
 from bridges.mcp.health import ServerHealth, ServerState, SkippedTool
 from bridges.mcp.listening import ResourceWatch
 from bridges.mcp.passthrough import (
@@ -59,5 +66,6 @@ __all__ = [
     "ServerPool",
     "ServerState",
     "SkippedTool",
+    "read_chunk",
     "take_lines",
 ]

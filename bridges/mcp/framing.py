@@ -1,7 +1,7 @@
 """Newline-delimited JSON-RPC framing for stdio, in linear time and with few copies. Imports
 `bridges.mcp.piecewise_json` only; exports `LineFramer`, `OversizedLine`, `LargeLine`,
 `drain_messages`, `offer_large`, `InvalidAnswer`, `PARSE_OFF_LOOP_AT`, and `LineReader` with
-`take_lines` (lines handled as they arrive).
+`read_chunk` and `take_lines` (lines handled as they arrive).
 
 `LineFramer` scans each byte once (the SDK's stdio reader re-splits its buffer for every chunk,
 quadratic in the line length): chunks of an unfinished line are kept in a list and joined
@@ -560,28 +560,45 @@ def _restore(value: Any, marker: str, longs: list[str]) -> Any:
 
 class LineReader(asyncio.StreamReader):
     """A stream whose bytes are first offered, as they arrive (from the transport's
-    callback), to `take`, while its reader waits with nothing held (`idle`, set by the
-    reading loop): `take(data)` handles whole lines from the start of `data` and says how
-    many bytes it used; the rest goes through the stream as before, so lines are still
-    handled in order. A line handled there costs no buffer, waiter, task step nor framer
-    (~10 µs each in the daemon, 2026-12-06)."""
+    callback), to `take`, while its reader waits with nothing held (`read_chunk`): `take(data)`
+    handles whole lines from the start of `data` and says how many bytes it used; the rest goes
+    through the stream as before, so lines are still handled in order. A line handled there
+    costs no buffer, waiter, task step nor framer (~10 µs each in the daemon, 2026-12-06)."""
 
     def __init__(self, take: Callable[[bytes], int], *, limit: int,
                  loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(limit=limit, loop=loop)
         self._take = take
-        self.idle = False
-        """Set by the reading loop: it waits in `read`, and neither it nor the stream holds
-        any byte (every byte fed since clears it)."""
+        self._idle = False  # `read_chunk` waits, and neither it nor the stream holds a byte
+        self._drained = True  # the last read took all the stream held (it was short)
 
     def feed_data(self, data: Iterable[SupportsIndex]) -> None:
-        if self.idle and isinstance(data, bytes):  # (transports hand bytes)
+        if self._idle and isinstance(data, bytes):  # (transports hand bytes)
             taken = self._take(data)
             if taken == len(data):
                 return
             data = data[taken:]
-        self.idle = False  # bytes are buffered now: the loop reads them in order
+        self._idle = False  # bytes are buffered now: the loop reads them in order
         super().feed_data(data)
+
+    async def read_held(self, n: int, *, held: bool) -> bytes:
+        """`read(n)` for a loop that `held` part of a line back: while it waits holding
+        nothing, and the stream holds nothing either, lines go to `take` as they arrive."""
+        self._idle = self._drained and not held
+        try:
+            data = await self.read(n)
+        finally:
+            self._idle = False
+        self._drained = len(data) < n
+        return data
+
+
+async def read_chunk(reader: asyncio.StreamReader, n: int, *, held: bool) -> bytes:
+    """`reader.read(n)`, through `LineReader.read_held` when it is one (`held`: the caller
+    holds part of a line)."""
+    if isinstance(reader, LineReader):
+        return await reader.read_held(n, held=held)
+    return await reader.read(n)
 
 
 def take_lines(data: bytes, take: Callable[[bytes], bool], limit: int) -> int:

@@ -54,6 +54,7 @@ from bridges.mcp.framing import (
     OversizedLine,
     drain_messages,
     offer_large,
+    read_chunk,
     take_lines,
 )
 from bridges.mcp.stderr_tail import STDERR_TAIL_BYTES as STDERR_TAIL_BYTES
@@ -190,18 +191,9 @@ async def _pump_stdout(
 ) -> None:
     assert proc.stdout is not None
     framer = LineFramer(max_message_bytes, stream_at=STREAM_LINES_AT)
-    lines = proc.stdout if isinstance(proc.stdout, LineReader) else None
-    emptied = True  # the stream's buffer: a read shorter than asked for emptied it
     try:
-        while True:
-            if lines is not None:  # nothing held anywhere: answers may go straight on
-                lines.idle = emptied and framer.buffered_bytes == 0
-            chunk = await proc.stdout.read(READ_CHUNK)
-            if lines is not None:
-                lines.idle = False
-            if not chunk:
-                break
-            emptied = len(chunk) < READ_CHUNK
+        while chunk := await read_chunk(proc.stdout, READ_CHUNK,
+                                        held=framer.buffered_bytes > 0):
             framer.feed(chunk)
             del chunk
             for drained in drain_messages(framer, direct.claims, direct.deliver,

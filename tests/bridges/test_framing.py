@@ -18,6 +18,7 @@ from bridges.mcp.framing import (
     LineReader,
     OversizedLine,
     drain_messages,
+    read_chunk,
     take_lines,
 )
 from bridges.mcp.redact import Redactor
@@ -269,9 +270,10 @@ def test_a_large_line_too_deep_to_parse_names_its_request():
 
 @pytest.mark.anyio
 async def test_a_line_reader_hands_lines_over_while_idle_and_keeps_their_order() -> None:
-    """Whole lines from the start of the bytes go to `take` while the reader is idle; from
-    the first line it refuses (and the partial line at the end) the bytes go through the
-    stream, and while the reader is not idle all of them do."""
+    """Whole lines from the start of the bytes go to `take` while the reader waits holding
+    nothing; from the first line it refuses (and the partial line at the end) the bytes go
+    through the stream, and while the reader holds part of a line, or is not waiting, all of
+    them do."""
     taken: list[bytes] = []
 
     def take(line: bytes) -> bool:
@@ -282,14 +284,22 @@ async def test_a_line_reader_hands_lines_over_while_idle_and_keeps_their_order()
 
     reader = LineReader(lambda data: take_lines(data, take, 100),
                         limit=1 << 16, loop=asyncio.get_running_loop())
-    reader.feed_data(b"fast 1\nfast 2\n")  # not idle: the loop has not asked yet
-    assert taken == [] and await reader.read(100) == b"fast 1\nfast 2\n"
-    reader.idle = True
+
+    async def waiting(*, held: bool = False) -> asyncio.Task[bytes]:
+        task = asyncio.ensure_future(read_chunk(reader, 100, held=held))
+        await asyncio.sleep(0)  # it waits in `read` now
+        return task
+
+    reader.feed_data(b"fast 1\nfast 2\n")  # nobody waits yet
+    assert taken == [] and await read_chunk(reader, 100, held=False) == b"fast 1\nfast 2\n"
+    read = await waiting()
     reader.feed_data(b"fast 3\nfast 4\n")
-    assert taken == [b"fast 3", b"fast 4"]
-    reader.feed_data(b"fast 5\nslow 6\nfast 7\nfast 8 (half")  # idle still: nothing buffered
-    assert taken[-1] == b"fast 5"
-    assert not reader.idle and await reader.read(100) == b"slow 6\nfast 7\nfast 8 (half"
-    reader.idle = True
+    reader.feed_data(b"fast 5\nslow 6\nfast 7\nfast 8 (half")
+    assert taken == [b"fast 3", b"fast 4", b"fast 5"]
+    assert await read == b"slow 6\nfast 7\nfast 8 (half"
+    read = await waiting(held=True)  # the loop holds "fast 8 (half"
+    reader.feed_data(b")\nfast 9\n")
+    assert taken[-1] == b"fast 5" and await read == b")\nfast 9\n"
+    read = await waiting()
     reader.feed_data(b"f" * 100 + b"\n")  # a line of `limit` bytes or more: the stream's
-    assert taken[-1] == b"fast 5" and await reader.read(200) == b"f" * 100 + b"\n"
+    assert taken[-1] == b"fast 5" and await read == b"f" * 100

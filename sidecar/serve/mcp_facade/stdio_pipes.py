@@ -32,7 +32,14 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from bridges.mcp import LargeLine, LineFramer, LineReader, OversizedLine, take_lines
+from bridges.mcp import (
+    LargeLine,
+    LineFramer,
+    LineReader,
+    OversizedLine,
+    read_chunk,
+    take_lines,
+)
 from sidecar.model import json_depth
 from sidecar.serve.local_door import pipes_available as pipes_available
 
@@ -241,19 +248,10 @@ async def _read_lines(
     send_line: Callable[[bytes], Awaitable[None]],
 ) -> None:
     framer = LineFramer(MAX_LINE_BYTES)
-    lines = reader if isinstance(reader, LineReader) else None
-    drained = True  # the stream's buffer: a read shorter than asked for emptied it
     try:
         async with sink:
-            while True:
-                if lines is not None:  # nothing held anywhere: the next lines may go straight on
-                    lines.idle = drained and framer.buffered_bytes == 0
-                chunk = await reader.read(READ_CHUNK)
-                if lines is not None:
-                    lines.idle = False
-                if not chunk:
-                    break
-                drained = len(chunk) < READ_CHUNK
+            while chunk := await read_chunk(reader, READ_CHUNK,
+                                            held=framer.buffered_bytes > 0):
                 framer.feed(chunk)
                 del chunk
                 while (line := framer.pop()) is not None:
