@@ -127,9 +127,9 @@ async def written(location: Any) -> None:
     pays for its own writes: they would otherwise land in the next block, or in none."""
     outcomes, history = location.seam.outcomes, location.stores.history
     if isinstance(outcomes, SqliteOutcomeLog):
-        await outcomes._run(lambda: None, inline=False)  # runs after the rows gathered before
+        await outcomes.flush()
     if isinstance(history, SqliteCallHistory):
-        await history._run(lambda: None)
+        await history.flush()
 
 
 async def log_alone(target: OutcomeTarget, run: str, count: int) -> float:

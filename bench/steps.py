@@ -280,10 +280,10 @@ async def opened(
             async def settle() -> None:
                 history = location.stores.history
                 if isinstance(history, SqliteCallHistory):
-                    await history._run(lambda: None)  # writes the rows queued before it
+                    await history.flush()
                 outcomes = location.seam.outcomes
                 if isinstance(outcomes, SqliteOutcomeLog):  # and the outcome rows journaled
-                    await outcomes._run(lambda: None, inline=False)
+                    await outcomes.flush()
 
             yield call, settle
 

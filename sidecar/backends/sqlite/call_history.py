@@ -135,6 +135,10 @@ class SqliteCallHistory:
     def add(self, record: CallRecord) -> None:
         self._owner.gather(record)  # one wake-up and one transaction for the next moment's
 
+    async def flush(self) -> None:
+        """Return once the rows added before the call are written."""
+        await self._run(lambda: None)
+
     async def _run(self, fn: Callable[[], T]) -> T:
         return await self._owner.run(fn)  # after writing every row added before it
 

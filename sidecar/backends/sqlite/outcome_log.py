@@ -371,6 +371,10 @@ class SqliteOutcomeLog:
             return outcome
         return replayed_outcome(outcome.call_id, existing, fingerprint)
 
+    async def flush(self) -> None:
+        """Return once the rows journaled before the call are committed to SQLite."""
+        await self._run(lambda: None, inline=False)  # a job runs after the rows gathered
+
     def _write_settled(self, db: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
         """On the writer thread: journaled rows committed together; the loop then forgets
         them (`_written`). A row SQLite refuses stays journaled, and in memory: the next open
