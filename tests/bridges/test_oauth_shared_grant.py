@@ -15,10 +15,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from mcp.shared.auth import OAuthToken
 
 from bridges.manifest.loading import ServerConfig
 from bridges.mcp import ServerPool
 from bridges.mcp.oauth.login import login
+from bridges.mcp.oauth.records import RecordStorage
 from bridges.mcp.oauth.upstream import UpstreamAuth
 from sidecar import Location
 from sidecar.backends.local.grants import FileGrantStore
@@ -84,3 +86,32 @@ async def test_replicas_sharing_a_grant_never_spend_a_refresh_token_twice(
         assert protected.reused == 0, "a spent refresh token was presented again"
         assert pool_a.health()["cloud"].state == pool_b.health()["cloud"].state == "ready"
     assert protected.grants.count("authorization_code") == 1  # never a new login
+
+
+async def test_a_refusal_noted_after_another_login_leaves_the_new_tokens_usable(
+    two_opens: tuple[GrantStore, GrantStore],
+) -> None:
+    """Replica B's call is refused (it holds no tokens after a logout) while a login through
+    replica A stores new ones: B's note of the refusal lands after A's write. It must not mark
+    A's fresh tokens as needing a login (every replica would wait for a login that already
+    happened), and B must still see the record as new, so its next request reloads it."""
+    store_a, store_b = two_opens
+    resource = "http://127.0.0.1:1/mcp"
+    on_a = RecordStorage(store_a, "cloud", resource)
+    on_b = RecordStorage(store_b, "cloud", resource)
+    await on_b.note_login_required("authorization required", None)  # after the logout
+    assert await on_b.record() is not None
+    seen_by_b = on_b.generation
+    await on_a.set_tokens(OAuthToken(access_token="fresh", expires_in=60))  # the login via A
+    await on_b.note_login_required("authorization required", "read")  # B's late note
+    stored = await store_a.get("cloud")
+    assert stored is not None
+    assert stored["tokens"]["access_token"] == "fresh"
+    assert not stored.get("login_required") and not stored.get("pending_scope")
+    assert on_b.generation == seen_by_b != stored["updated_at"]  # B reloads before its next call
+    # A refusal of the tokens B did read is still noted.
+    assert await on_b.record() is not None
+    await on_b.note_login_required("the server refused the token", None)
+    noted = await store_b.get("cloud")
+    assert noted is not None and noted["login_required"] == "the server refused the token"
+    assert on_b.generation == noted["updated_at"]

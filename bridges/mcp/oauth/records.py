@@ -182,7 +182,14 @@ class RecordStorage:
         """Remember why a login is needed and the scope it must ask for (for `auth status`
         and for the next `sidecar auth login`, which may run in another process)."""
 
+        seen = self.generation
+
         def change(old: GrantRecord | None) -> GrantRecord:
+            if old is not None and old.get("tokens") and old.get("updated_at") != seen:
+                # Tokens stored since this process last read the record (a login through
+                # another replica): the refusal was of older tokens, and marking the new
+                # ones would leave every reader waiting for a login that already happened.
+                return old
             record = self._base(old)
             record["login_required"] = reason
             if scope:
@@ -220,15 +227,23 @@ class RecordStorage:
             record["auth_server_url"] = context.auth_server_url
 
     async def _update(self, change: Callable[[GrantRecord | None], GrantRecord]) -> None:
+        """Apply `change`; a change that returns the old record itself leaves it as it is
+        (not stamped, and not taken as read here: the next reader here reloads it)."""
+        kept = False
+
         def stamped(old: GrantRecord | None) -> GrantRecord:
+            nonlocal kept
             record = change(old)
+            if old is not None and record is old:
+                kept = True
+                return old
             # Strictly increasing, so a reader can tell this write from the one before it.
             previous = old.get("updated_at", 0.0) if old else 0.0
             record["updated_at"] = max(time.time(), float(previous) + 1e-6)
             return record
 
         record = await self.store.update(self.server, stamped)
-        if record is not None:
+        if record is not None and not kept:
             self.generation = record.get("updated_at")
 
 
