@@ -37,6 +37,7 @@ import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
+from pydantic_core import from_json
 
 from bridges.child_groups import CHILD_GROUPS, die_with_parent
 from bridges.mcp.direct_requests import DIRECT_ID_PREFIX as DIRECT_ID_PREFIX
@@ -261,13 +262,16 @@ def _direct_answer(direct: DirectRequests, line: bytes) -> bool:
     reported on one, and was taken: as `drain_messages` would take it."""
     if not direct.claims(line):
         return False
-    text = line.decode("utf-8", "replace")
-    if len(text) < 16 and not text.strip():
-        return False
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return False  # the pump says what was wrong with it
+    try:  # as `json_depth.loads`: pydantic-core first, the standard library for the rest
+        value = from_json(line)
+    except ValueError:
+        text = line.decode("utf-8", "replace")
+        if len(text) < 16 and not text.strip():
+            return False
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            return False  # the pump says what was wrong with it
     try:
         return direct.deliver(value)
     except Exception:  # not in the transport's callback: the pump meets it as before
