@@ -1,0 +1,263 @@
+"""Where a sequential `sidecar stdio` call spends the daemon's time, stage by stage, in place:
+the daemon runs as it always does (its own process, a real upstream over pipes, a real client
+over its pipes), with a timestamp taken where each stage begins.
+
+    .venv/bin/python bench/stages.py [--calls N] [--rounds R]
+
+The daemon is started here (`bench/stages.py --daemon ...`: the CLI's `sidecar daemon`, after
+wrapping the methods below so each records `time.perf_counter_ns()` as it is entered or left);
+`sidecar stdio` attaches to it as to any daemon. The stages, each from one mark to the next:
+
+- route: the client's line parsed, to the call's task starting (the fast route's decision and
+  the task's hop);
+- facade and seam: the task, to the seam calling the tool (call context, admission, the claim
+  with its journal line, the input check);
+- bridge out: the tool, to the request line handed to the upstream's pipe;
+- upstream (wall, not the daemon's CPU alone): the pipe write, the upstream's own work, the
+  answer read and parsed;
+- answer back: the answer handed over, to the outcome's record (the coroutines resumed, the
+  result read, the seam after the tool: output, content, bounding, metrics);
+- outcome record: the record itself (its journal line);
+- history and wire: the record, to the answer written to the client (the history row, the
+  way back to the facade, the wire result encoded);
+- client (wall): the client's write, its own work and its next line.
+
+Each is the median over the calls of a round; a wrapper costs ~0.5 µs, so the stages are a
+little dearer than without them. `daemon cpu` is the daemon's CPU per call over the round (every
+thread, /proc), read after its writers had time to commit the round's rows. What the stages
+do not hold (the daemon's CPU minus the sum of the stages that are its own): the two pipe
+writes, the client line's read and parse, the upstream answer's read, the wake-ups, the task's
+end and the writer threads. Printed, not written to RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import importlib.util
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+MARKS = ("parsed", "task", "tool", "pipe", "answer", "record", "recorded", "reply")
+"""Where each stage begins, in the order a call passes them."""
+STAGES = (
+    ("route", "parsed", "task", True),
+    ("facade and seam", "task", "tool", True),
+    ("bridge out", "tool", "pipe", True),
+    ("upstream (wall)", "pipe", "answer", False),
+    ("answer back", "answer", "record", True),
+    ("outcome record", "record", "recorded", True),
+    ("history and wire", "recorded", "reply", True),
+)
+"""(name, from mark, to mark, whether it is the daemon's own CPU)."""
+
+
+# --- the daemon side ------------------------------------------------------------------------
+
+
+def _install(marks: dict[str, list[int]]) -> None:
+    """Wrap the methods that begin (or end) each stage so they record their mark."""
+    from bridges.mcp.direct_requests import DirectRequests
+    from sidecar.backends.sqlite.outcome_log import SqliteOutcomeLog
+    from sidecar.execution.seam import Seam
+    from sidecar.serve.mcp_facade.stdio_fastpath import FastCalls
+
+    now = time.perf_counter_ns
+
+    def on_entry(cls: Any, name: str, mark: str) -> None:
+        original = getattr(cls, name)
+        slot = marks[mark]
+        if asyncio.iscoroutinefunction(original):
+            @functools.wraps(original)
+            async def entered(*args: Any, **kwargs: Any) -> Any:
+                slot.append(now())
+                return await original(*args, **kwargs)
+            setattr(cls, name, entered)
+        else:
+            @functools.wraps(original)
+            def called(*args: Any, **kwargs: Any) -> Any:
+                slot.append(now())
+                return original(*args, **kwargs)
+            setattr(cls, name, called)
+
+    on_entry(FastCalls, "take_raw", "parsed")
+    on_entry(FastCalls, "_run", "task")
+    on_entry(Seam, "_invoke", "tool")
+    on_entry(DirectRequests, "_write", "pipe")
+    on_entry(DirectRequests, "deliver", "answer")
+    on_entry(SqliteOutcomeLog, "record", "record")
+    on_entry(FastCalls, "_send", "reply")
+    recorded = marks["recorded"]
+    record = SqliteOutcomeLog.record
+
+    @functools.wraps(record)
+    async def timed_record(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await record(*args, **kwargs)
+        finally:
+            recorded.append(now())
+
+    setattr(SqliteOutcomeLog, "record", timed_record)  # noqa: B010
+
+
+def daemon(argv: list[str], out: str) -> int:
+    """`sidecar daemon ARGV` with the marks installed; SIGUSR1 forgets them, SIGUSR2 writes
+    them to `out` (JSON, one list per mark) and forgets them."""
+    marks: dict[str, list[int]] = {mark: [] for mark in MARKS}
+    _install(marks)
+
+    def forget(*_: Any) -> None:
+        for got in marks.values():
+            got.clear()
+
+    def dump(*_: Any) -> None:
+        Path(out).write_text(json.dumps(marks))
+        forget()
+
+    signal.signal(signal.SIGUSR1, forget)
+    signal.signal(signal.SIGUSR2, dump)
+    from sidecar.cli.commands import main
+
+    return main(["daemon", *argv])
+
+
+# --- the measuring side ---------------------------------------------------------------------
+
+
+def _compare() -> Any:
+    spec = importlib.util.spec_from_file_location("compare", HERE / "compare.py")
+    assert spec is not None and spec.loader is not None
+    compare: Any = importlib.util.module_from_spec(spec)
+    sys.modules["compare"] = compare
+    spec.loader.exec_module(compare)
+    return compare
+
+
+async def _signal_and_read(pid: int, sig: int, out: Path) -> dict[str, list[int]] | None:
+    out.unlink(missing_ok=True)
+    os.kill(pid, sig)
+    if sig != signal.SIGUSR2:
+        await asyncio.sleep(0.05)
+        return None
+    for _ in range(200):
+        if out.exists():
+            try:
+                got: dict[str, list[int]] = json.loads(out.read_text())
+                return got
+            except ValueError:  # still being written
+                pass
+        await asyncio.sleep(0.02)
+    raise SystemExit("the daemon wrote no marks")
+
+
+def _medians(marks: dict[str, list[int]]) -> tuple[int, dict[str, float]]:
+    calls = min(len(got) for got in marks.values())
+    if calls == 0:
+        raise SystemExit(f"no call passed every mark: {({k: len(v) for k, v in marks.items()})}")
+    found = {name: statistics.median((marks[end][i] - marks[start][i]) / 1000
+                                     for i in range(calls))
+             for name, start, end, _ in STAGES}
+    found["client (wall)"] = statistics.median(
+        (marks["parsed"][i + 1] - marks["reply"][i]) / 1000 for i in range(calls - 1)
+    ) if calls > 1 else 0.0
+    return calls, found
+
+
+async def measure(calls: int, rounds: int) -> None:
+    compare = _compare()
+    with tempfile.TemporaryDirectory() as tmp:
+        manifests = compare.write_manifest(Path(tmp) / "m", protocol="legacy")
+        state = Path(tmp) / "state"
+        out = Path(tmp) / "marks.json"
+        env = {**os.environ, "SIDECAR_STATE_DIR": str(state)}
+        started = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--daemon", str(out), "--",
+             "--manifests", str(manifests), "--state-dir", str(state)],
+            env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+        try:
+            for _ in range(600):
+                pid = compare.state_daemon(state)
+                if pid == started.pid:
+                    break
+                if started.poll() is not None:
+                    raise SystemExit(f"the daemon exited ({started.returncode})")
+                await asyncio.sleep(0.05)
+            else:
+                raise SystemExit("the daemon did not start")
+            params = compare.stdio_params(
+                sys.executable, ["-m", "sidecar.cli", "stdio", "--manifests", str(manifests),
+                                 "--state-dir", str(state)], env={"SIDECAR_STATE_DIR": str(state)})
+            async with compare.mcp_client(params) as client:
+                name = await compare.find_tool(client, "echo")
+                for _ in range(200):
+                    await compare.call(client, name, {"text": "warm"})
+                rows = []
+                for _ in range(rounds):
+                    await _signal_and_read(started.pid, signal.SIGUSR1, out)
+                    used = compare.cpu_seconds(started.pid)
+                    for _ in range(calls):
+                        result = await compare.call(client, name, {"text": "hello"})
+                    if "hello" not in str(result.content):
+                        raise SystemExit(f"the daemon answered {result!r}")
+                    await asyncio.sleep(compare.WRITE_BEHIND_SECONDS)
+                    cpu = (compare.cpu_seconds(started.pid) - used) / calls * 1e6
+                    marks = await _signal_and_read(started.pid, signal.SIGUSR2, out)
+                    assert marks is not None
+                    counted, found = _medians(marks)
+                    rows.append((cpu, counted, found))
+        finally:
+            started.send_signal(signal.SIGTERM)
+            try:
+                started.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                started.kill()
+                started.wait()
+    _report(rows, calls)
+
+
+def _report(rows: list[tuple[float, int, dict[str, float]]], calls: int) -> None:
+    print(f"- machine: {os.uname().machine}, {os.cpu_count()} CPUs, Python "
+          f"{sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f} after the run")
+    print(f"- command: `.venv/bin/python bench/stages.py --calls {calls} --rounds {len(rows)}`\n")
+    print("| stage | " + " | ".join(f"round {i + 1}" for i in range(len(rows))) + " |")
+    print("|---|" + "---|" * len(rows))
+    names = [name for name, *_ in STAGES] + ["client (wall)"]
+    for name in names:
+        print(f"| {name} µs | " + " | ".join(f"{found[name]:.0f}" for _, _, found in rows)
+              + " |")
+    own = [sum(found[name] for name, _, _, mine in STAGES if mine) for _, _, found in rows]
+    print("| the stages' sum (the daemon's own) µs | " + " | ".join(f"{s:.0f}" for s in own)
+          + " |")
+    print("| daemon cpu µs/call | " + " | ".join(f"{cpu:.0f}" for cpu, _, _ in rows) + " |")
+    print("| not in a stage (pipe writes, reads, wake-ups, task end, writers) µs | "
+          + " | ".join(f"{cpu - s:.0f}" for (cpu, _, _), s in zip(rows, own, strict=True))
+          + " |")
+    print("| calls that passed every mark | " + " | ".join(str(n) for _, n, _ in rows) + " |")
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--daemon":
+        out, rest = sys.argv[2], sys.argv[sys.argv.index("--") + 1:]
+        raise SystemExit(daemon(rest, out))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    asyncio.run(measure(args.calls, args.rounds))
+
+
+if __name__ == "__main__":
+    main()
