@@ -1094,7 +1094,9 @@ def _merge(old: str, new: str, sections: list[str]) -> str:
     rerun = ", ".join(sections)
     command = next((ln for ln in new_header.splitlines() if ln.startswith("- command:")), "")
     date = next((ln for ln in new_header.splitlines() if ln.startswith("- date:")), "")
-    note = f"- re-run of {rerun}: {command[2:]}, {date[2:]}"
+    machine = next((ln for ln in new_header.splitlines() if ln.startswith("- machine:")), "")
+    # the machine too: the VM behind this one changes kind between runs (AMD EPYC, Intel Xeon)
+    note = f"- re-run of {rerun}: {command[2:]}, {date[2:]}, {machine[2:]}"
     parts = [old_header + "\n" + note]
     parts += [text for text in merged.values() if text]
     return "\n\n".join(parts)

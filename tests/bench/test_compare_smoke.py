@@ -89,7 +89,8 @@ def test_a_partial_run_replaces_only_its_sections(tmp_path: Path) -> None:
     spec.loader.exec_module(compare)
 
     def run(date: str, sections: dict[str, str]) -> str:
-        head = f"## benchmarks\n\n- command: `compare.py`\n- date: {date}\n"
+        head = (f"## benchmarks\n\n- machine: vm of {date}\n- command: `compare.py`\n"
+                f"- date: {date}\n")
         body = "\n".join(f"### {name} table\n| {value} |\n\n_(section {name}: 1.0 s)_\n"
                          for name, value in sections.items())
         return head + "\n" + body
@@ -102,4 +103,6 @@ def test_a_partial_run_replaces_only_its_sections(tmp_path: Path) -> None:
     assert "| catalog two |" in text and "| catalog one |" not in text
     assert "| bridge one |" in text and "| startup one |" in text
     assert "- date: day one" in text and "re-run of catalog" in text and "day two" in text
+    rerun = next(line for line in text.splitlines() if line.startswith("- re-run of catalog"))
+    assert "vm of day two" in rerun  # a re-run names its machine too
     assert text.index("bridge one") < text.index("catalog two")
