@@ -219,12 +219,8 @@ async def measure(calls: int, rounds: int) -> None:
                     counted, found = _medians(marks)
                     rows.append((cpu, counted, found))
         finally:
-            started.send_signal(signal.SIGTERM)
-            try:
-                started.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                started.kill()
-                started.wait()
+            compare.stop(started)  # the daemon and its upstream (its process group)
+            started.wait(timeout=30)  # gone before its state directory is removed
     _report(rows, calls)
 
 
