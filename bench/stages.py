@@ -1,33 +1,14 @@
-"""Where a sequential `sidecar stdio` call spends the daemon's time, stage by stage, in place:
-the daemon runs as it always does (its own process, a real upstream over pipes, a real client
-over its pipes), with a timestamp taken where each stage begins.
+"""Where a sequential `sidecar stdio` call spends the daemon's time, stage by stage, in place
+(`STAGES`): a daemon started here (`--daemon`: the CLI's `sidecar daemon`, with the methods that
+begin each stage wrapped to record `time.perf_counter_ns()`), a real upstream over pipes, and
+`sidecar stdio` attached to the daemon as to any.
 
     .venv/bin/python bench/stages.py [--calls N] [--rounds R]
 
-The daemon is started here (`bench/stages.py --daemon ...`: the CLI's `sidecar daemon`, after
-wrapping the methods below so each records `time.perf_counter_ns()` as it is entered or left);
-`sidecar stdio` attaches to it as to any daemon. The stages, each from one mark to the next:
-
-- route: the client's line parsed, to the call's task starting (the fast route's decision and
-  the task's hop);
-- facade and seam: the task, to the seam calling the tool (call context, admission, the claim
-  with its journal line, the input check);
-- bridge out: the tool, to the request line handed to the upstream's pipe;
-- upstream (wall, not the daemon's CPU alone): the pipe write, the upstream's own work, the
-  answer read and parsed;
-- answer back: the answer handed over, to the outcome's record (the coroutines resumed, the
-  result read, the seam after the tool: output, content, bounding, metrics);
-- outcome record: the record itself (its journal line);
-- history and wire: the record, to the answer written to the client (the history row, the
-  way back to the facade, the wire result encoded);
-- client (wall): the client's write, its own work and its next line.
-
-Each is the median over the calls of a round; a wrapper costs ~0.5 µs, so the stages are a
-little dearer than without them. `daemon cpu` is the daemon's CPU per call over the round (every
-thread, /proc), read after its writers had time to commit the round's rows. What the stages
-do not hold (the daemon's CPU minus the sum of the stages that are its own): the two pipe
-writes, the client line's read and parse, the upstream answer's read, the wake-ups, the task's
-end and the writer threads. Printed, not written to RESULTS.md.
+Per round: each stage's median over the calls (a wrapper costs ~0.5 µs), the daemon's CPU per
+call (every thread, /proc, read after its writers committed the round's rows), and what no
+stage holds: the two pipe writes, the reads and the client line's parse, the wake-ups, the
+task's end and the writer threads. Printed, not written to RESULTS.md.
 """
 
 from __future__ import annotations
@@ -53,15 +34,23 @@ ROOT = HERE.parent
 MARKS = ("parsed", "task", "tool", "pipe", "answer", "record", "recorded", "reply")
 """Where each stage begins, in the order a call passes them."""
 STAGES = (
+    # the client's line parsed, to the call's task starting: the fast route's decision, the hop
     ("route", "parsed", "task", True),
+    # call context, admission, the claim with its journal line, the input check
     ("facade and seam", "task", "tool", True),
+    # the tool, to the request line handed to the upstream's pipe
     ("bridge out", "tool", "pipe", True),
+    # the pipe write, the upstream's own work, the answer read and parsed
     ("upstream (wall)", "pipe", "answer", False),
+    # the coroutines resumed, the result read, the seam after the tool (output, bounding)
     ("answer back", "answer", "record", True),
+    # the outcome's record itself (its journal line)
     ("outcome record", "record", "recorded", True),
+    # the history row, the way back to the facade, the wire result encoded
     ("history and wire", "recorded", "reply", True),
 )
-"""(name, from mark, to mark, whether it is the daemon's own CPU)."""
+"""(name, from mark, to mark, whether it is the daemon's own CPU); then "client (wall)": the
+client's write, its own work and its next line."""
 
 
 # --- the daemon side ------------------------------------------------------------------------
@@ -145,12 +134,16 @@ def _compare() -> Any:
     return compare
 
 
-async def _signal_and_read(pid: int, sig: int, out: Path) -> dict[str, list[int]] | None:
+async def _forget(pid: int) -> None:
+    """The daemon drops the marks it has (SIGUSR1)."""
+    os.kill(pid, signal.SIGUSR1)
+    await asyncio.sleep(0.05)
+
+
+async def _marks(pid: int, out: Path) -> dict[str, list[int]]:
+    """The marks since the last `_forget` (SIGUSR2: written to `out`, then dropped)."""
     out.unlink(missing_ok=True)
-    os.kill(pid, sig)
-    if sig != signal.SIGUSR2:
-        await asyncio.sleep(0.05)
-        return None
+    os.kill(pid, signal.SIGUSR2)
     for _ in range(200):
         if out.exists():
             try:
@@ -206,7 +199,7 @@ async def measure(calls: int, rounds: int) -> None:
                     await compare.call(client, name, {"text": "warm"})
                 rows = []
                 for _ in range(rounds):
-                    await _signal_and_read(started.pid, signal.SIGUSR1, out)
+                    await _forget(started.pid)
                     used = compare.cpu_seconds(started.pid)
                     for _ in range(calls):
                         result = await compare.call(client, name, {"text": "hello"})
@@ -214,9 +207,7 @@ async def measure(calls: int, rounds: int) -> None:
                         raise SystemExit(f"the daemon answered {result!r}")
                     await asyncio.sleep(compare.WRITE_BEHIND_SECONDS)
                     cpu = (compare.cpu_seconds(started.pid) - used) / calls * 1e6
-                    marks = await _signal_and_read(started.pid, signal.SIGUSR2, out)
-                    assert marks is not None
-                    counted, found = _medians(marks)
+                    counted, found = _medians(await _marks(started.pid, out))
                     rows.append((cpu, counted, found))
         finally:
             compare.stop(started)  # the daemon and its upstream (its process group)
