@@ -61,6 +61,7 @@ class _HeadWithBody:
         held = self._held
         if held is not None:
             self._held = None
+            self._unschedule()
             self._transport.write(held + data)
             return
         if data[:9] == _HEAD_START and data[-4:] == _HEAD_END:
@@ -71,10 +72,16 @@ class _HeadWithBody:
         self._transport.write(data)
 
     def _send_held(self) -> None:
-        self._flush = None
+        self._unschedule()
         held, self._held = self._held, None
         if held is not None and not self._transport.is_closing():
             self._transport.write(held)
+
+    def _unschedule(self) -> None:
+        """Nothing is held any more: the end of the turn has nothing to send."""
+        if self._flush is not None:
+            self._flush.cancel()  # (a no-op from within the callback itself)
+            self._flush = None
 
     def is_closing(self) -> bool:
         return self._transport.is_closing()
