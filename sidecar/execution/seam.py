@@ -9,6 +9,7 @@ Imports `sidecar.model`, `sidecar.registry`, `sidecar.stores`, `managed_store` a
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -23,6 +24,7 @@ from managed_store import (
     RetentionError,
     TextStore,
 )
+from sidecar.execution import behind
 from sidecar.execution.bounding import apply_preview, plan_bounding
 from sidecar.execution.hooks import AfterCall, BeforeCall, Hooks
 from sidecar.execution.unrecorded import OutcomeKept, Unrecorded
@@ -103,6 +105,8 @@ class Seam:
           7. bound content (oversized text retained whole, or the call fails operationally)
           8. validate + bound metadata       9. after hooks, then normalize + bound again
          10. persist the terminal event, then return the outcome
+         11. the history row and the metrics (`audit`, `observers`): before returning, or,
+             inside `behind.answer_first`, once its answer is written
     """
 
     store: TextStore
@@ -113,12 +117,14 @@ class Seam:
     hooks: Hooks = field(default_factory=Hooks)
     events: EventSink | None = None
     observers: list[Callable[[Outcome, float], None]] = field(default_factory=list)
-    """Called with every executed outcome and its duration in seconds (metrics)."""
+    """Called with every executed outcome and its duration in seconds (metrics); inside a
+    `behind.answer_first` block, once it ends."""
     limit_refusals: list[Callable[[str], None]] = field(default_factory=list)
     """Called with the owner (`user:NAME`) whose own managed-store limit refused a call's
     output (`OwnerLimitExceeded`: `[auth.quotas] store_bytes`; the quota book counts it)."""
     audit: Callable[[SettledCall], None] | None = None
-    """Called with every settled or replayed call once it is recorded (the call history)."""
+    """Called with every settled or replayed call once it is recorded (the call history); inside
+    a `behind.answer_first` block, once it ends (after the answer)."""
     _inflight: dict[str, _InFlight] = field(default_factory=dict)
     """call_id -> the call running under it (duplicate callers wait for it)."""
     unrecorded: Unrecorded = field(default_factory=Unrecorded)
@@ -193,10 +199,13 @@ class Seam:
                outcome: Outcome, started: float) -> None:
         if self.audit is not None:
             took = time.perf_counter() - started
-            self.audit(SettledCall(
-                name, raw_input, context, outcome, time.time() - took, took,
-                outcome.replayed, getattr(snapshot, "profile", None),
-            ))
+            settled = SettledCall(name, raw_input, context, outcome, time.time() - took, took,
+                                  outcome.replayed, getattr(snapshot, "profile", None))
+            queue = behind.later()
+            if queue is None:
+                self.audit(settled)
+            else:  # after the answer (`behind.answer_first`)
+                queue.append(functools.partial(self.audit, settled))
 
     async def _traced(
         self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext,
@@ -266,8 +275,12 @@ class Seam:
             started = time.perf_counter()
             outcome = await self._settle(snapshot, name, raw_input, context, refused)
             elapsed = time.perf_counter() - started
+            queue = behind.later()
             for observe in self.observers:
-                observe(outcome, elapsed)
+                if queue is None:
+                    observe(outcome, elapsed)
+                else:  # after the answer (`behind.answer_first`)
+                    queue.append(functools.partial(observe, outcome, elapsed))
         else:
             outcome = await self._settle(snapshot, name, raw_input, context, refused)
         if self.events is not None and self.events.active:

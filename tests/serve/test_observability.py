@@ -213,3 +213,39 @@ def test_an_mcp_client_trace_continues_through_sidecar_stdio(tmp_path: Path, mod
         assert span["trace_id"] == TRACE_ID and span["parent_span_id"] == "00f067aa0ba902b7"
     finally:
         stop(receiver)
+
+
+def test_a_fast_mcp_call_is_in_the_history_and_the_metrics_once_answered(
+        daemon: Daemon) -> None:
+    """The history row and the metrics of a call on `/mcp`'s fast route are written after its
+    answer (`sidecar.execution.behind`), yet before the daemon reads the next request."""
+    headers = {"accept": "application/json, text/event-stream",
+               "content-type": "application/json"}
+    with daemon.client() as client:
+        opened = client.post("/mcp", headers=headers, json={
+            "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"}}})
+        assert opened.status_code == 200
+        headers.update({"mcp-session-id": opened.headers["mcp-session-id"],
+                        "mcp-protocol-version": "2025-11-25"})
+        assert client.post("/mcp", headers=headers, json={
+            "jsonrpc": "2.0", "method": "notifications/initialized"}).status_code == 202
+        for request_id in (2, 3):  # the second listing is the fast route's, so are calls
+            listed = client.post("/mcp", headers=headers, json={
+                "jsonrpc": "2.0", "id": request_id, "method": "tools/list"})
+            assert listed.status_code == 200
+        assert listed.headers["content-type"] == "application/json"
+        for n, call_id in enumerate(("fast-a", "fast-b", "fast-c"), start=1):
+            called = client.post("/mcp", headers=headers, json={
+                "jsonrpc": "2.0", "id": 10 + n, "method": "tools/call", "params": {
+                    "name": "numbers", "arguments": {"n": n},
+                    "_meta": {"io.mcp-sidecar/call_id": call_id}}})
+            assert called.headers["content-type"] == "application/json"  # the fast route
+            assert called.json()["result"]["content"][0]["text"].split() == [
+                str(i) for i in range(1, n + 1)]
+            calls = client.get("/v1/calls", params={"limit": "1"}).json()["calls"]
+            assert calls[0]["call_id"] == call_id and calls[0]["status"] == "completed"
+            metrics = client.get("/metrics").text
+            assert ('sidecar_call_duration_seconds_count{server="manifest-tools",'
+                    f'tool="numbers"}} {float(n)}') in metrics

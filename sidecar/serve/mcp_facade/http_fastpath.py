@@ -4,8 +4,8 @@ hooks in, is its docstring; the decisions are `fast_answers.fast_request`'s, as 
 Why: README.md. `guard_depth` puts the nesting limit of `sidecar.model.json_depth` in front of
 a session manager, the same on `/mcp` and every `/mcp/NAME`.
 
-Imports `sidecar.model` and the rest of `sidecar.serve`. Exports `HttpFastPath` and
-`guard_depth`.
+Imports `sidecar.model`, `sidecar.execution` and the rest of `sidecar.serve`. Exports
+`HttpFastPath` and `guard_depth`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sidecar.execution.behind import answer_first
 from sidecar.model import json_depth
 from sidecar.model.json_depth import JsonTooDeep
 from sidecar.serve.mcp_facade import stream_priming
@@ -166,9 +167,10 @@ class _Session:
         self._inflight.tasks[request_id] = task
         work = fast.call(taken.state, request_id, taken.name, taken.arguments, taken.meta,
                          channel=reply)
-        result = await self._inflight.run(request_id, work, reply.fail)
-        if result is not None:
-            await reply.answer(request_id, result)
+        with answer_first():  # the call's history row and metrics once its answer is out
+            result = await self._inflight.run(request_id, work, reply.fail)
+            if result is not None:
+                await reply.answer(request_id, result)
         return True
 
     async def _list(self, request_id: types.RequestId, taken: FastList, send: Send) -> bool:

@@ -3,7 +3,7 @@
 wraps the read stream; on pipes (`stdio_pipes`) it decides on the plain JSON of each line
 before any pydantic model is built.
 
-Imports the rest of `sidecar.serve.mcp_facade`. Exports `FastCalls`.
+Imports `sidecar.execution` and the rest of `sidecar.serve.mcp_facade`. Exports `FastCalls`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import anyio.abc
 import mcp_types as types
 from mcp.shared.message import SessionMessage
 
+from sidecar.execution.behind import answer_first
 from sidecar.serve.mcp_facade.fast_answers import (
     Asks,
     FastCall,
@@ -155,9 +156,10 @@ class FastCalls:
                 error_wire("the session is no longer available"))
         else:
             work = fast.call(state, request_id, name, arguments, meta)
-        result = await self._inflight.run(request_id, work, self._fail)
-        if result is not None:
-            await self._respond(request_id, result)
+        with answer_first():  # the call's history row and metrics once its answer is out
+            result = await self._inflight.run(request_id, work, self._fail)
+            if result is not None:
+                await self._respond(request_id, result)
 
     async def _fail(self, request_id: types.RequestId, error: types.ErrorData) -> None:
         if error.code == types.INTERNAL_ERROR:  # over stdio a cancelled call gets no answer

@@ -1,0 +1,63 @@
+"""Work a settled call owes that its answer need not wait for: its history row and its metrics
+(`Seam`'s `audit` and `observers`). By default the seam does that work before `execute`
+returns. A frontend that writes the answer itself right after (the MCP facade's fast routes)
+runs the call inside `answer_first()`: the seam then queues that work, and it runs when the
+block ends, after the answer was written (or failed to be, or the call was cancelled: it runs
+in every case, so no row is lost). The values it records are taken when the call settles, so
+only when the work runs changes, not what it records.
+
+Why: on a sequential client the answer's way out is the latency; the history row and the
+metrics cost a call ~60 µs of the daemon's CPU (`bench/RESULTS.md`, per-step table) that the
+client now no longer waits for.
+
+Imports nothing of `sidecar`. Exports `answer_first` and `later`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+log = logging.getLogger("sidecar.execution")
+
+
+class _Queue(list[Callable[[], None]]):
+    """The jobs of one `answer_first` block; `closed` once it ended (a task started inside
+    the block keeps this queue in its context: its calls then run their work at once)."""
+
+    __slots__ = ("closed",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+
+
+_QUEUED: ContextVar[_Queue | None] = ContextVar("sidecar_behind", default=None)
+
+
+def later() -> list[Callable[[], None]] | None:
+    """The queue of the `answer_first` block the current task is in, or None (run the work
+    now)."""
+    queue = _QUEUED.get()
+    return None if queue is None or queue.closed else queue
+
+
+@contextmanager
+def answer_first() -> Iterator[None]:
+    """Within this block, the calls this task settles queue their history row and metrics;
+    they run, in order, as the block ends (however it ends). A job that raises is logged, and
+    the rest still run."""
+    queue = _Queue()
+    token = _QUEUED.set(queue)
+    try:
+        yield
+    finally:
+        _QUEUED.reset(token)
+        queue.closed = True
+        for job in queue:
+            try:
+                job()
+            except Exception:
+                log.exception("recording a settled call's history row or metrics failed")
