@@ -48,7 +48,9 @@ def build_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> Starlette:
     """`token=None` disables authentication (`--no-auth`); Host/Origin checks always apply.
-    Besides `token` (every profile), the scoped tokens of `location.stores.tokens` are accepted."""
+    Besides `token` (every profile), the scoped tokens of `location.stores.tokens` are accepted.
+    An endpoint of `extra_routes` with an `inner_middleware(app)` method has it put right inside
+    `SecurityMiddleware` (`McpEndpoint`'s shortcut to its sessions)."""
     metrics = Metrics()
     callbacks = location.stores.login_callbacks
     if callbacks is not None:  # the browser comes back by the public name
@@ -113,16 +115,22 @@ def build_app(
     def refusal(identity: Identity, path: str, method: str) -> str | None:
         return route_refusal(identity, path, method, default_profile)
 
+    extra = list(extra_routes)
+    # an extra route's endpoint may put a middleware right inside the security checks (the
+    # MCP facade's shortcut from there to its sessions: `McpEndpoint.inner_middleware`)
+    inner = [Middleware(wrap) for route in extra
+             if callable(wrap := getattr(getattr(route, "endpoint", None), "inner_middleware",
+                                         None))]
     app = Starlette(
         # `extra_routes` (the MCP facade's /mcp) first: Starlette tries routes in order, and
         # an MCP call should not be matched against every /v1 and /ui route before its own
-        routes=[*extra_routes, *api.routes(), *UpstreamApi(location).routes(),
+        routes=[*extra, *api.routes(), *UpstreamApi(location).routes(),
                 *console_routes(location, events, token, api.auth.begin, ring, identities)],
         middleware=[Middleware(ReplicaHeader), Middleware(CallerHeaders), Middleware(
             SecurityMiddleware, token=token, allowed_hosts=allowed_hosts, scoped=scoped,
             identify=identities.identify, route_refusal=refusal,
             default_profile=default_profile, own_auth_prefix="/ui",
-        )],
+        ), *inner],
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error, Exception: _server_error},
     )

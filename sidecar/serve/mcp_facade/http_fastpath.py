@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 from mcp.server.streamable_http import check_accept_headers
 from mcp.server.transport_security import RequestBodyLimitMiddleware
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
@@ -73,14 +75,21 @@ class HttpFastPath:
     found the session and checked its owner and protocol era, and the transport has counted the
     request against its idle timeout, so none of that is redone here. `_admit_session` and
     `_handle_request` are private names of mcp 2.x; when they are missing, `installed` is False
-    and every request takes the SDK's path (a test asserts that the fast path is on)."""
+    and every request takes the SDK's path (a test asserts that the fast path is on).
+    `shortcut` lets a request for a live session skip the layers between the app's security
+    checks and the session's transport."""
 
     def __init__(self, facade: McpFacade) -> None:
         self.facade = facade
         self.installed = False
         self.handled = 0  # requests answered here
+        self.shortcuts = 0  # requests `shortcut` took to their session directly
         self.enabled = True
         """False: every request takes the SDK's route (to compare the two routes)."""
+        self._manager: Any = None
+        self._sessions: weakref.WeakValueDictionary[str, _Session] = (
+            weakref.WeakValueDictionary())
+        """Each session's fast path, by session id, while its transport lives."""
 
     def install(self, manager: Any) -> None:
         admit = getattr(manager, "_admit_session", None)
@@ -98,26 +107,118 @@ class HttpFastPath:
         setattr(manager, "_admit_session", admit_with_fast_path)  # noqa: B010
         self.installed = True
         stream_priming.install(manager)
+        if isinstance(getattr(manager, "_server_instances", None), dict) and isinstance(
+                getattr(manager, "_session_owners", None), dict):
+            self._manager = manager
 
     def _attach(self, transport: Any) -> None:
         sdk = getattr(transport, "_handle_request", None)
         session_id = getattr(transport, "mcp_session_id", None)
         if not callable(sdk) or not isinstance(session_id, str):
             return
-        setattr(transport, "_handle_request", _Session(self, transport, session_id, sdk).handle)  # noqa: B010
+        session = _Session(self, transport, session_id, sdk)
+        setattr(transport, "_handle_request", session.handle)  # noqa: B010
+        self._sessions[session_id] = session
+
+    def shortcut(self, app: ASGIApp, path: str) -> ASGIApp:
+        """An ASGI middleware for the app's stack right inside its `SecurityMiddleware`: a POST
+        to `path` (the session manager's) for a session the manager would hand to its
+        transport goes to that transport at once, past the exception middleware, the router,
+        the body-size limit, the depth guard and the manager (`_Shortcut` checks what those
+        would: the size, the depth, the protocol-version header, the session and its owner);
+        everything else goes on to `app`. Without the manager's session map (another SDK) it
+        is `app`."""
+        return app if self._manager is None else _Shortcut(self, app, path)
+
+    def session_of(self, scope: Scope) -> _Session | None:
+        """The fast path of the session the manager would hand this request to, or None: as
+        `StreamableHTTPSessionManager._handle_request` decides (the first `mcp-session-id`
+        names a session it serves, made without an owner, the request has none either, and the
+        first `mcp-protocol-version`, if any, is of the handshake era)."""
+        session_id = version = None
+        for name, value in scope["headers"]:
+            if name == b"mcp-session-id":
+                session_id = value if session_id is None else session_id
+            elif name == b"mcp-protocol-version":
+                version = value if version is None else version
+        if session_id is None:
+            return None
+        key = session_id.decode("latin-1")
+        session = self._sessions.get(key)
+        manager = self._manager
+        if (session is None or manager._server_instances.get(key) is not session.transport
+                or manager._session_owners.get(key) is not None
+                or scope.get("user") is not None):
+            return None
+        if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
+            return None
+        return session
+
+
+class _Shortcut:
+    """`HttpFastPath.shortcut`."""
+
+    __slots__ = ("app", "fast_path", "limit", "path")
+
+    def __init__(self, fast_path: HttpFastPath, app: ASGIApp, path: str) -> None:
+        self.fast_path = fast_path
+        self.app = app
+        self.path = path
+        self.limit: int = fast_path._manager.max_request_body_size
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (scope["type"] != "http" or scope["path"] != self.path or scope["method"] != "POST"
+                or not self.fast_path.enabled):
+            await self.app(scope, receive, send)
+            return
+        session = self.fast_path.session_of(scope)
+        if session is None:
+            await self.app(scope, receive, send)
+            return
+        transport = session.transport
+        if (transport.is_terminated  # the SDK answers 404
+                or (transport.idle_scope is not None and transport.idle_scope.cancel_called)
+                or _declared_length(scope) > self.limit or not _plain_post(scope)):
+            await self.app(scope, receive, send)
+            return
+        message = await receive()
+        body = message.get("body", b"")
+        if (message["type"] != "http.request" or message.get("more_body", False)
+                or len(body) > self.limit or _too_deep(body)):  # the limit, the guard answer
+            await self.app(scope, _replay(message, receive), send)
+            return
+        value = _json_body(message)
+        if value is None:  # not one JSON object: the SDK's route answers
+            await self.app(scope, _replay(message, receive), send)
+            return
+        self.fast_path.shortcuts += 1
+        scope[_CHECKED] = (value, message)
+        # the transport's own entry: it holds the session's idle clock while it runs
+        await transport.handle_request(scope, receive, send)
+
+
+_CHECKED = "sidecar.mcp_checked"
+"""Scope key: the body `_Shortcut` read and checked, as (JSON object, ASGI message)."""
+
+
+def _declared_length(scope: Scope) -> int:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return int(value) if value.isdigit() else 0  # malformed: the limit reads the body
+    return 0
 
 
 class _Session:
     """The fast path of one session (one transport)."""
 
-    __slots__ = ("_asks", "_fast", "_id", "_inflight", "_listing", "_path", "_sdk",
-                 "_transport")
+    __slots__ = ("__weakref__", "_asks", "_fast", "_id", "_inflight", "_listing", "_path",
+                 "_sdk", "transport")
 
     def __init__(self, path: HttpFastPath, transport: Any, session_id: str,
                  sdk: ASGIHandler) -> None:
         self._path = path
         self._fast = path.facade.fast
-        self._transport = transport
+        self.transport = transport
         self._id = session_id
         self._sdk = sdk
         self._inflight = InFlight(path.facade.location.stores.database)
@@ -125,12 +226,18 @@ class _Session:
         self._listing = ListingJson()
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (not self._path.enabled or scope["method"] != "POST"
-                or self._transport.is_terminated or not _plain_post(scope)):
+        checked = scope.pop(_CHECKED, None)
+        if checked is not None:  # `_Shortcut` read and checked the body
+            value, message = checked
+            if self.transport.is_terminated:
+                value = None
+        elif (not self._path.enabled or scope["method"] != "POST"
+                or self.transport.is_terminated or not _plain_post(scope)):
             await self._sdk(scope, receive, send)
             return
-        message = await receive()
-        value = _json_body(message)
+        else:
+            message = await receive()
+            value = _json_body(message)
         if value is None or not await self._take(scope, value, send):
             await self._sdk(scope, _replay(message, receive), send)
 

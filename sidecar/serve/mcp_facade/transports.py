@@ -22,7 +22,7 @@ from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import BaseRoute, Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sidecar.serve.mcp_facade.http_fastpath import HttpFastPath, guard_depth
 from sidecar.serve.mcp_facade.profile_routes import ProfileEndpoints, http_manager
@@ -127,3 +127,8 @@ class McpEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.manager.asgi_app(scope, receive, send)
+
+    def inner_middleware(self, app: ASGIApp) -> ASGIApp:
+        """For `build_app`: the fast path's `shortcut` to this endpoint's sessions, put right
+        inside the app's `SecurityMiddleware`."""
+        return self.fast_path.shortcut(app, MCP_PATH)

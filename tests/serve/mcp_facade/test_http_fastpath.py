@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 
 from sidecar.serve.mcp_facade import CALL_ID_KEY
 from tests.serve.mcp_facade.conftest import TOKEN, Served
@@ -105,6 +106,10 @@ async def test_plain_calls_and_later_listings_are_answered_with_json(served: Ser
         invalid = (await raw.call("echo", {"text": 5})).json()["result"]
         assert invalid["isError"] and "text" in invalid["content"][0]["text"]
         assert fast.handled == 4
+        # every request after `initialize` went straight from the security checks to its
+        # session (`HttpFastPath.shortcut`), which handed two to the SDK: the notification
+        # and the first listing
+        assert fast.shortcuts == 6
 
         # a call asking for progress takes the SDK's way, with its SSE stream
         progress = await raw.call("test_tool_with_progress", {}, {"progressToken": "p"})
@@ -231,3 +236,44 @@ async def test_a_bug_below_the_fast_path_is_answered_as_an_internal_error_and_lo
         assert after.json()["result"]["structuredContent"] == {"echoed": "still served"}
     assert any(r.exc_info and "a bug in result mapping" in str(r.exc_info[1])
                for r in caplog.records)
+
+
+async def test_the_shortcut_leaves_to_the_stack_what_it_would_answer_otherwise(
+        served: Served) -> None:
+    """`HttpFastPath.shortcut` skips the body limit, the depth guard and the session manager
+    only for what they would pass: the rest gets the same answer as with the fast path off."""
+    fast = served.fast_path
+    async with raw_session(served) as raw:
+        await raw.post(raw.request("tools/list"))
+        oversized = raw.request("tools/call", {"name": "echo", "arguments": {
+            "text": "x" * DEFAULT_MAX_REQUEST_BODY_SIZE}})
+        listing = raw.request("tools/list")
+        deep = b'{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": ' \
+            + b'{"name": "echo", "arguments": {"text": ' + b"[" * 1000 + b"]" * 1000 + b"}}}"
+        cases = [
+            ("oversized", lambda: raw.post(oversized)),
+            ("too deep", lambda: raw.post(deep)),
+            ("a 2026-07-28 header", lambda: raw.post(listing, **{
+                "mcp-protocol-version": "2026-07-28"})),
+            ("an unknown session", lambda: raw.post(listing, **{"mcp-session-id": "0" * 32})),
+            ("no JSON content type", lambda: raw.post(listing, **{
+                "content-type": "text/plain"})),
+        ]
+        answers: dict[str, list[tuple[int, str]]] = {}
+        for enabled in (True, False):
+            fast.enabled = enabled
+            taken = fast.shortcuts
+            for name, post in cases:
+                response = await post()
+                answers.setdefault(name, []).append((response.status_code, response.text))
+            assert fast.shortcuts == taken, enabled
+        fast.enabled = True
+        for name, (with_it, without) in answers.items():
+            assert with_it == without, name
+        assert answers["oversized"][0][0] == 413
+        assert answers["too deep"][0][0] == 400 and "levels deep" in answers["too deep"][0][1]
+        assert answers["an unknown session"][0][0] == 404
+        assert answers["no JSON content type"][0] == (400, "Invalid Content-Type header")
+        echoed = await raw.call("echo", {"text": "still served"})
+        assert echoed.json()["result"]["structuredContent"] == {"echoed": "still served"}
+        assert fast.shortcuts == taken + 1
