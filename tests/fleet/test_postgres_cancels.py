@@ -111,6 +111,34 @@ async def test_a_cancelled_request_withdraws_its_row(fleet: Fleet) -> None:
     assert await fleet.rows() == 0
 
 
+async def test_a_request_cancelled_while_its_row_is_written_leaves_no_row(
+        fleet: Fleet) -> None:
+    """The row is committed, but the client is cancelled before the INSERT's answer reaches
+    it (CI saw this window): the row is withdrawn once it has landed."""
+    b = await fleet.replica("b")
+    async with fleet.pool.acquire() as holder:
+        locked = holder.transaction()
+        await locked.start()
+        await holder.execute("LOCK TABLE sidecar_cancels IN EXCLUSIVE MODE")  # holds the INSERT
+        waiting = asyncio.create_task(b.cancels.request("c1", "gone", wait=60))
+        blocked = 0
+        for _ in range(500):  # a hang guard: the INSERT waits for the lock at once
+            blocked = await fleet.pool.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            if blocked:
+                break
+            await asyncio.sleep(0.02)
+        assert blocked == 1
+        waiting.cancel()
+        await asyncio.sleep(0.2)
+        assert not waiting.done()  # it waits for its row, to withdraw it
+        await locked.rollback()  # the INSERT goes through now
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(waiting, 30)
+    assert await fleet.rows() == 0
+    assert b.cancels._carried._running == set()
+
+
 async def test_locations_on_one_database_stay_apart(fleet: Fleet) -> None:
     a_other = await fleet.replica("a", location="other")
     a, b = await fleet.replica("a"), await fleet.replica("b")

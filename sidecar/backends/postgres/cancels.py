@@ -116,7 +116,13 @@ class PostgresCancels:
         if self._listening.lost:  # answers come faster with LISTEN; the row is read anyway
             with contextlib.suppress(*_FAILURES):
                 await self._listening.restart()
-        row_id = int(await self._pool.fetchval(_REQUEST, self._location, call_id, replica))
+        written = asyncio.ensure_future(
+            self._pool.fetchval(_REQUEST, self._location, call_id, replica))
+        try:
+            row_id = int(await asyncio.shield(written))
+        except asyncio.CancelledError:  # the row may land all the same: withdrawn once it has
+            await self._carried.run(self._withdraw(written))
+            raise
         answered = self._answers[row_id] = asyncio.Event()
         try:
             loop = asyncio.get_running_loop()
@@ -193,6 +199,14 @@ class PostgresCancels:
         except Exception:
             log.exception("cancelling call %s for another replica failed", call_id)
             return "not_running"
+
+    async def _withdraw(self, written: asyncio.Future[Any]) -> None:
+        """Forget the row of a request whose client was cancelled while it was written."""
+        try:
+            row_id = await written
+        except _FAILURES:  # not written
+            return
+        await self._forget(int(row_id))
 
     async def _forget(self, row_id: int) -> None:
         try:
