@@ -35,6 +35,9 @@ from tests.hardening.daemon_process import serving, sidecar_env
 from tests.serve.mcp_facade.test_structured_success import BIG, BOUND, REPO, manifests
 
 pytestmark = pytest.mark.anyio
+TIMEOUTS: dict[str, Any] = {"init_timeout": 60, "read_timeout": 60}
+"""pydantic-ai gives `initialize` 5 s by default: a cold `sidecar stdio --standalone` (imports,
+the Location, the upstream) took longer once on CI's two loaded cores."""
 REF = re.compile(r'managed_read\(ref="([^"]+)", offset=1, start=0\)')
 
 
@@ -150,7 +153,7 @@ async def test_pydantic_ai_agent_over_sidecar_serve_sees_a_bounded_result_as_a_s
     with serving(tmp_path / "state", manifests=manifests(tmp_path / "manifests")) as daemon:
         toolset: MCPToolset[None] = MCPToolset(
             f"{daemon.url}/mcp", headers={"Authorization": f"Bearer {daemon.token}"},
-            read_timeout=60, cache_tools=False)
+            cache_tools=False, **TIMEOUTS)
         assert_bounded_success(await run_agent(toolset))
 
 
@@ -160,7 +163,7 @@ async def test_pydantic_ai_agent_over_sidecar_stdio_sees_a_bounded_result_as_a_s
     env = sidecar_env(tmp_path / "state", manifests(tmp_path / "manifests"))
     transport = StdioTransport(sys.executable, ["-m", "sidecar.cli", "stdio", "--standalone"],
                                env=env, cwd=str(REPO))
-    toolset: MCPToolset[None] = MCPToolset(transport, read_timeout=60, cache_tools=False)
+    toolset: MCPToolset[None] = MCPToolset(transport, cache_tools=False, **TIMEOUTS)
     assert_bounded_success(await run_agent(toolset))
 
 
@@ -172,7 +175,7 @@ async def test_pydantic_ai_turns_an_is_error_result_into_a_retry(
     with serving(tmp_path / "state", manifests=manifests(tmp_path / "manifests")) as daemon:
         toolset: MCPToolset[None] = MCPToolset(
             f"{daemon.url}/mcp", headers={"Authorization": f"Bearer {daemon.token}"},
-            read_timeout=60, cache_tools=False)
+            cache_tools=False, **TIMEOUTS)
         async with toolset:
             await listed_once_started(toolset)
             model = scripted([Step("t_fail", lambda _: {})])
