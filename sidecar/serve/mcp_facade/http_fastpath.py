@@ -382,7 +382,28 @@ def _dump(message: types.JSONRPCMessage) -> bytes:
 
 def _plain_post(scope: Scope) -> bool:
     """A JSON body the client accepts a JSON or an SSE answer to (else the SDK's path
-    answers, with its 406 or 415)."""
+    answers, with its 406 or 415): decided by `_decide_plain` once per pair of the first
+    Content-Type and Accept headers (a client sends the same pair every time)."""
+    content_type = accept = None
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            content_type = value if content_type is None else content_type
+        elif name == b"accept":
+            accept = value if accept is None else accept
+    key = (content_type, accept)
+    plain = _PLAIN.get(key)
+    if plain is None:
+        if len(_PLAIN) >= _PLAIN_KEPT:
+            _PLAIN.clear()
+        plain = _PLAIN[key] = _decide_plain(scope)
+    return plain
+
+
+_PLAIN: dict[tuple[bytes | None, bytes | None], bool] = {}
+_PLAIN_KEPT = 64
+
+
+def _decide_plain(scope: Scope) -> bool:
     request = Request(scope)
     content_type = request.headers.get("content-type", "")
     if content_type.split(";", 1)[0].strip().lower() != "application/json":

@@ -277,3 +277,22 @@ async def test_the_shortcut_leaves_to_the_stack_what_it_would_answer_otherwise(
         echoed = await raw.call("echo", {"text": "still served"})
         assert echoed.json()["result"]["structuredContent"] == {"echoed": "still served"}
         assert fast.shortcuts == taken + 1
+
+
+def test_the_plain_post_decision_is_the_sdks_once_per_header_pair() -> None:
+    from sidecar.serve.mcp_facade import http_fastpath
+
+    types_ = [None, b"application/json", b"Application/JSON; charset=utf-8", b"text/plain"]
+    accepts = [None, b"application/json, text/event-stream", b"*/*", b"application/json",
+               b"text/event-stream;q=0.9, application/*", b"text/*"]
+    for content_type in types_:
+        for accept in accepts:
+            headers = [(b"host", b"127.0.0.1")]
+            headers += [(b"content-type", content_type)] if content_type else []
+            headers += [(b"accept", accept)] if accept else []
+            headers += [(b"accept", b"*/*")]  # a second Accept: the SDK reads the first
+            scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}
+            expected = http_fastpath._decide_plain(scope)
+            assert http_fastpath._plain_post(scope) is expected, (content_type, accept)
+            assert http_fastpath._plain_post(scope) is expected  # from the cache
+    assert len(http_fastpath._PLAIN) <= http_fastpath._PLAIN_KEPT
