@@ -135,12 +135,7 @@ class HttpFastPath:
         `StreamableHTTPSessionManager._handle_request` decides (the first `mcp-session-id`
         names a session it serves, made without an owner, the request has none either, and the
         first `mcp-protocol-version`, if any, is of the handshake era)."""
-        session_id = version = None
-        for name, value in scope["headers"]:
-            if name == b"mcp-session-id":
-                session_id = value if session_id is None else session_id
-            elif name == b"mcp-protocol-version":
-                version = value if version is None else version
+        session_id, version = _first_of(scope, b"mcp-session-id", b"mcp-protocol-version")
         if session_id is None:
             return None
         key = session_id.decode("latin-1")
@@ -384,19 +379,24 @@ def _plain_post(scope: Scope) -> bool:
     """A JSON body the client accepts a JSON or an SSE answer to (else the SDK's path
     answers, with its 406 or 415): decided by `_decide_plain` once per pair of the first
     Content-Type and Accept headers (a client sends the same pair every time)."""
-    content_type = accept = None
-    for name, value in scope["headers"]:
-        if name == b"content-type":
-            content_type = value if content_type is None else content_type
-        elif name == b"accept":
-            accept = value if accept is None else accept
-    key = (content_type, accept)
+    key = _first_of(scope, b"content-type", b"accept")
     plain = _PLAIN.get(key)
     if plain is None:
         if len(_PLAIN) >= _PLAIN_KEPT:
             _PLAIN.clear()
         plain = _PLAIN[key] = _decide_plain(scope)
     return plain
+
+
+def _first_of(scope: Scope, one: bytes, other: bytes) -> tuple[bytes | None, bytes | None]:
+    """The first value of each of two headers (what Starlette's `Headers.get` reads)."""
+    first = second = None
+    for name, value in scope["headers"]:
+        if name == one:
+            first = value if first is None else first
+        elif name == other:
+            second = value if second is None else second
+    return first, second
 
 
 _PLAIN: dict[tuple[bytes | None, bytes | None], bool] = {}
