@@ -177,13 +177,10 @@ class _Shortcut:
             await self.app(scope, receive, send)
             return
         message = await receive()
-        body = message.get("body", b"")
-        if (message["type"] != "http.request" or message.get("more_body", False)
-                or len(body) > self.limit or _too_deep(body)):  # the limit, the guard answer
-            await self.app(scope, _replay(message, receive), send)
-            return
-        value = _json_body(message)
-        if value is None:  # not one JSON object: the SDK's route answers
+        # the body whole and within the limit, one JSON object nested within the depth limit;
+        # else the limit, the depth guard or the SDK's route answers
+        value = _json_body(message) if len(message.get("body", b"")) <= self.limit else None
+        if value is None:
             await self.app(scope, _replay(message, receive), send)
             return
         self.fast_path.shortcuts += 1
