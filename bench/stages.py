@@ -3,7 +3,7 @@
 begin each stage wrapped to record `time.perf_counter_ns()`), a real upstream over pipes, and
 `sidecar stdio` attached to the daemon as to any.
 
-    .venv/bin/python bench/stages.py [--calls N] [--rounds R]
+    .venv/bin/python bench/stages.py [--calls N] [--rounds R] [--era legacy|auto]
 
 Per round: each stage's median over the calls (a wrapper costs ~0.5 µs), the daemon's CPU per
 call (every thread, /proc, read after its writers committed the round's rows), and what no
@@ -46,8 +46,9 @@ STAGES = (
     ("answer back", "answer", "record", True),
     # the outcome's record itself (its journal line)
     ("outcome record", "record", "recorded", True),
-    # the history row, the way back to the facade, the wire result encoded
-    ("history and wire", "recorded", "reply", True),
+    # the way back to the facade, the wire result encoded (the history row and the metrics
+    # come after the answer: `sidecar.execution.behind`, b3ee76e)
+    ("way back and wire", "recorded", "reply", True),
 )
 """(name, from mark, to mark, whether it is the daemon's own CPU); then "client (wall)": the
 client's write, its own work and its next line."""
@@ -168,10 +169,13 @@ def _medians(marks: dict[str, list[int]]) -> tuple[int, dict[str, float]]:
     return calls, found
 
 
-async def measure(calls: int, rounds: int) -> None:
+async def measure(calls: int, rounds: int, era: str) -> None:
     compare = _compare()
     with tempfile.TemporaryDirectory() as tmp:
-        manifests = compare.write_manifest(Path(tmp) / "m", protocol="legacy")
+        # legacy: the 2025 handshake era, as the bench's `sidecar stdio` row; auto: the
+        # default manifest, where the sidecar picks 2026-07-28
+        manifests = compare.write_manifest(Path(tmp) / "m",
+                                           protocol="legacy" if era == "legacy" else None)
         state = Path(tmp) / "state"
         out = Path(tmp) / "marks.json"
         env = {**os.environ, "SIDECAR_STATE_DIR": str(state)}
@@ -212,13 +216,14 @@ async def measure(calls: int, rounds: int) -> None:
         finally:
             compare.stop(started)  # the daemon and its upstream (its process group)
             started.wait(timeout=30)  # gone before its state directory is removed
-    _report(rows, calls)
+    _report(rows, calls, era)
 
 
-def _report(rows: list[tuple[float, int, dict[str, float]]], calls: int) -> None:
+def _report(rows: list[tuple[float, int, dict[str, float]]], calls: int, era: str) -> None:
     print(f"- machine: {os.uname().machine}, {os.cpu_count()} CPUs, Python "
           f"{sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f} after the run")
-    print(f"- command: `.venv/bin/python bench/stages.py --calls {calls} --rounds {len(rows)}`\n")
+    print(f"- command: `.venv/bin/python bench/stages.py --calls {calls} --rounds {len(rows)} "
+          f"--era {era}`\n")
     print("| stage | " + " | ".join(f"round {i + 1}" for i in range(len(rows))) + " |")
     print("|---|" + "---|" * len(rows))
     names = [name for name, *_ in STAGES] + ["client (wall)"]
@@ -242,8 +247,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--era", choices=("legacy", "auto"), default="legacy",
+                        help="the upstream's protocol era (auto: the default manifest's)")
     args = parser.parse_args()
-    asyncio.run(measure(args.calls, args.rounds))
+    asyncio.run(measure(args.calls, args.rounds, args.era))
 
 
 if __name__ == "__main__":

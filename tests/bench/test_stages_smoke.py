@@ -9,18 +9,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_stages_prints_every_stage_for_every_call() -> None:
+@pytest.mark.parametrize("era", ["legacy", "auto"])
+def test_stages_prints_every_stage_for_every_call(era: str) -> None:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "stages.py"), "--calls", "40", "--rounds", "1"],
+        [sys.executable, str(ROOT / "bench" / "stages.py"), "--calls", "40", "--rounds", "1",
+         "--era", era],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     for stage in ("route", "facade and seam", "bridge out", "upstream (wall)", "answer back",
-                  "outcome record", "history and wire", "client (wall)"):
+                  "outcome record", "way back and wire", "client (wall)"):
         row = re.search(rf"^\| {re.escape(stage)} µs \| (\d+) \|$", out, re.MULTILINE)
         assert row is not None, (stage, out)
         assert int(row.group(1)) > 0, (stage, out)
