@@ -158,6 +158,7 @@ async def test_stdio_connections_call_directly_with_the_eras_stamp(mode: str, tm
         stderr=StderrTail("t", Redactor()), state=TransportState(),
     ) as connection:
         assert connection.direct
+        assert connection.pipe_stamped  # the stamp's `_meta` taken once, without its headers
         assert connection.protocol_version == (mode if mode != "legacy" else "2025-11-25")
         result = await connection.call("echo", {"text": "hi"}, call_timeout=5, progress=None)
         assert isinstance(result, PlainResult)  # text alone: read without a model
