@@ -10,15 +10,17 @@ Why: on a sequential client the answer's way out is the latency; the history row
 metrics cost a call ~60 µs of the daemon's CPU (`bench/RESULTS.md`, per-step table) that the
 client now no longer waits for.
 
-Imports nothing of `sidecar`. Exports `answer_first` and `later`.
+Imports nothing of `sidecar`. Exports `answer_first`, `after_answer` and `later`.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Any
 
 log = logging.getLogger("sidecar.execution")
 
@@ -42,6 +44,15 @@ def later() -> list[Callable[[], None]] | None:
     now)."""
     queue = _QUEUED.get()
     return None if queue is None or queue.closed else queue
+
+
+def after_answer(job: Callable[..., None], *args: Any) -> None:
+    """`job(*args)` now, or, inside an `answer_first` block, as the block ends."""
+    queue = later()
+    if queue is None:
+        job(*args)
+    else:
+        queue.append(functools.partial(job, *args))
 
 
 @contextmanager

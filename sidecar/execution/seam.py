@@ -9,7 +9,6 @@ Imports `sidecar.model`, `sidecar.registry`, `sidecar.stores`, `managed_store` a
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import time
@@ -201,11 +200,7 @@ class Seam:
             took = time.perf_counter() - started
             settled = SettledCall(name, raw_input, context, outcome, time.time() - took, took,
                                   outcome.replayed, getattr(snapshot, "profile", None))
-            queue = behind.later()
-            if queue is None:
-                self.audit(settled)
-            else:  # after the answer (`behind.answer_first`)
-                queue.append(functools.partial(self.audit, settled))
+            behind.after_answer(self.audit, settled)
 
     async def _traced(
         self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext,
@@ -275,12 +270,8 @@ class Seam:
             started = time.perf_counter()
             outcome = await self._settle(snapshot, name, raw_input, context, refused)
             elapsed = time.perf_counter() - started
-            queue = behind.later()
             for observe in self.observers:
-                if queue is None:
-                    observe(outcome, elapsed)
-                else:  # after the answer (`behind.answer_first`)
-                    queue.append(functools.partial(observe, outcome, elapsed))
+                behind.after_answer(observe, outcome, elapsed)
         else:
             outcome = await self._settle(snapshot, name, raw_input, context, refused)
         if self.events is not None and self.events.active:
