@@ -10,7 +10,11 @@ and a second statement to delete it, and committing the outcome row on the call'
 At the next open, `read_all` gives the settled rows (the log inserts those SQLite lacks) and the
 starts neither released nor settled (the log turns those without an outcome into `interrupted`
 outcomes), then the file is emptied. While running, the file is rewritten with only the calls
-still running and the rows not yet in SQLite whenever it passes `ROTATE_BYTES`.
+still running and the rows not yet in SQLite (its live lines) once it passes `ROTATE_BYTES` and
+at least half of it is lines no longer needed: a rewrite copies at most as many bytes as were
+appended since the last one. (Past the size alone, rows SQLite had not committed yet, ~1 MB of
+them when the loop is busy or bodies are large, were copied again at every line: a durable
+`Location` running 5,000 calls in a row rewrote 1.6 GB, 1,434 times; 2026-12-07.)
 
 Imports `sidecar.stores.state_dir` and `sidecar.model.json_text`. Exports `StartJournal`,
 `Start`, `ROTATE_BYTES`.
@@ -58,6 +62,8 @@ class StartJournal:
         self._running: dict[tuple[str, str], bytes] = {}
         self._unwritten: dict[tuple[str, str], bytes] = {}
         """Settled rows SQLite does not have yet (`written` drops them)."""
+        self._live = 0
+        """The bytes of the lines in `_running` and `_unwritten`: what a rewrite keeps."""
 
     @staticmethod
     def read(path: Path) -> list[Start]:
@@ -103,7 +109,7 @@ class StartJournal:
     def empty(self) -> None:
         """Forget every line (after the open turned them into outcomes)."""
         os.ftruncate(self._fd, 0)
-        self._size = 0
+        self._size = self._live = 0
         self._running.clear()
         self._unwritten.clear()
 
@@ -112,11 +118,11 @@ class StartJournal:
         fields = [location, call_id, tool, fingerprint, started_at]
         line = (compact(fields) or json.dumps(fields, ensure_ascii=False).encode()) + b"\n"
         self._write(line)
-        self._running[(location, call_id)] = line
+        self._keep(self._running, (location, call_id), line)
 
     def settled(self, location: str, call_id: str) -> None:
         """Its outcome is committed: nothing to write (the outcome row says so)."""
-        self._running.pop((location, call_id), None)
+        self._drop(self._running, (location, call_id))
 
     def settle(self, row: tuple[Any, ...], body_json: bytes | None = None) -> None:
         """The call settled: its outcome row (`ROW_COLUMNS`), kept here until `written`.
@@ -131,20 +137,34 @@ class StartJournal:
                 [SETTLED, *row], ensure_ascii=False, allow_nan=False).encode()) + b"\n"
         key = (row[0], row[1])
         self._write(line)
-        self._running.pop(key, None)
-        self._unwritten[key] = line
+        self._drop(self._running, key)
+        self._keep(self._unwritten, key, line)
 
     def written(self, location: str, call_id: str) -> None:
         """Its settled row is committed to SQLite: a rotation need not keep it."""
-        self._unwritten.pop((location, call_id), None)
+        self._drop(self._unwritten, (location, call_id))
 
     def release(self, location: str, call_id: str) -> None:
-        if self._running.pop((location, call_id), None) is not None:
+        if self._drop(self._running, (location, call_id)):
             self._write(json.dumps(["release", location, call_id],
                                    ensure_ascii=False).encode() + b"\n")
 
+    def _keep(self, lines: dict[tuple[str, str], bytes], key: tuple[str, str],
+              line: bytes) -> None:
+        self._drop(lines, key)
+        lines[key] = line
+        self._live += len(line)
+
+    def _drop(self, lines: dict[tuple[str, str], bytes], key: tuple[str, str]) -> bool:
+        line = lines.pop(key, None)
+        if line is None:
+            return False
+        self._live -= len(line)
+        return True
+
     def _write(self, line: bytes) -> None:
-        if self._size + len(line) > ROTATE_BYTES:
+        size = self._size + len(line)
+        if size > ROTATE_BYTES and size > 2 * self._live:
             self._rotate()
         os.write(self._fd, line)
         self._size += len(line)

@@ -121,3 +121,50 @@ def test_a_body_given_as_json_is_written_as_its_value_and_read_back_as_text(
     _, settled = StartJournal.read_all(path)
     assert len(settled) == 1 and json.loads(settled[0][7]) == json.loads(body)
     assert settled[0][:7] == row("raw")[:7] and settled[0][8:] == row("raw")[8:]
+
+
+def test_rows_sqlite_lacks_past_the_limit_are_not_copied_again_at_every_line(
+    small: tuple[Path, StartJournal], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SQLite behind (its commits not yet `written`, as while the loop is busy): the live
+    rows alone pass the limit. A rewrite copies them only once the file holds as many bytes
+    of lines no longer needed, not at every line (before: 300 calls here, 299 rewrites)."""
+    path, journal = small
+    copied: list[int] = []
+    rotate = journal._rotate
+
+    def counted() -> None:
+        copied.append(journal._live)
+        rotate()
+
+    monkeypatch.setattr(journal, "_rotate", counted)
+    body = "x" * 200
+    for i in range(300):  # ~90 KB of rows, none written to SQLite
+        journal.start("loc", f"c{i}", "echo", "fp", 1.0)
+        journal.settle(row(f"c{i}", body))
+    assert len(copied) <= 8 and sum(copied) <= 2 * path.stat().st_size, copied
+    for i in range(300):  # committed at last: the next rewrite drops them
+        journal.written("loc", f"c{i}")
+    journal.start("loc", "running", "echo", "fp", 2.0)
+    for _ in range(40):
+        journal.release("loc", "running")
+        journal.start("loc", "running", "echo", "fp", 2.0)
+    assert path.stat().st_size <= 2_000
+    journal.close()
+    starts, settled = StartJournal.read_all(path)
+    assert [s.call_id for s in starts] == ["running"] and settled == []
+
+
+def test_every_row_sqlite_lacks_survives_the_rewrites(small: tuple[Path, StartJournal]) -> None:
+    path, journal = small
+    for i in range(300):
+        journal.start("loc", f"c{i}", "echo", "fp", 1.0)
+        journal.settle(row(f"c{i}", "y" * 100))
+        if i % 3:  # two rows in three reached SQLite
+            journal.written("loc", f"c{i}")
+        assert path.stat().st_size <= max(2_000, 2 * journal._live) + 400  # (a line)
+    journal.start("loc", "running", "echo", "fp", 2.0)
+    journal.close()
+    starts, settled = StartJournal.read_all(path)
+    assert [s.call_id for s in starts] == ["running"]
+    assert {r[1] for r in settled} >= {f"c{i}" for i in range(0, 300, 3)}
