@@ -2,7 +2,7 @@
 beside direct stdio, the bare byte relay and `sidecar stdio` in one run.
 
     python bench/lean_proxy.py [--rounds R] [--block N]     (the comparison)
-    python bench/lean_proxy.py -- COMMAND [ARGS...]          (the proxy itself)
+    python bench/lean_proxy.py [--depth D] -- COMMAND [ARGS...]   (the proxy itself)
 
 For each `tools/call` the proxy does what the sidecar must: parses the request, checks the
 arguments against the tool's input schema (jsonschema_rs, compiled from the listing),
@@ -13,6 +13,12 @@ the answer and writes it. Every other line is relayed. It has no profiles, pins,
 permissions, hooks, bounding, metrics, cancellation or restarts: the price of those is what the
 daemon adds above it. Blocks of sequential echo calls alternate between the targets; reported:
 median calls/s, the ratio to direct, the relaying process's CPU per call (from /proc).
+
+`--depth D` (the row "lean proxy, a task per call"): each call runs as the daemon runs one, in
+an asyncio task of its own whose coroutine awaits the upstream's answer D coroutines deep
+(`TASK_DEPTH`, the frames between the daemon's fast route and its pipe write), the answer line
+handed to that task by a future; the same work otherwise. Its price against the lean row is
+what the task-and-coroutine design costs a call, apart from the work the layers do.
 """
 
 from __future__ import annotations
@@ -37,6 +43,10 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 _CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+TASK_DEPTH = 11
+"""Coroutines between `sidecar stdio`'s fast route and the upstream's pipe write, each awaiting
+the next (2026-12-07: the facade's run and call, the seam's execute, _run, _settle_and_publish,
+_settle, _invoke, the bridge's catalog execute, caller, send and connection call)."""
 
 
 class _Lines(asyncio.Protocol):
@@ -103,16 +113,18 @@ class _Work:
     def answer(self, line: bytes) -> bytes:
         """The line to send the client for a line of the server."""
         if self.pending and b'"result"' in line:
-            message = json.loads(line)
-            call = self.pending.pop(message.get("id"), None)
-            if call is not None:
-                return self._settle(message, *call)
+            return self.settle(json.loads(line)) or line
         elif b'"inputSchema"' in line:
             import jsonschema_rs
 
             for tool in json.loads(line).get("result", {}).get("tools", []):
                 self.validators[tool["name"]] = jsonschema_rs.validator_for(tool["inputSchema"])
         return line
+
+    def settle(self, message: dict[str, Any]) -> bytes | None:
+        """The client's line for the server's answer to a pending call (None: not one)."""
+        call = self.pending.pop(message.get("id"), None)
+        return None if call is None else self._settle(message, *call)
 
     def _settle(self, message: dict[str, Any], call_id: str, name: str, arguments: Any,
                 fingerprint: str, started: float, t0: float) -> bytes:
@@ -137,7 +149,7 @@ class _Work:
                           ensure_ascii=False, separators=(",", ":")).encode()
 
 
-async def proxy(argv: list[str]) -> None:
+async def proxy(argv: list[str], depth: int = 0) -> None:
     loop = asyncio.get_running_loop()
     child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
     assert child.stdin is not None and child.stdout is not None
@@ -146,17 +158,42 @@ async def proxy(argv: list[str]) -> None:
     with tempfile.TemporaryDirectory() as state:
         work = _Work(state)
 
+        answers: dict[Any, asyncio.Future[dict[str, Any]]] = {}  # (--depth) by request id
+        calls: set[asyncio.Task[None]] = set()
+
+        async def forward(line: bytes, key: Any, level: int) -> bytes:
+            if level:
+                return await forward(line, key, level - 1)
+            answers[key] = answer = loop.create_future()
+            up.write(line + b"\n")
+            return work.settle(await answer) or b""
+
+        async def call(line: bytes, key: Any) -> None:
+            out.write(await forward(line, key, depth) + b"\n")
+
         def from_client(line: bytes) -> None:
-            forward = work.request(line)
-            if forward is None:
+            forward_line = work.request(line)
+            if forward_line is None:
                 error = {"jsonrpc": "2.0", "id": json.loads(line)["id"], "result": {
                     "content": [{"type": "text", "text": "invalid input"}], "isError": True}}
                 out.write(json.dumps(error).encode() + b"\n")
+            elif depth and b'"tools/call"' in line:
+                task = loop.create_task(call(forward_line, json.loads(line)["id"]))
+                calls.add(task)
+                task.add_done_callback(calls.discard)
             else:
-                up.write(forward + b"\n")
+                up.write(forward_line + b"\n")
 
-        await loop.connect_read_pipe(lambda: _Lines(lambda line: out.write(
-            work.answer(line) + b"\n")), child.stdout)
+        def from_server(line: bytes) -> None:
+            if answers and b'"result"' in line:
+                message = json.loads(line)
+                waiting = answers.pop(message.get("id"), None)
+                if waiting is not None:
+                    waiting.set_result(message)
+                    return
+            out.write(work.answer(line) + b"\n")
+
+        await loop.connect_read_pipe(lambda: _Lines(from_server), child.stdout)
         client = _Lines(from_client)
         await loop.connect_read_pipe(lambda: client, os.fdopen(0, "rb", buffering=0))
         await client.closed
@@ -181,6 +218,9 @@ async def measure(rounds: int, block: int) -> None:
                 py, [str(HERE / "byte_relay.py"), "--", py, upstream]), "child"),
             "lean proxy": (compare.stdio_params(
                 py, [str(HERE / "lean_proxy.py"), "--", py, upstream]), "child"),
+            "lean proxy, a task per call": (compare.stdio_params(
+                py, [str(HERE / "lean_proxy.py"), "--depth", str(TASK_DEPTH), "--", py,
+                     upstream]), "child"),
             "sidecar stdio": (compare.stdio_params(
                 py, ["-m", "sidecar.cli", "stdio", "--manifests", str(manifests),
                      "--state-dir", str(state)], env={"SIDECAR_STATE_DIR": str(state)}),
@@ -228,7 +268,10 @@ def main() -> None:
     if "--" in sys.argv:
         import uvloop
 
-        uvloop.run(proxy(sys.argv[sys.argv.index("--") + 1:]))
+        split = sys.argv.index("--")
+        own = argparse.ArgumentParser()
+        own.add_argument("--depth", type=int, default=0)
+        uvloop.run(proxy(sys.argv[split + 1:], own.parse_args(sys.argv[1:split]).depth))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=10)
