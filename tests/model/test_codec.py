@@ -34,6 +34,27 @@ def test_type_adapter_codec():
     assert err.value.path == "$[1]"
 
 
+class Deferred(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(defer_build=True)
+    later: "Later"
+
+
+class Later(pydantic.BaseModel):
+    n: int
+
+
+def test_a_model_built_on_first_use_is_decoded_and_encoded():
+    """`defer_build`: the adapter's validator and serializer are stand-ins until the first use
+    builds them (the forward reference resolved by then); the codec reads them each call."""
+    codec = make_codec(Deferred)
+    assert codec.decode({"later": {"n": 1}}) == Deferred(later=Later(n=1))
+    assert codec.encode(Deferred(later=Later(n=2))) == {"later": {"n": 2}}
+    assert codec.encode({"later": {"n": 3}}) == {"later": {"n": 3}}
+    with pytest.raises(CodecError) as err:
+        codec.decode({"later": {"n": "x"}})
+    assert err.value.path == "$.later.n"
+
+
 def test_json_schema_codec_validates_and_names_the_path():
     codec = make_codec({"type": "object", "properties": {"a": {"type": "object", "properties": {
         "b": {"type": "integer", "minimum": 0}}}}})
