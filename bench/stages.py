@@ -38,7 +38,9 @@ STAGES = (
     ("route", "parsed", "task", True),
     # call context, admission, the claim with its journal line, the input check
     ("facade and seam", "task", "tool", True),
-    # the tool, to the request line handed to the upstream's pipe
+    # the bridge's caller (its permission ask, the connection), to the request line handed
+    # to the upstream's pipe (until 2026-12-07 this began at the seam's `_invoke`, a few
+    # µs earlier, before the tool's own `execute` wrapper)
     ("bridge out", "tool", "pipe", True),
     # the pipe write, the upstream's own work, the answer read and parsed
     ("upstream (wall)", "pipe", "answer", False),
@@ -59,9 +61,9 @@ client's write, its own work and its next line."""
 
 def _install(marks: dict[str, list[int]]) -> None:
     """Wrap the methods that begin (or end) each stage so they record their mark."""
+    from bridges.mcp.calls import Caller
     from bridges.mcp.direct_requests import DirectRequests
     from sidecar.backends.sqlite.outcome_log import SqliteOutcomeLog
-    from sidecar.execution.seam import Seam
     from sidecar.serve.mcp_facade.stdio_fastpath import FastCalls
 
     now = time.perf_counter_ns
@@ -84,7 +86,7 @@ def _install(marks: dict[str, list[int]]) -> None:
 
     on_entry(FastCalls, "take_raw", "parsed")
     on_entry(FastCalls, "_run", "task")
-    on_entry(Seam, "_invoke", "tool")
+    on_entry(Caller, "__call__", "tool")  # the bridged tool, as the seam awaits it
     on_entry(DirectRequests, "_write", "pipe")
     on_entry(DirectRequests, "deliver", "answer")
     on_entry(SqliteOutcomeLog, "record", "record")
