@@ -51,14 +51,16 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
 
 
 def sidecar_command() -> list[str]:
-    """The absolute command that runs this installation's `sidecar`."""
+    """The absolute command that runs this installation's `sidecar` (without a script, `-P`:
+    the client starts it in a project's directory, where `-m` alone would import a `sidecar`
+    package found there first)."""
     beside = Path(sys.executable).parent / "sidecar"
     if beside.is_file() and os.access(beside, os.X_OK):
         return [str(beside)]
     found = shutil.which("sidecar")
     if found:
         return [str(Path(found).resolve())]
-    return [sys.executable, "-m", "sidecar.cli"]
+    return [sys.executable, "-P", "-m", "sidecar.cli"]
 
 
 def stdio_command(manifests: list[str], state: Path, store: str | None = None) -> list[str]:

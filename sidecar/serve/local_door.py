@@ -257,9 +257,11 @@ def start_daemon(
 ) -> subprocess.Popen[bytes]:
     """Start `sidecar daemon` on exactly `manifests` for `state`, detached (its own session,
     output to `<state>/daemon.log`); it exits once it has had no client for `idle_exit`
-    seconds."""
+    seconds. `-P`: `-m` would put the working directory (the agent's project, whatever it
+    holds) first on the daemon's import path, and a `sidecar` package there would be imported
+    instead of this installation's."""
     state.mkdir(mode=0o700, parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "sidecar.cli", "daemon", "--state-dir", str(state),
+    command = [sys.executable, "-P", "-m", "sidecar.cli", "daemon", "--state-dir", str(state),
                "--idle-exit", f"{idle_exit:g}"]
     for manifest in manifests:
         command += ["--manifests", manifest]
