@@ -149,8 +149,10 @@ DAEMON_COMMANDS = [(["stdio", "--standalone"], "stdio"), (["serve"], "serve"),
 
 
 @pytest.mark.parametrize(("argv", "body"), DAEMON_COMMANDS)
-def test_the_daemon_commands_freeze_the_startup_heap_before_their_loop_runs(argv, body):
-    """`main` with the daemon's body replaced by one that reports what the collector sees."""
+def test_the_daemon_commands_freeze_the_startup_heap_before_their_loop_runs(argv, body, tmp_path):
+    """`main` with the daemon's body replaced by one that reports what the collector sees
+    (a state directory of its own: the cases run at once on other workers)."""
+    argv = [*argv, "--state-dir", str(tmp_path / "state")]
     found = _in_subprocess(f"""
 import gc, json
 import sidecar.cli.commands as cli
@@ -210,7 +212,8 @@ bridges.prestart.prestart_servers = prestart
 async def body(**kwargs):
     seen["sdk_in_loop"] = "mcp" in sys.modules
 cli.{body} = body
-assert cli.main({[*argv, "--manifests", str(tmp_path)]!r}) == cli.EXIT_OK
+assert cli.main({[*argv, "--manifests", str(tmp_path), "--state-dir",
+                  str(tmp_path / "state")]!r}) == cli.EXIT_OK
 print(json.dumps(seen))
 """)
     assert found == {"manifests": [str(tmp_path)], "sdk_at_prestart": False,
