@@ -297,6 +297,11 @@ class Targets:
                                         str(UPSTREAM)])
         return Target("bare byte relay (floor)", lambda: mcp_client(params))
 
+    def lean_proxy(self) -> Target:
+        params = stdio_params(self.py, [str(HERE / "lean_proxy.py"), "--", self.py,
+                                        str(UPSTREAM)])
+        return Target(LEAN, lambda: mcp_client(params))
+
     def sidecar_stdio(self, *, auto: bool = False) -> Target:
         name = "sidecar stdio" + (", upstream era auto (2026-07-28)" if auto else "")
         state = self.tmp / ("state-stdio-auto" if auto else "state-stdio")
@@ -540,7 +545,7 @@ async def section_bridge(opts: argparse.Namespace) -> str:
     with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
         t = Targets(Path(tmp))
         async with t.stack:
-            targets = [t.direct(), t.byte_relay(), t.sidecar_stdio(),
+            targets = [t.direct(), t.byte_relay(), t.lean_proxy(), t.sidecar_stdio(),
                        t.sidecar_stdio(auto=True), await t.sidecar_http(),
                        await t.direct_http()]
             if not opts.no_external:
@@ -629,6 +634,13 @@ async def section_bridge(opts: argparse.Namespace) -> str:
            "`bare byte relay (floor)`: `bench/byte_relay.py`, a Python process that copies bytes "
            "between the client's pipes and the upstream's and parses nothing: the extra process "
            "and the two extra pipes every stdio proxy adds, with no work of its own.",
+           f"`{LEAN}`: `bench/lean_proxy.py`, a stdio proxy of two line protocols and no task "
+           "per call that does the per-call work alone (the request parsed, its arguments "
+           "checked against the tool's schema, a fingerprint, a start line journaled, the "
+           "outcome committed to SQLite before the answer, a history row, the answer "
+           "re-encoded) and none of the layers (profiles, pins, rate limits, permissions, "
+           "hooks, bounding, metrics, cancellation, restarts): its CPU is what this machine "
+           "needs for that work now, beside the daemon's in the same blocks.",
            "Upstream era: the direct client, FastMCP's proxy and mcp-proxy all talk to the upstream "
            "in the 2025 handshake era, and so do the `sidecar stdio` and `/mcp` rows (manifest "
            "`protocol: legacy`). `sidecar stdio, upstream era auto` is the default manifest: the "
@@ -696,9 +708,12 @@ def verdict_bridge(by_name: dict[str, Connected]) -> str:
         if s.seq.calls and s.pid:
             cpu = s.seq.cpu / s.seq.calls * 1e6
             goal_us = CPU_GOALS.get(mine)
+            lean = by_name.get(LEAN)
             parts.append(f"daemon CPU {cpu:.0f} µs/call" + (
                 "" if goal_us is None else f" ({'ok' if cpu <= goal_us else 'MISS'}: "
-                                           f"<= {goal_us})"))
+                                           f"<= {goal_us})") + (
+                f", the lean proxy's {lean.seq.cpu / lean.seq.calls * 1e6:.0f} in the same "
+                "blocks" if lean is not None and lean.seq.calls and lean.pid else ""))
         lines.append(f"- {mine}: " + "; ".join(parts))
     return "\n".join(lines)
 
@@ -709,6 +724,7 @@ HTTP_GOALS = {
     ("sidecar /mcp (HTTP)", "direct streamable HTTP", "conc"): 1.0,
 }
 """Ratios `/mcp` is held to (issue 40), per (row, other row, phase)."""
+LEAN = "lean proxy (the per-call work alone)"
 CPU_GOALS = {"sidecar stdio": 350, "sidecar /mcp (HTTP)": 450}
 """The daemon's CPU per sequential echo call, at most (µs, issue 40)."""
 

@@ -24,8 +24,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # What each section's output must hold besides its table: its heading, then its rows.
 SECTIONS = {
+    # (the sidecar rows: measured, or "n/a (facade not available ...)")
     "bridge": ("### 1. Bridge", "| direct stdio | ", "| bare byte relay (floor) | ",
-               "| sidecar stdio | "),  # measured, or "n/a (facade not available ...)"
+               "| lean proxy (the per-call work alone) | ", "| sidecar stdio | "),
     "native": ("### 2. Native API", "| bare Starlette JSON echo | "),
     "large": ("### 3. Large text outputs",),
     "startup": ("### 4. Startup", "no sidecar: spawn + initialize s", "from launch: best s"),
