@@ -175,7 +175,8 @@ def stdio_params(command: str, args: list[str], env: dict[str, str] | None = Non
 
 
 @contextlib.asynccontextmanager
-async def mcp_client(target: Any, *, http_headers: dict[str, str] | None = None) -> AsyncIterator[Any]:
+async def mcp_client(target: Any, *, http_headers: dict[str, str] | None = None,
+                     mode: str = "legacy") -> AsyncIterator[Any]:
     """`mcp.Client(target, mode="legacy", cache=None)`; URLs get an httpx2 client with headers
     and no SSE event size cap (the default 1 MiB fails 10 MB results)."""
     from mcp import Client
@@ -192,7 +193,8 @@ async def mcp_client(target: Any, *, http_headers: dict[str, str] | None = None)
                               read_timeout_seconds=900) as client:
                 yield client
     else:
-        async with Client(target, mode="legacy", cache=None, read_timeout_seconds=900) as client:
+        async with Client(target, mode=mode, cache=None,
+                          read_timeout_seconds=900) as client:
             yield client
 
 
@@ -292,6 +294,12 @@ class Targets:
         params = stdio_params(self.py, [str(UPSTREAM)])
         return Target("direct stdio", lambda: mcp_client(params))
 
+    def direct_auto(self) -> Target:
+        """The same upstream, the client picking the 2026-07-28 era (`mode="auto"`): the
+        like-for-like baseline of the `sidecar stdio, upstream era auto` row."""
+        params = stdio_params(self.py, [str(UPSTREAM)])
+        return Target(DIRECT_AUTO, lambda: mcp_client(params, mode="auto"))
+
     def byte_relay(self) -> Target:
         params = stdio_params(self.py, [str(HERE / "byte_relay.py"), "--", self.py,
                                         str(UPSTREAM)])
@@ -303,7 +311,7 @@ class Targets:
         return Target(LEAN, lambda: mcp_client(params))
 
     def sidecar_stdio(self, *, auto: bool = False) -> Target:
-        name = "sidecar stdio" + (", upstream era auto (2026-07-28)" if auto else "")
+        name = AUTO if auto else "sidecar stdio"
         state = self.tmp / ("state-stdio-auto" if auto else "state-stdio")
         manifests = self.manifests_auto if auto else self.manifests
         params = stdio_params(str(SIDECAR), ["stdio", "--manifests", str(manifests),
@@ -546,7 +554,7 @@ async def section_bridge(opts: argparse.Namespace) -> str:
         t = Targets(Path(tmp))
         async with t.stack:
             targets = [t.direct(), t.byte_relay(), t.lean_proxy(), t.sidecar_stdio(),
-                       t.sidecar_stdio(auto=True), await t.sidecar_http(),
+                       t.direct_auto(), t.sidecar_stdio(auto=True), await t.sidecar_http(),
                        await t.direct_http()]
             if not opts.no_external:
                 targets += [t.fastmcp(), await t.mcp_proxy()]
@@ -645,7 +653,8 @@ async def section_bridge(opts: argparse.Namespace) -> str:
            "in the 2025 handshake era, and so do the `sidecar stdio` and `/mcp` rows (manifest "
            "`protocol: legacy`). `sidecar stdio, upstream era auto` is the default manifest: the "
            "sidecar picks the 2026-07-28 era, where the SDK's server handles a per-request "
-           "`_meta` envelope on every call."]
+           f"`_meta` envelope on every call; `{DIRECT_AUTO}` is the direct client in that era "
+           "(`mcp.Client(mode=\"auto\")`), the row the verdict compares it with."]
     out.append("\n" + verdict_bridge(by_name))
     # the bridge core without the facade: Snapshot.execute -> pool -> upstream, in one process
     try:
@@ -672,10 +681,13 @@ async def section_bridge(opts: argparse.Namespace) -> str:
 def verdict_bridge(by_name: dict[str, Connected]) -> str:
     """Each sidecar row against the targets: median block ratios, p99 over every call."""
     lines = []
-    d = by_name.get("direct stdio")
-    for mine in ("sidecar stdio", "sidecar stdio, upstream era auto (2026-07-28)",
-                 "sidecar /mcp (HTTP)"):
+    for mine in ("sidecar stdio", AUTO, "sidecar /mcp (HTTP)"):
         s = by_name.get(mine)
+        d = by_name.get("direct stdio")
+        direct = "direct"
+        auto = by_name.get(DIRECT_AUTO)
+        if mine == AUTO and auto is not None and auto.seq.calls:
+            d, direct = auto, "direct in that era"  # like for like: both speak 2026-07-28
         if not s or not d or not s.seq.calls or s.target.unavailable:
             lines.append(f"- {mine}: not measured")
             continue
@@ -702,8 +714,8 @@ def verdict_bridge(by_name: dict[str, Connected]) -> str:
                     others.append(f"{v:.2f}x {label}" + (
                         "" if goal is None else f" ({'ok' if v >= goal else 'MISS'})"))
             floor = 0.8 if phase == "conc" else 0.6
-            parts.append(f"{mode}: {r:.2f}x direct ({'ok' if r >= floor else 'MISS'}), "
-                         f"p99 {q:.2f}x direct ({'ok' if q <= 2 else 'MISS'})"
+            parts.append(f"{mode}: {r:.2f}x {direct} ({'ok' if r >= floor else 'MISS'}), "
+                         f"p99 {q:.2f}x {direct} ({'ok' if q <= 2 else 'MISS'})"
                          + (", " + ", ".join(others) if others else ""))
         if s.seq.calls and s.pid:
             cpu = s.seq.cpu / s.seq.calls * 1e6
@@ -725,6 +737,8 @@ HTTP_GOALS = {
 }
 """Ratios `/mcp` is held to (issue 40), per (row, other row, phase)."""
 LEAN = "lean proxy (the per-call work alone)"
+DIRECT_AUTO = "direct stdio, era auto (2026-07-28)"
+AUTO = "sidecar stdio, upstream era auto (2026-07-28)"
 CPU_GOALS = {"sidecar stdio": 350, "sidecar /mcp (HTTP)": 450}
 """The daemon's CPU per sequential echo call, at most (µs, issue 40)."""
 

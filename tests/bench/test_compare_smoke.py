@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = {
     # (the sidecar rows: measured, or "n/a (facade not available ...)")
     "bridge": ("### 1. Bridge", "| direct stdio | ", "| bare byte relay (floor) | ",
-               "| lean proxy (the per-call work alone) | ", "| sidecar stdio | "),
+               "| lean proxy (the per-call work alone) | ", "| sidecar stdio | ",
+               "| direct stdio, era auto (2026-07-28) | "),
     "native": ("### 2. Native API", "| bare Starlette JSON echo | "),
     "large": ("### 3. Large text outputs",),
     "startup": ("### 4. Startup", "no sidecar: spawn + initialize s", "from launch: best s"),
