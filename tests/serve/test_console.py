@@ -59,6 +59,15 @@ class Daemon:
     env: dict[str, str]
     log: list[str] = field(default_factory=list)
     """The daemon's stderr so far (shown when it stops answering)."""
+    read_all: threading.Event = field(default_factory=threading.Event)
+    """Set once its stderr is read to the end (the process closed it)."""
+
+    def stderr(self) -> str:
+        """Its stderr so far; once it exited, to the end (a fatal error's last lines, and with
+        PYTHONFAULTHANDLER every thread's stack, come last)."""
+        if self.proc.poll() is not None:
+            self.read_all.wait(5)
+        return "".join(self.log)
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=30,
@@ -70,7 +79,7 @@ class Daemon:
             return self._call(name, arguments, call_id, session, wait)
         except httpx.ConnectError as exc:
             raise AssertionError(f"the daemon does not answer ({exc}); exit status "
-                                 f"{self.proc.poll()}; its stderr:\n{''.join(self.log)}") from exc
+                                 f"{self.proc.poll()}; its stderr:\n{self.stderr()}") from exc
 
     def answering(self, within: float = 30.0) -> None:
         """Return once `/v1/health` answers; fail with the daemon's stderr if it exits."""
@@ -84,7 +93,7 @@ class Daemon:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     raise AssertionError(
                         f"the daemon does not answer ({exc}); exit status {self.proc.poll()}; "
-                        f"its stderr:\n{''.join(self.log)}") from exc
+                        f"its stderr:\n{self.stderr()}") from exc
                 time.sleep(0.05)
 
     def _call(self, name: str, arguments: dict[str, Any], call_id: str, session: str,
@@ -116,15 +125,17 @@ def serving(root: Path, manifests: dict[str, str]) -> Iterator[Daemon]:
     token = secrets.token_urlsafe(32)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
     env.update(SIDECAR_STATE_DIR=str(root / "state"), SIDECAR_MANIFESTS=str(root / "manifests"),
-               SIDECAR_TOKEN=token)
+               SIDECAR_TOKEN=token, PYTHONFAULTHANDLER="1")  # a native crash shows its stacks
     proc = subprocess.Popen([*SIDECAR, "serve", "--port", "0"], env=env, cwd=root,
                             stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     url = ""
     lines: list[str] = []
+    read_all = threading.Event()
     def keep_reading() -> None:
         assert proc.stderr is not None
         lines.extend(proc.stderr)
+        read_all.set()
 
     drain = threading.Thread(target=keep_reading, daemon=True)
     try:
@@ -135,7 +146,7 @@ def serving(root: Path, manifests: dict[str, str]) -> Iterator[Daemon]:
             if "listening on" in line:
                 url = line.split("listening on ")[1].strip()
         drain.start()
-        daemon = Daemon(url, token, proc, env, lines)
+        daemon = Daemon(url, token, proc, env, lines, read_all)
         daemon.answering()
         yield daemon
     finally:
