@@ -14,11 +14,9 @@ permissions, hooks, bounding, metrics, cancellation or restarts: the price of th
 daemon adds above it. Blocks of sequential echo calls alternate between the targets; reported:
 median calls/s, the ratio to direct, the relaying process's CPU per call (from /proc).
 
-`--depth D` (the row "lean proxy, a task per call"): each call runs as the daemon runs one, in
-an asyncio task of its own whose coroutine awaits the upstream's answer D coroutines deep
-(`TASK_DEPTH`, the frames between the daemon's fast route and its pipe write), the answer line
-handed to that task by a future; the same work otherwise. Its price against the lean row is
-what the task-and-coroutine design costs a call, apart from the work the layers do.
+`--depth D` (the row "lean proxy, a task per call"): each call in an asyncio task of its own,
+awaiting the answer D coroutines deep (`TASK_DEPTH`), as the daemon's fast route does: its price
+against the lean row is what that design costs a call, apart from the layers' work.
 """
 
 from __future__ import annotations

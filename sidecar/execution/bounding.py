@@ -129,11 +129,8 @@ def textual(item: ContentItem) -> str | None:
 def plan_bounding(content: Content, bounds: Bounds) -> tuple[str, PreviewPlan] | None:
     """None when the measured items of `content` fit; else their joined text and the plan."""
     if len(content) == 1 and type(only := content[0]) is TextContent:  # most results: one text
-        whole = only.text
-        if len(whole) * 4 <= bounds.bytes_limit and len(whole) <= bounds.lines_limit:
-            return None  # (`plan_preview`'s own first test, without its call)
-        plan = plan_preview(whole, bounds)
-        return None if plan is None else (whole, plan)
+        plan = plan_preview(only.text, bounds)
+        return None if plan is None else (only.text, plan)
     texts = [text for item in content if (text := textual(item)) is not None]
     if not texts:
         return None

@@ -12,9 +12,7 @@ starts neither released nor settled (the log turns those without an outcome into
 outcomes), then the file is emptied. While running, the file is rewritten with only the calls
 still running and the rows not yet in SQLite (its live lines) once it passes `ROTATE_BYTES` and
 at least half of it is lines no longer needed: a rewrite copies at most as many bytes as were
-appended since the last one. (Past the size alone, rows SQLite had not committed yet, ~1 MB of
-them when the loop is busy or bodies are large, were copied again at every line: a durable
-`Location` running 5,000 calls in a row rewrote 1.6 GB, 1,434 times; 2026-12-07.)
+appended since the last one (docs/state.md says why).
 
 Imports `sidecar.stores.state_dir` and `sidecar.model.json_text`. Exports `StartJournal`,
 `Start`, `ROTATE_BYTES`.
