@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
@@ -55,17 +54,21 @@ def after_answer(job: Callable[..., None], *args: Any) -> None:
         queue.append(functools.partial(job, *args))
 
 
-@contextmanager
-def answer_first() -> Iterator[None]:
+class answer_first:  # lower case: used as `with answer_first():`, as it was a function
     """Within this block, the calls this task settles queue their history row and metrics;
     they run, in order, as the block ends (however it ends). A job that raises is logged, and
-    the rest still run."""
-    queue = _Queue()
-    token = _QUEUED.set(queue)
-    try:
-        yield
-    finally:
-        _QUEUED.reset(token)
+    the rest still run. (A class, not a `@contextmanager` generator: a block costs a call
+    ~1 µs less.)"""
+
+    __slots__ = ("_queue", "_token")
+
+    def __enter__(self) -> None:
+        self._queue = queue = _Queue()
+        self._token = _QUEUED.set(queue)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _QUEUED.reset(self._token)
+        queue = self._queue
         queue.closed = True
         for job in queue:
             try:
