@@ -19,6 +19,8 @@ from typing import Any, Protocol
 
 import mcp_types as types
 
+from sidecar.model.frozen import quick_init
+
 log = logging.getLogger("bridges.mcp")
 
 CALLER_CAPABILITIES: ContextVar[dict[str, Any] | None] = ContextVar(
@@ -48,6 +50,7 @@ NO_CLIENT = (
 )
 
 
+@quick_init  # built for every call
 @dataclass(frozen=True, slots=True)
 class InflightCall:
     """One tool call in flight on an upstream server: the runner context it came with."""

@@ -367,14 +367,10 @@ class Seam:
         else:  # a bare value is the output
             value, content_value, metadata = result, None, None
         output = _encode(tool.output, value, name)
-        return Outcome(
-            call_id=ctx.call_id,
-            tool=name,
-            status="completed",
-            content=_normalize(content_value, tool.output is not None, output, name),
-            output=output,
-            metadata=None if metadata is None else self._bound_meta(metadata, name, ctx.call_id),
-        )
+        return Outcome(  # positional: ~0.3 µs less than by keyword
+            ctx.call_id, name, "completed",
+            _normalize(content_value, tool.output is not None, output, name), output,
+            None if metadata is None else self._bound_meta(metadata, name, ctx.call_id))
 
     async def _bounded(self, outcome: Outcome, bounds: Bounds, context: ToolContext) -> Outcome:
         """Step 7 on a completed outcome: as it is when its text fits (no await), else with

@@ -15,8 +15,10 @@ from typing import Any, Literal
 import pydantic_core
 
 from sidecar.model.errors import CodecError
+from sidecar.model.frozen import quick_init
 
 
+@quick_init  # built for every call
 @dataclass(frozen=True, slots=True)
 class TextContent:
     text: str

@@ -12,6 +12,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sidecar.model.frozen import quick_init
+
 
 @dataclass(frozen=True, slots=True)
 class CallProgress:
@@ -20,6 +22,7 @@ class CallProgress:
     snapshot: dict[str, Any]
 
 
+@quick_init  # built for every call
 @dataclass(frozen=True, slots=True)
 class CallSettled:
     call_id: str

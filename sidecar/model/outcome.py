@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from sidecar.model.content import Content, content_from_json, content_to_json
 from sidecar.model.errors import CallError
+from sidecar.model.frozen import quick_init
 
 Status = Literal["completed", "error"]
 
@@ -33,6 +34,7 @@ class ManagedText:
         return cls(ref=data["ref"], size_bytes=data["size_bytes"], lines=data["lines"])
 
 
+@quick_init  # built for every call
 @dataclass(frozen=True, slots=True)
 class Outcome:
     call_id: str

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from sidecar.model.codec import Codec, CodecLike, make_codec
 from sidecar.model.content import ContentItem
+from sidecar.model.frozen import quick_init
 
 DEFAULT_MAX_BYTES = 50 * 1024
 DEFAULT_MAX_LINES = 2000
@@ -63,6 +64,7 @@ StructuredOutput = Literal["bounded", "full", "off"]
 STRUCTURED_OUTPUT_MODES: tuple[StructuredOutput, ...] = ("bounded", "full", "off")
 
 
+@quick_init  # built for every call
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """The runner's context for one call: supplied by the caller, never inferred."""

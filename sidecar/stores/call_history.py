@@ -28,6 +28,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 
 from sidecar.model.audit_redaction import Redaction
 from sidecar.model.content import TextContent
+from sidecar.model.frozen import quick_init
 from sidecar.model.json_text import compact
 from sidecar.model.outcome import Outcome
 from sidecar.model.token_count import count_tokens, result_text
@@ -62,6 +63,7 @@ class SettledCall(NamedTuple):
     profile: str | None = None
 
 
+@quick_init  # built for every call
 @dataclass(frozen=True, slots=True)
 class CallRecord:
     call_id: str

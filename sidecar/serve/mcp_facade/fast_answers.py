@@ -25,6 +25,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.methods import serialize_server_result
 
 from sidecar.model import tracing
+from sidecar.model.frozen import quick_init
 from sidecar.model.json_text import compact
 from sidecar.serve.listing_cache import ListingCache
 from sidecar.serve.mcp_facade import tools
@@ -45,6 +46,7 @@ class FastList:
     state: SessionState
 
 
+@quick_init  # built for every call
 @dataclass(frozen=True, slots=True)
 class FastCall:
     state: SessionState

@@ -23,6 +23,7 @@ from mcp.server.session import ServerSession
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from sidecar.execution.snapshot import Snapshot
+from sidecar.model.frozen import quick_init
 from sidecar.serve.security import token_owner
 
 LOG_LEVELS: tuple[str, ...] = (
@@ -62,6 +63,7 @@ class CallChannel(Protocol):
     async def notify(self, notification: Any) -> None: ...
 
 
+@quick_init  # built for every call
 @dataclass(frozen=True, slots=True)
 class DownstreamCall:
     """One `tools/call` in flight: where its server-to-client traffic goes."""
