@@ -164,6 +164,9 @@ class Seam:
         try:
             if tracing.enabled():
                 outcome = await self._traced(snapshot, name, raw_input, context, running)
+            elif self.outcomes is None:  # nothing to claim or record: `_run` in short
+                outcome = await self._settle(snapshot, name, raw_input, context, admitted)
+                self._publish(outcome, started)
             else:
                 outcome = await self._run(snapshot, name, raw_input, context, running)
         except OutcomeKept as kept:  # it ran: its history row now, its outcome once recorded
