@@ -441,12 +441,11 @@ async def _daemon_side(args: argparse.Namespace, state: Path,
         from sidecar.daemon.stores import open_call_history
 
         return await cli_calls.run(args, state, remote, open_call_history)
+    run = cli_asks.run if args.command == "asks" else cli_upstreams.run
     if remote is None:
-        return await (cli_asks.run(args, None) if args.command == "asks"
-                      else cli_upstreams.run(args, None))
+        return await run(args, None)
     async with remote:
-        return await (cli_asks.run(args, remote) if args.command == "asks"
-                      else cli_upstreams.run(args, remote))
+        return await run(args, remote)
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
