@@ -41,10 +41,12 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 _CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-TASK_DEPTH = 11
-"""Coroutines between `sidecar stdio`'s fast route and the upstream's pipe write, each awaiting
-the next (2026-12-07: the facade's run and call, the seam's execute, _run, _settle_and_publish,
-_settle, _invoke, the bridge's catalog execute, caller, send and connection call)."""
+TASK_DEPTH = 14
+"""Coroutines from `sidecar stdio`'s fast route to the upstream's pipe write, each awaiting the
+next (2026-12-07, 814e988: FastCalls._run, InFlight.run, FastAnswers.call, Snapshot.execute,
+Seam.execute, _run, _settle, the catalog's execute, Caller.__call__, _send, Connection.call,
+_send_call, _direct_call, DirectRequests.request). The runs of 2026-12-07 00:29-00:30 in
+bench/RESULTS.md used 11, from a list that named two levels since gone and left out five."""
 
 
 class _Lines(asyncio.Protocol):
