@@ -29,7 +29,13 @@ from sidecar.execution.hooks import AfterCall, BeforeCall, Hooks
 from sidecar.execution.unrecorded import OutcomeKept, Unrecorded
 from sidecar.model import json_depth, tracing
 from sidecar.model.codec import Codec
-from sidecar.model.content import Content, TextContent, content_from_json, content_from_output
+from sidecar.model.content import (
+    Content,
+    TextContent,
+    content_from_json,
+    content_from_output,
+    text_from_output,
+)
 from sidecar.model.errors import (
     CallError,
     CallIdConflict,
@@ -139,14 +145,14 @@ class Seam:
         self, snapshot: Resolver, name: str, raw_input: Any, context: ToolContext
     ) -> Outcome:
         call_id = context.call_id
-        principal = call_principal(context.owner, getattr(snapshot, "profile", None))
         # admission first (before hooks may repair the name: then it follows them)
         admitted = None if self.hooks.before else self._admitted(snapshot, name)
         fingerprint: str | None = None
         while (inflight := self._inflight.get(call_id)) is not None:
             if fingerprint is None:
-                fingerprint = call_fingerprint(name, raw_input, context.session_id,
-                                               context.agent, principal)
+                fingerprint = call_fingerprint(
+                    name, raw_input, context.session_id, context.agent,
+                    call_principal(context.owner, getattr(snapshot, "profile", None)))
             if inflight.fingerprint() != fingerprint:
                 return _conflict(call_id, name)
             waiter: asyncio.Future[Outcome | None] = asyncio.get_running_loop().create_future()
@@ -157,8 +163,7 @@ class Seam:
             # the first attempt was cancelled and recorded nothing: run it ourselves
         waiters: list[asyncio.Future[Outcome | None]] = []
         running = self._inflight[call_id] = _InFlight(
-            name, raw_input, context.session_id, context.agent, principal, fingerprint, waiters)
-        running.admitted = admitted
+            name, raw_input, context, snapshot, admitted, fingerprint, waiters)
         outcome: Outcome | None = None
         started = time.perf_counter()
         try:
@@ -318,8 +323,8 @@ class Seam:
             if traced:
                 with tracing.step("bound_content"):
                     outcome = await self._bounded(outcome, bounds, ctx.runner)
-            else:
-                outcome = await self._bounded(outcome, bounds, ctx.runner)
+            elif (planned := plan_bounding(outcome.content, bounds)) is not None:
+                outcome = await self._retained(outcome, planned, ctx.runner)
         except _Failed as failed:
             outcome = Outcome.failed(call_id, name, failed.error, failed.partial)
             bounds = self.bounds
@@ -381,6 +386,10 @@ class Seam:
         planned = plan_bounding(outcome.content, bounds)
         if planned is None:
             return outcome
+        return await self._retained(outcome, planned, context)
+
+    async def _retained(self, outcome: Outcome, planned: tuple[str, PreviewPlan],
+                        context: ToolContext) -> Outcome:
         content, managed = await self._retain(outcome.content, planned, outcome.tool,
                                               outcome.call_id, context)
         return replace(outcome, content=content, managed=managed)
@@ -470,24 +479,28 @@ class _InFlight:
     when something compares it: the outcome log (claim, record) or a duplicate arriving while
     it runs. Without an outcome log a call with a unique id never pays for it."""
 
-    __slots__ = ("_fingerprint", "admitted", "agent", "name", "principal", "raw_input",
-                 "session_id", "waiters")
+    __slots__ = ("_fingerprint", "admitted", "context", "name", "raw_input", "snapshot",
+                 "waiters")
 
-    def __init__(self, name: str, raw_input: Any, session_id: str, agent: str,
-                 principal: str | None, fingerprint: str | None,
+    def __init__(self, name: str, raw_input: Any, context: ToolContext, snapshot: Resolver,
+                 admitted: Entry | CallError | None, fingerprint: str | None,
                  waiters: list[asyncio.Future[Outcome | None]]) -> None:
-        self.name, self.raw_input = name, raw_input
-        self.session_id, self.agent, self.principal = session_id, agent, principal
-        self.admitted: Entry | CallError | None = None
+        self.name, self.raw_input, self.context, self.snapshot = (
+            name, raw_input, context, snapshot)
+        self.admitted = admitted
         """Admission's answer for this call (`Seam._admitted`: its entry, or the error it gets),
         decided before anything ran; None when before hooks run first."""
         self._fingerprint = fingerprint
         self.waiters = waiters
 
     def fingerprint(self) -> str:
+        """Who runs it (`call_principal`: the context's owner and the snapshot's profile)
+        counts as well."""
         if self._fingerprint is None:
-            self._fingerprint = call_fingerprint(self.name, self.raw_input, self.session_id,
-                                                 self.agent, self.principal)
+            context = self.context
+            self._fingerprint = call_fingerprint(
+                self.name, self.raw_input, context.session_id, context.agent,
+                call_principal(context.owner, getattr(self.snapshot, "profile", None)))
         return self._fingerprint
 
 
@@ -556,6 +569,9 @@ def _encode(codec: Codec | None, value: Any, name: str) -> Any:
 
 def _normalize(content: Any, has_output_codec: bool, output: Any, name: str) -> Content:
     """Step 6: explicit content wins; otherwise content derives from the encoded output."""
+    if content is None and has_output_codec:  # the common case, as the loop below would
+        text = text_from_output(output)
+        return (TextContent(text if text.isascii() else scrub_surrogates(text)),)
     items: Content = ()
     if content is not None:
         try:

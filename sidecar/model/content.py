@@ -146,9 +146,12 @@ def content_from_json(data: Any, path: str = "$.content") -> Content:
 def content_from_output(encoded: Any) -> Content:
     """DESIGN step 6: a string becomes one text item; other JSON is serialized once
     (compact, non-ASCII kept as is)."""
-    if isinstance(encoded, str):
-        return (TextContent(encoded),)
-    return (TextContent(pydantic_core.to_json(encoded).decode()),)
+    return (TextContent(text_from_output(encoded)),)
+
+
+def text_from_output(encoded: Any) -> str:
+    """The text of `content_from_output`'s one item."""
+    return encoded if isinstance(encoded, str) else pydantic_core.to_json(encoded).decode()
 
 
 def text_of(content: Iterable[ContentItem]) -> str:
