@@ -17,7 +17,6 @@ import itertools
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
 
 from sidecar.serve.http_protocol import TargetKeepingHttpToolsProtocol
 from sidecar.serve.security import ADMIT_KEY
@@ -106,13 +105,26 @@ class _Phase(enum.Enum):
     ANSWERING = "answering"  # the whole request is read; the app answers it
 
 
+_EARLY = 0.001
+"""A timer may fire this much before its time (uvloop counts milliseconds)."""
+
 _ORDER = itertools.count()
 """Ticks ordering connections by age (loop times of connections made at once may be equal)."""
 
 
 class GuardedHttpToolsProtocol(TargetKeepingHttpToolsProtocol):
+    """The deadlines are lazy: arming one sets a time (the request line and headers, or the
+    body, are due by then), and a connection's one timer, set for the earliest time a deadline
+    may fall, looks when it fires and sets itself again for a deadline that moved later. A
+    request on a kept-alive connection thus moves two numbers instead of creating and
+    cancelling two timers (~7 µs a request on a 2-core VM, 2026-12-07)."""
+
     limits = ConnectionLimits()
-    _deadline: asyncio.TimerHandle | None = None
+    _due: float | None = None  # loop time by which the phase armed must have ended
+    _due_body = False  # what is due then: the body (else the request line and headers)
+    _due_seconds = 0.0  # the allowance armed (the 408's message names it)
+    _timer: asyncio.TimerHandle | None = None
+    _timer_at = 0.0
     _refused = False
     _phase = _Phase.IDLE
     _since = 0  # when it entered its phase (IDLE or HEADERS), in `_ORDER` ticks
@@ -140,7 +152,7 @@ class GuardedHttpToolsProtocol(TargetKeepingHttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._phase, self._since, self._credentials = _Phase.HEADERS, next(_ORDER), False
-        if self._deadline is None:  # a later request on a kept-alive connection
+        if self._due is None:  # a later request on a kept-alive connection
             self._arm_headers()
 
     def on_headers_complete(self) -> None:
@@ -148,7 +160,7 @@ class GuardedHttpToolsProtocol(TargetKeepingHttpToolsProtocol):
         self._phase = _Phase.BODY
         self._credentials = any(name == b"authorization" for name, _ in self.headers)
         self.scope[ADMIT_KEY] = self._admit  # type: ignore[literal-required]
-        self._arm(self.limits.body_timeout, self._body_late)
+        self._arm(self.limits.body_timeout, body=True)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -163,6 +175,9 @@ class GuardedHttpToolsProtocol(TargetKeepingHttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         super().connection_lost(exc)
 
     def _admit(self) -> None:
@@ -212,19 +227,35 @@ class GuardedHttpToolsProtocol(TargetKeepingHttpToolsProtocol):
         seconds = self.limits.header_timeout
         if len(self.connections) >= self.limits.busy_at:
             seconds /= BUSY_DIVISOR
-        self._arm(seconds, lambda: self._headers_late(seconds))
+        self._arm(seconds, body=False)
 
-    def _arm(self, seconds: float, callback: Any) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(seconds, callback)
+    def _arm(self, seconds: float, *, body: bool) -> None:
+        due = self.loop.time() + seconds
+        self._due, self._due_body, self._due_seconds = due, body, seconds
+        if self._timer is None or self._timer_at > due:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer, self._timer_at = self.loop.call_at(due, self._look), due
 
     def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        self._due = None  # the timer, when it fires, finds nothing due
+
+    def _look(self) -> None:
+        """The timer fired: act on a deadline that has passed, wait for one that moved."""
+        self._timer = None
+        due = self._due
+        if due is None:
+            return
+        if self.loop.time() + _EARLY < due:
+            self._timer, self._timer_at = self.loop.call_at(due, self._look), due
+            return
+        self._due = None
+        if self._due_body:
+            self._body_late()
+        else:
+            self._headers_late(self._due_seconds)
 
     def _headers_late(self, seconds: float) -> None:
-        self._deadline = None
         busy = "" if seconds == self.limits.header_timeout else (
             f" (shortened from {self.limits.header_timeout:g} s: the daemon was near its "
             f"limit of {self.limits.max_connections} connections)")
@@ -232,7 +263,6 @@ class GuardedHttpToolsProtocol(TargetKeepingHttpToolsProtocol):
                     f"{seconds:g} s{busy}")
 
     def _body_late(self) -> None:
-        self._deadline = None
         self._end_request(408, "request_timeout",
                           f"the request body did not arrive within {self.limits.body_timeout:g} s")
 

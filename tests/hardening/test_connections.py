@@ -183,3 +183,46 @@ def test_a_flood_without_a_token_does_not_keep_out_a_client_with_one(
             sock.close()
     print(f"/v1/health during the flood: max {max(latencies) * 1000:.0f} ms, "
           f"median {sorted(latencies)[len(latencies) // 2] * 1000:.0f} ms")
+
+
+def _read_answer(sock: socket.socket) -> tuple[int, bytes]:
+    """One answer on a kept-alive connection (by its content-length)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    while len(body) < length:
+        body += sock.recv(65536)
+    return int(head.split()[1]), body
+
+
+def test_deadlines_follow_each_request_on_a_kept_alive_connection(tmp_path: Path) -> None:
+    """The deadlines are times a connection's one timer looks at: a later request's headers
+    are still timed, and a body may take longer than the header allowance, within its own."""
+    env = {**LIMITS, "SIDECAR_HTTP_HEADER_TIMEOUT": "1", "SIDECAR_HTTP_BODY_TIMEOUT": "4"}
+    daemon = start_daemon(tmp_path, env=env, manifests={"text.toml": TEXT_TOOL})
+    token = b"Authorization: Bearer " + daemon.token.encode() + b"\r\n"
+    kept, slow = _connect(daemon), _connect(daemon)
+    try:
+        kept.sendall(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + token + b"\r\n")
+        assert _read_answer(kept)[0] == 200
+        body = json.dumps({"session_id": "slow-body"}).encode()
+        slow.sendall(b"POST /v1/snapshots HTTP/1.1\r\nHost: 127.0.0.1\r\n" + token
+                     + b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                     % len(body) + body[:5])
+        time.sleep(1.5)  # kept alive between requests: no deadline; the body's is 4 s
+        kept.sendall(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthor")
+        started = time.monotonic()
+        time.sleep(0.5)
+        slow.sendall(body[5:])  # 2 s after its headers: past 1 s, within 4 s
+        status, answer = _read_answer(slow)
+        assert status != 408 and status < 500, answer
+        status, late = _answer(kept)
+        assert status == 408 and "headers" in late["error"]["message"]
+        assert 0.9 <= time.monotonic() - started < 3
+    finally:
+        kept.close()
+        slow.close()
+        stop_daemon(daemon)
