@@ -29,13 +29,7 @@ from sidecar.execution.hooks import AfterCall, BeforeCall, Hooks
 from sidecar.execution.unrecorded import OutcomeKept, Unrecorded
 from sidecar.model import json_depth, tracing
 from sidecar.model.codec import Codec
-from sidecar.model.content import (
-    Content,
-    TextContent,
-    content_from_json,
-    content_from_output,
-    text_from_output,
-)
+from sidecar.model.content import Content, TextContent, content_from_json, text_from_output
 from sidecar.model.errors import (
     CallError,
     CallIdConflict,
@@ -150,9 +144,7 @@ class Seam:
         fingerprint: str | None = None
         while (inflight := self._inflight.get(call_id)) is not None:
             if fingerprint is None:
-                fingerprint = call_fingerprint(
-                    name, raw_input, context.session_id, context.agent,
-                    call_principal(context.owner, getattr(snapshot, "profile", None)))
+                fingerprint = _fingerprint(name, raw_input, context, snapshot)
             if inflight.fingerprint() != fingerprint:
                 return _conflict(call_id, name)
             waiter: asyncio.Future[Outcome | None] = asyncio.get_running_loop().create_future()
@@ -494,14 +486,17 @@ class _InFlight:
         self.waiters = waiters
 
     def fingerprint(self) -> str:
-        """Who runs it (`call_principal`: the context's owner and the snapshot's profile)
-        counts as well."""
         if self._fingerprint is None:
-            context = self.context
-            self._fingerprint = call_fingerprint(
-                self.name, self.raw_input, context.session_id, context.agent,
-                call_principal(context.owner, getattr(self.snapshot, "profile", None)))
+            self._fingerprint = _fingerprint(self.name, self.raw_input, self.context,
+                                             self.snapshot)
         return self._fingerprint
+
+
+def _fingerprint(name: str, raw_input: Any, context: ToolContext, snapshot: Resolver) -> str:
+    """`call_fingerprint` of a call, who runs it included (`call_principal`: the context's
+    owner and the snapshot's profile)."""
+    return call_fingerprint(name, raw_input, context.session_id, context.agent,
+                            call_principal(context.owner, getattr(snapshot, "profile", None)))
 
 
 def _refusal(call_id: str, name: str, error: CallError) -> Outcome:
@@ -568,11 +563,8 @@ def _encode(codec: Codec | None, value: Any, name: str) -> Any:
 
 
 def _normalize(content: Any, has_output_codec: bool, output: Any, name: str) -> Content:
-    """Step 6: explicit content wins; otherwise content derives from the encoded output."""
-    if content is None and has_output_codec:  # the common case, as the loop below would
-        text = text_from_output(output)
-        return (TextContent(text if text.isascii() else scrub_surrogates(text)),)
-    items: Content = ()
+    """Step 6: explicit content wins; otherwise content derives from the encoded output (one
+    text item, `content_from_output`'s)."""
     if content is not None:
         try:
             items = content_from_json(content)
@@ -580,19 +572,20 @@ def _normalize(content: Any, has_output_codec: bool, output: Any, name: str) -> 
             raise _Failed(CallError(
                 ErrorKind.INVALID_OUTPUT, f"{name} returned invalid content: {exc}", exc.path
             )) from None
-    if not items:
-        if not has_output_codec:
-            raise _Failed(CallError(
-                ErrorKind.INVALID_OUTPUT,
-                f"{name} returned no content and declares no output to derive it from",
-            ))
-        items = content_from_output(output)
-    for i, item in enumerate(items):
-        if isinstance(item, TextContent) and not item.text.isascii():
-            clean = scrub_surrogates(item.text)
-            if clean is not item.text:
-                items = (*items[:i], TextContent(clean), *items[i + 1 :])
-    return items
+        if items:
+            for i, item in enumerate(items):
+                if isinstance(item, TextContent) and not item.text.isascii():
+                    clean = scrub_surrogates(item.text)
+                    if clean is not item.text:
+                        items = (*items[:i], TextContent(clean), *items[i + 1 :])
+            return items
+    if not has_output_codec:
+        raise _Failed(CallError(
+            ErrorKind.INVALID_OUTPUT,
+            f"{name} returned no content and declares no output to derive it from",
+        ))
+    text = text_from_output(output)
+    return (TextContent(text if text.isascii() else scrub_surrogates(text)),)
 
 
 def unknown_tool_error(name: str, available: Mapping[str, Any]) -> CallError:
