@@ -154,7 +154,7 @@ class FastAnswers:
         snapshot = state.snapshot
         assert snapshot is not None  # `session` (listed) said so
         if snapshot.entry(name) is None:
-            snapshot = await self._settled_snapshot(state, name) or snapshot
+            snapshot = await self._settled_snapshot(state)
             name = self._app_tool(snapshot, name)  # an MCP App's View: its server's own name
         client = state.session.client_params
         try:

@@ -116,14 +116,15 @@ class ServedTools:
         pool = self.location.upstreams
         return pool.starting() if pool is not None else []
 
-    async def settled_snapshot(self, state: SessionState, name: str) -> Snapshot | None:
-        """For a call of a name the session's snapshot lacks while servers are still starting
-        (a client that remembers a tool from before): a fresh snapshot once they have settled
-        their first attempts; None when nothing is starting."""
+    async def settled_snapshot(self, state: SessionState) -> Snapshot:
+        """For a call of a name the session's snapshot lacks (a client that remembers a tool
+        from before, or calls one listed since): a fresh snapshot, once the servers still
+        starting have settled their first attempts. Fresh even when nothing is starting: a
+        server that settled between the session's listing and the call has its tools
+        registered by then."""
         pool = self.location.upstreams
-        if pool is None or not pool.starting():
-            return None
-        await pool.settled()  # each first attempt is bounded by the server's timeouts.startup
+        if pool is not None and pool.starting():
+            await pool.settled()  # each first attempt is bounded by its timeouts.startup
         state.snapshot = self.snapshot(state.id)
         return state.snapshot
 

@@ -239,7 +239,7 @@ class McpFacade:
         if snapshot is None:
             snapshot = state.snapshot = self.served.snapshot(state.id)
         if snapshot.entry(params.name) is None:
-            snapshot = await self.served.settled_snapshot(state, params.name) or snapshot
+            snapshot = await self.served.settled_snapshot(state)
             if (name := self.served.app_tool(snapshot, params.name)) != params.name:
                 params = params.model_copy(update={"name": name})  # an MCP App's View
         meta: dict[str, Any] = dict(params.meta) if params.meta is not None else {}

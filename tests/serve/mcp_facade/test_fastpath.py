@@ -97,6 +97,36 @@ async def test_tool_listing_is_reused_until_the_registry_changes(tmp_path: Path)
             assert "later" in names and len(facade.fast.wire_listings) == 2
 
 
+async def test_a_tool_registered_after_the_listing_is_called_without_listing_again(
+    tmp_path: Path,
+) -> None:
+    """A server that settles between a session's listing and its call (the listing said it
+    was starting) has its tools registered by then: the call finds them on both paths."""
+    async with Location.open(tmp_path, state_dir=tmp_path / "state") as location:
+        location.tools.register(local_tools())
+        async with stdio_facade(location) as (_facade, fast, session):
+            await session.initialize()
+            await session.list_tools()
+            await session.list_tools()  # the fast path holds the session's snapshot now
+            location.tools.register({"later": local_tools()["echo"]})
+            handled = fast.handled
+            plain = await call(session, "later", {"text": "fast"})
+            assert not plain.is_error, plain.content
+            assert plain.structured_content == {"echoed": "fast"}
+            assert fast.handled == handled + 1
+            location.tools.register({"later2": local_tools()["echo"]})
+
+            async def progress(value: float, total: float | None, message: str | None) -> None:
+                pass
+
+            slow = await call(session, "later2", {"text": "sdk"}, progress_callback=progress)
+            assert not slow.is_error, slow.content
+            assert slow.structured_content == {"echoed": "sdk"}
+            assert fast.handled == handled + 1  # a progressToken: the SDK's path
+            missing = await call(session, "never", {})
+            assert missing.is_error and "Unknown tool: never" in missing.content[0].text
+
+
 async def test_a_bug_below_the_fast_path_is_answered_as_an_internal_error_and_logged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
