@@ -370,9 +370,13 @@ def build_server() -> Server[Any]:
 
 
 def bound_socket() -> socket.socket:
+    """A socket on a free port of 127.0.0.1 that already listens: a client that connects as
+    soon as `PORT` is printed waits in the backlog until uvicorn accepts (bound alone, the
+    connection was refused until uvicorn's start-up had run: a test failed so under load)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
     return sock
 
 
