@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,6 +167,12 @@ class Target:
     writes_behind: bool = False
     """A sidecar daemon: its writer threads commit a block's outcome and history rows up to
     `WRITE_BEHIND_SECONDS` after its last call; its CPU is read once they have."""
+    ended_by: str | None = None
+    """What ended its client early (the transport's own exception, which a call that fails
+    with it only reports as `Connection closed`): added to a "failed" row."""
+    log_tail: deque[str] | None = None
+    """The last lines its server wrote to stderr (an HTTP server the bench started): printed
+    to stderr when the target failed."""
 
 
 def stdio_params(command: str, args: list[str], env: dict[str, str] | None = None) -> Any:
@@ -228,8 +235,10 @@ async def call(client: Any, name: str, arguments: dict[str, Any]) -> Any:
 
 @contextlib.asynccontextmanager
 async def http_server(argv: list[str], env: dict[str, str], ready: Callable[[str], str | None],
-                      timeout: float = 60) -> AsyncIterator[tuple[str, int]]:
-    """Start a long-lived HTTP server child; `ready(line)` returns its URL from a log line."""
+                      timeout: float = 60, tail: deque[str] | None = None,
+                      ) -> AsyncIterator[tuple[str, int]]:
+    """Start a long-lived HTTP server child; `ready(line)` returns its URL from a log line.
+    `tail` keeps the last lines of its stderr."""
     proc = await asyncio.create_subprocess_exec(
         *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, **env}, start_new_session=True, cwd=str(ROOT))
@@ -242,7 +251,7 @@ async def http_server(argv: list[str], env: dict[str, str], ready: Callable[[str
                 if not line:
                     raise RuntimeError(f"{argv[0]} exited ({await proc.wait()})")
                 url = ready(line.decode(errors="replace"))
-        drain = asyncio.create_task(_drain(proc.stderr))
+        drain = asyncio.create_task(_drain(proc.stderr, tail))
         try:
             yield url, proc.pid
         finally:
@@ -258,7 +267,14 @@ async def http_server(argv: list[str], env: dict[str, str], ready: Callable[[str
             await proc.wait()
 
 
-async def _drain(stream: asyncio.StreamReader) -> None:
+async def _drain(stream: asyncio.StreamReader, tail: deque[str] | None = None) -> None:
+    if tail is None:
+        while await stream.read(65536):
+            pass
+        return
+    with contextlib.suppress(ValueError):  # a line over the reader's limit: stop keeping
+        while line := await stream.readline():
+            tail.append(line.decode(errors="replace").rstrip("\n"))
     while await stream.read(65536):
         pass
 
@@ -334,17 +350,18 @@ class Targets:
         def ready(line: str) -> str | None:
             return line.split("listening on", 1)[1].strip() if "listening on" in line else None
 
+        tail: deque[str] = deque(maxlen=40)
         try:
             url, pid = await self.stack.enter_async_context(http_server(
                 [str(SIDECAR), "serve", "--port", "0", "--manifests", str(self.manifests),
                  "--state-dir", str(state)],
                 {"SIDECAR_TOKEN": TOKEN, "SIDECAR_ALLOW_WEAK_TOKEN": "1",
-                 "SIDECAR_STATE_DIR": str(state)}, ready))
+                 "SIDECAR_STATE_DIR": str(state)}, ready, tail=tail))
         except Exception as exc:
             return Target(name, _none, unavailable=f"n/a (serve failed: {exc})")
         headers = {"authorization": f"Bearer {TOKEN}"}
         return Target(name, lambda: mcp_client(url + "/mcp", http_headers=headers),
-                      server_pid=pid, writes_behind=True)
+                      server_pid=pid, writes_behind=True, log_tail=tail)
 
     async def direct_http(self) -> Target:
         """The upstream itself over streamable HTTP (the SDK's `streamable_http_app`): what
@@ -389,6 +406,29 @@ class Targets:
                 raise
             target.unavailable = f"n/a ({_short(exc)})"
         return target
+
+
+def _leaves(exc: BaseException) -> str:
+    """Each exception at the bottom of `exc` (through groups, causes and contexts), short."""
+    found: list[str] = []
+
+    def walk(e: BaseException, depth: int = 0) -> None:
+        if depth > 20:
+            return
+        if isinstance(e, BaseExceptionGroup):
+            for inner in e.exceptions:
+                walk(inner, depth + 1)
+            return
+        below = e.__cause__ or e.__context__
+        if below is not None:
+            walk(below, depth + 1)
+            return
+        text = f"{type(e).__name__}: {e}".replace("|", "/").replace("\n", " ")[:120]
+        if text not in found:
+            found.append(text)
+
+    walk(exc)
+    return "; ".join(found[:3])
 
 
 def _short(exc: BaseException) -> str:
@@ -492,6 +532,7 @@ async def _hold(target: Target, opened: asyncio.Future[Any], done: asyncio.Event
         if not opened.done():
             opened.set_exception(exc)
         if not done.is_set():  # a failure while closing does not undo the measurements
+            target.ended_by = _leaves(exc)
             target.unavailable = target.unavailable or f"failed: {_short(exc)}"
     finally:
         if not opened.done():
@@ -515,6 +556,9 @@ def fmt_middle(ratios: list[float]) -> str:
     return f"{pct(ratios, 0.25):.2f}–{pct(ratios, 0.75):.2f}"
 
 
+_PHASES = {"seq": "sequential", "conc": "concurrent"}
+
+
 async def run_blocks(live: list[Connected], blocks: int, phase: str, measure: Callable[
         [Connected, list[float]], Any]) -> list[Connected]:
     """Every live target runs block 0, then block 1, ...; the order rotates each block, so no
@@ -528,7 +572,8 @@ async def run_blocks(live: list[Connected], blocks: int, phase: str, measure: Ca
                 async with asyncio.timeout(120):
                     stats = await measure(item, part.latencies)
             except Exception as exc:  # includes the timeout; a cancellation propagates
-                item.target.unavailable = f"failed: {_short(exc)}"
+                item.target.unavailable = (f"failed in {_PHASES[phase]} block {k + 1} of "
+                                           f"{blocks}: {_short(exc)}")
                 continue
             if item.target.writes_behind:  # its block's rows, committed behind its calls
                 await asyncio.sleep(WRITE_BEHIND_SECONDS)
@@ -594,6 +639,13 @@ async def section_bridge(opts: argparse.Namespace) -> str:
             finally:
                 done.set()
                 await asyncio.gather(*holders, return_exceptions=True)
+    for target in targets:
+        if target.unavailable and target.unavailable.startswith("failed"):
+            if target.ended_by:
+                target.unavailable += f" (its client ended with {target.ended_by})"
+            if target.log_tail:
+                print(f"{target.name} failed; the last lines of its server's stderr:",
+                      *target.log_tail, sep="\n  ", file=sys.stderr)
     by_name = {item.target.name: item for item in connected}
     direct = by_name.get("direct stdio")
     rows_seq, rows_conc = [], []
