@@ -268,13 +268,10 @@ async def http_server(argv: list[str], env: dict[str, str], ready: Callable[[str
 
 
 async def _drain(stream: asyncio.StreamReader, tail: deque[str] | None = None) -> None:
-    if tail is None:
-        while await stream.read(65536):
-            pass
-        return
-    with contextlib.suppress(ValueError):  # a line over the reader's limit: stop keeping
-        while line := await stream.readline():
-            tail.append(line.decode(errors="replace").rstrip("\n"))
+    if tail is not None:
+        with contextlib.suppress(ValueError):  # a line over the reader's limit: stop keeping
+            while line := await stream.readline():
+                tail.append(line.decode(errors="replace").rstrip("\n"))
     while await stream.read(65536):
         pass
 
@@ -423,7 +420,7 @@ def _leaves(exc: BaseException) -> str:
         if below is not None:
             walk(below, depth + 1)
             return
-        text = f"{type(e).__name__}: {e}".replace("|", "/").replace("\n", " ")[:120]
+        text = _text(e)[:120]
         if text not in found:
             found.append(text)
 
@@ -434,8 +431,12 @@ def _leaves(exc: BaseException) -> str:
 def _short(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    text = f"{type(exc).__name__}: {exc}".replace("|", "/").replace("\n", " ")
-    return text[:90]
+    return _text(exc)[:90]
+
+
+def _text(exc: BaseException) -> str:
+    """`Type: message` on one line, fit for a table cell."""
+    return f"{type(exc).__name__}: {exc}".replace("|", "/").replace("\n", " ")
 
 
 @contextlib.asynccontextmanager
