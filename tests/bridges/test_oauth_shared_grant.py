@@ -13,7 +13,10 @@ import base64
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import anyio
+import httpx2
 import pytest
 from mcp.shared.auth import OAuthToken
 
@@ -92,26 +95,109 @@ async def test_a_refusal_noted_after_another_login_leaves_the_new_tokens_usable(
     two_opens: tuple[GrantStore, GrantStore],
 ) -> None:
     """Replica B's call is refused (it holds no tokens after a logout) while a login through
-    replica A stores new ones: B's note of the refusal lands after A's write. It must not mark
-    A's fresh tokens as needing a login (every replica would wait for a login that already
-    happened), and B must still see the record as new, so its next request reloads it."""
+    replica A stores new ones: B's note of the refusal lands after A's write, and another of
+    B's tasks may have read A's record in between. It must not mark A's fresh tokens as
+    needing a login (every replica would wait for a login that already happened), and B must
+    still see the record as new, so its next request reloads it."""
     store_a, store_b = two_opens
     resource = "http://127.0.0.1:1/mcp"
     on_a = RecordStorage(store_a, "cloud", resource)
     on_b = RecordStorage(store_b, "cloud", resource)
-    await on_b.note_login_required("authorization required", None)  # after the logout
+    assert await on_b.note_login_required("authorization required", None, None)  # logged out
     assert await on_b.record() is not None
     seen_by_b = on_b.generation
     await on_a.set_tokens(OAuthToken(access_token="fresh", expires_in=60))  # the login via A
-    await on_b.note_login_required("authorization required", "read")  # B's late note
+    # B's late note of a request that left without tokens, then of one with older tokens.
+    assert not await on_b.note_login_required("authorization required", "read", None)
+    assert not await on_b.note_login_required("authorization required", None, "old")
     stored = await store_a.get("cloud")
     assert stored is not None
     assert stored["tokens"]["access_token"] == "fresh"
     assert not stored.get("login_required") and not stored.get("pending_scope")
     assert on_b.generation == seen_by_b != stored["updated_at"]  # B reloads before its next call
-    # A refusal of the tokens B did read is still noted.
+    # Another task of B reads A's record before the late note: still not marked.
     assert await on_b.record() is not None
-    await on_b.note_login_required("the server refused the token", None)
+    assert not await on_b.note_login_required("authorization required", None, None)
+    kept = await store_b.get("cloud")
+    assert kept is not None and kept == stored
+    # A refusal of the stored tokens themselves is noted.
+    assert await on_b.note_login_required("the server refused the token", None, "fresh")
     noted = await store_b.get("cloud")
     assert noted is not None and noted["login_required"] == "the server refused the token"
-    assert on_b.generation == noted["updated_at"]
+    assert on_b.generation == on_b.marked == noted["updated_at"]
+
+
+class _HeldOnce:
+    """The protected server, but the next POST to /mcp without a token, once `armed`, waits
+    for `release` before it is answered (with its 401)."""
+
+    def __init__(self, app: OAuthServer) -> None:
+        self.app = app
+        self.armed = False
+        self.arrived = anyio.Event()
+        self.release = anyio.Event()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.armed and scope["type"] == "http" and scope["path"] == "/mcp" and (
+                b"authorization" not in dict(scope["headers"])):
+            self.armed = False
+            self.arrived.set()
+            await self.release.wait()
+        await self.app(scope, receive, send)
+
+
+async def test_a_request_refused_before_a_login_elsewhere_is_sent_again_with_its_tokens(
+    two_opens: tuple[GrantStore, GrantStore],
+) -> None:
+    """The fleet's logout-then-login-through-A sequence seen from replica B's provider: B's
+    request leaves without tokens (logged out), A's login stores new ones, another of B's tasks
+    reads them, and only then is B's request refused. B neither marks A's grant nor waits for
+    another login: the request goes again with A's tokens, and B's login wait ends."""
+    store_a, store_b = two_opens
+    protected = OAuthServer()
+    held = _HeldOnce(protected)
+    async with live_server(held) as port:
+        protected.base = f"http://127.0.0.1:{port}"
+        config = ServerConfig(url=f"{protected.base}/mcp", auth="oauth")
+        assert (await login("cloud", config, store_a, show=follow)).ok
+        on_b = UpstreamAuth("cloud", config, store_b)
+        initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "b", "version": "1"}}}
+        headers = {"Accept": "application/json, text/event-stream"}
+        async with httpx2.AsyncClient(auth=on_b.auth, timeout=10) as http:
+            first = await http.post(config.url, json=initialize, headers=headers)
+            assert first.status_code == 200
+
+            # The logout: the server forgets the grant, the store drops the tokens.
+            protected.access.clear()
+            protected.refresh.clear()
+            await RecordStorage(store_a, "cloud", on_b.auth.storage.resource).forget_tokens()
+            refused = await http.post(config.url, json=initialize, headers=headers)
+            assert refused.status_code == 401 and on_b.hint() is not None
+            marked = await store_b.get("cloud")
+            assert marked is not None and marked["login_required"] == "authorization required"
+
+            answers: list[int] = []
+
+            async def call() -> None:
+                answers.append((await http.post(config.url, json=initialize,
+                                                headers=headers)).status_code)
+
+            held.armed = True
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                with anyio.fail_after(10):
+                    await held.arrived.wait()
+                assert (await login("cloud", config, store_a, show=follow)).ok  # through A
+                assert await on_b.auth.storage.record() is not None  # B's other task reads it
+                held.release.set()
+            assert answers == [200]
+            stored = await store_b.get("cloud")
+            assert stored is not None and stored["tokens"] and not stored.get("login_required")
+            assert protected.called == [] and protected.grants.count("authorization_code") == 2
+            with anyio.fail_after(10):
+                await on_b.wait_for_login()
+            assert on_b.hint() is None
+            again = await http.post(config.url, json=initialize, headers=headers)
+            assert again.status_code == 200

@@ -188,6 +188,8 @@ class _SidecarAuth:
     person_needed: bool
     """The grant needs a person (authorization code): the daemon never starts it itself."""
     _authorized: bool
+    refused_refresh: str | None
+    """The access token whose refresh was last refused (the SDK's flow forgets it)."""
 
     def _setup(self, storage: RecordStorage, status: LoginStatus, *, auto: bool,
                interactive: Interactive | None,
@@ -199,6 +201,7 @@ class _SidecarAuth:
         self.fixed_client = fixed_client
         self.person_needed = person_needed
         self._authorized = False
+        self.refused_refresh = None
         self.context = _guarded(self.context)
         storage.context = lambda: self.context
 
@@ -284,8 +287,10 @@ class _SidecarAuth:
     async def _handle_refresh_response(self, response: httpx2.Response) -> bool:
         if response.status_code != 200:
             await response.aread()
+        spent = self.context.current_tokens
         ok: bool = await super()._handle_refresh_response(response)  # type: ignore[misc]
         if not ok:
+            self.refused_refresh = spent.access_token if spent is not None else None
             error = ""
             try:
                 body = response.json()
@@ -327,6 +332,7 @@ class _SidecarAuth:
             # Challenged: the SDK's flow sends the request again and handles the answer.
         flow: AsyncGenerator[httpx2.Request, httpx2.Response] = super()._auth_flow(request)  # type: ignore[misc]
         retried_refresh = False
+        adopt = False
         try:
             outgoing = await flow.__anext__()
             while True:
@@ -350,8 +356,10 @@ class _SidecarAuth:
                         outgoing = await flow.__anext__()
                         continue
                     if self._needs_person(response):
-                        await self._login_required(response)
-                        return
+                        if await self._login_required(response):
+                            return
+                        adopt = True  # tokens another process has since replaced
+                        break
                     if _insufficient_scope(response) and self._authorized:
                         return  # one authorization per login: the caller reports it
                 elif outgoing.url.path.startswith(_METADATA_PATHS):
@@ -362,21 +370,28 @@ class _SidecarAuth:
         except StopAsyncIteration:
             return
         except AuthorizedElsewhere:  # the tokens are in the store: this and later requests
-            found = await self.storage.current()  # go with them, as after an exchange here
-            if found is not None:
-                self.context.current_tokens = found[1]
-                self._expiry_from(found[0])
-                request.headers["Authorization"] = f"Bearer {found[1].access_token}"
+            adopt = True  # go with them, as after an exchange here
         except LoginRequired as exc:
-            await self._note(exc.reason, exc.scope)
+            adopt = not await self._note(exc.reason, exc.scope, _sent_token(request))
         except OAuthFlowError as exc:
-            await self._note(f"authorization failed: {exc}", None)
+            adopt = not await self._note(f"authorization failed: {exc}", None,
+                                         _sent_token(request))
         except (httpx2.HTTPError, ValidationError, ValueError) as exc:
             self.status.transient = f"authorization failed: {type(exc).__name__}: {exc}"
             log.warning("[%s] %s", self.status.server, self.status.transient)
         finally:
             await flow.aclose()
+        if adopt:
+            await self._adopt(request)
         yield request  # the server's own answer goes back to the transport
+
+    async def _adopt(self, request: httpx2.Request) -> None:
+        """Send `request`, and later ones, with the stored tokens."""
+        found = await self.storage.current()
+        if found is not None:
+            self.context.current_tokens = found[1]
+            self._expiry_from(found[0])
+            request.headers["Authorization"] = f"Bearer {found[1].access_token}"
 
     def _settled(self) -> bool:
         """Whether a request can go out as it is: initialized, no login pending, and a token
@@ -417,7 +432,9 @@ class _SidecarAuth:
             response.status_code == 401 or _insufficient_scope(response)
         )
 
-    async def _login_required(self, response: httpx2.Response) -> None:
+    async def _login_required(self, response: httpx2.Response) -> bool:
+        """Note that `response` asks for a login; False when it refused tokens the store no
+        longer holds (see `_note`)."""
         challenged = extract_field_from_www_auth(response, "scope")
         if response.status_code == 403:
             granted = self.context.current_tokens.scope if self.context.current_tokens else None
@@ -428,17 +445,27 @@ class _SidecarAuth:
         else:
             scope = challenged
             reason = "authorization required"
-        await self._note(reason, scope)
+        return await self._note(reason, scope, _sent_token(response.request))
 
-    async def _note(self, reason: str, scope: str | None) -> None:
-        self.status.require(reason, scope)
-        log.warning("[%s] %s", self.status.server, self.status.hint())
+    async def _note(self, reason: str, scope: str | None, refused: str | None) -> bool:
+        """A login is needed: say so here and in the grant store. Unless the store holds
+        tokens other than `refused` (the access token the refused request carried): another
+        process stored them after that request left (a login through another replica), so
+        nothing is noted and False tells the caller to send again with them. A login's own
+        failure (`interactive`) is always noted."""
         try:
-            await self.storage.note_login_required(reason, scope)
+            if not await self.storage.note_login_required(
+                    reason, scope, refused, whatever_stored=self.interactive is not None):
+                log.info("[%s] a request refused with replaced tokens: sent again with the "
+                         "stored ones", self.status.server)
+                return False
         except (OSError, GrantStoreUnavailable) as exc:
             if isinstance(exc, GrantStoreUnavailable):
                 self.status.store_error = str(exc)
             log.warning("[%s] cannot record the login state: %s", self.status.server, exc)
+        self.status.require(reason, scope)
+        log.warning("[%s] %s", self.status.server, self.status.hint())
+        return True
 
     async def _redirect(self, url: str) -> None:
         """The SDK's redirect handler: show the URL (login) or refuse (daemon)."""

@@ -117,6 +117,8 @@ class RecordStorage:
         """Called once new tokens are stored."""
         self.generation: float | None = None
         """`updated_at` of the record last read or written here."""
+        self.marked: float | None = None
+        """`updated_at` of the `login_required` mark last written here (until a login)."""
 
     async def record(self) -> GrantRecord | None:
         """The server's record if it is bound to this resource, else None."""
@@ -178,17 +180,23 @@ class RecordStorage:
 
         await self._update(change)
 
-    async def note_login_required(self, reason: str, scope: str | None) -> None:
+    async def note_login_required(self, reason: str, scope: str | None, refused: str | None,
+                                  *, whatever_stored: bool = False) -> bool:
         """Remember why a login is needed and the scope it must ask for (for `auth status`
-        and for the next `sidecar auth login`, which may run in another process)."""
+        and for the next `sidecar auth login`, which may run in another process). `refused`
+        is the access token the refused request carried (None: it carried none). Returns
+        False, and leaves the record as it is, when the store holds other tokens: they were
+        stored after that request left (a login through another replica, a refresh), and
+        marking them would leave every reader waiting for a login that already happened.
+        `whatever_stored`: mark the record whichever tokens it holds (a login that failed)."""
 
-        seen = self.generation
+        noted = True
 
         def change(old: GrantRecord | None) -> GrantRecord:
-            if old is not None and old.get("tokens") and old.get("updated_at") != seen:
-                # Tokens stored since this process last read the record (a login through
-                # another replica): the refusal was of older tokens, and marking the new
-                # ones would leave every reader waiting for a login that already happened.
+            nonlocal noted
+            if not whatever_stored and old is not None and old.get("tokens") and (
+                    old["tokens"].get("access_token") != refused):
+                noted = False
                 return old
             record = self._base(old)
             record["login_required"] = reason
@@ -197,6 +205,9 @@ class RecordStorage:
             return record
 
         await self._update(change)
+        if noted:
+            self.marked = self.generation
+        return noted
 
     async def forget_tokens(self) -> None:
         """Drop the tokens (keep the registered client and metadata)."""

@@ -60,7 +60,9 @@ class UpstreamAuth:
         return self.status.hint() if self.status.needs_login else None
 
     async def wait_for_login(self) -> None:
-        """Return once the stored grant changed (a login or another process wrote it)."""
+        """Return once the stored grant changed (a login or another process wrote it): new
+        tokens, not marked as needing a login, written after the record last seen here or
+        after this process's own mark (another of its tasks may have read them first)."""
         storage = self.auth.storage
         seen = storage.generation
         while True:
@@ -68,11 +70,14 @@ class UpstreamAuth:
             record = await self._read(storage)
             if record is False:
                 continue
-            if record is not None and record.get("updated_at") != seen and record.get("tokens"):
-                if not record.get("login_required"):
+            if record is not None and record.get("tokens") and not record.get("login_required"):
+                stamp = record.get("updated_at")
+                marked = storage.marked
+                if stamp != seen or (marked is not None and float(stamp or 0.0) > marked):
                     break
             if record is not None:
                 seen = record.get("updated_at")
+        storage.marked = None
         self.status.clear()
         self.auth.reload()
 
@@ -145,7 +150,7 @@ class UpstreamAuth:
         if outcome == "refused":
             log.warning("[%s] %s", self.status.server, self.status.hint())
             await provider.storage.note_login_required(self.status.reason or "refresh failed",
-                                                       None)
+                                                       None, provider.refused_refresh)
         elif outcome == "refreshed":
             log.info("[%s] access token refreshed", self.status.server)
         elif outcome == "adopted":
