@@ -201,3 +201,20 @@ async def test_a_request_refused_before_a_login_elsewhere_is_sent_again_with_its
             assert on_b.hint() is None
             again = await http.post(config.url, json=initialize, headers=headers)
             assert again.status_code == 200
+
+
+async def test_a_refused_refresh_marks_the_tokens_it_spent(
+    protected: OAuthServer, tmp_path: Path
+) -> None:
+    """`keep_fresh`'s refresh refused (the grant revoked at the server): the stored record, whose
+    tokens are the ones that refresh spent, says a login is needed (for `auth status` and every
+    process sharing it)."""
+    store = FileGrantStore(tmp_path / "state")
+    config = ServerConfig(url=f"{protected.base}/mcp", auth="oauth")
+    assert (await login("cloud", config, store, show=follow)).ok
+    upstream = UpstreamAuth("cloud", config, store)
+    protected.refresh.clear()
+    assert not await upstream.refresh_now()
+    stored = await store.get("cloud")
+    assert stored is not None and stored["tokens"]
+    assert stored["login_required"] == "refreshing the token failed (HTTP 400: invalid_grant)"

@@ -189,7 +189,8 @@ class _SidecarAuth:
     """The grant needs a person (authorization code): the daemon never starts it itself."""
     _authorized: bool
     refused_refresh: str | None
-    """The access token whose refresh was last refused (the SDK's flow forgets it)."""
+    """The access token whose refresh `refresh_shared` saw refused last (the SDK's handler
+    forgets the tokens)."""
 
     def _setup(self, storage: RecordStorage, status: LoginStatus, *, auto: bool,
                interactive: Interactive | None,
@@ -266,6 +267,8 @@ class _SidecarAuth:
                 log.warning("[%s] %s", self.status.server, self.status.transient)
                 return "unreachable"
             ok = await self._handle_refresh_response(response)
+        if not ok:
+            self.refused_refresh = tokens.access_token
         return "refreshed" if ok else "refused"
 
     async def _refresh_if_due(self) -> Refreshed | None:
@@ -287,10 +290,8 @@ class _SidecarAuth:
     async def _handle_refresh_response(self, response: httpx2.Response) -> bool:
         if response.status_code != 200:
             await response.aread()
-        spent = self.context.current_tokens
         ok: bool = await super()._handle_refresh_response(response)  # type: ignore[misc]
         if not ok:
-            self.refused_refresh = spent.access_token if spent is not None else None
             error = ""
             try:
                 body = response.json()
