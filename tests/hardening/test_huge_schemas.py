@@ -58,6 +58,13 @@ def _wait(daemon: Daemon, name: str, done: Any, seconds: float = 120) -> dict[st
     raise AssertionError(f"{name}: {state}")
 
 
+def _refused(daemon: Daemon, name: str) -> dict[str, Any]:
+    """`name`'s health once an attempt failed, between two attempts (a retry is `starting`
+    again with the last attempt's error)."""
+    return _wait(daemon, name, lambda s: bool(s.get("last_error"))
+                 and s["state"] in ("backoff", "failed"))
+
+
 def test_huge_schemas_are_skipped_and_the_loop_keeps_answering(tmp_path: Path) -> None:
     manifest = {"mcpServers": {
         "schemas": {"command": sys.executable, "args": [str(SERVER)]},
@@ -162,10 +169,7 @@ def test_a_tools_list_over_max_listing_bytes_is_refused_unparsed(tmp_path: Path)
     }}
     daemon = start_daemon(tmp_path, manifests={"servers.json": json.dumps(manifest)})
     try:
-        # (a retry is `starting` again with the last attempt's error: wait for the state
-        # between two attempts, as the HTTP test below does)
-        state = _wait(daemon, "huge", lambda s: bool(s.get("last_error"))
-                      and s["state"] in ("backoff", "failed"))
+        state = _refused(daemon, "huge")
         assert "over this server's max_listing_bytes (1,048,576 bytes)" in state["last_error"]
         assert "raise max_listing_bytes for this server to accept it" in state["last_error"]
         assert _wait(daemon, "schemas", lambda s: s.get("state") == "ready")["tool_count"] == 3
@@ -200,10 +204,7 @@ def test_a_tools_list_over_max_listing_bytes_over_http_is_refused(
         }}
         daemon = start_daemon(tmp_path, manifests={"servers.json": json.dumps(manifest)})
         try:
-            # (a retry is `starting` again with the last attempt's error: wait for the state
-            # between two attempts)
-            state = _wait(daemon, "huge", lambda s: bool(s.get("last_error"))
-                          and s["state"] in ("backoff", "failed"))
+            state = _refused(daemon, "huge")
             assert "over this server's max_listing_bytes (1,048,576 bytes)" in state["last_error"]
             assert "raise max_listing_bytes for this server to accept it" in state["last_error"]
             # json: its Content-Length, legacy: the whole event is read (not parsed)
