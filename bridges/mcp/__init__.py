@@ -12,7 +12,8 @@ life: `health_book`, `failures`, `registration` of its tools, `server_messages`)
 `connection` (one session, any transport; `call_results` decodes what a call answers) ->
 `stdio` + `framing` (our own stdio transport, linear framing) -> `catalog` (listings -> tool
 values, codecs in `codecs`) -> `calls` (one tool call) -> `results` (upstream results and
-errors -> the core's terms). `stdio` uses `direct_requests` and `stderr_tail`.
+errors -> the core's terms). `stdio` uses `direct_requests`, `stderr_tail` and `pipes` (pipe
+transports that close their descriptor once, also for the facade's stdio wire).
 Imports `sidecar.model`, `sidecar.registry`, `sidecar.stores`, `managed_store`, other `bridges`.
 """
 
@@ -40,6 +41,7 @@ from bridges.mcp.passthrough import (
     Relay,
     RelayTarget,
 )
+from bridges.mcp.pipes import connect_pipe
 from bridges.mcp.pool import ServerPool
 from bridges.mcp.results import STRUCTURED_KEY
 
@@ -66,6 +68,7 @@ __all__ = [
     "ServerPool",
     "ServerState",
     "SkippedTool",
+    "connect_pipe",
     "read_chunk",
     "take_lines",
 ]

@@ -30,7 +30,7 @@ import signal
 import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import IO, Protocol, cast
+from typing import Protocol, cast
 
 import anyio
 import mcp_types as types
@@ -58,6 +58,7 @@ from bridges.mcp.framing import (
     read_chunk,
     take_lines,
 )
+from bridges.mcp.pipes import connect_pipe
 from bridges.mcp.stderr_tail import STDERR_TAIL_BYTES as STDERR_TAIL_BYTES
 from bridges.mcp.stderr_tail import StderrTail as StderrTail
 from bridges.mcp.transport_state import TransportState
@@ -434,28 +435,44 @@ class _Adopted:
     @classmethod
     async def of(cls, process: subprocess.Popen[bytes],
                  take: Callable[[bytes], int] | None = None) -> _Adopted:
-        """`take`: stdout is a `LineReader` handing lines over to it, as the spawned ones."""
-        assert process.stdin is not None and process.stdout is not None
-        assert process.stderr is not None
+        """`take`: stdout is a `LineReader` handing lines over to it, as the spawned ones.
+        The pipes' descriptors move to the transports (`connect_pipe`: closed once); the
+        process's file objects are closed."""
+        pipes = (process.stdout, process.stderr, process.stdin)
+        assert all(pipe is not None for pipe in pipes)
+        fds: list[int] = []
+        try:
+            fds.extend(os.dup(pipe.fileno()) for pipe in pipes if pipe is not None)
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        for pipe in pipes:
+            if pipe is not None:
+                pipe.close()
         loop = asyncio.get_running_loop()
         transports: list[asyncio.BaseTransport] = []
 
-        async def reader(pipe: IO[bytes],
+        async def reader(fd: int,
                          take: Callable[[bytes], int] | None = None) -> asyncio.StreamReader:
             stream = (asyncio.StreamReader(limit=READ_CHUNK, loop=loop) if take is None
                       else LineReader(take, limit=READ_CHUNK, loop=loop))  # as the spawned ones
-            read, _ = await loop.connect_read_pipe(
-                functools.partial(asyncio.StreamReaderProtocol, stream, loop=loop), pipe)
+            read, _ = await connect_pipe(
+                loop, functools.partial(asyncio.StreamReaderProtocol, stream, loop=loop), fd,
+                writes=False)
             transports.append(read)
             return stream
 
         try:
-            stdout = await reader(process.stdout, take)
-            stderr = await reader(process.stderr)
-            write, protocol = await loop.connect_write_pipe(
-                functools.partial(asyncio.streams.FlowControlMixin, loop=loop), process.stdin)
+            stdout = await reader(fds.pop(0), take)
+            stderr = await reader(fds.pop(0))
+            write, protocol = await connect_pipe(
+                loop, functools.partial(asyncio.streams.FlowControlMixin, loop=loop),
+                fds.pop(0), writes=True)
             transports.append(write)
         except BaseException:
+            for fd in fds:  # not handed over yet
+                os.close(fd)
             for transport in transports:
                 transport.close()
             raise

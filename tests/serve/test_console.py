@@ -152,7 +152,8 @@ def serving(root: Path, manifests: dict[str, str]) -> Iterator[Daemon]:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
-        drain.join(timeout=10)
+        if drain.ident is not None:  # started: not when serve failed before 'listening on'
+            drain.join(timeout=10)
         proc.stderr.close()
 
 

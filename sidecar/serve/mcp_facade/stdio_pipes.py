@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import io
 import json
 import logging
 import os
@@ -37,6 +36,7 @@ from bridges.mcp import (
     LineFramer,
     LineReader,
     OversizedLine,
+    connect_pipe,
     read_chunk,
     take_lines,
 )
@@ -208,15 +208,11 @@ async def _attach(
 ) -> tuple[Any, asyncio.Protocol]:
     """A socket transport on `fd` when it is a socket, else a pipe transport; `fd` is the
     transport's (closed here should it fail to open)."""
-    owner: socket.socket | io.FileIO
-    owner = (socket.socket(fileno=fd) if _socket_identity(fd) is not None
-             else io.FileIO(fd, "wb" if writes else "rb"))
+    if _socket_identity(fd) is None:  # closed once on uvloop too (`connect_pipe`)
+        return await connect_pipe(loop, protocol, fd, writes=writes)
+    owner = socket.socket(fileno=fd)
     try:
-        if isinstance(owner, socket.socket):
-            return await loop.connect_accepted_socket(protocol, owner)
-        if writes:
-            return await loop.connect_write_pipe(protocol, owner)
-        return await loop.connect_read_pipe(protocol, owner)
+        return await loop.connect_accepted_socket(protocol, owner)
     except BaseException:
         owner.close()
         raise

@@ -70,5 +70,6 @@ def test_sidecar_stdio_standalone_adopts_the_upstream_it_spawned_before_its_impo
         input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True, text=True,
         timeout=60, cwd=ROOT, env={**os.environ, "SIDECAR_LOG_LEVEL": "DEBUG"}, check=False)
     answers = {m["id"]: m for m in map(json.loads, done.stdout.splitlines()) if "id" in m}
+    assert 2 in answers, (done.stdout, done.stderr[-3000:])
     assert answers[2]["result"]["content"][0]["text"] == "adopted", done.stderr[-2000:]
     assert "[up] adopted the server started before the daemon's imports" in done.stderr
