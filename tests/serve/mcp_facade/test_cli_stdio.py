@@ -6,7 +6,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp import Client, StdioServerParameters, types
@@ -64,12 +66,34 @@ def test_sidecar_stdio_standalone_adopts_the_upstream_it_spawned_before_its_impo
         {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
          "params": {"name": "up_echo", "arguments": {"text": "adopted"}}},
     ]
-    done = subprocess.run(
-        [sys.executable, "-m", "sidecar.cli", "stdio", "--standalone", "--manifests", str(tmp_path),
-         "--state-dir", str(tmp_path / "state")],
-        input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True, text=True,
-        timeout=60, cwd=ROOT, env={**os.environ, "SIDECAR_LOG_LEVEL": "DEBUG"}, check=False)
-    answers = {m["id"]: m for m in map(json.loads, done.stdout.splitlines()) if "id" in m}
-    assert 2 in answers, (done.stdout, done.stderr[-3000:])
-    assert answers[2]["result"]["content"][0]["text"] == "adopted", done.stderr[-2000:]
-    assert "[up] adopted the server started before the daemon's imports" in done.stderr
+    # stdin stays open until the call is answered: the server's start under a loaded machine
+    # may take longer than the grace the requests of a closed stdin get (EOF_GRACE)
+    log = tmp_path / "stderr"
+    with log.open("w") as errors:
+        client = subprocess.Popen(
+            [sys.executable, "-m", "sidecar.cli", "stdio", "--standalone", "--manifests",
+             str(tmp_path), "--state-dir", str(tmp_path / "state")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, text=True, cwd=ROOT,
+            env={**os.environ, "SIDECAR_LOG_LEVEL": "DEBUG"})
+    assert client.stdin is not None and client.stdout is not None
+    watchdog = threading.Timer(60, client.kill)  # a client that never answers fails, not hangs
+    watchdog.start()
+    try:
+        client.stdin.write("".join(json.dumps(r) + "\n" for r in requests))
+        client.stdin.flush()
+        answers: dict[int, Any] = {}
+        for line in client.stdout:
+            message = json.loads(line)
+            answers[message.get("id")] = message
+            if 2 in answers:
+                break
+        client.stdin.close()
+        stdout = client.stdout.read()
+        client.wait(timeout=60)
+    finally:
+        watchdog.cancel()
+        client.stdout.close()
+    stderr = log.read_text()
+    assert 2 in answers, (stdout, stderr[-3000:])
+    assert answers[2]["result"]["content"][0]["text"] == "adopted", stderr[-2000:]
+    assert "[up] adopted the server started before the daemon's imports" in stderr
