@@ -43,10 +43,6 @@ class _Descriptor:
             raise ValueError("I/O operation on closed pipe")
         return self._fd
 
-    @property
-    def closed(self) -> bool:
-        return self._fd < 0
-
     def close(self) -> None:
         fd, self._fd = self._fd, -1
         if fd >= 0 and self._closes:

@@ -438,18 +438,18 @@ class _Adopted:
         """`take`: stdout is a `LineReader` handing lines over to it, as the spawned ones.
         The pipes' descriptors move to the transports (`connect_pipe`: closed once); the
         process's file objects are closed."""
+        assert process.stdin is not None and process.stdout is not None
+        assert process.stderr is not None
         pipes = (process.stdout, process.stderr, process.stdin)
-        assert all(pipe is not None for pipe in pipes)
         fds: list[int] = []
         try:
-            fds.extend(os.dup(pipe.fileno()) for pipe in pipes if pipe is not None)
+            fds.extend(os.dup(pipe.fileno()) for pipe in pipes)
         except BaseException:
             for fd in fds:
                 os.close(fd)
             raise
         for pipe in pipes:
-            if pipe is not None:
-                pipe.close()
+            pipe.close()
         loop = asyncio.get_running_loop()
         transports: list[asyncio.BaseTransport] = []
 

@@ -27,6 +27,12 @@ def _is_open(fd: int) -> bool:
     return True
 
 
+async def _settle() -> None:
+    """A few turns of the loop (a transport's close and write callbacks run)."""
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
 @pytest.fixture
 def closes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The descriptors `pipes` closed itself."""
@@ -49,8 +55,7 @@ async def test_a_read_pipe_is_closed_once_by_its_transport(closes: list[int]) ->
     os.write(w, b"line\n")
     assert await reader.readline() == b"line\n"
     transport.close()
-    for _ in range(3):
-        await asyncio.sleep(0)
+    await _settle()
     assert not _is_open(r)
     # uvloop: libuv closed it; closing the file object too is what closed other threads' files
     assert closes == ([] if pipes.loop_closes_pipes(loop) else [r])
@@ -62,12 +67,10 @@ async def test_a_write_pipe_is_closed_once_by_its_transport(closes: list[int]) -
     r, w = os.pipe()
     transport, _ = await pipes.connect_pipe(loop, asyncio.Protocol, w, writes=True)
     transport.write(b"out")
-    for _ in range(3):
-        await asyncio.sleep(0)
+    await _settle()
     assert os.read(r, 10) == b"out"
     transport.close()
-    for _ in range(3):
-        await asyncio.sleep(0)
+    await _settle()
     assert not _is_open(w)
     assert closes == ([] if pipes.loop_closes_pipes(loop) else [w])
     os.close(r)

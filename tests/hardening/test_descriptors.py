@@ -21,12 +21,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-import httpx
-
-from tests.hardening.conftest import SIDECAR
+from tests.daemons import daemon_pid
+from tests.hardening.conftest import SIDECAR, Daemon
 
 STRACE = shutil.which("strace") or "/usr/bin/strace"  # scripts/bootstrap-system installs it
 EXITS_AT_START = {"command": sys.executable, "args": ["-c", "raise SystemExit('no upstream')"]}
@@ -55,11 +53,12 @@ def test_the_daemon_closes_each_descriptor_once(tmp_path: Path) -> None:
         env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert daemon.stderr is not None
     try:
-        url = _listening(daemon)
-        token = (state / "token").read_text().strip()
-        with httpx.Client(base_url=url, timeout=30,
-                          headers={"authorization": f"Bearer {token}"}) as http:
-            _eventually(lambda: _restarts(http) >= 1, "a start after the adopted one")
+        served = Daemon(_listening(daemon), (state / "token").read_text().strip(), state,
+                        manifests, daemon)
+        deadline = time.monotonic() + 60
+        while served.health()["servers"]["gone"]["restarts"] < 1:  # spawned after the adopted
+            assert time.monotonic() < deadline, served.health()["servers"]["gone"]
+            time.sleep(0.1)
         client = subprocess.run(
             [*SIDECAR, "stdio"], input=_session(), capture_output=True, env=env, timeout=120,
             check=False)
@@ -68,8 +67,7 @@ def test_the_daemon_closes_each_descriptor_once(tmp_path: Path) -> None:
         assert [a.get("id") for a in answers] == [1, 2], answers
         assert "hello" in [t["name"] for t in answers[1]["result"]["tools"]], answers[1]
     finally:
-        pid = json.loads((state / "daemon.json").read_text())["pid"] \
-            if (state / "daemon.json").exists() else None
+        pid = daemon_pid(state)  # strace's child
         if pid is not None:
             os.kill(pid, signal.SIGTERM)
         daemon.wait(timeout=60)
@@ -101,19 +99,6 @@ def _listening(daemon: subprocess.Popen[str]) -> str:
         if "listening on " in line:
             return line.split("listening on ")[1].strip()
     raise AssertionError(f"serve exited early: {''.join(seen)}")
-
-
-def _restarts(http: httpx.Client) -> int:
-    """How often the server was spawned again after the adopted (prestarted) process."""
-    server = http.get("/v1/health").json()["servers"]["gone"]
-    return int(server["restarts"])
-
-
-def _eventually(condition: Callable[[], bool], what: str, within: float = 60.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def _session() -> bytes:
