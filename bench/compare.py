@@ -461,6 +461,33 @@ def state_daemon(state: Path | None) -> int | None:
     return None
 
 
+def start_daemon(argv: list[str], state: Path) -> subprocess.Popen[bytes]:
+    """A `sidecar daemon` (`argv`: its command line) on `state`, in a session of its own; its
+    output discarded. `wait_state_daemon` waits for it."""
+    return subprocess.Popen(argv, env={**os.environ, "SIDECAR_STATE_DIR": str(state)}, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+async def wait_state_daemon(process: subprocess.Popen[Any], state: Path) -> None:
+    """Until `process` (a `sidecar daemon` started by a bench script) owns `state`; exits the
+    script when it ends first or takes 30 s."""
+    for _ in range(600):
+        if state_daemon(state) == process.pid:
+            return
+        if process.poll() is not None:
+            raise SystemExit(f"the daemon exited ({process.returncode})")
+        await asyncio.sleep(0.05)
+    raise SystemExit("the daemon did not start")
+
+
+def attached_stdio(manifests: Path, state: Path) -> Any:
+    """`sidecar stdio` on `manifests`, attached to the daemon that owns `state`."""
+    return stdio_params(sys.executable, ["-m", "sidecar.cli", "stdio", "--manifests",
+                                         str(manifests), "--state-dir", str(state)],
+                        env={"SIDECAR_STATE_DIR": str(state)})
+
+
 WRITE_BEHIND_SECONDS = 0.15
 """Longer than the daemon gathers rows before committing them (`SETTLE_GATHER_SECONDS` and the
 call history's `GATHER_SECONDS`, 0.1 s): a block's CPU includes its own writes (and the idle

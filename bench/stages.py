@@ -21,7 +21,6 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 
 MARKS = ("parsed", "task", "tool", "pipe", "answer", "record", "recorded", "reply")
 """Where each stage begins, in the order a call passes them."""
@@ -180,26 +178,12 @@ async def measure(calls: int, rounds: int, era: str) -> None:
                                            protocol="legacy" if era == "legacy" else None)
         state = Path(tmp) / "state"
         out = Path(tmp) / "marks.json"
-        env = {**os.environ, "SIDECAR_STATE_DIR": str(state)}
-        started = subprocess.Popen(
+        started = compare.start_daemon(
             [sys.executable, str(Path(__file__).resolve()), "--daemon", str(out), "--",
-             "--manifests", str(manifests), "--state-dir", str(state)],
-            env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
+             "--manifests", str(manifests), "--state-dir", str(state)], state)
         try:
-            for _ in range(600):
-                pid = compare.state_daemon(state)
-                if pid == started.pid:
-                    break
-                if started.poll() is not None:
-                    raise SystemExit(f"the daemon exited ({started.returncode})")
-                await asyncio.sleep(0.05)
-            else:
-                raise SystemExit("the daemon did not start")
-            params = compare.stdio_params(
-                sys.executable, ["-m", "sidecar.cli", "stdio", "--manifests", str(manifests),
-                                 "--state-dir", str(state)], env={"SIDECAR_STATE_DIR": str(state)})
-            async with compare.mcp_client(params) as client:
+            await compare.wait_state_daemon(started, state)
+            async with compare.mcp_client(compare.attached_stdio(manifests, state)) as client:
                 name = await compare.find_tool(client, "echo")
                 for _ in range(200):
                     await compare.call(client, name, {"text": "warm"})
