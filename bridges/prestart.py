@@ -23,11 +23,12 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bridges.child_groups import die_with_parent
+from bridges.child_groups import die_with_parent, group_alive
 from bridges.manifest.loading import ServerConfig, load_manifests
 from bridges.manifest.sandbox import SandboxConfig, with_default
 
@@ -127,11 +128,20 @@ class Prestarted:
         return len(processes)
 
 
+STOP_WAIT = 2.0
+"""How long `stop` waits for the other members of a killed group to die (seconds)."""
+
+
 def stop(process: subprocess.Popen[bytes]) -> None:
-    """Kill a prestarted process's group (it leads its own), reap it and close its pipes."""
+    """Kill a prestarted process's group (it leads its own), reap it, wait until no member of
+    the group is alive (`STOP_WAIT` at most: a process in an uninterruptible wait dies only
+    when that ends) and close its pipes. Not on the event loop: it blocks."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
     process.wait()
+    deadline = time.monotonic() + STOP_WAIT
+    while group_alive(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
     for pipe in (process.stdin, process.stdout, process.stderr):
         if pipe is not None:
             pipe.close()

@@ -39,7 +39,7 @@ from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 from pydantic_core import from_json
 
-from bridges.child_groups import CHILD_GROUPS, die_with_parent
+from bridges.child_groups import CHILD_GROUPS, die_with_parent, group_alive
 from bridges.mcp.direct_requests import DIRECT_ID_PREFIX as DIRECT_ID_PREFIX
 from bridges.mcp.direct_requests import RESULT_TOO_LARGE as RESULT_TOO_LARGE
 from bridges.mcp.direct_requests import ConnectionLost as ConnectionLost
@@ -353,11 +353,12 @@ async def _stop(proc: Child, grace: float) -> None:
         if not await _exited(proc, TERM_GRACE):
             _signal_group(pgid, signal.SIGKILL)
             await _exited(proc, TERM_GRACE)
-    # A live group keeps its id from being reused, so signalling it here is safe.
-    if _group_alive(pgid):
+    # A live group keeps its id from being reused, so signalling it here is safe. Its dead
+    # members (a grandchild init has not reaped yet) do not count: `group_alive`.
+    if await anyio.to_thread.run_sync(group_alive, pgid):
         _signal_group(pgid, signal.SIGTERM)
         for _ in range(int(TERM_GRACE / _POLL)):
-            if not _group_alive(pgid):
+            if not await anyio.to_thread.run_sync(group_alive, pgid):
                 return
             await anyio.sleep(_POLL)
         _signal_group(pgid, signal.SIGKILL)
@@ -377,14 +378,6 @@ async def _exited(proc: Child, within: float) -> bool:
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
 
 
 def _close_transport(proc: Child) -> None:
