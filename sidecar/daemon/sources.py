@@ -495,10 +495,9 @@ class ManifestSources:
         made before the watch was in place and events a filesystem does not deliver. The local
         spec files of `[openapi.NAME]` entries are checked the same way (by that poll only).
 
-        What an idle daemon pays for this: the watcher's thread looks for events every
-        `debounce_ms` (watchfiles' `step`: its default of 50 ms woke the thread and took the
-        GIL 20 times a second), and the poll is a sleep and a `stat` of each file in a worker
-        thread, not a round of `awatch` (an AnyIO task group and thread call) each time.
+        The watcher's thread looks for events every `debounce_ms` (watchfiles' `step`): its
+        default of 50 ms woke an idle daemon's thread and took the GIL 20 times a second. One
+        loop takes both the events and the check, one at a time.
         """
         watched, manifest_dirs, manifest_files = await asyncio.to_thread(self._watch_targets)
         if not watched:
@@ -510,20 +509,13 @@ class ManifestSources:
                 p.suffix in MANIFEST_SUFFIXES and p.parent in manifest_dirs
             )
 
-        async def poll() -> None:
-            while True:
-                await asyncio.sleep(check_every_ms / 1000)
-                if await asyncio.to_thread(self._changed):
-                    await self.reload()
-
-        async with asyncio.TaskGroup() as group:
-            group.create_task(poll(), name="manifest-poll")
-            async for changes in watchfiles.awatch(
-                *watched, watch_filter=relevant, debounce=debounce_ms, step=debounce_ms,
-                recursive=False, rust_timeout=0,
-            ):
-                if changes:
-                    await self.reload()
+        async for changes in watchfiles.awatch(
+            *watched, watch_filter=relevant, debounce=debounce_ms, step=debounce_ms,
+            recursive=False, rust_timeout=check_every_ms, yield_on_timeout=True,
+        ):
+            changed: bool = bool(changes) or await asyncio.to_thread(self._changed)
+            if changed:
+                await self.reload()
 
 
 def _stamp(path: Path) -> tuple[int, int]:
