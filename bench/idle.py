@@ -11,24 +11,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import os
 import statistics
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
-HERE = Path(__file__).resolve().parent
-
-
-def _compare() -> Any:
-    spec = importlib.util.spec_from_file_location("compare", HERE / "compare.py")
-    assert spec is not None and spec.loader is not None
-    compare: Any = importlib.util.module_from_spec(spec)
-    sys.modules["compare"] = compare
-    spec.loader.exec_module(compare)
-    return compare
+import compare  # bench/, this script's directory, is first on sys.path
 
 
 def _threads(pid: int) -> tuple[int, int]:
@@ -45,7 +34,6 @@ def _threads(pid: int) -> tuple[int, int]:
 
 
 async def measure(seconds: float, rounds: int) -> list[tuple[float, float]]:
-    compare = _compare()
     found: list[tuple[float, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         manifests = compare.write_manifest(Path(tmp) / "m", protocol="legacy")
