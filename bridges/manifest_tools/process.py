@@ -295,10 +295,21 @@ async def supervise(
             raise
         return Exited(proc.pid, returncode, timed_out=True)
     except BaseExceptionGroup as failed:  # a pump failed (e.g. the store could not retain)
-        await stop_group(proc, spec.terminate_grace)
-        if task is not None and task.cancelling() > cancelling:
-            # Cancelled in the same loop turn: the TaskGroup raised the pump's error and
-            # dropped the cancellation, which must still propagate.
+        # Cancelled in the same loop turn, the TaskGroup raised the pump's error instead; from
+        # Python 3.13 on it also re-arms the cancellation, which would cancel the stop below at
+        # its first await and leave the group running. It is held while the group stops, then
+        # propagates.
+        held = 0
+        while task is not None and task.cancelling() > cancelling:
+            task.uncancel()
+            held += 1
+        try:
+            await stop_group(proc, spec.terminate_grace)
+        finally:
+            for _ in range(held):
+                assert task is not None
+                task.cancel()
+        if held:
             raise asyncio.CancelledError() from failed.exceptions[0]
         raise failed.exceptions[0] from None
     except BaseException:  # cancellation: stop the group, then let it propagate
