@@ -254,10 +254,11 @@ def test_a_streamed_text_is_held_about_once():
 def test_a_large_line_too_deep_to_parse_names_its_request():
     """A line over `PARSE_OFF_LOOP_AT` nested deeper than the parser follows is an
     `InvalidAnswer` naming its id (first in the object), as a short one is: the call fails at
-    once, not at its timeout."""
+    once, not at its timeout. (`json.loads` follows up to ~1,000 levels on Python 3.11, ~5,000
+    on 3.12 and ~20,000 on 3.13: 100,000 is past all of them.)"""
     padding = "x" * framing.PARSE_OFF_LOOP_AT
     line = ('{"jsonrpc": "2.0", "id": "mcp-sidecar/9", "result": {"pad": "' + padding
-            + '", "deep": ' + "[" * 5000 + "]" * 5000 + "}}").encode()
+            + '", "deep": ' + "[" * 100_000 + "]" * 100_000 + "}}").encode()
     framer = LineFramer(10**9)
     framer.feed(line + b"\n" + message(2))
     deferred = list(drain_messages(framer, defer_large=True))

@@ -11,6 +11,7 @@ daemon is a real `sidecar serve` process; nothing of it is mocked."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import signal
 import socket
@@ -114,7 +115,8 @@ async def test_a_failing_location_stops_serving_then_exits_7_with_its_state_inta
     # The state directory: closed cleanly (no daemon files left), databases intact, and the
     # next daemon on it replays both outcomes.
     assert not (state / "daemon.json").exists() and not (state / "daemon.sock").exists()
-    with sqlite3.connect(f"file:{state / 'outcomes.sqlite'}?mode=ro", uri=True) as db:
+    outcomes = f"file:{state / 'outcomes.sqlite'}?mode=ro"
+    with contextlib.closing(sqlite3.connect(outcomes, uri=True)) as db, db:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     again, again_log, again_url = _start(root, {"SIDECAR_MANIFESTS": str(manifests)})
     try:

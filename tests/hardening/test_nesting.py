@@ -136,7 +136,13 @@ def test_an_upstream_answering_with_deep_json_fails_that_call_only(tmp_path: Pat
         for index, depth in enumerate((1000, 100_000)):
             outcome = daemon.call("deep_deep", {"depth": depth}, f"deep-{index}")
             assert outcome["error"]["kind"] == "upstream", outcome
-            assert "nested too deeply" in outcome["error"]["message"]
+            # 1,000 levels are past what `json.loads` follows on Python 3.11 only (3.12 and
+            # 3.13 parse them, and the answer is then refused as not a valid result); 100,000
+            # are past it on every supported version.
+            if depth > 20_000 or sys.version_info < (3, 12):
+                assert "nested too deeply" in outcome["error"]["message"]
+            else:
+                assert "not a valid tools/call result" in outcome["error"]["message"]
         again = daemon.call("deep_flood", {"lines": 1}, "after")
         assert again["status"] == "completed", again  # the same connection serves on
         assert daemon.health()["servers"]["deep"]["restarts"] == 0

@@ -4,6 +4,7 @@ per-user `store_bytes` quota of issue 45)."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 
@@ -133,7 +134,8 @@ async def test_an_index_from_before_owners_opens_and_takes_owners(root: Path) ->
     async with await ManagedStore.open(root) as store:
         old = (await store.put("from before owners")).id
     index = root / "index.sqlite"
-    with sqlite3.connect(index) as conn:  # back to the version-1 table, without `owner`
+    # back to the version-1 table, without `owner`
+    with contextlib.closing(sqlite3.connect(index)) as conn, conn:
         conn.execute("DROP INDEX objects_by_owner")
         conn.execute("ALTER TABLE objects DROP COLUMN owner")
         conn.execute("PRAGMA user_version=1")

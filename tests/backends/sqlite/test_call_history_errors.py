@@ -3,6 +3,7 @@ written before the history kept it."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 
@@ -30,9 +31,8 @@ VALUES ('before', 'echo', 's', 'a', 'm', 'error', 'upstream', 1000000, 1, 2, 0, 
 
 async def test_a_history_from_before_error_messages_gets_the_column(tmp_path: Path) -> None:
     path = tmp_path / "history.sqlite"
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
         db.executescript(OLD_SCHEMA)
-    db.close()
     history = await SqliteCallHistory.open(path)
     try:
         history.add(row(1, status="error", error_kind="tool_failure", error="disk full"))

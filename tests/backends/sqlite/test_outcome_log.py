@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 import time
@@ -67,7 +68,7 @@ async def test_concurrent_records_commit_together_and_all_persist(tmp_path):
         assert not any(s.replayed for s in stored)
     finally:
         await log.aclose()
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
         assert db.execute("SELECT count(*) FROM outcomes").fetchone()[0] == 64
 
 
@@ -137,7 +138,7 @@ async def test_the_wal_is_checkpointed_off_the_commit_path_and_on_close(tmp_path
     finally:
         await log.aclose()
     assert not path.with_name(path.name + "-wal").exists()  # the close checkpointed the rest
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
         assert db.execute("SELECT count(*) FROM outcomes").fetchone()[0] == CHECKPOINT_EVERY + 100
 
 
@@ -170,7 +171,8 @@ async def test_a_log_from_before_fingerprints_is_migrated_and_still_replays(tmp_
             await log.record("loc", other, ToolContext("s", "a", "m", "new"), "fp-2")
     finally:
         await log.aclose()
-    columns = [row[1] for row in sqlite3.connect(path).execute("PRAGMA table_info(outcomes)")]
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        columns = [row[1] for row in db.execute("PRAGMA table_info(outcomes)")]
     assert columns[-1] == "fingerprint"
 
 
@@ -242,7 +244,7 @@ async def test_a_journaled_outcome_sqlite_refuses_is_still_answered_and_kept(
         await log._run(lambda: log._db().execute("DROP TRIGGER refuse"))
     finally:
         await log.aclose()
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
         assert db.execute("SELECT count(*) FROM outcomes WHERE call_id='late'").fetchone() \
             == (0,)
     reopened = await SqliteOutcomeLog.open(path)

@@ -4,6 +4,7 @@ pruned in batches off the event loop, and a pruned call id replays as `expired`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 import time
@@ -61,7 +62,7 @@ async def test_after_a_burst_the_wal_is_truncated_under_its_cap_once_the_writer_
     finally:
         gate.set()
         await log.aclose()
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
         assert db.execute("SELECT count(*) FROM outcomes").fetchone()[0] == 200
 
 

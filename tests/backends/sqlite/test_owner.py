@@ -6,6 +6,7 @@ submitted after close fails with the store's own error."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 from pathlib import Path
@@ -29,7 +30,7 @@ def connect(path: Path) -> sqlite3.Connection:
 
 
 def rows(path: Path) -> list[int]:
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         return [v for (v,) in conn.execute("SELECT v FROM t ORDER BY rowid")]
 
 
