@@ -306,9 +306,9 @@ async def supervise(
         try:
             await stop_group(proc, spec.terminate_grace)
         finally:
-            for _ in range(held):
-                assert task is not None
-                task.cancel()
+            if task is not None:
+                for _ in range(held):
+                    task.cancel()
         if held:
             raise asyncio.CancelledError() from failed.exceptions[0]
         raise failed.exceptions[0] from None
